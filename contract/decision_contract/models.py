@@ -1,0 +1,189 @@
+"""The wire schema of structured decisions (the SemIf contract).
+
+One definition, used by the decision container (to validate requests and shape
+responses) and by the routing functions (to build requests and read results).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+#: Letters A…P label the options by position; the readout allows no more.
+OPTION_LETTERS = "ABCDEFGHIJKLMNOP"
+MIN_OPTIONS = 2
+MAX_OPTIONS = len(OPTION_LETTERS)
+#: Deepest nesting accepted inside a JSON `state` (objects and arrays).
+MAX_STATE_DEPTH = 32
+
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+#: A `state` is free text or any JSON object/array describing the situation.
+State = Union[NonEmptyStr, dict[str, Any], list[Any]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class DecisionOption(_Strict):
+    id: NonEmptyStr = Field(description="Caller's option id; echoed, never shown to the model.")
+    description: NonEmptyStr = Field(description="What the model reads for this option.")
+
+
+class Decision(_Strict):
+    id: NonEmptyStr = Field(description="Caller's decision id, echoed in the result.")
+    state: State = Field(description="The evidence: non-empty text, or a JSON object/array.")
+    question: NonEmptyStr = Field(description="The criterion to apply to the state.")
+    options: list[DecisionOption] = Field(
+        min_length=MIN_OPTIONS,
+        max_length=MAX_OPTIONS,
+        description="Allowed answers in order; lettered A, B, … by position.",
+    )
+    temperature: float = Field(
+        default=1.0, gt=0, description="Divides the option logits before the softmax (calibration)."
+    )
+
+    @field_validator("state")
+    @classmethod
+    def _state_not_empty_or_too_deep(cls, state: State) -> State:
+        if isinstance(state, (dict, list)):
+            if not state:
+                raise ValueError("must not be an empty JSON object or array")
+            depth = json_depth(state)
+            if depth > MAX_STATE_DEPTH:
+                raise ValueError(f"is nested {depth} levels deep; at most {MAX_STATE_DEPTH} are allowed")
+        return state
+
+    @field_validator("options")
+    @classmethod
+    def _option_ids_unique(cls, options: list[DecisionOption]) -> list[DecisionOption]:
+        seen: set[str] = set()
+        for option in options:
+            if option.id in seen:
+                raise ValueError(f"option id {option.id!r} appears more than once; ids must be unique")
+            seen.add(option.id)
+        return options
+
+    @property
+    def option_ids(self) -> list[str]:
+        return [option.id for option in self.options]
+
+
+class DecisionRequest(_Strict):
+    """Body of a structured-decision request: exactly one of `decision` or `decisions`."""
+
+    decision: Decision | None = None
+    decisions: list[Decision] | None = Field(
+        default=None, min_length=1, description="Decisions sharing one state, evaluated once."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_shape(self) -> "DecisionRequest":
+        if (self.decision is None) == (self.decisions is None):
+            raise ValueError("give exactly one of 'decision' (an object) or 'decisions' (a non-empty list)")
+        if self.decisions is not None:
+            first = self.decisions[0].state
+            for index, decision in enumerate(self.decisions[1:], start=1):
+                if decision.state != first:
+                    raise ValueError(
+                        f"decisions[{index}].state differs from decisions[0].state; "
+                        "a batch shares one state (send different states as separate requests)"
+                    )
+        return self
+
+    @property
+    def items(self) -> list[Decision]:
+        return [self.decision] if self.decision is not None else list(self.decisions or [])
+
+
+class ModelInfo(BaseModel):
+    file: str = Field(description="GGUF file name.")
+    bytes: int
+    sha256: str = Field(description="SHA-256 of the GGUF file, computed once at start-up.")
+    context_size: int
+    threads: int
+    gpu_layers: int
+    llama_cpp_python_version: str
+
+
+class DecisionTiming(BaseModel):
+    tokenize_seconds: float
+    prefill_seconds: float = Field(description="Forward pass(es) for this decision's own tokens.")
+    total_seconds: float
+
+
+class DecisionResult(BaseModel):
+    id: str
+    option_ids: list[str]
+    probabilities: list[float] = Field(description="softmax(option_logits / temperature), option order.")
+    option_logits: list[float] = Field(description="Raw final-position logits of the option letters.")
+    temperature: float
+    input_tokens: int
+    reused_prefix_tokens: int = Field(0, description="Tokens taken from a shared, already evaluated prefix.")
+    allowed_token_mass: float = Field(description="Share of next-token probability on the option letters.")
+    prompt_sha256: str
+    prompt_version: str
+    model: ModelInfo
+    timing: DecisionTiming
+
+    @property
+    def top_option_id(self) -> str:
+        return self.option_ids[max(range(len(self.probabilities)), key=self.probabilities.__getitem__)]
+
+    def probability_of(self, option_id: str) -> float:
+        return self.probabilities[self.option_ids.index(option_id)]
+
+
+class BatchTiming(BaseModel):
+    shared_prefix_tokens: int
+    shared_prefix_seconds: float
+    total_seconds: float
+
+
+class SingleDecisionResponse(BaseModel):
+    result: DecisionResult
+
+
+class BatchDecisionResponse(BaseModel):
+    results: list[DecisionResult]
+    timing: BatchTiming
+
+
+ErrorCode = Literal[
+    "validation_error",
+    "payload_too_large",
+    "unsupported_media_type",
+    "forbidden_token",
+    "prompt_too_long",
+    "busy",
+    "not_ready",
+    "not_found",
+    "internal_error",
+]
+
+
+class ErrorDetail(BaseModel):
+    code: ErrorCode | str
+    message: str
+    retryable: bool = False
+    fields: list[dict[str, Any]] | None = Field(
+        default=None, description="Per-field problems: location and reason."
+    )
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of JSON containers (a scalar is 0, `[]` or `{}` is 1), without recursion."""
+    depth = 0
+    level = [value]
+    while level:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            break
+        depth += 1
+        level = [child for c in containers for child in (c.values() if isinstance(c, dict) else c)]
+    return depth
