@@ -1,0 +1,135 @@
+"""The items the pipeline routes: support tickets (SQS) and incidents (EventBridge).
+
+Validation is strict so a bad item fails alone with an error naming the field; it is
+never half-routed. Field paths (``customer.tier``) let policies refer to item fields.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")]
+
+Tier = Literal["free", "pro", "enterprise"]
+Channel = Literal["email", "chat", "web", "billing-portal", "phone"]
+Severity = Literal["sev1", "sev2", "sev3", "sev4"]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are rejected: a misspelt field must not pass as a missing optional one.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Customer(_Strict):
+    id: ItemId
+    tier: Tier
+
+
+class _Item(_Strict):
+    kind: ClassVar[str]
+    id_field: ClassVar[str]
+
+    @property
+    def item_id(self) -> str:
+        return getattr(self, self.id_field)
+
+
+class Ticket(_Item):
+    """A support ticket: the body of one SQS message."""
+
+    kind: ClassVar[str] = "ticket"
+    id_field: ClassVar[str] = "ticket_id"
+
+    ticket_id: ItemId
+    subject: Text
+    body: Text
+    customer: Customer
+    channel: Channel
+    created_at: AwareDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
+    language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
+
+
+class Incident(_Item):
+    """An incident: the `detail` of an EventBridge `Incident Reported` event."""
+
+    kind: ClassVar[str] = "incident"
+    id_field: ClassVar[str] = "incident_id"
+
+    incident_id: ItemId
+    title: Text
+    description: Text
+    service: Name
+    severity: Severity = Field(description="As reported by the monitoring source; not the routed priority.")
+    source: Name
+    reported_at: AwareDatetime
+
+
+Item = Union[Ticket, Incident]
+ITEM_MODELS: dict[str, type[_Item]] = {Ticket.kind: Ticket, Incident.kind: Incident}
+
+
+class InvalidItem(ValueError):
+    """An item that failed validation; the message names every bad field and why."""
+
+    def __init__(self, kind: str, item_id: str | None, errors: list[str]):
+        self.kind, self.item_id, self.errors = kind, item_id, errors
+        where = f"{kind} {item_id!r}" if item_id else f"{kind} (no usable id)"
+        super().__init__(f"invalid {where}: " + "; ".join(errors))
+
+
+def describe_errors(error: ValidationError) -> list[str]:
+    """Pydantic errors as 'field.path: reason' lines."""
+    lines = []
+    for e in error.errors(include_url=False):
+        loc = ".".join(str(part) for part in e["loc"]) or "(item)"
+        lines.append(f"{loc}: {e['msg']}")
+    return lines
+
+
+def parse_item(kind: str, data: Any) -> Item:
+    """Validate a ticket/incident from a dict or JSON text; raise InvalidItem naming the fields."""
+    model = ITEM_MODELS[kind]
+    try:
+        if isinstance(data, (str, bytes)):
+            return model.model_validate_json(data)
+        return model.model_validate(data)
+    except ValidationError as error:
+        item_id = data.get(model.id_field) if isinstance(data, dict) else None
+        raise InvalidItem(kind, item_id if isinstance(item_id, str) else None, describe_errors(error)) from None
+
+
+def field_annotation(model: type[BaseModel], path: str) -> Any:
+    """The type annotation at a dotted field path; KeyError naming the bad part."""
+    current: Any = model
+    for part in path.split("."):
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            known = ", ".join(sorted(fields)) if fields else "none (not an object)"
+            raise KeyError(f"{path!r}: no field {part!r} (fields here: {known})")
+        current = _strip_optional(fields[part].annotation)
+    return current
+
+
+def literal_values(annotation: Any) -> tuple[Any, ...] | None:
+    """The allowed values when the annotation is a Literal, else None."""
+    return get_args(annotation) if get_origin(annotation) is Literal else None
+
+
+def field_value(item: BaseModel, path: str) -> Any:
+    value: Any = item
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _strip_optional(annotation: Any) -> Any:
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation

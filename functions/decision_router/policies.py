@@ -1,0 +1,261 @@
+"""Policies as data: what to ask the decision model about an item, and how to route the answer.
+
+A policy file (``policies/<name>.json``) declares the item kind, how the model's evidence
+(the decision ``state``) is built from item fields, one or more questions with their options,
+calibration temperature, thresholds and confidence formula, and deterministic rules.
+Everything is checked when the policy loads, so a broken policy fails at cold start with a
+message naming the offending entry, never halfway through routing an item.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal
+
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from .items import ITEM_MODELS, Item, describe_errors, field_annotation, field_value, literal_values
+
+POLICY_DIR = Path(__file__).with_name("policies")
+Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+Target = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; the message names the policy and the bad entry."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StateField(_Strict):
+    """One entry of the evidence shown to the model: `key` ← item field at `field`."""
+
+    key: Id
+    field: str
+    max_chars: int | None = Field(default=None, ge=20, description="Longer text is cut (marked) to fit the context.")
+
+
+class Option(_Strict):
+    id: Id
+    description: Text = Field(description="What the model reads; letters replace ids on the wire.")
+    target: Target | None = Field(default=None, description="Destination key (DESTINATION_QUEUES) when chosen.")
+    escalate: bool = Field(default=False, description="Choosing this option escalates the item.")
+
+
+class Thresholds(_Strict):
+    min_confidence: Unit
+    min_margin: Unit
+    min_allowed_token_mass: Unit
+
+
+class Question(_Strict):
+    id: Id
+    question: Text
+    options: list[Option] = Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)
+    temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="Calibration: softmax(logits / temperature).")
+    confidence_formula: ConfidenceFormula = ConfidenceFormula.NORMALIZED_PEAK
+    thresholds: Thresholds
+
+    @property
+    def option_ids(self) -> list[str]:
+        return [option.id for option in self.options]
+
+    def option(self, option_id: str) -> Option:
+        for option in self.options:
+            if option.id == option_id:
+                return option
+        raise KeyError(f"question {self.id!r} has no option {option_id!r} (options: {', '.join(self.option_ids)})")
+
+    @property
+    def routes(self) -> bool:
+        return any(option.target for option in self.options)
+
+
+class Condition(_Strict):
+    field: str
+    equals: str | int | float | bool | None = None
+    in_: list[str | int | float | bool] | None = Field(default=None, alias="in")
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> "Condition":
+        if (self.equals is None) == (self.in_ is None):
+            raise ValueError("give exactly one of 'equals' or 'in'")
+        return self
+
+    @property
+    def values(self) -> list[Any]:
+        return [self.equals] if self.in_ is None else list(self.in_)
+
+    def holds(self, item: Item) -> bool:
+        return field_value(item, self.field) in self.values
+
+
+class Rule(_Strict):
+    """Deterministic answers applied before the model when every condition holds."""
+
+    id: Id
+    description: Text
+    when: list[Condition] = Field(min_length=1)
+    answers: dict[str, str] = Field(min_length=1, description="question id → option id")
+
+    def matches(self, item: Item) -> bool:
+        return all(condition.holds(item) for condition in self.when)
+
+
+class Policy(_Strict):
+    name: Id
+    version: Annotated[str, StringConstraints(min_length=1, max_length=32)]
+    item_kind: Literal["ticket", "incident"]
+    description: Text
+    notes: str | None = None
+    state: list[StateField] = Field(min_length=1)
+    questions: list[Question] = Field(min_length=1)
+    rules: list[Rule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Policy":
+        problems: list[str] = []
+        model = ITEM_MODELS[self.item_kind]
+        problems += _duplicates("state key", [s.key for s in self.state])
+        for i, entry in enumerate(self.state):
+            try:
+                field_annotation(model, entry.field)
+            except KeyError as error:
+                problems.append(f"state[{i}].field: {self.item_kind} has no field {error.args[0]}")
+        problems += _duplicates("question id", [q.id for q in self.questions])
+        for question in self.questions:
+            where = f"question {question.id!r}"
+            problems += [f"{where}: {p}" for p in _duplicates("option id", question.option_ids)]
+            with_target = [o.id for o in question.options if o.target]
+            if with_target and len(with_target) != len(question.options):
+                missing = [o.id for o in question.options if not o.target]
+                problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
+        routing = [q.id for q in self.questions if q.routes]
+        if len(routing) != 1:
+            problems.append(f"exactly one question must carry targets (the routing question); found {routing or 'none'}")
+        problems += _duplicates("rule id", [r.id for r in self.rules])
+        questions = {q.id: q for q in self.questions}
+        for rule in self.rules:
+            where = f"rule {rule.id!r}"
+            for j, condition in enumerate(rule.when):
+                try:
+                    allowed = literal_values(field_annotation(model, condition.field))
+                except KeyError as error:
+                    problems.append(f"{where}: when[{j}].field: {self.item_kind} has no field {error.args[0]}")
+                    continue
+                if allowed is not None:
+                    for value in condition.values:
+                        if value not in allowed:
+                            problems.append(
+                                f"{where}: when[{j}] value {value!r} can never match {condition.field} "
+                                f"(allowed: {', '.join(map(str, allowed))})"
+                            )
+            for question_id, option_id in rule.answers.items():
+                if question_id not in questions:
+                    problems.append(f"{where}: answers a question {question_id!r} the policy does not ask")
+                elif option_id not in questions[question_id].option_ids:
+                    problems.append(
+                        f"{where}: answer {option_id!r} is not an option of question {question_id!r} "
+                        f"(options: {', '.join(questions[question_id].option_ids)})"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def routing_question(self) -> Question:
+        return next(q for q in self.questions if q.routes)
+
+    @property
+    def targets(self) -> set[str]:
+        return {o.target for q in self.questions for o in q.options if o.target}
+
+    def question(self, question_id: str) -> Question:
+        for question in self.questions:
+            if question.id == question_id:
+                return question
+        raise KeyError(f"policy {self.name!r} has no question {question_id!r}")
+
+
+def _duplicates(what: str, values: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    dupes = sorted({v for v in values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
+    return [f"{what} {v!r} appears more than once" for v in dupes]
+
+
+def load_policy(name_or_path: str | Path, known_targets: Iterable[str] | None = None) -> Policy:
+    """Load and validate a shipped policy by name (``support-ticket``) or any policy file by path.
+
+    With `known_targets` (the deployment's destination keys) every option target must be one of them.
+    """
+    text = str(name_or_path)
+    by_name = not (text.endswith(".json") or "/" in text or "\\" in text)
+    path = POLICY_DIR / f"{text}.json" if by_name else Path(text)
+    if by_name and not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in POLICY_DIR.glob("*.json")))
+        raise PolicyError(f"no shipped policy named {text!r} (shipped: {shipped})")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise PolicyError(f"cannot read policy file {path}: {error.strerror or error}") from None
+    except json.JSONDecodeError as error:
+        raise PolicyError(f"policy file {path} is not valid JSON: {error}") from None
+    try:
+        policy = Policy.model_validate(raw)
+    except ValidationError as error:
+        raise PolicyError(f"policy file {path} is invalid: " + "; ".join(describe_errors(error))) from None
+    if by_name and policy.name != text:
+        raise PolicyError(f"policy file {path} declares name {policy.name!r}, expected {text!r}")
+    if known_targets is not None:
+        check_targets(policy, known_targets)
+    return policy
+
+
+def check_targets(policy: Policy, known_targets: Iterable[str]) -> None:
+    known = set(known_targets)
+    unknown = sorted(policy.targets - known)
+    if unknown:
+        raise PolicyError(
+            f"policy {policy.name!r}: unknown target(s) {', '.join(unknown)}; "
+            f"configured destinations: {', '.join(sorted(known)) or 'none'}"
+        )
+
+
+def build_state(policy: Policy, item: Item) -> dict[str, Any]:
+    """The evidence the model reads: a JSON object of the policy's item fields, in policy order."""
+    state: dict[str, Any] = {}
+    for entry in policy.state:
+        value = field_value(item, entry.field)
+        if value is None:
+            continue
+        if isinstance(value, str) and entry.max_chars is not None and len(value) > entry.max_chars:
+            value = value[: entry.max_chars - 14].rstrip() + " …[truncated]"
+        state[entry.key] = value if isinstance(value, (str, int, float, bool)) else str(value)
+    return state
+
+
+def build_decisions(policy: Policy, item: Item, questions: Iterable[str] | None = None) -> list[Decision]:
+    """One `Decision` per policy question (or per id in `questions`), all sharing one state,
+    so several questions about one item go to the endpoint as one batch."""
+    if item.kind != policy.item_kind:
+        raise TypeError(f"policy {policy.name!r} decides {policy.item_kind}s, got a {item.kind}")
+    wanted = None if questions is None else set(questions)
+    state = build_state(policy, item)
+    return [
+        Decision(
+            id=question.id,
+            state=state,
+            question=question.question,
+            options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
+            temperature=question.temperature,
+        )
+        for question in policy.questions
+        if wanted is None or question.id in wanted
+    ]
