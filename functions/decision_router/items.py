@@ -87,8 +87,9 @@ def describe_errors(error: ValidationError) -> list[str]:
     """Pydantic errors as 'field.path: reason' lines."""
     lines = []
     for e in error.errors(include_url=False):
-        loc = ".".join(str(part) for part in e["loc"]) or "(item)"
-        lines.append(f"{loc}: {e['msg']}")
+        loc = ".".join(str(part) for part in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {message}" if loc else message)
     return lines
 
 

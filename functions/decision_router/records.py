@@ -1,0 +1,102 @@
+"""The decision record (workflow input) and the review output: exactly the shapes in
+pipeline-interfaces.md. The workflow only carries these out; it never recomputes routing."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Literal
+
+from decision_contract import ModelInfo
+from pydantic import BaseModel, ConfigDict, Field
+
+from .policies import Thresholds
+
+Source = Literal["rule", "model", "endpoint_error"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class DecisionError(_Record):
+    """Why the endpoint gave no usable answer (after retries)."""
+
+    kind: str = Field(description="throttled | retryable_model_error | model_error | timeout | connection | …")
+    message: str
+    status_code: int | None = None
+    attempts: int = 1
+
+
+class DecisionEntry(_Record):
+    question: str
+    source: Source
+    option_id: str | None = Field(description="Chosen (auto) or suggested (review) option; null on endpoint_error.")
+    probabilities: dict[str, float] | None = None
+    confidence: float | None = None
+    confidence_formula: str
+    margin: float | None = None
+    allowed_token_mass: float | None = None
+    temperature: float
+    thresholds: Thresholds
+    passed: bool
+    reasons: list[str] = Field(default_factory=list)
+    rule: str | None = None
+    error: DecisionError | None = None
+    model: ModelInfo | None = None
+    prompt_sha256: str | None = None
+    latency_seconds: float | None = None
+
+
+class PolicyRef(_Record):
+    name: str
+    version: str
+
+
+class Destination(_Record):
+    target: str
+    queue_url: str
+
+
+class ReviewSpec(_Record):
+    queue_url: str
+    timeout_seconds: int
+    questions: dict[str, list[str]] = Field(description="question id → its option ids, for the reviewer.")
+
+
+class DecisionRecord(_Record):
+    item_kind: Literal["ticket", "incident"]
+    item_id: str
+    item: dict[str, Any]
+    policy: PolicyRef
+    route: Literal["auto", "review"]
+    route_reason: str
+    destination: Destination | None = Field(description="null when route=review")
+    escalate: bool
+    decisions: list[DecisionEntry]
+    review: ReviewSpec
+    decided_at: str
+
+
+class ReviewOutput(_Record):
+    """SendTaskSuccess output once a reviewer has answered every question."""
+
+    reviewer: str
+    answers: dict[str, str]
+    destination: Destination
+    escalate: bool
+    note: str = ""
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+MAX_EXECUTION_NAME = 80
+
+
+def execution_name(item_kind: str, item_id: str) -> str:
+    """Deterministic per item, ≤ 80 chars of [A-Za-z0-9-_]: starting the same item twice is refused
+    by Step Functions (ExecutionAlreadyExists), which makes routing idempotent for 90 days.
+    The hash keeps ids distinct that sanitise or truncate to the same text."""
+    digest = hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:8]
+    room = MAX_EXECUTION_NAME - len(item_kind) - len(digest) - 2
+    readable = _UNSAFE.sub("-", item_id).strip("-")[:room].rstrip("-") or "item"
+    return f"{item_kind}-{readable}-{digest}"

@@ -1,0 +1,140 @@
+"""Calibration, confidence and thresholds → per-question pass/fail → the decision record.
+
+Every check says why it failed in words a reviewer understands ("confidence 0.12 < 0.60").
+A value exactly at its threshold passes; a tie between the top two options never does.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Mapping, Sequence
+
+from decision_contract import DecisionResult, confidence, softmax, top_two_margin
+
+from .errors import EndpointFailure
+from .items import Item
+from .policies import Policy, Question, Thresholds
+from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewSpec
+from .rules import RuleHit
+
+ALL_MET = "all thresholds met"
+
+
+def shortfall(name: str, value: float, minimum: float) -> str:
+    """'name value < minimum' with enough digits that the two numbers never print equal."""
+    for digits in (2, 4, 6):
+        shown, needed = f"{value:.{digits}f}", f"{minimum:.{digits}f}"
+        if shown != needed:
+            break
+    return f"{name} {shown} < {needed}"
+
+
+def threshold_reasons(conf: float, margin: float, mass: float, thresholds: Thresholds,
+                      tie: tuple[str, str] | None = None) -> list[str]:
+    reasons = []
+    if conf < thresholds.min_confidence:
+        reasons.append(shortfall("confidence", conf, thresholds.min_confidence))
+    if margin < thresholds.min_margin:
+        reasons.append(shortfall("margin", margin, thresholds.min_margin))
+    if tie is not None:
+        reasons.append(f"tie between {tie[0]} and {tie[1]}")
+    if mass < thresholds.min_allowed_token_mass:
+        reasons.append(shortfall("allowed_token_mass", mass, thresholds.min_allowed_token_mass))
+    return reasons
+
+
+def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
+    """Recalibrate the raw option logits with the policy's temperature and judge the answer.
+
+    Raises EndpointFailure(kind='bad_response') when the result does not answer this question."""
+    if result.option_ids != question.option_ids:
+        raise EndpointFailure("bad_response", f"question {question.id!r}: endpoint answered options "
+                              f"{result.option_ids}, expected {question.option_ids}")
+    logits = result.option_logits
+    if len(logits) != len(question.options) or not all(math.isfinite(z) for z in logits):
+        raise EndpointFailure("bad_response", f"question {question.id!r}: option_logits missing or not finite")
+    probabilities = softmax(logits, question.temperature)
+    conf = confidence(probabilities, question.confidence_formula)
+    margin = top_two_margin(probabilities)
+    ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
+    top, second = ranked[0], ranked[1]
+    tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
+    reasons = threshold_reasons(conf, margin, result.allowed_token_mass, question.thresholds, tie)
+    return DecisionEntry(
+        question=question.id,
+        source="model",
+        option_id=question.options[top].id,
+        probabilities=dict(zip(question.option_ids, probabilities)),
+        confidence=conf,
+        confidence_formula=question.confidence_formula.value,
+        margin=margin,
+        allowed_token_mass=result.allowed_token_mass,
+        temperature=question.temperature,
+        thresholds=question.thresholds,
+        passed=not reasons,
+        reasons=reasons,
+        model=result.model,
+        prompt_sha256=result.prompt_sha256,
+        latency_seconds=result.timing.total_seconds,
+    )
+
+
+def rule_entry(question: Question, hit: RuleHit) -> DecisionEntry:
+    return DecisionEntry(
+        question=question.id, source="rule", option_id=hit.option_id,
+        confidence_formula=question.confidence_formula.value, temperature=question.temperature,
+        thresholds=question.thresholds, passed=True, rule=hit.rule_id,
+    )
+
+
+def error_entry(question: Question, failure: EndpointFailure) -> DecisionEntry:
+    return DecisionEntry(
+        question=question.id, source="endpoint_error", option_id=None,
+        confidence_formula=question.confidence_formula.value, temperature=question.temperature,
+        thresholds=question.thresholds, passed=False, reasons=[f"endpoint error: {failure}"],
+        error=failure.describe(),
+    )
+
+
+def build_record(
+    policy: Policy,
+    item: Item,
+    entries: Sequence[DecisionEntry],
+    *,
+    destinations: Mapping[str, str],
+    review_queue_url: str,
+    review_timeout_seconds: int,
+    decided_at: datetime | None = None,
+) -> DecisionRecord:
+    """Route auto when every question passed, else review. `escalate` means "escalate now":
+    true when a passed answer (rule or confident model) is an escalating option, whatever the route."""
+    by_question = {entry.question: entry for entry in entries}
+    missing = [q.id for q in policy.questions if q.id not in by_question]
+    if missing:
+        raise ValueError(f"no decision for question(s) {missing} of policy {policy.name!r}")
+    ordered = [by_question[q.id] for q in policy.questions]
+    failing = [e for e in ordered if not e.passed]
+    route = "review" if failing else "auto"
+    reason = "; ".join(f"{e.question}: {r}" for e in failing for r in e.reasons) if failing else ALL_MET
+    destination = None
+    if route == "auto":
+        routing = policy.routing_question
+        target = routing.option(by_question[routing.id].option_id).target
+        destination = Destination(target=target, queue_url=destinations[target])
+    escalate = any(e.passed and policy.question(e.question).option(e.option_id).escalate for e in ordered)
+    moment = (decided_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return DecisionRecord(
+        item_kind=item.kind,
+        item_id=item.item_id,
+        item=item.model_dump(mode="json"),
+        policy=PolicyRef(name=policy.name, version=policy.version),
+        route=route,
+        route_reason=reason,
+        destination=destination,
+        escalate=escalate,
+        decisions=ordered,
+        review=ReviewSpec(queue_url=review_queue_url, timeout_seconds=review_timeout_seconds,
+                          questions={q.id: q.option_ids for q in policy.questions}),
+        decided_at=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )

@@ -1,0 +1,66 @@
+"""Shared fixtures of the routing-function tests.
+
+Fake AWS credentials and region are set before anything creates a boto3 client; moto is
+imported by the handler tests themselves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_SESSION_TOKEN", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ["POWERTOOLS_TRACE_DISABLED"] = "1"
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
+
+import pytest
+from decision_contract import DecisionResult, DecisionTiming, ModelInfo, softmax
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = REPO / "events"
+
+TICKET_TARGETS = ["billing", "account-access", "technical-support", "product-help", "sales"]
+INCIDENT_TARGETS = ["platform-oncall", "data-oncall", "security-oncall", "app-oncall"]
+ALL_TARGETS = TICKET_TARGETS + INCIDENT_TARGETS
+
+MODEL_INFO = ModelInfo(file="test.gguf", bytes=1, sha256="0" * 64, context_size=2048, threads=1,
+                       gpu_layers=0, llama_cpp_python_version="test")
+
+
+def make_result(decision_id: str, option_ids: list[str], logits: list[float], *,
+                mass: float = 0.9, temperature: float = 1.0) -> DecisionResult:
+    """A DecisionResult as the container would send it (for unit tests of the pure routing code)."""
+    return DecisionResult(
+        id=decision_id, option_ids=option_ids, probabilities=softmax(logits, temperature),
+        option_logits=logits, temperature=temperature, input_tokens=100, allowed_token_mass=mass,
+        prompt_sha256="f" * 64, prompt_version="test", model=MODEL_INFO,
+        timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.01, total_seconds=0.01),
+    )
+
+
+@pytest.fixture
+def ticket_data() -> dict:
+    return {
+        "ticket_id": "T-1001",
+        "subject": "Charged twice for my subscription",
+        "body": "Hi, my card was charged twice this month for the Pro plan. Please refund one payment.",
+        "customer": {"id": "C-42", "tier": "pro"},
+        "channel": "email",
+        "created_at": "2026-11-29T12:00:00Z",
+        "language": "en",
+    }
+
+
+@pytest.fixture
+def incident_data() -> dict:
+    return {
+        "incident_id": "INC-2001",
+        "title": "Checkout API error rate above 20%",
+        "description": "5xx responses from checkout-api rose from 0.1% to 23% after the 11:50 deploy.",
+        "service": "checkout-api",
+        "severity": "sev2",
+        "source": "cloudwatch",
+        "reported_at": "2026-11-29T12:00:00Z",
+    }
