@@ -83,6 +83,14 @@ class DecisionRequest(_Strict):
         if (self.decision is None) == (self.decisions is None):
             raise ValueError("give exactly one of 'decision' (an object) or 'decisions' (a non-empty list)")
         if self.decisions is not None:
+            seen: set[str] = set()
+            for index, decision in enumerate(self.decisions):
+                if decision.id in seen:
+                    raise ValueError(
+                        f"decisions[{index}].id {decision.id!r} appears more than once; "
+                        "ids must be unique within a request"
+                    )
+                seen.add(decision.id)
             first = self.decisions[0].state
             for index, decision in enumerate(self.decisions[1:], start=1):
                 if decision.state != first:

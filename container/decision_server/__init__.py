@@ -1,0 +1,1 @@
+"""Decision container: a SemIf-compatible SageMaker inference server on llama-cpp-python."""

@@ -1,0 +1,61 @@
+"""`python -m decision_server [serve] [--port N]`: the container's entrypoint.
+
+SageMaker starts the container as `docker run IMAGE serve`; `serve` is accepted and ignored.
+Settings and the model file are checked before the port opens, so a bad variable stops
+start-up at once with a message naming it; the model then loads in the background.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from .app import RequestIdFilter, create_app
+from .model_files import ModelFileError, find_gguf
+from .settings import Settings, SettingsError
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s [request_id=%(request_id)s] %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m decision_server", description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=["serve"], help="accepted for SageMaker; optional")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=None, help="default: SM_LLAMA_CPP_PORT or 8080")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = Settings.from_env(**({"port": args.port} if args.port is not None else {}))
+        find_gguf(settings)
+    except (SettingsError, ModelFileError) as exc:
+        print(f"decision_server: start-up stopped: {exc}", file=sys.stderr)
+        return 2
+
+    configure_logging(settings.log_level)
+    app = create_app(settings=settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=settings.port, log_config=None, access_log=False)
+    )
+
+    def stop(reason: str) -> None:
+        server.should_exit = True
+
+    app.state.runtime.on_failure = stop
+    server.run()
+    return 1 if app.state.runtime.error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

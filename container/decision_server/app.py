@@ -1,0 +1,138 @@
+"""The FastAPI application: routers, request ids, and every failure as a JSON error."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import re
+import uuid
+from typing import Any, AsyncIterator
+
+from decision_contract import DecisionRequest
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .chat import ChatCompletionRequest
+from .engine import DecisionEngine
+from .errors import BadRequest, MethodNotAllowed, NotFound, ServerError
+from .routes import openai, sagemaker
+from .runtime import ModelRuntime
+from .settings import Settings
+
+log = logging.getLogger("decision_server")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request id on every log record (`%(request_id)s`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True
+
+
+def create_app(engine: DecisionEngine | None = None, settings: Settings | None = None) -> FastAPI:
+    """The server app. With no engine, the model named by `settings` (default: the
+    environment) loads in the background; `/ping` is 503 until it is loaded and warmed up."""
+    settings = settings or (engine.settings if engine is not None else Settings.from_env())
+    runtime = ModelRuntime(settings, engine)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime.start()
+        yield
+
+    app = FastAPI(
+        title="Decision Router decision container",
+        description="Structured decisions (SemIf direct-options readout) and OpenAI chat on llama.cpp.",
+        version="1.0.0",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.state.settings = settings
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next: Any) -> Response:
+        incoming = request.headers.get(REQUEST_ID_HEADER, "")
+        rid = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        try:
+            response = await call_next(request)
+            response.headers[REQUEST_ID_HEADER] = rid
+            log.info("%s %s -> %d", request.method, request.url.path, response.status_code)
+            return response
+        finally:
+            request_id_var.reset(token)
+
+    _install_error_handlers(app)
+    app.include_router(sagemaker.router)
+    app.include_router(openai.router)
+    _install_openapi_schemas(app)
+    return app
+
+
+def _error_response(error: ServerError) -> JSONResponse:
+    headers = {**error.headers(), REQUEST_ID_HEADER: request_id_var.get()}
+    return JSONResponse(error.response_body(), status_code=error.status, headers=headers)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServerError)
+    async def server_error(request: Request, exc: ServerError) -> JSONResponse:
+        if exc.status >= 500 and not exc.retryable:
+            log.error("request %s failed: %s", request_id_var.get(), exc.message)
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = [
+            {"field": ".".join(str(p) for p in e.get("loc", ())), "reason": str(e.get("msg"))}
+            for e in exc.errors()
+        ]
+        return _error_response(BadRequest("; ".join(f"{f['field']}: {f['reason']}" for f in fields), fields=fields))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error_response(NotFound(f"no route {request.method} {request.url.path}"))
+        if exc.status_code == 405:
+            error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+            response = _error_response(error)
+            if exc.headers and "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
+        error = ServerError(str(exc.detail))
+        error.status = exc.status_code
+        error.code = "http_error"
+        return _error_response(error)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # A real fault: log it whole with the request id; the caller gets the id, not the trace.
+        rid = request_id_var.get()
+        log.exception("internal error in request %s (%s %s)", rid, request.method, request.url.path)
+        return _error_response(ServerError(f"internal error; request id {rid}"))
+
+
+def _install_openapi_schemas(app: FastAPI) -> None:
+    """Publish the request bodies (read by hand, to control limits and errors) in /docs."""
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = default_openapi()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in (DecisionRequest, ChatCompletionRequest):
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(body.pop("$defs", {}))
+                components[model.__name__] = body
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

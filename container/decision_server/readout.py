@@ -1,0 +1,160 @@
+"""THE readout: how a decision becomes a prompt, and which tokens are read out.
+
+Direct-options method (see shared/reference/decision-contract.md): the model's own chat
+template with the generation prompt added and thinking disabled; a fixed system
+instruction; a JSON user message with the evidence first (so a batch sharing one state
+shares a token prefix); options lettered A…P by position, their ids never shown; the
+final-position logits of the letter tokens are the answer. Invariants are checked once,
+when the model loads, so a model whose letters are not single tokens never serves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from decision_contract import OPTION_LETTERS, Decision, DecisionOption
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+#: Changes whenever the prompt's wording or layout changes; echoed in every result.
+PROMPT_VERSION = "direct-options/1"
+
+SYSTEM_INSTRUCTION = (
+    "You make one decision. Apply the criterion to the evidence and choose exactly one of the "
+    "listed options. Answer with only the uppercase letter of that option, with no explanation."
+)
+
+
+class ReadoutError(RuntimeError):
+    """The model cannot be read out by this method (checked at start-up)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    tokens: list[int]
+    sha256: str
+
+
+def user_payload(decision: Decision) -> str:
+    """The user message: evidence first, then the criterion, then lettered options."""
+    return json.dumps(
+        {
+            "evidence": decision.state,
+            "criterion": decision.question,
+            "options": [
+                {"letter": letter, "description": option.description}
+                for letter, option in zip(OPTION_LETTERS, decision.options)
+            ],
+        },
+        ensure_ascii=False,
+    )
+
+
+class Readout:
+    """Renders decisions with the model's chat template and knows the letter tokens."""
+
+    def __init__(
+        self,
+        chat_template: str,
+        *,
+        bos_token: str,
+        eos_token: str,
+        tokenize: Callable[[str], list[int]],
+        token_text: Callable[[int], str],
+    ) -> None:
+        # llama-cpp-python's own formatter: the jinja2 sandbox, filters and globals it uses
+        # for chat completions, so decisions and chat see the template rendered the same way.
+        self._formatter = Jinja2ChatFormatter(
+            template=chat_template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True
+        )
+        self._tokenize = tokenize
+        self.letter_token_ids: list[int] = self._check_letters(token_text)
+
+    def render(self, decision: Decision) -> str:
+        messages = [
+            {"role": "system", "content": SYSTEM_INSTRUCTION},
+            {"role": "user", "content": user_payload(decision)},
+        ]
+        return self._formatter(messages=messages, enable_thinking=False).prompt
+
+    def prompt(self, decision: Decision) -> Prompt:
+        text = self.render(decision)
+        return Prompt(text=text, tokens=self._tokenize(text), sha256=hashlib.sha256(text.encode()).hexdigest())
+
+    def _check_letters(self, token_text: Callable[[int], str]) -> list[int]:
+        ids = []
+        for letter in OPTION_LETTERS:
+            tokens = self._tokenize(letter)
+            if len(tokens) != 1 or token_text(tokens[0]) != letter:
+                raise ReadoutError(
+                    f"letter {letter!r} is not one token that decodes to itself (got {tokens}); "
+                    "this model cannot be read out by option letters"
+                )
+            ids.append(tokens[0])
+        # The answer position: appending a letter to a rendered prompt must add exactly that
+        # one token, or the logits read at the final position would not be the letter's.
+        probe = self.render(_PROBE)
+        probe_tokens = self._tokenize(probe)
+        for letter, token in zip(OPTION_LETTERS, ids):
+            if self._tokenize(probe + letter) != probe_tokens + [token]:
+                raise ReadoutError(
+                    f"appending {letter!r} to a rendered prompt does not add exactly its one token; "
+                    "the chat template's generation prompt does not end at a token boundary"
+                )
+        return ids
+
+
+_PROBE = Decision(
+    id="readout-probe",
+    state={"note": "start-up check of the letter tokens"},
+    question="Which option applies?",
+    options=[DecisionOption(id=f"o{i}", description=f"option {i}") for i in range(len(OPTION_LETTERS))],
+)
+
+
+class ControlTokens:
+    """Finds the model's control-token texts (e.g. `<|im_start|>`) in caller-supplied JSON,
+    so that no field can forge a chat turn once the prompt is tokenized with specials on."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.texts = sorted({t for t in texts if t}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, self.texts))) if self.texts else None
+
+    def find(self, value: Any, path: str = "body") -> tuple[str, str] | None:
+        """(JSON path, token text) of the first control token in any string or key, or None."""
+        if self._pattern is None:
+            return None
+        stack: list[tuple[str, Any]] = [(path, value)]
+        while stack:
+            where, item = stack.pop()
+            if isinstance(item, str):
+                match = self._pattern.search(item)
+                if match:
+                    return where, match.group(0)
+            elif isinstance(item, dict):
+                for key, child in reversed(list(item.items())):
+                    key_text = str(key)
+                    match = self._pattern.search(key_text)
+                    if match:
+                        return f"{where} (key {key_text!r})", match.group(0)
+                    stack.append((f"{where}.{key_text}", child))
+            elif isinstance(item, (list, tuple)):
+                stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+        return None
+
+
+def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix all sequences share."""
+    if not sequences:
+        return 0
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    for i in range(shortest):
+        token = first[i]
+        if any(s[i] != token for s in sequences[1:]):
+            return i
+    return shortest

@@ -1,0 +1,1 @@
+"""HTTP routers, one module per surface; app.py mounts them with include_router."""

@@ -1,0 +1,164 @@
+"""Server settings, read from the environment once at start-up.
+
+The `SM_LLAMA_CPP_*` names are the llama.cpp DLC's, so users switch images without
+relearning; decision limits have variables of their own. An invalid value stops
+start-up with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+def _default_threads() -> int:
+    # The CPUs this process may run on (cgroup/affinity aware), not the host's count.
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _env(name: str, field: str) -> Any:
+    # Accept both the environment variable and the field name (for keyword overrides).
+    return Field(validation_alias=AliasChoices(name, field), description=f"Environment variable {name}.")
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message names the environment variable."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    # --- the DLC's surface --------------------------------------------------------------
+    model: Path | None = Field(
+        None, validation_alias=AliasChoices("SM_LLAMA_CPP_MODEL", "model", "model_path"),
+        description="SM_LLAMA_CPP_MODEL: explicit GGUF file.",
+    )
+    model_dir: Path = Field(
+        Path("/opt/ml/model"), validation_alias=AliasChoices("SM_LLAMA_CPP_MODEL_DIR", "model_dir"),
+        description="SM_LLAMA_CPP_MODEL_DIR: searched for a single *.gguf up to two levels deep.",
+    )
+    ctx_size: int = Field(
+        4096, ge=64, validation_alias=AliasChoices("SM_LLAMA_CPP_CTX_SIZE", "ctx_size", "n_ctx"),
+        description="SM_LLAMA_CPP_CTX_SIZE: llama context size (tokens).",
+    )
+    threads: int = Field(
+        default_factory=_default_threads, ge=1,
+        validation_alias=AliasChoices("SM_LLAMA_CPP_THREADS", "threads", "n_threads"),
+        description="SM_LLAMA_CPP_THREADS: CPU threads for prefill and generation.",
+    )
+    n_gpu_layers: int = Field(
+        0, ge=-1, validation_alias=AliasChoices("SM_LLAMA_CPP_N_GPU_LAYERS", "n_gpu_layers"),
+        description="SM_LLAMA_CPP_N_GPU_LAYERS: layers offloaded to the GPU (-1 or 999: all).",
+    )
+    batch_size: int = Field(
+        512, ge=1, validation_alias=AliasChoices("SM_LLAMA_CPP_BATCH_SIZE", "batch_size", "n_batch"),
+        description="SM_LLAMA_CPP_BATCH_SIZE: tokens per llama_decode call during prefill.",
+    )
+    port: int = Field(
+        8080, ge=1, le=65535, validation_alias=AliasChoices("SM_LLAMA_CPP_PORT", "port"),
+        description="SM_LLAMA_CPP_PORT: HTTP port.",
+    )
+
+    # --- decision limits -----------------------------------------------------------------
+    max_options: int = Field(
+        MAX_OPTIONS, ge=MIN_OPTIONS, le=MAX_OPTIONS,
+        validation_alias=AliasChoices("DECISION_MAX_OPTIONS", "max_options"),
+        description="DECISION_MAX_OPTIONS: options per decision (letters A…P allow at most 16).",
+    )
+    max_decisions: int = Field(
+        8, ge=1, le=256, validation_alias=AliasChoices("DECISION_MAX_DECISIONS", "max_decisions"),
+        description="DECISION_MAX_DECISIONS: decisions per request.",
+    )
+    max_body_bytes: int = Field(
+        256 * 1024, ge=1024, le=6 * 1024 * 1024,
+        validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES", "max_body_bytes"),
+        description="DECISION_MAX_BODY_BYTES: request body size (SageMaker itself caps at 6 MiB).",
+    )
+    max_decision_tokens: int = Field(
+        4096, ge=16, validation_alias=AliasChoices("DECISION_MAX_PROMPT_TOKENS", "max_decision_tokens"),
+        description="DECISION_MAX_PROMPT_TOKENS: prompt tokens of one decision.",
+    )
+    max_request_tokens: int = Field(
+        8192, ge=16, validation_alias=AliasChoices("DECISION_MAX_REQUEST_TOKENS", "max_request_tokens"),
+        description="DECISION_MAX_REQUEST_TOKENS: tokens one request makes the model evaluate "
+        "(a batch's shared prefix counts once).",
+    )
+    admission_wait_seconds: float = Field(
+        2.0, ge=0, le=60, allow_inf_nan=False,
+        validation_alias=AliasChoices("DECISION_ADMISSION_WAIT_SECONDS", "admission_wait_seconds"),
+        description="DECISION_ADMISSION_WAIT_SECONDS: how long a request waits for the model before 503.",
+    )
+    chat_max_tokens: int = Field(
+        512, ge=1, validation_alias=AliasChoices("CHAT_DEFAULT_MAX_TOKENS", "chat_max_tokens"),
+        description="CHAT_DEFAULT_MAX_TOKENS: completion tokens when a chat request gives no max_tokens.",
+    )
+    log_level: str = Field(
+        "INFO", pattern="^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$",
+        validation_alias=AliasChoices("LOG_LEVEL", "log_level"),
+        description="LOG_LEVEL: Python logging level.",
+    )
+
+    @model_validator(mode="after")
+    def _limits_fit_context(self) -> "Settings":
+        if self.max_decision_tokens > self.ctx_size:
+            raise ValueError(
+                f"DECISION_MAX_PROMPT_TOKENS ({self.max_decision_tokens}) exceeds "
+                f"SM_LLAMA_CPP_CTX_SIZE ({self.ctx_size}); a decision must fit in the context"
+            )
+        if self.max_request_tokens < self.max_decision_tokens:
+            raise ValueError(
+                f"DECISION_MAX_REQUEST_TOKENS ({self.max_request_tokens}) is below "
+                f"DECISION_MAX_PROMPT_TOKENS ({self.max_decision_tokens})"
+            )
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Settings from `environ` (default `os.environ`); keyword overrides win."""
+        environ = os.environ if environ is None else environ
+        names = {alias for field in cls.model_fields.values() for alias in _aliases(field)}
+        values: dict[str, Any] = {k: v for k, v in environ.items() if k in names and v != ""}
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            # An override replaces whatever the environment gave for the same field.
+            for alias in _aliases(cls.model_fields[_field_for(key)]):
+                values.pop(alias, None)
+            values[key] = value
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise SettingsError(_describe(exc)) from None
+
+    def env_documentation(self) -> list[tuple[str, str, str]]:
+        """(variable, default, description) for every setting: the README table's source."""
+        rows = []
+        for name, field in type(self).model_fields.items():
+            default = field.get_default(call_default_factory=True)
+            rows.append((_aliases(field)[0], str(default), field.description or ""))
+        return rows
+
+
+def _aliases(field: Any) -> list[str]:
+    return list(field.validation_alias.choices)
+
+
+def _field_for(key: str) -> str:
+    for name, field in Settings.model_fields.items():
+        if key == name or key in _aliases(field):
+            return name
+    raise SettingsError(f"unknown setting {key!r}")
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        loc = error.get("loc") or ()
+        variable = loc[0] if loc else "settings"
+        got = f" (got {error['input']!r})" if loc and "input" in error else ""
+        problems.append(f"{variable}: {error['msg']}{got}")
+    return "invalid settings: " + "; ".join(problems)

@@ -1,0 +1,58 @@
+"""Shared fixtures: the real embedded model, loaded once, and a live decision server.
+
+`embedded_engine`: a `decision_server.engine.DecisionEngine` on the embedded SmolLM2 GGUF.
+`decision_server_url`: `http://127.0.0.1:PORT` of a real uvicorn server running the real app
+over that engine on a free loopback port; stopped at the end of the session.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+
+@pytest.fixture(scope="session")
+def embedded_engine():
+    from decision_server.engine import DecisionEngine
+    from decision_server.model_files import embedded_model_path
+
+    # Explicit path: the tests must use the embedded model even where /opt/ml/model exists.
+    return DecisionEngine(model_path=embedded_model_path())
+
+
+@pytest.fixture(scope="session")
+def decision_server_url(embedded_engine) -> Iterator[str]:
+    import uvicorn
+    from decision_server.app import create_app
+
+    app = create_app(engine=embedded_engine)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))  # a free port, held open so no other process can take it
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="decision-server", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/ping", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            pytest.fail(f"decision server did not become healthy at {url}")
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
