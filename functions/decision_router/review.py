@@ -3,9 +3,12 @@ workflow's task output (destination and escalation are derived here, not trusted
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Annotated, Any, Mapping, Protocol
 
-from .policies import Policy
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from .items import describe_errors
+from .policies import Policy, PolicyError, load_policy
 from .records import Destination, ReviewOutput
 
 
@@ -40,3 +43,39 @@ def complete_review(policy: Policy, answers: Mapping[str, str], reviewer: str, *
     return ReviewOutput(reviewer=reviewer.strip(), answers=dict(answers),
                         destination=Destination(target=target, queue_url=destinations[target]),
                         escalate=escalate, note=(note or "").strip())
+
+
+class ReviewCompletion(BaseModel):
+    """A reviewer's answer to one pending review (the review function's event, or the CLI's input)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    policy: Annotated[str, StringConstraints(min_length=1)]
+    reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
+    answers: dict[str, str] = Field(min_length=1)
+    note: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+    @classmethod
+    def parse(cls, data: Any) -> "ReviewCompletion":
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise InvalidReview("invalid review completion: " + "; ".join(describe_errors(error))) from None
+
+
+class TaskCompleter(Protocol):
+    def complete(self, task_token: str, output: ReviewOutput) -> None: ...
+
+
+def submit_review(completion: ReviewCompletion, *, destinations: Mapping[str, str],
+                  tasks: TaskCompleter) -> ReviewOutput:
+    """Validate the answers against the named policy, then hand the output to the waiting workflow."""
+    try:
+        policy = load_policy(completion.policy)
+    except PolicyError as error:
+        raise InvalidReview(f"policy: {error}") from None
+    output = complete_review(policy, completion.answers, completion.reviewer,
+                             destinations=destinations, note=completion.note)
+    tasks.complete(completion.task_token, output)
+    return output

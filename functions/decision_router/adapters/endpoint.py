@@ -1,0 +1,132 @@
+"""The decision endpoint (SageMaker runtime `invoke_endpoint`) speaking the decision contract.
+
+Retry policy, in one place: botocore's own retries are off (its `adaptive` mode still
+rate-limits the client after throttling), and this adapter retries what is worth retrying
+— throttling, SageMaker/container "busy" (the container's 503 arrives as ModelError with
+OriginalStatusCode 503 or `"retryable": true`), model not ready, connection errors and read
+timeouts — with capped exponential backoff and full jitter, within `max_attempts` and the
+caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
+fails at once. Callers get results or an `EndpointFailure` naming the kind; they never lose the item.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any, Callable, Sequence
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, ReadTimeoutError
+from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
+from pydantic import ValidationError
+
+from ..errors import EndpointFailure
+
+THROTTLING_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "ModelNotReadyException"}
+UNAVAILABLE_CODES = {"ServiceUnavailable", "ServiceUnavailableException", "InternalDependencyException"}
+
+
+class DecisionEndpoint:
+    def __init__(self, endpoint_name: str, *, read_timeout: float = 70.0, connect_timeout: float = 5.0,
+                 max_attempts: int = 4, client: Any = None, sleep: Callable[[float], None] = time.sleep,
+                 base_delay: float = 0.5, max_delay: float = 8.0):
+        self.endpoint_name = endpoint_name
+        self.read_timeout, self.connect_timeout = read_timeout, connect_timeout
+        self.max_attempts = max_attempts
+        self.base_delay, self.max_delay = base_delay, max_delay
+        self._client, self._sleep = client, sleep
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("sagemaker-runtime", config=Config(
+                connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
+                retries={"mode": "adaptive", "total_max_attempts": 1}))
+        return self._client
+
+    def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]:
+        """Score decisions sharing one state in one request; results keyed by decision id.
+
+        `deadline` (time.monotonic()) stops retrying when another attempt could not finish in time."""
+        if not decisions:
+            return {}
+        request = DecisionRequest(decision=decisions[0]) if len(decisions) == 1 else DecisionRequest(decisions=list(decisions))
+        body = request.model_dump_json(exclude_none=True)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._parse(self._invoke(body), decisions, attempt)
+            except EndpointFailure as failure:
+                failure.attempts = attempt
+                if not failure.retryable or attempt >= self.max_attempts:
+                    raise
+                delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+                if deadline is not None and time.monotonic() + delay + self.read_timeout > deadline:
+                    failure.message += " (no time left for another attempt)"
+                    raise
+                self._sleep(delay)
+
+    def _invoke(self, body: str) -> bytes:
+        try:
+            response = self.client.invoke_endpoint(EndpointName=self.endpoint_name, Body=body.encode("utf-8"),
+                                                   ContentType="application/json", Accept="application/json")
+            return response["Body"].read()
+        except ClientError as error:
+            raise classify(error) from error
+        except ReadTimeoutError as error:
+            raise EndpointFailure("timeout", f"no answer within {self.read_timeout:g} s: {error}", retryable=True) from error
+        except BotoConnectionError as error:
+            raise EndpointFailure("connection", str(error), retryable=True) from error
+
+    @staticmethod
+    def _parse(raw: bytes, decisions: Sequence[Decision], attempts: int) -> dict[str, DecisionResult]:
+        try:
+            data = json.loads(raw)
+            if "results" in data:
+                results = BatchDecisionResponse.model_validate(data).results
+            else:
+                results = [SingleDecisionResponse.model_validate(data).result]
+        except (ValueError, TypeError, ValidationError) as error:
+            raise EndpointFailure("bad_response", f"not a decision response: {str(error)[:300]}") from None
+        by_id = {result.id: result for result in results}
+        wanted = [d.id for d in decisions]
+        if sorted(by_id) != sorted(wanted):
+            raise EndpointFailure("bad_response", f"answered decision ids {sorted(by_id)}, asked {wanted}")
+        return by_id
+
+
+def classify(error: ClientError) -> EndpointFailure:
+    """Turn a SageMaker runtime error into an EndpointFailure saying whether a retry may help."""
+    response = error.response
+    code = response.get("Error", {}).get("Code", "")
+    message = response.get("Error", {}).get("Message", "") or str(error)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code == "ModelError":
+        original = response.get("OriginalStatusCode")
+        detail = response.get("OriginalMessage") or message
+        container = _container_error(detail)
+        retryable = original == 503 or bool(container.get("retryable"))
+        text = container.get("message") or detail
+        if container.get("code"):
+            text = f"{container['code']}: {text}"
+        return EndpointFailure("retryable_model_error" if retryable else "model_error", text[:500],
+                               status_code=original, retryable=retryable)
+    if code in THROTTLING_CODES or status == 429:
+        return EndpointFailure("throttled", f"{code}: {message}", status_code=status, retryable=True)
+    if code in UNAVAILABLE_CODES or status in (502, 503, 504):
+        return EndpointFailure("unavailable", f"{code}: {message}", status_code=status, retryable=True)
+    if code == "ValidationError":
+        return EndpointFailure("validation", message, status_code=status)
+    return EndpointFailure("endpoint_error", f"{code or 'error'}: {message}"[:500], status_code=status)
+
+
+def _container_error(text: str) -> dict:
+    """The container's ErrorResponse body, when the message is one."""
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return {}
+    return error if isinstance(error, dict) else {}

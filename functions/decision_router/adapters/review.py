@@ -1,0 +1,90 @@
+"""Review side of AWS: the review queue (messages carry a task token and the decision record),
+SendTaskSuccess, and the labelled-examples table the workflow fills."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import boto3
+
+from ..records import ReviewOutput
+
+GONE_CODES = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}
+
+
+class ReviewTaskGone(RuntimeError):
+    """The task token no longer accepts an answer (timed out, already completed, or malformed)."""
+
+
+class ReviewTasks:
+    def __init__(self, client: Any = None):
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("stepfunctions")
+        return self._client
+
+    def complete(self, task_token: str, output: ReviewOutput) -> None:
+        try:
+            self.client.send_task_success(taskToken=task_token, output=output.model_dump_json())
+        except self.client.exceptions.ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in GONE_CODES:
+                raise ReviewTaskGone(f"the review can no longer be completed ({code}): it timed out, "
+                                     "was already completed, or the token is wrong") from error
+            raise
+
+
+class ReviewQueue:
+    """Pending reviews: the workflow's `{task_token, execution_name, requested_at, record}` messages."""
+
+    def __init__(self, queue_url: str, client: Any = None):
+        self.queue_url = queue_url
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("sqs")
+        return self._client
+
+    def pending(self, limit: int = 50) -> list[dict]:
+        """Peek at up to `limit` pending reviews without hiding them from other reviewers
+        (visibility timeout 0; repeated receives are de-duplicated by message id)."""
+        seen: dict[str, dict] = {}
+        while len(seen) < limit:
+            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                                   VisibilityTimeout=0, WaitTimeSeconds=0).get("Messages", [])
+            new = [m for m in messages if m["MessageId"] not in seen]
+            if not new:
+                break
+            for message in new:
+                review = json.loads(message["Body"])
+                review["receipt_handle"] = message["ReceiptHandle"]
+                seen[message["MessageId"]] = review
+        return list(seen.values())[:limit]
+
+    def remove(self, receipt_handle: str) -> None:
+        self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
+
+
+class LabelledExamples:
+    """Reads the table the workflow writes after each review (JSON strings for item/answers)."""
+
+    def __init__(self, table_name: str, client: Any = None):
+        self.table_name = table_name
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("dynamodb")
+        return self._client
+
+    def scan(self) -> Iterator[dict[str, str]]:
+        for page in self.client.get_paginator("scan").paginate(TableName=self.table_name):
+            for row in page["Items"]:
+                yield {key: value["S"] for key, value in row.items() if "S" in value}

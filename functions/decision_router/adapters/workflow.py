@@ -1,0 +1,32 @@
+"""Starts the routing workflow (Step Functions) for one decision record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from ..records import DecisionRecord, execution_name
+
+
+class WorkflowStarter:
+    def __init__(self, state_machine_arn: str, client: Any = None):
+        self.state_machine_arn = state_machine_arn
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("stepfunctions")
+        return self._client
+
+    def start(self, record: DecisionRecord) -> tuple[str, bool]:
+        """Start the execution named after the item; (name, False) when it already exists,
+        i.e. the item was routed before. Any other failure propagates, so the item is retried."""
+        name = execution_name(record.item_kind, record.item_id)
+        try:
+            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,
+                                        input=record.model_dump_json())
+        except self.client.exceptions.ExecutionAlreadyExists:
+            return name, False
+        return name, True

@@ -1,0 +1,82 @@
+"""Routing one item: rules → (endpoint for the remaining questions) → thresholds → workflow.
+
+What never gets lost, and how:
+- Endpoint failures (after the adapter's retries) do not fail the item: every question the model
+  should have answered becomes an `endpoint_error` decision and the item goes to human review
+  with the failure as the reason. Work continues even while the endpoint is down.
+- Failing to start the workflow does fail the item (the exception propagates): SQS redelivers the
+  ticket and moves it to the DLQ after maxReceiveCount; EventBridge's async invoke retries the
+  incident and then hands it to the function's on-failure destination/DLQ.
+- Starting twice is harmless: the execution name is deterministic (ExecutionAlreadyExists = routed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+from decision_contract import Decision, DecisionResult
+
+from .errors import EndpointFailure
+from .items import Item
+from .policies import Policy, build_decisions
+from .records import DecisionEntry, DecisionRecord
+from .routing import build_record, error_entry, model_entry, rule_entry
+from .rules import apply_rules
+
+
+class Endpoint(Protocol):
+    def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]: ...
+
+
+class Workflow(Protocol):
+    def start(self, record: DecisionRecord) -> tuple[str, bool]: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    record: DecisionRecord
+    execution_name: str
+    started: bool  # False: an execution for this item already existed
+    endpoint_seconds: float | None  # round trip of the endpoint call, None when rules decided everything
+
+    def summary(self) -> dict:
+        """What the idempotency store keeps and the logs show."""
+        r = self.record
+        return {"item_id": r.item_id, "execution_name": self.execution_name, "started": self.started,
+                "route": r.route, "route_reason": r.route_reason,
+                "target": r.destination.target if r.destination else None, "escalate": r.escalate,
+                "sources": {d.question: d.source for d in r.decisions}}
+
+
+class Router:
+    def __init__(self, policy: Policy, endpoint: Endpoint, workflow: Workflow, *,
+                 destinations: Mapping[str, str], review_queue_url: str, review_timeout_seconds: int):
+        self.policy, self.endpoint, self.workflow = policy, endpoint, workflow
+        self.destinations = dict(destinations)
+        self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
+
+    def decide(self, item: Item, *, deadline: float | None = None) -> tuple[DecisionRecord, float | None]:
+        hits = apply_rules(self.policy, item)
+        entries: list[DecisionEntry] = [rule_entry(self.policy.question(q), hit) for q, hit in hits.items()]
+        pending = [q for q in self.policy.questions if q.id not in hits]
+        seconds = None
+        if pending:
+            started = time.perf_counter()
+            try:
+                results = self.endpoint.decide(build_decisions(self.policy, item, [q.id for q in pending]),
+                                               deadline=deadline)
+                entries += [model_entry(q, results[q.id]) for q in pending]
+            except EndpointFailure as failure:
+                entries = [e for e in entries if e.source == "rule"] + [error_entry(q, failure) for q in pending]
+            seconds = time.perf_counter() - started
+        record = build_record(self.policy, item, entries, destinations=self.destinations,
+                              review_queue_url=self.review_queue_url,
+                              review_timeout_seconds=self.review_timeout_seconds)
+        return record, seconds
+
+    def route(self, item: Item, *, deadline: float | None = None) -> Outcome:
+        record, seconds = self.decide(item, deadline=deadline)
+        name, started = self.workflow.start(record)
+        return Outcome(record, name, started, seconds)

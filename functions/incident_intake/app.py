@@ -1,0 +1,26 @@
+"""Incident intake (EventBridge `Incident Reported` on the custom bus). Invoked asynchronously:
+a bad incident or a failed workflow start raises, so Lambda retries and then hands the event
+to the function's on-failure destination/DLQ. An unreachable endpoint sends it to review."""
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from decision_router.intake import Intake
+
+DETAIL_TYPE = "Incident Reported"
+
+logger = Logger()
+metrics = Metrics()
+intake = Intake("incident", logger=logger, metrics=metrics)
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    intake.register(context)
+    envelope = parse(event=event, model=EventBridgeModel)
+    if envelope.detail_type != DETAIL_TYPE:
+        raise ValueError(f"detail-type {envelope.detail_type!r}: this function takes {DETAIL_TYPE!r} events only")
+    return intake.handle(envelope.detail, context)
