@@ -32,5 +32,21 @@ $(STAMP): $(REQUIREMENTS)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# aws-sam-cli pins an older boto3 than the project: it lives in its own venv.
+SAM_VENV := .venv-sam
+SAM_STAMP := $(SAM_VENV)/.installed
+
+$(SAM_STAMP): requirements-sam.txt
+	@test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
+	@echo "==> installing aws-sam-cli into $(SAM_VENV)"
+	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/python -m pip install --quiet -r requirements-sam.txt
+	@touch $@
+
+lint: $(STAMP) $(SAM_STAMP)
+	$(VENV)/bin/cfn-lint template.yaml
+	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
+	$(PY) -m local.template_resources statelint
+
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo
