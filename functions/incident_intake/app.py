@@ -18,7 +18,7 @@ intake = Intake("incident", logger=logger, metrics=metrics)
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
     intake.register(context)
     envelope = parse(event=event, model=EventBridgeModel)
     if envelope.detail_type != DETAIL_TYPE:

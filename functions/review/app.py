@@ -15,7 +15,7 @@ tasks = ReviewTasks()
 
 
 @logger.inject_lambda_context
-def handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
     completion = ReviewCompletion.parse(event)
     settings = Settings.from_env().require("destination_queues")
     output = submit_review(completion, destinations=settings.destination_queues, tasks=tasks)

@@ -22,6 +22,6 @@ def record_handler(record: SqsRecordModel, lambda_context: LambdaContext) -> dic
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
     intake.register(context)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -21,8 +21,9 @@ class WorkflowStarter:
         return self._client
 
     def start(self, record: DecisionRecord) -> tuple[str, bool]:
-        """Start the execution named after the item; (name, False) when it already exists,
-        i.e. the item was routed before. Any other failure propagates, so the item is retried."""
+        """Start the execution named after the item; (name, False) when one with other input exists,
+        i.e. the item was routed before. (Same name and same input while it runs is accepted by
+        Step Functions as the same execution.) Any other failure propagates, so the item is retried."""
         name = execution_name(record.item_kind, record.item_id)
         try:
             self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,

@@ -1,0 +1,382 @@
+"""Ticket and incident intake handlers with the `events/` samples against moto (the resources
+come from template.yaml via local.template_resources), endpoint faults injected with
+botocore's Stubber (SageMaker errors cannot be produced by a local server or moto)."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from dataclasses import dataclass
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+from conftest import EVENTS, make_result
+from moto import mock_aws
+
+from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
+from decision_router.adapters.endpoint import DecisionEndpoint
+from decision_router.config import Settings
+from decision_router.intake import Intake
+from decision_router.items import InvalidItem, parse_item
+from decision_router.policies import load_policy
+from decision_router.records import DecisionRecord, execution_name
+from local.template_resources import Stack
+
+ENDPOINT = "decision-endpoint"
+TICKET_OPTIONS = load_policy("support-ticket").questions[0].option_ids
+PRIORITY_OPTIONS = load_policy("incident").question("priority").option_ids
+TEAM_OPTIONS = load_policy("incident").question("team").option_ids
+
+
+@dataclass
+class FakeLambdaContext:
+    """Lambda's context object (no Lambda runtime here); 5 minutes left, like the template's timeout."""
+
+    function_name: str = "decision-router-test"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:decision-router-test"
+    aws_request_id: str = "5b2a5d0e-0000-4000-8000-000000000000"
+    remaining_ms: int = 300_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@pytest.fixture
+def context():
+    return FakeLambdaContext()
+
+
+@pytest.fixture
+def stack():
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT})
+        stack.create()
+        yield stack
+
+
+def body(option_ids, logits, decision_id="queue", mass=0.9) -> bytes:
+    return SingleDecisionResponse(result=make_result(decision_id, option_ids, logits, mass=mass)).model_dump_json().encode()
+
+
+def batch_body(*results) -> bytes:
+    timing = BatchTiming(shared_prefix_tokens=80, shared_prefix_seconds=0.01, total_seconds=0.02)
+    return BatchDecisionResponse(results=list(results), timing=timing).model_dump_json().encode()
+
+
+class StubbedEndpoint:
+    """A DecisionEndpoint on a real boto3 sagemaker-runtime client whose answers are queued in a Stubber."""
+
+    def __init__(self, max_attempts: int = 4):
+        self.client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+        self.stubber = Stubber(self.client)
+        self.requests: list[dict] = []
+        self.client.meta.events.register("before-parameter-build.sagemaker-runtime.InvokeEndpoint",
+                                         lambda params, **_: self.requests.append(json.loads(params["Body"])))
+        self.endpoint = DecisionEndpoint(ENDPOINT, client=self.client, max_attempts=max_attempts, sleep=lambda s: None)
+        self.stubber.activate()
+
+    params = {"EndpointName": ENDPOINT, "Body": ANY, "ContentType": "application/json", "Accept": "application/json"}
+
+    def answer(self, raw: bytes) -> None:
+        self.stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw)),
+                                                      "ContentType": "application/json"}, self.params)
+
+    def model_error(self, original_status: int, message: str = "") -> None:
+        message = message or json.dumps({"error": {"code": "busy", "message": "model busy", "retryable": original_status == 503}})
+        self.stubber.add_client_error("invoke_endpoint", service_error_code="ModelError", service_message="Received server error",
+                                      http_status_code=424, expected_params=self.params,
+                                      modeled_fields={"OriginalStatusCode": original_status, "OriginalMessage": message})
+
+    def throttle(self) -> None:
+        self.stubber.add_client_error("invoke_endpoint", service_error_code="ThrottlingException",
+                                      service_message="Rate exceeded", http_status_code=400, expected_params=self.params)
+
+
+def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> Intake:
+    env = stack.function_environment(function)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    intake = Intake(kind, logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env), endpoint=endpoint)
+    monkeypatch.setattr(app, "intake", intake)
+    return intake
+
+
+@pytest.fixture
+def tickets(monkeypatch, stack):
+    from ticket_intake import app
+
+    stub = StubbedEndpoint()
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    return app, stub
+
+
+@pytest.fixture
+def incidents(monkeypatch, stack):
+    from incident_intake import app
+
+    stub = StubbedEndpoint()
+    make_intake(monkeypatch, stack, app, "incident", "IncidentIntakeFunction", stub.endpoint)
+    return app, stub
+
+
+def executions(stack) -> dict[str, DecisionRecord]:
+    sfn = boto3.client("stepfunctions")
+    arn = stack.ref("RoutingStateMachine")
+    found = {}
+    for execution in sfn.list_executions(stateMachineArn=arn)["executions"]:
+        described = sfn.describe_execution(executionArn=execution["executionArn"])
+        found[execution["name"]] = DecisionRecord.model_validate_json(described["input"])
+    return found
+
+
+def ticket_event(*tickets: dict) -> dict:
+    template = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0]
+    return {"Records": [dict(template, messageId=f"m-{i}", body=json.dumps(t)) for i, t in enumerate(tickets)]}
+
+
+def emf(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+
+
+# ----------------------------------------------------------------------------- tickets
+def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))   # T-1001: confident billing
+    stub.answer(body(TICKET_OPTIONS, [1.0, 0.2, 1.1, 0.9, 0]))  # T-1003: unsure
+    stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 7.0]))   # T-1005: confident sales
+    event = json.loads((EVENTS / "ticket_batch.json").read_text())
+
+    response = app.lambda_handler(event, context)
+
+    malformed = next(r["messageId"] for r in event["Records"] if "T-1099" in r["body"])
+    assert response == {"batchItemFailures": [{"itemIdentifier": malformed}]}
+    stub.stubber.assert_no_pending_responses()
+    assert len(stub.requests) == 3  # T-1006 came from the billing portal: decided by rule, no model call
+    assert all("decision" in r and r["decision"]["id"] == "queue" for r in stub.requests)
+
+    records = executions(stack)
+    assert set(records) == {execution_name("ticket", t) for t in ("T-1001", "T-1003", "T-1006", "T-1005")}
+    by_id = {r.item_id: r for r in records.values()}
+    assert (by_id["T-1001"].route, by_id["T-1001"].destination.target) == ("auto", "billing")
+    assert by_id["T-1001"].destination.queue_url == stack.ref("BillingQueue")
+    assert by_id["T-1003"].route == "review" and by_id["T-1003"].destination is None
+    assert by_id["T-1003"].route_reason.startswith("queue: confidence ")
+    assert by_id["T-1003"].review.queue_url == stack.ref("ReviewQueue")
+    assert by_id["T-1006"].decisions[0].source == "rule" and by_id["T-1006"].decisions[0].rule == "billing-portal-to-billing"
+    assert (by_id["T-1005"].route, by_id["T-1005"].destination.target) == ("auto", "sales")
+
+    metrics = emf(capsys)
+    assert metrics, "EMF metrics were not printed"
+    totals: dict[str, float] = {}
+    for blob in metrics:
+        assert blob["policy"] == "support-ticket"
+        for name in ("Decisions", "AutoRouted", "SentToReview", "RuleHits", "EndpointErrors", "InvalidItems"):
+            value = blob.get(name)
+            if value is not None:
+                totals[name] = totals.get(name, 0) + (sum(value) if isinstance(value, list) else value)
+    assert totals == {"Decisions": 4, "AutoRouted": 3, "SentToReview": 1, "RuleHits": 1, "EndpointErrors": 0, "InvalidItems": 1}
+
+
+def test_malformed_ticket_error_names_the_fields(tickets, context, capsys):
+    app, _ = tickets
+    bad = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][3]
+    with pytest.raises(InvalidItem) as info:
+        app.intake.handle(bad["body"], context)
+    assert "customer.tier: Field required" in str(info.value) and "channel: Input should be" in str(info.value)
+
+
+def test_duplicate_delivery_is_routed_once(tickets, stack, context, ticket_data):
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    event = ticket_event(ticket_data, ticket_data)  # duplicated inside one batch …
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # … and redelivered
+    assert len(stub.requests) == 1
+    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+
+
+def test_already_started_execution_counts_as_routed(tickets, stack, context, ticket_data):
+    """Idempotency record expired (or lost) but the workflow already has the item: no second route."""
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
+    assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
+    summary = app.intake.handle(json.dumps(ticket_data), context)
+    assert summary["started"] is False and summary["execution_name"] == execution_name("ticket", "T-1001")
+    (record,) = executions(stack).values()
+    assert record.destination.target == "billing"  # the first route stands
+
+
+@pytest.mark.parametrize(
+    "faults, kind, attempts",
+    [
+        (["503"] * 4, "retryable_model_error", 4),
+        (["throttle"] * 4, "throttled", 4),
+        (["400"], "model_error", 1),
+        (["500"], "model_error", 1),
+    ],
+    ids=["model-error-503-exhausted", "throttling-exhausted", "model-error-400", "model-error-500"],
+)
+def test_endpoint_faults_send_the_ticket_to_review(tickets, stack, context, ticket_data, faults, kind, attempts):
+    app, stub = tickets
+    for fault in faults:
+        stub.throttle() if fault == "throttle" else stub.model_error(int(fault))
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    stub.stubber.assert_no_pending_responses()
+    (record,) = executions(stack).values()
+    decision = record.decisions[0]
+    assert record.route == "review" and decision.source == "endpoint_error" and decision.option_id is None
+    assert decision.error.kind == kind and decision.error.attempts == attempts
+    assert record.route_reason.startswith(f"queue: endpoint error: {kind}")
+
+
+def test_retryable_503_then_success_routes_automatically(tickets, stack, context, ticket_data):
+    app, stub = tickets
+    stub.model_error(503)
+    stub.throttle()
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    app.lambda_handler(ticket_event(ticket_data), context)
+    (record,) = executions(stack).values()
+    assert record.route == "auto" and record.decisions[0].source == "model"
+
+
+def test_container_400_detail_reaches_the_reviewer(tickets, stack, context, ticket_data):
+    app, stub = tickets
+    stub.model_error(400, json.dumps({"error": {"code": "prompt_too_long", "message": "the prompt is 9000 tokens"}}))
+    app.lambda_handler(ticket_event(ticket_data), context)
+    (record,) = executions(stack).values()
+    assert record.decisions[0].error.message == "prompt_too_long: the prompt is 9000 tokens"
+    assert record.decisions[0].error.status_code == 400
+
+
+def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data):
+    app, stub = tickets
+    stub.model_error(503)
+    context.remaining_ms = 60_000  # < read timeout (70 s) + reserve: one attempt only
+    app.lambda_handler(ticket_event(ticket_data), context)
+    stub.stubber.assert_no_pending_responses()
+    (record,) = executions(stack).values()
+    assert record.decisions[0].error.attempts == 1 and "no time left" in record.decisions[0].error.message
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never answers: a real read timeout."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ticket_data, silent_server):
+    from ticket_intake import app
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)  # the adapter builds its own client
+    endpoint = DecisionEndpoint(ENDPOINT, read_timeout=0.3, connect_timeout=1, max_attempts=2, sleep=lambda s: None)
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    (record,) = executions(stack).values()
+    assert record.decisions[0].error.kind == "timeout" and record.decisions[0].error.attempts == 2
+
+
+def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, context, ticket_data):
+    app, stub = tickets
+    sfn = boto3.client("stepfunctions")
+    arn = stack.ref("RoutingStateMachine")
+    definition = sfn.describe_state_machine(stateMachineArn=arn)
+    sfn.delete_state_machine(stateMachineArn=arn)
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    event = ticket_event(ticket_data)
+    assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+
+    sfn.create_state_machine(name=definition["name"], definition=definition["definition"], roleArn=definition["roleArn"])
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
+    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+
+
+# ----------------------------------------------------------------------------- incidents
+def test_incident_sample_is_one_batched_request(incidents, stack, context):
+    app, stub = incidents
+    stub.answer(batch_body(make_result("priority", PRIORITY_OPTIONS, [0.5, 6.0, 0, 0]),
+                           make_result("team", TEAM_OPTIONS, [0, 0, 0, 6.0])))
+    event = json.loads((EVENTS / "incident_reported.json").read_text())
+    summary = app.lambda_handler(event, context)
+    assert summary["route"] == "auto" and summary["target"] == "app-oncall" and summary["escalate"] is False
+    (request,) = stub.requests
+    assert [d["id"] for d in request["decisions"]] == ["priority", "team"]
+    assert request["decisions"][0]["state"] == request["decisions"][1]["state"]
+    (record,) = executions(stack).values()
+    assert record.destination.queue_url == stack.ref("AppOncallQueue")
+
+
+def test_sev1_rule_sends_only_the_team_question(incidents, stack, context, incident_data):
+    app, stub = incidents
+    stub.answer(body(TEAM_OPTIONS, [0, 7.0, 0, 0], decision_id="team"))
+    incident_data["severity"] = "sev1"
+    app.lambda_handler(eventbridge(incident_data), context)
+    (request,) = stub.requests
+    assert request["decision"]["id"] == "team"
+    (record,) = executions(stack).values()
+    assert [d.source for d in record.decisions] == ["rule", "model"]
+    assert (record.route, record.destination.target, record.escalate) == ("auto", "data-oncall", True)
+
+
+def test_rules_decide_everything_without_calling_the_endpoint(incidents, stack, context, incident_data):
+    app, stub = incidents
+    incident_data.update(severity="sev1", source="aws.guardduty")
+    app.lambda_handler(eventbridge(incident_data), context)
+    assert stub.requests == []
+    (record,) = executions(stack).values()
+    assert record.route == "auto" and record.destination.target == "security-oncall" and record.escalate
+
+
+def test_incident_endpoint_failure_goes_to_review(incidents, stack, context, incident_data):
+    app, stub = incidents
+    stub.model_error(500)
+    summary = app.lambda_handler(eventbridge(incident_data), context)
+    assert summary["route"] == "review" and summary["sources"] == {"priority": "endpoint_error", "team": "endpoint_error"}
+
+
+def test_bad_incident_raises_for_lambda_retry_and_dlq(incidents, context, incident_data):
+    app, _ = incidents
+    incident_data["severity"] = "critical"
+    with pytest.raises(InvalidItem, match="severity: Input should be"):
+        app.lambda_handler(eventbridge(incident_data), context)
+    with pytest.raises(ValueError, match="detail-type 'Incident Resolved'"):
+        app.lambda_handler(eventbridge(incident_data, detail_type="Incident Resolved"), context)
+
+
+def test_incident_workflow_failure_raises(incidents, stack, context, incident_data):
+    app, stub = incidents
+    incident_data.update(severity="sev1", source="aws.guardduty")
+    boto3.client("stepfunctions").delete_state_machine(stateMachineArn=stack.ref("RoutingStateMachine"))
+    with pytest.raises(Exception, match="StateMachineDoesNotExist|does not exist"):
+        app.lambda_handler(eventbridge(incident_data), context)
+
+
+def eventbridge(detail: dict, detail_type: str = "Incident Reported") -> dict:
+    event = json.loads((EVENTS / "incident_reported.json").read_text())
+    return dict(event, **{"detail-type": detail_type, "detail": detail})
