@@ -1,0 +1,154 @@
+"""Fixtures for the infrastructure tests: template.yaml's resources in moto, with moto's Step
+Functions interpreter executing the real routing ASL (no AWS account, no Docker).
+
+Fake credentials and the region are set before anything creates a boto3 client."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_SESSION_TOKEN", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ["POWERTOOLS_TRACE_DISABLED"] = "1"
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.policies import load_policy
+from decision_router.records import DecisionRecord, execution_name
+from local.template_resources import Stack
+
+ENDPOINT_NAME = "decision-endpoint"
+MODEL = {
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf", "bytes": 94_000_000, "sha256": "ab" * 32,
+    "context_size": 4096, "threads": 2, "gpu_layers": 0, "llama_cpp_python_version": "0.3.36",
+}
+
+
+class Pipeline:
+    """The stack created in moto plus the calls the tests make against it."""
+
+    def __init__(self, stack: Stack):
+        self.stack = stack
+        self.sqs = boto3.client("sqs")
+        self.sfn = boto3.client("stepfunctions")
+        self.dynamodb = boto3.client("dynamodb")
+        # Each function gets the same wiring; any one of them tells where things are.
+        self.env = stack.function_environment("TicketIntakeFunction")
+        self.destinations: dict[str, str] = json.loads(self.env["DESTINATION_QUEUES"])
+        self.state_machine_arn = self.env["ROUTING_STATE_MACHINE_ARN"]
+
+    # ---------------------------------------------------------------- records (interfaces file)
+    def record(self, kind: str, item_id: str, *, route: str, answers: dict[str, str], escalate: bool = False,
+               timeout_seconds: int = 86400) -> dict:
+        """A decision record shaped as in pipeline-interfaces.md (validated by the functions' model)
+        for the shipped policy's questions; `answers` are the model's (chosen or suggested) options."""
+        policy = load_policy("support-ticket" if kind == "ticket" else "incident")
+        questions = {q.id: (answers[q.id], q.option_ids) for q in policy.questions}
+        routing = policy.routing_question
+        target = routing.option(answers[routing.id]).target if route == "auto" else None
+        decisions = []
+        for question, (chosen, options) in questions.items():
+            probabilities = {option: (0.82 if option == chosen else 0.18 / (len(options) - 1)) for option in options}
+            passed = route == "auto"
+            decisions.append({
+                "question": question, "source": "model", "option_id": chosen, "probabilities": probabilities,
+                "confidence": 0.775 if passed else 0.31, "confidence_formula": "normalized_peak",
+                "margin": 0.775 if passed else 0.12, "allowed_token_mass": 0.93, "temperature": 1.6,
+                "thresholds": {"min_confidence": 0.6, "min_margin": 0.15, "min_allowed_token_mass": 0.5},
+                "passed": passed, "reasons": [] if passed else ["confidence 0.31 < 0.60"],
+                "rule": None, "error": None, "model": MODEL, "prompt_sha256": "cd" * 32, "latency_seconds": 0.2,
+            })
+        item = ({"ticket_id": item_id, "subject": "Charged twice", "body": "Please refund one payment.",
+                 "customer": {"id": "C-1", "tier": "pro"}, "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
+                if kind == "ticket" else
+                {"incident_id": item_id, "title": "Checkout down", "description": "5xx at 100%",
+                 "service": "checkout-api", "severity": "sev1", "source": "cloudwatch",
+                 "reported_at": "2026-11-29T12:00:00Z"})
+        record = {
+            "item_kind": kind, "item_id": item_id, "item": item,
+            "policy": {"name": policy.name, "version": policy.version},
+            "route": route,
+            "route_reason": "all thresholds met" if route == "auto" else "queue: confidence 0.31 < 0.60",
+            "destination": {"target": target, "queue_url": self.destinations[target]} if target else None,
+            "escalate": escalate,
+            "decisions": decisions,
+            "review": {"queue_url": self.env["REVIEW_QUEUE_URL"], "timeout_seconds": timeout_seconds,
+                       "questions": {q: options for q, (_, options) in questions.items()}},
+            "decided_at": "2026-11-29T12:00:01Z",
+        }
+        return DecisionRecord.model_validate(record).model_dump(mode="json")
+
+    # ---------------------------------------------------------------------------- workflow
+    def start(self, record: dict[str, Any]) -> str:
+        # moto gives every unnamed execution the same ARN: always name it (as the functions do).
+        name = execution_name(record.get("item_kind", "item"), str(record.get("item_id", "x")))
+        return self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
+                                        input=json.dumps(record))["executionArn"]
+
+    def wait(self, execution_arn: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self.sfn.describe_execution(executionArn=execution_arn)
+            if described["status"] != "RUNNING":
+                return described
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execution still RUNNING after {timeout}s: {execution_arn}")
+            time.sleep(0.1)
+
+    def failed_states(self, execution_arn: str) -> list[dict]:
+        events = self.sfn.get_execution_history(executionArn=execution_arn)["events"]
+        return [e for e in events if e["type"].endswith("Failed")]
+
+    # ------------------------------------------------------------------------------ queues
+    def messages(self, queue_url: str, *, wait_seconds: float = 0) -> list[dict]:
+        """Every message on the queue (bodies as JSON), received and deleted."""
+        deadline = time.monotonic() + wait_seconds
+        found: list[dict] = []
+        while True:
+            batch = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            for message in batch:
+                found.append(json.loads(message["Body"]))
+                self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            if not batch and (found or time.monotonic() >= deadline):
+                return found
+            if not batch:
+                time.sleep(0.1)
+
+    def queues_holding(self, item_id: str) -> dict[str, list[dict]]:
+        """Target -> messages about this item, over all nine destination queues."""
+        holding = {}
+        for target, url in self.destinations.items():
+            messages = [m for m in self.messages(url) if m.get("item_id") == item_id]
+            if messages:
+                holding[target] = messages
+        return holding
+
+    def observe(self, *detail_types: str) -> str:
+        """An SQS queue receiving the bus's events of these detail types."""
+        return self.stack.observe_bus("DecisionBus", {"detail-type": list(detail_types)}, name="-".join(
+            d.replace(" ", "") for d in detail_types))
+
+    # ------------------------------------------------------------------------------ tables
+    def audit(self, item_id: str) -> list[dict[str, Any]]:
+        rows = self.dynamodb.query(
+            TableName=self.env["AUDIT_TABLE_NAME"], KeyConditionExpression="item_id = :id",
+            ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
+        return [{key: value["S"] for key, value in row.items()} for row in rows]
+
+    def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
+        row = self.dynamodb.get_item(TableName=self.env["LABELLED_EXAMPLES_TABLE_NAME"],
+                                     Key={"policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")
+        return {key: value["S"] for key, value in row.items()} if row else None
+
+
+@pytest.fixture
+def pipeline():
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield Pipeline(Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME}).create())

@@ -1,0 +1,186 @@
+"""The real routing ASL (statemachine/routing.asl.json, substitutions from template.yaml) executed
+by moto's Step Functions interpreter against the template's queues, bus and tables."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from review import app as review_app
+
+
+def test_auto_route_reaches_the_target_queue_and_is_audited(pipeline):
+    record = pipeline.record("ticket", "T-1001", route="auto", answers={"queue": "billing"})
+
+    execution = pipeline.wait(pipeline.start(record))
+
+    assert execution["status"] == "SUCCEEDED"
+    holding = pipeline.queues_holding("T-1001")
+    assert list(holding) == ["billing"]
+    (message,) = holding["billing"]
+    assert message["target"] == "billing" and message["item"] == record["item"]
+    assert message["decisions"] == record["decisions"]
+    assert pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"]) == []
+
+    (audit,) = pipeline.audit("T-1001")
+    assert audit["outcome"] == "auto_routed"
+    assert audit["execution_name"] == execution["name"]
+    assert (audit["policy_name"], audit["policy_version"]) == ("support-ticket", "1")
+    assert audit["route_reason"] == "all thresholds met"
+    outcome = json.loads(audit["outcome_detail"])
+    assert outcome == {"status": "auto_routed", "target": "billing", "escalated": False, "reviewer": None}
+    (decision,) = json.loads(audit["decisions"])
+    # Everything the audit promises: source, probabilities, confidence, thresholds, model metadata.
+    assert decision["source"] == "model"
+    assert decision["probabilities"] == record["decisions"][0]["probabilities"]
+    assert decision["confidence"] == record["decisions"][0]["confidence"]
+    assert decision["thresholds"] == {"min_confidence": 0.6, "min_margin": 0.15, "min_allowed_token_mass": 0.5}
+    assert decision["model"]["sha256"] == "ab" * 32
+    assert json.loads(audit["item"]) == record["item"]
+
+
+@pytest.mark.parametrize("escalate", [True, False], ids=["P1-escalates", "P2-does-not"])
+def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, escalate):
+    escalations = pipeline.observe("Incident Escalated")
+    record = pipeline.record("incident", "INC-7", route="auto", escalate=escalate,
+                             answers={"priority": "P1" if escalate else "P2", "team": "platform"})
+
+    assert pipeline.wait(pipeline.start(record))["status"] == "SUCCEEDED"
+
+    assert list(pipeline.queues_holding("INC-7")) == ["platform-oncall"]
+    events = pipeline.messages(escalations)
+    if escalate:
+        (event,) = events
+        assert event["detail-type"] == "Incident Escalated"
+        assert event["source"] == "decision-router"
+        assert event["detail"]["item_id"] == "INC-7" and event["detail"]["target"] == "platform-oncall"
+    else:
+        assert events == []
+    (audit,) = pipeline.audit("INC-7")
+    assert json.loads(audit["outcome_detail"])["escalated"] is escalate
+    assert [d["question"] for d in json.loads(audit["decisions"])] == ["priority", "team"]
+
+
+def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, monkeypatch):
+    record = pipeline.record("ticket", "T-2002", route="review", answers={"queue": "billing"})
+    execution_arn = pipeline.start(record)
+
+    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    assert review["record"] == record and review["task_token"]
+    assert pipeline.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
+    assert pipeline.queues_holding("T-2002") == {}
+
+    # The real review function, with the environment template.yaml gives it.
+    for name, value in pipeline.stack.function_environment("ReviewCompletionFunction").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
+    review_app.lambda_handler({"task_token": review["task_token"], "policy": "support-ticket",
+                               "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
+                               "note": "export error, not billing"}, _LambdaContext())
+
+    assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
+    assert list(pipeline.queues_holding("T-2002")) == ["technical-support"]
+    example = pipeline.labelled_example("support-ticket", "T-2002")
+    assert example is not None
+    assert json.loads(example["answers"]) == {"queue": "technical_fault"}
+    assert example["reviewer"] == "alice@example.com"
+    assert json.loads(example["model_decisions"])[0]["option_id"] == "billing"  # the model's suggestion
+    (audit,) = pipeline.audit("T-2002")
+    assert audit["outcome"] == "reviewed"
+    outcome = json.loads(audit["outcome_detail"])
+    assert outcome["reviewer"] == "alice@example.com" and outcome["target"] == "technical-support"
+    assert outcome["review"]["note"] == "export error, not billing"
+
+
+def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
+    escalations = pipeline.observe("Incident Escalated")
+    record = pipeline.record("incident", "INC-8", route="review", answers={"priority": "P3", "team": "data"})
+    execution_arn = pipeline.start(record)
+    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+
+    output = {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "data"},
+              "destination": {"target": "data-oncall", "queue_url": pipeline.destinations["data-oncall"]},
+              "escalate": True, "note": ""}
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
+
+    assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
+    assert list(pipeline.queues_holding("INC-8")) == ["data-oncall"]
+    (event,) = pipeline.messages(escalations)
+    assert event["detail"]["item_id"] == "INC-8"
+    assert json.loads(pipeline.labelled_example("incident", "INC-8")["answers"])["priority"] == "P1"
+
+
+def test_an_overdue_review_is_escalated_and_audited(pipeline):
+    overdue = pipeline.observe("Review Overdue")
+    record = pipeline.record("ticket", "T-3003", route="review", answers={"queue": "sales"}, timeout_seconds=1)
+
+    execution = pipeline.wait(pipeline.start(record), timeout=30)
+
+    assert execution["status"] == "SUCCEEDED"
+    (escalation,) = pipeline.messages(pipeline.stack.ref("EscalationQueue"))
+    assert escalation["reason"] == "review_overdue" and escalation["item_id"] == "T-3003"
+    assert escalation["record"]["item"] == record["item"]
+    (event,) = pipeline.messages(overdue)
+    assert event["detail"]["item_id"] == "T-3003" and event["detail"]["review"]["timeout_seconds"] == 1
+    assert pipeline.queues_holding("T-3003") == {}
+    assert pipeline.labelled_example("support-ticket", "T-3003") is None
+    (audit,) = pipeline.audit("T-3003")
+    assert audit["outcome"] == "review_overdue"
+    assert json.loads(audit["outcome_detail"])["error"]["Error"] == "States.Timeout"
+
+
+def test_a_failing_delivery_ends_in_the_workflow_dead_letter_queue(pipeline):
+    record = pipeline.record("ticket", "T-4004", route="auto", answers={"queue": "billing"})
+    # Injected failure: the destination queue is gone (deleted, or a wrong URL in the config).
+    pipeline.sqs.delete_queue(QueueUrl=record["destination"]["queue_url"])
+
+    execution = pipeline.wait(pipeline.start(record))
+
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == "RoutingFailed"
+    failed = pipeline.failed_states(execution["executionArn"])
+    assert failed[0]["taskFailedEventDetails"]["resourceType"] == "sqs"
+    (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    assert dead_letter["record"] == record  # the original input: replayable as a new execution
+    assert dead_letter["error"]["Error"] == "SQS.SdkClientException"
+    assert dead_letter["execution_name"] == execution["name"]
+    (audit,) = pipeline.audit("T-4004")
+    assert audit["outcome"] == "failed"
+
+
+def test_an_unknown_route_is_dead_lettered_not_dropped(pipeline):
+    record = pipeline.record("ticket", "T-5005", route="auto", answers={"queue": "billing"})
+    record["route"] = "later"
+
+    execution = pipeline.wait(pipeline.start(record))
+
+    assert execution["status"] == "FAILED"
+    (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    assert dead_letter["error"]["Error"] == "InvalidRoute" and dead_letter["record"]["route"] == "later"
+    assert pipeline.queues_holding("T-5005") == {}
+
+
+def test_a_failing_audit_write_is_dead_lettered_once_without_looping(pipeline):
+    pipeline.dynamodb.delete_table(TableName=pipeline.env["AUDIT_TABLE_NAME"])
+    record = pipeline.record("ticket", "T-6006", route="auto", answers={"queue": "sales"})
+
+    execution = pipeline.wait(pipeline.start(record))
+
+    assert execution["status"] == "FAILED"
+    assert list(pipeline.queues_holding("T-6006")) == ["sales"]  # delivered before the audit failed
+    (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    assert dead_letter["error"]["Error"].startswith("DynamoDB.")
+
+
+class _LambdaContext:
+    """Lambda's context object (there is no Lambda runtime here)."""
+
+    function_name = "review-completion"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:review-completion"
+    aws_request_id = "00000000-0000-4000-8000-000000000001"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
