@@ -1,0 +1,95 @@
+"""The intake handlers against the real decision container (embedded SmolLM2 GGUF behind the
+real HTTP server), reached through boto3's sagemaker-runtime client exactly as in AWS
+(AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME points it at the local server; moto serves the rest).
+
+The tiny model's answers are not asserted (they are weak); what is asserted is that its real
+output is calibrated, judged and routed consistently."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import boto3
+import pytest
+from conftest import EVENTS
+from moto import mock_aws
+
+from decision_router.config import Settings
+from decision_router.intake import Intake
+from decision_router.records import DecisionRecord
+from local.template_resources import Stack
+
+pytestmark = pytest.mark.model
+ENDPOINT = "decision-endpoint"
+
+
+@pytest.fixture
+def stack(monkeypatch, decision_server_url):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", decision_server_url)
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT})
+        stack.create()
+        yield stack
+
+
+def use_intake(monkeypatch, stack, app, kind, function):
+    env = stack.function_environment(function)
+    monkeypatch.setattr(app, "intake", Intake(kind, logger=app.logger, metrics=app.metrics,
+                                              settings=Settings.from_env(env)))
+
+
+def records(stack) -> dict[str, DecisionRecord]:
+    sfn = boto3.client("stepfunctions")
+    found = {}
+    for execution in sfn.list_executions(stateMachineArn=stack.ref("RoutingStateMachine"))["executions"]:
+        record = DecisionRecord.model_validate_json(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
+        found[record.item_id] = record
+    return found
+
+
+def assert_consistent(record: DecisionRecord, embedded_sha256: str) -> None:
+    for decision in record.decisions:
+        if decision.source != "model":
+            continue
+        probabilities = list(decision.probabilities.values())
+        assert math.isclose(sum(probabilities), 1.0, rel_tol=1e-9)
+        assert decision.option_id == max(decision.probabilities, key=decision.probabilities.get)
+        assert 0.0 < decision.allowed_token_mass <= 1.0
+        assert decision.model.sha256 == embedded_sha256 and len(decision.prompt_sha256) == 64
+        assert decision.passed == (not decision.reasons)
+    assert (record.route == "auto") == all(d.passed for d in record.decisions)
+    assert (record.destination is not None) == (record.route == "auto")
+
+
+def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
+    from test_intake_handlers import FakeLambdaContext
+    from ticket_intake import app
+
+    use_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction")
+    event = json.loads((EVENTS / "ticket_batch.json").read_text())
+    response = app.lambda_handler(event, FakeLambdaContext())
+    malformed = next(r["messageId"] for r in event["Records"] if "T-1099" in r["body"])
+    assert response == {"batchItemFailures": [{"itemIdentifier": malformed}]}
+
+    found = records(stack)
+    assert set(found) == {"T-1001", "T-1003", "T-1006", "T-1005"}
+    sha = embedded_engine.model_info.sha256
+    for item_id in ("T-1001", "T-1003", "T-1005"):
+        assert found[item_id].decisions[0].source == "model"  # the container answered, no endpoint_error
+        assert_consistent(found[item_id], sha)
+    assert found["T-1006"].decisions[0].source == "rule"
+
+
+def test_incident_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
+    from incident_intake import app
+    from test_intake_handlers import FakeLambdaContext
+
+    use_intake(monkeypatch, stack, app, "incident", "IncidentIntakeFunction")
+    summary = app.lambda_handler(json.loads((EVENTS / "incident_reported.json").read_text()), FakeLambdaContext())
+    assert summary["sources"] == {"priority": "model", "team": "model"}
+    record = records(stack)["INC-2001"]
+    assert_consistent(record, embedded_engine.model_info.sha256)
+    priority, team = record.decisions
+    assert set(priority.probabilities) == {"P1", "P2", "P3", "P4"}
+    assert set(team.probabilities) == {"platform", "data", "security", "application"}
