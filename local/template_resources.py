@@ -277,9 +277,9 @@ class Stack:
             service = kind.split("::")[1].lower()
             arn = f"arn:aws:{service}:{region}:{account}:{logical_id.lower()}/{name}"
             self.refs[logical_id] = name if kind in _REF_IS_NAME else arn
-            self.attributes.update({(logical_id, "Arn"): arn, (logical_id, "Name"): name})
-            if kind == "AWS::SageMaker::Endpoint":
-                self.attributes[(logical_id, "EndpointName")] = name
+            # GetAtt X.Name and X.<Type>Name (ModelName, EndpointConfigName, EndpointName, ...).
+            self.attributes.update({(logical_id, "Arn"): arn, (logical_id, "Name"): name,
+                                    (logical_id, kind.split("::")[-1] + "Name"): name})
 
     def _record_queue(self, logical_id: str, url: str, name: str) -> None:
         self.refs[logical_id] = url

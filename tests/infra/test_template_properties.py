@@ -1,0 +1,171 @@
+"""Production properties of template.yaml that no linter checks: the agreed environment,
+queue/DLQ wiring, encryption, the endpoint variants, and least-privilege IAM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decision_router.policies import load_policy
+from local.template_resources import Stack
+
+INTERFACE_ENV = {  # pipeline-interfaces.md, "Lambda environment variables"
+    "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
+    "REVIEW_QUEUE_URL", "REVIEW_TIMEOUT_SECONDS", "ENDPOINT_READ_TIMEOUT_SECONDS", "ENDPOINT_MAX_ATTEMPTS",
+    "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL", "AUDIT_TABLE_NAME",
+    "LABELLED_EXAMPLES_TABLE_NAME", "EVENT_BUS_NAME",
+}
+FUNCTIONS = {"TicketIntakeFunction": "support-ticket", "IncidentIntakeFunction": "incident", "ReviewCompletionFunction": None}
+GPU = {"DecisionImageUri": "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" * 64,
+       "ModelDataUrl": "s3://models/smollm2/model.tar.gz", "EndpointCompute": "GPU"}
+CPU = {**GPU, "EndpointCompute": "CPU"}
+# Actions without resource-level permissions: the only ones allowed on "*".
+STAR_ALLOWED = {
+    "states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat",
+    "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
+    "ecr:GetAuthorizationToken", "cloudwatch:PutMetricData",
+}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Stack:
+    return Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_every_function_gets_the_agreed_environment(stack, function):
+    env = stack.function_environment(function)
+    assert INTERFACE_ENV <= set(env)
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DecisionRouter"
+    assert env["DECISION_ENDPOINT_NAME"] == "decision-endpoint"
+    assert env.get("POLICY_NAME") == FUNCTIONS[function]
+
+
+def test_destination_queues_cover_exactly_the_policy_targets(stack):
+    destinations = json.loads(stack.function_environment("TicketIntakeFunction")["DESTINATION_QUEUES"])
+    targets = {o.target for name in ("support-ticket", "incident")
+               for q in load_policy(name).questions for o in q.options if o.target}
+    assert set(destinations) == targets and len(targets) == 9
+    queue_urls = {stack.ref(q) for q in stack.of_type("AWS::SQS::Queue")}
+    assert set(destinations.values()) <= queue_urls and len(set(destinations.values())) == 9
+
+
+def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(stack):
+    queues = stack.of_type("AWS::SQS::Queue")
+    dead_letter_arns = set()
+    for queue in queues:
+        props = stack.resolve(stack.properties(queue))
+        assert props.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in props, queue
+        if "RedrivePolicy" in props:
+            assert 3 <= props["RedrivePolicy"]["maxReceiveCount"] <= 5, queue
+            dead_letter_arns.add(props["RedrivePolicy"]["deadLetterTargetArn"])
+    dead_letters = {q for q in queues if stack.get_att(q, "Arn") in dead_letter_arns}
+    assert dead_letters == {"TicketDeadLetterQueue", "TeamDeadLetterQueue"}
+    without_redrive = {q for q in queues if "RedrivePolicy" not in stack.properties(q)}
+    assert without_redrive == {"TicketDeadLetterQueue", "TeamDeadLetterQueue", "WorkflowDeadLetterQueue",
+                               "IncidentDeadLetterQueue"}
+
+
+def test_ticket_queue_outlives_the_function_and_limits_concurrency(stack):
+    timeout = stack.template["Globals"]["Function"]["Timeout"]
+    function = stack.properties("TicketIntakeFunction")
+    timeout = function.get("Timeout", timeout)
+    assert stack.properties("TicketQueue")["VisibilityTimeout"] >= 6 * timeout
+    event = stack.resolve(function["Events"]["Tickets"]["Properties"])
+    assert event["Queue"] == stack.get_att("TicketQueue", "Arn")
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert int(event["ScalingConfig"]["MaximumConcurrency"]) >= 2
+
+
+def test_incident_rule_has_retries_and_its_own_dead_letter_queue(stack):
+    event = stack.resolve(stack.properties("IncidentIntakeFunction")["Events"]["IncidentReported"]["Properties"])
+    assert event["Pattern"] == {"detail-type": ["Incident Reported"]}
+    assert event["EventBusName"] == stack.ref("DecisionBus")
+    assert event["DeadLetterConfig"]["Arn"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
+    assert event["RetryPolicy"]["MaximumRetryAttempts"] > 0
+    on_failure = stack.resolve(stack.properties("IncidentIntakeFunction")["EventInvokeConfig"])
+    assert on_failure["DestinationConfig"]["OnFailure"]["Destination"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
+
+
+def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
+    for table in stack.of_type("AWS::DynamoDB::Table"):
+        props = stack.properties(table)
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, table
+        assert props["SSESpecification"] == {"SSEEnabled": True}, table
+    idempotency = stack.properties("IdempotencyTable")
+    assert idempotency["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    assert idempotency["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+    assert idempotency["TimeToLiveSpecification"]["Enabled"] is True
+
+
+def test_every_workflow_task_retries_and_catches():
+    asl = json.loads(Stack.load().state_machine_definition("RoutingStateMachine"))
+    tasks = {name: state for name, state in asl["States"].items() if state["Type"] == "Task"}
+    assert len(tasks) == 8
+    for name, state in tasks.items():
+        assert state.get("Retry"), name
+        assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name
+    # A reviewer who does not answer is a timeout, not a failure to retry by re-sending.
+    review_retry = {e for r in asl["States"]["RequestReview"]["Retry"] for e in r["ErrorEquals"]}
+    assert not review_retry & {"States.ALL", "States.Timeout"}
+
+
+def test_existing_endpoint_creates_no_sagemaker_resources(stack):
+    assert not [r for r in stack.resources if stack.resources[r]["Type"].startswith(("AWS::SageMaker::", "AWS::ApplicationAutoScaling::"))]
+    policy = stack.resolve(stack.properties("TicketIntakeFunction")["Policies"][0])
+    assert policy["Statement"][0]["Resource"] == "arn:aws:sagemaker:us-east-1:123456789012:endpoint/decision-endpoint"
+
+
+def test_gpu_endpoint_uses_the_instance_pool_and_full_offload():
+    stack = Stack.load(parameters=GPU)
+    (variant,) = stack.resolve(stack.properties("DecisionEndpointConfig"))["ProductionVariants"]
+    assert [(p["InstanceType"], p["Priority"]) for p in variant["InstancePools"]] == [
+        ("ml.g6e.xlarge", 1), ("ml.g6.2xlarge", 2), ("ml.g5.2xlarge", 3), ("ml.g4dn.2xlarge", 4)]
+    assert "InstanceType" not in variant
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+    assert 300 <= variant["VariantInstanceProvisionTimeoutInSeconds"] <= 3600
+    model = stack.resolve(stack.properties("DecisionModel"))
+    assert model["EnableNetworkIsolation"] is True
+    assert model["PrimaryContainer"]["Environment"]["SM_LLAMA_CPP_N_GPU_LAYERS"] == "999"
+    assert {"DecisionEndpointScalableTarget", "DecisionEndpointScalingPolicy"} <= set(stack.resources)
+
+
+def test_cpu_endpoint_uses_one_instance_type_and_threads():
+    stack = Stack.load(parameters=CPU)
+    (variant,) = stack.resolve(stack.properties("DecisionEndpointConfig"))["ProductionVariants"]
+    assert variant["InstanceType"] == "ml.c6i.8xlarge" and "InstancePools" not in variant
+    environment = stack.resolve(stack.properties("DecisionModel"))["PrimaryContainer"]["Environment"]
+    assert environment["SM_LLAMA_CPP_THREADS"] == "32" and "SM_LLAMA_CPP_N_GPU_LAYERS" not in environment
+    scaling = stack.resolve(stack.properties("DecisionEndpointScalingPolicy"))
+    metric = scaling["TargetTrackingScalingPolicyConfiguration"]["PredefinedMetricSpecification"]
+    assert metric["PredefinedMetricType"] == "SageMakerVariantInvocationsPerInstance"
+    # The functions may invoke exactly the endpoint the stack created.
+    policy = stack.resolve(stack.properties("TicketIntakeFunction")["Policies"][0])
+    assert policy["Statement"][0]["Resource"] == stack.ref("DecisionEndpoint")
+
+
+@pytest.mark.parametrize("parameters", [{"ExistingEndpointName": "decision-endpoint"}, CPU], ids=["existing", "created"])
+def test_no_wildcard_resource_where_the_arn_is_known(parameters):
+    stack = Stack.load(parameters=parameters)
+    statements = []
+    for logical_id in stack.of_type("AWS::Serverless::Function", "AWS::Serverless::StateMachine"):
+        for policy in stack.properties(logical_id).get("Policies", []):
+            statements += [(logical_id, s) for s in stack.resolve(policy).get("Statement", [])]
+    for logical_id in stack.of_type("AWS::IAM::Role"):
+        for policy in stack.resolve(stack.properties(logical_id)).get("Policies", []):
+            statements += [(logical_id, s) for s in policy["PolicyDocument"]["Statement"]]
+    assert statements
+    for logical_id, statement in statements:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if "*" in resources:
+            assert set(actions) <= STAR_ALLOWED, (logical_id, actions)
+
+
+def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
+    outputs = set(stack.outputs().values())
+    kinds = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Events::EventBus", "AWS::Serverless::StateMachine")
+    for logical_id in stack.of_type(*kinds):
+        assert stack.ref(logical_id) in outputs, logical_id
