@@ -55,6 +55,7 @@ class ReviewCompletion(BaseModel):
     reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
     answers: dict[str, str] = Field(min_length=1)
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
+    receipt_handle: str | None = Field(default=None, description="Review-queue message to delete once completed.")
 
     @classmethod
     def parse(cls, data: Any) -> "ReviewCompletion":

@@ -10,6 +10,7 @@ import boto3
 
 from ..records import ReviewOutput
 
+PEEK_SECONDS = 5
 GONE_CODES = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}
 
 
@@ -52,12 +53,14 @@ class ReviewQueue:
         return self._client
 
     def pending(self, limit: int = 50) -> list[dict]:
-        """Peek at up to `limit` pending reviews without hiding them from other reviewers
-        (visibility timeout 0; repeated receives are de-duplicated by message id)."""
+        """Peek at up to `limit` pending reviews, hiding each only briefly from other reviewers.
+
+        Every receive counts towards the queue's maxReceiveCount, so each message is received
+        once per call (a short visibility timeout keeps it out of the following receives)."""
         seen: dict[str, dict] = {}
         while len(seen) < limit:
             messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                   VisibilityTimeout=0, WaitTimeSeconds=0).get("Messages", [])
+                                                   VisibilityTimeout=PEEK_SECONDS, WaitTimeSeconds=0).get("Messages", [])
             new = [m for m in messages if m["MessageId"] not in seen]
             if not new:
                 break

@@ -1,0 +1,177 @@
+"""Reviewer CLI: list pending reviews, show one, complete one, export labelled examples.
+
+    python -m decision_router.review_cli list
+    python -m decision_router.review_cli show ticket-T-1003-1a2b3c4d
+    python -m decision_router.review_cli complete ticket-T-1003-1a2b3c4d --answer queue=technical_fault \
+        --reviewer alice@example.com --note "export bug"
+    python -m decision_router.review_cli export --out labelled.jsonl [--policy support-ticket]
+
+Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
+DESTINATION_QUEUES, LABELLED_EXAMPLES_TABLE_NAME) or the flags. Completing goes through the
+same validation and SendTaskSuccess as the review function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from .config import Settings
+from .policies import load_policy
+from .review import InvalidReview, ReviewCompletion, submit_review
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = out or sys.stdout
+    settings = Settings.from_env()
+    try:
+        return args.run(args, settings, out)
+    except (InvalidReview, LookupError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _queue(args, settings):
+    from .adapters.review import ReviewQueue
+
+    url = args.queue_url or settings.review_queue_url
+    if not url:
+        raise LookupError("no review queue: set REVIEW_QUEUE_URL or pass --queue-url")
+    return ReviewQueue(url)
+
+
+def _find(queue, name: str) -> dict:
+    for review in queue.pending(limit=1000):
+        if review.get("execution_name") == name:
+            return review
+    raise LookupError(f"no pending review named {name!r} (see `list`; one listed seconds ago may be briefly hidden)")
+
+
+def _suggestions(record: dict) -> str:
+    parts = []
+    for d in record["decisions"]:
+        if d["source"] == "endpoint_error":
+            parts.append(f"{d['question']}=? (endpoint error)")
+        else:
+            p = (d.get("probabilities") or {}).get(d["option_id"])
+            parts.append(f"{d['question']}={d['option_id']}" + (f" ({p:.2f})" if p is not None else f" (rule {d['rule']})"))
+    return ", ".join(parts)
+
+
+def cmd_list(args, settings, out) -> int:
+    reviews = _queue(args, settings).pending(limit=args.max)
+    if not reviews:
+        print("no pending reviews", file=out)
+    for review in reviews:
+        record = review["record"]
+        print(f"{review['execution_name']}  [{record['policy']['name']}]  suggested: {_suggestions(record)}\n"
+              f"    why: {record['route_reason']}", file=out)
+    return 0
+
+
+def cmd_show(args, settings, out) -> int:
+    review = _find(_queue(args, settings), args.execution_name)
+    record = review["record"]
+    policy = load_policy(record["policy"]["name"])
+    print(f"{record['item_kind']} {record['item_id']} (policy {policy.name} v{record['policy']['version']}, "
+          f"review requested {review.get('requested_at', '?')})", file=out)
+    print(json.dumps(record["item"], indent=2, ensure_ascii=False), file=out)
+    print(f"why review: {record['route_reason']}", file=out)
+    decisions = {d["question"]: d for d in record["decisions"]}
+    for question in policy.questions:
+        d = decisions.get(question.id, {})
+        print(f"\n{question.id}: {question.question}", file=out)
+        for option in question.options:
+            p = (d.get("probabilities") or {}).get(option.id)
+            mark = "*" if d.get("option_id") == option.id else " "
+            shown = f"{p:5.2f}" if p is not None else "  -  "
+            print(f"  {mark} {option.id:<16} {shown}  {option.description}", file=out)
+    return 0
+
+
+def cmd_complete(args, settings, out) -> int:
+    from .adapters.review import ReviewTasks, ReviewTaskGone
+
+    destinations = json.loads(args.destinations) if args.destinations else settings.destination_queues
+    if not destinations:
+        raise LookupError("no destinations: set DESTINATION_QUEUES or pass --destinations")
+    queue = _queue(args, settings)
+    review = _find(queue, args.execution_name)
+    answers = dict(_answer(a) for a in args.answer)
+    completion = ReviewCompletion.parse({"task_token": review["task_token"], "policy": review["record"]["policy"]["name"],
+                                         "reviewer": args.reviewer, "answers": answers, "note": args.note or ""})
+    try:
+        output = submit_review(completion, destinations=destinations, tasks=ReviewTasks())
+    except ReviewTaskGone as error:
+        queue.remove(review["receipt_handle"])  # a dead task: its message is of no further use
+        print(f"error: {error}; removed the stale review message", file=sys.stderr)
+        return 3
+    queue.remove(review["receipt_handle"])
+    print(json.dumps(output.model_dump(mode="json"), ensure_ascii=False), file=out)
+    return 0
+
+
+def cmd_export(args, settings, out) -> int:
+    from .adapters.review import LabelledExamples
+
+    table = args.table or settings.labelled_examples_table
+    if not table:
+        raise LookupError("no table: set LABELLED_EXAMPLES_TABLE_NAME or pass --table")
+    target = open(args.out, "w", encoding="utf-8") if args.out else out
+    count = 0
+    try:
+        for row in LabelledExamples(table).scan():
+            example = labelled_example(row)
+            if args.policy and example["policy"] != args.policy:
+                continue
+            target.write(json.dumps(example, ensure_ascii=False) + "\n")
+            count += 1
+    finally:
+        if args.out:
+            target.close()
+    print(f"exported {count} labelled example(s)", file=sys.stderr)
+    return 0
+
+
+def labelled_example(row: dict[str, str]) -> dict[str, Any]:
+    """A stored review (JSON strings, as the workflow writes them) → the eval tool's JSONL line."""
+    return {"policy": row["policy_name"], "item": json.loads(row["item"]), "gold": json.loads(row["answers"])}
+
+
+def _answer(text: str) -> tuple[str, str]:
+    question, sep, option = text.partition("=")
+    if not sep or not question or not option:
+        raise InvalidReview(f"--answer {text!r}: write QUESTION=OPTION, e.g. queue=billing")
+    return question.strip(), option.strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m decision_router.review_cli", description=__doc__.split("\n")[0])
+    parser.add_argument("--queue-url", help="review queue (default: REVIEW_QUEUE_URL)")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    listing = commands.add_parser("list", help="pending reviews with the model's suggestion and why")
+    listing.add_argument("--max", type=int, default=50)
+    listing.set_defaults(run=cmd_list)
+    show = commands.add_parser("show", help="one pending review: item, options, probabilities")
+    show.add_argument("execution_name")
+    show.set_defaults(run=cmd_show)
+    complete = commands.add_parser("complete", help="answer a pending review (SendTaskSuccess)")
+    complete.add_argument("execution_name")
+    complete.add_argument("--answer", action="append", required=True, metavar="QUESTION=OPTION")
+    complete.add_argument("--reviewer", required=True)
+    complete.add_argument("--note")
+    complete.add_argument("--destinations", help="JSON target → queue URL (default: DESTINATION_QUEUES)")
+    complete.set_defaults(run=cmd_complete)
+    export = commands.add_parser("export", help="labelled examples as the eval tool's JSONL")
+    export.add_argument("--out", help="file to write (default: stdout)")
+    export.add_argument("--policy", help="only this policy's examples")
+    export.add_argument("--table", help="default: LABELLED_EXAMPLES_TABLE_NAME")
+    export.set_defaults(run=cmd_export)
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""Review completion: validation (pure), then the review function and the reviewer CLI against
+the real routing workflow executed by moto (task token from the real review-queue message)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import boto3
+import pytest
+from conftest import EVENTS
+from moto import mock_aws
+from test_intake_handlers import TICKET_OPTIONS, body, FakeLambdaContext, StubbedEndpoint, make_intake
+
+from decision_router import review_cli
+from decision_router.adapters.review import ReviewTaskGone
+from decision_router.policies import load_policy
+from decision_router.review import InvalidReview, ReviewCompletion, complete_review
+from local.template_resources import Stack
+
+QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",
+                                          "platform-oncall", "data-oncall", "security-oncall", "app-oncall"]}
+
+
+# ---------------------------------------------------------------------------- validation
+def test_answers_become_destination_and_escalation():
+    out = complete_review(load_policy("incident"), {"priority": "P1", "team": "data"}, " bob@example.com ",
+                          destinations=QUEUES, note="db primary down")
+    assert out.model_dump() == {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "data"},
+                                "destination": {"target": "data-oncall", "queue_url": "https://sqs/data-oncall"},
+                                "escalate": True, "note": "db primary down"}
+    assert not complete_review(load_policy("incident"), {"priority": "P3", "team": "data"}, "b", destinations=QUEUES).escalate
+
+
+def test_every_problem_is_named():
+    with pytest.raises(InvalidReview) as info:
+        complete_review(load_policy("incident"), {"priority": "urgent", "colour": "red"}, "", destinations=QUEUES)
+    message = str(info.value)
+    assert "reviewer: must name who decided" in message
+    assert "answers.colour: policy 'incident' asks no such question" in message
+    assert "answers.priority: 'urgent' is not an option (options: P1, P2, P3, P4)" in message
+    assert "answers.team: missing; choose one of platform, data, security, application" in message
+
+
+def test_completion_event_is_validated():
+    with pytest.raises(InvalidReview, match="task_token: Field required.*answers: Dictionary should have at least 1 item"):
+        ReviewCompletion.parse({"policy": "support-ticket", "reviewer": "a", "answers": {}})
+    sample = ReviewCompletion.parse(json.loads((EVENTS / "review_completion.json").read_text()))
+    assert sample.answers == {"queue": "billing"}
+
+
+# ---------------------------------------------------------------------------- with the workflow
+@pytest.fixture
+def stack():
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+        stack.create()
+        yield stack
+
+
+def wait_for(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def queue_depth(url: str) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def execution_status(stack) -> str:
+    sfn = boto3.client("stepfunctions")
+    (execution,) = sfn.list_executions(stateMachineArn=stack.ref("RoutingStateMachine"))["executions"]
+    return sfn.describe_execution(executionArn=execution["executionArn"])["status"]
+
+
+def finished(stack) -> str | None:
+    status = execution_status(stack)
+    return None if status == "RUNNING" else status
+
+
+@pytest.fixture
+def pending_ticket(monkeypatch, stack, ticket_data):
+    """T-1001 sent to review by an unsure model answer, the workflow waiting on the review queue."""
+    from ticket_intake import app
+
+    stub = StubbedEndpoint()
+    stub.answer(body(TICKET_OPTIONS, [1.0, 0.9, 0.8, 0.0, 0.0]))
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    event = {"Records": [dict(json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0])]}
+    assert app.lambda_handler(event, FakeLambdaContext()) == {"batchItemFailures": []}
+    review_queue = stack.ref("ReviewQueue")
+    wait_for(lambda: queue_depth(review_queue) == 1, "the review request")
+    for name, value in stack.function_environment("ReviewCompletionFunction").items():
+        monkeypatch.setenv(name, value)
+    return review_queue
+
+
+def pending_message(queue_url: str) -> dict:
+    (message,) = boto3.client("sqs").receive_message(QueueUrl=queue_url, VisibilityTimeout=0)["Messages"]
+    return dict(json.loads(message["Body"]), receipt_handle=message["ReceiptHandle"])
+
+
+def test_review_function_completes_the_workflow(stack, pending_ticket):
+    from review import app
+
+    message = pending_message(pending_ticket)
+    assert message["record"]["route"] == "review" and message["record"]["item_id"] == "T-1001"
+    event = json.loads((EVENTS / "review_completion.json").read_text())
+    event.update(task_token=message["task_token"], receipt_handle=message["receipt_handle"])
+
+    result = app.lambda_handler(event, FakeLambdaContext())
+
+    assert result["status"] == "completed" and result["destination"]["queue_url"] == stack.ref("BillingQueue")
+    assert wait_for(lambda: finished(stack), "the workflow") == "SUCCEEDED"
+    assert queue_depth(stack.ref("BillingQueue")) == 1
+    assert queue_depth(pending_ticket) == 0  # the review message was removed
+
+
+def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pending_ticket):
+    from review import app
+
+    message = pending_message(pending_ticket)
+    event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
+                 answers={"queue": "refunds"})
+    with pytest.raises(InvalidReview, match="answers.queue: 'refunds' is not an option"):
+        app.lambda_handler(event, FakeLambdaContext())
+    assert execution_status(stack) == "RUNNING"
+
+
+def test_unknown_task_token_is_reported(stack, pending_ticket):
+    from review import app
+
+    event = json.loads((EVENTS / "review_completion.json").read_text())  # the sample's token is not a live one
+    with pytest.raises(ReviewTaskGone, match="can no longer be completed"):
+        app.lambda_handler(event, FakeLambdaContext())
+
+
+def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticket, capsys, tmp_path):
+    monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
+    assert review_cli.main(["list"]) == 0
+    listed = capsys.readouterr().out
+    name = listed.split()[0]
+    assert name.startswith("ticket-T-1001-") and "[support-ticket]" in listed and "suggested: queue=billing" in listed
+    assert "why: queue: confidence" in listed
+
+    time.sleep(1.2)  # `list` hides what it peeked at for a moment
+    assert review_cli.main(["show", name]) == 0
+    shown = capsys.readouterr().out
+    assert "Charged twice" in shown and "* billing" in shown and "technical_fault" in shown
+
+    time.sleep(1.2)
+    assert review_cli.main(["complete", name, "--answer", "queue=nonsense", "--reviewer", "carol@example.com"]) == 2
+    assert "'nonsense' is not an option" in capsys.readouterr().err
+    time.sleep(1.2)
+    assert review_cli.main(["complete", name, "--answer", "queue=billing", "--reviewer", "carol@example.com",
+                            "--note", "refund"]) == 0
+    assert json.loads(capsys.readouterr().out)["destination"]["target"] == "billing"
+    assert wait_for(lambda: finished(stack), "the workflow") == "SUCCEEDED"
+
+    out = tmp_path / "labelled.jsonl"
+    assert review_cli.main(["export", "--out", str(out)]) == 0
+    (line,) = out.read_text().splitlines()
+    example = json.loads(line)
+    assert example["policy"] == "support-ticket" and example["gold"] == {"queue": "billing"}
+    assert example["item"]["ticket_id"] == "T-1001" and example["item"]["customer"] == {"id": "C-4102", "tier": "pro"}
