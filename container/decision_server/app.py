@@ -19,6 +19,7 @@ from .chat import ChatCompletionRequest
 from .engine import DecisionEngine
 from .errors import BadRequest, MethodNotAllowed, NotFound, ServerError
 from .routes import openai, sagemaker
+from .systemone import router as systemone
 from .runtime import ModelRuntime
 from .settings import Settings
 
@@ -73,6 +74,7 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
     _install_error_handlers(app)
     app.include_router(sagemaker.router)
     app.include_router(openai.router)
+    app.include_router(systemone.router)
     _install_openapi_schemas(app)
     return app
 

@@ -103,9 +103,10 @@ def test_assets_are_refused_because_the_model_reads_text_only():
     ("raw", "message"),
     [
         (b'{"model": "m", "state": NaN, "questions": {}}', "NaN is not valid JSON"),
-        (b'{"model": "m", "state": "s", "questions": {"a": {}, "a": {}}}', "key 'a' appears more than once"),
-        (b'{"model": ', "JSON decode error"),
-        (b"\xff\xfe", "JSON decode error"),
+        (b'{"model": "m", "state": "s", "questions": {"a": {}, "a": {}}}', "duplicate key 'a' in one object"),
+        (b'{"model": ', "is not valid JSON: Expecting value at line 1 column 11"),
+        (b"\xff\xfe", "is not UTF-8"),
+        (b"  ", "is empty"),
     ],
 )
 def test_malformed_json_is_a_body_problem(raw, message):

@@ -14,6 +14,7 @@ from ..bodies import read_json
 from ..chat import ChatCompletionRequest, sse_events
 from ..errors import BadRequest
 from ..runtime import ModelRuntime
+from ..systemone.router import model_listing
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -49,6 +50,7 @@ async def models(request: Request) -> Response:
                     "meta": info.model_dump(),
                 }
             ],
+            **model_listing(engine),  # typesafe-sdk's models.list() reads "models"
         }
     )
 

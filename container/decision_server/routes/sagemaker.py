@@ -15,13 +15,15 @@ from pydantic import ValidationError
 from ..bodies import read_json
 from ..errors import BadRequest
 from ..runtime import ModelRuntime
+from ..systemone.router import answer_invocation
 from .openai import chat_response
 
 router = APIRouter(tags=["sagemaker"])
 
 ACCEPTED_SHAPES = (
     'accepted bodies: {"decision": {...}} or {"decisions": [...]} (structured decision), '
-    'or {"messages": [...], ...} (OpenAI chat completion)'
+    'or {"messages": [...], ...} (OpenAI chat completion), '
+    'or {"model": ..., "state": ..., "questions": {...}} (TypeSafe System One)'
 )
 
 _INVOCATION_BODY = {
@@ -74,8 +76,10 @@ async def _invoke(request: Request) -> Response:
         return await decision_response(payload, runtime)
     if "messages" in payload:
         return await chat_response(payload, runtime)
+    if "questions" in payload:
+        return await run_in_threadpool(answer_invocation, runtime.require(), payload)
     keys = ", ".join(sorted(payload)) or "none"
-    raise BadRequest.for_field("body", f"has neither 'decision', 'decisions' nor 'messages' (keys: {keys}); {ACCEPTED_SHAPES}")
+    raise BadRequest.for_field("body", f"has none of 'decision', 'decisions', 'messages' or 'questions' (keys: {keys}); {ACCEPTED_SHAPES}")
 
 
 async def decision_response(payload: dict[str, Any], runtime: ModelRuntime) -> Response:

@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import PayloadTooLarge, ServerError, UnsupportedMediaType
+from ..bodies import parse_json
+from ..errors import BadRequest, PayloadTooLarge, ServerError, UnsupportedMediaType
 from .models import SystemOneRequest
 
 try:  # The client compresses bodies >= 1 KiB with zstd when it can (Python 3.14+, or backports.zstd).
@@ -78,13 +78,11 @@ def decode_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> byt
 
 
 def load_json(body: bytes) -> Any:
-    """Parse strictly: NaN/Infinity and repeated object keys are errors, not silent guesses."""
+    """The container's strict JSON reading (no NaN/Infinity, no repeated keys), as a 422."""
     try:
-        return json.loads(body, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except _Rejected as error:
-        raise SystemOneRequestError([_problem(["body"], str(error), "json_invalid")]) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SystemOneRequestError([_problem(["body"], f"JSON decode error: {error}", "json_invalid")]) from None
+        return parse_json(body)
+    except BadRequest as error:
+        raise SystemOneRequestError([_problem(["body"], error.message.removeprefix("body: "), "json_invalid")]) from None
 
 
 def parse_request(data: Any, *, max_options: int, max_questions: int) -> SystemOneRequest:
@@ -117,20 +115,3 @@ def _message(problem: Any) -> str:
 
 def _problem(loc: list[Any], msg: str, kind: str) -> dict[str, Any]:
     return {"loc": loc, "msg": msg, "type": kind}
-
-
-class _Rejected(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    raise _Rejected(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _Rejected(f"key {key!r} appears more than once in one JSON object; keys must be unique")
-        result[key] = value
-    return result

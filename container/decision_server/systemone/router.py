@@ -1,0 +1,143 @@
+"""`POST /v1/systemone` (and the System One shape of `POST /invocations`).
+
+All questions of a request go to the engine as one shared-state batch, so the state is
+evaluated once. Invalid requests are 422 with every problem and its field path; a busy
+model is the engine's 503 + Retry-After, which System One clients retry by themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ..errors import BadRequest, PayloadTooLarge, ServerError, UnsupportedMediaType
+from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
+from .models import SystemOneRequest, SystemOneResponse
+from .parsing import SystemOneRequestError, decode_body, load_json, parse_request
+
+#: The header typesafe-sdk reads for `response.request_id` (it raises without one).
+REQUEST_ID_HEADER = "x-typesafe-request-id"
+
+router = APIRouter(tags=["System One"])
+
+
+def answer(engine: Any, data: Any) -> SystemOneResponse:
+    """Answer a decoded System One body with `engine` (a DecisionEngine); blocking.
+
+    Raises SystemOneRequestError (422) for anything wrong with the request, including the
+    engine's own limits (prompt tokens) and control tokens, re-addressed to System One fields.
+    """
+    settings = engine.settings
+    request = parse_request(data, max_options=settings.max_options, max_questions=settings.max_decisions)
+    decisions = to_decisions(request)
+    try:
+        batch = engine.decide(decisions)
+    except BadRequest as error:
+        raise _readdressed(error, list(request.questions)) from None
+    return to_response(request, batch, DEFAULT_CONFIDENCE_FORMULA)
+
+
+def model_listing(engine: Any) -> dict[str, Any]:
+    """The `models` list that typesafe-sdk's `client.models.list()` reads from `GET /v1/models`
+    (merged into the OpenAI-style listing there; each client ignores the other's keys)."""
+    info = engine.model_info
+    written = datetime.fromtimestamp(engine.model_file.path.stat().st_mtime, tz=timezone.utc)
+    return {"models": [{
+        "name": info.file,
+        "description": (
+            f"{info.file}: structured decisions (SemIf direct-options readout; noul, choice and score), "
+            "uncalibrated probabilities; release_date is the GGUF file's date. Any requested model "
+            "name is answered by this model."
+        ),
+        "release_date": written.date().isoformat(),
+    }]}
+
+
+def answer_invocation(engine: Any, data: Any) -> Response:
+    """The `/invocations` hook: a JSON body with `questions` is a System One request (blocking)."""
+    return Response(answer(engine, data).model_dump_json(), media_type="application/json")
+
+
+@router.post(
+    "/v1/systemone",
+    response_model=SystemOneResponse,
+    summary="TypeSafe System One: noul, choice and score questions about one state",
+    responses={
+        413: {"description": "Body (or decompressed body) over DECISION_MAX_BODY_BYTES."},
+        415: {"description": "Not JSON, or an unsupported Content-Encoding (zstd is supported)."},
+        422: {"description": "Invalid request: `error` (container format) and `detail` (loc/msg/type per problem)."},
+        503: {"description": "Model busy past the admission wait; retry after `Retry-After` seconds."},
+    },
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": SystemOneRequest.model_json_schema(ref_template="#/components/schemas/{model}"),
+    }}}},
+)
+async def system_one(request: Request) -> Response:
+    from ..app import request_id_var  # the app's request id (set by its middleware)
+
+    headers = {REQUEST_ID_HEADER: request_id_var.get()}
+    try:
+        runtime = request.app.state.runtime
+        max_bytes = runtime.settings.max_body_bytes
+        _require_json(request.headers.get("content-type"))
+        raw = await _read_body(request, max_bytes)
+        data = load_json(decode_body(raw, request.headers.get("content-encoding"), max_bytes))
+        result = await run_in_threadpool(answer, runtime.require(), data)
+    except ServerError as error:
+        # Rendered here so that errors, too, carry the request id the client reads.
+        return JSONResponse(error.response_body(), status_code=error.status, headers={**error.headers(), **headers})
+    return Response(result.model_dump_json(), media_type="application/json", headers=headers)
+
+
+def _require_json(content_type: str | None) -> None:
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type == "multipart/form-data":
+        raise UnsupportedMediaType(
+            "multipart bodies carry image assets, which need a vision-language model; "
+            "this decision model reads text only: send application/json"
+        )
+    if media_type != "application/json":
+        raise UnsupportedMediaType(f"Content-Type must be application/json, got {content_type or 'none'!r}")
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    """The raw body, refused past `max_bytes` (declared or streamed) before it is all read."""
+    too_large = PayloadTooLarge(f"request body exceeds {max_bytes} bytes (DECISION_MAX_BODY_BYTES)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise too_large
+    return bytes(body)
+
+
+_DECISION_FIELD = re.compile(r"^decisions?(?:\[(\d+)\])?(.*)$")
+
+
+def _readdressed(error: BadRequest, names: list[str]) -> SystemOneRequestError:
+    """The engine names decisions (`decisions[2].state`); System One callers know questions."""
+    problems = []
+    for field in error.fields or [{"field": "decisions", "reason": error.message}]:
+        match = _DECISION_FIELD.match(field["field"])
+        if match is None:
+            loc: list[Any] = ["body"]
+        elif match.group(2).startswith(".state"):
+            loc = ["body", "state"]
+        elif match.group(1) is not None:
+            loc = ["body", "questions", names[int(match.group(1))]]
+        elif len(names) == 1:
+            loc = ["body", "questions", names[0]]
+        else:
+            loc = ["body", "questions"]
+        problems.append({"loc": loc, "msg": field["reason"], "type": error.code})
+    readdressed = SystemOneRequestError(problems)
+    readdressed.code = error.code
+    return readdressed
