@@ -1,0 +1,1 @@
+"""Evaluation and calibration of decisions: `python -m bench.evaluate --help`."""

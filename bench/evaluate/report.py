@@ -1,0 +1,263 @@
+"""The evaluation report as JSON (everything), Markdown (for people) and PNG plots:
+reliability diagram, latency histogram, threshold curve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .evaluation import finite  # noqa: E402
+
+PLOTS = {
+    "reliability": "reliability.png",
+    "latency": "latency.png",
+    "thresholds": "thresholds.png",
+}
+
+
+def write_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md"}
+    if report.get("calibration"):
+        paths.update({name: out_dir / file for name, file in PLOTS.items()})
+        reliability_diagram(report, paths["reliability"])
+        latency_histogram(report, paths["latency"])
+        threshold_curve(report, paths["thresholds"])
+    report["files"] = {k: str(v) for k, v in paths.items()}
+    paths["json"].write_text(json.dumps(finite(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown(report), encoding="utf-8")
+    return paths
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def reliability_diagram(report: dict[str, Any], path: Path) -> None:
+    groups = report["calibration"]
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4.2), squeeze=False)
+    for ax, (name, group) in zip(axes[0], groups.items()):
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+        for key, label, marker in (
+            ("reliability_before", f"T = 1 (ECE {group['at_t1']['ece']:.3f})", "o"),
+            ("reliability_after_cv", _after_label(group), "s"),
+        ):
+            bins = [b for b in group.get(key) or [] if b["count"]]
+            if bins:
+                ax.plot([b["mean_confidence"] for b in bins], [b["accuracy"] for b in bins], marker=marker, label=label)
+        ax.set(title=f"{name} (n={group['decisions']})", xlabel="top-label confidence (10 bins)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Reliability: accuracy vs confidence per bin")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _after_label(group: dict[str, Any]) -> str:
+    cv = group.get("cross_validated")
+    if not cv:
+        return "fitted T"
+    return f"fitted T, {cv['folds']}-fold out-of-fold (ECE {cv['after']['ece']:.3f})"
+
+
+def latency_histogram(report: dict[str, Any], path: Path) -> None:
+    latency = report["latency"]
+    values = [v * 1000 for v in latency["histogram_values"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.hist(values, bins=30, color="tab:blue", alpha=0.8)
+    s = latency["per_decision_seconds"]
+    for value, label, style in ((s["median"], "median", "-"), (s["p95"], "p95", "--")):
+        ax.axvline(value * 1000, color="black", linestyle=style, label=f"{label} {value * 1000:.0f} ms")
+    ax.set(title="Decision latency (client wall time per decision)", xlabel="milliseconds", ylabel="decisions")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def threshold_curve(report: dict[str, Any], path: Path) -> None:
+    fig, (share_ax, error_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, group in report["calibration"].items():
+        rows = group["threshold_table"]
+        x = [r["threshold"] for r in rows]
+        share_ax.plot(x, [r["share_auto_routed"] for r in rows], marker=".", label=name)
+        error_ax.plot(x, [r["error_rate"] if r["error_rate"] is not None else float("nan") for r in rows], marker=".", label=name)
+    target = next(iter(report["calibration"].values()))["target_error_rate"]
+    error_ax.axhline(target, color="grey", linestyle=":", label=f"target {target:.0%}")
+    share_ax.set(title="Share auto-routed", xlabel="confidence threshold (fitted T)", ylabel="share", ylim=(0, 1.02))
+    error_ax.set(title="Error rate among auto-routed", xlabel="confidence threshold (fitted T)", ylabel="error rate", ylim=(0, 1.02))
+    share_ax.legend(fontsize=7)
+    error_ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:.0f} ms"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = ["# Decision evaluation report", ""]
+    run = report["run"]
+    lines += [
+        f"- Command: `{run['command']}`",
+        f"- Scored by: {run['runner']}",
+        f"- Data: {', '.join(run['data'])}",
+        f"- Decisions scored: {report['decisions']} in {report['requests']} requests; "
+        f"bad rows: {len(report['row_errors'])}; scoring failures: {len(report['scoring_failures'])}",
+    ]
+    if report.get("model"):
+        m = report["model"]
+        lines.append(
+            f"- Model: `{m['file']}` (sha256 {m['sha256'][:12]}…, {m['threads']} threads, ctx {m['context_size']}), "
+            f"prompt `{report['prompt_version']}`"
+        )
+    lines += [
+        "",
+        "Probabilities are the readout's softmax over the offered options: conditional on those options and "
+        "uncalibrated until a temperature is fitted. A small model's decisions are weak; read accuracy and "
+        "calibration together, per question.",
+        "",
+    ]
+    if not report.get("overall"):
+        lines.append("No decision could be scored.")
+        return "\n".join(lines + _problems(report)) + "\n"
+
+    o = report["overall"]
+    lines += [
+        "## Accuracy and calibration (T = 1)",
+        "",
+        f"Overall: accuracy **{_pct(o['accuracy'])}**, Brier {_num(o['brier'])}, log-loss {_num(o['log_loss'])}, "
+        f"ECE {_num(o['ece'])} (10 equal-width bins, top-label confidence).",
+        "",
+        "| group | decisions | correct | accuracy |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, a in {**report["accuracy_by_group"], **report["accuracy_by_question"]}.items():
+        lines.append(f"| {name} | {a['decisions']} | {a['correct']} | {_pct(a['accuracy'])} |")
+
+    lines += [
+        "",
+        "## Temperature (fitted by minimising log-loss) and cross-validated calibration",
+        "",
+        "| question | n | fitted T | log-loss T=1 → fitted | ECE T=1 | ECE out-of-fold | Brier T=1 → out-of-fold | fold T |",
+        "|---|---:|---:|---|---:|---:|---|---|",
+    ]
+    for name, g in report["calibration"].items():
+        fit, cv = g["temperature_fit"], g["cross_validated"]
+        bound = " (at search bound)" if fit["at_bound"] else ""
+        lines.append(
+            f"| {name} | {g['decisions']} | {fit['temperature']:.3f}{bound} | {fit['log_loss_at_1']:.3f} → {fit['log_loss']:.3f} | "
+            f"{g['at_t1']['ece']:.3f} | {_num(cv['after']['ece']) if cv else '–'} | "
+            f"{g['at_t1']['brier']:.3f} → {_num(cv['after']['brier']) if cv else '–'} | "
+            f"{', '.join(f'{t:.2f}' for t in cv['fold_temperatures']) if cv else '–'} |"
+        )
+    lines += [
+        "",
+        "Out-of-fold: each decision is scored with the temperature fitted on the other folds, so the "
+        "after-figures are not measured on the data the temperature was fitted to.",
+        "",
+        "## Thresholds (confidence at the fitted T; a decision at or above the threshold is auto-routed)",
+        "",
+    ]
+    for name, g in report["calibration"].items():
+        lines += [
+            f"### {name} — {g['confidence_formula']}",
+            "",
+            "| threshold | auto-routed | share | errors | error rate |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for r in g["threshold_table"]:
+            lines.append(f"| {r['threshold']:.2f} | {r['auto_routed']} | {_pct(r['share_auto_routed'])} | {r['errors']} | {_pct(r['error_rate'])} |")
+        lines += ["", f"Recommended `min_confidence` = **{g['recommended_min_confidence']:.2f}** ({g['recommendation_note']})."]
+        for key, label in (("policy_now", "Policy as shipped"), ("policy_proposed", "With fitted T and recommended min_confidence")):
+            p = g.get(key)
+            if p:
+                lines.append(
+                    f"- {label} (T {p['temperature']:.3f}, min_confidence {p['thresholds']['min_confidence']:.2f}, "
+                    f"min_margin {p['thresholds']['min_margin']:.2f}, min_allowed_token_mass {p['thresholds']['min_allowed_token_mass']:.2f}; "
+                    f"the pipeline's own routing code): auto-routed {p['auto_routed']}/{g['decisions']} ({_pct(p['share_auto_routed'])}), "
+                    f"error rate among them {_pct(p['error_rate'])}"
+                )
+        lines.append("")
+
+    lat = report["latency"]
+    d, s, b = lat["per_decision_seconds"], lat["single_request_seconds"], lat["batch_request_seconds"]
+    lines += [
+        "## Latency and prompt size",
+        "",
+        f"- Per decision ({lat['per_decision_note']}): median {_ms(d['median'])}, p95 {_ms(d['p95'])}, max {_ms(d['max'])} over {d['count']}",
+        f"- Single-decision requests: median {_ms(s['median'])}, p95 {_ms(s['p95'])} over {s['count']}",
+        f"- Shared-state batch requests: median {_ms(b['median'])}, p95 {_ms(b['p95'])} over {b['count']}",
+        f"- Input tokens per decision: median {_num(report['input_tokens']['median'], 0)}, max {_num(report['input_tokens']['max'], 0)}",
+    ]
+    m = report["allowed_token_mass"]
+    lines += [
+        f"- allowed_token_mass: min {_num(m['min'])}, median {_num(m['median'])}, max {_num(m['max'])}; "
+        f"{m['below_0_5']} decisions below 0.5",
+        "",
+        "| allowed_token_mass | " + " | ".join(f"{h['lower']:.1f}–{h['upper']:.1f}" for h in m["histogram"]) + " |",
+        "|---|" + "---:|" * len(m["histogram"]),
+        "| decisions | " + " | ".join(str(h["count"]) for h in m["histogram"]) + " |",
+        "",
+    ]
+    decode = report.get("decode_comparison")
+    if decode and decode.get("readout"):
+        r, g = decode["readout"], decode["generation"]
+        lines += [
+            "## Decode comparison: single-pass readout vs generating the answer",
+            "",
+            f"Same {decode['decisions']} decisions, same prompt, one request each; generation is greedy, "
+            f"max {decode['max_tokens']} tokens, parsed for the option letter.",
+            "",
+            "| path | accuracy | median | p95 |",
+            "|---|---:|---:|---:|",
+            f"| readout (one forward pass) | {_pct(r['accuracy'])} | {_ms(r['latency_seconds']['median'])} | {_ms(r['latency_seconds']['p95'])} |",
+            f"| generation + parse | {_pct(g['accuracy'])} | {_ms(g['latency_seconds']['median'])} | {_ms(g['latency_seconds']['p95'])} |",
+            "",
+            f"Latency ratio generation / readout: **{decode['ratio_median']:.2f}×** at the median, "
+            f"{decode['ratio_p95']:.2f}× at p95. Generated answers naming no offered letter: {g['unparsed']}; "
+            f"generation agrees with the readout on {_pct(g['agrees_with_readout'])}.",
+            "",
+            "Generated answers (first few):",
+            "",
+        ]
+        lines += [f"- `{e['decision']}`: {e['generated']!r}" for e in g.get("examples", [])]
+        lines.append("")
+    for change in report.get("policy_changes", []):
+        lines += [f"## Policy change: {change['policy']} ({'written' if change['written'] else 'not written; run with --write-policy'})", ""]
+        lines += ["```diff", change["diff"].rstrip() or "(no change)", "```", ""]
+    if report.get("files", {}).get("reliability"):
+        lines += ["## Plots", "", "![reliability](reliability.png)", "![latency](latency.png)", "![thresholds](thresholds.png)", ""]
+    if report.get("misses"):
+        lines += ["## Wrong decisions", "", "| case | question | gold | predicted | p(top) | note |", "|---|---|---|---|---:|---|"]
+        for miss in report["misses"]:
+            lines.append(f"| {miss['case']} | {miss['question']} | {miss['gold']} | {miss['predicted']} | {miss['p_top']:.2f} | {miss['note'] or ''} |")
+        lines.append("")
+    return "\n".join(lines + _problems(report)) + "\n"
+
+
+def _problems(report: dict[str, Any]) -> list[str]:
+    out = []
+    if report.get("row_errors") or report.get("scoring_failures"):
+        out += ["## Rows not evaluated", ""]
+        out += [f"- {e}" for e in report.get("row_errors", []) + report.get("scoring_failures", [])]
+        out.append("")
+    return out

@@ -1,0 +1,175 @@
+"""Loading labelled decisions: both formats, every answer form, and bad rows named precisely."""
+
+import json
+
+import pytest
+
+from bench.evaluate.cases import load_file, parse_row
+
+TICKET = {
+    "ticket_id": "T-1",
+    "subject": "Charged twice",
+    "body": "Two charges for one invoice.",
+    "customer": {"id": "C-1", "tier": "pro"},
+    "channel": "email",
+    "created_at": "2026-05-04T08:00:00Z",
+}
+INCIDENT = {
+    "incident_id": "I-1",
+    "title": "Checkout down",
+    "description": "All checkouts fail with 500.",
+    "service": "checkout-api",
+    "severity": "sev2",
+    "source": "datadog",
+    "reported_at": "2026-06-01T00:05:00Z",
+}
+
+
+def row(**fields) -> str:
+    return json.dumps(fields)
+
+
+def test_a_ticket_row_becomes_the_policys_decision_with_its_gold():
+    case = parse_row(row(policy="support-ticket", item=TICKET, gold="billing", note="easy"), "f.jsonl", 3)
+    assert (case.case_id, case.kind, case.group, case.note, case.where) == ("T-1", "policy", "support-ticket", "easy", "f.jsonl:3")
+    (labelled,) = case.decisions
+    assert labelled.question == "queue" and labelled.gold == "billing"
+    assert labelled.decision.option_ids[labelled.gold_index] == "billing"
+    assert case.formulas == {"queue": "normalized_peak"}
+
+
+def test_an_incident_row_keeps_both_questions_on_one_state():
+    case = parse_row(row(policy="incident", item=INCIDENT, gold={"priority": "P1", "team": "application"}), "f", 1)
+    assert [(d.question, d.gold) for d in case.decisions] == [("priority", "P1"), ("team", "application")]
+    first, second = (d.decision for d in case.decisions)
+    assert first.state == second.state
+
+
+def test_gold_for_only_some_questions_scores_only_those():
+    case = parse_row(row(policy="incident", item=INCIDENT, gold={"team": "data"}), "f", 1)
+    assert [d.question for d in case.decisions] == ["team"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"policy": "nope", "item": TICKET, "gold": "billing"}, "policy", "no shipped policy named 'nope'"),
+        ({"policy": "support-ticket", "item": TICKET, "gold": "refunds"}, "gold.queue", "'refunds' is not an option"),
+        ({"policy": "incident", "item": INCIDENT, "gold": "P1"}, "gold", "give {question: option id}"),
+        ({"policy": "incident", "item": INCIDENT, "gold": {"urgency": "P1"}}, "gold.urgency", "no such question"),
+        ({"policy": "support-ticket", "item": {**TICKET, "channel": "fax"}, "gold": "billing"}, "item", "channel:"),
+        ({"policy": "support-ticket", "gold": "billing"}, "item", "missing"),
+        ({"policy": "support-ticket", "item": TICKET, "gold": "billing", "label": 1}, "label", "unknown field"),
+    ],
+)
+def test_bad_policy_rows_name_the_field(fields, field, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_row(json.dumps(fields), "f", 1)
+    assert info.value.field == field
+
+
+NOUL = {"type": "noul", "instructions": "Is this spam?"}
+CHOICE = {"type": "choice", "instructions": "Which intent?", "criteria": {"fee": "A fee", "lost_card": None}}
+SCORE = {"type": "score", "instructions": "How many stars?", "criteria": ["bad", "ok", "good"]}
+
+
+@pytest.mark.parametrize(
+    ("question", "extra", "expected", "gold"),
+    [
+        (NOUL, {}, "yes", "yes"),
+        (NOUL, {}, False, "no"),
+        (NOUL, {"labels": ["spam", "ham"]}, "ham", "no"),
+        (CHOICE, {}, "lost_card", "lost_card"),
+        (SCORE, {}, 2, "2"),
+        (SCORE, {}, "ok", "1"),
+        (SCORE, {"labels": ["1", "2", "3"]}, "1", "0"),
+    ],
+)
+def test_jevbench_answers_in_every_form(question, extra, expected, gold):
+    task = {"id": "t1", "family": "fam", "state": "some text", "question": question, "expected": expected, **extra}
+    case = parse_row(json.dumps(task), "f", 1)
+    (labelled,) = case.decisions
+    assert (case.kind, case.group, labelled.gold) == ("jevbench", "fam", gold)
+    assert case.formulas == {question["type"]: "normalized_peak"}
+
+
+def test_jevbench_uses_the_system_one_mapping():
+    from decision_server.systemone.mapping import question_decision
+    from decision_server.systemone.models import ChoiceQuestion
+
+    case = parse_row(json.dumps({"id": "t1", "family": "f", "state": {"a": 1}, "question": CHOICE, "expected": "fee"}), "f", 1)
+    assert case.decisions[0].decision == question_decision("t1", ChoiceQuestion.model_validate(CHOICE), {"a": 1})
+
+
+@pytest.mark.parametrize(
+    ("task", "field", "message"),
+    [
+        ({"question": {"type": "choice", "criteria": {"only": None}}}, "question.criteria", "needs 2 to 16"),
+        ({"question": {"type": "rank", "instructions": "x"}}, "question", "does not match any of the expected tags|Input tag"),
+        ({"expected": 5, "question": SCORE}, "expected", "level 5 outside 0..2"),
+        ({"expected": 1, "question": NOUL}, "expected", "only a score question"),
+        ({"expected": "maybe", "question": NOUL}, "expected", "'maybe' names no answer"),
+        ({"labels": ["a"], "question": NOUL}, "labels", "1 labels for 2 options"),
+        ({"family": ""}, "family", "non-empty"),
+        ({"state": ""}, "state", "at least 1 character"),
+    ],
+)
+def test_bad_jevbench_rows_name_the_field(task, field, message):
+    full = {"id": "t1", "family": "f", "state": "text", "question": NOUL, "expected": "yes", **task}
+    with pytest.raises(ValueError, match=message) as info:
+        parse_row(json.dumps(full), "f", 1)
+    assert info.value.field == field
+
+
+def test_a_file_with_bad_rows_keeps_the_good_ones(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                row(policy="support-ticket", item=TICKET, gold="billing"),
+                "{not json",
+                "",
+                "[1, 2]",
+                row(id="t1", family="f", state="x", question=NOUL, expected="no"),
+                row(something="else"),
+            ]
+        )
+        + "\n"
+    )
+    loaded = load_file(path)
+    assert [c.case_id for c in loaded.cases] == ["T-1", "t1"]
+    assert [(e.line, e.field) for e in loaded.errors] == [(2, "(line)"), (4, "(line)"), (6, "(line)")]
+    assert "not valid JSON" in str(loaded.errors[0]) and str(loaded.errors[0]).startswith(f"{path}:2: (line):")
+
+
+def test_limit_counts_usable_rows(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(row(id=f"t{i}", family="f", state="x", question=NOUL, expected="yes") for i in range(5)))
+    assert len(load_file(path, limit=2).cases) == 2
+
+
+def test_a_missing_file_is_a_row_error_not_a_crash(tmp_path):
+    loaded = load_file(tmp_path / "absent.jsonl")
+    assert loaded.cases == [] and loaded.errors[0].field == "(file)"
+
+
+@pytest.mark.parametrize("name", ["support-tickets.jsonl", "incidents.jsonl", "jevbench-sample.jsonl"])
+def test_the_shipped_sets_load_without_errors(name):
+    from pathlib import Path
+
+    loaded = load_file(Path(__file__).resolve().parents[2] / "bench/data" / name)
+    assert loaded.errors == []
+    minimum = {"support-tickets.jsonl": 40, "incidents.jsonl": 30, "jevbench-sample.jsonl": 12}[name]
+    assert len(loaded.cases) >= minimum
+    golds = {d.gold for c in loaded.cases for d in c.decisions}
+    options = {o for c in loaded.cases for d in c.decisions for o in d.decision.option_ids}
+    assert golds <= options
+    if name == "jevbench-sample.jsonl":
+        assert {d.question for c in loaded.cases for d in c.decisions} == {"noul", "choice", "score"}
+    else:
+        # every option of every question appears as a gold answer somewhere
+        per_question = {}
+        for c in loaded.cases:
+            for d in c.decisions:
+                per_question.setdefault(d.question, (set(d.decision.option_ids), set()))[1].add(d.gold)
+        assert all(offered == used for offered, used in per_question.values())
