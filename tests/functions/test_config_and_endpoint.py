@@ -1,0 +1,56 @@
+import json
+
+import pytest
+from conftest import make_result
+from decision_contract import SingleDecisionResponse
+from decision_router.adapters.endpoint import DecisionEndpoint
+from decision_router.config import ConfigError, Settings
+from decision_router.errors import EndpointFailure
+from decision_router.policies import build_decisions, load_policy
+from decision_router.items import parse_item
+
+
+def test_settings_from_the_interface_variables():
+    s = Settings.from_env({"DECISION_ENDPOINT_NAME": "ep", "DESTINATION_QUEUES": '{"billing": "https://q/b"}',
+                           "REVIEW_TIMEOUT_SECONDS": "3600", "ENDPOINT_READ_TIMEOUT_SECONDS": "75"})
+    assert (s.endpoint_name, s.destination_queues, s.review_timeout_seconds) == ("ep", {"billing": "https://q/b"}, 3600)
+    assert (s.endpoint_read_timeout_seconds, s.endpoint_max_attempts) == (75.0, 4)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"DESTINATION_QUEUES": "billing=https://q"}, "DESTINATION_QUEUES is not JSON"),
+    ({"DESTINATION_QUEUES": '["https://q"]'}, "must be a JSON object of target"),
+    ({"ENDPOINT_MAX_ATTEMPTS": "many"}, "ENDPOINT_MAX_ATTEMPTS='many': not a int"),
+    ({"REVIEW_TIMEOUT_SECONDS": "0"}, "REVIEW_TIMEOUT_SECONDS='0': must be at least 1"),
+])
+def test_bad_settings_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)
+
+
+def test_missing_required_settings_are_listed():
+    with pytest.raises(ConfigError, match="not set: DECISION_ENDPOINT_NAME, ROUTING_STATE_MACHINE_ARN"):
+        Settings.from_env({}).require("endpoint_name", "state_machine_arn")
+
+
+@pytest.fixture
+def decisions(ticket_data):
+    return build_decisions(load_policy("support-ticket"), parse_item("ticket", ticket_data))
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"<html>502 Bad Gateway</html>", "not a decision response"),
+    (b'{"result": {"id": "queue"}}', "not a decision response"),
+    (SingleDecisionResponse(result=make_result("other", ["a", "b"], [1.0, 0.0])).model_dump_json().encode(),
+     "answered decision ids \\['other'\\], asked \\['queue'\\]"),
+])
+def test_unusable_answers_are_bad_responses(decisions, raw, message):
+    with pytest.raises(EndpointFailure, match=message) as info:
+        DecisionEndpoint._parse(raw, decisions, 1)
+    assert info.value.kind == "bad_response" and not info.value.retryable
+
+
+def test_client_has_the_agreed_timeouts_and_retry_mode():
+    config = DecisionEndpoint("ep", read_timeout=70, max_attempts=4).client.meta.config
+    assert config.read_timeout == 70 and config.connect_timeout == 5
+    assert config.retries["mode"] == "adaptive"
