@@ -48,5 +48,10 @@ lint: $(STAMP) $(SAM_STAMP)
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(PY) -m local.template_resources statelint
 
+# Full shipped labelled sets on the embedded model; reports land in reports/eval/.
+# EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
+eval: $(STAMP)
+	$(PY) -m bench.evaluate $(EVAL_ARGS)
+
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -224,6 +224,23 @@ def analyse(
     first = obs[0].result
     report["model"] = first.model.model_dump()
     report["prompt_version"] = first.prompt_version
+    report["rows"] = [
+        {
+            "case": o.case.case_id,
+            "where": o.case.where,
+            "group": o.case.group,
+            "question": o.question,
+            "option_ids": o.option_ids,
+            "gold": o.option_ids[o.gold_index],
+            "option_logits": o.logits,
+            "probabilities_t1": o.probabilities,
+            "allowed_token_mass": o.result.allowed_token_mass,
+            "input_tokens": o.result.input_tokens,
+            "request_seconds": o.request_seconds,
+            "request_size": o.request_size,
+        }
+        for o in obs
+    ]
     report["misses"] = [
         {
             "case": o.case.case_id,
