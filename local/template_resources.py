@@ -298,12 +298,7 @@ class Stack:
         `client(service_name)` makes boto3 clients; by default `boto3.client(name, region_name=…)`,
         which honours AWS_ENDPOINT_URL (moto server) and mock_aws().
         """
-        if client is None:
-            import boto3
-
-            def client(service: str) -> Any:
-                return boto3.client(service, region_name=self.region)
-
+        client = client or self._default_client
         sqs, events, dynamodb, sfn = (client(name) for name in ("sqs", "events", "dynamodb", "stepfunctions"))
         for logical_id in self.of_type("AWS::Events::EventBus"):
             self._create_bus(events, logical_id)
@@ -421,14 +416,28 @@ class Stack:
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         return url, arn
 
+    def rule_events(self, function_id: str, event_name: str, client: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+        """Drain the queue standing in for a function's EventBridge rule: the events as Lambda
+        would receive them (moto's SQS delivery omits `account`, which EventBridge always sends)."""
+        sqs = (client or self._default_client)("sqs")
+        url = self.rule_queues[(function_id, event_name)]
+        events = []
+        while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in messages:
+                event = json.loads(message["Body"])
+                event.setdefault("account", self.account_id)
+                events.append(event)
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return events
+
+    def _default_client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(service, region_name=self.region)
+
     def observe_bus(self, bus_logical_id: str, pattern: dict[str, Any], name: str, client: Callable[[str], Any] | None = None) -> str:
         """A rule on the bus delivering matching events to a new SQS queue; returns its URL."""
-        if client is None:
-            import boto3
-
-            def client(service: str) -> Any:
-                return boto3.client(service, region_name=self.region)
-
+        client = client or self._default_client
         sqs, events = client("sqs"), client("events")
         bus = self.ref(bus_logical_id)
         rule = f"{self.stack_name}-observe-{name}"

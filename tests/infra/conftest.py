@@ -15,6 +15,8 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_SESSION_TOKEN", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ["POWERTOOLS_TRACE_DISABLED"] = "1"
+# Powertools reads these when a handler module creates its Metrics/Logger (at import).
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
 
 import boto3
 import pytest
@@ -121,14 +123,17 @@ class Pipeline:
             if not batch:
                 time.sleep(0.1)
 
-    def queues_holding(self, item_id: str) -> dict[str, list[dict]]:
-        """Target -> messages about this item, over all nine destination queues."""
-        holding = {}
+    def routed(self) -> dict[str, dict[str, list[dict]]]:
+        """Drain the nine destination queues: item id -> target -> its messages."""
+        found: dict[str, dict[str, list[dict]]] = {}
         for target, url in self.destinations.items():
-            messages = [m for m in self.messages(url) if m.get("item_id") == item_id]
-            if messages:
-                holding[target] = messages
-        return holding
+            for message in self.messages(url):
+                found.setdefault(message["item_id"], {}).setdefault(target, []).append(message)
+        return found
+
+    def queues_holding(self, item_id: str) -> dict[str, list[dict]]:
+        """Target -> messages about this item (drains all destination queues: one item per call)."""
+        return self.routed().get(item_id, {})
 
     def observe(self, *detail_types: str) -> str:
         """An SQS queue receiving the bus's events of these detail types."""
@@ -152,3 +157,20 @@ class Pipeline:
 def pipeline():
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         yield Pipeline(Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME}).create())
+
+
+class LambdaContext:
+    """Lambda's context object (there is no Lambda runtime here): 5 minutes left, like the template."""
+
+    function_name = "decision-router-test"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:decision-router-test"
+    aws_request_id = "00000000-0000-4000-8000-000000000001"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+@pytest.fixture
+def lambda_context() -> LambdaContext:
+    return LambdaContext()

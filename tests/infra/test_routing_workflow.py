@@ -63,7 +63,7 @@ def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, e
     assert [d["question"] for d in json.loads(audit["decisions"])] == ["priority", "team"]
 
 
-def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, monkeypatch):
+def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, monkeypatch, lambda_context):
     record = pipeline.record("ticket", "T-2002", route="review", answers={"queue": "billing"})
     execution_arn = pipeline.start(record)
 
@@ -78,7 +78,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
     review_app.lambda_handler({"task_token": review["task_token"], "policy": "support-ticket",
                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
-                               "note": "export error, not billing"}, _LambdaContext())
+                               "note": "export error, not billing"}, lambda_context)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
     assert list(pipeline.queues_holding("T-2002")) == ["technical-support"]
@@ -173,14 +173,3 @@ def test_a_failing_audit_write_is_dead_lettered_once_without_looping(pipeline):
     (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
     assert dead_letter["error"]["Error"].startswith("DynamoDB.")
 
-
-class _LambdaContext:
-    """Lambda's context object (there is no Lambda runtime here)."""
-
-    function_name = "review-completion"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:review-completion"
-    aws_request_id = "00000000-0000-4000-8000-000000000001"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 30_000
