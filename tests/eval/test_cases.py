@@ -111,7 +111,7 @@ def test_jevbench_uses_the_system_one_mapping():
         ({"expected": "maybe", "question": NOUL}, "expected", "'maybe' names no answer"),
         ({"labels": ["a"], "question": NOUL}, "labels", "1 labels for 2 options"),
         ({"family": ""}, "family", "non-empty"),
-        ({"state": ""}, "state", "at least 1 character"),
+        ({"state": ""}, "state", "at least 1 character|non-empty text"),
     ],
 )
 def test_bad_jevbench_rows_name_the_field(task, field, message):
@@ -173,3 +173,11 @@ def test_the_shipped_sets_load_without_errors(name):
             for d in c.decisions:
                 per_question.setdefault(d.question, (set(d.decision.option_ids), set()))[1].add(d.gold)
         assert all(offered == used for offered, used in per_question.values())
+
+
+def test_the_pipelines_review_export_is_loadable_labelled_data():
+    from decision_router.review_cli import labelled_example
+
+    stored = {"policy_name": "incident", "item": json.dumps(INCIDENT), "answers": json.dumps({"priority": "P2", "team": "data"})}
+    case = parse_row(json.dumps(labelled_example(stored)), "export.jsonl", 1)
+    assert [(d.question, d.gold) for d in case.decisions] == [("priority", "P2"), ("team", "data")]
