@@ -64,7 +64,12 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
         rid = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         token = request_id_var.set(rid)
         try:
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception:
+                # A real fault: logged whole with the request id; the caller gets the id only.
+                log.exception("internal error in request %s (%s %s)", rid, request.method, request.url.path)
+                response = _error_response(ServerError(f"internal error; request id {rid}"))
             response.headers[REQUEST_ID_HEADER] = rid
             log.info("%s %s -> %d", request.method, request.url.path, response.status_code)
             return response
@@ -113,13 +118,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         error.status = exc.status_code
         error.code = "http_error"
         return _error_response(error)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        # A real fault: log it whole with the request id; the caller gets the id, not the trace.
-        rid = request_id_var.get()
-        log.exception("internal error in request %s (%s %s)", rid, request.method, request.url.path)
-        return _error_response(ServerError(f"internal error; request id {rid}"))
 
 
 def _install_openapi_schemas(app: FastAPI) -> None:

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 #: Letters A…P label the options by position; the readout allows no more.
 OPTION_LETTERS = "ABCDEFGHIJKLMNOP"
@@ -18,8 +28,20 @@ MAX_OPTIONS = len(OPTION_LETTERS)
 MAX_STATE_DEPTH = 32
 
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+
+
+def _state_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # One clear reason instead of one error per union member.
+    try:
+        return handler(value)
+    except ValidationError:
+        kind = {bool: "boolean", int: "number", float: "number", type(None): "null"}.get(type(value), "value")
+        got = "an empty string" if value == "" else f"a JSON {kind}"
+        raise ValueError(f"must be non-empty text, or a JSON object or array (got {got})") from None
+
+
 #: A `state` is free text or any JSON object/array describing the situation.
-State = Union[NonEmptyStr, dict[str, Any], list[Any]]
+State = Annotated[Union[NonEmptyStr, dict[str, Any], list[Any]], WrapValidator(_state_error)]
 
 
 class _Strict(BaseModel):
