@@ -169,3 +169,11 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
     kinds = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Events::EventBus", "AWS::Serverless::StateMachine")
     for logical_id in stack.of_type(*kinds):
         assert stack.ref(logical_id) in outputs, logical_id
+
+
+def test_review_function_may_only_answer_tasks_and_remove_review_messages(stack):
+    (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
+    grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
+              for s in stack.resolve(policy)["Statement"]}
+    assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"), "*"),
+                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn"))}
