@@ -15,7 +15,7 @@ from decision_server.systemone.parsing import zstd
 
 pytestmark = pytest.mark.model
 
-STATE = {"subject": "Charged twice", "body": "I was charged twice for my subscription this month. Please refund one."}
+STATE = {"subject": "Charged twice", "body": "I was charged twice this month. Please refund one."}
 QUESTIONS = {
     "billing": {"type": "noul", "instructions": "Is this message about billing?"},
     "tone": {"type": "choice", "instructions": "What is the tone?",
@@ -36,6 +36,13 @@ def post(url: str, payload, path: str = "/v1/systemone", **kwargs) -> httpx.Resp
 @pytest.fixture(scope="module")
 def mixed(decision_server_url) -> httpx.Response:
     return post(decision_server_url, body())
+
+
+@pytest.fixture(scope="module")
+def single(decision_server_url) -> httpx.Response:
+    response = post(decision_server_url, body({"billing": QUESTIONS["billing"]}))
+    assert response.status_code == 200, response.text
+    return response
 
 
 def test_every_question_type_is_answered(mixed):
@@ -139,21 +146,14 @@ def test_a_choice_is_the_hand_written_semif_decision(decision_server_url):
 
 
 @pytest.mark.parametrize("path", ["/invocations", "/endpoints/router-decisions/invocations"])
-def test_invocations_with_questions_is_system_one(decision_server_url, mixed, path):
-    response = post(decision_server_url, body(), path)
+def test_invocations_with_questions_is_system_one(decision_server_url, single, path):
+    response = post(decision_server_url, body({"billing": QUESTIONS["billing"]}), path)
     assert response.status_code == 200, response.text
-    assert _rounded(response.json()["answers"]) == _rounded(mixed.json()["answers"])
+    assert response.json()["answers"] == single.json()["answers"]
+    assert response.json()["usage"] == single.json()["usage"]
 
 
-def _rounded(value):
-    if isinstance(value, float):
-        return round(value, 9)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
-
-
-def test_a_sagemaker_runtime_client_gets_system_one_answers(decision_server_url, monkeypatch):
+def test_a_sagemaker_runtime_client_gets_system_one_answers(decision_server_url, single, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", decision_server_url)
     runtime = boto3.client(
         "sagemaker-runtime", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing",
@@ -163,8 +163,7 @@ def test_a_sagemaker_runtime_client_gets_system_one_answers(decision_server_url,
         EndpointName="router-decisions", ContentType="application/json", Accept="application/json",
         Body=json.dumps(body({"billing": QUESTIONS["billing"]})),
     )
-    payload = json.loads(response["Body"].read())
-    assert payload["answers"]["billing"]["type"] == "noul"
+    assert json.loads(response["Body"].read())["answers"] == single.json()["answers"]
 
 
 # --- errors -----------------------------------------------------------------------------------
