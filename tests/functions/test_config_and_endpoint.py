@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from conftest import make_result
+from tests.functions.conftest import make_result
 from decision_contract import SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import ConfigError, Settings

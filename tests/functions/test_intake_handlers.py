@@ -14,7 +14,7 @@ import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
-from conftest import EVENTS, make_result
+from tests.functions.conftest import EVENTS, make_result
 from moto import mock_aws
 
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse

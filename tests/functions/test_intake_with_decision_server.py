@@ -12,7 +12,7 @@ import math
 
 import boto3
 import pytest
-from conftest import EVENTS
+from tests.functions.conftest import EVENTS
 from moto import mock_aws
 
 from decision_router.config import Settings

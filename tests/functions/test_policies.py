@@ -2,7 +2,7 @@ import copy
 import json
 
 import pytest
-from conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS
+from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS
 from decision_contract import DecisionRequest
 from decision_router.items import parse_item
 from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, build_state, load_policy

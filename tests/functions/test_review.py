@@ -8,9 +8,9 @@ import time
 
 import boto3
 import pytest
-from conftest import EVENTS
+from tests.functions.conftest import EVENTS
 from moto import mock_aws
-from test_intake_handlers import TICKET_OPTIONS, body, FakeLambdaContext, StubbedEndpoint, make_intake
+from tests.functions.test_intake_handlers import TICKET_OPTIONS, body, FakeLambdaContext, StubbedEndpoint, make_intake
 
 from decision_router import review_cli
 from decision_router.adapters.review import ReviewTaskGone

@@ -4,7 +4,7 @@ import math
 from datetime import datetime, timezone
 
 import pytest
-from conftest import make_result
+from tests.functions.conftest import make_result
 from decision_router.errors import EndpointFailure
 from decision_router.items import parse_item
 from decision_router.policies import Thresholds, load_policy
