@@ -112,6 +112,28 @@ def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
     assert json.loads(pipeline.labelled_example("incident", "INC-8")["answers"])["priority"] == "P1"
 
 
+def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(pipeline):
+    # sev1 → P1 by rule, but the owning team is uncertain: page now, route after the review.
+    escalations = pipeline.observe("Incident Escalated")
+    record = pipeline.record("incident", "INC-9", route="review", escalate=True,
+                             answers={"priority": "P1", "team": "data"})
+    execution_arn = pipeline.start(record)
+    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+
+    (early,) = pipeline.messages(escalations, wait_seconds=10)
+    assert early["detail"]["item_id"] == "INC-9" and early["detail"]["target"] is None
+    assert pipeline.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
+
+    output = {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "security"},
+              "destination": {"target": "security-oncall", "queue_url": pipeline.destinations["security-oncall"]},
+              "escalate": True, "note": ""}
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
+
+    assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
+    assert list(pipeline.queues_holding("INC-9")) == ["security-oncall"]
+    assert pipeline.messages(escalations) == []  # paged once, before the review
+
+
 def test_an_overdue_review_is_escalated_and_audited(pipeline):
     overdue = pipeline.observe("Review Overdue")
     record = pipeline.record("ticket", "T-3003", route="review", answers={"queue": "sales"}, timeout_seconds=1)
