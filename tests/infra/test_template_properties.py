@@ -65,7 +65,16 @@ def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(s
     assert dead_letters == {"TicketDeadLetterQueue", "TeamDeadLetterQueue"}
     without_redrive = {q for q in queues if "RedrivePolicy" not in stack.properties(q)}
     assert without_redrive == {"TicketDeadLetterQueue", "TeamDeadLetterQueue", "WorkflowDeadLetterQueue",
-                               "IncidentDeadLetterQueue"}
+                               "IncidentDeadLetterQueue", "ReviewQueue"}
+
+
+def test_pending_reviews_expire_by_the_workflow_timeout_not_by_redrive(stack):
+    # Reviewers browse the review queue; each look is a receive, so a redrive policy would move
+    # pending reviews to a DLQ. The workflow's timeout escalates them, well inside retention.
+    review = stack.properties("ReviewQueue")
+    assert "RedrivePolicy" not in review
+    timeout = stack.template["Parameters"]["ReviewTimeoutSeconds"]
+    assert timeout["MaxValue"] <= review["MessageRetentionPeriod"]
 
 
 def test_ticket_queue_outlives_the_function_and_limits_concurrency(stack):
@@ -103,7 +112,7 @@ def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
 def test_every_workflow_task_retries_and_catches():
     asl = json.loads(Stack.load().state_machine_definition("RoutingStateMachine"))
     tasks = {name: state for name, state in asl["States"].items() if state["Type"] == "Task"}
-    assert len(tasks) == 8
+    assert len(tasks) == 9
     for name, state in tasks.items():
         assert state.get("Retry"), name
         assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name
