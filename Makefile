@@ -32,6 +32,11 @@ $(STAMP): $(REQUIREMENTS)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
+# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets and/or incidents.
+demo: $(STAMP)
+	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
+
 # aws-sam-cli pins an older boto3 than the project: it lives in its own venv.
 SAM_VENV := .venv-sam
 SAM_STAMP := $(SAM_VENV)/.installed

@@ -1,0 +1,565 @@
+"""`make demo`: the whole Decision Router on this machine, no AWS account, no network.
+
+    python -m local.demo [--model path.gguf] [--items items.jsonl ...] [--no-review]
+
+1. Starts the decision container (`python -m decision_server`, embedded SmolLM2-135M unless
+   --model) and a moto server, each on a free loopback port.
+2. Creates template.yaml's queues, bus, rules, tables and routing state machine in moto.
+3. Sends every ticket to the ticket queue and runs the real ticket-intake handler on SQS batches,
+   and puts every incident on the bus and runs the real incident-intake handler on what the
+   rule delivers; boto3's `sagemaker-runtime` calls the local container, all else goes to moto,
+   whose Step Functions interpreter executes the real routing workflow.
+4. Waits for the executions, reads back where every item actually ended up (team queue, review
+   queue, a DLQ) and prints the table; then completes one pending review through the real review
+   function to show the loop closing.
+
+Items files hold one JSON object per line, tickets and/or incidents (told apart by `ticket_id` /
+`incident_id`). A line that is neither is reported as rejected with its reason; a ticket or
+incident that fails validation goes through its intake and lands in that intake's DLQ.
+Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, TextIO
+
+from local.template_resources import REPO_ROOT, Stack
+
+EVENTS = REPO_ROOT / "events"
+DEFAULT_ITEMS = (EVENTS / "tickets.jsonl", EVENTS / "incidents.jsonl")
+LOG_DIR = REPO_ROOT / ".demo"
+ENDPOINT_NAME = "local-decision"
+# The template's functions this demo runs (everything else is read from their properties).
+TICKET_FUNCTION = "TicketIntakeFunction"
+INCIDENT_FUNCTION = "IncidentIntakeFunction"
+REVIEW_FUNCTION = "ReviewCompletionFunction"
+INCIDENT_SOURCE = "local.demo"  # EventBridge `source` of the incidents this demo publishes
+DEMO_REVIEWER = "demo-reviewer@example.com"
+
+Progress = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------------- items
+@dataclass(frozen=True)
+class InputItem:
+    """One line of an items file: a ticket, an incident, or rejected (kind None, with a reason)."""
+
+    source: str  # "file.jsonl:3"
+    kind: str | None
+    item_id: str | None
+    text: str
+    data: dict[str, Any] | None = None
+    rejected: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.item_id or self.source
+
+
+def classify(source: str, text: str) -> InputItem:
+    """Tell a ticket from an incident by its id field; anything else is rejected with the reason.
+    Validation proper is the intake's job: a bad ticket or incident still goes through it."""
+    from decision_router.items import ITEM_MODELS
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        return InputItem(source, None, None, text, rejected=f"not JSON: {error}")
+    if not isinstance(data, dict):
+        return InputItem(source, None, None, text, rejected=f"expected a JSON object, got {type(data).__name__}")
+    kinds = [kind for kind, model in ITEM_MODELS.items() if model.id_field in data]
+    if len(kinds) != 1:
+        fields = [model.id_field for model in ITEM_MODELS.values()]
+        problem = f"has both {' and '.join(fields)}" if kinds else f"has neither {' nor '.join(fields)}"
+        return InputItem(source, None, None, text, data, rejected=f"{problem}: cannot tell what it is")
+    kind = kinds[0]
+    item_id = data[ITEM_MODELS[kind].id_field]
+    return InputItem(source, kind, item_id if isinstance(item_id, str) and item_id.strip() else None, text, data)
+
+
+def read_items(paths: Iterable[Path]) -> list[InputItem]:
+    items = []
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    items.append(classify(f"{path.name}:{number}", line.strip()))
+    return items
+
+
+# ----------------------------------------------------------------------------------- outcomes
+@dataclass
+class Outcome:
+    """Where one input item ended up, read back from the queues and tables."""
+
+    item: InputItem
+    record: dict[str, Any] | None = None  # the decision record the workflow received
+    execution_arn: str | None = None
+    status: str | None = None  # execution status
+    queues: list[str] = field(default_factory=list)  # template logical ids of the queues holding it
+    escalated: bool = False
+    audit: str | None = None  # audit outcome (auto_routed, reviewed, ...) once written
+    problem: str | None = None  # why it was rejected or dead-lettered
+
+    @property
+    def route(self) -> str:
+        if self.item.rejected:
+            return "rejected"
+        if self.record is None:
+            return "failed"
+        return self.record["route"]
+
+    @property
+    def reason(self) -> str:
+        if self.problem:
+            return self.problem
+        if self.record is not None and self.record["route"] == "review":
+            return self.record["route_reason"]
+        return ""
+
+
+@dataclass
+class PendingReview:
+    message: dict[str, Any]  # the workflow's review message: task_token, execution_name, record
+    receipt_handle: str
+
+
+class LocalPipeline:
+    """template.yaml's resources in the moto server boto3 points at, and the three functions.
+    Construct it inside `local.services.local_aws_environ` (boto3 reads the endpoints then)."""
+
+    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME):
+        import boto3
+
+        from local.lambdas import LocalFunction, SqsEventSource
+
+        self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name}).create()
+        self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
+        self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
+        self.tickets = LocalFunction(self.stack, TICKET_FUNCTION, log=log)
+        self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log)
+        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log)
+        self.ticket_source = SqsEventSource(self.tickets, self.sqs)
+        env = self.tickets.env
+        self.destinations: dict[str, str] = json.loads(env["DESTINATION_QUEUES"])
+        self.review_queue_url = env["REVIEW_QUEUE_URL"]
+        self.state_machine_arn = env["ROUTING_STATE_MACHINE_ARN"]
+        self.audit_table = env["AUDIT_TABLE_NAME"]
+        self.labelled_table = env["LABELLED_EXAMPLES_TABLE_NAME"]
+        self.bus_name = env["EVENT_BUS_NAME"]
+        self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
+                                   if event["Type"] == "EventBridgeRule")
+        bus_id = next(b for b in self.stack.of_type("AWS::Events::EventBus") if self.stack.ref(b) == self.bus_name)
+        self.escalation_queue = self.stack.observe_bus(bus_id, {"detail-type": ["Incident Escalated"]}, "escalations")
+        self.pending_reviews: dict[str, PendingReview] = {}
+
+    def summary(self) -> str:
+        count = {kind: len(self.stack.of_type(kind)) for kind in (
+            "AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Events::EventBus", "AWS::Serverless::StateMachine")}
+        rules = len(self.stack.of_type("AWS::Events::Rule")) + sum(
+            1 for f in self.stack.of_type("AWS::Serverless::Function")
+            for e in self.stack.properties(f).get("Events", {}).values() if e["Type"] in ("EventBridgeRule", "CloudWatchEvent"))
+        return (f"{count['AWS::SQS::Queue']} queues, {count['AWS::DynamoDB::Table']} tables, "
+                f"{count['AWS::Events::EventBus']} event bus, {rules} rule(s), "
+                f"{count['AWS::Serverless::StateMachine']} state machine (the real ASL)")
+
+    # ------------------------------------------------------------------------------ sending
+    def run(self, items: list[InputItem], progress: Progress = lambda _: None, timeout: float = 120) -> list[Outcome]:
+        """Send every item through its intake, wait for the workflow, read back where it ended up."""
+        outcomes = [Outcome(item, problem=f"rejected: {item.rejected}" if item.rejected else None) for item in items]
+        tickets = [o for o in outcomes if o.item.kind == "ticket"]
+        incidents = [o for o in outcomes if o.item.kind == "incident"]
+        for outcome in outcomes:
+            if outcome.item.rejected:
+                progress(f"{outcome.item.source}: rejected, not sent: {outcome.item.rejected}")
+        if tickets:
+            self._send_tickets(tickets, progress)
+        for outcome in incidents:
+            self._send_incident(outcome, progress)
+        self._settle(outcomes, timeout)
+        return outcomes
+
+    def _send_tickets(self, outcomes: list[Outcome], progress: Progress) -> None:
+        by_message: dict[str, Outcome] = {}
+        for start in range(0, len(outcomes), 10):
+            chunk = outcomes[start:start + 10]
+            sent = self.sqs.send_message_batch(QueueUrl=self.ticket_source.queue_url, Entries=[
+                {"Id": str(i), "MessageBody": o.item.text} for i, o in enumerate(chunk)])
+            if sent.get("Failed"):
+                raise RuntimeError(f"could not send tickets to the ticket queue: {sent['Failed']}")
+            by_message.update({entry["MessageId"]: chunk[int(entry["Id"])] for entry in sent["Successful"]})
+        progress(f"sent {len(outcomes)} ticket(s) to the ticket queue; ticket intake takes batches of "
+                 f"{self.ticket_source.batch_size}")
+        batch = 0
+        while (report := self.ticket_source.poll_once()) is not None:
+            batch += 1
+            failed = f", {report.failed} failed (redelivered until the DLQ takes them)" if report.failed else ""
+            progress(f"ticket batch {batch}: {report.messages} message(s) in {report.seconds:.1f}s{failed}")
+        # Read back what the queue's redrive policy moved to the DLQ.
+        dead_letter_url = self._ticket_dead_letter_queue()
+        for message in self._drain(dead_letter_url):
+            outcome = by_message.get(message["MessageId"])
+            if outcome is not None:
+                outcome.queues.append(self.queue_name(dead_letter_url))
+                outcome.problem = f"intake failed: {_validation_problem('ticket', outcome.item.data)}"
+
+    def _send_incident(self, outcome: Outcome, progress: Progress) -> None:
+        from local.lambdas import invoke_async
+
+        started = time.monotonic()
+        entry = {"EventBusName": self.bus_name, "Source": INCIDENT_SOURCE, "DetailType": "Incident Reported",
+                 "Detail": outcome.item.text}
+        response = self.events.put_events(Entries=[entry])
+        if response["FailedEntryCount"]:
+            outcome.problem = f"EventBridge refused the event: {response['Entries'][0].get('ErrorMessage')}"
+            return
+        # The template's rule (pattern and all) decides what reaches the function.
+        for event in self.stack.rule_events(INCIDENT_FUNCTION, self.incident_event):
+            result = invoke_async(self.incidents, event, self.sqs)
+            if not result.ok:
+                outcome.problem = f"intake failed {result.attempts}x: {result.error}"
+                if result.dead_letter_queue_url:
+                    outcome.queues.append(self.queue_name(result.dead_letter_queue_url))
+        state = "failed" if outcome.problem else "decided"
+        progress(f"incident {outcome.item.label}: {state} in {time.monotonic() - started:.1f}s")
+
+    # ------------------------------------------------------------------------------ reading back
+    def execution_arn(self, kind: str, item_id: str) -> str:
+        from decision_router.records import execution_name
+
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{execution_name(kind, item_id)}"
+
+    def _settle(self, outcomes: list[Outcome], timeout: float) -> None:
+        """Wait until each started execution finished or asked for review; then read back."""
+        started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
+        for outcome in started:
+            outcome.execution_arn = self.execution_arn(outcome.item.kind, outcome.item.item_id)
+            try:
+                described = self.sfn.describe_execution(executionArn=outcome.execution_arn)
+            except self.sfn.exceptions.ExecutionDoesNotExist:
+                outcome.execution_arn, outcome.problem = None, "no workflow execution was started"
+                continue
+            outcome.record = json.loads(described["input"])
+        deadline = time.monotonic() + timeout
+        waiting = [o for o in started if o.execution_arn]
+        while waiting:
+            self._collect_reviews()
+            still = []
+            for outcome in waiting:
+                outcome.status = self.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]
+                if outcome.status == "RUNNING" and outcome.item.item_id not in self.pending_reviews:
+                    still.append(outcome)
+            waiting = still
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(o.item.label for o in waiting)
+                raise TimeoutError(f"workflow executions still running after {timeout:.0f}s: {names}")
+            if waiting:
+                time.sleep(0.2)
+        self.read_back(outcomes)
+
+    def _collect_reviews(self) -> None:
+        # Received once and held (not deleted): the review function deletes what it completes.
+        while messages := self.sqs.receive_message(QueueUrl=self.review_queue_url, MaxNumberOfMessages=10,
+                                                   VisibilityTimeout=900).get("Messages", []):
+            for message in messages:
+                body = json.loads(message["Body"])
+                self.pending_reviews[body["record"]["item_id"]] = PendingReview(body, message["ReceiptHandle"])
+
+    def read_back(self, outcomes: list[Outcome]) -> None:
+        """Drain the destination queues, the escalation observer and the workflow DLQ; look up audits."""
+        held: dict[str, list[str]] = {}
+        for url in self.destinations.values():
+            for message in self._drain(url):
+                held.setdefault(message["item_id"], []).append(self.queue_name(url))
+        workflow_dlq = self.stack.resolve(
+            self.stack.properties(self._state_machine_id())["DefinitionSubstitutions"]["WorkflowDeadLetterQueueUrl"])
+        failed = {json.loads(m["Body"])["record"]["item_id"]: json.loads(m["Body"]).get("error")
+                  for m in self._drain_raw(workflow_dlq)}
+        escalated = {json.loads(m["Body"])["detail"]["item_id"] for m in self._drain_raw(self.escalation_queue)}
+        review_queue = self.queue_name(self.review_queue_url)
+        for outcome in outcomes:
+            item_id = outcome.item.item_id
+            if outcome.record is None or item_id is None:
+                continue
+            outcome.queues = [q for q in outcome.queues if q != review_queue]
+            outcome.queues += held.pop(item_id, [])
+            if item_id in self.pending_reviews and outcome.status == "RUNNING":
+                outcome.queues.append(review_queue)
+            if item_id in failed:
+                outcome.queues.append(self.queue_name(workflow_dlq))
+                outcome.problem = f"workflow failed: {failed.pop(item_id)}"
+            outcome.escalated = outcome.escalated or item_id in escalated
+            outcome.audit = self.audit(item_id)
+
+    def audit(self, item_id: str) -> str | None:
+        rows = self.dynamodb.query(TableName=self.audit_table, KeyConditionExpression="item_id = :id",
+                                   ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
+        return ", ".join(row["outcome"]["S"] for row in rows) or None
+
+    def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
+        row = self.dynamodb.get_item(TableName=self.labelled_table, Key={
+            "policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")
+        return {key: value["S"] for key, value in row.items()} if row else None
+
+    # ------------------------------------------------------------------------------ reviews
+    def complete_review(self, outcome: Outcome, reviewer: str = DEMO_REVIEWER, timeout: float = 60) -> dict[str, Any]:
+        """Answer a pending review through the real review function (accepting the model's
+        suggestions; the policy's first option where there is none), wait for the workflow to
+        finish, and read back where the item went. Returns the review function's answer."""
+        from decision_router.policies import load_policy
+
+        pending = self.pending_reviews.pop(outcome.item.item_id)
+        record = pending.message["record"]
+        policy = load_policy(record["policy"]["name"])
+        suggested = {d["question"]: d["option_id"] for d in record["decisions"] if d["option_id"]}
+        answers = {q.id: suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
+        answer = self.reviews.invoke({
+            "task_token": pending.message["task_token"], "policy": policy.name, "reviewer": reviewer,
+            "answers": answers, "note": "accepted the model's suggestion (make demo)",
+            "receipt_handle": pending.receipt_handle})
+        deadline = time.monotonic() + timeout
+        while (status := self.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]) == "RUNNING":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{outcome.item.label}: workflow still running {timeout:.0f}s after the review")
+            time.sleep(0.2)
+        outcome.status = status
+        self.read_back([outcome])
+        return answer
+
+    # ------------------------------------------------------------------------------ helpers
+    def _state_machine_id(self) -> str:
+        return next(s for s in self.stack.of_type("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
+                    if self.stack.ref(s) == self.state_machine_arn)
+
+    def _ticket_dead_letter_queue(self) -> str:
+        from local.lambdas import queue_logical_id, queue_url_for_arn
+
+        queue_id = queue_logical_id(self.stack, self.ticket_source.queue_url)
+        policy = self.stack.resolve(self.stack.properties(queue_id)["RedrivePolicy"])
+        return queue_url_for_arn(self.stack, policy["deadLetterTargetArn"])
+
+    def queue_name(self, url: str) -> str:
+        from local.lambdas import queue_logical_id
+
+        return queue_logical_id(self.stack, url) or url.rsplit("/", 1)[-1]
+
+    def _drain_raw(self, url: str) -> list[dict[str, Any]]:
+        found = []
+        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in messages:
+                found.append(message)
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return found
+
+    def _drain(self, url: str) -> list[dict[str, Any]]:
+        """Messages on the queue (received and deleted), bodies parsed when JSON."""
+        found = []
+        for message in self._drain_raw(url):
+            try:
+                body = json.loads(message["Body"])
+            except json.JSONDecodeError:
+                body = {}
+            found.append({**body, "MessageId": message["MessageId"]} if isinstance(body, dict) else
+                         {"MessageId": message["MessageId"]})
+        return found
+
+
+def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
+    """The intake's own validation message for an item (same parser as the handler)."""
+    from decision_router.items import InvalidItem, parse_item
+
+    try:
+        parse_item(kind, data)
+    except InvalidItem as error:
+        return str(error)
+    return "the handler failed (see .demo/lambda.log)"
+
+
+# ----------------------------------------------------------------------------------- table
+def _decision_cells(decision: dict[str, Any]) -> list[str]:
+    source = decision["source"]
+    option = decision.get("option_id") or "-"
+    if source == "model":
+        p = (decision.get("probabilities") or {}).get(option)
+        top = f"{option} ({p:.2f})" if p is not None else option
+        minimum = decision["thresholds"]["min_confidence"]
+        sign = ">=" if decision["confidence"] >= minimum else "<"
+        check = f"{decision['confidence']:.2f} {sign} {minimum:.2f}"
+    elif source == "rule":
+        top, check = f"{option} (rule {decision.get('rule')})", "rule"
+    else:
+        top, check = "-", "endpoint error"
+    return [f"{decision['question']}: {source}", top, check]
+
+
+def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
+    rows = []
+    for outcome in outcomes:
+        where = ", ".join(outcome.queues) or ("(not sent)" if outcome.item.rejected else "(nowhere)")
+        if outcome.escalated:
+            where += " + escalated"
+        decisions = (outcome.record or {}).get("decisions") or [None]
+        for index, decision in enumerate(decisions):
+            cells = _decision_cells(decision) if decision else ["-", "-", "-"]
+            first = index == 0
+            rows.append([outcome.item.label if first else "", *cells,
+                         outcome.route if first else "", where if first else "",
+                         _audit_cell(outcome) if first else "", outcome.reason if first else ""])
+    return rows
+
+
+def _audit_cell(outcome: Outcome) -> str:
+    if outcome.audit:
+        return outcome.audit
+    return "after review" if outcome.status == "RUNNING" and outcome.route == "review" else "-"
+
+
+HEADERS = ["item", "decided by", "top option (p)", "confidence vs min", "route", "ended up in", "audit",
+           "why (review / rejection)"]
+
+
+def format_table(rows: list[list[str]], headers: list[str] = HEADERS) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths[-1] = len(headers[-1])  # the last column is free text: let it run on
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def explain(outcomes: list[Outcome], model: Path | None) -> list[str]:
+    decided = [o for o in outcomes if o.record is not None]
+    reviews = [o for o in decided if o.record["route"] == "review"]
+    lines = [f"{len(decided)} item(s) decided: {len(decided) - len(reviews)} routed automatically, "
+             f"{len(reviews)} sent to human review; "
+             f"{sum(1 for o in outcomes if o.route in ('rejected', 'failed') or o.problem)} rejected or dead-lettered."]
+    latencies = sorted(d["latency_seconds"] for o in decided for d in o.record["decisions"]
+                       if d["source"] == "model" and d.get("latency_seconds") is not None)
+    if latencies:
+        lines.append(f"Model time per decision: median {latencies[len(latencies) // 2]:.2f}s, "
+                     f"max {latencies[-1]:.2f}s over {len(latencies)} model decision(s).")
+    if reviews:
+        if model is None:
+            lines.append("Why so many reviews: the embedded SmolLM2-135M is a 135M-parameter toy, so its "
+                         "probabilities are nearly flat and confidence stays under the policies' thresholds; "
+                         "routing it automatically would be guessing. Bring a real model: "
+                         "make demo MODEL=path/to/model.gguf (then tune thresholds with make eval).")
+        else:
+            lines.append(f"Items under the policies' thresholds go to review; check {model.name}'s calibration "
+                         "and the thresholds with make eval.")
+    return lines
+
+
+# ----------------------------------------------------------------------------------- main
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP: unwind like Ctrl-C so every `with` block stops what it started."""
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m local.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--items", type=Path, action="append",
+                        help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
+    parser.add_argument("--no-review", action="store_true", help="do not complete a pending review")
+    parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = out or sys.stdout
+    began = time.monotonic()
+
+    def progress(message: str) -> None:
+        print(f"[{time.monotonic() - began:5.1f}s] {message}", file=out, flush=True)
+
+    problems = [f"--items {p}: no such file" for p in (args.items or []) if not p.is_file()]
+    if args.model is not None and not args.model.is_file():
+        problems.insert(0, f"--model {args.model}: no such file")
+    if problems:
+        print("demo: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    items = read_items(args.items or DEFAULT_ITEMS)
+    if not items:
+        print("demo: no items to route (the items files are empty)", file=sys.stderr)
+        return 2
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _run(args, items, progress, out, began)
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; every process it started has been stopped", file=sys.stderr)
+        return 130
+    except _Terminated as stop:
+        print(f"\ndemo: stopped by signal {stop.args[0]}; every process it started has been stopped", file=sys.stderr)
+        return 128 + stop.args[0]
+    except Exception as error:  # noqa: BLE001 - the user gets one clear line, and the logs
+        print(f"\ndemo failed: {type(error).__name__}: {error}\n(logs: {args.log_dir})", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
+    from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
+
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    model_name = args.model.name if args.model else "the embedded SmolLM2-135M-Instruct Q4_1"
+    with ExitStack() as cleanup:
+        container = cleanup.enter_context(DecisionContainer(args.log_dir / "decision-server.log", model=args.model))
+        progress(f"decision container starting (pid {container.pid}, {container.url}): loading {model_name}; "
+                 f"log {container.log_path.relative_to(REPO_ROOT) if container.log_path.is_relative_to(REPO_ROOT) else container.log_path}")
+        moto = cleanup.enter_context(MotoServer())
+        progress(f"moto server on {moto.url} (Step Functions executes definitions)")
+        cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
+        lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
+        pipeline = LocalPipeline(log=lambda_log)
+        progress(f"created from template.yaml: {pipeline.summary()}")
+        waited = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
+        progress(f"decision container ready (waited {waited:.1f}s for the model)")
+        kinds = {k: sum(1 for i in items if i.kind == k) for k in ("ticket", "incident")}
+        progress(f"routing {kinds['ticket']} ticket(s) and {kinds['incident']} incident(s) "
+                 f"({sum(1 for i in items if i.rejected)} line(s) rejected before sending)")
+        routed_at = time.monotonic()
+        outcomes = pipeline.run(items, progress)
+        progress(f"all executions settled ({time.monotonic() - routed_at:.1f}s for {len(items)} item(s))")
+
+        print("", file=out)
+        print(format_table(table_rows(outcomes)), file=out)
+        print("", file=out)
+        for line in explain(outcomes, args.model):
+            print(line, file=out)
+
+        pending = [o for o in outcomes if o.item.item_id in pipeline.pending_reviews and o.status == "RUNNING"]
+        if pending and not args.no_review:
+            outcome = pending[0]
+            answer = pipeline.complete_review(outcome)
+            print(f"\nReview loop: {DEMO_REVIEWER} answered {outcome.item.label} through the review function "
+                  f"({', '.join(f'{q}={a}' for q, a in answer['answers'].items())}); the workflow then delivered it "
+                  f"to {', '.join(outcome.queues) or '(nowhere)'} and wrote audit '{outcome.audit}'"
+                  + (", plus a labelled example for calibration." if pipeline.labelled_example(
+                      outcome.record["policy"]["name"], outcome.item.item_id) else "."), file=out)
+            if len(pending) > 1:
+                print(f"{len(pending) - 1} review(s) still pending (in a deployment: python -m "
+                      "decision_router.review_cli list / complete).", file=out)
+        print(f"\nDone in {time.monotonic() - began:.1f}s; logs in {args.log_dir}. Stopping the container and moto.",
+              file=out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
