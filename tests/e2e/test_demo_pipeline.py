@@ -1,0 +1,244 @@
+"""End to end, as `make demo` does it: the demo's own code sends tickets through the ticket queue
+and the real ticket-intake handler (SQS batches), incidents over the template's bus and rule to
+the real incident-intake handler, with boto3's `sagemaker-runtime` calling a real decision server
+(embedded model) and everything else a moto server whose Step Functions interpreter executes the
+real routing ASL. Where each item ended up is read back from the queues, and its audit record
+from the audit table.
+
+The embedded model is tiny, so nothing here expects a particular model answer: items decided by
+a policy rule have a known destination; model-decided ones are followed through their own
+decision record (auto -> its target's queue; review -> the review queue, then the reviewer's
+answer's queue once the review function completed it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from decision_router.policies import load_policy
+from local.demo import EVENTS, classify, format_table, read_items, table_rows
+from local.template_resources import REPO_ROOT
+
+from .conftest import UNUSED_ENDPOINT
+
+
+def sample(path: Path, item_id: str) -> str:
+    """The line of an events/ file holding this item."""
+    return next(line for line in path.read_text().splitlines() if f'"{item_id}"' in line)
+
+
+# T-1006 comes through the billing portal: a policy rule routes it, the model is not asked.
+# T-1001 is decided by the model. INC-2002 is sev1: a rule sets priority P1 (escalates), the model picks the team.
+RULE_TICKET, MODEL_TICKET, SEV1_INCIDENT = "T-1006", "T-1001", "INC-2002"
+
+
+@pytest.mark.model
+def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(local_pipeline, decision_server_url):
+    pipeline = local_pipeline(decision_server_url)
+    items = [classify(f"line:{n}", text) for n, text in enumerate([
+        sample(EVENTS / "tickets.jsonl", RULE_TICKET),
+        sample(EVENTS / "tickets.jsonl", MODEL_TICKET),
+        sample(EVENTS / "incidents.jsonl", SEV1_INCIDENT)], start=1)]
+
+    outcomes = {o.item.item_id: o for o in pipeline.run(items)}
+
+    review_queue = pipeline.queue_name(pipeline.review_queue_url)
+    assert set(outcomes) == {RULE_TICKET, MODEL_TICKET, SEV1_INCIDENT}
+    for item_id, outcome in outcomes.items():
+        record = outcome.record
+        assert record is not None and record["item_id"] == item_id, "the workflow received the decision record"
+        if record["route"] == "auto":
+            assert outcome.status == "SUCCEEDED"
+            assert outcome.queues == [pipeline.queue_name(pipeline.destinations[record["destination"]["target"]])]
+            assert outcome.audit == "auto_routed"
+        else:  # waiting for a person: only on the review queue, audited once answered
+            assert outcome.status == "RUNNING"
+            assert outcome.queues == [review_queue]
+            assert outcome.audit is None
+            assert record["route_reason"] and outcome.reason == record["route_reason"]
+
+    rule_ticket = outcomes[RULE_TICKET]
+    assert [(d["source"], d["option_id"]) for d in rule_ticket.record["decisions"]] == [("rule", "billing")]
+    assert rule_ticket.queues == [pipeline.queue_name(pipeline.destinations["billing"])]
+    model_sources = {d["question"]: d["source"] for d in outcomes[MODEL_TICKET].record["decisions"]}
+    assert model_sources == {"queue": "model"}
+    incident = {d["question"]: d for d in outcomes[SEV1_INCIDENT].record["decisions"]}
+    assert (incident["priority"]["source"], incident["priority"]["option_id"]) == ("rule", "P1")
+    assert incident["team"]["source"] == "model" and len(incident["team"]["model"]["sha256"]) == 64
+
+    # Close the loop for whatever went to review, through the real review function.
+    for item_id, outcome in outcomes.items():
+        if outcome.status == "RUNNING":
+            answer = pipeline.complete_review(outcome)
+            policy = load_policy(outcome.record["policy"]["name"])
+            target = policy.routing_question.option(answer["answers"][policy.routing_question.id]).target
+            assert outcome.status == "SUCCEEDED"
+            assert outcome.queues == [pipeline.queue_name(pipeline.destinations[target])]
+            assert outcome.audit == "reviewed"
+            assert pipeline.labelled_example(policy.name, item_id)["reviewer"] == answer["reviewer"]
+
+    for item_id, outcome in outcomes.items():
+        assert len(outcome.queues) == 1, f"{item_id} is in exactly one queue: {outcome.queues}"
+        assert pipeline.audit(item_id) in ("auto_routed", "reviewed"), f"{item_id} has one audit record"
+    assert outcomes[SEV1_INCIDENT].escalated, "P1 publishes Incident Escalated on the bus"
+    assert not outcomes[RULE_TICKET].escalated
+
+    table = format_table(table_rows(list(outcomes.values())))
+    assert all(item_id in table for item_id in outcomes)
+    assert "queue: rule" in table and "billing (rule " in table
+
+
+def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reason(local_pipeline, tmp_path):
+    # None of these reaches the endpoint: nothing listens at UNUSED_ENDPOINT.
+    pipeline = local_pipeline(UNUSED_ENDPOINT)
+    ticket = json.loads(sample(EVENTS / "tickets.jsonl", MODEL_TICKET))
+    incident = json.loads(sample(EVENTS / "incidents.jsonl", SEV1_INCIDENT))
+    items_file = tmp_path / "items.jsonl"
+    items_file.write_text("\n".join([
+        json.dumps({**ticket, "ticket_id": "T-BAD", "channel": "fax"}),
+        json.dumps({**incident, "incident_id": "INC-BAD", "severity": "critical"}),
+        "{not json",
+        json.dumps({"order_id": "O-1"}),
+        json.dumps({**ticket, "incident_id": "INC-3"}),
+    ]) + "\n")
+
+    outcomes = {o.item.source: o for o in pipeline.run(read_items([items_file]))}
+
+    bad_ticket, bad_incident, not_json, unknown, both = (outcomes[f"items.jsonl:{n}"] for n in range(1, 6))
+    # The ticket queue's redrive policy (maxReceiveCount from the template) moved it to the DLQ.
+    assert bad_ticket.queues == ["TicketDeadLetterQueue"]
+    assert "channel" in bad_ticket.reason and "T-BAD" in bad_ticket.reason
+    # Lambda's async retries (EventInvokeConfig) exhausted -> OnFailure destination.
+    assert bad_incident.queues == ["IncidentDeadLetterQueue"]
+    assert "severity" in bad_incident.reason and "3x" in bad_incident.reason
+    assert not_json.route == "rejected" and "not JSON" in not_json.reason
+    assert unknown.route == "rejected" and "neither ticket_id nor incident_id" in unknown.reason
+    assert both.route == "rejected" and "both ticket_id and incident_id" in both.reason
+    for outcome in (bad_ticket, bad_incident):
+        assert outcome.record is None and outcome.audit is None and outcome.route == "failed"
+    # Nothing reached a team or the review queue.
+    assert all(not pipeline.sqs.receive_message(QueueUrl=url).get("Messages")
+               for url in [*pipeline.destinations.values(), pipeline.review_queue_url])
+    assert "TicketDeadLetterQueue" in format_table(table_rows(list(outcomes.values())))
+
+
+def test_classify_tells_items_apart_by_their_id_field():
+    assert classify("f:1", '{"ticket_id": "T-1"}').kind == "ticket"
+    assert classify("f:2", '{"incident_id": "INC-1", "x": 1}').kind == "incident"
+    assert classify("f:3", '{"ticket_id": ""}').item_id is None  # the intake will name the field
+    assert "expected a JSON object" in classify("f:4", "[1, 2]").rejected
+    assert classify("f:5", '{"ticket_id": "T-1", "incident_id": "INC-1"}').rejected.startswith("has both")
+
+
+# ------------------------------------------------------------------------------- processes
+def demo_env() -> dict[str, str]:
+    paths = [REPO_ROOT / "contract", REPO_ROOT / "container", REPO_ROOT / "functions", REPO_ROOT]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
+class DemoProcess:
+    """`python -m local.demo` as `make demo` runs it, its output collected line by line."""
+
+    def __init__(self, *args: str):
+        self.process = subprocess.Popen([sys.executable, "-m", "local.demo", *args], cwd=REPO_ROOT, env=demo_env(),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
+        self._reader.start()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if match := re.search(pattern, line):
+                    return match
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"demo never printed {pattern!r}:\n{self.output}")
+
+    def finish(self, timeout: float = 300) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def assert_gone(container_pid: int, port: int) -> None:
+    """No process left in the container's process group, and its port is free again."""
+    deadline = time.monotonic() + 5  # the demo has returned; its child was reaped before that
+    while True:
+        try:
+            os.killpg(container_pid, 0)
+        except ProcessLookupError:
+            break
+        if time.monotonic() > deadline:
+            os.killpg(container_pid, signal.SIGKILL)  # do not leak it into the rest of the suite
+            raise AssertionError(f"the decision container (pgid {container_pid}) outlived the demo")
+        time.sleep(0.1)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine; a listener is not
+        sock.bind(("127.0.0.1", port))
+
+
+def started_container(demo: DemoProcess) -> tuple[int, int]:
+    match = demo.wait_for(r"decision container starting \(pid (\d+), http://127\.0\.0\.1:(\d+)\)")
+    return int(match.group(1)), int(match.group(2))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_demo_leaves_no_process_and_the_next_run_works(stop, tmp_path):
+    demo = DemoProcess("--log-dir", str(tmp_path / "first"))
+    try:
+        pid, port = started_container(demo)
+        demo.wait_for(r"moto server on")
+        demo.process.send_signal(stop)
+        assert demo.finish(timeout=60) == 128 + stop, demo.output
+        assert "every process it started has been stopped" in demo.output
+        assert_gone(pid, port)
+    finally:
+        demo.kill()
+    if stop != signal.SIGINT:
+        return  # one full run after an interruption is enough
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(sample(EVENTS / "tickets.jsonl", RULE_TICKET) + "\n")
+    again = DemoProcess("--items", str(items), "--log-dir", str(tmp_path / "second"))
+    try:
+        pid, port = started_container(again)
+        assert again.finish() == 0, again.output
+        assert_gone(pid, port)
+    finally:
+        again.kill()
+    assert re.search(rf"{RULE_TICKET}\s+queue: rule\s+billing \(rule [^)]+\)\s+rule\s+auto\s+BillingQueue\s+auto_routed",
+                     again.output), again.output
+
+
+def test_the_demo_refuses_missing_files_before_starting_anything(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "local.demo", "--model", str(tmp_path / "none.gguf"),
+                             "--items", str(tmp_path / "none.jsonl")], cwd=REPO_ROOT, env=demo_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--model" in result.stderr and "none.gguf: no such file" in result.stderr
+    assert "none.jsonl: no such file" in result.stderr
+    assert "decision container starting" not in result.stdout
