@@ -497,7 +497,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         print("demo: no items to route (the items files are empty)", file=sys.stderr)
         return 2
 
-    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # Ctrl-C raises KeyboardInterrupt even when started in the background (where the shell ignores SIGINT).
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    previous.update({sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)})
     try:
         return _run(args, items, progress, out, began)
     except KeyboardInterrupt:
@@ -529,8 +531,8 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
         pipeline = LocalPipeline(log=lambda_log)
         progress(f"created from template.yaml: {pipeline.summary()}")
-        waited = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
-        progress(f"decision container ready (waited {waited:.1f}s for the model)")
+        loaded = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
+        progress(f"decision container ready: model loaded and warmed up {loaded:.1f}s after start")
         kinds = {k: sum(1 for i in items if i.kind == k) for k in ("ticket", "incident")}
         progress(f"routing {kinds['ticket']} ticket(s) and {kinds['incident']} incident(s) "
                  f"({sum(1 for i in items if i.rejected)} line(s) rejected before sending)")

@@ -76,6 +76,7 @@ class DecisionContainer:
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.stop_grace_seconds = stop_grace_seconds
         self.process: subprocess.Popen | None = None
+        self.started_at: float | None = None
 
     @property
     def pid(self) -> int | None:
@@ -93,6 +94,7 @@ class DecisionContainer:
             # Explicit, so a leftover /opt/ml/model on this machine is never served by surprise.
             env["SM_LLAMA_CPP_MODEL"] = str(embedded_model_path())
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "decision_server", "--host", LOOPBACK, "--port", str(self.port)],
@@ -103,9 +105,9 @@ class DecisionContainer:
         return self
 
     def wait_ready(self, timeout: float = 300.0, on_wait: Callable[[float], None] | None = None) -> float:
-        """Poll `/ping` until 200 (model loaded and warmed up); returns the seconds waited."""
-        assert self.process is not None, "start() first"
-        started = time.monotonic()
+        """Poll `/ping` until 200 (model loaded and warmed up); returns the seconds since start()."""
+        assert self.process is not None and self.started_at is not None, "start() first"
+        started = self.started_at
         last_report = started
         while True:
             if self.process.poll() is not None:
