@@ -128,7 +128,7 @@ def _install_openapi_schemas(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = default_openapi()
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in (DecisionRequest, ChatCompletionRequest):
+            for model in (DecisionRequest, ChatCompletionRequest, systemone.SystemOneRequest):
                 body = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(body.pop("$defs", {}))
                 components[model.__name__] = body

@@ -242,3 +242,14 @@ def test_requests_wait_their_turn_rather_than_fail(decision_server_url, embedded
     embedded_engine._lock.acquire()
     threading.Timer(0.5, embedded_engine._lock.release).start()
     assert post(decision_server_url, body({"billing": QUESTIONS["billing"]})).status_code == 200
+
+
+def test_openapi_documents_the_contract(decision_server_url):
+    schema = httpx.get(decision_server_url + "/openapi.json", timeout=30).json()
+    operation = schema["paths"]["/v1/systemone"]["post"]
+    assert operation["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SystemOneRequest"}
+    components = schema["components"]["schemas"]
+    assert {"SystemOneRequest", "NoulQuestion", "ChoiceQuestion", "ScoreQuestion", "SystemOneResponse"} <= set(components)
+    refs = json.dumps(schema)
+    assert "#/$defs/" not in refs  # every reference resolves inside components
+    assert {"422", "503"} <= set(operation["responses"])

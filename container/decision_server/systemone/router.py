@@ -73,8 +73,9 @@ def answer_invocation(engine: Any, data: Any) -> Response:
         422: {"description": "Invalid request: `error` (container format) and `detail` (loc/msg/type per problem)."},
         503: {"description": "Model busy past the admission wait; retry after `Retry-After` seconds."},
     },
+    # The body is read by hand (encoding, limits, 422s); the app publishes its schema.
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": SystemOneRequest.model_json_schema(ref_template="#/components/schemas/{model}"),
+        "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
     }}}},
 )
 async def system_one(request: Request) -> Response:
