@@ -12,7 +12,16 @@ from typing import Annotated, Any, Literal, Union
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, ModelInfo
 from decision_contract.models import MAX_STATE_DEPTH, json_depth
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 #: Text, or a JSON object/array, wherever System One accepts "content" (state, instructions,
 #: criteria). Images (assets) are not accepted: the decision model reads text only.
@@ -122,19 +131,18 @@ def _check_option_count(kind: str, what: str, count: int, info: ValidationInfo) 
 
 class SystemOneRequest(_Strict):
     model: str = Field(description="Requested model name or alias; the server answers with the model it serves.")
-    state: Annotated[Content, BeforeValidator(_is_content)] = Field(description="The content every question refers to: text, or a JSON object/array.")
+    state: Annotated[Content, BeforeValidator(_is_content)] = Field(
+        description="The content every question refers to: text, or a JSON object/array."
+    )
     questions: dict[str, Question] = Field(min_length=1, description="Questions keyed by the caller's names.")
     assets: dict[str, Any] | None = Field(default=None, description="Images; rejected (text-only model).")
 
     @field_validator("state")
     @classmethod
     def _state_usable(cls, state: Content) -> Content:
-        # Same rules as a structured decision's state (decision_contract.Decision).
-        if isinstance(state, str) and not state.strip():
-            raise ValueError("must not be empty or blank text")
+        # The rules of a structured decision's state (decision_contract.Decision), plus no blank text.
+        _non_empty(state)
         if isinstance(state, (dict, list)):
-            if not state:
-                raise ValueError("must not be an empty JSON object or array")
             depth = json_depth(state)
             if depth > MAX_STATE_DEPTH:
                 raise ValueError(f"is nested {depth} levels deep; at most {MAX_STATE_DEPTH} are allowed")
