@@ -146,6 +146,7 @@ def calibrate_group(
     held_out, fold_temperatures = metrics.out_of_fold_probabilities(logits, gold, folds, seed)
     is_correct = metrics.correct(before, gold)
     table = metrics.threshold_table(metrics.confidences(after, formula), is_correct)
+    table_t1 = metrics.threshold_table(metrics.confidences(before, formula), is_correct)
     chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
     recommended = chosen.threshold if chosen else 1.0
     group: dict[str, Any] = {
@@ -157,7 +158,9 @@ def calibrate_group(
         "cross_validated": None,
         "reliability_before": [asdict(b) for b in metrics.reliability_bins(before, gold)],
         "reliability_after_cv": None,
+        # The recommendation reads the table at the fitted T: the policy applies that T.
         "threshold_table": [asdict(r) for r in table],
+        "threshold_table_t1": [asdict(r) for r in table_t1],
         "target_error_rate": target_error,
         "min_auto_routed": min_auto_routed,
         "recommended_min_confidence": recommended,

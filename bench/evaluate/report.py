@@ -82,15 +82,18 @@ def latency_histogram(report: dict[str, Any], path: Path) -> None:
 
 def threshold_curve(report: dict[str, Any], path: Path) -> None:
     fig, (share_ax, error_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, group in report["calibration"].items():
-        rows = group["threshold_table"]
-        x = [r["threshold"] for r in rows]
-        share_ax.plot(x, [r["share_auto_routed"] for r in rows], marker=".", label=name)
-        error_ax.plot(x, [r["error_rate"] if r["error_rate"] is not None else float("nan") for r in rows], marker=".", label=name)
+    for color, (name, group) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], report["calibration"].items()):
+        for key, style, label in (("threshold_table", "-", f"{name}, fitted T"), ("threshold_table_t1", ":", f"{name}, T = 1")):
+            rows = group[key]
+            x = [r["threshold"] for r in rows]
+            share_ax.plot(x, [r["share_auto_routed"] for r in rows], style, marker=".", color=color, label=label)
+            error_ax.plot(
+                x, [r["error_rate"] if r["error_rate"] is not None else float("nan") for r in rows], style, marker=".", color=color, label=label
+            )
     target = next(iter(report["calibration"].values()))["target_error_rate"]
     error_ax.axhline(target, color="grey", linestyle=":", label=f"target {target:.0%}")
-    share_ax.set(title="Share auto-routed", xlabel="confidence threshold (fitted T)", ylabel="share", ylim=(0, 1.02))
-    error_ax.set(title="Error rate among auto-routed", xlabel="confidence threshold (fitted T)", ylabel="error rate", ylim=(0, 1.02))
+    share_ax.set(title="Share auto-routed", xlabel="confidence threshold", ylabel="share", xlim=(0, 1), ylim=(0, 1.02))
+    error_ax.set(title="Error rate among auto-routed", xlabel="confidence threshold", ylabel="error rate", xlim=(0, 1), ylim=(0, 1.02))
     share_ax.legend(fontsize=7)
     error_ax.legend(fontsize=7)
     fig.tight_layout()
@@ -174,18 +177,21 @@ def markdown(report: dict[str, Any]) -> str:
         "Out-of-fold: each decision is scored with the temperature fitted on the other folds, so the "
         "after-figures are not measured on the data the temperature was fitted to.",
         "",
-        "## Thresholds (confidence at the fitted T; a decision at or above the threshold is auto-routed)",
+        "## Thresholds (a decision whose confidence is at or above the threshold is auto-routed)",
         "",
     ]
     for name, g in report["calibration"].items():
         lines += [
             f"### {name} — {g['confidence_formula']}",
             "",
-            "| threshold | auto-routed | share | errors | error rate |",
-            "|---:|---:|---:|---:|---:|",
+            f"| threshold | T = 1: auto-routed | share | error rate | T = {g['temperature_fit']['temperature']:.3f}: auto-routed | share | error rate |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for r in g["threshold_table"]:
-            lines.append(f"| {r['threshold']:.2f} | {r['auto_routed']} | {_pct(r['share_auto_routed'])} | {r['errors']} | {_pct(r['error_rate'])} |")
+        for r1, r in zip(g["threshold_table_t1"], g["threshold_table"]):
+            lines.append(
+                f"| {r['threshold']:.2f} | {r1['auto_routed']} | {_pct(r1['share_auto_routed'])} | {_pct(r1['error_rate'])} "
+                f"| {r['auto_routed']} | {_pct(r['share_auto_routed'])} | {_pct(r['error_rate'])} |"
+            )
         lines += ["", f"Recommended `min_confidence` = **{g['recommended_min_confidence']:.2f}** ({g['recommendation_note']})."]
         for key, label in (("policy_now", "Policy as shipped"), ("policy_proposed", "With fitted T and recommended min_confidence")):
             p = g.get(key)

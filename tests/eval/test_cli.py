@@ -71,6 +71,9 @@ def test_cli_over_http_with_bad_rows_and_policy_write(decision_server_url, tmp_p
     rows = [json.loads(line) for line in (POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl").read_text().splitlines()]
     lines = [json.dumps({**row, "policy": str(policy)}) for row in (rows[0], rows[20], rows[30])]
     lines.insert(1, json.dumps({"policy": str(policy), "item": rows[1]["item"], "gold": "refunds"}))
+    # valid row, but its prompt is far over the container's token limit: the server refuses it
+    huge = {"id": "huge", "family": "f", "state": "word " * 6000, "question": {"type": "noul", "instructions": "Long?"}, "expected": "yes"}
+    lines.append(json.dumps(huge))
     data.write_text("\n".join(lines) + "\n")
 
     out = tmp_path / "report"
@@ -80,7 +83,10 @@ def test_cli_over_http_with_bad_rows_and_policy_write(decision_server_url, tmp_p
     report = json.loads((out / "report.json").read_text())
     assert report["decisions"] == 3
     assert report["row_errors"] == [f"{data}:2: gold.queue: 'refunds' is not an option (options: billing, account_access, technical_fault, how_to, sales)"]
-    assert "bad row, skipped" in capsys.readouterr().err
+    (failure,) = report["scoring_failures"]
+    assert failure.startswith(f"{data}:5: (scoring): HTTP 400") and "token" in failure
+    err = capsys.readouterr().err
+    assert "bad row, skipped" in err and "not scored" in err
     assert report["run"]["runner"].startswith("decision container at http://127.0.0.1:")
     assert report["decode_comparison"]["decisions"] == 1
 

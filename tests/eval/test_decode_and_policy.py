@@ -99,5 +99,7 @@ def test_policy_change_falls_back_to_reserialising(tmp_path, policy_copy):
 
 
 def test_no_change_means_no_diff(policy_copy):
-    change = policy_update.propose(str(policy_copy), {"priority": policy_update.QuestionChange("priority", 1.0, 0.5)})
+    now = json.loads(policy_copy.read_text())["questions"][0]
+    same = policy_update.QuestionChange("priority", now["temperature"], now["thresholds"]["min_confidence"])
+    change = policy_update.propose(str(policy_copy), {"priority": same})
     assert not change.changed and change.diff == ""
