@@ -53,6 +53,11 @@ lint: $(STAMP) $(SAM_STAMP)
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(PY) -m local.template_resources statelint
 
+# Decision latency on the embedded model, default threads: readout vs prefill floor, batch of 8
+# vs eight singles (issue 2 §7). Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
+bench: $(STAMP)
+	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
+
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
 eval: $(STAMP)

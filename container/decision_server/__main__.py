@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     configure_logging(settings.log_level)
+    ignored = Settings.ignored_dlc_variables()
+    if ignored:
+        logging.getLogger("decision_server").warning(
+            "ignoring DLC llama-server variables this server does not use: %s", ", ".join(ignored)
+        )
     app = create_app(settings=settings)
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=settings.port, log_config=None, access_log=False)

@@ -71,7 +71,9 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
                 log.exception("internal error in request %s (%s %s)", rid, request.method, request.url.path)
                 response = _error_response(ServerError(f"internal error; request id {rid}"))
             response.headers[REQUEST_ID_HEADER] = rid
-            log.info("%s %s -> %d", request.method, request.url.path, response.status_code)
+            # SageMaker pings every few seconds: keep those out of the INFO log.
+            level = logging.DEBUG if request.url.path == "/ping" and response.status_code == 200 else logging.INFO
+            log.log(level, "%s %s -> %d", request.method, request.url.path, response.status_code)
             return response
         finally:
             request_id_var.reset(token)

@@ -134,6 +134,13 @@ class Settings(BaseModel):
         except ValidationError as exc:
             raise SettingsError(_describe(exc)) from None
 
+    @classmethod
+    def ignored_dlc_variables(cls, environ: Mapping[str, str] | None = None) -> list[str]:
+        """`SM_LLAMA_CPP_*` variables this server does not read (llama-server flags in the DLC)."""
+        environ = os.environ if environ is None else environ
+        known = {alias for field in cls.model_fields.values() for alias in _aliases(field)}
+        return sorted(k for k in environ if k.startswith("SM_LLAMA_CPP_") and k not in known)
+
     def env_documentation(self) -> list[tuple[str, str, str]]:
         """(variable, default, description) for every setting: the README table's source."""
         rows = []

@@ -246,6 +246,12 @@ def test_over_long_prompt_is_400_never_truncated(http, embedded_engine):
     assert error["fields"][0]["field"] == "decision"
 
 
+def test_over_long_chat_prompt_is_400(http):
+    body = {"messages": [{"role": "user", "content": "word " * 5000}], "max_tokens": 4}
+    error = error_of(http.post("/v1/chat/completions", json=body), 400, "validation_error")
+    assert "exceed context window" in error["message"] and "never truncated" in error["message"]
+
+
 def test_body_too_large_is_413(http, embedded_engine):
     huge = "x" * (embedded_engine.settings.max_body_bytes + 1)
     error_of(http.post("/invocations", json={"decision": decision(state=huge)}), 413, "payload_too_large")

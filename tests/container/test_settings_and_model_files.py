@@ -41,6 +41,11 @@ def test_environment_variables_map_onto_settings():
     assert (s.max_decision_tokens, s.max_request_tokens, s.admission_wait_seconds) == (1000, 1500, 0.5)
 
 
+def test_dlc_llama_server_flags_are_reported_as_ignored():
+    env = {"SM_LLAMA_CPP_FLASH_ATTN": "true", "SM_LLAMA_CPP_CTX_SIZE": "4096", "OTHER": "x"}
+    assert Settings.ignored_dlc_variables(env) == ["SM_LLAMA_CPP_FLASH_ATTN"]
+
+
 def test_keyword_overrides_win_over_the_environment():
     s = Settings.from_env({"SM_LLAMA_CPP_THREADS": "3"}, threads=1, n_ctx=8192, model_path="/x.gguf")
     assert (s.threads, s.ctx_size, s.model) == (1, 8192, Path("/x.gguf"))
