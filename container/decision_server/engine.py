@@ -353,8 +353,13 @@ class DecisionEngine:
 
 def _prepend(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     # A generator (unlike itertools.chain) has close(), which ends the stream and frees the lock.
-    yield first
-    yield from rest
+    # Closing it before `rest` was entered must still close `rest` (which holds the lock) at
+    # once, not whenever the garbage collector gets to it.
+    try:
+        yield first
+        yield from rest
+    finally:
+        rest.close()
 
 
 def _chat_error(exc: ValueError) -> Exception:
