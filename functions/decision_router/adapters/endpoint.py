@@ -23,28 +23,30 @@ from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, 
 from pydantic import ValidationError
 
 from ..errors import EndpointFailure
+from . import AwsAdapter
 
 THROTTLING_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "ModelNotReadyException"}
 UNAVAILABLE_CODES = {"ServiceUnavailable", "ServiceUnavailableException", "InternalDependencyException"}
 
 
-class DecisionEndpoint:
+class DecisionEndpoint(AwsAdapter):
+    service = "sagemaker-runtime"
+
     def __init__(self, endpoint_name: str, *, read_timeout: float = 70.0, connect_timeout: float = 5.0,
                  max_attempts: int = 4, client: Any = None, sleep: Callable[[float], None] = time.sleep,
                  base_delay: float = 0.5, max_delay: float = 8.0):
+        super().__init__(client)
         self.endpoint_name = endpoint_name
         self.read_timeout, self.connect_timeout = read_timeout, connect_timeout
         self.max_attempts = max_attempts
         self.base_delay, self.max_delay = base_delay, max_delay
-        self._client, self._sleep = client, sleep
+        self._sleep = sleep
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("sagemaker-runtime", config=Config(
-                connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
-                retries={"mode": "adaptive", "total_max_attempts": 1}))
-        return self._client
+    def _new_client(self) -> Any:
+        # Retries are this adapter's (it knows the container's retryable answers and the deadline).
+        return boto3.client(self.service, config=Config(
+            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
+            retries={"mode": "adaptive", "total_max_attempts": 1}))
 
     def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]:
         """Score decisions sharing one state in one request; results keyed by decision id.

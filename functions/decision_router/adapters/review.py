@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-import boto3
-
 from ..records import ReviewOutput
+from . import AwsAdapter
 
 PEEK_SECONDS = 5
 GONE_CODES = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}
@@ -18,15 +17,8 @@ class ReviewTaskGone(RuntimeError):
     """The task token no longer accepts an answer (timed out, already completed, or malformed)."""
 
 
-class ReviewTasks:
-    def __init__(self, client: Any = None):
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("stepfunctions")
-        return self._client
+class ReviewTasks(AwsAdapter):
+    service = "stepfunctions"
 
     def complete(self, task_token: str, output: ReviewOutput) -> None:
         try:
@@ -39,24 +31,20 @@ class ReviewTasks:
             raise
 
 
-class ReviewQueue:
+class ReviewQueue(AwsAdapter):
     """Pending reviews: the workflow's `{task_token, execution_name, requested_at, record}` messages."""
 
-    def __init__(self, queue_url: str, client: Any = None):
-        self.queue_url = queue_url
-        self._client = client
+    service = "sqs"
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("sqs")
-        return self._client
+    def __init__(self, queue_url: str, client: Any = None):
+        super().__init__(client)
+        self.queue_url = queue_url
 
     def pending(self, limit: int = 50) -> list[dict]:
         """Peek at up to `limit` pending reviews, hiding each only briefly from other reviewers.
 
-        Every receive counts towards the queue's maxReceiveCount, so each message is received
-        once per call (a short visibility timeout keeps it out of the following receives)."""
+        Each message is received once per call (a short visibility timeout keeps it out of the
+        following receives), so a listing neither repeats items nor hides them for long."""
         seen: dict[str, dict] = {}
         while len(seen) < limit:
             messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
@@ -74,18 +62,14 @@ class ReviewQueue:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
 
 
-class LabelledExamples:
+class LabelledExamples(AwsAdapter):
     """Reads the table the workflow writes after each review (JSON strings for item/answers)."""
 
-    def __init__(self, table_name: str, client: Any = None):
-        self.table_name = table_name
-        self._client = client
+    service = "dynamodb"
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("dynamodb")
-        return self._client
+    def __init__(self, table_name: str, client: Any = None):
+        super().__init__(client)
+        self.table_name = table_name
 
     def scan(self) -> Iterator[dict[str, str]]:
         for page in self.client.get_paginator("scan").paginate(TableName=self.table_name):

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
-
 from ..records import DecisionRecord, execution_name
+from . import AwsAdapter
 
 
-class WorkflowStarter:
+class WorkflowStarter(AwsAdapter):
+    service = "stepfunctions"
+
     def __init__(self, state_machine_arn: str, client: Any = None):
+        super().__init__(client)
         self.state_machine_arn = state_machine_arn
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("stepfunctions")
-        return self._client
 
     def start(self, record: DecisionRecord) -> tuple[str, bool]:
         """Start the execution named after the item; (name, False) when one with other input exists,
