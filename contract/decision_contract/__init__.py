@@ -26,6 +26,7 @@ from .models import (
     ErrorResponse,
     ModelInfo,
     SingleDecisionResponse,
+    check_state_depth,
     json_depth,
 )
 

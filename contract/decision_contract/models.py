@@ -69,13 +69,9 @@ class Decision(_Strict):
     @field_validator("state")
     @classmethod
     def _state_not_empty_or_too_deep(cls, state: State) -> State:
-        if isinstance(state, (dict, list)):
-            if not state:
-                raise ValueError("must not be an empty JSON object or array")
-            depth = json_depth(state)
-            if depth > MAX_STATE_DEPTH:
-                raise ValueError(f"is nested {depth} levels deep; at most {MAX_STATE_DEPTH} are allowed")
-        return state
+        if isinstance(state, (dict, list)) and not state:
+            raise ValueError("must not be an empty JSON object or array")
+        return check_state_depth(state)
 
     @field_validator("options")
     @classmethod
@@ -204,6 +200,14 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
+
+
+def check_state_depth(state: Any) -> Any:
+    """The nesting rule of every `state` (structured decisions and System One alike)."""
+    depth = json_depth(state)
+    if depth > MAX_STATE_DEPTH:
+        raise ValueError(f"is nested {depth} levels deep; at most {MAX_STATE_DEPTH} are allowed")
+    return state
 
 
 def json_depth(value: Any) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, ModelInfo
-from decision_contract.models import MAX_STATE_DEPTH, json_depth
+from decision_contract import check_state_depth
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -141,12 +141,7 @@ class SystemOneRequest(_Strict):
     @classmethod
     def _state_usable(cls, state: Content) -> Content:
         # The rules of a structured decision's state (decision_contract.Decision), plus no blank text.
-        _non_empty(state)
-        if isinstance(state, (dict, list)):
-            depth = json_depth(state)
-            if depth > MAX_STATE_DEPTH:
-                raise ValueError(f"is nested {depth} levels deep; at most {MAX_STATE_DEPTH} are allowed")
-        return state
+        return check_state_depth(_non_empty(state))
 
     @field_validator("questions")
     @classmethod
