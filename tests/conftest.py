@@ -7,6 +7,15 @@ over that engine on a free loopback port; stopped at the end of the session.
 
 from __future__ import annotations
 
+import os
+
+# Before any test module creates a boto3 client: fake credentials (no test may reach a real
+# account), a region, and the Powertools settings the handlers read at import.
+os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                   "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                   "POWERTOOLS_TRACE_DISABLED": "1"})
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
+
 import socket
 import threading
 import time

@@ -1,19 +1,12 @@
 """Shared fixtures of the routing-function tests.
 
-Fake AWS credentials and region are set before anything creates a boto3 client; moto is
-imported by the handler tests themselves."""
+Fake AWS credentials and region are set in tests/conftest.py; moto is imported by the
+handler tests themselves."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-os.environ.setdefault("AWS_SESSION_TOKEN", "testing")
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-os.environ["POWERTOOLS_TRACE_DISABLED"] = "1"
-os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
 
 import pytest
 from decision_contract import DecisionResult, DecisionTiming, ModelInfo, softmax

@@ -1,22 +1,14 @@
 """Fixtures for the infrastructure tests: template.yaml's resources in moto, with moto's Step
 Functions interpreter executing the real routing ASL (no AWS account, no Docker).
 
-Fake credentials and the region are set before anything creates a boto3 client."""
+Fake credentials and the region are set in tests/conftest.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-os.environ.setdefault("AWS_SESSION_TOKEN", "testing")
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-os.environ["POWERTOOLS_TRACE_DISABLED"] = "1"
-# Powertools reads these when a handler module creates its Metrics/Logger (at import).
-os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
 
 import boto3
 import pytest
