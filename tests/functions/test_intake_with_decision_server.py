@@ -63,7 +63,7 @@ def assert_consistent(record: DecisionRecord, embedded_sha256: str) -> None:
 
 
 def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
-    from test_intake_handlers import FakeLambdaContext
+    from tests.functions.test_intake_handlers import FakeLambdaContext
     from ticket_intake import app
 
     use_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction")
@@ -83,7 +83,7 @@ def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_en
 
 def test_incident_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
     from incident_intake import app
-    from test_intake_handlers import FakeLambdaContext
+    from tests.functions.test_intake_handlers import FakeLambdaContext
 
     use_intake(monkeypatch, stack, app, "incident", "IncidentIntakeFunction")
     summary = app.lambda_handler(json.loads((EVENTS / "incident_reported.json").read_text()), FakeLambdaContext())
