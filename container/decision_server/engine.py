@@ -72,6 +72,7 @@ class DecisionEngine:
             n_gpu_layers=settings.n_gpu_layers,
             n_batch=settings.batch_size,
             n_ubatch=settings.batch_size,
+            flash_attn=settings.use_flash_attn,
             logits_all=False,
             seed=0,
             verbose=False,

@@ -42,8 +42,25 @@ def test_environment_variables_map_onto_settings():
 
 
 def test_dlc_llama_server_flags_are_reported_as_ignored():
-    env = {"SM_LLAMA_CPP_FLASH_ATTN": "true", "SM_LLAMA_CPP_CTX_SIZE": "4096", "OTHER": "x"}
-    assert Settings.ignored_dlc_variables(env) == ["SM_LLAMA_CPP_FLASH_ATTN"]
+    env = {"SM_LLAMA_CPP_CONT_BATCHING": "true", "SM_LLAMA_CPP_FLASH_ATTN": "on",
+           "SM_LLAMA_CPP_CTX_SIZE": "4096", "OTHER": "x"}
+    assert Settings.ignored_dlc_variables(env) == ["SM_LLAMA_CPP_CONT_BATCHING"]
+
+
+@pytest.mark.parametrize(("value", "gpu_layers", "expected"), [
+    (None, 0, False), (None, 999, True),          # auto: on only with GPU offload
+    ("on", 0, True), ("true", 0, True), ("OFF", 999, False), ("false", 999, False),
+])
+def test_flash_attention_follows_the_dlc_flag(value, gpu_layers, expected):
+    env = {"SM_LLAMA_CPP_N_GPU_LAYERS": str(gpu_layers)}
+    if value is not None:
+        env["SM_LLAMA_CPP_FLASH_ATTN"] = value
+    assert Settings.from_env(env).use_flash_attn is expected
+
+
+def test_flash_attention_rejects_unknown_values_naming_the_variable():
+    with pytest.raises(SettingsError, match="SM_LLAMA_CPP_FLASH_ATTN"):
+        Settings.from_env({"SM_LLAMA_CPP_FLASH_ATTN": "sometimes"})
 
 
 def test_keyword_overrides_win_over_the_environment():
