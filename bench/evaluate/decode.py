@@ -28,13 +28,10 @@ _KEYWORD = re.compile(r"(?:answer|option|letter|choice)(?:\s+is)?\W{0,3}([A-P])\
 
 
 def generation_messages(decision: Decision) -> list[dict[str, str]]:
-    """The readout's own system instruction and user payload, as chat messages."""
-    from decision_server.readout import SYSTEM_INSTRUCTION, user_payload
+    """The readout's own chat messages (system instruction and user payload)."""
+    from decision_server.readout import messages
 
-    return [
-        {"role": "system", "content": SYSTEM_INSTRUCTION},
-        {"role": "user", "content": user_payload(decision)},
-    ]
+    return messages(decision)
 
 
 def parse_letter(text: str, n_options: int) -> int | None:

@@ -54,6 +54,14 @@ def user_payload(decision: Decision) -> str:
     )
 
 
+def messages(decision: Decision) -> list[dict[str, str]]:
+    """The chat messages of a decision: the fixed system instruction, then the user payload."""
+    return [
+        {"role": "system", "content": SYSTEM_INSTRUCTION},
+        {"role": "user", "content": user_payload(decision)},
+    ]
+
+
 class Readout:
     """Renders decisions with the model's chat template and knows the letter tokens."""
 
@@ -75,11 +83,7 @@ class Readout:
         self.letter_token_ids: list[int] = self._check_letters(token_text)
 
     def render(self, decision: Decision) -> str:
-        messages = [
-            {"role": "system", "content": SYSTEM_INSTRUCTION},
-            {"role": "user", "content": user_payload(decision)},
-        ]
-        return self._formatter(messages=messages, enable_thinking=False).prompt
+        return self._formatter(messages=messages(decision), enable_thinking=False).prompt
 
     def prompt(self, decision: Decision) -> Prompt:
         text = self.render(decision)
