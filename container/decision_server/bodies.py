@@ -54,6 +54,11 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise UnsupportedMediaType(
             f"Content-Type must be application/json (got {content_type or 'no Content-Type'})"
         )
+    return parse_json(await read_body(request, max_bytes))
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The raw body, refused with 413 past `max_bytes` (declared or streamed) before it is all read."""
     too_large = PayloadTooLarge(
         f"request body exceeds {max_bytes} bytes (DECISION_MAX_BODY_BYTES)"
     )
@@ -65,4 +70,4 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         body += chunk
         if len(body) > max_bytes:  # also catches chunked bodies with no Content-Length
             raise too_large
-    return parse_json(bytes(body))
+    return bytes(body)

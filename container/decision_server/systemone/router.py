@@ -15,7 +15,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ..errors import BadRequest, PayloadTooLarge, ServerError, UnsupportedMediaType
+from ..bodies import read_body
+from ..errors import BadRequest, ServerError, UnsupportedMediaType
 from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
 from .models import SystemOneRequest, SystemOneResponse
 from .parsing import SystemOneRequestError, decode_body, load_json, parse_request
@@ -86,7 +87,7 @@ async def system_one(request: Request) -> Response:
         runtime = request.app.state.runtime
         max_bytes = runtime.settings.max_body_bytes
         _require_json(request.headers.get("content-type"))
-        raw = await _read_body(request, max_bytes)
+        raw = await read_body(request, max_bytes)
         data = load_json(decode_body(raw, request.headers.get("content-encoding"), max_bytes))
         result = await run_in_threadpool(answer, runtime.require(), data)
     except ServerError as error:
@@ -104,20 +105,6 @@ def _require_json(content_type: str | None) -> None:
         )
     if media_type != "application/json":
         raise UnsupportedMediaType(f"Content-Type must be application/json, got {content_type or 'none'!r}")
-
-
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    """The raw body, refused past `max_bytes` (declared or streamed) before it is all read."""
-    too_large = PayloadTooLarge(f"request body exceeds {max_bytes} bytes (DECISION_MAX_BODY_BYTES)")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise too_large
-    return bytes(body)
 
 
 _DECISION_FIELD = re.compile(r"^decisions?(?:\[(\d+)\])?(.*)$")
