@@ -196,18 +196,18 @@ def patched_environ(values: dict[str, str | None]) -> Iterator[None]:
     """Set (or, for None, remove) environment variables for the block; restore them after."""
     saved = {name: os.environ.get(name) for name in values}
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(values)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environ(saved)
+
+
+def _set_environ(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def local_aws_environ(moto: MotoServer, decision_url: str) -> dict[str, str | None]:
