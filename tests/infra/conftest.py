@@ -39,6 +39,12 @@ class Pipeline:
         self.state_machine_arn = self.env["ROUTING_STATE_MACHINE_ARN"]
 
     # ---------------------------------------------------------------- records (interfaces file)
+    def reviewer_output(self, answers: dict[str, str], target: str, *, escalate: bool,
+                        reviewer: str = "bob@example.com") -> str:
+        """A reviewer's SendTaskSuccess output (interfaces: reviewer, answers, destination, escalate)."""
+        return json.dumps({"reviewer": reviewer, "answers": answers, "escalate": escalate, "note": "",
+                           "destination": {"target": target, "queue_url": self.destinations[target]}})
+
     def record(self, kind: str, item_id: str, *, route: str, answers: dict[str, str], escalate: bool = False,
                timeout_seconds: int = 86400) -> dict:
         """A decision record shaped as in pipeline-interfaces.md (validated by the functions' model)

@@ -100,10 +100,8 @@ def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
     execution_arn = pipeline.start(record)
     (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
 
-    output = {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "data"},
-              "destination": {"target": "data-oncall", "queue_url": pipeline.destinations["data-oncall"]},
-              "escalate": True, "note": ""}
-    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
+    output = pipeline.reviewer_output({"priority": "P1", "team": "data"}, "data-oncall", escalate=True)
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
     assert list(pipeline.queues_holding("INC-8")) == ["data-oncall"]
@@ -124,10 +122,8 @@ def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(p
     assert early["detail"]["item_id"] == "INC-9" and early["detail"]["target"] is None
     assert pipeline.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
 
-    output = {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "security"},
-              "destination": {"target": "security-oncall", "queue_url": pipeline.destinations["security-oncall"]},
-              "escalate": True, "note": ""}
-    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
+    output = pipeline.reviewer_output({"priority": "P1", "team": "security"}, "security-oncall", escalate=True)
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
     assert list(pipeline.queues_holding("INC-9")) == ["security-oncall"]
