@@ -17,6 +17,7 @@ from typing import Annotated, Any, Iterable, Literal
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from .heads import Head, question_digest
 from .items import ITEM_MODELS, Item, describe_errors, field_annotation, field_value, literal_values
 
 POLICY_DIR = Path(__file__).with_name("policies")
@@ -61,7 +62,11 @@ class Question(_Strict):
     options: list[Option] = Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="Calibration: softmax(logits / temperature).")
     confidence_formula: ConfidenceFormula = ConfidenceFormula.NORMALIZED_PEAK
-    thresholds: Thresholds
+    thresholds: Thresholds = Field(description="For the letter readout.")
+    head: Head | None = Field(
+        default=None, description="A learned head over the model's hidden state (make fit); decides when it "
+        "matches the endpoint's model, else the letters do."
+    )
 
     @property
     def option_ids(self) -> list[str]:
@@ -137,6 +142,16 @@ class Policy(_Strict):
             if with_target and len(with_target) != len(question.options):
                 missing = [o.id for o in question.options if not o.target]
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
+        for question in self.questions:
+            head = question.head
+            if head is None:
+                continue
+            where = f"question {question.id!r}: head"
+            if head.options != question.option_ids:
+                problems.append(f"{where}.options {head.options} are not the question's options {question.option_ids}")
+            elif head.question_sha256 != self.question_sha256(question):
+                problems.append(f"{where}.question_sha256 does not match the question's wording, options or "
+                                "evidence fields: the head was fitted on another prompt; refit it (make fit)")
         routing = [q.id for q in self.questions if q.routes]
         if len(routing) != 1:
             problems.append(f"exactly one question must carry targets (the routing question); found {routing or 'none'}")
@@ -168,6 +183,11 @@ class Policy(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def question_sha256(self, question: Question) -> str:
+        """The digest a head of `question` is bound to (see heads.question_digest)."""
+        return question_digest(question.question, [(o.id, o.description) for o in question.options],
+                               [f"{s.key}={s.field}:{s.max_chars}" for s in self.state])
 
     @property
     def routing_question(self) -> Question:
@@ -255,7 +275,30 @@ def build_decisions(policy: Policy, item: Item, questions: Iterable[str] | None 
             question=question.question,
             options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
             temperature=question.temperature,
+            return_hidden_state=question.head is not None,
         )
         for question in policy.questions
         if wanted is None or question.id in wanted
     ]
+
+
+#: A JSON container shorter than this stays on one line in a policy file.
+_ONE_LINE = 100
+
+
+def format_policy(document: Any) -> str:
+    """A policy file's text, in the shipped files' layout: indented by two, containers that fit
+    stay on one line, and a head's weight rows take one line each (not one per number)."""
+
+    def dump(value: Any, depth: int) -> str:
+        flat = json.dumps(value, ensure_ascii=False)
+        numbers = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        if not isinstance(value, (dict, list)) or numbers or len(flat) + 2 * depth <= _ONE_LINE:
+            return flat
+        pad = "  " * (depth + 1)
+        if isinstance(value, dict):
+            items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {dump(v, depth + 1)}" for k, v in value.items()]
+            return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+        return "[\n" + ",\n".join(pad + dump(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
+
+    return dump(document, 0) + "\n"

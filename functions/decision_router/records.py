@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from .policies import Thresholds
 
 Source = Literal["rule", "model", "endpoint_error"]
+#: What produced the decision: a rule, the option letters' logits, or a learned head over the
+#: model's hidden state (see heads.py).
+Readout = Literal["rule", "letters", "head"]
 
 
 class _Record(BaseModel):
@@ -31,8 +34,13 @@ class DecisionError(_Record):
 class DecisionEntry(_Record):
     question: str
     source: Source
+    readout: Readout | None = Field(None, description="Which readout decided; null on endpoint_error.")
     option_id: str | None = Field(description="Chosen (auto) or suggested (review) option; null on endpoint_error.")
-    probabilities: dict[str, float] | None = None
+    probabilities: dict[str, float] | None = Field(None, description="The deciding readout's probabilities.")
+    letter_probabilities: dict[str, float] | None = Field(None, description="The letters' (calibrated), always.")
+    head_probabilities: dict[str, float] | None = Field(None, description="The head's, when a head decided.")
+    head_version: str | None = None
+    head_skipped: str | None = Field(None, description="Why the question's head did not decide (model mismatch, …).")
     confidence: float | None = None
     confidence_formula: str
     margin: float | None = None

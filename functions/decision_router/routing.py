@@ -45,7 +45,8 @@ def threshold_reasons(conf: float, margin: float, mass: float, thresholds: Thres
 
 
 def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
-    """Recalibrate the raw option logits with the policy's temperature and judge the answer.
+    """Judge the endpoint's answer to a question: by its head when the question has one that
+    fits the endpoint's model, else by the letters recalibrated with the policy's temperature.
 
     Raises EndpointFailure(kind='bad_response') when the result does not answer this question."""
     if result.option_ids != question.option_ids:
@@ -54,24 +55,43 @@ def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
     logits = result.option_logits
     if len(logits) != len(question.options) or not all(math.isfinite(z) for z in logits):
         raise EndpointFailure("bad_response", f"question {question.id!r}: option_logits missing or not finite")
-    probabilities = softmax(logits, question.temperature)
+    letters = softmax(logits, question.temperature)
+    head, skipped = question.head, None
+    if head is not None:
+        skipped = head.mismatch(result.model, result.prompt_version)
+        if skipped is None and (result.hidden_state is None or not all(math.isfinite(v) for v in result.hidden_state)):
+            skipped = "the endpoint returned no hidden state"
+        if skipped is None and len(result.hidden_state or []) != head.hidden_size:
+            skipped = f"hidden state of {len(result.hidden_state or [])} values; the head reads {head.hidden_size}"
+    if head is not None and skipped is None:
+        probabilities = head.probabilities(result.hidden_state or [])
+        thresholds = Thresholds(min_confidence=head.thresholds.min_confidence, min_margin=head.thresholds.min_margin,
+                                min_allowed_token_mass=0.0)  # a head does not read the letters
+        readout = "head"
+    else:
+        probabilities, thresholds, readout = letters, question.thresholds, "letters"
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
     ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
     top, second = ranked[0], ranked[1]
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
-    reasons = threshold_reasons(conf, margin, result.allowed_token_mass, question.thresholds, tie)
+    reasons = threshold_reasons(conf, margin, result.allowed_token_mass, thresholds, tie)
     return DecisionEntry(
         question=question.id,
         source="model",
+        readout=readout,
         option_id=question.options[top].id,
         probabilities=dict(zip(question.option_ids, probabilities)),
+        letter_probabilities=dict(zip(question.option_ids, letters)),
+        head_probabilities=dict(zip(question.option_ids, probabilities)) if readout == "head" else None,
+        head_version=head.version if readout == "head" and head is not None else None,
+        head_skipped=skipped,
         confidence=conf,
         confidence_formula=question.confidence_formula.value,
         margin=margin,
         allowed_token_mass=result.allowed_token_mass,
-        temperature=question.temperature,
-        thresholds=question.thresholds,
+        temperature=head.temperature if readout == "head" and head is not None else question.temperature,
+        thresholds=thresholds,
         passed=not reasons,
         reasons=reasons,
         model=result.model,
@@ -82,7 +102,7 @@ def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
 
 def rule_entry(question: Question, hit: RuleHit) -> DecisionEntry:
     return DecisionEntry(
-        question=question.id, source="rule", option_id=hit.option_id,
+        question=question.id, source="rule", readout="rule", option_id=hit.option_id,
         confidence_formula=question.confidence_formula.value, temperature=question.temperature,
         thresholds=question.thresholds, passed=True, rule=hit.rule_id,
     )
