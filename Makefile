@@ -8,13 +8,14 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv test demo bench eval lint clean
+.PHONY: help venv test demo bench eval fit lint clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
 	@echo "make test   run the test suite"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
+	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make lint   cfn-lint, sam validate --lint and statelint"
 
 venv: $(STAMP)
@@ -54,8 +55,9 @@ lint: $(STAMP) $(SAM_STAMP)
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(PY) -m local.template_resources statelint
 
-# Decision latency on the embedded model, default threads: readout vs prefill floor, batch of 8
-# vs eight singles (issue 2 §7). Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
+# Decisions on the embedded model, default threads: readout vs prefill floor, hidden-state cost,
+# batch of 8 vs eight singles, and 1/4/8/16 concurrent clients on the serial and batched engines.
+# Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
 bench: $(STAMP)
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
 
@@ -63,6 +65,12 @@ bench: $(STAMP)
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
 eval: $(STAMP)
 	$(PY) -m bench.evaluate $(EVAL_ARGS)
+
+# Heads and thresholds for every policy question from the labelled sets (train split) plus any
+# review export; reports in reports/fit/, heads written into the policies where they beat the letters.
+# FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
+fit: $(STAMP)
+	$(PY) -m bench.fit $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -21,6 +21,7 @@ from decision_contract import (
     Decision,
     DecisionResult,
     ErrorResponse,
+    ModelInfo,
     SingleDecisionResponse,
 )
 
@@ -54,6 +55,8 @@ class Runner(Protocol):
     def decide(self, decisions: list[Decision]) -> Scored: ...
 
     def generate(self, messages: list[dict[str, str]], max_tokens: int) -> Generated: ...
+
+    def model_info(self) -> ModelInfo: ...
 
     def close(self) -> None: ...
 
@@ -110,6 +113,14 @@ class HttpRunner:
         payload, seconds = self._post("/v1/chat/completions", body)
         return _completion(payload, seconds)
 
+    def model_info(self) -> ModelInfo:
+        """The served model, as `GET /v1/models` describes it."""
+        try:
+            response = self._client.get("/v1/models")
+            return ModelInfo.model_validate(response.json()["data"][0]["meta"])
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, ValidationError) as exc:
+            raise RunFailure(f"GET {self.url}/v1/models: {type(exc).__name__}: {exc}") from None
+
     def close(self) -> None:
         self._client.close()
 
@@ -139,6 +150,9 @@ class EngineRunner:
         except Exception as exc:  # the engine's errors name the problem (prompt too long, busy, …)
             raise RunFailure(f"{type(exc).__name__}: {exc}") from None
         return Scored(results, time.perf_counter() - start)
+
+    def model_info(self) -> ModelInfo:
+        return self.engine.model_info
 
     def generate(self, messages: list[dict[str, str]], max_tokens: int) -> Generated:
         start = time.perf_counter()

@@ -1,0 +1,1 @@
+"""Fit learned heads for policy questions from labelled decisions (`make fit`)."""

@@ -1,0 +1,137 @@
+"""`python -m bench.fit` (`make fit`): fit a head for every policy question from labelled items.
+
+    make fit                              # the shipped labelled sets, the embedded model
+    make fit REVIEWS=export.jsonl         # plus your reviewers' answers (review_cli export)
+    python -m bench.fit --model my.gguf --dry-run
+
+Rows with `"split": "test"` are never fitted on: they are only scored at the end, with the
+heads and thresholds fitted on everything else, through the routing function's own code. A
+head is written into its policy only where it beats the letters on held-out folds (accuracy
+and log-loss) and beats always-the-commonest-answer; the diff is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import sys
+import time
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from bench.evaluate.cases import Case, load_file
+from bench.evaluate.runners import EngineRunner, HttpRunner
+
+from . import learn, report
+from .features import Example, extract
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = [REPO / "bench/data/support-tickets.jsonl", REPO / "bench/data/incidents.jsonl"]
+TEST_SPLIT = "test"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.fit", description=__doc__.splitlines()[0])
+    p.add_argument("data", nargs="*", type=Path, help="labelled JSONL in the policy format (default: the shipped sets)")
+    p.add_argument("--reviews", type=Path, action="append", default=[],
+                   help="a review export (review_cli export); its rows are training data")
+    p.add_argument("--url", help="score with a running decision container instead of the in-process engine")
+    p.add_argument("--model", help="GGUF to load in-process (default: SM_LLAMA_CPP_MODEL or the embedded model)")
+    p.add_argument("--threads", type=int, help="CPU threads for the in-process engine")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target-error", type=float, default=0.05,
+                   help="error rate allowed among auto-routed decisions when choosing thresholds")
+    p.add_argument("--out", type=Path, default=REPO / "reports/fit")
+    p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache", help="hidden-state cache ('' to disable)")
+    p.add_argument("--dry-run", action="store_true", help="print the policy diffs, write nothing to the policies")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = None) -> int:
+    """Run the CLI; `runner` replaces the one the arguments name (tests pass a shared engine)."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    started = time.perf_counter()
+    cases, sources = _load(args)
+    if not cases:
+        print("no usable labelled rows", file=sys.stderr)
+        return 2
+    runner = runner or (HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads))
+    try:
+        model = runner.model_info()
+        total = sum(len(c.decisions) for c in cases)
+        with tqdm(total=total, unit="decision", desc="hidden states", disable=args.no_progress, file=sys.stderr) as bar:
+            examples, failures = extract(runner, model, cases, args.cache if str(args.cache) else None, progress=bar.update)
+    finally:
+        runner.close()
+    for failure in failures:
+        print(f"not scored: {failure}", file=sys.stderr)
+
+    from decision_router.policies import load_policy
+
+    by_question: dict[tuple[str, str], list[Example]] = defaultdict(list)
+    for example in examples:
+        by_question[(example.policy, example.question)].append(example)
+    results = []
+    for (policy_name, question_id), group in sorted(by_question.items()):
+        policy = load_policy(policy_name)
+        question = policy.question(question_id)
+        train = [e for e in group if e.split != TEST_SPLIT]
+        test = [e for e in group if e.split == TEST_SPLIT]
+        fit = learn.fit_question(
+            f"{policy_name}/{question_id}", question.option_ids, np.array([e.hidden for e in train]),
+            [e.letter_logits for e in train], np.array([e.gold for e in train]), [e.fold_group for e in train],
+            formula=question.confidence_formula.value, folds=args.folds, seed=args.seed, target_error=args.target_error,
+        )
+        document = learn.head_document(
+            fit, version="", model_sha256=model.sha256, hidden_size=model.hidden_size, prompt_version=train[0].prompt_version,
+            question_sha256=policy.question_sha256(question), data=sources, fitted_on=fitted_on or date.today(),
+        )
+        digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
+        document["version"] = f"{policy_name}.{question_id}.{document['fit']['fitted_on']}.{digest}"
+        results.append(report.QuestionResult(policy, question, fit, document, report.score_test(question, document, test, model)))
+
+    changes = report.policy_changes(results, write=not args.dry_run)
+    summary = report.build(results, changes, command="python -m bench.fit " + shlex.join(argv), model=model,
+                           sources=sources, seconds=time.perf_counter() - started, failures=[str(f) for f in failures])
+    paths = report.write_all(summary, results, args.out)
+    report.print_summary(summary, paths)
+    return 0
+
+
+def _load(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
+    cases: list[Case] = []
+    sources: list[str] = []
+    for path in args.data or SHIPPED:
+        loaded = load_file(path)
+        for error in loaded.errors:
+            print(f"bad row, skipped: {error}", file=sys.stderr)
+        cases += [c for c in loaded.cases if c.kind == "policy"]
+        sources.append(_relative(path))
+    for path in args.reviews:
+        loaded = load_file(path)
+        for error in loaded.errors:
+            print(f"bad row, skipped: {error}", file=sys.stderr)
+        # reviewers' answers always train; a `test` split in an export would be a mistake
+        cases += [c for c in loaded.cases if c.kind == "policy" and c.split != TEST_SPLIT]
+        sources.append(f"{_relative(path)} (reviews)")
+    return cases, sources
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
