@@ -1,12 +1,19 @@
-"""Decision latency benchmark (issue 2 §7), all figures from one run in one process.
+"""Decision benchmark: every figure side by side in one run, in one process.
 
-1. Single decisions: a ≈300-token prompt with 4 options, latency median and p95 over N
-   decisions, next to the pure prefill of the same prompt tokens (the floor a decision cannot
-   beat), measured interleaved so that machine load hits both alike; their ratio.
-2. Batches: 8 decisions sharing a ≈400-token state, one batch request vs the same 8 decisions
-   scored one by one; their ratio.
+1. Single decisions: a ≈300-token prompt with 4 options, median and p95 over N decisions, next
+   to the pure prefill of the same prompt tokens in a fresh sequence (the floor without prefix
+   reuse), interleaved so that machine load hits both alike; their ratio.
+2. Hidden state: the same decision with and without `return_hidden_state`, interleaved; ratio.
+3. Batch of 8 sharing a ≈400-token state vs the same 8 scored one by one; the ratio against the
+   ideal (P + 8·S) / (8·(P + S)) for P shared and S own tokens per question (both beyond the
+   prompt prefix every decision already shares).
+4. Load: 1, 4, 8, 16 concurrent clients, each sending decisions back to back, against the
+   serial engine (DECISION_PARALLEL_SEQUENCES=1) and the batched one (the default): decisions
+   per second, p50/p95 latency, share of 503 busy answers.
 
-Targets: single ≤ 1.15 × prefill floor; batch of 8 ≤ 0.45 × eight singles.
+Targets (CPU): single ≤ 1.15 × prefill; hidden state ≤ 1.05 × plain; batch ≤ 1.05 × ideal; at 8
+clients the batched engine's throughput ≥ the serial one's, no 503 below the queue bound, p95 ≤
+(queue position × single latency) + 10 %.
 
     make bench            # or: PYTHONPATH=contract:container .venv/bin/python bench/bench_decisions.py
 """
@@ -19,6 +26,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,10 +37,14 @@ for part in ("contract", "container"):
 
 from decision_contract import Decision  # noqa: E402
 from decision_server.engine import DecisionEngine  # noqa: E402
+from decision_server.errors import Busy  # noqa: E402
 from decision_server.model_files import embedded_model_path  # noqa: E402
 
 SINGLE_TARGET = 1.15
-BATCH_TARGET = 0.45
+HIDDEN_TARGET = 1.05
+BATCH_TARGET = 1.05  # × the ideal ratio
+LOAD_CLIENTS = (1, 4, 8, 16)
+LOAD_SLACK = 1.10
 
 SENTENCES = [
     "The customer reports that invoices since March show a double charge for the Pro plan.",
@@ -119,6 +131,27 @@ def bench_single(engine: DecisionEngine, n: int) -> dict:
     }
 
 
+def bench_hidden(engine: DecisionEngine, n: int) -> dict:
+    question, options = QUESTIONS[0]
+    plain = make_decision("plain", state_of(engine, question, options, 300), question, options)
+    hidden = plain.model_copy(update={"return_hidden_state": True})
+    for _ in range(2):
+        engine.decide_one(plain)
+        engine.decide_one(hidden)
+    plain_s, hidden_s = [], []
+    for i in range(n):
+        plain_s.append(timed(lambda: engine.decide_one(plain)))
+        hidden_s.append(timed(lambda: engine.decide_one(hidden)))
+        progress(f"hidden {i + 1}/{n}: plain {plain_s[-1]:.3f}s with hidden state {hidden_s[-1]:.3f}s")
+    return {
+        "decisions": n,
+        "plain_median_s": statistics.median(plain_s),
+        "hidden_median_s": statistics.median(hidden_s),
+        "ratio_hidden_to_plain": statistics.median(hidden_s) / statistics.median(plain_s),
+        "target": HIDDEN_TARGET,
+    }
+
+
 def bench_batch(engine: DecisionEngine, rounds: int) -> dict:
     state = state_of(engine, *QUESTIONS[0], 400)
     decisions = [make_decision(f"q{i}", state, q, opts) for i, (q, opts) in enumerate(QUESTIONS)]
@@ -132,65 +165,156 @@ def bench_batch(engine: DecisionEngine, rounds: int) -> dict:
         shared = response.timing.shared_prefix_tokens
         singles_s.append(sum(timed(lambda d=d: engine.decide_one(d)) for d in decisions))
         progress(f"batch round {len(batch_s)}/{rounds}: batch {batch_s[-1]:.3f}s singles {singles_s[-1]:.3f}s")
-    median_batch = statistics.median(batch_s)
-    median_singles = statistics.median(singles_s)
+    # Tokens each path evaluates beyond the prompt prefix every decision shares (cached at start).
+    common = len(engine.scheduler.prefix_tokens)
+    lengths = [len(engine.readout.prompt(d).tokens) for d in decisions]
+    P = shared - common
+    S = statistics.mean(n - shared for n in lengths)
+    ideal = (P + len(decisions) * S) / (len(decisions) * (P + S))
+    ratio = statistics.median(batch_s) / statistics.median(singles_s)
     return {
         "decisions": len(decisions),
-        "state_prompt_tokens": len(engine.readout.prompt(decisions[0]).tokens),
+        "state_prompt_tokens": lengths[0],
         "shared_prefix_tokens": shared,
+        "own_tokens_mean": S,
         "rounds": rounds,
-        "batch_median_s": median_batch,
-        "eight_singles_median_s": median_singles,
-        "ratio_batch_to_singles": median_batch / median_singles,
+        "batch_median_s": statistics.median(batch_s),
+        "eight_singles_median_s": statistics.median(singles_s),
+        "ratio_batch_to_singles": ratio,
+        "ideal_ratio": ideal,
+        "ratio_to_ideal": ratio / ideal,
         "target": BATCH_TARGET,
     }
 
 
+def bench_load(engine: DecisionEngine, clients: int, per_client: int, decisions: list[Decision]) -> dict:
+    """`clients` threads, each sending `per_client` decisions back to back (in-process, through
+    the same submit path the HTTP routes use)."""
+    latencies: list[float] = []
+    busy = 0
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        nonlocal busy
+        for j in range(per_client):
+            decision = decisions[(k * per_client + j) % len(decisions)]
+            started = time.perf_counter()
+            try:
+                engine.decide_one(decision)
+            except Busy:
+                with lock:
+                    busy += 1
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "requests": clients * per_client,
+        "decisions_per_second": len(latencies) / wall,
+        "p50_s": percentile(latencies, 0.5) if latencies else None,
+        "p95_s": percentile(latencies, 0.95) if latencies else None,
+        "busy_share": busy / (clients * per_client),
+    }
+
+
+def load_decisions(engine: DecisionEngine, count: int = 16) -> list[Decision]:
+    """Distinct ≈300-token decisions (different states), so no request reuses another's state."""
+    question, options = QUESTIONS[0]
+    base = state_of(engine, question, options, 300)
+    return [make_decision(f"load{k}", f"Ticket {k}. {base}", question, options) for k in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--decisions", type=int, default=50, help="single decisions to time (≥ 50 for §7)")
+    parser.add_argument("-n", "--decisions", type=int, default=30, help="single decisions to time")
     parser.add_argument("--rounds", type=int, default=5, help="batch-vs-singles rounds")
+    parser.add_argument("--per-client", type=int, default=4, help="decisions each load client sends")
+    parser.add_argument("--clients", default=",".join(map(str, LOAD_CLIENTS)), help="concurrent clients to try")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the embedded SmolLM2)")
+    parser.add_argument("--gpu-layers", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_decisions.json")
     args = parser.parse_args(argv)
 
     # Default threads and settings, as the server would use them; only the model is explicit.
-    engine = DecisionEngine(model_path=args.model or embedded_model_path())
+    model = args.model or embedded_model_path()
+    engine = DecisionEngine(model_path=model, n_gpu_layers=args.gpu_layers)
+    serial = DecisionEngine(model_path=model, n_gpu_layers=args.gpu_layers, parallel_sequences=1)
     single = bench_single(engine, args.decisions)
+    hidden = bench_hidden(engine, args.decisions)
     batch = bench_batch(engine, args.rounds)
+    single_latency = single["decision_median_s"]
+    decisions = load_decisions(engine)
+    load = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        for name, subject in (("serial", serial), ("batched", engine)):
+            row = {"engine": name, **bench_load(subject, clients, args.per_client, decisions)}
+            row["p95_bound_s"] = clients * single_latency * LOAD_SLACK
+            load.append(row)
+            progress(f"load {name} x{clients}: {row['decisions_per_second']:.2f}/s p95 {row['p95_s']:.3f}s busy {row['busy_share']:.0%}")
     report = {
         "model": engine.model_info.model_dump(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
         "single": single,
+        "hidden_state": hidden,
         "batch": batch,
+        "load": load,
+        "queue_size": engine.settings.queue_size,
+        "parallel_sequences": engine.settings.parallel_sequences,
     }
+    print_report(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
 
-    def verdict(ratio: float, target: float) -> str:
-        return "meets" if ratio <= target else "MISSES"
 
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+def print_report(report: dict) -> None:
+    single, hidden, batch = report["single"], report["hidden_state"], report["batch"]
     rows = [
         ("single decision median / p95", f"{single['decision_median_s'] * 1000:.1f} / {single['decision_p95_s'] * 1000:.1f} ms"),
         ("prefill floor median / p95", f"{single['prefill_median_s'] * 1000:.1f} / {single['prefill_p95_s'] * 1000:.1f} ms"),
         ("decision / prefill", f"{single['ratio_decision_to_prefill']:.3f}  (target ≤ {SINGLE_TARGET}: "
-         f"{verdict(single['ratio_decision_to_prefill'], SINGLE_TARGET)})"),
+         f"{verdict(single['ratio_decision_to_prefill'] <= SINGLE_TARGET)})"),
+        ("with hidden state / plain", f"{hidden['ratio_hidden_to_plain']:.3f}  ({hidden['hidden_median_s'] * 1000:.1f} vs "
+         f"{hidden['plain_median_s'] * 1000:.1f} ms; target ≤ {HIDDEN_TARGET}: {verdict(hidden['ratio_hidden_to_plain'] <= HIDDEN_TARGET)})"),
         ("batch of 8 (shared state) median", f"{batch['batch_median_s'] * 1000:.1f} ms"),
         ("8 single decisions median", f"{batch['eight_singles_median_s'] * 1000:.1f} ms"),
-        ("batch / 8 singles", f"{batch['ratio_batch_to_singles']:.3f}  (target ≤ {BATCH_TARGET}: "
-         f"{verdict(batch['ratio_batch_to_singles'], BATCH_TARGET)})"),
+        ("batch / 8 singles", f"{batch['ratio_batch_to_singles']:.3f}  (ideal {batch['ideal_ratio']:.3f}; "
+         f"× ideal {batch['ratio_to_ideal']:.3f}, target ≤ {BATCH_TARGET}: {verdict(batch['ratio_to_ideal'] <= BATCH_TARGET)})"),
     ]
-    info = engine.model_info
-    print(f"model {info.file}  threads={info.threads}  n_ctx={info.context_size}  "
-          f"llama-cpp-python {info.llama_cpp_python_version}  load(1m)={report['machine']['load_avg_1m']:.2f}")
+    info = report["model"]
+    print(f"model {info['file']}  threads={info['threads']}  n_ctx={info['context_size']}  gpu_layers={info['gpu_layers']}  "
+          f"llama-cpp-python {info['llama_cpp_python_version']}  load(1m)={report['machine']['load_avg_1m']:.2f}")
     print(f"single: {single['prompt_tokens']}-token prompt, {single['options']} options, {single['decisions']} decisions; "
           f"batch: {batch['decisions']} questions, {batch['state_prompt_tokens']}-token prompts, "
           f"{batch['shared_prefix_tokens']} shared, {batch['rounds']} rounds")
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    print(f"\nload (queue {report['queue_size']}, batched engine: {report['parallel_sequences']} parallel sequences):")
+    print("  clients  engine    decisions/s   p50 ms   p95 ms  p95 bound ms   503s")
+    for row in report["load"]:
+        print(f"  {row['clients']:>7}  {row['engine']:<8}  {row['decisions_per_second']:>11.2f}  {row['p50_s'] * 1000:>7.0f}  "
+              f"{row['p95_s'] * 1000:>7.0f}  {row['p95_bound_s'] * 1000:>12.0f}  {row['busy_share']:>5.0%}")
+    by = {(r["engine"], r["clients"]): r for r in report["load"]}
+    if ("batched", 8) in by and ("serial", 8) in by:
+        b, s = by[("batched", 8)], by[("serial", 8)]
+        print(f"  at 8 clients: batched/serial throughput {b['decisions_per_second'] / s['decisions_per_second']:.2f}x "
+              f"({verdict(b['decisions_per_second'] >= s['decisions_per_second'])}), "
+              f"503s {b['busy_share']:.0%} ({verdict(b['busy_share'] == 0)}), "
+              f"p95 {b['p95_s'] * 1000:.0f} ms ≤ {b['p95_bound_s'] * 1000:.0f} ms ({verdict(b['p95_s'] <= b['p95_bound_s'])})")
 
 
 if __name__ == "__main__":
