@@ -11,6 +11,9 @@ from .items import describe_errors
 from .policies import Policy, PolicyError, load_policy
 from .records import Destination, ReviewOutput
 
+#: SendTaskSuccess accepts task tokens of 1-2048 characters.
+MAX_TASK_TOKEN = 2048
+
 
 class InvalidReview(ValueError):
     """Answers that do not fit the policy; the message names every problem."""
@@ -50,7 +53,7 @@ class ReviewCompletion(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_token: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
     policy: Annotated[str, StringConstraints(min_length=1)]
     reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
     answers: dict[str, str] = Field(min_length=1)

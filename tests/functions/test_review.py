@@ -169,3 +169,11 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticke
     example = json.loads(line)
     assert example["policy"] == "support-ticket" and example["gold"] == {"queue": "billing"}
     assert example["item"]["ticket_id"] == "T-1001" and example["item"]["customer"] == {"id": "C-4102", "tier": "pro"}
+
+
+def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
+    # SendTaskSuccess takes tokens of 1-2048 characters.
+    event = json.loads((EVENTS / "review_completion.json").read_text())
+    assert len(ReviewCompletion.parse(dict(event, task_token="t" * 2048)).task_token) == 2048
+    with pytest.raises(InvalidReview, match="task_token: String should have at most 2048 characters"):
+        ReviewCompletion.parse(dict(event, task_token="t" * 2049))
