@@ -257,7 +257,7 @@ def test_container_400_detail_reaches_the_reviewer(tickets, stack, context, tick
 def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data):
     app, stub = tickets
     stub.model_error(503)
-    context.remaining_ms = 60_000  # < read timeout (70 s) + reserve: one attempt only
+    context.remaining_ms = 11_200  # 1.2 s past the reserve: one attempt; after a backoff under 1 s would be left
     app.lambda_handler(ticket_event(ticket_data), context)
     stub.stubber.assert_no_pending_responses()
     (record,) = executions(stack).values()
@@ -299,6 +299,42 @@ def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ti
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
     (record,) = executions(stack).values()
     assert record.decisions[0].error.kind == "timeout" and record.decisions[0].error.attempts == 2
+
+
+def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goes_to_review(
+        monkeypatch, stack, context, ticket_data, silent_server):
+    """The very first call is bounded by the time left, not by the configured read timeout:
+    12.5 s left minus the 10 s kept for starting the workflow: the call waits 2 s (a timeout step)."""
+    from ticket_intake import app
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
+    endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, max_attempts=4, sleep=lambda s: None)
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    context.remaining_ms = 12_500
+
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+
+    (record,) = executions(stack).values()
+    assert record.route == "review"
+    error = record.decisions[0].error
+    assert error.kind == "timeout" and error.attempts == 1
+    assert error.message.startswith("no answer within 2 s") and "no time left for another attempt" in error.message
+
+
+def test_no_endpoint_call_when_the_deadline_has_passed(monkeypatch, stack, context, ticket_data, silent_server):
+    from ticket_intake import app
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
+    endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, sleep=lambda s: None)
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    context.remaining_ms = 10_500  # 0.5 s past the reserve: too little for a call
+
+    app.lambda_handler(ticket_event(ticket_data), context)
+
+    (record,) = executions(stack).values()
+    error = record.decisions[0].error
+    assert record.route == "review" and error.kind == "timeout" and error.attempts == 0
+    assert "not called" in error.message
 
 
 def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, context, ticket_data):
