@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .items import describe_errors
 from .policies import Policy, PolicyError, load_policy
-from .records import Destination, ReviewOutput
+from .records import DecisionRecord, Destination, ReviewOutput
 
 #: SendTaskSuccess accepts task tokens of 1-2048 characters.
 MAX_TASK_TOKEN = 2048
@@ -66,6 +66,26 @@ class ReviewCompletion(BaseModel):
             return cls.model_validate(data)
         except ValidationError as error:
             raise InvalidReview("invalid review completion: " + "; ".join(describe_errors(error))) from None
+
+
+class PendingReview(BaseModel):
+    """One message of the review queue, as the workflow's RequestReview state writes it."""
+
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
+    execution_name: Annotated[str, StringConstraints(min_length=1, max_length=80)]
+    requested_at: str | None = None
+    record: DecisionRecord
+
+    @classmethod
+    def from_message(cls, body: str) -> "PendingReview":
+        """Parse a review message; InvalidReview names what is wrong with it."""
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as error:
+            problems = describe_errors(error)
+            if any(e["type"] == "json_invalid" for e in error.errors()):
+                problems = ["not JSON"]
+            raise InvalidReview("; ".join(problems)) from None
 
 
 class TaskCompleter(Protocol):

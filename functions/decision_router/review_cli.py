@@ -43,9 +43,18 @@ def _queue(args, settings):
     return ReviewQueue(url)
 
 
+def _pending(queue, limit: int):
+    pending = queue.pending(limit=limit)
+    if pending.malformed:
+        print(f"skipped {len(pending.malformed)} malformed review message(s) (left on the queue):", file=sys.stderr)
+        for bad in pending.malformed:
+            print(f"  message {bad.message_id}: {bad.problem}", file=sys.stderr)
+    return pending.reviews
+
+
 def _find(queue, name: str) -> dict:
-    for review in queue.pending(limit=1000):
-        if review.get("execution_name") == name:
+    for review in _pending(queue, limit=1000):
+        if review["execution_name"] == name:
             return review
     raise LookupError(f"no pending review named {name!r} (see `list`; one listed seconds ago may be briefly hidden)")
 
@@ -62,7 +71,7 @@ def _suggestions(record: dict) -> str:
 
 
 def cmd_list(args, settings, out) -> int:
-    reviews = _queue(args, settings).pending(limit=args.max)
+    reviews = _pending(_queue(args, settings), limit=args.max)
     if not reviews:
         print("no pending reviews", file=out)
     for review in reviews:

@@ -177,3 +177,38 @@ def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
     assert len(ReviewCompletion.parse(dict(event, task_token="t" * 2048)).task_token) == 2048
     with pytest.raises(InvalidReview, match="task_token: String should have at most 2048 characters"):
         ReviewCompletion.parse(dict(event, task_token="t" * 2049))
+
+
+def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack, pending_ticket, capsys):
+    monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
+    sqs = boto3.client("sqs")
+    sqs.send_message(QueueUrl=pending_ticket, MessageBody="not json at all")
+    sqs.send_message(QueueUrl=pending_ticket, MessageBody=json.dumps({"task_token": "t", "execution_name": "x"}))
+
+    assert review_cli.main(["list"]) == 0
+
+    captured = capsys.readouterr()
+    (listed,) = [line for line in captured.out.splitlines() if not line.startswith(" ")]
+    assert listed.startswith("ticket-T-1001-")
+    assert "skipped 2 malformed review message(s)" in captured.err
+    assert "not JSON" in captured.err and "record: Field required" in captured.err
+
+    time.sleep(1.2)  # `list` hides what it peeked at for a moment
+    assert queue_depth(pending_ticket) == 3  # nothing was deleted: the bad messages stay for inspection
+    name = listed.split()[0]
+    assert review_cli.main(["show", name]) == 0  # the other commands read past them too
+    assert "Charged twice" in capsys.readouterr().out
+
+
+def test_listing_long_polls(stack, pending_ticket):
+    """Short polling samples a subset of SQS servers and may answer empty while messages wait,
+    which would end a listing early; every receive must wait (moto cannot show the sampling)."""
+    from decision_router.adapters.review import ReviewQueue
+
+    client = boto3.client("sqs")
+    waits = []
+    client.meta.events.register("before-parameter-build.sqs.ReceiveMessage",
+                                lambda params, **_: waits.append(params.get("WaitTimeSeconds", 0)))
+    reviews = ReviewQueue(pending_ticket, client=client).pending()
+    assert len(reviews.reviews) == 1
+    assert waits and min(waits) >= 1
