@@ -322,7 +322,8 @@ class LocalPipeline:
         suggested = {d["question"]: d["option_id"] for d in record["decisions"] if d["option_id"]}
         answers = {q.id: suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
         answer = self.reviews.invoke({
-            "task_token": pending.message["task_token"], "policy": policy.name, "reviewer": reviewer,
+            "task_token": pending.message["task_token"], "execution_name": pending.message["execution_name"],
+            "reviewer": reviewer,
             "answers": answers, "note": "accepted the model's suggestion (make demo)",
             "receipt_handle": pending.receipt_handle})
         deadline = time.monotonic() + timeout

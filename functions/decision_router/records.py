@@ -4,6 +4,7 @@ pipeline-interfaces.md. The workflow only carries these out; it never recomputes
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any, Literal
 
@@ -58,10 +59,26 @@ class Destination(_Record):
     queue_url: str
 
 
+class ReviewChoice(_Record):
+    """One complete answer a reviewer may give, with where it routes the item."""
+
+    answers: dict[str, str]
+    destination: Destination
+    escalate: bool
+
+    def wire(self) -> str:
+        """The form the record and the reviewer's answer carry: canonical JSON text, so the
+        workflow can check an answer by string equality (States.ArrayContains)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
 class ReviewSpec(_Record):
     queue_url: str
     timeout_seconds: int
     questions: dict[str, list[str]] = Field(description="question id → its option ids, for the reviewer.")
+    choices: list[str] = Field(description="Every answer the reviewer may give (ReviewChoice.wire()): the "
+                                           "workflow accepts only one of these, so the policy, targets and "
+                                           "queue URLs come from the record, never from the reviewer.")
 
 
 class DecisionRecord(_Record):
@@ -78,14 +95,18 @@ class DecisionRecord(_Record):
     decided_at: str
 
 
-class ReviewOutput(_Record):
-    """SendTaskSuccess output once a reviewer has answered every question."""
+class ReviewAnswer(_Record):
+    """SendTaskSuccess output once a reviewer has answered every question. The workflow checks
+    that it names its own execution and that `choice` is one of the record's `review.choices`."""
 
+    execution_name: str
     reviewer: str
-    answers: dict[str, str]
-    destination: Destination
-    escalate: bool
+    choice: str
     note: str = ""
+
+    @property
+    def chosen(self) -> ReviewChoice:
+        return ReviewChoice.model_validate_json(self.choice)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")

@@ -16,6 +16,8 @@ from moto import mock_aws
 
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
+from decision_router.review import complete_review
+from decision_router.routing import review_choices
 from local.template_resources import Stack
 
 ENDPOINT_NAME = "decision-endpoint"
@@ -39,11 +41,11 @@ class Pipeline:
         self.state_machine_arn = self.env["ROUTING_STATE_MACHINE_ARN"]
 
     # ---------------------------------------------------------------- records (interfaces file)
-    def reviewer_output(self, answers: dict[str, str], target: str, *, escalate: bool,
+    def reviewer_output(self, record: dict, answers: dict[str, str], *, execution_name: str,
                         reviewer: str = "bob@example.com") -> str:
-        """A reviewer's SendTaskSuccess output (interfaces: reviewer, answers, destination, escalate)."""
-        return json.dumps({"reviewer": reviewer, "answers": answers, "escalate": escalate, "note": "",
-                           "destination": {"target": target, "queue_url": self.destinations[target]}})
+        """A reviewer's SendTaskSuccess output for these answers, as the review function builds it."""
+        answer = complete_review(DecisionRecord.model_validate(record), execution_name, answers, reviewer)
+        return answer.model_dump_json()
 
     def record(self, kind: str, item_id: str, *, route: str, answers: dict[str, str], escalate: bool = False,
                timeout_seconds: int = 86400) -> dict:
@@ -80,7 +82,8 @@ class Pipeline:
             "escalate": escalate,
             "decisions": decisions,
             "review": {"queue_url": self.env["REVIEW_QUEUE_URL"], "timeout_seconds": timeout_seconds,
-                       "questions": {q: options for q, (_, options) in questions.items()}},
+                       "questions": {q: options for q, (_, options) in questions.items()},
+                       "choices": [c.wire() for c in review_choices(policy, self.destinations)]},
             "decided_at": "2026-11-29T12:00:01Z",
         }
         return DecisionRecord.model_validate(record).model_dump(mode="json")

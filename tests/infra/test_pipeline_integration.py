@@ -70,7 +70,8 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
                        for d in record["decisions"]}
             for question in policy.questions:  # a question the record did not ask (none today) still needs an answer
                 answers.setdefault(question.id, question.option_ids[0])
-            output = review_app.lambda_handler({"task_token": reviews[item_id]["task_token"], "policy": policy.name,
+            output = review_app.lambda_handler({"task_token": reviews[item_id]["task_token"],
+                                                "execution_name": reviews[item_id]["execution_name"],
                                                 "reviewer": "alice@example.com", "answers": answers}, lambda_context)
             targets[item_id] = output["destination"]["target"]
         else:

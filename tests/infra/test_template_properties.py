@@ -180,9 +180,11 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
         assert stack.ref(logical_id) in outputs, logical_id
 
 
-def test_review_function_may_only_answer_tasks_and_remove_review_messages(stack):
+def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_review_messages(stack):
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
+    executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
     assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"), "*"),
-                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn"))}
+                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
+                      (("states:DescribeExecution",), executions)}

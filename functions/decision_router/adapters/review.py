@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..records import ReviewOutput
+from ..records import ReviewAnswer
 from ..review import InvalidReview, PendingReview
 from . import AwsAdapter
 
@@ -23,7 +23,7 @@ class ReviewTaskGone(RuntimeError):
 class ReviewTasks(AwsAdapter):
     service = "stepfunctions"
 
-    def complete(self, task_token: str, output: ReviewOutput) -> None:
+    def complete(self, task_token: str, output: ReviewAnswer) -> None:
         try:
             self.client.send_task_success(taskToken=task_token, output=output.model_dump_json())
         except self.client.exceptions.ClientError as error:
