@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv test demo bench eval lint clean
+.PHONY: help venv test demo bench eval lint redrive clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make lint   cfn-lint, sam validate --lint and statelint"
+	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 
 venv: $(STAMP)
 
@@ -63,6 +64,13 @@ bench: $(STAMP)
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
 eval: $(STAMP)
 	$(PY) -m bench.evaluate $(EVAL_ARGS)
+
+# Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
+# something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
+# REDRIVE_ARGS="--dlq-url … --dry-run".
+redrive: $(STAMP)
+	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
+	$(PY) -m decision_router.redrive $(DLQ) $(REDRIVE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -22,6 +22,7 @@ Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -232,19 +233,28 @@ class LocalPipeline:
         progress(f"incident {outcome.item.label}: {state} in {time.monotonic() - started:.1f}s")
 
     # ------------------------------------------------------------------------------ reading back
-    def execution_arn(self, kind: str, item_id: str) -> str:
+    def execution_arn(self, item: InputItem) -> str | None:
+        """The ARN of the item's (first) execution; None when the item does not validate."""
+        from decision_router.items import InvalidItem, parse_item
         from decision_router.records import execution_name
 
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{execution_name(kind, item_id)}"
+        try:
+            parsed = parse_item(item.kind, item.data)
+        except InvalidItem:
+            return None
+        name = execution_name(parsed.kind, parsed.item_id, parsed.key)
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
 
     def _settle(self, outcomes: list[Outcome], timeout: float) -> None:
         """Wait until each started execution finished or asked for review; then read back."""
         started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
         for outcome in started:
-            outcome.execution_arn = self.execution_arn(outcome.item.kind, outcome.item.item_id)
-            try:
-                described = self.sfn.describe_execution(executionArn=outcome.execution_arn)
-            except self.sfn.exceptions.ExecutionDoesNotExist:
+            outcome.execution_arn = self.execution_arn(outcome.item)
+            described = None
+            if outcome.execution_arn is not None:
+                with contextlib.suppress(self.sfn.exceptions.ExecutionDoesNotExist):
+                    described = self.sfn.describe_execution(executionArn=outcome.execution_arn)
+            if described is None:
                 outcome.execution_arn, outcome.problem = None, "no workflow execution was started"
                 continue
             outcome.record = json.loads(described["input"])

@@ -84,6 +84,7 @@ class ReviewSpec(_Record):
 class DecisionRecord(_Record):
     item_kind: Literal["ticket", "incident"]
     item_id: str
+    item_key: str = Field(description="kind:source:id:payload-hash; names the executions (Item.key).")
     item: dict[str, Any]
     policy: PolicyRef
     route: Literal["auto", "review"]
@@ -111,13 +112,18 @@ class ReviewAnswer(_Record):
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 MAX_EXECUTION_NAME = 80
+#: Room kept at the end of a name for the attempt suffix ("-r2" … "-r99").
+ATTEMPT_SUFFIX_ROOM = 4
 
 
-def execution_name(item_kind: str, item_id: str) -> str:
-    """Deterministic per item, ≤ 80 chars of [A-Za-z0-9-_]: starting the same item twice is refused
-    by Step Functions (ExecutionAlreadyExists), which makes routing idempotent for 90 days.
-    The hash keeps ids distinct that sanitise or truncate to the same text."""
-    digest = hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:8]
-    room = MAX_EXECUTION_NAME - len(item_kind) - len(digest) - 2
+def execution_name(item_kind: str, item_id: str, item_key: str, attempt: int = 1) -> str:
+    """Deterministic per item key, ≤ 80 chars of [A-Za-z0-9-_]: starting the same item twice is
+    refused by Step Functions (ExecutionAlreadyExists) for 90 days. Names cannot be reused, so
+    routing an item again after its execution failed uses the next attempt's name (`-r2`, …).
+    The readable part is the id; the hash of the key keeps items apart that share an id (another
+    source, other content) or that sanitise or truncate to the same text."""
+    digest = hashlib.sha256(item_key.encode("utf-8")).hexdigest()[:12]
+    room = MAX_EXECUTION_NAME - ATTEMPT_SUFFIX_ROOM - len(item_kind) - len(digest) - 2
     readable = _UNSAFE.sub("-", item_id).strip("-")[:room].rstrip("-") or "item"
-    return f"{item_kind}-{readable}-{digest}"
+    base = f"{item_kind}-{readable}-{digest}"
+    return base if attempt == 1 else f"{base}-r{attempt}"

@@ -141,6 +141,7 @@ def build_record(
     return DecisionRecord(
         item_kind=item.kind,
         item_id=item.item_id,
+        item_key=item.key,
         item=item.model_dump(mode="json"),
         policy=PolicyRef(name=policy.name, version=policy.version),
         route=route,

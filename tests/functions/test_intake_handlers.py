@@ -135,6 +135,11 @@ def executions(stack) -> dict[str, DecisionRecord]:
     return found
 
 
+def ticket_execution(ticket: dict) -> str:
+    item = parse_item("ticket", ticket)
+    return execution_name(item.kind, item.item_id, item.key)
+
+
 def ticket_event(*tickets: dict) -> dict:
     template = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0]
     return {"Records": [dict(template, messageId=f"m-{i}", body=json.dumps(t)) for i, t in enumerate(tickets)]}
@@ -161,7 +166,8 @@ def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tick
     assert all("decision" in r and r["decision"]["id"] == "queue" for r in stub.requests)
 
     records = executions(stack)
-    assert set(records) == {execution_name("ticket", t) for t in ("T-1001", "T-1003", "T-1006", "T-1005")}
+    assert sorted(r.item_id for r in records.values()) == ["T-1001", "T-1003", "T-1005", "T-1006"]
+    assert all(name == execution_name(r.item_kind, r.item_id, r.item_key) for name, r in records.items())
     by_id = {r.item_id: r for r in records.values()}
     assert (by_id["T-1001"].route, by_id["T-1001"].destination.target) == ("auto", "billing")
     assert by_id["T-1001"].destination.queue_url == stack.ref("BillingQueue")
@@ -198,7 +204,7 @@ def test_duplicate_delivery_is_routed_once(tickets, stack, context, ticket_data)
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # … and redelivered
     assert len(stub.requests) == 1
-    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+    assert list(executions(stack)) == [ticket_execution(ticket_data)]
 
 
 def test_already_started_execution_counts_as_routed(tickets, stack, context, ticket_data):
@@ -208,7 +214,7 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
     assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
     summary = app.intake.handle(json.dumps(ticket_data), context)
-    assert summary["started"] is False and summary["execution_name"] == execution_name("ticket", "T-1001")
+    assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = executions(stack).values()
     assert record.destination.target == "billing"  # the first route stands
 
@@ -355,7 +361,7 @@ def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, 
 
     sfn.create_state_machine(name=definition["name"], definition=definition["definition"], roleArn=definition["roleArn"])
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
-    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+    assert list(executions(stack)) == [ticket_execution(ticket_data)]
 
 
 # ----------------------------------------------------------------------------- incidents

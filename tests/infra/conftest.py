@@ -14,6 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.items import parse_item
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
 from decision_router.review import complete_review
@@ -74,7 +75,7 @@ class Pipeline:
                  "service": "checkout-api", "severity": "sev1", "source": "cloudwatch",
                  "reported_at": "2026-11-29T12:00:00Z"})
         record = {
-            "item_kind": kind, "item_id": item_id, "item": item,
+            "item_kind": kind, "item_id": item_id, "item_key": parse_item(kind, item).key, "item": item,
             "policy": {"name": policy.name, "version": policy.version},
             "route": route,
             "route_reason": "all thresholds met" if route == "auto" else "queue: confidence 0.31 < 0.60",
@@ -91,7 +92,7 @@ class Pipeline:
     # ---------------------------------------------------------------------------- workflow
     def start(self, record: dict[str, Any]) -> str:
         # moto gives every unnamed execution the same ARN: always name it (as the functions do).
-        name = execution_name(record.get("item_kind", "item"), str(record.get("item_id", "x")))
+        name = execution_name(record["item_kind"], record["item_id"], record["item_key"])
         return self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
                                         input=json.dumps(record))["executionArn"]
 

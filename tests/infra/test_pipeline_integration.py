@@ -50,9 +50,12 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
     """Complete every pending review (the reviewer accepts the suggestion), wait for every
     execution; returns item id -> the target it was finally routed to."""
     records = {}
-    for item_id in item_ids:
-        arn = f"{pipeline.state_machine_arn.replace(':stateMachine:', ':execution:')}:{execution_name(kind, item_id)}"
-        records[item_id] = (arn, json.loads(pipeline.sfn.describe_execution(executionArn=arn)["input"]))
+    for execution in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]:
+        record = json.loads(pipeline.sfn.describe_execution(executionArn=execution["executionArn"])["input"])
+        if record["item_kind"] == kind and record["item_id"] in item_ids:
+            assert execution["name"] == execution_name(kind, record["item_id"], record["item_key"])
+            records[record["item_id"]] = (execution["executionArn"], record)
+    assert sorted(records) == sorted(item_ids), "one execution per item"
     awaiting = {i for i, (_, record) in records.items() if record["route"] == "review"}
     reviews: dict[str, dict] = {}
     deadline = time.monotonic() + 30

@@ -188,3 +188,12 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
     assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"), "*"),
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
                       (("states:DescribeExecution",), executions)}
+
+
+@pytest.mark.parametrize("function", ["TicketIntakeFunction", "IncidentIntakeFunction"])
+def test_intake_may_read_the_status_of_earlier_executions(stack, function):
+    """A re-sent item is routed again when its earlier execution failed: the intake reads that status."""
+    statements = [s for p in stack.properties(function)["Policies"] if "Statement" in p
+                  for s in stack.resolve(p)["Statement"]]
+    executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
+    assert {"Effect": "Allow", "Action": "states:DescribeExecution", "Resource": executions} in statements
