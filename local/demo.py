@@ -158,8 +158,9 @@ class LocalPipeline:
         self.bus_name = env["EVENT_BUS_NAME"]
         self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
                                    if event["Type"] == "EventBridgeRule")
-        bus_id = next(b for b in self.stack.of_type("AWS::Events::EventBus") if self.stack.ref(b) == self.bus_name)
-        self.escalation_queue = self.stack.observe_bus(bus_id, {"detail-type": ["Incident Escalated"]}, "escalations")
+        # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
+        self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items()
+                            if rule in self.stack.of_type("AWS::Events::Rule")]
         self.pending_reviews: dict[str, PendingReview] = {}
 
     def summary(self) -> str:
@@ -284,7 +285,7 @@ class LocalPipeline:
                 self.pending_reviews[body["record"]["item_id"]] = PendingReview(body, message["ReceiptHandle"])
 
     def read_back(self, outcomes: list[Outcome]) -> None:
-        """Drain the destination queues, the escalation observer and the workflow DLQ; look up audits."""
+        """Drain the destination queues, the on-call pages and the workflow DLQ; look up audits."""
         held: dict[str, list[str]] = {}
         for url in self.destinations.values():
             for message in self._drain(url):
@@ -293,7 +294,7 @@ class LocalPipeline:
             self.stack.properties(self._state_machine_id())["DefinitionSubstitutions"]["WorkflowDeadLetterQueueUrl"])
         failed = {json.loads(m["Body"])["record"]["item_id"]: json.loads(m["Body"]).get("error")
                   for m in self._drain_raw(workflow_dlq)}
-        escalated = {json.loads(m["Body"])["detail"]["item_id"] for m in self._drain_raw(self.escalation_queue)}
+        escalated = {json.loads(m["Body"])["item_id"] for url in self.page_queues for m in self._drain_raw(url)}
         review_queue = self.queue_name(self.review_queue_url)
         for outcome in outcomes:
             item_id = outcome.item.item_id

@@ -91,7 +91,7 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     for item_id, outcome in outcomes.items():
         assert len(outcome.queues) == 1, f"{item_id} is in exactly one queue: {outcome.queues}"
         assert pipeline.audit(item_id) in ("auto_routed", "reviewed"), f"{item_id} has one audit record"
-    assert outcomes[SEV1_INCIDENT].escalated, "P1 publishes Incident Escalated on the bus"
+    assert outcomes[SEV1_INCIDENT].escalated, "P1 pages the on-call (Item Escalated, the template's rule)"
     assert not outcomes[RULE_TICKET].escalated
 
     table = format_table(table_rows(list(outcomes.values())))

@@ -137,6 +137,15 @@ class Pipeline:
         """Target -> messages about this item (drains all destination queues: one item per call)."""
         return self.routed().get(item_id, {})
 
+    def pages(self) -> list[dict]:
+        """What the on-call topic received: the template's own rules on the bus deliver to it; in
+        moto each rule target is an SQS queue standing in for the topic (input transformer applied)."""
+        found = []
+        for (rule, _target), url in self.stack.rule_queues.items():
+            if rule in self.stack.of_type("AWS::Events::Rule"):
+                found += self.messages(url)
+        return found
+
     def observe(self, *detail_types: str) -> str:
         """An SQS queue receiving the bus's events of these detail types."""
         return self.stack.observe_bus("DecisionBus", {"detail-type": list(detail_types)}, name="-".join(

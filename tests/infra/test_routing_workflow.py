@@ -42,8 +42,8 @@ def test_auto_route_reaches_the_target_queue_and_is_audited(pipeline):
 
 
 @pytest.mark.parametrize("escalate", [True, False], ids=["P1-escalates", "P2-does-not"])
-def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, escalate):
-    escalations = pipeline.observe("Incident Escalated")
+def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus_and_pages(pipeline, escalate):
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-7", route="auto", escalate=escalate,
                              answers={"priority": "P1" if escalate else "P2", "team": "platform"})
 
@@ -53,11 +53,13 @@ def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, e
     events = pipeline.messages(escalations)
     if escalate:
         (event,) = events
-        assert event["detail-type"] == "Incident Escalated"
+        assert event["detail-type"] == "Item Escalated"
         assert event["source"] == "decision-router"
         assert event["detail"]["item_id"] == "INC-7" and event["detail"]["target"] == "platform-oncall"
+        (page,) = pipeline.pages()  # the template's rule delivers it to the on-call topic
+        assert page["item_id"] == "INC-7" and page["target"] == "platform-oncall"
     else:
-        assert events == []
+        assert events == [] and pipeline.pages() == []
     (audit,) = pipeline.audit("INC-7")
     assert json.loads(audit["outcome_detail"])["escalated"] is escalate
     assert [d["question"] for d in json.loads(audit["decisions"])] == ["priority", "team"]
@@ -95,7 +97,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
 
 
 def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
-    escalations = pipeline.observe("Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-8", route="review", answers={"priority": "P3", "team": "data"})
     execution_arn = pipeline.start(record)
     (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
@@ -112,7 +114,7 @@ def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
 
 def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(pipeline):
     # sev1 → P1 by rule, but the owning team is uncertain: page now, route after the review.
-    escalations = pipeline.observe("Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-9", route="review", escalate=True,
                              answers={"priority": "P1", "team": "data"})
     execution_arn = pipeline.start(record)
@@ -222,7 +224,7 @@ def assert_refused_and_dead_lettered(pipeline, record: dict, execution_arn: str,
 def test_a_forged_answer_cannot_send_a_ticket_to_an_incident_queue_or_page(pipeline):
     """The old answer format named its own policy, destination queue and escalation: the workflow
     took them as given. A ticket's token must not route it to security-oncall with escalate."""
-    escalations = pipeline.observe("Item Escalated", "Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record, execution_arn, review = pending_review(pipeline, "T-7007")
     forged = {"reviewer": "mallory@example.com", "answers": {"priority": "P1", "team": "security"},
               "escalate": True, "note": "", "execution_name": review["execution_name"],
@@ -244,7 +246,7 @@ def forged_choice(pipeline) -> str:
     "not-an-object", "empty", "reviewer-not-a-string", "empty-reviewer", "another-execution",
     "choice-not-offered", "choice-of-another-item", "choice-not-a-string"])
 def test_a_malformed_or_foreign_answer_is_dead_lettered_with_an_audit_record(pipeline, answer):
-    escalations = pipeline.observe("Item Escalated", "Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record, execution_arn, review = pending_review(pipeline, "T-7008")
     incident = pipeline.record("incident", "INC-7008", route="review", answers={"priority": "P1", "team": "security"})
     valid = json.loads(pipeline.reviewer_output(record, {"queue": "technical_fault"},

@@ -65,7 +65,7 @@ def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(s
     assert dead_letters == {"TicketDeadLetterQueue", "TeamDeadLetterQueue"}
     without_redrive = {q for q in queues if "RedrivePolicy" not in stack.properties(q)}
     assert without_redrive == {"TicketDeadLetterQueue", "TeamDeadLetterQueue", "WorkflowDeadLetterQueue",
-                               "IncidentDeadLetterQueue", "ReviewQueue"}
+                               "IncidentDeadLetterQueue", "NotificationDeadLetterQueue", "ReviewQueue"}
 
 
 def test_pending_reviews_expire_by_the_workflow_timeout_not_by_redrive(stack):
