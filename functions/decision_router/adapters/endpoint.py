@@ -4,8 +4,8 @@ Retry policy, in one place: botocore's own retries are off (its `adaptive` mode 
 rate-limits the client after throttling), and this adapter retries what is worth retrying
 — throttling, SageMaker/container "busy" (the container's 503 arrives as ModelError with
 OriginalStatusCode 503 or `"retryable": true`), model not ready, connection errors and read
-timeouts — with capped exponential backoff and full jitter, within `max_attempts` and the
-caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
+timeouts — with capped exponential backoff and full jitter (never shorter than the
+endpoint's Retry-After), within `max_attempts` and the caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
 fails at once. Callers get results or an `EndpointFailure` naming the kind; they never lose the item.
 
 Deadline: every attempt, the first included, waits at most for the time left before the
@@ -102,12 +102,20 @@ class DecisionEndpoint(AwsAdapter):
                 failure.attempts = attempt
                 if not failure.retryable or attempt >= self.max_attempts:
                     raise
-                delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+                delay = self.backoff(attempt, failure.retry_after)
                 timeout = self.attempt_timeout(None if deadline is None else deadline - delay)
                 if timeout is None:
                     failure.message += " (no time left for another attempt)"
                     raise
                 self._sleep(delay)
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before the next attempt: capped exponential backoff with full jitter, and
+        never less than the endpoint's Retry-After (plus jitter, so a storm's retries spread out)."""
+        delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+        if retry_after:
+            delay = max(delay, retry_after + random.uniform(0, self.base_delay))
+        return min(delay, self.max_delay)
 
     def _invoke(self, body: str, timeout: float) -> bytes:
         try:
@@ -145,6 +153,12 @@ def classify(error: ClientError) -> EndpointFailure:
     code = response.get("Error", {}).get("Code", "")
     message = response.get("Error", {}).get("Message", "") or str(error)
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    failure = _classify(response, code, message, status)
+    failure.retry_after = _retry_after(response) if failure.retryable else None
+    return failure
+
+
+def _classify(response: dict, code: str, message: str, status: int | None) -> EndpointFailure:
     if code == "ModelError":
         original = response.get("OriginalStatusCode")
         detail = response.get("OriginalMessage") or message
@@ -162,6 +176,17 @@ def classify(error: ClientError) -> EndpointFailure:
     if code == "ValidationError":
         return EndpointFailure("validation", message, status_code=status)
     return EndpointFailure("endpoint_error", f"{code or 'error'}: {message}"[:500], status_code=status)
+
+
+def _retry_after(response: dict) -> float | None:
+    """The Retry-After header in seconds (the container sends it with 503 busy / not ready when
+    reached directly; SageMaker's ModelError does not pass it on)."""
+    value = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("retry-after", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < 3600 else None
 
 
 def _container_error(text: str) -> dict:
