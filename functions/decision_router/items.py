@@ -119,8 +119,18 @@ def parse_item(kind: str, data: Any) -> Item:
             return model.model_validate_json(data)
         return model.model_validate(data)
     except ValidationError as error:
-        item_id = data.get(model.id_field) if isinstance(data, dict) else None
-        raise InvalidItem(kind, item_id if isinstance(item_id, str) else None, describe_errors(error)) from None
+        raise InvalidItem(kind, _claimed_id(data, model.id_field), describe_errors(error)) from None
+
+
+def _claimed_id(data: Any, id_field: str) -> str | None:
+    """The id an invalid item claims, so its error can name it (JSON text included)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    item_id = data.get(id_field) if isinstance(data, dict) else None
+    return item_id if isinstance(item_id, str) and item_id.strip() else None
 
 
 def field_annotation(model: type[BaseModel], path: str) -> Any:

@@ -116,8 +116,12 @@ def test_an_alert_storm_is_absorbed_not_sent_to_review_as_busy(slow_endpoint, in
                             settings=settings, endpoint=endpoint)
             return intake.handle(dict(incident_data, incident_id=f"INC-{n:03d}"), FakeLambdaContext())
 
-        with ThreadPoolExecutor(max_workers=concurrency) as lambda_service:
-            summaries = list(lambda_service.map(invoke, range(INCIDENTS)))
+        try:
+            with ThreadPoolExecutor(max_workers=concurrency) as lambda_service:
+                summaries = list(lambda_service.map(invoke, range(INCIDENTS)))
+        finally:  # Powertools keeps metrics and dimensions per process: leave none to other tests
+            Metrics().clear_metrics()
+            Metrics().clear_default_dimensions()
 
     endpoint_errors = [s for s in summaries if "endpoint_error" in s["sources"].values()]
     assert len(summaries) == INCIDENTS and all(s["started"] for s in summaries)

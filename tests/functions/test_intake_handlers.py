@@ -150,7 +150,7 @@ def emf(capsys) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- tickets
-def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
+def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))   # T-1001: confident billing
     stub.answer(body(TICKET_OPTIONS, [1.0, 0.2, 1.1, 0.9, 0]))  # T-1003: unsure
@@ -159,8 +159,11 @@ def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tick
 
     response = app.lambda_handler(event, context)
 
-    malformed = next(r["messageId"] for r in event["Records"] if "T-1099" in r["body"])
-    assert response == {"batchItemFailures": [{"itemIdentifier": malformed}]}
+    # The malformed ticket can never succeed: it is parked in the DLQ at once, with the reason.
+    malformed = next(r for r in event["Records"] if "T-1099" in r["body"])
+    assert response == {"batchItemFailures": []}
+    (parked,) = dead_letters(stack)
+    assert parked["Body"] == malformed["body"]
     stub.stubber.assert_no_pending_responses()
     assert len(stub.requests) == 3  # T-1006 came from the billing portal: decided by rule, no model call
     assert all("decision" in r and r["decision"]["id"] == "queue" for r in stub.requests)
@@ -187,6 +190,34 @@ def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tick
             if value is not None:
                 totals[name] = totals.get(name, 0) + (sum(value) if isinstance(value, list) else value)
     assert totals == {"Decisions": 4, "AutoRouted": 3, "SentToReview": 1, "RuleHits": 1, "EndpointErrors": 0, "InvalidItems": 1}
+
+
+def dead_letters(stack) -> list[dict]:
+    """The ticket DLQ's messages, with their attributes (received and deleted)."""
+    sqs, url = boto3.client("sqs"), stack.ref("TicketDeadLetterQueue")
+    found = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):
+        for message in batch:
+            found.append(message)
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return found
+
+
+def test_an_invalid_ticket_is_dead_lettered_at_once_with_the_reason(tickets, stack, context, ticket_data):
+    """Before: the invalid ticket failed its record, was received 4 times and reached the DLQ with
+    nothing saying why. Now it is parked at once, the reason in its message attributes."""
+    app, stub = tickets
+    bad = dict(ticket_data, ticket_id="T-BAD", channel="fax")
+
+    assert app.lambda_handler(ticket_event(bad), context) == {"batchItemFailures": []}
+
+    (parked,) = dead_letters(stack)
+    assert json.loads(parked["Body"]) == bad
+    attributes = {name: value["StringValue"] for name, value in parked["MessageAttributes"].items()}
+    assert attributes["failure_kind"] == "invalid_item" and attributes["item_id"] == "T-BAD"
+    assert "channel: Input should be" in attributes["failure_reason"]
+    assert attributes["source_message_id"] == "m-0"
+    assert stub.requests == [] and executions(stack) == {}
 
 
 def test_malformed_ticket_error_names_the_fields(tickets, context, capsys):

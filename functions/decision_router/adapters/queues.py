@@ -1,4 +1,5 @@
-"""SQS queues read by operators' tools (the dead-letter queues) and the event bus they re-publish to."""
+"""SQS queues the functions and operators' tools use beyond the workflow (dead-letter queues),
+and the event bus the redrive re-publishes to."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from . import AwsAdapter
 POLL_SECONDS = 1
 #: A message being handled is hidden this long from other readers (and from this run's next receive).
 HOLD_SECONDS = 300
+#: Message attributes are for a reason, not a document.
+MAX_ATTRIBUTE_CHARS = 2000
 
 
 class Queue(AwsAdapter):
@@ -34,8 +37,11 @@ class Queue(AwsAdapter):
                 seen.add(message["MessageId"])
                 yield message
 
-    def send(self, body: str) -> None:
-        self.client.send_message(QueueUrl=self.url, MessageBody=body)
+    def send(self, body: str, attributes: dict[str, str] | None = None) -> None:
+        """Send `body`; `attributes` become String message attributes (e.g. why it was dead-lettered)."""
+        extra = {"MessageAttributes": {name: {"DataType": "String", "StringValue": value[:MAX_ATTRIBUTE_CHARS]}
+                                       for name, value in attributes.items() if value}} if attributes else {}
+        self.client.send_message(QueueUrl=self.url, MessageBody=body, **extra)
 
     def delete(self, message: dict) -> None:
         self.client.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
