@@ -22,7 +22,6 @@ GPU = {"DecisionImageUri": "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" *
 CPU = {**GPU, "EndpointCompute": "CPU"}
 # Actions without resource-level permissions: the only ones allowed on "*".
 STAR_ALLOWED = {
-    "states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat",
     "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
     "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
     "ecr:GetAuthorizationToken", "cloudwatch:PutMetricData",
@@ -185,7 +184,9 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
     executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
-    assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"), "*"),
+    # Step Functions authorizes a task token against the state machine that issued it.
+    assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
+                       stack.ref("RoutingStateMachine")),
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
                       (("states:DescribeExecution",), executions)}
 
