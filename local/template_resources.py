@@ -220,6 +220,8 @@ class Stack:
         if name in pseudo:
             return pseudo[name]
         if name in self.parameters:
+            if self.template.get("Parameters", {}).get(name, {}).get("Type") == "CommaDelimitedList":
+                return [part.strip() for part in self.parameters[name].split(",")]
             return self.parameters[name]
         if name in self.refs:
             return self.refs[name]
@@ -267,8 +269,20 @@ class Stack:
         kind = self.template["Resources"][logical_id]["Type"]
         name = self.physical_name(logical_id)
         region, account = self.region, self.account_id
+        spec = self.template["Resources"][logical_id]
+        if kind in ("AWS::Serverless::Function", *_STATE_MACHINE_TYPES) and "Role" not in spec.get("Properties", {}):
+            # SAM generates `<LogicalId>Role` for a function or state machine without a Role; the
+            # template may refer to it (GetAtt <LogicalId>Role.Arn).
+            role = f"{self.stack_name}-{logical_id}Role"
+            self.refs[f"{logical_id}Role"] = role
+            self.attributes.update({(f"{logical_id}Role", "Arn"): f"arn:aws:iam::{account}:role/{role}",
+                                    (f"{logical_id}Role", "RoleId"): role})
         if kind == "AWS::SQS::Queue":
             self._record_queue(logical_id, f"https://sqs.{region}.amazonaws.com/{account}/{name}", name)
+        elif kind == "AWS::Events::EventBus":
+            arn = f"arn:aws:events:{region}:{account}:event-bus/{name}"
+            self.refs[logical_id] = name
+            self.attributes.update({(logical_id, "Arn"): arn, (logical_id, "Name"): name})
         elif kind == "AWS::SNS::Topic":
             arn = f"arn:aws:sns:{region}:{account}:{name}"
             self.refs[logical_id] = arn
