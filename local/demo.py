@@ -205,13 +205,16 @@ class LocalPipeline:
             batch += 1
             failed = f", {report.failed} failed (redelivered until the DLQ takes them)" if report.failed else ""
             progress(f"ticket batch {batch}: {report.messages} message(s) in {report.seconds:.1f}s{failed}")
-        # Read back what the queue's redrive policy moved to the DLQ.
+        # Read back the DLQ: invalid tickets are parked there by the intake (the reason and the
+        # original message id in the attributes), others moved by the queue's redrive policy.
         dead_letter_url = self._ticket_dead_letter_queue()
-        for message in self._drain(dead_letter_url):
-            outcome = by_message.get(message["MessageId"])
+        for message in self._drain_raw(dead_letter_url):
+            attributes = {name: value.get("StringValue") for name, value in message.get("MessageAttributes", {}).items()}
+            outcome = by_message.get(attributes.get("source_message_id") or message["MessageId"])
             if outcome is not None:
                 outcome.queues.append(self.queue_name(dead_letter_url))
-                outcome.problem = f"intake failed: {_validation_problem('ticket', outcome.item.data)}"
+                reason = attributes.get("failure_reason") or _validation_problem("ticket", outcome.item.data)
+                outcome.problem = f"intake failed: {reason}"
 
     def _send_incident(self, outcome: Outcome, progress: Progress) -> None:
         from local.lambdas import invoke_async
@@ -365,7 +368,8 @@ class LocalPipeline:
 
     def _drain_raw(self, url: str) -> list[dict[str, Any]]:
         found = []
-        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                   MessageAttributeNames=["All"]).get("Messages", []):
             for message in messages:
                 found.append(message)
                 self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
