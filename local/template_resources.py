@@ -81,6 +81,27 @@ def load_template(path: Path | str = TEMPLATE_PATH) -> dict[str, Any]:
         return yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
 
 
+def _constraint_problem(spec: dict[str, Any], value: str) -> str | None:
+    """Why CloudFormation would refuse this parameter value (AllowedPattern, AllowedValues,
+    MinValue/MaxValue), in the template's own ConstraintDescription when it has one; else None.
+    AllowedPattern is a Java regex matched against the whole value; the template's patterns use
+    only syntax that Python's `re` reads the same way."""
+    why = spec.get("ConstraintDescription")
+    pattern = spec.get("AllowedPattern")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        return why or f"does not match AllowedPattern {pattern}"
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in [str(a) for a in allowed]:
+        return why or f"is not one of the AllowedValues {allowed}"
+    if spec.get("Type") == "Number":
+        number = float(value)
+        if "MinValue" in spec and number < float(spec["MinValue"]):
+            return why or f"is below MinValue {spec['MinValue']}"
+        if "MaxValue" in spec and number > float(spec["MaxValue"]):
+            return why or f"is above MaxValue {spec['MaxValue']}"
+    return None
+
+
 # ------------------------------------------------------------------------------------- the stack
 @dataclass
 class Stack:
@@ -118,6 +139,10 @@ class Stack:
         missing = set(declared) - set(values)
         if missing:
             raise TemplateError(f"parameters {sorted(missing)} have no default; pass them")
+        for name, value in values.items():
+            problem = _constraint_problem(declared[name], value)
+            if problem:
+                raise TemplateError(f"parameter {name}={value!r} {problem}")
         stack = cls(template, path.parent, stack_name, region, account_id, values)
         for logical_id in stack.resources:
             stack._set_placeholder(logical_id)

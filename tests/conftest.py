@@ -16,6 +16,7 @@ os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "tes
                    "POWERTOOLS_TRACE_DISABLED": "1"})
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionRouter")
 
+import contextlib
 import socket
 import threading
 import time
@@ -65,3 +66,22 @@ def decision_server_url(embedded_engine) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@contextlib.contextmanager
+def queue_full(engine) -> Iterator[None]:
+    """The engine admits nothing new and its queue (size 1 here) holds one waiting request, so
+    the next request is refused as busy; on exit the held request runs to completion."""
+    from decision_contract import Decision
+
+    queue_size = engine.scheduler.queue_size
+    with engine.held():
+        engine.scheduler.queue_size = 1
+        try:
+            waiting = engine.submit_decisions([Decision(
+                id="queued", state="A request that waits its turn.", question="Is it waiting?",
+                options=[{"id": "yes", "description": "yes"}, {"id": "no", "description": "no"}])], field="decision")
+            yield
+        finally:
+            engine.scheduler.queue_size = queue_size
+    waiting.future.result(timeout=120)

@@ -28,7 +28,7 @@ for _sub in ("contract", "container", "functions", ""):
 from tqdm import tqdm  # noqa: E402
 
 from . import decode, policy_update, report as reporting  # noqa: E402
-from .cases import Case, RowError, load_file  # noqa: E402
+from .cases import Case, RowError, RowWarning, load_file  # noqa: E402
 from .evaluation import analyse, score_cases  # noqa: E402
 from .runners import EngineRunner, HttpRunner, Runner  # noqa: E402
 
@@ -62,7 +62,18 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--threads", type=_positive, help="CPU threads for the in-process engine")
     where.add_argument("--ctx-size", type=_positive, help="context size for the in-process engine")
     p.add_argument("--limit", type=_positive, help="at most this many rows per file (quick runs)")
-    p.add_argument("--folds", type=_positive, default=5, help="cross-validation folds for ECE after calibration (default 5)")
+    p.add_argument(
+        "--split",
+        action="append",
+        metavar="NAME",
+        help="only rows whose `split` is NAME (e.g. test, or JevBench's public); repeat for several; rows of other splits are counted, not scored",
+    )
+    p.add_argument(
+        "--folds",
+        type=_positive,
+        default=5,
+        help="cross-validation folds for ECE after calibration (default 5); rows sharing a `group` stay in one fold",
+    )
     p.add_argument("--seed", type=int, default=0, help="shuffle seed of the folds (default 0)")
     p.add_argument("--target-error", type=_unit, default=0.10, help="error rate the recommended threshold must meet (default 0.10)")
     p.add_argument("--min-auto", type=_positive, default=5, help="auto-routed decisions a threshold needs to be recommended (default 5)")
@@ -110,14 +121,23 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     files = args.data or SHIPPED
     cases: list[Case] = []
     row_errors: list[RowError] = []
+    row_warnings: list[RowWarning] = []
+    skipped: dict[str, dict[str, int]] = {}
     for path in files:
-        loaded = load_file(path, args.limit)
+        loaded = load_file(path, args.limit, splits=args.split)
         cases += loaded.cases
         row_errors += loaded.errors
+        row_warnings += loaded.warnings
+        if loaded.skipped:
+            skipped[str(path)] = loaded.skipped
     for error in row_errors:
         print(f"bad row, skipped: {error}", file=sys.stderr)
+    for warning in row_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for path, counts in skipped.items():
+        print(f"{path}: not in --split {', '.join(args.split)}: {_counts(counts)}", file=sys.stderr)
     if not cases:
-        print("no usable rows: nothing to evaluate", file=sys.stderr)
+        print("no usable rows: nothing to evaluate" + (f" (--split {', '.join(args.split)})" if args.split else ""), file=sys.stderr)
         return 2
 
     runner = runner or _runner(args)
@@ -141,9 +161,12 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
         "command": "python -m bench.evaluate " + shlex.join(argv),
         "runner": runner.description,
         "data": [str(p) for p in files],
+        "splits": args.split,
+        "rows_of_other_splits": skipped,
         "seconds": round(time.perf_counter() - started, 1),
     }
     report["row_errors"] = [str(e) for e in row_errors]
+    report["row_warnings"] = [str(w) for w in row_warnings]
     report["scoring_failures"] = [str(f) for f in run.failures]
     report["policy_changes"] = _policy_changes(report, args.write_policy) if run.observations else []
     paths = reporting.write_all(report, args.out)
@@ -151,6 +174,10 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     if not run.observations:
         return 2
     return 1 if args.strict and (row_errors or run.failures) else 0
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {split}" for split, n in sorted(counts.items()))
 
 
 def _print_summary(report: dict, paths: dict[str, Path]) -> None:

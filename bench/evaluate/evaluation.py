@@ -3,7 +3,8 @@
 Calibration is done per *calibration group*: one policy question (`support-ticket/queue`,
 `incident/priority`, `incident/team`) or, for JevBench tasks, the whole set (`jevbench`), because
 a temperature belongs to one workload. The model's raw `option_logits` are the input; the
-temperature the request carried does not matter.
+temperature the request carried does not matter. The out-of-fold figures use group k-fold: rows
+that share a `group` are held out together.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Observation:
 
     @property
     def calibration_group(self) -> str:
-        return f"{self.case.group}/{self.question}" if self.case.kind == "policy" else "jevbench"
+        return f"{self.case.family}/{self.question}" if self.case.kind == "policy" else "jevbench"
 
     @property
     def formula(self) -> str:
@@ -114,7 +115,7 @@ def _policy_route(observations: Sequence[Observation], temperature: float | None
     first = observations[0]
     if first.case.kind != "policy":
         return None
-    question = load_policy(first.case.group).question(first.question)
+    question = load_policy(first.case.family).question(first.question)
     update: dict[str, Any] = {}
     if temperature is not None:
         update["temperature"] = temperature
@@ -143,7 +144,10 @@ def calibrate_group(
     before = metrics.probabilities_at(logits, 1.0)
     fit = metrics.fit_temperature(logits, gold)
     after = metrics.probabilities_at(logits, fit.temperature)
-    held_out, fold_temperatures = metrics.out_of_fold_probabilities(logits, gold, folds, seed)
+    # Rows of one group (paraphrases of one item, one thread) never straddle folds.
+    groups = [o.case.cv_group for o in observations]
+    parts = metrics.fold_indices(len(observations), folds, seed, groups)
+    held_out, fold_temperatures = metrics.out_of_fold_probabilities(logits, gold, parts=parts)
     is_correct = metrics.correct(before, gold)
     table = metrics.threshold_table(metrics.confidences(after, formula), is_correct)
     table_t1 = metrics.threshold_table(metrics.confidences(before, formula), is_correct)
@@ -174,6 +178,10 @@ def calibrate_group(
     if held_out is not None:
         group["cross_validated"] = {
             "folds": len(fold_temperatures),
+            "fold_unit": "the row's group (rows without one: the row itself)",
+            "groups": len(set(groups)),
+            # Which rows each fold held out (file:line), so the split can be checked and repeated.
+            "fold_rows": [sorted({observations[i].case.where for i in part}) for part in parts],
             "fold_temperatures": fold_temperatures,
             "before": asdict(metrics.calibration_scores(before, gold)),
             "after": asdict(metrics.calibration_scores(held_out, gold)),
@@ -200,7 +208,7 @@ def analyse(
     probs = [o.probabilities for o in obs]
     gold = [o.gold_index for o in obs]
     report["overall"] = asdict(metrics.calibration_scores(probs, gold))
-    report["accuracy_by_group"] = _accuracy_by(obs, lambda o: o.case.group)
+    report["accuracy_by_family"] = _accuracy_by(obs, lambda o: o.case.family)
     report["accuracy_by_question"] = _accuracy_by(obs, lambda o: o.calibration_group)
     by_group: dict[str, list[Observation]] = defaultdict(list)
     for o in obs:
@@ -231,6 +239,8 @@ def analyse(
         {
             "case": o.case.case_id,
             "where": o.case.where,
+            "family": o.case.family,
+            "split": o.case.split,
             "group": o.case.group,
             "question": o.question,
             "option_ids": o.option_ids,
@@ -241,6 +251,8 @@ def analyse(
             "input_tokens": o.result.input_tokens,
             "request_seconds": o.request_seconds,
             "request_size": o.request_size,
+            **({"provenance": o.case.provenance} if o.case.provenance is not None else {}),
+            **({"metadata": o.case.unknown} if o.case.unknown else {}),
         }
         for o in obs
     ]

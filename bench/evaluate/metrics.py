@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -186,25 +186,47 @@ def calibration_scores(probabilities: Vectors, gold: Sequence[int]) -> Calibrati
     )
 
 
-def fold_indices(n: int, folds: int, seed: int) -> list[np.ndarray]:
-    """A seeded shuffle of 0…n-1 cut into `folds` nearly equal held-out parts."""
-    order = np.random.default_rng(seed).permutation(n)
-    return [part for part in np.array_split(order, folds) if len(part)]
+def fold_indices(n: int, folds: int, seed: int, groups: Sequence[Hashable] | None = None) -> list[np.ndarray]:
+    """Indices 0…n-1 cut into at most `folds` held-out parts of nearly equal size, never
+    splitting a group: every index of one group lands in the same part (group k-fold, as
+    JevBench reports ECE). Without `groups` every index is its own group.
+
+    The groups are shuffled by `seed`, then placed largest first, each into the part that is
+    smallest so far (ties: the earlier part), so the parts stay balanced when groups differ in size.
+    """
+    if groups is not None and len(groups) != n:
+        raise ValueError(f"{len(groups)} group names for {n} decisions")
+    members: dict[Hashable, list[int]] = {}
+    for index, name in enumerate(range(n) if groups is None else groups):
+        members.setdefault(name, []).append(index)
+    names = list(members)
+    shuffled = [names[i] for i in np.random.default_rng(seed).permutation(len(names))]
+    parts: list[list[int]] = [[] for _ in range(min(folds, len(names)))]
+    for name in sorted(shuffled, key=lambda g: -len(members[g])):  # stable: ties keep the shuffle
+        min(parts, key=len).extend(members[name])
+    return [np.array(sorted(part), dtype=int) for part in parts if part]
 
 
 def out_of_fold_probabilities(
-    logits: Vectors, gold: Sequence[int], folds: int = 5, seed: int = 0
+    logits: Vectors,
+    gold: Sequence[int],
+    folds: int = 5,
+    seed: int = 0,
+    groups: Sequence[Hashable] | None = None,
+    parts: Sequence[np.ndarray] | None = None,
 ) -> tuple[list[np.ndarray] | None, list[float]]:
     """Each decision's probabilities at the temperature fitted on the *other* folds, and the
-    per-fold temperatures; (None, []) when there are fewer than two decisions to split."""
+    per-fold temperatures; folds never split a group (see `fold_indices`; `parts` passes folds
+    already cut by it). (None, []) when there are fewer than two groups (or, without groups,
+    decisions) to split."""
     _check(logits, gold)
     n = len(gold)
-    folds = min(folds, n)
-    if folds < 2:
+    parts = fold_indices(n, folds, seed, groups) if parts is None else parts
+    if len(parts) < 2:
         return None, []
     held_out: list[np.ndarray] = [np.empty(0)] * n
     temperatures = []
-    for part in fold_indices(n, folds, seed):
+    for part in parts:
         train = np.setdiff1d(np.arange(n), part)
         fit = fit_temperature([logits[i] for i in train], [gold[i] for i in train])
         temperatures.append(fit.temperature)

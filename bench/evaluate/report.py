@@ -123,6 +123,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"- Command: `{run['command']}`",
         f"- Scored by: {run['runner']}",
         f"- Data: {', '.join(run['data'])}",
+    ]
+    if run.get("splits"):
+        other = sum(n for counts in run.get("rows_of_other_splits", {}).values() for n in counts.values())
+        lines.append(f"- Split: {', '.join(run['splits'])} (rows of other splits, not scored: {other})")
+    lines += [
         f"- Decisions scored: {report['decisions']} in {report['requests']} requests; "
         f"bad rows: {len(report['row_errors'])}; scoring failures: {len(report['scoring_failures'])}",
     ]
@@ -150,10 +155,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"Overall: accuracy **{_pct(o['accuracy'])}**, Brier {_num(o['brier'])}, log-loss {_num(o['log_loss'])}, "
         f"ECE {_num(o['ece'])} (10 equal-width bins, top-label confidence).",
         "",
-        "| group | decisions | correct | accuracy |",
+        "| policy / family, question | decisions | correct | accuracy |",
         "|---|---:|---:|---:|",
     ]
-    for name, a in {**report["accuracy_by_group"], **report["accuracy_by_question"]}.items():
+    for name, a in {**report["accuracy_by_family"], **report["accuracy_by_question"]}.items():
         lines.append(f"| {name} | {a['decisions']} | {a['correct']} | {_pct(a['accuracy'])} |")
 
     lines += [
@@ -175,7 +180,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         "Out-of-fold: each decision is scored with the temperature fitted on the other folds, so the "
-        "after-figures are not measured on the data the temperature was fitted to.",
+        "after-figures are not measured on the data the temperature was fitted to. Rows that share a "
+        "`group` are always in the same fold (group k-fold), so a paraphrase never calibrates its twin.",
         "",
         "## Thresholds (a decision whose confidence is at or above the threshold is auto-routed)",
         "",
@@ -262,6 +268,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 def _problems(report: dict[str, Any]) -> list[str]:
     out = []
+    if report.get("row_warnings"):
+        out += ["## Row warnings (rows kept and scored)", ""]
+        out += [f"- {w}" for w in report["row_warnings"]]
+        out.append("")
     if report.get("row_errors") or report.get("scoring_failures"):
         out += ["## Rows not evaluated", ""]
         out += [f"- {e}" for e in report.get("row_errors", []) + report.get("scoring_failures", [])]

@@ -44,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     configure_logging(settings.log_level)
-    ignored = Settings.ignored_dlc_variables()
+    ignored = Settings.ignored_variables()
     if ignored:
         logging.getLogger("decision_server").warning(
-            "ignoring DLC llama-server variables this server does not use: %s", ", ".join(ignored)
+            "ignoring variables this server has no equivalent for: %s", ", ".join(ignored)
         )
     app = create_app(settings=settings)
     server = uvicorn.Server(

@@ -1,21 +1,17 @@
-"""The decision engine: one llama.cpp context, structured decisions and chat completions.
+"""The decision engine: the served model, structured decisions and chat completions.
 
 A decision is one forward pass over the readout prompt; the answer is the final-position
-logits of the option letters. A batch sharing one state evaluates the common token prefix
-once, snapshots the context state, and scores each question from the restored snapshot —
-restoring a whole state also works for recurrent/hybrid models, where a KV tail cannot be
-removed. One context means one forward pass at a time: a lock with a short admission wait.
+logits of the option letters (and, when asked, the hidden state those logits are computed
+from). Requests of every kind go through the scheduler's decode loop, which evaluates many
+sequences in one forward pass (see scheduler.py); this module turns requests into work and
+work outputs into results.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import math
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import llama_cpp
@@ -30,30 +26,37 @@ from decision_contract import (
     ModelInfo,
     softmax,
 )
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from pydantic import ValidationError
 
 from . import model_files
-from .errors import BadRequest, Busy, ForbiddenToken, PromptTooLong
-from .readout import PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
+from .errors import BadRequest, ForbiddenToken, PromptTooLong
+from .llama import LlamaContext, LlamaModel
+from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
+from .scheduler import (
+    PREFIX_SEQUENCE,
+    ChatWork,
+    PrefillWork,
+    SamplingOptions,
+    Scheduler,
+    Stream,
+    Work,
+    softmax_row_mass,
+)
 from .settings import Settings
 
 log = logging.getLogger("decision_server.engine")
 
 
-@dataclass
-class _Snapshot:
-    """A saved context state (llama_state_get_data) and the token count it holds."""
-
-    data: Any
-    size: int
-    n_tokens: int
+class GpuUnavailable(RuntimeError):
+    """GPU offload was asked for, but this llama.cpp build has no GPU backend."""
 
 
 class DecisionEngine:
     """Loads the GGUF named by the settings and serves decisions and chat from it.
 
     `DecisionEngine()` reads the environment; keyword overrides (model_path, n_ctx, threads,
-    n_gpu_layers, batch_size, any limit) win over it: `DecisionEngine(model_path=p, threads=2)`.
+    n_gpu_layers, batch_size, parallel_sequences, any limit) win over it.
     """
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
@@ -62,71 +65,83 @@ class DecisionEngine:
         elif overrides:
             settings = Settings.from_env({}, **{**settings.model_dump(), **overrides})
         self.settings = settings
+        if settings.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+            raise GpuUnavailable(
+                f"SM_LLAMA_CPP_N_GPU_LAYERS={settings.n_gpu_layers} asks for GPU offload, but this llama.cpp "
+                "build has no GPU backend; use the CUDA image, or set SM_LLAMA_CPP_N_GPU_LAYERS=0"
+            )
         self.model_file = model_files.resolve(settings)
         started = time.perf_counter()
-        self.llm = llama_cpp.Llama(
-            model_path=str(self.model_file.path),
+        self.model = LlamaModel(self.model_file.path, n_gpu_layers=settings.n_gpu_layers)
+        #: How a shared prefix reaches another sequence (the log says which path runs).
+        self.sequence_copy = settings.sequence_copy
+        if self.sequence_copy == "auto":
+            self.sequence_copy = "state" if self.model.recurrent else "cells"
+        self.ctx = LlamaContext(
+            self.model,
             n_ctx=settings.ctx_size,
-            n_threads=settings.threads,
-            n_threads_batch=settings.threads,
-            n_gpu_layers=settings.n_gpu_layers,
             n_batch=settings.batch_size,
-            n_ubatch=settings.batch_size,
+            # sequence 0 is the shared prefix; each active request may hold a stem besides its
+            # output sequences
+            n_seq_max=1 + 2 * settings.parallel_sequences,
+            threads=settings.threads,
             flash_attn=settings.use_flash_attn,
-            logits_all=False,
-            seed=0,
-            verbose=False,
         )
-        self._n_vocab = self.llm.n_vocab()
         self.model_info = ModelInfo(
             file=self.model_file.name,
             bytes=self.model_file.bytes,
             sha256=self.model_file.sha256,
-            context_size=self.llm.n_ctx(),
+            context_size=self.ctx.n_ctx,
             threads=settings.threads,
             gpu_layers=settings.n_gpu_layers,
             llama_cpp_python_version=llama_cpp.__version__,
+            hidden_size=self.model.n_embd,
         )
-        self.control_tokens = ControlTokens(self._control_token_texts())
-        template = self.llm.metadata.get("tokenizer.chat_template")
+        self.control_tokens = ControlTokens(self.model.control_token_texts())
+        template = self.model.chat_template
         if not template:
             raise ReadoutError(f"{self.model_file.name} has no tokenizer.chat_template; the readout needs one")
+        self._bos = self.model.token_text(self.model.bos_token)
+        self._eos = self.model.token_text(self.model.eos_token)
         self.readout = Readout(
-            template,
-            bos_token=self._token_text_special(self.llm.token_bos()),
-            eos_token=self._token_text_special(self.llm.token_eos()),
-            tokenize=self.tokenize,
-            token_text=lambda token: self.llm.detokenize([token]).decode("utf-8", "replace"),
+            template, bos_token=self._bos, eos_token=self._eos, tokenize=self.tokenize,
+            token_text=lambda token: self.model.piece(token).decode("utf-8", "replace"),
         )
-        self._lock = threading.Lock()
+        self._chat_formatter = Jinja2ChatFormatter(
+            template=template, eos_token=self._eos, bos_token=self._bos, add_generation_prompt=True
+        )
+        self.scheduler = Scheduler(
+            self.model, self.ctx, parallel=settings.parallel_sequences, queue_size=settings.queue_size,
+            copy_by_state=self.sequence_copy == "state",
+        )
+        self.scheduler.set_prefix(self._shared_prompt_prefix())
         log.info(
-            "loaded %s (%d bytes, sha256 %s) in %.2fs: n_ctx=%d threads=%d gpu_layers=%d",
-            self.model_info.file, self.model_info.bytes, self.model_info.sha256,
-            time.perf_counter() - started, self.model_info.context_size,
-            settings.threads, settings.n_gpu_layers,
+            "loaded %s (%d bytes, sha256 %s) in %.2fs: n_ctx=%d threads=%d gpu_layers=%d parallel=%d "
+            "sequence copy=%s (%s memory) shared prefix=%d tokens",
+            self.model_info.file, self.model_info.bytes, self.model_info.sha256, time.perf_counter() - started,
+            self.model_info.context_size, settings.threads, settings.n_gpu_layers, settings.parallel_sequences,
+            self.sequence_copy, "recurrent/hybrid" if self.model.recurrent else "KV",
+            len(self.scheduler.prefix_tokens),
         )
+
+    def close(self) -> None:
+        self.scheduler.stop()
+        self.ctx.close()
+        self.model.close()
+
+    def _shared_prompt_prefix(self) -> list[int]:
+        """The tokens every decision prompt starts with: prompts whose states differ from their
+        first character on (text, object, array) share exactly the template header, the
+        instruction and the start of the payload."""
+        prompts = [self.readout.prompt(PROBE.model_copy(update={"state": state})).tokens
+                   for state in ("a", "z", {"a": 1}, ["a"])]
+        return prompts[0][: longest_common_prefix(prompts)]
 
     # --- tokens ------------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
-        """Tokens of rendered prompt text, the way llama-cpp-python's chat handler tokenizes
-        (special tokens parsed, no BOS added: the template writes its own)."""
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-
-    def _token_text_special(self, token: int) -> str:
-        return "" if token < 0 else llama_cpp.llama_vocab_get_text(self._vocab(), token).decode("utf-8", "replace")
-
-    def _vocab(self) -> Any:
-        return llama_cpp.llama_model_get_vocab(self.llm.model)
-
-    def _control_token_texts(self) -> list[str]:
-        vocab = self._vocab()
-        control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-        return [
-            llama_cpp.llama_vocab_get_text(vocab, token).decode("utf-8", "replace")
-            for token in range(self._n_vocab)
-            if llama_cpp.llama_vocab_get_attr(vocab, token) & control
-        ]
+        """Tokens of rendered prompt text, special tokens parsed, no BOS added (the template writes its own)."""
+        return self.model.tokenize(text)
 
     def check_control_tokens(self, value: Any, field: str) -> None:
         """Raise ForbiddenToken if any string or key in `value` holds a control-token text."""
@@ -137,81 +152,37 @@ class DecisionEngine:
     # --- decisions ---------------------------------------------------------------------------
 
     def decide_one(self, decision: Decision) -> DecisionResult:
-        return self._decide([decision], field="decision").results[0]
+        return self.submit_decisions([decision], field="decision").future.result().results[0]
 
     def decide(self, decisions: Sequence[Decision]) -> BatchDecisionResponse:
         """Score decisions; several must share one state and are evaluated as a batch."""
-        return self._decide(list(decisions), field="decisions")
+        return self.submit_decisions(list(decisions), field="decisions").future.result()
 
-    def _decide(self, decisions: list[Decision], field: str) -> BatchDecisionResponse:
+    def submit_decisions(self, decisions: list[Decision], *, field: str, count_limit: bool = True) -> "DecisionWork":
+        """Validate and queue decisions; the work's future resolves to a BatchDecisionResponse.
+
+        `count_limit=False` bounds the batch by its tokens only (System One requests)."""
         started = time.perf_counter()
-        self._validate(decisions, field)
+        self._validate(decisions, field, count_limit)
         prompts: list[Prompt] = []
         tokenize_seconds: list[float] = []
         for decision in decisions:
             t0 = time.perf_counter()
             prompts.append(self.readout.prompt(decision))
             tokenize_seconds.append(time.perf_counter() - t0)
-        self._check_lengths(prompts, field)
-        # The shared prefix is the longest common *token* prefix of the full prompts, so every
-        # decision sees exactly the tokens it would see alone; at least one token stays per
-        # decision so that its final position is evaluated after the snapshot.
-        prefix = 0
-        if len(prompts) > 1:
-            prefix = min(longest_common_prefix([p.tokens for p in prompts]), min(len(p.tokens) for p in prompts) - 1)
+        work = DecisionWork(self, decisions, prompts, tokenize_seconds, started)
+        self._check_lengths(prompts, work, field)
+        self.scheduler.submit(work)
+        return work
 
-        with self._admitted():
-            self.llm.reset()
-            prefix_seconds = 0.0
-            snapshot = None
-            if prefix:
-                t0 = time.perf_counter()
-                self.llm.eval(prompts[0].tokens[:prefix])
-                snapshot = self._save()
-                prefix_seconds = time.perf_counter() - t0
-            results = []
-            for index, (decision, prompt) in enumerate(zip(decisions, prompts)):
-                t0 = time.perf_counter()
-                if snapshot is not None and index > 0:
-                    self._restore(snapshot)
-                self.llm.eval(prompt.tokens[prefix:])
-                logits, mass = self._read_letters(len(decision.options))
-                prefill = time.perf_counter() - t0
-                results.append(
-                    DecisionResult(
-                        id=decision.id,
-                        option_ids=decision.option_ids,
-                        probabilities=softmax(logits, decision.temperature),
-                        option_logits=logits,
-                        temperature=decision.temperature,
-                        input_tokens=len(prompt.tokens),
-                        reused_prefix_tokens=prefix,
-                        allowed_token_mass=mass,
-                        prompt_sha256=prompt.sha256,
-                        prompt_version=PROMPT_VERSION,
-                        model=self.model_info,
-                        timing=DecisionTiming(
-                            tokenize_seconds=tokenize_seconds[index],
-                            prefill_seconds=prefill,
-                            total_seconds=tokenize_seconds[index] + prefill,
-                        ),
-                    )
-                )
-        timing = BatchTiming(
-            shared_prefix_tokens=prefix,
-            shared_prefix_seconds=prefix_seconds,
-            total_seconds=time.perf_counter() - started,
-        )
-        return BatchDecisionResponse(results=results, timing=timing)
-
-    def _validate(self, decisions: list[Decision], field: str) -> None:
+    def _validate(self, decisions: list[Decision], field: str, count_limit: bool) -> None:
         limits = self.settings
-        if len(decisions) > limits.max_decisions:
+        if count_limit and len(decisions) > limits.max_decisions:
             raise BadRequest.for_field(
                 field, f"{len(decisions)} decisions; at most {limits.max_decisions} per request (DECISION_MAX_DECISIONS)"
             )
         try:
-            # The contract's own rules (one shared state, unique ids) — one definition.
+            # The contract's own rules (one shared state, unique ids): one definition.
             DecisionRequest(decisions=decisions)
         except ValidationError as exc:
             raise BadRequest.from_validation(exc) from None
@@ -222,85 +193,30 @@ class DecisionEngine:
                     f"{where}.options",
                     f"{len(decision.options)} options; at most {limits.max_options} (DECISION_MAX_OPTIONS)",
                 )
-            self.check_control_tokens(decision.model_dump(mode="json", exclude={"temperature"}), where)
+            self.check_control_tokens(
+                decision.model_dump(mode="json", exclude={"temperature", "return_hidden_state"}), where
+            )
 
-    def _check_lengths(self, prompts: list[Prompt], field: str) -> None:
+    def _check_lengths(self, prompts: list[Prompt], work: "DecisionWork", field: str) -> None:
         limits = self.settings
         for index, prompt in enumerate(prompts):
             if len(prompt.tokens) > limits.max_decision_tokens:
                 where = field if field == "decision" else f"{field}[{index}]"
                 raise PromptTooLong(where, len(prompt.tokens), limits.max_decision_tokens, "DECISION_MAX_PROMPT_TOKENS")
         if len(prompts) > 1:
-            shared = longest_common_prefix([p.tokens for p in prompts])
+            shared = work.shared_prefix
             evaluated = shared + sum(len(p.tokens) - shared for p in prompts)
             if evaluated > limits.max_request_tokens:
                 raise PromptTooLong(field, evaluated, limits.max_request_tokens, "DECISION_MAX_REQUEST_TOKENS")
-
-    def _read_letters(self, n_options: int) -> tuple[list[float], float]:
-        """Letter logits at the final position and the share of next-token mass on them.
-
-        The row is read in place from llama.cpp's output buffer; the one full-vocab temporary
-        is the shifted exponent for the vocabulary's logsumexp.
-        """
-        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self._n_vocab,))
-        letters = row[self.readout.letter_token_ids[:n_options]].astype(np.float64)
-        if not np.all(np.isfinite(letters)):
-            raise RuntimeError("the model produced non-finite letter logits")
-        peak = float(row.max())
-        shifted = row - np.float32(peak)
-        np.exp(shifted, out=shifted)
-        lse_vocab = peak + math.log(float(shifted.sum(dtype=np.float64)))
-        top = float(letters.max())
-        lse_letters = top + math.log(float(np.exp(letters - top).sum()))
-        return letters.tolist(), min(1.0, math.exp(lse_letters - lse_vocab))
-
-    # --- state snapshot (whole context state: valid for KV, recurrent and hybrid memory) ---------
-
-    def _save(self) -> _Snapshot:
-        # The same llama_state_get_data call as Llama.save_state(), without that method's
-        # Python-side copy of the whole scores buffer (≈0.25 s here against ≈2 ms for the state).
-        ctx = self.llm.ctx
-        capacity = llama_cpp.llama_state_get_size(ctx)
-        buffer = (ctypes.c_uint8 * capacity)()
-        size = llama_cpp.llama_state_get_data(ctx, buffer, capacity)
-        if size > capacity:
-            raise RuntimeError("llama_state_get_data overflowed its buffer")
-        return _Snapshot(buffer, size, self.llm.n_tokens)
-
-    def _restore(self, snapshot: _Snapshot) -> None:
-        if llama_cpp.llama_state_set_data(self.llm.ctx, snapshot.data, snapshot.size) != snapshot.size:
-            raise RuntimeError("llama_state_set_data did not restore the whole state")
-        # input_ids[:n_tokens] still hold the prefix: only later positions were written since.
-        self.llm.n_tokens = snapshot.n_tokens
-
-    # --- admission -------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _admitted(self) -> Iterator[None]:
-        self._acquire()
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-    def _acquire(self) -> None:
-        wait = self.settings.admission_wait_seconds
-        if not self._lock.acquire(timeout=wait):
-            raise Busy(f"the model is busy; waited {wait:g}s for it (DECISION_ADMISSION_WAIT_SECONDS)", wait)
-
-    @property
-    def busy(self) -> bool:
-        return self._lock.locked()
+        if work.reservation > self.scheduler.capacity:
+            raise PromptTooLong(field, work.reservation, self.scheduler.capacity,
+                                "SM_LLAMA_CPP_CTX_SIZE, less the shared prompt prefix")
 
     # --- measurement and warm-up ------------------------------------------------------------------
 
     def prefill(self, tokens: Sequence[int]) -> float:
-        """Seconds to evaluate `tokens` from an empty context: the floor under a decision."""
-        with self._admitted():
-            self.llm.reset()
-            started = time.perf_counter()
-            self.llm.eval(list(tokens))
-            return time.perf_counter() - started
+        """Seconds to evaluate `tokens` in a fresh sequence, no prefix reused: the floor under a decision."""
+        return self.scheduler.submit(PrefillWork(tokens)).future.result()
 
     def warm_up(self) -> DecisionResult:
         """One real decision; the server reports healthy only after it succeeds."""
@@ -316,55 +232,169 @@ class DecisionEngine:
             raise RuntimeError(f"warm-up decision is not a distribution: {result.probabilities}")
         return result
 
+    @property
+    def busy(self) -> bool:
+        return self.scheduler.busy
+
+    def held(self):
+        """Admit no new work while inside (see Scheduler.held)."""
+        return self.scheduler.held()
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self.scheduler.consecutive_failures
+
     # --- chat completions (the DLC's OpenAI-compatible path) ----------------------------------------
 
-    def chat_completion(self, **request: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
-        """`Llama.create_chat_completion` under the engine lock: an OpenAI response dict, or
-        (with stream=True) an iterator of chunk dicts that holds the lock until exhausted or closed."""
-        for index, message in enumerate(request.get("messages") or []):
+    def submit_chat(self, **request: Any) -> ChatWork:
+        """Queue a chat generation. Non-streaming: the future resolves to the OpenAI response;
+        streaming: read chunks with `chat_chunks(work)`."""
+        messages = request.get("messages") or []
+        for index, message in enumerate(messages):
             self.check_control_tokens(message, f"messages[{index}]")
-        request.setdefault("model", self.model_info.file)
-        if request.get("max_tokens") is None:
-            request["max_tokens"] = self.settings.chat_max_tokens
-        stream = bool(request.get("stream"))
-        self._acquire()
-        release = True
         try:
-            self.llm.reset()
-            if not stream:
-                return self.llm.create_chat_completion(**request)
-            chunks = self._locked(self.llm.create_chat_completion(**request))
-            release = False  # from here on the stream owns the lock
-            # Start the stream now: errors (an over-long prompt) surface before any HTTP status
-            # is sent, and a started generator releases the lock when exhausted, closed or collected.
-            first = next(chunks, None)
-            return iter(()) if first is None else _prepend(first, chunks)
-        except ValueError as exc:
-            raise _chat_error(exc) from None
-        finally:
-            if release:
-                self._lock.release()
+            rendered = self._chat_formatter(messages=messages)
+        except Exception as exc:  # the template's own complaint about these messages
+            raise BadRequest.for_field("messages", f"the model's chat template rejected them: {exc}") from None
+        prompt = self.tokenize(rendered.prompt)
+        max_tokens = request.get("max_tokens") or self.settings.chat_max_tokens
+        stop = request.get("stop") or []
+        options = SamplingOptions(
+            max_tokens=max_tokens,
+            stop=[stop] if isinstance(stop, str) else list(stop),
+            **{k: request[k] for k in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
+                                       "presence_penalty", "frequency_penalty", "seed")
+               if request.get(k) is not None},
+        )
+        needed = len(prompt) + max_tokens
+        if needed > self.scheduler.capacity:
+            raise BadRequest.for_field(
+                "messages",
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) needs {needed} tokens; "
+                f"the context holds {self.scheduler.capacity} (SM_LLAMA_CPP_CTX_SIZE); prompts are never truncated",
+            )
+        work = ChatWork(self.model, prompt, self.scheduler.reusable(prompt), options,
+                        model_name=request.get("model") or self.model_info.file, stream=bool(request.get("stream")))
+        self.scheduler.submit(work)
+        return work
 
-    def _locked(self, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        try:
-            yield from chunks
-        finally:
-            self._lock.release()
+    def chat_completion(self, **request: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """An OpenAI chat completion dict, or (stream=True) an iterator of chunk dicts; closing
+        the iterator early cancels the generation and frees its sequence."""
+        work = self.submit_chat(**request)
+        if request.get("stream"):
+            return chat_chunks(work)
+        return work.future.result()
 
 
-def _prepend(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    # A generator (unlike itertools.chain) has close(), which ends the stream and frees the lock.
-    # Closing it before `rest` was entered must still close `rest` (which holds the lock) at
-    # once, not whenever the garbage collector gets to it.
+def chat_chunks(work: ChatWork) -> Iterator[dict[str, Any]]:
+    """The chunks of a streaming chat as the worker produces them. Closing the generator (the
+    client went away) cancels the generation."""
     try:
-        yield first
-        yield from rest
+        while True:
+            item = work.events.get()
+            if item is work.events.END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
     finally:
-        rest.close()
+        if not work.done:
+            work.cancel()
 
 
-def _chat_error(exc: ValueError) -> Exception:
-    text = str(exc)
-    if "exceed context window" in text:
-        return BadRequest.for_field("messages", f"{text}; prompts are never truncated")
-    return exc
+class DecisionWork(Work):
+    """Decisions sharing one state: the common prefix once (a stem sequence), then each
+    question's suffix in a sequence copied from it, many in one decode."""
+
+    def __init__(self, engine: DecisionEngine, decisions: list[Decision], prompts: list[Prompt],
+                 tokenize_seconds: list[float], started: float) -> None:
+        super().__init__()
+        self.engine, self.decisions, self.prompts = engine, decisions, prompts
+        self.tokenize_seconds, self.started = tokenize_seconds, started
+        scheduler = engine.scheduler
+        lengths = [len(p.tokens) for p in prompts]
+        # The shared prefix is the longest common *token* prefix of the full prompts, so each
+        # decision sees exactly the tokens it would see alone; one token at least stays per
+        # decision so that its final position is evaluated after the copy.
+        self.shared_prefix = 0
+        if len(prompts) > 1:
+            self.shared_prefix = min(longest_common_prefix([p.tokens for p in prompts]), min(lengths) - 1)
+        self.reuse = scheduler.reusable(prompts[0].tokens, self.shared_prefix if len(prompts) > 1 else None)
+        by_state = scheduler.copy_by_state
+        self._stem: Stream | None = None
+        stem_source, stem_start = (PREFIX_SEQUENCE, self.reuse) if self.reuse else (None, 0)
+        if len(prompts) > 1 and self.shared_prefix > self.reuse:
+            self._stem = Stream(self, prompts[0].tokens[: self.shared_prefix], start=stem_start, source=stem_source,
+                                wants_output=False, index=-1)
+            self._stem.cost = self.shared_prefix if by_state else self.shared_prefix - self.reuse
+        self._stem_ready = self._stem is None
+        self._pending = list(range(len(decisions)))
+        self.results: list[DecisionResult | None] = [None] * len(decisions)
+        self.prefix_seconds = 0.0
+        # question streams: from the stem, or straight from the global prefix
+        copied = self.shared_prefix if self._stem is not None else self.reuse
+        self._costs = [n if by_state else n - copied for n in lengths]
+        stem_cost = self._stem.cost if self._stem is not None else 0
+        self.reservation = stem_cost + max(self._costs)
+
+    def first_streams(self) -> list[Stream]:
+        return [self._stem] if self._stem is not None else []
+
+    def next_stream(self) -> Stream | None:
+        if not self._stem_ready or not self._pending:
+            return None
+        index = self._pending.pop(0)
+        if self._stem is not None:
+            source, start = self._stem.sequence, self.shared_prefix
+        else:
+            source, start = (PREFIX_SEQUENCE, self.reuse) if self.reuse else (None, 0)
+        return Stream(self, self.prompts[index].tokens, start=start, source=source, index=index,
+                      wants_hidden=self.decisions[index].return_hidden_state, cost=self._costs[index])
+
+    def on_stream_done(self, stream: Stream) -> None:
+        self._stem_ready = True
+        self.prefix_seconds = time.perf_counter() - stream.started_at
+
+    def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
+        engine = self.engine
+        decision, prompt = self.decisions[stream.index], self.prompts[stream.index]
+        letter_ids = engine.readout.letter_token_ids[: len(decision.options)]
+        logits, mass, argmax = softmax_row_mass(ctx.logits(index), letter_ids)
+        forward = time.perf_counter() - stream.started_at
+        tokenize = self.tokenize_seconds[stream.index]
+        self.results[stream.index] = DecisionResult(
+            id=decision.id,
+            option_ids=decision.option_ids,
+            probabilities=softmax(logits, decision.temperature),
+            option_logits=logits,
+            temperature=decision.temperature,
+            input_tokens=len(prompt.tokens),
+            reused_prefix_tokens=stream.start,
+            allowed_token_mass=mass,
+            prompt_sha256=prompt.sha256,
+            prompt_version=PROMPT_VERSION,
+            model=engine.model_info,
+            timing=DecisionTiming(tokenize_seconds=tokenize, prefill_seconds=forward, total_seconds=tokenize + forward),
+            answer_token_ids=list(letter_ids),
+            full_vocab_argmax_id=argmax,
+            forward_seconds=forward,
+            total_seconds=time.perf_counter() - self.started,
+            hidden_state=hidden.tolist() if hidden is not None else None,
+        )
+        return True
+
+    @property
+    def done(self) -> bool:
+        return all(result is not None for result in self.results)
+
+    def finish(self) -> None:
+        self.future.set_result(BatchDecisionResponse(
+            results=[r for r in self.results if r is not None],
+            timing=BatchTiming(
+                shared_prefix_tokens=self.shared_prefix,
+                shared_prefix_seconds=self.prefix_seconds,
+                total_seconds=time.perf_counter() - self.started,
+                batch_size=len(self.decisions),
+            ),
+        ))

@@ -31,7 +31,7 @@ class ServerError(Exception):
 
     def response_body(self) -> dict[str, Any]:
         detail = ErrorDetail(code=self.code, message=self.message, retryable=self.retryable, fields=self.fields)
-        return ErrorResponse(error=detail).model_dump(exclude_none=True)
+        return ErrorResponse(error=detail, retryable=self.retryable).model_dump(exclude_none=True)
 
 
 class BadRequest(ServerError):
@@ -110,6 +110,13 @@ class Busy(ServerError):
 
 class NotReady(Busy):
     code = "not_ready"
+
+
+class Unhealthy(ServerError):
+    """The model keeps failing: not retryable here, the instance needs replacing."""
+
+    status = 503
+    code = "unhealthy"
 
 
 def _location(prefix: str, loc: tuple[Any, ...]) -> str:

@@ -1,6 +1,6 @@
 """THE readout: how a decision becomes a prompt, and which tokens are read out.
 
-Direct-options method (see shared/reference/decision-contract.md): the model's own chat
+SemIf's direct-options method (`direct-options-v1`): the model's own chat
 template with the generation prompt added and thinking disabled; a fixed system
 instruction; a JSON user message with the evidence first (so a batch sharing one state
 shares a token prefix); options lettered A…P by position, their ids never shown; the
@@ -19,12 +19,14 @@ from typing import Any, Callable, Iterable, Sequence
 from decision_contract import OPTION_LETTERS, Decision, DecisionOption
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-#: Changes whenever the prompt's wording or layout changes; echoed in every result.
-PROMPT_VERSION = "direct-options/1"
+#: SemIf's name for this prompt, echoed in every result. The instruction and the user payload
+#: below are SemIf's `direct-options-v1` to the byte: any other wording changes `prompt_sha256`
+#: and the probabilities, and breaks parity with the AWS sample and with fitted heads.
+PROMPT_VERSION = "direct-options-v1"
 
 SYSTEM_INSTRUCTION = (
-    "You make one decision. Apply the criterion to the evidence and choose exactly one of the "
-    "listed options. Answer with only the uppercase letter of that option, with no explanation."
+    "Apply the supplied criterion to the supplied evidence. Choose exactly one listed option. "
+    "Respond with only its uppercase letter, with no explanation or reasoning."
 )
 
 
@@ -101,7 +103,7 @@ class Readout:
             ids.append(tokens[0])
         # The answer position: appending a letter to a rendered prompt must add exactly that
         # one token, or the logits read at the final position would not be the letter's.
-        probe = self.render(_PROBE)
+        probe = self.render(PROBE)
         probe_tokens = self._tokenize(probe)
         for letter, token in zip(OPTION_LETTERS, ids):
             if self._tokenize(probe + letter) != probe_tokens + [token]:
@@ -112,7 +114,7 @@ class Readout:
         return ids
 
 
-_PROBE = Decision(
+PROBE = Decision(
     id="readout-probe",
     state={"note": "start-up check of the letter tokens"},
     question="Which option applies?",

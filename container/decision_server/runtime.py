@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from .engine import DecisionEngine
-from .errors import NotReady
+from .errors import NotReady, Unhealthy
 from .settings import Settings
 
 log = logging.getLogger("decision_server.runtime")
@@ -47,6 +47,19 @@ class ModelRuntime:
             reason = f"model failed to load: {self.error}" if self.error else "the model is loading"
             raise NotReady(reason, retry_after_seconds=5)
         return self.engine
+
+    def healthy(self) -> DecisionEngine:
+        """`/ping`: the engine while it serves; 503 `unhealthy` once the model has failed
+        DECISION_UNHEALTHY_AFTER_FAILURES decodes in a row (a lost GPU, say), so that SageMaker
+        replaces the instance instead of routing every request to a broken model."""
+        engine = self.require()
+        failures = engine.consecutive_failures
+        if failures >= self.settings.unhealthy_after_failures:
+            raise Unhealthy(
+                f"the model failed {failures} forward passes in a row (DECISION_UNHEALTHY_AFTER_FAILURES="
+                f"{self.settings.unhealthy_after_failures})"
+            )
+        return engine
 
     def _load(self) -> None:
         try:

@@ -42,16 +42,16 @@ class Settings(BaseModel):
         description="SM_LLAMA_CPP_MODEL_DIR: searched for a single *.gguf up to two levels deep.",
     )
     ctx_size: int = Field(
-        4096, ge=64, validation_alias=AliasChoices("SM_LLAMA_CPP_CTX_SIZE", "ctx_size", "n_ctx"),
-        description="SM_LLAMA_CPP_CTX_SIZE: llama context size (tokens).",
+        8192, ge=64, validation_alias=AliasChoices("SM_LLAMA_CPP_CTX_SIZE", "ctx_size", "n_ctx"),
+        description="SM_LLAMA_CPP_CTX_SIZE: llama context size (tokens), shared by all parallel sequences.",
     )
     threads: int = Field(
         default_factory=_default_threads, ge=1,
-        validation_alias=AliasChoices("SM_LLAMA_CPP_THREADS", "threads", "n_threads"),
+        validation_alias=AliasChoices("SM_LLAMA_CPP_THREADS", "SEMIF_THREADS", "threads", "n_threads"),
         description="SM_LLAMA_CPP_THREADS: CPU threads for prefill and generation.",
     )
     n_gpu_layers: int = Field(
-        0, ge=-1, validation_alias=AliasChoices("SM_LLAMA_CPP_N_GPU_LAYERS", "n_gpu_layers"),
+        0, ge=-1, validation_alias=AliasChoices("SM_LLAMA_CPP_N_GPU_LAYERS", "SEMIF_N_GPU_LAYERS", "n_gpu_layers"),
         description="SM_LLAMA_CPP_N_GPU_LAYERS: layers offloaded to the GPU (-1 or 999: all).",
     )
     batch_size: int = Field(
@@ -83,7 +83,7 @@ class Settings(BaseModel):
             return self.n_gpu_layers != 0
         return self.flash_attn == "on"
     port: int = Field(
-        8080, ge=1, le=65535, validation_alias=AliasChoices("SM_LLAMA_CPP_PORT", "port"),
+        8080, ge=1, le=65535, validation_alias=AliasChoices("SM_LLAMA_CPP_PORT", "SEMIF_PORT", "port"),
         description="SM_LLAMA_CPP_PORT: HTTP port.",
     )
 
@@ -94,27 +94,48 @@ class Settings(BaseModel):
         description="DECISION_MAX_OPTIONS: options per decision (letters A…P allow at most 16).",
     )
     max_decisions: int = Field(
-        8, ge=1, le=256, validation_alias=AliasChoices("DECISION_MAX_DECISIONS", "max_decisions"),
-        description="DECISION_MAX_DECISIONS: decisions per request.",
+        64, ge=1, le=1024,
+        validation_alias=AliasChoices("DECISION_MAX_DECISIONS", "SEMIF_MAX_SHARED_DECISIONS", "max_decisions"),
+        description="DECISION_MAX_DECISIONS: decisions per request (a batch larger than the parallel "
+        "sequences is scored in chunks; its tokens are bounded by DECISION_MAX_REQUEST_TOKENS).",
     )
     max_body_bytes: int = Field(
         256 * 1024, ge=1024, le=6 * 1024 * 1024,
-        validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES", "max_body_bytes"),
+        validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES", "SEMIF_MAX_BODY_BYTES", "max_body_bytes"),
         description="DECISION_MAX_BODY_BYTES: request body size (SageMaker itself caps at 6 MiB).",
     )
     max_decision_tokens: int = Field(
-        4096, ge=16, validation_alias=AliasChoices("DECISION_MAX_PROMPT_TOKENS", "max_decision_tokens"),
+        4096, ge=16,
+        validation_alias=AliasChoices("DECISION_MAX_PROMPT_TOKENS", "SEMIF_MAX_TOKENS", "max_decision_tokens"),
         description="DECISION_MAX_PROMPT_TOKENS: prompt tokens of one decision.",
     )
     max_request_tokens: int = Field(
-        8192, ge=16, validation_alias=AliasChoices("DECISION_MAX_REQUEST_TOKENS", "max_request_tokens"),
+        32768, ge=16,
+        validation_alias=AliasChoices("DECISION_MAX_REQUEST_TOKENS", "SEMIF_MAX_REQUEST_TOKENS", "max_request_tokens"),
         description="DECISION_MAX_REQUEST_TOKENS: tokens one request makes the model evaluate "
         "(a batch's shared prefix counts once).",
     )
-    admission_wait_seconds: float = Field(
-        2.0, ge=0, le=60, allow_inf_nan=False,
-        validation_alias=AliasChoices("DECISION_ADMISSION_WAIT_SECONDS", "admission_wait_seconds"),
-        description="DECISION_ADMISSION_WAIT_SECONDS: how long a request waits for the model before 503.",
+    parallel_sequences: int = Field(
+        8, ge=1, le=120,
+        validation_alias=AliasChoices("DECISION_PARALLEL_SEQUENCES", "parallel_sequences"),
+        description="DECISION_PARALLEL_SEQUENCES: sequences evaluated together in one forward pass "
+        "(decisions and chat generations of concurrent requests); 1 is the serial engine.",
+    )
+    queue_size: int = Field(
+        64, ge=1, le=10_000,
+        validation_alias=AliasChoices("DECISION_QUEUE_SIZE", "SEMIF_MAX_IN_FLIGHT", "queue_size"),
+        description="DECISION_QUEUE_SIZE: requests waiting for a sequence; past it, 503 busy with Retry-After.",
+    )
+    sequence_copy: Literal["auto", "cells", "state"] = Field(
+        "auto", validation_alias=AliasChoices("DECISION_SEQUENCE_COPY", "sequence_copy"),
+        description="DECISION_SEQUENCE_COPY: how a shared prefix reaches another sequence: cells (KV cells "
+        "shared, no copy), state (the sequence's state serialised; recurrent/hybrid models), auto (state "
+        "for recurrent/hybrid models, else cells).",
+    )
+    unhealthy_after_failures: int = Field(
+        3, ge=1, validation_alias=AliasChoices("DECISION_UNHEALTHY_AFTER_FAILURES", "unhealthy_after_failures"),
+        description="DECISION_UNHEALTHY_AFTER_FAILURES: failed forward passes in a row after which /ping "
+        "answers 503, so that SageMaker replaces the instance.",
     )
     chat_max_tokens: int = Field(
         512, ge=1, validation_alias=AliasChoices("CHAT_DEFAULT_MAX_TOKENS", "chat_max_tokens"),
@@ -159,11 +180,12 @@ class Settings(BaseModel):
             raise SettingsError(_describe(exc)) from None
 
     @classmethod
-    def ignored_dlc_variables(cls, environ: Mapping[str, str] | None = None) -> list[str]:
-        """`SM_LLAMA_CPP_*` variables this server does not read (llama-server flags in the DLC)."""
+    def ignored_variables(cls, environ: Mapping[str, str] | None = None) -> list[str]:
+        """`SM_LLAMA_CPP_*` (llama-server flags in the DLC) and `SEMIF_*` (the AWS SemIf sample's
+        settings) variables this server has no equivalent for; they are warned about at start."""
         environ = os.environ if environ is None else environ
         known = {alias for field in cls.model_fields.values() for alias in _aliases(field)}
-        return sorted(k for k in environ if k.startswith("SM_LLAMA_CPP_") and k not in known)
+        return sorted(k for k in environ if k.startswith(("SM_LLAMA_CPP_", "SEMIF_")) and k not in known)
 
     def env_documentation(self) -> list[tuple[str, str, str]]:
         """(variable, default, description) for every setting: the README table's source."""

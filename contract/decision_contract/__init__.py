@@ -15,6 +15,8 @@ from .models import (
     MAX_STATE_DEPTH,
     MIN_OPTIONS,
     OPTION_LETTERS,
+    PROBABILITY_STATUS,
+    READOUT,
     BatchDecisionResponse,
     BatchTiming,
     Decision,

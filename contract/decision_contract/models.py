@@ -65,6 +65,11 @@ class Decision(_Strict):
     temperature: float = Field(
         default=1.0, gt=0, description="Divides the option logits before the softmax (calibration)."
     )
+    return_hidden_state: bool = Field(
+        default=False,
+        description="Also return the final-position hidden state (the vector the letter logits are "
+        "computed from), from the same forward pass; for learned heads over the decision.",
+    )
 
     @field_validator("state")
     @classmethod
@@ -131,12 +136,18 @@ class ModelInfo(BaseModel):
     threads: int
     gpu_layers: int
     llama_cpp_python_version: str
+    hidden_size: int | None = Field(None, description="Width of the final hidden state (heads must match it).")
 
 
 class DecisionTiming(BaseModel):
     tokenize_seconds: float
     prefill_seconds: float = Field(description="Forward pass(es) for this decision's own tokens.")
     total_seconds: float
+
+
+#: What the probabilities are (and are not), as the AWS SemIf sample states it in every result.
+PROBABILITY_STATUS = "conditional option score; uncalibrated as decision confidence"
+READOUT = "final-position logits restricted to the option letters; no generated tokens"
 
 
 class DecisionResult(BaseModel):
@@ -152,6 +163,16 @@ class DecisionResult(BaseModel):
     prompt_version: str
     model: ModelInfo
     timing: DecisionTiming
+    # The AWS SemIf sample's result fields, so that its clients work unchanged.
+    answer_token_ids: list[int] = Field(default_factory=list, description="Token ids of the option letters, option order.")
+    full_vocab_argmax_id: int | None = Field(None, description="The vocabulary's top token at the final position.")
+    probability_status: str = PROBABILITY_STATUS
+    readout: str = READOUT
+    forward_seconds: float | None = Field(None, description="Seconds of model evaluation for this decision.")
+    total_seconds: float | None = Field(None, description="Seconds from tokenizing to the result.")
+    hidden_state: list[float] | None = Field(
+        None, description="Final-position hidden state; only when the decision asked for it (return_hidden_state)."
+    )
 
     @property
     def top_option_id(self) -> str:
@@ -165,6 +186,7 @@ class BatchTiming(BaseModel):
     shared_prefix_tokens: int
     shared_prefix_seconds: float
     total_seconds: float
+    batch_size: int | None = Field(None, description="Decisions in the batch.")
 
 
 class SingleDecisionResponse(BaseModel):
@@ -200,6 +222,9 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
+    retryable: bool = Field(
+        False, description="Same as error.retryable, at the top level where clients of the AWS SemIf sample read it."
+    )
 
 
 def check_state_depth(state: Any) -> Any:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import threading
+import time
 
 import pytest
 from decision_contract import Decision
 from decision_server.errors import BadRequest, Busy, ForbiddenToken, PromptTooLong
 from decision_server.readout import PROMPT_VERSION
 
+from tests.conftest import queue_full
+
 pytestmark = pytest.mark.model
 
-#: Batched vs. alone, max |Δp| per option. Measured 0.0 when the whole prompt fits one llama
-#: decode batch (512 tokens) and up to 0.0056 when the single prompt is split at 512 while the
-#: batch splits at its shared prefix (16 decisions, states of 20–400 words); 0.02 leaves margin.
-BATCH_TOLERANCE = 0.02
+#: Batched vs. alone, max |Δp| per option. A batch evaluates its questions' suffixes as several
+#: sequences in one decode, whose KV cells sit elsewhere in the unified cache than a lone
+#: decision's; the float sums then run in another order. Measured on the embedded model (states
+#: of 5–420 words, 4–10 questions): up to 0.034, same argmax unless the top two are within it.
+BATCH_TOLERANCE = 0.05
 
 QUEUE_OPTIONS = [
     {"id": "billing", "description": "Billing: charges, refunds, invoices"},
@@ -52,8 +58,13 @@ def test_probabilities_are_a_distribution_in_option_order(embedded_engine):
     assert len(result.prompt_sha256) == 64
     assert result.model.file == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert result.model.bytes > 0 and len(result.model.sha256) == 64
-    assert result.input_tokens > 50 and result.reused_prefix_tokens == 0
+    # the prompt prefix every decision shares is evaluated once, at start-up
+    assert result.input_tokens > 50
+    assert result.reused_prefix_tokens == len(embedded_engine.scheduler.prefix_tokens) > 20
     assert result.timing.prefill_seconds > 0
+    assert result.answer_token_ids == embedded_engine.readout.letter_token_ids[:4]
+    assert 0 <= result.full_vocab_argmax_id < embedded_engine.model.n_vocab
+    assert result.hidden_state is None
 
 
 def test_same_input_gives_same_output(embedded_engine):
@@ -129,8 +140,10 @@ def test_batch_matches_each_decision_alone(embedded_engine, words):
         assert batched.reused_prefix_tokens == batch.timing.shared_prefix_tokens
         assert batched.input_tokens == alone.input_tokens
         assert batched.prompt_sha256 == alone.prompt_sha256
-        assert batched.top_option_id == alone.top_option_id
         assert max(abs(a - b) for a, b in zip(batched.probabilities, alone.probabilities)) <= BATCH_TOLERANCE
+        first, second = sorted(alone.probabilities, reverse=True)[:2]
+        if first - second > 2 * BATCH_TOLERANCE:
+            assert batched.top_option_id == alone.top_option_id
 
 
 def test_batch_shares_the_state_prefix(embedded_engine):
@@ -151,6 +164,7 @@ def test_duplicate_decision_ids_are_rejected(embedded_engine):
 
 
 def test_too_many_decisions_are_rejected(embedded_engine):
+    # (System One requests are bounded by tokens only; see tests/systemone)
     decisions = [ticket_decision(id=f"d{i}") for i in range(embedded_engine.settings.max_decisions + 1)]
     with pytest.raises(BadRequest, match="DECISION_MAX_DECISIONS"):
         embedded_engine.decide(decisions)
@@ -198,17 +212,95 @@ def test_control_tokens_come_from_the_model_vocab(embedded_engine):
     assert "A" not in texts and "" not in texts
 
 
-def test_busy_model_answers_busy_after_the_admission_wait(embedded_engine, monkeypatch):
-    monkeypatch.setattr(
-        embedded_engine, "settings", embedded_engine.settings.model_copy(update={"admission_wait_seconds": 0.05})
-    )
-    holder = threading.Lock()
-    with embedded_engine._admitted():  # another request holds the one context
-        with holder:
-            with pytest.raises(Busy) as caught:
-                embedded_engine.decide_one(ticket_decision())
+def test_a_full_queue_answers_busy(embedded_engine):
+    with queue_full(embedded_engine):
+        with pytest.raises(Busy, match="DECISION_QUEUE_SIZE") as caught:
+            embedded_engine.decide_one(ticket_decision())
     assert caught.value.retryable and caught.value.headers() == {"Retry-After": "1"}
-    assert embedded_engine.decide_one(ticket_decision()).id == "t-1"  # lock released
+    assert embedded_engine.decide_one(ticket_decision()).id == "t-1"  # the queue drained
+
+
+def test_rendered_prompt_is_semifs_direct_options_v1_byte_for_byte(embedded_engine):
+    # The embedded model's template is ChatML; SemIf renders a decision as below (its fixed
+    # instruction, then the JSON payload with evidence first, lettered options, ids never shown).
+    decision = Decision(id="parity", state={"subject": "Refund", "body": "Charged twice — €49"},
+                        question="Which queue?", options=[{"id": "b", "description": "Billing"},
+                                                          {"id": "t", "description": "Technical"}])
+    expected = (
+        "<|im_start|>system\n"
+        "Apply the supplied criterion to the supplied evidence. Choose exactly one listed option. "
+        "Respond with only its uppercase letter, with no explanation or reasoning.<|im_end|>\n"
+        "<|im_start|>user\n"
+        '{"evidence": {"subject": "Refund", "body": "Charged twice — €49"}, "criterion": "Which queue?", '
+        '"options": [{"letter": "A", "description": "Billing"}, {"letter": "B", "description": "Technical"}]}'
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert embedded_engine.readout.render(decision) == expected
+    result = embedded_engine.decide_one(decision)
+    assert result.prompt_sha256 == hashlib.sha256(expected.encode()).hexdigest()
+    assert result.prompt_version == "direct-options-v1"
+
+
+def test_hidden_state_comes_from_the_same_forward_pass(embedded_engine):
+    plain = embedded_engine.decide_one(ticket_decision())
+    with_state = embedded_engine.decide_one(ticket_decision(return_hidden_state=True))
+    assert len(with_state.hidden_state) == embedded_engine.model.n_embd == with_state.model.hidden_size
+    assert all(math.isfinite(v) for v in with_state.hidden_state)
+    # the letter logits are the output head applied to this very vector: same decision, same answer
+    assert with_state.prompt_sha256 == plain.prompt_sha256
+    assert max(abs(a - b) for a, b in zip(with_state.probabilities, plain.probabilities)) <= BATCH_TOLERANCE
+    other = embedded_engine.decide_one(ticket_decision(state="The export button crashes the app.", return_hidden_state=True))
+    assert other.hidden_state != with_state.hidden_state
+
+
+def test_hidden_states_in_a_shared_state_batch(embedded_engine):
+    decisions = [Decision(id=f"q{i}", state="A short state.", question=q, options=o, return_hidden_state=i % 2 == 0)
+                 for i, (q, o) in enumerate(QUESTIONS)]
+    batch = embedded_engine.decide(decisions)
+    assert [r.hidden_state is not None for r in batch.results] == [True, False, True, False]
+    for decision, result in zip(decisions, batch.results):
+        if decision.return_hidden_state:
+            alone = embedded_engine.decide_one(decision)
+            assert max(abs(a - b) for a, b in zip(result.hidden_state, alone.hidden_state)) < 0.5
+
+
+def test_many_questions_on_one_state_are_scored_in_chunks(embedded_engine):
+    # more questions than parallel sequences: the stem is evaluated once, questions cycle through
+    n = 2 * embedded_engine.settings.parallel_sequences + 1
+    decisions = [Decision(id=f"q{i}", state="Checkout is down for everyone.", question=f"Question {i}: which team?",
+                          options=QUEUE_OPTIONS) for i in range(n)]
+    batch = embedded_engine.decide(decisions)
+    assert [r.id for r in batch.results] == [d.id for d in decisions]
+    assert batch.timing.batch_size == n and batch.timing.shared_prefix_tokens > 0
+
+
+def test_concurrent_requests_share_decodes_and_all_succeed(embedded_engine):
+    decisions = [ticket_decision(id=f"c{i}", state=f"Customer {i}: my invoice {i} is wrong.") for i in range(6)]
+    alone = {d.id: embedded_engine.decide_one(d) for d in decisions}
+    results: dict[str, object] = {}
+    threads = [threading.Thread(target=lambda d=d: results.update({d.id: embedded_engine.decide_one(d)}))
+               for d in decisions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(alone)
+    for key, result in results.items():
+        assert max(abs(a - b) for a, b in zip(result.probabilities, alone[key].probabilities)) <= BATCH_TOLERANCE
+
+
+def test_a_chat_generation_does_not_block_decisions(embedded_engine):
+    chunks = embedded_engine.chat_completion(
+        messages=[{"role": "user", "content": "Tell a long story."}], max_tokens=60, temperature=0.0, stream=True
+    )
+    next(chunks)  # the generation is running
+    started = time.perf_counter()
+    result = embedded_engine.decide_one(ticket_decision())
+    assert result.id == "t-1"
+    # the decision finished while the story was still being generated
+    rest = list(chunks)
+    assert rest[-1]["choices"][0]["finish_reason"] == "length"
+    assert time.perf_counter() - started > 0
 
 
 def test_chat_completion(embedded_engine):
@@ -222,25 +314,44 @@ def test_chat_completion(embedded_engine):
     assert not embedded_engine.busy
 
 
-def test_chat_stream_holds_the_model_until_done(embedded_engine):
+def test_chat_stream_runs_until_done(embedded_engine):
     chunks = embedded_engine.chat_completion(
         messages=[{"role": "user", "content": "Count to five."}], max_tokens=6, temperature=0.0, stream=True
     )
     first = next(chunks)
     assert first["object"] == "chat.completion.chunk"
-    assert embedded_engine.busy  # one context: a stream owns it while it runs
+    assert first["choices"][0]["delta"]["role"] == "assistant"
     rest = list(chunks)
     assert rest[-1]["choices"][0]["finish_reason"] in ("length", "stop")
-    assert not embedded_engine.busy
+    assert 1 <= sum(1 for c in rest if c["choices"][0]["delta"].get("content")) <= 6
+    wait_idle(embedded_engine)
 
 
-def test_abandoned_chat_stream_releases_the_model(embedded_engine):
+def test_abandoned_chat_stream_stops_its_generation(embedded_engine):
     chunks = embedded_engine.chat_completion(
-        messages=[{"role": "user", "content": "Tell a long story."}], max_tokens=50, stream=True
+        messages=[{"role": "user", "content": "Tell a long story."}], max_tokens=400, stream=True
     )
     next(chunks)
-    chunks.close()
-    assert not embedded_engine.busy
+    started = time.perf_counter()
+    chunks.close()  # the client went away
+    wait_idle(embedded_engine)
+    # far sooner than 400 tokens of generation would take
+    assert time.perf_counter() - started < 5
+
+
+def test_chat_stop_strings_end_the_generation(embedded_engine):
+    response = embedded_engine.chat_completion(
+        messages=[{"role": "user", "content": "Say hello."}], max_tokens=30, temperature=0.0, stop=["o"]
+    )
+    assert "o" not in response["choices"][0]["message"]["content"]
+    assert response["choices"][0]["finish_reason"] == "stop"
+
+
+def wait_idle(engine, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while engine.busy:
+        assert time.monotonic() < deadline, "the engine stayed busy"
+        time.sleep(0.01)
 
 
 def test_chat_rejects_control_tokens(embedded_engine):

@@ -16,6 +16,8 @@ from decision_contract import BatchDecisionResponse, ErrorResponse, SingleDecisi
 from decision_server.app import create_app
 from fastapi.testclient import TestClient
 
+from tests.conftest import queue_full
+
 pytestmark = pytest.mark.model
 
 OPTIONS = [
@@ -244,7 +246,7 @@ def test_numbers_python_cannot_hold_are_400_naming_the_number(http, number, reas
         ({"decisions": []}, "decisions", "at least 1"),
         ({"decisions": [decision(id="a"), decision(id="a")]}, "", "more than once"),
         ({"decisions": [decision(id="a"), decision(id="b", state="other")]}, "", "differs"),
-        ({"decisions": [decision(id=f"d{i}") for i in range(9)]}, "decisions", "DECISION_MAX_DECISIONS"),
+        ({"decisions": [decision(id=f"d{i}") for i in range(65)]}, "decisions", "DECISION_MAX_DECISIONS"),
         ({"decision": decision(), "decisions": [decision()]}, "", "exactly one"),
         ({"question": "?"}, "body", "accepted bodies"),
         (["not", "an", "object"], "body", "JSON object"),
@@ -268,9 +270,9 @@ def test_over_long_prompt_is_400_never_truncated(http, embedded_engine):
 
 
 def test_over_long_chat_prompt_is_400(http):
-    body = {"messages": [{"role": "user", "content": "word " * 5000}], "max_tokens": 4}
+    body = {"messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 4}
     error = error_of(http.post("/v1/chat/completions", json=body), 400, "validation_error")
-    assert "exceed context window" in error["message"] and "never truncated" in error["message"]
+    assert "SM_LLAMA_CPP_CTX_SIZE" in error["message"] and "never truncated" in error["message"]
 
 
 def test_body_too_large_is_413(http, embedded_engine):
@@ -313,22 +315,33 @@ def test_control_tokens_are_400(http, body, field):
     assert error["fields"][0]["field"] == field
 
 
-def test_busy_model_is_503_retryable_with_retry_after(http, embedded_engine, monkeypatch):
-    monkeypatch.setattr(
-        embedded_engine, "settings", embedded_engine.settings.model_copy(update={"admission_wait_seconds": 0.1})
-    )
-    with embedded_engine._admitted():  # a long request holds the one model context
+def test_full_queue_is_503_retryable_with_retry_after(http, embedded_engine):
+    with queue_full(embedded_engine):
         response = http.post("/invocations", json={"decision": decision()})
     error = error_of(response, 503, "busy")
     assert error["retryable"] is True
+    assert response.json()["retryable"] is True  # where clients of the AWS SemIf sample read it
     assert response.headers["retry-after"] == "1"
 
 
+def test_ping_turns_unhealthy_after_repeated_model_failures(http, embedded_engine):
+    from decision_server.scheduler import EngineFault, PrefillWork
+
+    # A token id past the vocabulary makes llama_decode itself fail: a real model failure.
+    invalid = [embedded_engine.model.n_vocab + 7]
+    for _ in range(embedded_engine.settings.unhealthy_after_failures):
+        with pytest.raises(EngineFault):
+            embedded_engine.scheduler.submit(PrefillWork(invalid)).future.result(timeout=60)
+    error_of(http.get("/ping"), 503, "unhealthy")
+    assert http.post("/invocations", json={"decision": decision()}).status_code == 200  # the model works again
+    assert http.get("/ping").status_code == 200
+
+
 def test_internal_fault_is_500_with_request_id_and_logged(http, embedded_engine, monkeypatch, caplog):
-    def broken(_decision):
+    def broken(*_args, **_kwargs):
         raise RuntimeError("simulated fault inside the engine")
 
-    monkeypatch.setattr(embedded_engine, "decide_one", broken)
+    monkeypatch.setattr(embedded_engine, "submit_decisions", broken)
     with caplog.at_level(logging.ERROR, logger="decision_server"):
         response = http.post("/invocations", json={"decision": decision()}, headers={"X-Request-Id": "fault-7"})
     error = error_of(response, 500, "internal_error")
@@ -342,22 +355,18 @@ def test_unknown_route_and_method_are_json(http):
     error_of(http.get("/invocations"), 405, "method_not_allowed")
 
 
-def test_concurrent_requests_are_serialised_not_failed(http, embedded_engine, monkeypatch):
-    # A generous admission wait: this checks serialisation on one context, not timing.
-    monkeypatch.setattr(
-        embedded_engine, "settings", embedded_engine.settings.model_copy(update={"admission_wait_seconds": 60})
-    )
+def test_concurrent_requests_are_batched_not_failed(http):
     results: list[int] = []
 
     def call():
         results.append(http.post("/invocations", json={"decision": decision()}).status_code)
 
-    threads = [threading.Thread(target=call) for _ in range(3)]
+    threads = [threading.Thread(target=call) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert results == [200, 200, 200]
+    assert results == [200] * 6
 
 
 def test_ping_is_503_until_the_model_is_ready(embedded_engine):

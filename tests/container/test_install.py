@@ -87,9 +87,7 @@ def test_real_install_serves_a_decision(tmp_path):
 
 def test_dockerfile_builds_from_the_dlc_and_runs_the_installed_launcher():
     dockerfile = (ROOT / "container" / "Dockerfile").read_text()
-    assert re.search(r"^ARG BASE_IMAGE=\S+llama-cpp:server-sagemaker-cpu-v1$", dockerfile, re.M)
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.M)
-    assert "server-sagemaker-cuda-v1" in dockerfile and "@sha256:" in dockerfile  # documented
     for source in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
         for path in source.split():
             assert (ROOT / path).exists(), f"COPY source {path} is missing"
@@ -104,6 +102,83 @@ def test_buildspec_builds_pushes_and_records_the_digest():
     commands = "\n".join(c for phase in spec["phases"].values() for c in phase["commands"])
     assert "aws ecr get-login-password" in commands and "docker login" in commands
     assert "-f container/Dockerfile" in commands and "--build-arg VARIANT=" in commands
-    assert "server-sagemaker-$VARIANT-v1" in commands
+    assert '--build-arg BASE_IMAGE="$BASE_IMAGE"' in commands
     assert "docker push" in commands and "RepoDigests" in commands
     assert "image-uri.txt" in spec["artifacts"]["files"]
+
+
+# --- the base image is pinned by digest ---------------------------------------------------------
+
+DIGEST = "0123456789abcdef" * 4
+PINNED = [
+    f"public.ecr.aws/deep-learning-containers/llama-cpp@sha256:{DIGEST}",
+    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ecr-public/deep-learning-containers/llama-cpp@sha256:{DIGEST}",
+]
+NOT_PINNED = [
+    "",
+    "public.ecr.aws/deep-learning-containers/llama-cpp:server-sagemaker-cpu-v1",
+    "public.ecr.aws/deep-learning-containers/llama-cpp",
+    f"public.ecr.aws/deep-learning-containers/llama-cpp@sha256:{DIGEST[:-1]}",
+    f"public.ecr.aws/deep-learning-containers/llama-cpp@sha256:{DIGEST.upper()}",
+    f"public.ecr.aws/deep-learning-containers/llama-cpp@sha256:{DIGEST} --build-arg X=1",
+]
+REFUSAL = "BASE_IMAGE must be pinned by digest"
+
+
+def _dockerfile_instructions() -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
+    text = (ROOT / "container" / "Dockerfile").read_text()
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    return [line.strip() for line in joined.splitlines() if line.strip()]
+
+
+def _dockerfile_digest_check() -> str:
+    instructions = _dockerfile_instructions()
+    (check,) = [i for i in instructions if i.startswith("RUN ") and REFUSAL in i]
+    return check[len("RUN "):]
+
+
+def test_dockerfile_requires_the_base_by_digest_with_no_default():
+    instructions = _dockerfile_instructions()
+    assert instructions[:2] == ["ARG BASE_IMAGE", "FROM ${BASE_IMAGE}"]  # no default: nothing to fall back on
+    assert not [i for i in instructions if i.startswith("ARG BASE_IMAGE=")]
+    check_at = next(n for n, i in enumerate(instructions) if REFUSAL in i)
+    install_at = next(n for n, i in enumerate(instructions) if "install.sh" in i and i.startswith("RUN "))
+    assert instructions[check_at - 1] == "ARG BASE_IMAGE" and check_at < install_at  # in scope, and first
+    comments = (ROOT / "container" / "Dockerfile").read_text()
+    for documented in ("llama-cpp:server-sagemaker-cpu-v1", "llama-cpp:server-sagemaker-cuda-v1", "docker buildx imagetools inspect"):
+        assert documented in comments
+
+
+@pytest.mark.parametrize("base", PINNED + NOT_PINNED)
+def test_dockerfile_digest_check_refuses_anything_but_a_digest(base):
+    # Docker runs a shell-form RUN as `/bin/sh -c`; so does this test, with the build argument set.
+    run = subprocess.run(["/bin/sh", "-c", _dockerfile_digest_check()], env={"PATH": os.environ["PATH"], "BASE_IMAGE": base},
+                         capture_output=True, text=True, timeout=30)
+    if base in PINNED:
+        assert run.returncode == 0, run.stderr
+    else:
+        assert run.returncode == 1 and REFUSAL in run.stderr and f"got '{base}'" in run.stderr
+
+
+def _buildspec_commands() -> list[str]:
+    spec = yaml.safe_load((ROOT / "container" / "buildspec.yml").read_text())
+    return [c for phase in spec["phases"].values() for c in phase["commands"]]
+
+
+@pytest.mark.parametrize("base", PINNED + NOT_PINNED)
+def test_buildspec_refuses_a_base_image_without_a_digest_before_pulling_anything(base):
+    spec = yaml.safe_load((ROOT / "container" / "buildspec.yml").read_text())
+    assert spec["env"]["variables"]["BASE_IMAGE"] == ""  # required: no tag to fall back on
+    commands = _buildspec_commands()
+    assert not [c for c in commands if "BASE_IMAGE:-" in c or "BASE_IMAGE=" in c.split("--build-arg")[0]]
+    check_at = next(n for n, c in enumerate(commands) if REFUSAL in c)
+    first_remote = next(n for n, c in enumerate(commands) if REFUSAL not in c and ("aws " in c or "docker " in c))
+    assert check_at < first_remote
+    # CodeBuild runs the commands with `env: shell: bash`; so does this test.
+    run = subprocess.run(["bash", "-c", commands[check_at]], env={"PATH": os.environ["PATH"], "BASE_IMAGE": base, "VARIANT": "cuda"},
+                         capture_output=True, text=True, timeout=30)
+    if base in PINNED:
+        assert run.returncode == 0, run.stderr
+    else:
+        assert run.returncode == 1 and REFUSAL in run.stderr and "server-sagemaker-cuda-v1" in run.stderr

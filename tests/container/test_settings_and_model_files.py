@@ -18,12 +18,12 @@ def test_defaults():
     settings = Settings.from_env({})
     assert settings.model is None
     assert settings.model_dir == Path("/opt/ml/model")
-    assert (settings.ctx_size, settings.n_gpu_layers, settings.batch_size, settings.port) == (4096, 0, 512, 8080)
+    assert (settings.ctx_size, settings.n_gpu_layers, settings.batch_size, settings.port) == (8192, 0, 512, 8080)
     assert settings.threads >= 1
-    assert (settings.max_options, settings.max_decisions) == (16, 8)
+    assert (settings.max_options, settings.max_decisions) == (16, 64)
     assert settings.max_body_bytes == 256 * 1024
-    assert (settings.max_decision_tokens, settings.max_request_tokens) == (4096, 8192)
-    assert settings.admission_wait_seconds == 2.0
+    assert (settings.max_decision_tokens, settings.max_request_tokens) == (4096, 32768)
+    assert (settings.parallel_sequences, settings.queue_size, settings.sequence_copy) == (8, 64, "auto")
 
 
 def test_environment_variables_map_onto_settings():
@@ -32,19 +32,33 @@ def test_environment_variables_map_onto_settings():
         "SM_LLAMA_CPP_THREADS": "3", "SM_LLAMA_CPP_N_GPU_LAYERS": "999", "SM_LLAMA_CPP_BATCH_SIZE": "256",
         "SM_LLAMA_CPP_PORT": "9000", "DECISION_MAX_OPTIONS": "4", "DECISION_MAX_DECISIONS": "2",
         "DECISION_MAX_BODY_BYTES": "4096", "DECISION_MAX_PROMPT_TOKENS": "1000", "DECISION_MAX_REQUEST_TOKENS": "1500",
-        "DECISION_ADMISSION_WAIT_SECONDS": "0.5", "SM_LLAMA_CPP_FLASH_ATTN": "true",
+        "DECISION_QUEUE_SIZE": "5", "SM_LLAMA_CPP_FLASH_ATTN": "true", "DECISION_PARALLEL_SEQUENCES": "4",
+        "DECISION_SEQUENCE_COPY": "state",
     }
     s = Settings.from_env(env)
     assert s.model == Path("/models/m.gguf") and s.model_dir == Path("/data")
     assert (s.ctx_size, s.threads, s.n_gpu_layers, s.batch_size, s.port) == (8192, 3, 999, 256, 9000)
     assert (s.max_options, s.max_decisions, s.max_body_bytes) == (4, 2, 4096)
-    assert (s.max_decision_tokens, s.max_request_tokens, s.admission_wait_seconds) == (1000, 1500, 0.5)
+    assert (s.max_decision_tokens, s.max_request_tokens, s.queue_size) == (1000, 1500, 5)
+    assert (s.parallel_sequences, s.sequence_copy) == (4, "state")
 
 
-def test_dlc_llama_server_flags_are_reported_as_ignored():
+def test_dlc_llama_server_flags_and_unmapped_semif_settings_are_reported_as_ignored():
     env = {"SM_LLAMA_CPP_CONT_BATCHING": "true", "SM_LLAMA_CPP_FLASH_ATTN": "on",
-           "SM_LLAMA_CPP_CTX_SIZE": "4096", "OTHER": "x"}
-    assert Settings.ignored_dlc_variables(env) == ["SM_LLAMA_CPP_CONT_BATCHING"]
+           "SM_LLAMA_CPP_CTX_SIZE": "4096", "OTHER": "x", "SEMIF_TOKENIZER_REVISION": "abc",
+           "SEMIF_MAX_SHARED_DECISIONS": "8"}
+    assert Settings.ignored_variables(env) == ["SEMIF_TOKENIZER_REVISION", "SM_LLAMA_CPP_CONT_BATCHING"]
+
+
+def test_the_aws_samples_semif_settings_map_onto_ours():
+    env = {"SEMIF_MAX_TOKENS": "2048", "SEMIF_MAX_REQUEST_TOKENS": "6000", "SEMIF_MAX_SHARED_DECISIONS": "12",
+           "SEMIF_MAX_BODY_BYTES": "65536", "SEMIF_N_GPU_LAYERS": "0", "SEMIF_THREADS": "3", "SEMIF_PORT": "9001",
+           "SEMIF_MAX_IN_FLIGHT": "4"}
+    s = Settings.from_env(env)
+    assert (s.max_decision_tokens, s.max_request_tokens, s.max_decisions, s.max_body_bytes) == (2048, 6000, 12, 65536)
+    assert (s.n_gpu_layers, s.threads, s.port, s.queue_size) == (0, 3, 9001, 4)
+    # our own name wins where both are set
+    assert Settings.from_env({**env, "DECISION_MAX_DECISIONS": "5"}).max_decisions == 5
 
 
 @pytest.mark.parametrize(("value", "gpu_layers", "expected"), [
@@ -79,8 +93,9 @@ def test_keyword_overrides_win_over_the_environment():
         ({"DECISION_MAX_OPTIONS": "17"}, "DECISION_MAX_OPTIONS"),
         ({"DECISION_MAX_DECISIONS": "0"}, "DECISION_MAX_DECISIONS"),
         ({"DECISION_MAX_BODY_BYTES": "10"}, "DECISION_MAX_BODY_BYTES"),
-        ({"DECISION_ADMISSION_WAIT_SECONDS": "nan"}, "DECISION_ADMISSION_WAIT_SECONDS"),
-        ({"DECISION_MAX_PROMPT_TOKENS": "8192"}, "DECISION_MAX_PROMPT_TOKENS"),  # > default ctx 4096
+        ({"DECISION_PARALLEL_SEQUENCES": "0"}, "DECISION_PARALLEL_SEQUENCES"),
+        ({"DECISION_SEQUENCE_COPY": "copy"}, "DECISION_SEQUENCE_COPY"),
+        ({"DECISION_MAX_PROMPT_TOKENS": "16384"}, "DECISION_MAX_PROMPT_TOKENS"),  # > default ctx 8192
         ({"DECISION_MAX_REQUEST_TOKENS": "100"}, "DECISION_MAX_REQUEST_TOKENS"),
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
     ],
@@ -92,10 +107,12 @@ def test_invalid_values_name_the_variable(env, variable):
 
 def test_readme_documents_every_variable_with_its_default():
     readme = README.read_text()
+    rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| `")}
+    machine_dependent = {"SM_LLAMA_CPP_MODEL": "unset", "SM_LLAMA_CPP_THREADS": "CPUs available"}
     for variable, default, _ in Settings.from_env({}).env_documentation():
-        assert f"`{variable}`" in readme, variable
-    for default in ("4096", "8192", "262144", "512", "8080", "16", "2.0", "/opt/ml/model"):
-        assert default in readme
+        row = rows.get(f"`{variable}`")
+        assert row is not None, f"{variable} has no row in the settings table"
+        assert machine_dependent.get(variable, f"`{default}`") in row.split("|")[2], (variable, default)
 
 
 def test_start_up_stops_on_an_invalid_variable():

@@ -31,7 +31,8 @@ def row(**fields) -> str:
 
 def test_a_ticket_row_becomes_the_policys_decision_with_its_gold():
     case = parse_row(row(policy="support-ticket", item=TICKET, gold="billing", note="easy"), "f.jsonl", 3)
-    assert (case.case_id, case.kind, case.group, case.note, case.where) == ("T-1", "policy", "support-ticket", "easy", "f.jsonl:3")
+    assert (case.case_id, case.kind, case.family, case.note, case.where) == ("T-1", "policy", "support-ticket", "easy", "f.jsonl:3")
+    assert (case.split, case.group, case.unknown, case.cv_group) == (None, None, {}, "row f.jsonl:3")
     (labelled,) = case.decisions
     assert labelled.question == "queue" and labelled.gold == "billing"
     assert labelled.decision.option_ids[labelled.gold_index] == "billing"
@@ -59,7 +60,8 @@ def test_gold_for_only_some_questions_scores_only_those():
         ({"policy": "incident", "item": INCIDENT, "gold": {"urgency": "P1"}}, "gold.urgency", "no such question"),
         ({"policy": "support-ticket", "item": {**TICKET, "channel": "fax"}, "gold": "billing"}, "item", "channel:"),
         ({"policy": "support-ticket", "gold": "billing"}, "item", "missing"),
-        ({"policy": "support-ticket", "item": TICKET, "gold": "billing", "label": 1}, "label", "unknown field"),
+        ({"policy": "support-ticket", "item": TICKET, "gold": "billing", "split": ""}, "split", "non-empty text"),
+        ({"policy": "support-ticket", "item": TICKET, "gold": "billing", "group": True}, "group", "non-empty text or an integer"),
     ],
 )
 def test_bad_policy_rows_name_the_field(fields, field, message):
@@ -78,18 +80,26 @@ SCORE = {"type": "score", "instructions": "How many stars?", "criteria": ["bad",
     [
         (NOUL, {}, "yes", "yes"),
         (NOUL, {}, False, "no"),
-        (NOUL, {"labels": ["spam", "ham"]}, "ham", "no"),
+        (NOUL, {}, "no", "no"),
+        # JevBench lists noul labels no-first; the options stay yes, no: names decide, not positions
+        (NOUL, {"labels": ["no", "yes"]}, "yes", "yes"),
+        (NOUL, {"labels": ["no", "yes"]}, "no", "no"),
+        (NOUL, {"labels": ["yes", "no"]}, "yes", "yes"),
         (CHOICE, {}, "lost_card", "lost_card"),
+        (CHOICE, {"labels": ["lost_card", "fee"]}, "fee", "fee"),
         (SCORE, {}, 2, "2"),
+        (SCORE, {}, 2.0, "2"),
+        (SCORE, {"labels": ["0", "1", "2"]}, 1, "1"),
+        (SCORE, {"labels": ["0", "1", "2"]}, "1", "1"),
         (SCORE, {}, "ok", "1"),
-        (SCORE, {"labels": ["1", "2", "3"]}, "1", "0"),
     ],
 )
 def test_jevbench_answers_in_every_form(question, extra, expected, gold):
     task = {"id": "t1", "family": "fam", "state": "some text", "question": question, "expected": expected, **extra}
     case = parse_row(json.dumps(task), "f", 1)
     (labelled,) = case.decisions
-    assert (case.kind, case.group, labelled.gold) == ("jevbench", "fam", gold)
+    assert (case.kind, case.family, labelled.gold) == ("jevbench", "fam", gold)
+    assert labelled.decision.option_ids[labelled.gold_index] == gold
     assert case.formulas == {question["type"]: "normalized_peak"}
 
 
@@ -110,6 +120,17 @@ def test_jevbench_uses_the_system_one_mapping():
         ({"expected": 1, "question": NOUL}, "expected", "only a score question"),
         ({"expected": "maybe", "question": NOUL}, "expected", "'maybe' names no answer"),
         ({"labels": ["a"], "question": NOUL}, "labels", "1 labels for 2 options"),
+        # custom noul names cannot say which one is yes
+        ({"labels": ["entailment", "not_entailment"], "question": NOUL}, "labels", r'noul task\'s labels are \["no", "yes"\]'),
+        ({"labels": ["no", "no"], "question": NOUL}, "labels", "are not this task's answers"),
+        ({"labels": ["fee", "lost"], "question": CHOICE, "expected": "fee"}, "labels", r'here \["fee", "lost_card"\]'),
+        # positional star labels are not JevBench's: score labels are the level indices
+        ({"labels": ["1", "2", "3"], "question": SCORE, "expected": 0}, "labels", r'\["0", "1", …\]'),
+        ({"expected": None}, "expected", "missing or null"),
+        ({"expected": 1.5, "question": SCORE}, "expected", "must be a label"),
+        ({"split": 3}, "split", "non-empty text"),
+        ({"group": ""}, "group", "non-empty text or an integer"),
+        ({"provenance": "hand-written"}, "provenance", "must be an object"),
         ({"family": ""}, "family", "non-empty"),
         ({"state": ""}, "state", "at least 1 character|non-empty text"),
     ],
@@ -158,7 +179,7 @@ def test_the_shipped_sets_load_without_errors(name):
     from pathlib import Path
 
     loaded = load_file(Path(__file__).resolve().parents[2] / "bench/data" / name)
-    assert loaded.errors == []
+    assert loaded.errors == [] and loaded.warnings == []
     minimum = {"support-tickets.jsonl": 40, "incidents.jsonl": 30, "jevbench-sample.jsonl": 12}[name]
     assert len(loaded.cases) >= minimum
     golds = {d.gold for c in loaded.cases for d in c.decisions}
@@ -181,3 +202,104 @@ def test_the_pipelines_review_export_is_loadable_labelled_data():
     stored = {"policy_name": "incident", "item": json.dumps(INCIDENT), "answers": json.dumps({"priority": "P2", "team": "data"})}
     case = parse_row(json.dumps(labelled_example(stored)), "export.jsonl", 1)
     assert [(d.question, d.gold) for d in case.decisions] == [("priority", "P2"), ("team", "data")]
+
+
+# --- the published JevBench row, metadata, split selection ------------------------------------
+
+PUBLISHED = {
+    "id": "pub-1",
+    "family": "policy",
+    "state": "Status: paid on 2026-05-04.",
+    "question": {"type": "noul", "instructions": "Is the invoice paid?", "criteria": {"true": "PAID", "false": "OPEN"}},
+    "labels": ["no", "yes"],
+    "expected": "yes",
+    "split": "public",
+    "group": "invoice-7",
+    "provenance": {"source": "hand-written", "license": "CC-BY-4.0", "label_basis": "rubric", "exclude_reason": None, "reviewer": "a"},
+}
+
+
+def test_a_published_jevbench_row_loads_with_its_metadata_and_no_warning(tmp_path):
+    path = tmp_path / "published.jsonl"
+    path.write_text(json.dumps(PUBLISHED) + "\n" + json.dumps({**PUBLISHED, "id": "pub-2", "expected": "no"}) + "\n")
+    loaded = load_file(path)
+    assert loaded.errors == [] and loaded.warnings == []
+    first, second = loaded.cases
+    assert (first.split, first.group, first.cv_group) == ("public", "invoice-7", "group invoice-7")
+    assert first.provenance == PUBLISHED["provenance"]  # open-ended: extra provenance keys are kept
+    # labels ["no", "yes"] against options (yes, no): "yes" is the yes option, not position 1
+    assert first.decisions[0].decision.option_ids == ["yes", "no"]
+    assert (first.decisions[0].gold, first.decisions[0].gold_index) == ("yes", 0)
+    assert (second.decisions[0].gold, second.decisions[0].gold_index) == ("no", 1)
+
+
+def test_unknown_fields_are_kept_with_a_warning_not_dropped(tmp_path):
+    path = tmp_path / "extra.jsonl"
+    path.write_text(
+        json.dumps({**PUBLISHED, "difficulty": "hard", "tier": 2}) + "\n"
+        + row(policy="support-ticket", item=TICKET, gold="billing", source="crm-export") + "\n"
+    )
+    loaded = load_file(path)
+    assert loaded.errors == []
+    assert [c.case_id for c in loaded.cases] == ["pub-1", "T-1"]
+    assert loaded.cases[0].unknown == {"difficulty": "hard", "tier": 2}
+    assert loaded.cases[1].unknown == {"source": "crm-export"}
+    assert [(w.line, w.field) for w in loaded.warnings] == [(1, "difficulty"), (1, "tier"), (2, "source")]
+    assert str(loaded.warnings[2]) == f"{path}:2: source: unknown field, kept as metadata (the row is scored)"
+
+
+def test_policy_rows_take_a_split_and_a_group():
+    case = parse_row(row(policy="incident", item=INCIDENT, gold={"team": "data"}, split="train", group=7), "f", 4)
+    assert (case.split, case.group, case.cv_group, case.unknown) == ("train", "7", "group 7", {})
+
+
+def test_split_selection_reads_only_the_chosen_splits_in_both_formats(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    rows = [
+        row(policy="support-ticket", item={**TICKET, "ticket_id": "T-train"}, gold="billing", split="train"),
+        row(policy="support-ticket", item={**TICKET, "ticket_id": "T-test"}, gold="billing", split="test"),
+        row(policy="support-ticket", item={**TICKET, "ticket_id": "T-none"}, gold="billing"),
+        json.dumps({**PUBLISHED, "id": "j-test", "split": "test"}),
+        json.dumps({**PUBLISHED, "id": "j-public"}),
+        "{broken",  # its split cannot be read: still a bad row
+        row(policy="support-ticket", item={**TICKET, "channel": "fax"}, gold="billing", split="train"),  # not selected: not validated
+        row(policy="support-ticket", item={**TICKET, "channel": "fax"}, gold="billing", split="test"),
+    ]
+    path.write_text("\n".join(rows) + "\n")
+
+    test = load_file(path, splits=["test"])
+    assert [c.case_id for c in test.cases] == ["T-test", "j-test"]
+    assert test.skipped == {"train": 2, "(no split)": 1, "public": 1}
+    assert [(e.line, e.field) for e in test.errors] == [(6, "(line)"), (8, "item")]
+
+    both = load_file(path, splits=["train", "public"])
+    assert [c.case_id for c in both.cases] == ["T-train", "j-public"]
+    assert load_file(path, splits=["test"], limit=1).cases[0].case_id == "T-test"
+    # without a selection every row is read
+    assert [c.case_id for c in load_file(path).cases] == ["T-train", "T-test", "T-none", "j-test", "j-public"]
+
+
+def test_the_shipped_jevbench_sample_is_in_the_published_format():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench/data/jevbench-sample.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for task in rows:
+        assert set(task) == {"id", "family", "state", "question", "labels", "expected", "split", "group", "provenance"}
+        assert {"source", "license", "label_basis", "exclude_reason"} <= set(task["provenance"])
+        kind = task["question"]["type"]
+        if kind == "noul":
+            assert task["labels"] == ["no", "yes"] and task["expected"] in ("no", "yes")
+        elif kind == "choice":
+            assert task["labels"] == list(task["question"]["criteria"]) and task["expected"] in task["labels"]
+        else:
+            assert task["labels"] == [str(i) for i in range(len(task["question"]["criteria"]))]
+            assert isinstance(task["expected"], int) and not isinstance(task["expected"], bool)
+    # at least one group holds several rows (paraphrases), and they agree on the answer
+    by_group = {}
+    for task in rows:
+        by_group.setdefault(task["group"], set()).add(json.dumps(task["expected"]))
+    assert all(len(answers) == 1 for answers in by_group.values())
+    assert len(by_group) < len(rows)
+    loaded = load_file(path)
+    assert {c.cv_group for c in loaded.cases} == {f"group {g}" for g in by_group}

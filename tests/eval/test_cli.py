@@ -4,6 +4,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
     assert report["calibration"]["incident/team"]["policy_now"]["temperature"] == 1.0
 
     # The report's numbers are the model's: a ticket scored alone gives the same logits again.
-    row = next(r for r in report["rows"] if r["group"] == "support-ticket")
+    row = next(r for r in report["rows"] if r["family"] == "support-ticket")
     from bench.evaluate.cases import load_file
 
     case = next(c for c in load_file(POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl", 2).cases if c.case_id == row["case"])
@@ -102,3 +103,63 @@ def test_cli_without_usable_rows_exits_2(tmp_path, capsys):
     data.write_text('{"policy": "support-ticket"}\n')
     assert main([str(data), "--no-progress", "--out", str(tmp_path / "r")]) == 2
     assert "item: missing" in capsys.readouterr().err
+
+
+def test_cli_split_selection_group_folds_and_metadata_warnings(embedded_engine, tmp_path, capsys):
+    repo = Path(__file__).resolve().parents[2]
+    sample = repo / "bench/data/jevbench-sample.jsonl"
+    tasks = [json.loads(line) for line in sample.read_text().splitlines()]
+    tickets = [json.loads(line) for line in (repo / "bench/data/support-tickets.jsonl").read_text().splitlines()]
+    rows = tasks + [
+        {**tasks[0], "id": "held-out-1", "split": "private"},
+        {**tasks[1], "id": "held-out-2", "split": "private"},
+        # two tickets of one customer thread: one group, so they can never calibrate each other
+        {**tickets[0], "split": "public", "group": "thread-1", "crm_ref": "CRM-1"},
+        {**tickets[1], "split": "public", "group": "thread-1"},
+        {**tickets[2], "split": "train"},
+    ]
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    out = tmp_path / "report"
+    argv = [str(data), "--split", "public", "--no-decode", "--no-progress", "--out", str(out), "--strict"]
+    assert main(argv, runner=EngineRunner(embedded_engine)) == 0  # warnings are not errors
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["decisions"] == len(tasks) + 2
+    assert report["run"]["splits"] == ["public"]
+    assert report["run"]["rows_of_other_splits"] == {str(data): {"private": 2, "train": 1}}
+    line = len(tasks) + 3
+    assert report["row_warnings"] == [f"{data}:{line}: crm_ref: unknown field, kept as metadata (the row is scored)"]
+    ticket_row = next(r for r in report["rows"] if r["where"] == f"{data}:{line}")
+    assert (ticket_row["split"], ticket_row["group"], ticket_row["metadata"]) == ("public", "thread-1", {"crm_ref": "CRM-1"})
+    task_row = next(r for r in report["rows"] if r["case"] == tasks[0]["id"])
+    assert task_row["provenance"] == tasks[0]["provenance"]
+
+    # JevBench: group k-fold, no group in two folds
+    cv = report["calibration"]["jevbench"]["cross_validated"]
+    group_of = {f"{data}:{n}": task["group"] for n, task in enumerate(tasks, start=1)}
+    assert cv["groups"] == len(set(group_of.values())) < len(tasks) and cv["folds"] == 5
+    assert sorted(w for fold in cv["fold_rows"] for w in fold) == sorted(group_of)
+    folds_of_group = {}
+    for k, fold in enumerate(cv["fold_rows"]):
+        for where in fold:
+            folds_of_group.setdefault(group_of[where], set()).add(k)
+    assert all(len(folds) == 1 for folds in folds_of_group.values())
+    # the two tickets are one group: nothing to hold out against, so no out-of-fold figure
+    assert report["calibration"]["support-ticket/queue"]["cross_validated"] is None
+
+    err = capsys.readouterr().err
+    assert f"{data}: not in --split public: 2 private, 1 train" in err and "warning: " in err
+    markdown = (out / "report.md").read_text()
+    assert "- Split: public (rows of other splits, not scored: 3)" in markdown and "## Row warnings" in markdown
+
+
+def test_cli_split_that_selects_nothing_exits_2(tmp_path, capsys):
+    data = tmp_path / "tasks.jsonl"
+    task = {"id": "t", "family": "f", "state": "x", "question": {"type": "noul", "instructions": "?"}, "labels": ["no", "yes"],
+            "expected": "yes", "split": "public"}
+    data.write_text(json.dumps(task) + "\n")
+    assert main([str(data), "--split", "test", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "not in --split test: 1 public" in err and "no usable rows: nothing to evaluate (--split test)" in err

@@ -137,6 +137,49 @@ def test_folds_cover_every_decision_once():
     assert [len(p) for p in parts] == [3, 2, 2, 2, 2]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_group_folds_never_split_a_group_and_stay_balanced(seed):
+    rng = np.random.default_rng(100 + seed)
+    sizes = rng.integers(1, 6, size=23)  # 23 groups of 1–5 rows, rows of a group scattered
+    groups = rng.permutation(np.repeat([f"g{i}" for i in range(len(sizes))], sizes)).tolist()
+    parts = metrics.fold_indices(len(groups), 5, seed=seed, groups=groups)
+    assert len(parts) == 5
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(groups)))
+    fold_of = {}
+    for k, part in enumerate(parts):
+        for i in part:
+            assert fold_of.setdefault(groups[i], k) == k, f"group {groups[i]} split across folds"
+    lengths = [len(p) for p in parts]
+    assert max(lengths) - min(lengths) <= max(sizes)
+
+
+def test_group_folds_are_seeded_and_no_more_than_the_groups():
+    groups = ["a", "a", "b", "b", "b", "c"]
+    assert [p.tolist() for p in metrics.fold_indices(6, 5, 3, groups)] == [p.tolist() for p in metrics.fold_indices(6, 5, 3, groups)]
+    assert sorted(p.tolist() for p in metrics.fold_indices(6, 5, 3, groups)) == [[0, 1], [2, 3, 4], [5]]
+    with pytest.raises(ValueError, match="5 group names for 6 decisions"):
+        metrics.fold_indices(6, 2, 0, groups[:5])
+
+
+def test_out_of_fold_holds_out_whole_groups():
+    # Group "right": three decisions the model gets right; group "wrong": one right, one wrong.
+    # Two groups → two folds: each group is scored at the T fitted on the other group only.
+    logits = [[2.0, 0.0]] * 5
+    gold = [0, 0, 0, 0, 1]
+    groups = ["right", "right", "right", "wrong", "wrong"]
+    held_out, temperatures = metrics.out_of_fold_probabilities(logits, gold, folds=5, seed=0, groups=groups)
+    assert len(temperatures) == 2
+    from_wrong = metrics.fit_temperature(logits[3:], gold[3:]).temperature  # half right: p(top) → 1/2
+    from_right = metrics.fit_temperature(logits[:3], gold[:3]).temperature  # all right: lower bound
+    assert sorted(temperatures) == pytest.approx(sorted([from_wrong, from_right]))
+    for i in range(3):
+        assert held_out[i] == pytest.approx(metrics.probabilities_at([logits[i]], from_wrong)[0])
+    for i in (3, 4):
+        assert held_out[i] == pytest.approx(metrics.probabilities_at([logits[i]], from_right)[0])
+    # one group only: nothing to hold out against
+    assert metrics.out_of_fold_probabilities(logits, gold, groups=["g"] * 5) == (None, [])
+
+
 def test_threshold_table_by_hand():
     conf = [0.9, 0.7, 0.5, 0.2]
     ok = [True, False, True, False]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from decision_router.policies import load_policy
-from local.template_resources import Stack
+from local.template_resources import Stack, TemplateError
 
 INTERFACE_ENV = {  # pipeline-interfaces.md, "Lambda environment variables"
     "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
@@ -198,3 +198,68 @@ def test_intake_may_read_the_status_of_earlier_executions(stack, function):
                   for s in stack.resolve(p)["Statement"]]
     executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
     assert {"Effect": "Allow", "Action": "states:DescribeExecution", "Resource": executions} in statements
+
+
+# --- the decision image is deployed by digest only ---------------------------------------------
+
+DIGEST = "0123456789abcdef" * 4
+IMAGE_BY_DIGEST = [
+    "",  # only valid together with ExistingEndpointName (the EndpointInputs rule)
+    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container@sha256:{DIGEST}",
+    f"registry.internal:5000/decision-container@sha256:{DIGEST}",
+    GPU["DecisionImageUri"],
+]
+IMAGE_NOT_BY_DIGEST = [
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container:cpu",
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container",
+    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container@sha256:{DIGEST[:-1]}",
+    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container@sha256:{DIGEST.upper()}",
+    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/decision-router/decision-container:cpu@sha256:{DIGEST} ",
+    "REPLACE_WITH_IMAGE_URI@sha256:REPLACE_WITH_DIGEST",  # samconfig.toml's placeholder must be replaced
+]
+
+
+def test_decision_image_parameter_states_its_constraint():
+    spec = Stack.load().template["Parameters"]["DecisionImageUri"]
+    assert "@sha256:" in spec["AllowedPattern"] and spec["Default"] == ""
+    assert "pinned by digest" in spec["ConstraintDescription"] and "describe-images" in spec["ConstraintDescription"]
+
+
+@pytest.mark.parametrize("uri", IMAGE_BY_DIGEST + IMAGE_NOT_BY_DIGEST)
+def test_decision_image_uri_is_accepted_only_by_digest(uri):
+    parameters = {**CPU, "DecisionImageUri": uri} if uri else {"ExistingEndpointName": "decision-endpoint"}
+    if uri in IMAGE_BY_DIGEST:
+        stack = Stack.load(parameters=parameters)
+        if uri:
+            assert stack.resolve(stack.properties("DecisionModel"))["PrimaryContainer"]["Image"] == uri
+    else:
+        with pytest.raises(TemplateError, match="DecisionImageUri=.* must be an image pinned by digest"):
+            Stack.load(parameters=parameters)
+
+
+@pytest.mark.parametrize(("uri", "refused"), [(IMAGE_BY_DIGEST[1], False), (IMAGE_NOT_BY_DIGEST[0], True)], ids=["digest", "tag"])
+def test_cfn_lint_reads_the_image_pattern_as_cloudformation_does(tmp_path, uri, refused):
+    """cfn-lint checks a parameter's Default against its AllowedPattern (E2015) with CloudFormation's
+    semantics, so a copy of the template whose default is a tag must be flagged, a digest not."""
+    from cfnlint.api import ManualArgs, lint_file
+
+    from local.template_resources import TEMPLATE_PATH
+
+    text = TEMPLATE_PATH.read_text()
+    anchor = '  DecisionImageUri:\n    Type: String\n    Default: ""\n'
+    assert anchor in text
+    copy = tmp_path / "template.yaml"
+    copy.write_text(text.replace(anchor, f'  DecisionImageUri:\n    Type: String\n    Default: "{uri}"\n'))
+    rules = {m.rule.id for m in lint_file(copy, config=ManualArgs(regions=["us-east-1"]))}
+    assert ("E2015" in rules) is refused
+
+
+def test_stack_load_refuses_what_cloudformation_refuses():
+    for parameters, message in (
+        ({"EndpointCompute": "TPU"}, "EndpointCompute='TPU' is not one of the AllowedValues"),
+        ({"CpuThreads": "0"}, "CpuThreads='0' is below MinValue 1"),
+        ({"ReviewTimeoutSeconds": "2000000"}, "is above MaxValue 1209600"),
+        ({"ModelDataUrl": "s3://b/model.tar.gz"}, "does not match AllowedPattern"),
+    ):
+        with pytest.raises(TemplateError, match=message):
+            Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", **parameters})

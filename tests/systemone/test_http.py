@@ -13,6 +13,8 @@ from botocore.config import Config
 from decision_server.systemone import SystemOneRequest, to_decisions
 from decision_server.systemone.parsing import zstd
 
+from tests.conftest import queue_full
+
 pytestmark = pytest.mark.model
 
 STATE = {"subject": "Charged twice", "body": "I was charged twice this month. Please refund one."}
@@ -107,7 +109,7 @@ def test_answer_numbers_are_floats_on_the_wire(mixed):
     # Integers only where the schema has integers: token counts and model facts.
     assert sorted(wire_ints(mixed)) == sorted([
         ".usage.input_tokens", ".usage.output_tokens",
-        *[f".metadata.model.{k}" for k in ("bytes", "context_size", "threads", "gpu_layers")],
+        *[f".metadata.model.{k}" for k in ("bytes", "context_size", "threads", "gpu_layers", "hidden_size")],
         *[f".metadata.questions.{q}.{k}" for q in QUESTIONS for k in ("input_tokens", "reused_prefix_tokens")],
     ])
 
@@ -225,23 +227,32 @@ def test_media_types_and_encodings(decision_server_url):
     assert huge.status_code == 413
 
 
-def test_busy_model_is_503_with_retry_after(decision_server_url, embedded_engine):
-    # Another forward pass holds the one model context for longer than the admission wait.
-    with embedded_engine._lock:
+def test_full_queue_is_503_with_retry_after(decision_server_url, embedded_engine):
+    with queue_full(embedded_engine):
         response = post(decision_server_url, body({"billing": QUESTIONS["billing"]}))
     assert response.status_code == 503
-    assert response.headers["retry-after"] == "2"
+    assert response.headers["retry-after"] == "1"
     assert response.json()["error"] == {
         "code": "busy", "retryable": True,
-        "message": "the model is busy; waited 2s for it (DECISION_ADMISSION_WAIT_SECONDS)",
+        "message": "the request queue is full (1 waiting; DECISION_QUEUE_SIZE)",
     }
 
 
 def test_requests_wait_their_turn_rather_than_fail(decision_server_url, embedded_engine):
-    # Held for less than the admission wait: the request is answered once the model frees up.
-    embedded_engine._lock.acquire()
-    threading.Timer(0.5, embedded_engine._lock.release).start()
+    # Admission held for a while: the request waits in the queue and is answered once it runs.
+    hold = embedded_engine.held()
+    hold.__enter__()
+    threading.Timer(0.5, hold.__exit__, args=(None, None, None)).start()
     assert post(decision_server_url, body({"billing": QUESTIONS["billing"]})).status_code == 200
+
+
+def test_more_questions_than_parallel_sequences_are_answered(decision_server_url, embedded_engine):
+    # bounded by tokens and body size, not by a question count: scored in shared-state chunks
+    n = 2 * embedded_engine.settings.parallel_sequences + 3
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} about the state true?"} for i in range(n)}
+    response = post(decision_server_url, body(questions))
+    assert response.status_code == 200, response.text
+    assert len(response.json()["answers"]) == n
 
 
 def test_openapi_documents_the_contract(decision_server_url):

@@ -43,7 +43,7 @@ def result_for(decision_id: str, option_ids: list[str], probabilities: list[floa
     return DecisionResult(
         id=decision_id, option_ids=option_ids, probabilities=probabilities, option_logits=logits, temperature=1.0,
         input_tokens=tokens, reused_prefix_tokens=reused, allowed_token_mass=0.5, prompt_sha256="f" * 64,
-        prompt_version="direct-options/1", model=MODEL,
+        prompt_version="direct-options-v1", model=MODEL,
         timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.0, total_seconds=0.0),
     )
 

@@ -10,11 +10,11 @@ from decision_server.systemone import SystemOneRequestError, decode_body, load_j
 from decision_server.systemone.parsing import zstd
 
 
-def problems(body: object, *, max_options: int = 16, max_questions: int = 8) -> dict[str, str]:
+def problems(body: object, *, max_options: int = 16) -> dict[str, str]:
     """{dotted field path: message} of the request's problems (fails if there are none)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     with pytest.raises(SystemOneRequestError) as caught:
-        parse_request(load_json(raw), max_options=max_options, max_questions=max_questions)
+        parse_request(load_json(raw), max_options=max_options)
     error = caught.value
     assert error.status == 422
     return {".".join(str(p) for p in problem["loc"][1:]): problem["msg"] for problem in error.problems}
@@ -27,7 +27,7 @@ def valid(**overrides) -> dict:
 
 
 def test_a_valid_request_parses():
-    request = parse_request(load_json(json.dumps(valid()).encode()), max_options=16, max_questions=8)
+    request = parse_request(load_json(json.dumps(valid()).encode()), max_options=16)
     assert list(request.questions) == ["q"]
 
 
@@ -79,10 +79,10 @@ def test_limits_follow_the_server_settings():
     }
     seventeen = [f"level {i}" for i in range(17)]
     assert "got 17" in problems(valid(questions={"q": {"type": "score", "criteria": seventeen}}))["questions.q.score.criteria"]
-    nine = {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(9)}
-    assert problems(valid(questions=nine)) == {
-        "questions": "at most 8 questions per request (DECISION_MAX_DECISIONS); got 9"
-    }
+    # no question count: a request is bounded by its body size and tokens
+    many_questions = {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(40)}
+    request = parse_request(load_json(json.dumps(valid(questions=many_questions)).encode()), max_options=16)
+    assert len(request.questions) == 40
     assert problems(valid(questions={})) == {"questions": "Dictionary should have at least 1 item after validation, not 0"}
 
 
@@ -116,7 +116,7 @@ def test_malformed_json_is_a_body_problem(raw, message):
 
 def test_error_body_has_the_container_error_and_the_typesafe_detail():
     with pytest.raises(SystemOneRequestError) as caught:
-        parse_request(load_json(json.dumps(valid(state="")).encode()), max_options=16, max_questions=8)
+        parse_request(load_json(json.dumps(valid(state="")).encode()), max_options=16)
     body = caught.value.response_body()
     assert body["error"]["code"] == "validation_error"
     assert body["error"]["message"] == "state: must not be empty or blank text"

@@ -12,9 +12,11 @@ from pydantic import ValidationError
 
 from ..bodies import read_json
 from ..chat import ChatCompletionRequest, sse_events
+from ..engine import chat_chunks
 from ..errors import BadRequest
 from ..runtime import ModelRuntime
 from ..systemone.router import model_listing
+from .waiting import result_of
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -30,7 +32,7 @@ _CHAT_BODY = {
 async def chat_completions(request: Request) -> Response:
     runtime: ModelRuntime = request.app.state.runtime
     payload = await read_json(request, runtime.settings.max_body_bytes)
-    return await chat_response(payload, runtime)
+    return await chat_response(payload, runtime, request)
 
 
 @router.get("/models", summary="The one served model, as llama-server lists it")
@@ -55,7 +57,7 @@ async def models(request: Request) -> Response:
     )
 
 
-async def chat_response(payload: Any, runtime: ModelRuntime) -> Response:
+async def chat_response(payload: Any, runtime: ModelRuntime, request: Request) -> Response:
     if not isinstance(payload, dict):
         raise BadRequest.for_field("body", "must be a JSON object with 'messages'")
     try:
@@ -63,9 +65,10 @@ async def chat_response(payload: Any, runtime: ModelRuntime) -> Response:
     except ValidationError as exc:
         raise BadRequest.from_validation(exc) from None
     engine = runtime.require()
-    result = await run_in_threadpool(lambda: engine.chat_completion(**chat_request.llama_arguments()))
+    work = await run_in_threadpool(lambda: engine.submit_chat(**chat_request.llama_arguments()))
     if chat_request.stream:
+        # Starlette stops iterating when the client disconnects; closing the chunks cancels the generation.
         return StreamingResponse(
-            sse_events(result), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            sse_events(chat_chunks(work)), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
-    return JSONResponse(result)
+    return JSONResponse(await result_of(work, request))

@@ -17,6 +17,7 @@ from ..errors import BadRequest
 from ..runtime import ModelRuntime
 from ..systemone.router import answer_invocation
 from .openai import chat_response
+from .waiting import result_of
 
 router = APIRouter(tags=["sagemaker"])
 
@@ -49,7 +50,7 @@ def runtime_of(request: Request) -> ModelRuntime:
 
 @router.get("/ping", summary="Health: 200 once the model is loaded and warmed up")
 async def ping(request: Request) -> Response:
-    engine = runtime_of(request).require()
+    engine = runtime_of(request).healthy()
     return JSONResponse({"status": "ok", "model": engine.model_info.file})
 
 
@@ -73,25 +74,26 @@ async def _invoke(request: Request) -> Response:
     if not isinstance(payload, dict):
         raise BadRequest.for_field("body", f"must be a JSON object; {ACCEPTED_SHAPES}")
     if "decision" in payload or "decisions" in payload:
-        return await decision_response(payload, runtime)
+        return await decision_response(payload, runtime, request)
     if "messages" in payload:
-        return await chat_response(payload, runtime)
+        return await chat_response(payload, runtime, request)
     if "questions" in payload:
-        return await run_in_threadpool(answer_invocation, runtime.require(), payload)
+        return await answer_invocation(runtime.require(), payload, request)
     keys = ", ".join(sorted(payload)) or "none"
     raise BadRequest.for_field("body", f"has none of 'decision', 'decisions', 'messages' or 'questions' (keys: {keys}); {ACCEPTED_SHAPES}")
 
 
-async def decision_response(payload: dict[str, Any], runtime: ModelRuntime) -> Response:
+async def decision_response(payload: dict[str, Any], runtime: ModelRuntime, request: Request) -> Response:
     try:
         decision_request = DecisionRequest.model_validate(payload)
     except ValidationError as exc:
         raise BadRequest.from_validation(exc) from None
     engine = runtime.require()
-    if decision_request.decision is not None:
-        result = await run_in_threadpool(engine.decide_one, decision_request.decision)
-        body = SingleDecisionResponse(result=result).model_dump_json()
-    else:
-        batch = await run_in_threadpool(engine.decide, decision_request.decisions)
-        body = batch.model_dump_json()
-    return Response(body, media_type="application/json")
+    single = decision_request.decision is not None
+    work = await run_in_threadpool(
+        engine.submit_decisions, decision_request.items, field="decision" if single else "decisions"
+    )
+    batch = await result_of(work, request)
+    response = SingleDecisionResponse(result=batch.results[0]) if single else batch
+    # exclude_none: the hidden state appears only when a decision asked for it
+    return Response(response.model_dump_json(exclude_none=True), media_type="application/json")

@@ -85,19 +85,12 @@ def load_json(body: bytes) -> Any:
         raise SystemOneRequestError([_problem(["body"], error.message.removeprefix("body: "), "json_invalid")]) from None
 
 
-def parse_request(data: Any, *, max_options: int, max_questions: int) -> SystemOneRequest:
+def parse_request(data: Any, *, max_options: int) -> SystemOneRequest:
     """Validate a decoded body; every problem is reported at once, with its field path."""
     try:
-        request = SystemOneRequest.model_validate(data, context={"max_options": max_options})
+        return SystemOneRequest.model_validate(data, context={"max_options": max_options})
     except ValidationError as error:
         raise SystemOneRequestError(problems_from(error)) from None
-    if len(request.questions) > max_questions:
-        raise SystemOneRequestError([_problem(
-            ["body", "questions"],
-            f"at most {max_questions} questions per request (DECISION_MAX_DECISIONS); got {len(request.questions)}",
-            "too_long",
-        )])
-    return request
 
 
 def problems_from(error: ValidationError) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from ..bodies import read_body
 from ..errors import BadRequest, ServerError, UnsupportedMediaType
+from ..routes.waiting import result_of
 from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
 from .models import SystemOneRequest, SystemOneResponse
 from .parsing import SystemOneRequestError, decode_body, load_json, parse_request
@@ -27,19 +28,21 @@ REQUEST_ID_HEADER = "x-typesafe-request-id"
 router = APIRouter(tags=["System One"])
 
 
-def answer(engine: Any, data: Any) -> SystemOneResponse:
-    """Answer a decoded System One body with `engine` (a DecisionEngine); blocking.
+async def answer(engine: Any, data: Any, http_request: Request) -> SystemOneResponse:
+    """Answer a decoded System One body with `engine` (a DecisionEngine).
 
     Raises SystemOneRequestError (422) for anything wrong with the request, including the
     engine's own limits (prompt tokens) and control tokens, re-addressed to System One fields.
+    A request is bounded by its body size and tokens, not by a question count: many questions
+    are scored as one shared-state batch in as many parallel chunks as the engine runs.
     """
-    settings = engine.settings
-    request = parse_request(data, max_options=settings.max_options, max_questions=settings.max_decisions)
+    request = parse_request(data, max_options=engine.settings.max_options)
     decisions = to_decisions(request)
     try:
-        batch = engine.decide(decisions)
+        work = await run_in_threadpool(engine.submit_decisions, decisions, field="decisions", count_limit=False)
     except BadRequest as error:
         raise _readdressed(error, list(request.questions)) from None
+    batch = await result_of(work, http_request)
     return to_response(request, batch, DEFAULT_CONFIDENCE_FORMULA)
 
 
@@ -59,9 +62,9 @@ def model_listing(engine: Any) -> dict[str, Any]:
     }]}
 
 
-def answer_invocation(engine: Any, data: Any) -> Response:
-    """The `/invocations` hook: a JSON body with `questions` is a System One request (blocking)."""
-    return Response(answer(engine, data).model_dump_json(), media_type="application/json")
+async def answer_invocation(engine: Any, data: Any, request: Request) -> Response:
+    """The `/invocations` hook: a JSON body with `questions` is a System One request."""
+    return Response((await answer(engine, data, request)).model_dump_json(), media_type="application/json")
 
 
 @router.post(
@@ -72,7 +75,7 @@ def answer_invocation(engine: Any, data: Any) -> Response:
         413: {"description": "Body (or decompressed body) over DECISION_MAX_BODY_BYTES."},
         415: {"description": "Not JSON, or an unsupported Content-Encoding (zstd is supported)."},
         422: {"description": "Invalid request: `error` (container format) and `detail` (loc/msg/type per problem)."},
-        503: {"description": "Model busy past the admission wait; retry after `Retry-After` seconds."},
+        503: {"description": "Request queue full; retry after `Retry-After` seconds."},
     },
     # The body is read by hand (encoding, limits, 422s); the app publishes its schema.
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
@@ -89,7 +92,7 @@ async def system_one(request: Request) -> Response:
         _require_json(request.headers.get("content-type"))
         raw = await read_body(request, max_bytes)
         data = load_json(decode_body(raw, request.headers.get("content-encoding"), max_bytes))
-        result = await run_in_threadpool(answer, runtime.require(), data)
+        result = await answer(runtime.require(), data, request)
     except ServerError as error:
         # Rendered here so that errors, too, carry the request id the client reads.
         return JSONResponse(error.response_body(), status_code=error.status, headers={**error.headers(), **headers})
