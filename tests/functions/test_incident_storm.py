@@ -8,11 +8,12 @@ cannot run here, and the real embedded model on 2 shared cores would make the ti
 the machine). It behaves as the decision container does when boto3's sagemaker-runtime client
 reaches it directly (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME, as in `make demo`): one model context,
 a request waits for it at most ADMISSION_WAIT_SECONDS (DECISION_ADMISSION_WAIT_SECONDS) and is
-then refused with 503 `busy`, `"retryable": true` and `Retry-After: 1`."""
+then refused with 503 `busy`, `"retryable": true` and `Retry-After`."""
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,7 +32,8 @@ from local.template_resources import Stack
 
 INCIDENTS = 20
 SERVICE_SECONDS = 0.4  # one batched decision (priority + team) on the model context
-ADMISSION_WAIT_SECONDS = 0.5
+ADMISSION_WAIT_SECONDS = 2.0  # the container's default DECISION_ADMISSION_WAIT_SECONDS
+RETRY_AFTER = str(math.ceil(ADMISSION_WAIT_SECONDS))  # what the container's Busy error sends
 
 
 class SlowDecisionEndpoint(ThreadingHTTPServer):
@@ -58,8 +60,9 @@ class _Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if not self.server.context.acquire(timeout=ADMISSION_WAIT_SECONDS):
             self.server.busy_answers += 1
-            self._send(503, {"error": {"code": "busy", "retryable": True,
-                                       "message": "the model is busy; waited 0.5s for it"}}, {"Retry-After": "1"})
+            self._send(503, {"error": {"code": "busy", "retryable": True, "message":
+                                       f"the model is busy; waited {ADMISSION_WAIT_SECONDS:g}s for it"}},
+                       {"Retry-After": RETRY_AFTER})
             return
         try:
             threading.Event().wait(SERVICE_SECONDS)
