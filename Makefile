@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv test demo bench eval fit lint clean
+.PHONY: help venv test demo bench eval fit lint redrive clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
@@ -17,6 +17,7 @@ help:
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make lint   cfn-lint, sam validate --lint and statelint"
+	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 
 venv: $(STAMP)
 
@@ -71,6 +72,13 @@ eval: $(STAMP)
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
 fit: $(STAMP)
 	$(PY) -m bench.fit $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
+
+# Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
+# something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
+# REDRIVE_ARGS="--dlq-url … --dry-run".
+redrive: $(STAMP)
+	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
+	$(PY) -m decision_router.redrive $(DLQ) $(REDRIVE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -22,6 +22,7 @@ Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -157,8 +158,9 @@ class LocalPipeline:
         self.bus_name = env["EVENT_BUS_NAME"]
         self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
                                    if event["Type"] == "EventBridgeRule")
-        bus_id = next(b for b in self.stack.of_type("AWS::Events::EventBus") if self.stack.ref(b) == self.bus_name)
-        self.escalation_queue = self.stack.observe_bus(bus_id, {"detail-type": ["Incident Escalated"]}, "escalations")
+        # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
+        self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items()
+                            if rule in self.stack.of_type("AWS::Events::Rule")]
         self.pending_reviews: dict[str, PendingReview] = {}
 
     def summary(self) -> str:
@@ -203,13 +205,16 @@ class LocalPipeline:
             batch += 1
             failed = f", {report.failed} failed (redelivered until the DLQ takes them)" if report.failed else ""
             progress(f"ticket batch {batch}: {report.messages} message(s) in {report.seconds:.1f}s{failed}")
-        # Read back what the queue's redrive policy moved to the DLQ.
+        # Read back the DLQ: invalid tickets are parked there by the intake (the reason and the
+        # original message id in the attributes), others moved by the queue's redrive policy.
         dead_letter_url = self._ticket_dead_letter_queue()
-        for message in self._drain(dead_letter_url):
-            outcome = by_message.get(message["MessageId"])
+        for message in self._drain_raw(dead_letter_url):
+            attributes = {name: value.get("StringValue") for name, value in message.get("MessageAttributes", {}).items()}
+            outcome = by_message.get(attributes.get("source_message_id") or message["MessageId"])
             if outcome is not None:
                 outcome.queues.append(self.queue_name(dead_letter_url))
-                outcome.problem = f"intake failed: {_validation_problem('ticket', outcome.item.data)}"
+                reason = attributes.get("failure_reason") or _validation_problem("ticket", outcome.item.data)
+                outcome.problem = f"intake failed: {reason}"
 
     def _send_incident(self, outcome: Outcome, progress: Progress) -> None:
         from local.lambdas import invoke_async
@@ -232,19 +237,28 @@ class LocalPipeline:
         progress(f"incident {outcome.item.label}: {state} in {time.monotonic() - started:.1f}s")
 
     # ------------------------------------------------------------------------------ reading back
-    def execution_arn(self, kind: str, item_id: str) -> str:
+    def execution_arn(self, item: InputItem) -> str | None:
+        """The ARN of the item's (first) execution; None when the item does not validate."""
+        from decision_router.items import InvalidItem, parse_item
         from decision_router.records import execution_name
 
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{execution_name(kind, item_id)}"
+        try:
+            parsed = parse_item(item.kind, item.data)
+        except InvalidItem:
+            return None
+        name = execution_name(parsed.kind, parsed.item_id, parsed.key)
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
 
     def _settle(self, outcomes: list[Outcome], timeout: float) -> None:
         """Wait until each started execution finished or asked for review; then read back."""
         started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
         for outcome in started:
-            outcome.execution_arn = self.execution_arn(outcome.item.kind, outcome.item.item_id)
-            try:
-                described = self.sfn.describe_execution(executionArn=outcome.execution_arn)
-            except self.sfn.exceptions.ExecutionDoesNotExist:
+            outcome.execution_arn = self.execution_arn(outcome.item)
+            described = None
+            if outcome.execution_arn is not None:
+                with contextlib.suppress(self.sfn.exceptions.ExecutionDoesNotExist):
+                    described = self.sfn.describe_execution(executionArn=outcome.execution_arn)
+            if described is None:
                 outcome.execution_arn, outcome.problem = None, "no workflow execution was started"
                 continue
             outcome.record = json.loads(described["input"])
@@ -274,7 +288,7 @@ class LocalPipeline:
                 self.pending_reviews[body["record"]["item_id"]] = PendingReview(body, message["ReceiptHandle"])
 
     def read_back(self, outcomes: list[Outcome]) -> None:
-        """Drain the destination queues, the escalation observer and the workflow DLQ; look up audits."""
+        """Drain the destination queues, the on-call pages and the workflow DLQ; look up audits."""
         held: dict[str, list[str]] = {}
         for url in self.destinations.values():
             for message in self._drain(url):
@@ -283,7 +297,7 @@ class LocalPipeline:
             self.stack.properties(self._state_machine_id())["DefinitionSubstitutions"]["WorkflowDeadLetterQueueUrl"])
         failed = {json.loads(m["Body"])["record"]["item_id"]: json.loads(m["Body"]).get("error")
                   for m in self._drain_raw(workflow_dlq)}
-        escalated = {json.loads(m["Body"])["detail"]["item_id"] for m in self._drain_raw(self.escalation_queue)}
+        escalated = {json.loads(m["Body"])["item_id"] for url in self.page_queues for m in self._drain_raw(url)}
         review_queue = self.queue_name(self.review_queue_url)
         for outcome in outcomes:
             item_id = outcome.item.item_id
@@ -322,7 +336,8 @@ class LocalPipeline:
         suggested = {d["question"]: d["option_id"] for d in record["decisions"] if d["option_id"]}
         answers = {q.id: suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
         answer = self.reviews.invoke({
-            "task_token": pending.message["task_token"], "policy": policy.name, "reviewer": reviewer,
+            "task_token": pending.message["task_token"], "execution_name": pending.message["execution_name"],
+            "reviewer": reviewer,
             "answers": answers, "note": "accepted the model's suggestion (make demo)",
             "receipt_handle": pending.receipt_handle})
         deadline = time.monotonic() + timeout
@@ -353,7 +368,8 @@ class LocalPipeline:
 
     def _drain_raw(self, url: str) -> list[dict[str, Any]]:
         found = []
-        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                   MessageAttributeNames=["All"]).get("Messages", []):
             for message in messages:
                 found.append(message)
                 self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])

@@ -5,8 +5,8 @@ this module for the queues, tables, bus, rules and the routing state machine it 
 the environment a function would get in AWS, instead of repeating names in Python.
 
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
-and plain `AWS::Events::Rule`s; Lambda and Step Functions targets become an SQS queue, because
-moto cannot invoke them), DynamoDB tables (TTL and point-in-time recovery included) and state
+and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
+moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
 machines (DefinitionUri + DefinitionSubstitutions resolved). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
@@ -245,6 +245,8 @@ class Stack:
         if name in pseudo:
             return pseudo[name]
         if name in self.parameters:
+            if self.template.get("Parameters", {}).get(name, {}).get("Type") == "CommaDelimitedList":
+                return [part.strip() for part in self.parameters[name].split(",")]
             return self.parameters[name]
         if name in self.refs:
             return self.refs[name]
@@ -292,8 +294,24 @@ class Stack:
         kind = self.template["Resources"][logical_id]["Type"]
         name = self.physical_name(logical_id)
         region, account = self.region, self.account_id
+        spec = self.template["Resources"][logical_id]
+        if kind in ("AWS::Serverless::Function", *_STATE_MACHINE_TYPES) and "Role" not in spec.get("Properties", {}):
+            # SAM generates `<LogicalId>Role` for a function or state machine without a Role; the
+            # template may refer to it (GetAtt <LogicalId>Role.Arn).
+            role = f"{self.stack_name}-{logical_id}Role"
+            self.refs[f"{logical_id}Role"] = role
+            self.attributes.update({(f"{logical_id}Role", "Arn"): f"arn:aws:iam::{account}:role/{role}",
+                                    (f"{logical_id}Role", "RoleId"): role})
         if kind == "AWS::SQS::Queue":
             self._record_queue(logical_id, f"https://sqs.{region}.amazonaws.com/{account}/{name}", name)
+        elif kind == "AWS::Events::EventBus":
+            arn = f"arn:aws:events:{region}:{account}:event-bus/{name}"
+            self.refs[logical_id] = name
+            self.attributes.update({(logical_id, "Arn"): arn, (logical_id, "Name"): name})
+        elif kind == "AWS::SNS::Topic":
+            arn = f"arn:aws:sns:{region}:{account}:{name}"
+            self.refs[logical_id] = arn
+            self.attributes.update({(logical_id, "TopicArn"): arn, (logical_id, "TopicName"): name})
         elif kind in _STATE_MACHINE_TYPES:
             arn = f"arn:aws:states:{region}:{account}:stateMachine:{name}"
             self.refs[logical_id] = arn
@@ -429,10 +447,12 @@ class Stack:
         targets = []
         for target in props.get("Targets", []):
             arn = target["Arn"]
-            if arn not in sqs_arns:  # moto cannot invoke Lambda / Step Functions targets
+            if arn not in sqs_arns:  # moto cannot deliver to Lambda, Step Functions or SNS targets
                 url, arn = self._target_queue(sqs, f"{name}-{target['Id']}")
                 self.rule_queues[(logical_id, target["Id"])] = url
-            targets.append({"Id": target["Id"], "Arn": arn})
+            # The stand-in queue receives what the target would: the transformed input included.
+            targets.append({"Id": target["Id"], "Arn": arn,
+                            **{k: target[k] for k in ("InputTransformer", "Input", "InputPath") if k in target}})
         events.put_targets(Rule=name, EventBusName=bus, Targets=targets)
         self.refs[logical_id] = name
 
@@ -495,6 +515,8 @@ _INTRINSICS: dict[str, Callable[[Stack, Any], Any]] = {
     "Fn::And": lambda stack, arg: all(stack._resolve(a) for a in arg),
     "Fn::Or": lambda stack, arg: any(stack._resolve(a) for a in arg),
     "Condition": lambda stack, arg: stack.condition(arg),
+    "Fn::FindInMap": lambda stack, arg: stack.template["Mappings"][stack._resolve(arg[0])][stack._resolve(arg[1])][
+        stack._resolve(arg[2])],
 }
 
 

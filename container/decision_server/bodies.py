@@ -1,9 +1,12 @@
 """Reading a request body as strict JSON: media type, size cap, and JSON that Python's
-parser would otherwise accept (NaN/Infinity, duplicate keys) rejected with a 4xx."""
+parser would otherwise accept (NaN/Infinity, numbers that overflow to infinity, integers too
+long for int(), duplicate keys) rejected with a 4xx."""
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from typing import Any
 
 from starlette.requests import Request
@@ -17,6 +20,22 @@ class _JsonProblem(ValueError):
 
 def _reject_constant(name: str) -> Any:
     raise _JsonProblem(f"{name} is not valid JSON (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf and would reach the prompt as 'Infinity'
+        raise _JsonProblem(f"number {text} is out of range (numbers must be finite)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past sys.get_int_max_str_digits() (4300 by default)
+        digits = len(text.lstrip("-"))
+        raise _JsonProblem(f"integer with {digits} digits is too long "
+                           f"(at most {sys.get_int_max_str_digits()} digits)") from None
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -36,7 +55,8 @@ def parse_json(raw: bytes) -> Any:
     if not text.strip():
         raise BadRequest.for_field("body", "is empty; send a JSON object")
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          parse_int=_bounded_int, object_pairs_hook=_no_duplicate_keys)
     except _JsonProblem as exc:
         raise BadRequest.for_field("body", str(exc)) from None
     except json.JSONDecodeError as exc:

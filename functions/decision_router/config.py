@@ -27,6 +27,7 @@ class Settings:
     audit_table: str | None = None
     labelled_examples_table: str | None = None
     event_bus_name: str | None = None
+    dead_letter_queue_url: str | None = None
 
     _ENV = {
         "endpoint_name": "DECISION_ENDPOINT_NAME",
@@ -41,6 +42,7 @@ class Settings:
         "audit_table": "AUDIT_TABLE_NAME",
         "labelled_examples_table": "LABELLED_EXAMPLES_TABLE_NAME",
         "event_bus_name": "EVENT_BUS_NAME",
+        "dead_letter_queue_url": "DEAD_LETTER_QUEUE_URL",
     }
 
     @classmethod

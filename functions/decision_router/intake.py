@@ -1,5 +1,5 @@
 """The intake flow shared by the ticket (SQS) and incident (EventBridge) functions:
-parse → idempotent route → log and metrics. Built lazily on the first item, so importing a
+parse → decide once per item key → start the workflow → log and metrics. Built lazily on the first item, so importing a
 handler creates no AWS client and a broken policy/config fails loudly at the first invoke."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 
 from .config import Settings
-from .items import ITEM_MODELS, InvalidItem, Item, parse_item
+from .items import InvalidItem, Item, parse_item
 from .policies import load_policy
+from .records import DecisionRecord
 from .service import Outcome, Router
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
-#: Duplicates are also stopped for 90 days by the execution name; this avoids a second model call.
+#: How long a decision is kept for a duplicate of the same item (no second model call).
 IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
 
 
@@ -33,9 +34,8 @@ class Intake:
                  endpoint: Any = None, workflow: Any = None):
         self.kind, self.logger, self.metrics = kind, logger, metrics
         self._settings, self._endpoint, self._workflow = settings, endpoint, workflow
-        self.idempotency = IdempotencyConfig(event_key_jmespath=ITEM_MODELS[kind].id_field,
-                                             raise_on_no_idempotency_key=True,
-                                             expires_after_seconds=IDEMPOTENCY_TTL)
+        # The key is Item.key (kind, source, id, payload hash), passed as the function's data.
+        self.idempotency = IdempotencyConfig(raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL)
 
     @cached_property
     def settings(self) -> Settings:
@@ -60,16 +60,18 @@ class Intake:
                       review_timeout_seconds=s.review_timeout_seconds)
 
     @cached_property
-    def _route_once(self):
+    def _decide_once(self):
+        """Decide an item once per key (a duplicate reuses the stored record, no second model call).
+        Only the decision is cached: whether the item was routed is the workflow's to say, so a
+        re-sent item whose execution failed is routed again (WorkflowStarter.start)."""
         store = DynamoDBPersistenceLayer(table_name=self.settings.idempotency_table)
 
-        def route(item: Item, deadline: float | None) -> dict:
-            outcome = self.router.route(item, deadline=deadline)
-            self._observe(outcome)
-            return outcome.summary()
+        def decide(item_key: str, item: Item, deadline: float | None) -> dict:
+            record, seconds = self.router.decide(item, deadline=deadline)
+            self._observe_decision(record, seconds)
+            return record.model_dump(mode="json")
 
-        # The key is the item id alone: a redelivered or duplicated item is routed once.
-        return idempotent_function(route, data_keyword_argument="item", persistence_store=store,
+        return idempotent_function(decide, data_keyword_argument="item_key", persistence_store=store,
                                    config=self.idempotency)
 
     def register(self, context: Any) -> None:
@@ -88,13 +90,16 @@ class Intake:
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
         self.router  # noqa: B018 - build (and validate) before the idempotency record is taken
-        summary = self._route_once(item=item, deadline=deadline)
-        self.logger.info("item routed" if summary["started"] else "item already routed", extra=summary)
+        record = DecisionRecord.model_validate(self._decide_once(item_key=item.key, item=item, deadline=deadline))
+        name, started = self.router.workflow.start(record)
+        summary = Outcome(record, name, started, None).summary()
+        if not started:
+            self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
+        self.logger.info("item routed" if started else "item already routed", extra=summary)
         return summary
 
-    def _observe(self, outcome: Outcome) -> None:
+    def _observe_decision(self, record: DecisionRecord, endpoint_seconds: float | None) -> None:
         add = self.metrics.add_metric
-        record = outcome.record
         add(name="Decisions", unit=MetricUnit.Count, value=1)
         add(name="AutoRouted" if record.route == "auto" else "SentToReview", unit=MetricUnit.Count, value=1)
         add(name="RuleHits", unit=MetricUnit.Count, value=sum(d.source == "rule" for d in record.decisions))
@@ -103,7 +108,5 @@ class Intake:
         if errors:
             self.logger.warning("endpoint failed; item sent to review", extra={
                 "item_id": record.item_id, "error": errors[0].error.model_dump()})
-        if outcome.endpoint_seconds is not None:
-            add(name="DecisionLatency", unit=MetricUnit.Milliseconds, value=outcome.endpoint_seconds * 1000)
-        if not outcome.started:
-            add(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
+        if endpoint_seconds is not None:
+            add(name="DecisionLatency", unit=MetricUnit.Milliseconds, value=endpoint_seconds * 1000)

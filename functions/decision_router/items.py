@@ -6,6 +6,8 @@ never half-routed. Field paths (``customer.tier``) let policies refer to item fi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import types
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
@@ -34,10 +36,24 @@ class Customer(_Strict):
 class _Item(_Strict):
     kind: ClassVar[str]
     id_field: ClassVar[str]
+    source_field: ClassVar[str]  # where the item came from: ids are only unique per source
 
     @property
     def item_id(self) -> str:
         return getattr(self, self.id_field)
+
+    @property
+    def origin(self) -> str:
+        return getattr(self, self.source_field)
+
+    @property
+    def key(self) -> str:
+        """What makes two deliveries the same item: kind, source, id and the exact payload.
+        A redelivery or duplicate is routed once; the same id from another source, or with
+        other content (an updated ticket), is another item."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+        return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
 
 
 class Ticket(_Item):
@@ -45,6 +61,7 @@ class Ticket(_Item):
 
     kind: ClassVar[str] = "ticket"
     id_field: ClassVar[str] = "ticket_id"
+    source_field: ClassVar[str] = "channel"
 
     ticket_id: ItemId
     subject: Text
@@ -60,6 +77,7 @@ class Incident(_Item):
 
     kind: ClassVar[str] = "incident"
     id_field: ClassVar[str] = "incident_id"
+    source_field: ClassVar[str] = "source"
 
     incident_id: ItemId
     title: Text
@@ -101,8 +119,18 @@ def parse_item(kind: str, data: Any) -> Item:
             return model.model_validate_json(data)
         return model.model_validate(data)
     except ValidationError as error:
-        item_id = data.get(model.id_field) if isinstance(data, dict) else None
-        raise InvalidItem(kind, item_id if isinstance(item_id, str) else None, describe_errors(error)) from None
+        raise InvalidItem(kind, _claimed_id(data, model.id_field), describe_errors(error)) from None
+
+
+def _claimed_id(data: Any, id_field: str) -> str | None:
+    """The id an invalid item claims, so its error can name it (JSON text included)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    item_id = data.get(id_field) if isinstance(data, dict) else None
+    return item_id if isinstance(item_id, str) and item_id.strip() else None
 
 
 def field_annotation(model: type[BaseModel], path: str) -> Any:

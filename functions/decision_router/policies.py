@@ -10,6 +10,7 @@ message naming the offending entry, never halfway through routing an item.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal
@@ -25,6 +26,8 @@ Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}
 Target = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+#: A review offers every complete answer (the product of the questions' options) in the record.
+MAX_REVIEW_CHOICES = 128
 
 
 class PolicyError(ValueError):
@@ -152,6 +155,10 @@ class Policy(_Strict):
             elif head.question_sha256 != self.question_sha256(question):
                 problems.append(f"{where}.question_sha256 does not match the question's wording, options or "
                                 "evidence fields: the head was fitted on another prompt; refit it (make fit)")
+        combinations = math.prod(len(q.options) for q in self.questions)
+        if combinations > MAX_REVIEW_CHOICES:
+            problems.append(f"the questions' options combine into {combinations} complete answers; at most "
+                            f"{MAX_REVIEW_CHOICES} (each travels with the item as a reviewer's choice)")
         routing = [q.id for q in self.questions if q.routes]
         if len(routing) != 1:
             problems.append(f"exactly one question must carry targets (the routing question); found {routing or 'none'}")

@@ -4,6 +4,7 @@ pipeline-interfaces.md. The workflow only carries these out; it never recomputes
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any, Literal
 
@@ -66,15 +67,32 @@ class Destination(_Record):
     queue_url: str
 
 
+class ReviewChoice(_Record):
+    """One complete answer a reviewer may give, with where it routes the item."""
+
+    answers: dict[str, str]
+    destination: Destination
+    escalate: bool
+
+    def wire(self) -> str:
+        """The form the record and the reviewer's answer carry: canonical JSON text, so the
+        workflow can check an answer by string equality (States.ArrayContains)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
 class ReviewSpec(_Record):
     queue_url: str
     timeout_seconds: int
     questions: dict[str, list[str]] = Field(description="question id → its option ids, for the reviewer.")
+    choices: list[str] = Field(description="Every answer the reviewer may give (ReviewChoice.wire()): the "
+                                           "workflow accepts only one of these, so the policy, targets and "
+                                           "queue URLs come from the record, never from the reviewer.")
 
 
 class DecisionRecord(_Record):
     item_kind: Literal["ticket", "incident"]
     item_id: str
+    item_key: str = Field(description="kind:source:id:payload-hash; names the executions (Item.key).")
     item: dict[str, Any]
     policy: PolicyRef
     route: Literal["auto", "review"]
@@ -86,25 +104,34 @@ class DecisionRecord(_Record):
     decided_at: str
 
 
-class ReviewOutput(_Record):
-    """SendTaskSuccess output once a reviewer has answered every question."""
+class ReviewAnswer(_Record):
+    """SendTaskSuccess output once a reviewer has answered every question. The workflow checks
+    that it names its own execution and that `choice` is one of the record's `review.choices`."""
 
+    execution_name: str
     reviewer: str
-    answers: dict[str, str]
-    destination: Destination
-    escalate: bool
+    choice: str
     note: str = ""
+
+    @property
+    def chosen(self) -> ReviewChoice:
+        return ReviewChoice.model_validate_json(self.choice)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 MAX_EXECUTION_NAME = 80
+#: Room kept at the end of a name for the attempt suffix ("-r2" … "-r99").
+ATTEMPT_SUFFIX_ROOM = 4
 
 
-def execution_name(item_kind: str, item_id: str) -> str:
-    """Deterministic per item, ≤ 80 chars of [A-Za-z0-9-_]: starting the same item twice is refused
-    by Step Functions (ExecutionAlreadyExists), which makes routing idempotent for 90 days.
-    The hash keeps ids distinct that sanitise or truncate to the same text."""
-    digest = hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:8]
-    room = MAX_EXECUTION_NAME - len(item_kind) - len(digest) - 2
+def execution_name(item_kind: str, item_id: str, item_key: str, attempt: int = 1) -> str:
+    """Deterministic per item key, ≤ 80 chars of [A-Za-z0-9-_]: starting the same item twice is
+    refused by Step Functions (ExecutionAlreadyExists) for 90 days. Names cannot be reused, so
+    routing an item again after its execution failed uses the next attempt's name (`-r2`, …).
+    The readable part is the id; the hash of the key keeps items apart that share an id (another
+    source, other content) or that sanitise or truncate to the same text."""
+    digest = hashlib.sha256(item_key.encode("utf-8")).hexdigest()[:12]
+    room = MAX_EXECUTION_NAME - ATTEMPT_SUFFIX_ROOM - len(item_kind) - len(digest) - 2
     readable = _UNSAFE.sub("-", item_id).strip("-")[:room].rstrip("-") or "item"
-    return f"{item_kind}-{readable}-{digest}"
+    base = f"{item_kind}-{readable}-{digest}"
+    return base if attempt == 1 else f"{base}-r{attempt}"

@@ -1,5 +1,12 @@
-"""Completing a review: the reviewer's answers, validated against the policy, become the
-workflow's task output (destination and escalation are derived here, not trusted from input)."""
+"""Completing a review: the reviewer's answers, validated against the pending record's own
+policy, become the workflow's task output.
+
+Nothing the reviewer (or whoever calls the review function) supplies decides the policy, the
+destination queue or the escalation: the answer is matched to one of the complete answers the
+record offers (`record.review.choices`, built by the intake from its policy and the deployment's
+queues), and the workflow accepts nothing else. The output also names the execution the record
+belongs to; the workflow checks that it is its own, which binds the task token to the record.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .items import describe_errors
 from .policies import Policy, PolicyError, load_policy
-from .records import Destination, ReviewOutput
+from .records import DecisionRecord, ReviewAnswer, ReviewChoice
+
+#: SendTaskSuccess accepts task tokens of 1-2048 characters.
+MAX_TASK_TOKEN = 2048
+ExecutionName = Annotated[str, StringConstraints(min_length=1, max_length=80)]
 
 
 class InvalidReview(ValueError):
-    """Answers that do not fit the policy; the message names every problem."""
+    """Answers that do not fit the pending review; the message names every problem."""
 
 
-def complete_review(policy: Policy, answers: Mapping[str, str], reviewer: str, *,
-                    destinations: Mapping[str, str], note: str | None = None) -> ReviewOutput:
+def answer_problems(policy: Policy, answers: Mapping[str, str], reviewer: str) -> list[str]:
+    """Every way the answers miss the policy's questions and options, in words for the reviewer."""
     problems = []
     if not reviewer or not reviewer.strip():
         problems.append("reviewer: must name who decided (e.g. an email address)")
@@ -33,16 +44,26 @@ def complete_review(policy: Policy, answers: Mapping[str, str], reviewer: str, *
         elif answer not in question.option_ids:
             problems.append(f"answers.{question.id}: {answer!r} is not an option "
                             f"(options: {', '.join(question.option_ids)})")
+    return problems
+
+
+def complete_review(record: DecisionRecord, execution_name: str, answers: Mapping[str, str], reviewer: str, *,
+                    note: str | None = None) -> ReviewAnswer:
+    """The task output for a reviewer's answers to the pending `record`, or InvalidReview."""
+    try:
+        policy = load_policy(record.policy.name)
+    except PolicyError as error:
+        raise InvalidReview(f"record.policy: {error}") from None
+    problems = answer_problems(policy, answers, reviewer)
     if problems:
         raise InvalidReview("; ".join(problems))
-    routing = policy.routing_question
-    target = routing.option(answers[routing.id]).target
-    if target not in destinations:
-        raise InvalidReview(f"target {target!r} has no configured destination queue")
-    escalate = any(policy.question(q).option(a).escalate for q, a in answers.items())
-    return ReviewOutput(reviewer=reviewer.strip(), answers=dict(answers),
-                        destination=Destination(target=target, queue_url=destinations[target]),
-                        escalate=escalate, note=(note or "").strip())
+    for wire in record.review.choices:
+        if ReviewChoice.model_validate_json(wire).answers == dict(answers):
+            return ReviewAnswer(execution_name=execution_name, reviewer=reviewer.strip(), choice=wire,
+                                note=(note or "").strip())
+    # The record was decided under another version of the policy: only its own choices count.
+    raise InvalidReview(f"answers: {dict(answers)} is not one of the answers this review offers "
+                        f"(policy {record.policy.name!r} version {record.policy.version})")
 
 
 class ReviewCompletion(BaseModel):
@@ -50,11 +71,13 @@ class ReviewCompletion(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_token: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-    policy: Annotated[str, StringConstraints(min_length=1)]
+    execution_name: ExecutionName = Field(description="The pending review's execution (review_cli list shows it).")
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
     reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
     answers: dict[str, str] = Field(min_length=1)
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
+    policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
+                                                         "applies; refused when it is not the record's.")
     receipt_handle: str | None = Field(default=None, description="Review-queue message to delete once completed.")
 
     @classmethod
@@ -65,18 +88,38 @@ class ReviewCompletion(BaseModel):
             raise InvalidReview("invalid review completion: " + "; ".join(describe_errors(error))) from None
 
 
+class PendingReview(BaseModel):
+    """One message of the review queue, as the workflow's RequestReview state writes it."""
+
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
+    execution_name: ExecutionName
+    requested_at: str | None = None
+    record: DecisionRecord
+
+    @classmethod
+    def from_message(cls, body: str) -> "PendingReview":
+        """Parse a review message; InvalidReview names what is wrong with it."""
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as error:
+            problems = describe_errors(error)
+            if any(e["type"] == "json_invalid" for e in error.errors()):
+                problems = ["not JSON"]
+            raise InvalidReview("; ".join(problems)) from None
+
+
 class TaskCompleter(Protocol):
-    def complete(self, task_token: str, output: ReviewOutput) -> None: ...
+    def complete(self, task_token: str, output: ReviewAnswer) -> None: ...
 
 
-def submit_review(completion: ReviewCompletion, *, destinations: Mapping[str, str],
-                  tasks: TaskCompleter) -> ReviewOutput:
-    """Validate the answers against the named policy, then hand the output to the waiting workflow."""
-    try:
-        policy = load_policy(completion.policy)
-    except PolicyError as error:
-        raise InvalidReview(f"policy: {error}") from None
-    output = complete_review(policy, completion.answers, completion.reviewer,
-                             destinations=destinations, note=completion.note)
+def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter) -> ReviewAnswer:
+    """Validate the answers against the pending record (never a policy the caller names), then
+    hand the output to the waiting workflow. `record` must come from a trusted source: the
+    execution's own input, or the review message that carries the task token."""
+    if completion.policy is not None and completion.policy != record.policy.name:
+        raise InvalidReview(f"policy: {completion.policy!r} is not this review's policy "
+                            f"({record.policy.name!r}, from the pending record)")
+    output = complete_review(record, completion.execution_name, completion.answers, completion.reviewer,
+                             note=completion.note)
     tasks.complete(completion.task_token, output)
     return output

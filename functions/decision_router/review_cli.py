@@ -7,8 +7,9 @@
     python -m decision_router.review_cli export --out labelled.jsonl [--policy support-ticket]
 
 Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
-DESTINATION_QUEUES, LABELLED_EXAMPLES_TABLE_NAME) or the flags. Completing goes through the
-same validation and SendTaskSuccess as the review function.
+LABELLED_EXAMPLES_TABLE_NAME) or the flags. Completing goes through the same validation and
+SendTaskSuccess as the review function: the answers are checked against the pending record's
+own policy, and the destination comes from that record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 
 from .config import Settings
 from .policies import load_policy
+from .records import DecisionRecord
 from .review import InvalidReview, ReviewCompletion, submit_review
 
 
@@ -43,9 +45,18 @@ def _queue(args, settings):
     return ReviewQueue(url)
 
 
+def _pending(queue, limit: int):
+    pending = queue.pending(limit=limit)
+    if pending.malformed:
+        print(f"skipped {len(pending.malformed)} malformed review message(s) (left on the queue):", file=sys.stderr)
+        for bad in pending.malformed:
+            print(f"  message {bad.message_id}: {bad.problem}", file=sys.stderr)
+    return pending.reviews
+
+
 def _find(queue, name: str) -> dict:
-    for review in queue.pending(limit=1000):
-        if review.get("execution_name") == name:
+    for review in _pending(queue, limit=1000):
+        if review["execution_name"] == name:
             return review
     raise LookupError(f"no pending review named {name!r} (see `list`; one listed seconds ago may be briefly hidden)")
 
@@ -62,7 +73,7 @@ def _suggestions(record: dict) -> str:
 
 
 def cmd_list(args, settings, out) -> int:
-    reviews = _queue(args, settings).pending(limit=args.max)
+    reviews = _pending(_queue(args, settings), limit=args.max)
     if not reviews:
         print("no pending reviews", file=out)
     for review in reviews:
@@ -95,22 +106,22 @@ def cmd_show(args, settings, out) -> int:
 def cmd_complete(args, settings, out) -> int:
     from .adapters.review import ReviewTasks, ReviewTaskGone
 
-    destinations = json.loads(args.destinations) if args.destinations else settings.destination_queues
-    if not destinations:
-        raise LookupError("no destinations: set DESTINATION_QUEUES or pass --destinations")
     queue = _queue(args, settings)
     review = _find(queue, args.execution_name)
     answers = dict(_answer(a) for a in args.answer)
-    completion = ReviewCompletion.parse({"task_token": review["task_token"], "policy": review["record"]["policy"]["name"],
+    completion = ReviewCompletion.parse({"execution_name": review["execution_name"], "task_token": review["task_token"],
                                          "reviewer": args.reviewer, "answers": answers, "note": args.note or ""})
+    # The message carries the token and its record together: answers are checked against that record.
+    record = DecisionRecord.model_validate(review["record"])
     try:
-        output = submit_review(completion, destinations=destinations, tasks=ReviewTasks())
+        output = submit_review(completion, record, tasks=ReviewTasks())
     except ReviewTaskGone as error:
         queue.remove(review["receipt_handle"])  # a dead task: its message is of no further use
         print(f"error: {error}; removed the stale review message", file=sys.stderr)
         return 3
     queue.remove(review["receipt_handle"])
-    print(json.dumps(output.model_dump(mode="json"), ensure_ascii=False), file=out)
+    print(json.dumps({"execution_name": output.execution_name, "reviewer": output.reviewer, "note": output.note,
+                      **output.chosen.model_dump(mode="json")}, ensure_ascii=False), file=out)
     return 0
 
 
@@ -163,7 +174,6 @@ def _parser() -> argparse.ArgumentParser:
     complete.add_argument("--answer", action="append", required=True, metavar="QUESTION=OPTION")
     complete.add_argument("--reviewer", required=True)
     complete.add_argument("--note")
-    complete.add_argument("--destinations", help="JSON target → queue URL (default: DESTINATION_QUEUES)")
     complete.set_defaults(run=cmd_complete)
     export = commands.add_parser("export", help="labelled examples as the eval tool's JSONL")
     export.add_argument("--out", help="file to write (default: stdout)")

@@ -6,6 +6,7 @@ A value exactly at its threshold passes; a tie between the top two options never
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
@@ -15,7 +16,7 @@ from decision_contract import DecisionResult, confidence, softmax, top_two_margi
 from .errors import EndpointFailure
 from .items import Item
 from .policies import Policy, Question, Thresholds
-from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewSpec
+from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
 
 ALL_MET = "all thresholds met"
@@ -117,6 +118,19 @@ def error_entry(question: Question, failure: EndpointFailure) -> DecisionEntry:
     )
 
 
+def review_choices(policy: Policy, destinations: Mapping[str, str]) -> list[ReviewChoice]:
+    """Every complete answer to the policy's questions (options in policy order), with the queue
+    and escalation it implies: what a reviewer may choose from."""
+    routing = policy.routing_question
+    choices = []
+    for combination in itertools.product(*(q.options for q in policy.questions)):
+        answers = {q.id: option.id for q, option in zip(policy.questions, combination)}
+        target = routing.option(answers[routing.id]).target
+        choices.append(ReviewChoice(answers=answers, destination=Destination(target=target, queue_url=destinations[target]),
+                                    escalate=any(option.escalate for option in combination)))
+    return choices
+
+
 def build_record(
     policy: Policy,
     item: Item,
@@ -147,6 +161,7 @@ def build_record(
     return DecisionRecord(
         item_kind=item.kind,
         item_id=item.item_id,
+        item_key=item.key,
         item=item.model_dump(mode="json"),
         policy=PolicyRef(name=policy.name, version=policy.version),
         route=route,
@@ -155,6 +170,7 @@ def build_record(
         escalate=escalate,
         decisions=ordered,
         review=ReviewSpec(queue_url=review_queue_url, timeout_seconds=review_timeout_seconds,
-                          questions={q.id: q.option_ids for q in policy.questions}),
+                          questions={q.id: q.option_ids for q in policy.questions},
+                          choices=[choice.wire() for choice in review_choices(policy, destinations)]),
         decided_at=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )

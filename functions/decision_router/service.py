@@ -7,7 +7,9 @@ What never gets lost, and how:
 - Failing to start the workflow does fail the item (the exception propagates): SQS redelivers the
   ticket and moves it to the DLQ after maxReceiveCount; EventBridge's async invoke retries the
   incident and then hands it to the function's on-failure destination/DLQ.
-- Starting twice is harmless: the execution name is deterministic (ExecutionAlreadyExists = routed).
+- Starting twice is harmless: the execution name is deterministic per item key (source, id,
+  payload); an existing execution that runs or succeeded means routed, one that failed, timed
+  out or was aborted means not routed, so the item starts again under the next attempt's name.
 """
 
 from __future__ import annotations

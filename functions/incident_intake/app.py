@@ -23,4 +23,10 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     envelope = parse(event=event, model=EventBridgeModel)
     if envelope.detail_type != DETAIL_TYPE:
         raise ValueError(f"detail-type {envelope.detail_type!r}: this function takes {DETAIL_TYPE!r} events only")
-    return intake.handle(envelope.detail, context)
+    try:
+        return intake.handle(envelope.detail, context)
+    except Exception as error:
+        logger.exception("incident failed; Lambda retries it, then the incident DLQ gets it with this error", extra={
+            "event_id": envelope.id, "incident_id": envelope.detail.get("incident_id"),
+            "reason": f"{type(error).__name__}: {error}"})
+        raise

@@ -204,6 +204,27 @@ def test_malformed_json_is_400(http, raw, reason):
 
 
 @pytest.mark.parametrize(
+    "number, reason",
+    [
+        (b"9" * 5000, "integer with 5000 digits"),
+        (b"-" + b"1" * 4301, "integer with 4301 digits"),
+        (b"1e999", "1e999 is out of range"),
+        (b"-1e999", "-1e999 is out of range"),
+        (b"1.5e400", "1.5e400 is out of range"),
+    ],
+    ids=["5000-digits", "4301-digits-negative", "1e999", "-1e999", "1.5e400"],
+)
+def test_numbers_python_cannot_hold_are_400_naming_the_number(http, number, reason):
+    # In the state (free-form JSON) the number would otherwise reach the prompt as 'Infinity'
+    # or, for a huge integer, fail int() inside the JSON parser (a 500).
+    raw = b'{"decision": {"id": "d-1", "question": "Which queue?", "state": {"amount": ' + number + b"}, " \
+          b'"options": [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}}'
+    error = error_of(post_raw(http, raw), 400, "validation_error")
+    assert reason in error["message"]
+    assert error["fields"] == [{"field": "body", "reason": error["message"].removeprefix("body: ")}]
+
+
+@pytest.mark.parametrize(
     "body, field, reason",
     [
         ({"decision": decision(options=[])}, "decision.options", "at least 2"),

@@ -91,7 +91,7 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     for item_id, outcome in outcomes.items():
         assert len(outcome.queues) == 1, f"{item_id} is in exactly one queue: {outcome.queues}"
         assert pipeline.audit(item_id) in ("auto_routed", "reviewed"), f"{item_id} has one audit record"
-    assert outcomes[SEV1_INCIDENT].escalated, "P1 publishes Incident Escalated on the bus"
+    assert outcomes[SEV1_INCIDENT].escalated, "P1 pages the on-call (Item Escalated, the template's rule)"
     assert not outcomes[RULE_TICKET].escalated
 
     table = format_table(table_rows(list(outcomes.values())))
@@ -116,7 +116,7 @@ def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reaso
     outcomes = {o.item.source: o for o in pipeline.run(read_items([items_file]))}
 
     bad_ticket, bad_incident, not_json, unknown, both = (outcomes[f"items.jsonl:{n}"] for n in range(1, 6))
-    # The ticket queue's redrive policy (maxReceiveCount from the template) moved it to the DLQ.
+    # Ticket intake parked it in the ticket DLQ at once, the reason in its attributes.
     assert bad_ticket.queues == ["TicketDeadLetterQueue"]
     assert "channel" in bad_ticket.reason and "T-BAD" in bad_ticket.reason
     # Lambda's async retries (EventInvokeConfig) exhausted -> OnFailure destination.

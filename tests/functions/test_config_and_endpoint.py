@@ -54,3 +54,28 @@ def test_client_has_the_agreed_timeouts_and_retry_mode():
     config = DecisionEndpoint("ep", read_timeout=70, max_attempts=4).client.meta.config
     assert config.read_timeout == 70 and config.connect_timeout == 5
     assert config.retries["mode"] == "adaptive"
+
+
+def test_a_busy_endpoint_is_retried_no_sooner_than_its_retry_after(decisions):
+    """The container answers 503 busy with Retry-After when the model context stays taken; a
+    retry before then would only be refused again."""
+    import io
+
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import ANY, Stubber
+
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+    slept: list[float] = []
+    endpoint = DecisionEndpoint("ep", client=client, sleep=slept.append)
+    params = {"EndpointName": "ep", "Body": ANY, "ContentType": "application/json", "Accept": "application/json"}
+    option_ids = [o.id for o in decisions[0].options]
+    raw = SingleDecisionResponse(result=make_result("queue", option_ids, [1.0, 0, 0, 0, 0])).model_dump_json().encode()
+    with Stubber(client) as stubber:
+        stubber.add_client_error("invoke_endpoint", service_error_code="ServiceUnavailable", http_status_code=503,
+                                 service_message="the model is busy", expected_params=params,
+                                 response_meta={"HTTPHeaders": {"retry-after": "3"}})
+        stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw))}, params)
+        assert list(endpoint.decide(decisions)) == ["queue"]
+    (delay,) = slept
+    assert 3 <= delay <= 3 + endpoint.base_delay

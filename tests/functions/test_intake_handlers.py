@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import threading
 from dataclasses import dataclass
@@ -134,6 +135,11 @@ def executions(stack) -> dict[str, DecisionRecord]:
     return found
 
 
+def ticket_execution(ticket: dict) -> str:
+    item = parse_item("ticket", ticket)
+    return execution_name(item.kind, item.item_id, item.key)
+
+
 def ticket_event(*tickets: dict) -> dict:
     template = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0]
     return {"Records": [dict(template, messageId=f"m-{i}", body=json.dumps(t)) for i, t in enumerate(tickets)]}
@@ -144,7 +150,7 @@ def emf(capsys) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- tickets
-def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
+def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))   # T-1001: confident billing
     stub.answer(body(TICKET_OPTIONS, [1.0, 0.2, 1.1, 0.9, 0]))  # T-1003: unsure
@@ -153,14 +159,18 @@ def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tick
 
     response = app.lambda_handler(event, context)
 
-    malformed = next(r["messageId"] for r in event["Records"] if "T-1099" in r["body"])
-    assert response == {"batchItemFailures": [{"itemIdentifier": malformed}]}
+    # The malformed ticket can never succeed: it is parked in the DLQ at once, with the reason.
+    malformed = next(r for r in event["Records"] if "T-1099" in r["body"])
+    assert response == {"batchItemFailures": []}
+    (parked,) = dead_letters(stack)
+    assert parked["Body"] == malformed["body"]
     stub.stubber.assert_no_pending_responses()
     assert len(stub.requests) == 3  # T-1006 came from the billing portal: decided by rule, no model call
     assert all("decision" in r and r["decision"]["id"] == "queue" for r in stub.requests)
 
     records = executions(stack)
-    assert set(records) == {execution_name("ticket", t) for t in ("T-1001", "T-1003", "T-1006", "T-1005")}
+    assert sorted(r.item_id for r in records.values()) == ["T-1001", "T-1003", "T-1005", "T-1006"]
+    assert all(name == execution_name(r.item_kind, r.item_id, r.item_key) for name, r in records.items())
     by_id = {r.item_id: r for r in records.values()}
     assert (by_id["T-1001"].route, by_id["T-1001"].destination.target) == ("auto", "billing")
     assert by_id["T-1001"].destination.queue_url == stack.ref("BillingQueue")
@@ -182,6 +192,34 @@ def test_ticket_batch_sample_malformed_fails_alone_and_rules_skip_the_model(tick
     assert totals == {"Decisions": 4, "AutoRouted": 3, "SentToReview": 1, "RuleHits": 1, "EndpointErrors": 0, "InvalidItems": 1}
 
 
+def dead_letters(stack) -> list[dict]:
+    """The ticket DLQ's messages, with their attributes (received and deleted)."""
+    sqs, url = boto3.client("sqs"), stack.ref("TicketDeadLetterQueue")
+    found = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):
+        for message in batch:
+            found.append(message)
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return found
+
+
+def test_an_invalid_ticket_is_dead_lettered_at_once_with_the_reason(tickets, stack, context, ticket_data):
+    """Before: the invalid ticket failed its record, was received 4 times and reached the DLQ with
+    nothing saying why. Now it is parked at once, the reason in its message attributes."""
+    app, stub = tickets
+    bad = dict(ticket_data, ticket_id="T-BAD", channel="fax")
+
+    assert app.lambda_handler(ticket_event(bad), context) == {"batchItemFailures": []}
+
+    (parked,) = dead_letters(stack)
+    assert json.loads(parked["Body"]) == bad
+    attributes = {name: value["StringValue"] for name, value in parked["MessageAttributes"].items()}
+    assert attributes["failure_kind"] == "invalid_item" and attributes["item_id"] == "T-BAD"
+    assert "channel: Input should be" in attributes["failure_reason"]
+    assert attributes["source_message_id"] == "m-0"
+    assert stub.requests == [] and executions(stack) == {}
+
+
 def test_malformed_ticket_error_names_the_fields(tickets, context, capsys):
     app, _ = tickets
     bad = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][3]
@@ -197,7 +235,7 @@ def test_duplicate_delivery_is_routed_once(tickets, stack, context, ticket_data)
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # … and redelivered
     assert len(stub.requests) == 1
-    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+    assert list(executions(stack)) == [ticket_execution(ticket_data)]
 
 
 def test_already_started_execution_counts_as_routed(tickets, stack, context, ticket_data):
@@ -207,7 +245,7 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
     assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
     summary = app.intake.handle(json.dumps(ticket_data), context)
-    assert summary["started"] is False and summary["execution_name"] == execution_name("ticket", "T-1001")
+    assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = executions(stack).values()
     assert record.destination.target == "billing"  # the first route stands
 
@@ -254,10 +292,12 @@ def test_container_400_detail_reaches_the_reviewer(tickets, stack, context, tick
     assert record.decisions[0].error.status_code == 400
 
 
-def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data):
+def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data, monkeypatch):
     app, stub = tickets
     stub.model_error(503)
-    context.remaining_ms = 60_000  # < read timeout (70 s) + reserve: one attempt only
+    stub.endpoint.base_delay = 1.0
+    monkeypatch.setattr("decision_router.adapters.endpoint.random.uniform", lambda low, high: high)  # backoff 1 s
+    context.remaining_ms = 11_800  # 1.8 s past the reserve: one attempt; after the backoff under 1 s is left
     app.lambda_handler(ticket_event(ticket_data), context)
     stub.stubber.assert_no_pending_responses()
     (record,) = executions(stack).values()
@@ -301,6 +341,44 @@ def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ti
     assert record.decisions[0].error.kind == "timeout" and record.decisions[0].error.attempts == 2
 
 
+def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goes_to_review(
+        monkeypatch, stack, context, ticket_data, silent_server):
+    """The very first call is bounded by the time left, not by the configured read timeout:
+    12.5 s left minus the 10 s kept for starting the workflow: the call waits at most 2 s."""
+    from ticket_intake import app
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
+    endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, max_attempts=4, sleep=lambda s: None)
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    context.remaining_ms = 12_500
+
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+
+    (record,) = executions(stack).values()
+    assert record.route == "review"
+    error = record.decisions[0].error
+    assert error.kind == "timeout" and error.attempts == 1
+    waited = re.match(r"no answer within (\d+) s", error.message)
+    assert waited and 1 <= int(waited.group(1)) <= 2, error.message  # not the configured 30 s
+    assert "no time left for another attempt" in error.message
+
+
+def test_no_endpoint_call_when_the_deadline_has_passed(monkeypatch, stack, context, ticket_data, silent_server):
+    from ticket_intake import app
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
+    endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, sleep=lambda s: None)
+    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    context.remaining_ms = 10_500  # 0.5 s past the reserve: too little for a call
+
+    app.lambda_handler(ticket_event(ticket_data), context)
+
+    (record,) = executions(stack).values()
+    error = record.decisions[0].error
+    assert record.route == "review" and error.kind == "timeout" and error.attempts == 0
+    assert "not called" in error.message
+
+
 def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, context, ticket_data):
     app, stub = tickets
     sfn = boto3.client("stepfunctions")
@@ -314,7 +392,7 @@ def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, 
 
     sfn.create_state_machine(name=definition["name"], definition=definition["definition"], roleArn=definition["roleArn"])
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
-    assert list(executions(stack)) == [execution_name("ticket", "T-1001")]
+    assert list(executions(stack)) == [ticket_execution(ticket_data)]
 
 
 # ----------------------------------------------------------------------------- incidents

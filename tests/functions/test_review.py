@@ -8,14 +8,17 @@ import time
 
 import boto3
 import pytest
-from tests.functions.conftest import EVENTS
+from tests.functions.conftest import EVENTS, make_result
 from moto import mock_aws
 from tests.functions.test_intake_handlers import TICKET_OPTIONS, body, FakeLambdaContext, StubbedEndpoint, make_intake
 
 from decision_router import review_cli
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.policies import load_policy
-from decision_router.review import InvalidReview, ReviewCompletion, complete_review
+from decision_router.items import parse_item
+from decision_router.records import DecisionRecord
+from decision_router.review import InvalidReview, ReviewCompletion, complete_review, submit_review
+from decision_router.routing import build_record, model_entry
 from local.template_resources import Stack
 
 QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",
@@ -23,18 +26,32 @@ QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technica
 
 
 # ---------------------------------------------------------------------------- validation
-def test_answers_become_destination_and_escalation():
-    out = complete_review(load_policy("incident"), {"priority": "P1", "team": "data"}, " bob@example.com ",
-                          destinations=QUEUES, note="db primary down")
-    assert out.model_dump() == {"reviewer": "bob@example.com", "answers": {"priority": "P1", "team": "data"},
-                                "destination": {"target": "data-oncall", "queue_url": "https://sqs/data-oncall"},
-                                "escalate": True, "note": "db primary down"}
-    assert not complete_review(load_policy("incident"), {"priority": "P3", "team": "data"}, "b", destinations=QUEUES).escalate
+def pending_record(kind: str = "incident") -> DecisionRecord:
+    """A record sent to review by the real routing code (model unsure about every question)."""
+    policy = load_policy("incident" if kind == "incident" else "support-ticket")
+    data = {"incident_id": "INC-1", "title": "DB down", "description": "primary unreachable", "service": "db",
+            "severity": "sev2", "source": "cloudwatch", "reported_at": "2026-11-29T12:00:00Z"} if kind == "incident" else \
+        {"ticket_id": "T-1", "subject": "Charged twice", "body": "refund one", "customer": {"id": "C-1", "tier": "pro"},
+         "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
+    unsure = [model_entry(q, make_result(q.id, q.option_ids, [0.1] * len(q.options))) for q in policy.questions]
+    return build_record(policy, parse_item(kind, data), unsure, destinations=QUEUES,
+                        review_queue_url="https://sqs/review", review_timeout_seconds=60)
+
+
+def test_answers_become_destination_and_escalation_from_the_records_own_choices():
+    record = pending_record("incident")
+    out = complete_review(record, "incident-INC-1-x", {"priority": "P1", "team": "data"}, " bob@example.com ",
+                          note="db primary down")
+    assert (out.execution_name, out.reviewer, out.note) == ("incident-INC-1-x", "bob@example.com", "db primary down")
+    assert out.choice in record.review.choices
+    assert out.chosen.model_dump() == {"answers": {"priority": "P1", "team": "data"}, "escalate": True,
+                                       "destination": {"target": "data-oncall", "queue_url": "https://sqs/data-oncall"}}
+    assert not complete_review(record, "x", {"priority": "P3", "team": "data"}, "b").chosen.escalate
 
 
 def test_every_problem_is_named():
     with pytest.raises(InvalidReview) as info:
-        complete_review(load_policy("incident"), {"priority": "urgent", "colour": "red"}, "", destinations=QUEUES)
+        complete_review(pending_record("incident"), "x", {"priority": "urgent", "colour": "red"}, "")
     message = str(info.value)
     assert "reviewer: must name who decided" in message
     assert "answers.colour: policy 'incident' asks no such question" in message
@@ -42,9 +59,25 @@ def test_every_problem_is_named():
     assert "answers.team: missing; choose one of platform, data, security, application" in message
 
 
+def test_a_ticket_review_is_judged_by_the_ticket_policy_whatever_the_caller_names():
+    """Before: the caller's `policy` decided the questions, so a ticket could be answered as an
+    incident (security-oncall, escalate=true)."""
+    ticket = pending_record("ticket")
+    completion = ReviewCompletion.parse({"execution_name": "ticket-T-1-x", "task_token": "t", "reviewer": "m",
+                                         "answers": {"priority": "P1", "team": "security"}})
+    sent = []
+    with pytest.raises(InvalidReview, match="answers.priority: policy 'support-ticket' asks no such question"):
+        submit_review(completion, ticket, tasks=type("T", (), {"complete": lambda self, *a: sent.append(a)})())
+    named = completion.model_copy(update={"policy": "incident"})
+    with pytest.raises(InvalidReview, match="policy: 'incident' is not this review's policy"):
+        submit_review(named, ticket, tasks=type("T", (), {"complete": lambda self, *a: sent.append(a)})())
+    assert sent == []
+
+
 def test_completion_event_is_validated():
-    with pytest.raises(InvalidReview, match="task_token: Field required.*answers: Dictionary should have at least 1 item"):
-        ReviewCompletion.parse({"policy": "support-ticket", "reviewer": "a", "answers": {}})
+    with pytest.raises(InvalidReview, match="execution_name: Field required.*task_token: Field required.*"
+                                            "answers: Dictionary should have at least 1 item"):
+        ReviewCompletion.parse({"reviewer": "a", "answers": {}})
     sample = ReviewCompletion.parse(json.loads((EVENTS / "review_completion.json").read_text()))
     assert sample.answers == {"queue": "billing"}
 
@@ -112,7 +145,8 @@ def test_review_function_completes_the_workflow(stack, pending_ticket):
     message = pending_message(pending_ticket)
     assert message["record"]["route"] == "review" and message["record"]["item_id"] == "T-1001"
     event = json.loads((EVENTS / "review_completion.json").read_text())
-    event.update(task_token=message["task_token"], receipt_handle=message["receipt_handle"])
+    event.update(task_token=message["task_token"], execution_name=message["execution_name"],
+                 receipt_handle=message["receipt_handle"])
 
     result = app.lambda_handler(event, FakeLambdaContext())
 
@@ -127,7 +161,7 @@ def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pendin
 
     message = pending_message(pending_ticket)
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
-                 answers={"queue": "refunds"})
+                 execution_name=message["execution_name"], answers={"queue": "refunds"})
     with pytest.raises(InvalidReview, match="answers.queue: 'refunds' is not an option"):
         app.lambda_handler(event, FakeLambdaContext())
     assert execution_status(stack) == "RUNNING"
@@ -136,7 +170,9 @@ def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pendin
 def test_unknown_task_token_is_reported(stack, pending_ticket):
     from review import app
 
-    event = json.loads((EVENTS / "review_completion.json").read_text())  # the sample's token is not a live one
+    message = pending_message(pending_ticket)
+    event = dict(json.loads((EVENTS / "review_completion.json").read_text()),  # the sample's token is not a live one
+                 execution_name=message["execution_name"])
     with pytest.raises(ReviewTaskGone, match="can no longer be completed"):
         app.lambda_handler(event, FakeLambdaContext())
 
@@ -169,3 +205,46 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticke
     example = json.loads(line)
     assert example["policy"] == "support-ticket" and example["gold"] == {"queue": "billing"}
     assert example["item"]["ticket_id"] == "T-1001" and example["item"]["customer"] == {"id": "C-4102", "tier": "pro"}
+
+
+def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
+    # SendTaskSuccess takes tokens of 1-2048 characters.
+    event = json.loads((EVENTS / "review_completion.json").read_text())
+    assert len(ReviewCompletion.parse(dict(event, task_token="t" * 2048)).task_token) == 2048
+    with pytest.raises(InvalidReview, match="task_token: String should have at most 2048 characters"):
+        ReviewCompletion.parse(dict(event, task_token="t" * 2049))
+
+
+def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack, pending_ticket, capsys):
+    monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
+    sqs = boto3.client("sqs")
+    sqs.send_message(QueueUrl=pending_ticket, MessageBody="not json at all")
+    sqs.send_message(QueueUrl=pending_ticket, MessageBody=json.dumps({"task_token": "t", "execution_name": "x"}))
+
+    assert review_cli.main(["list"]) == 0
+
+    captured = capsys.readouterr()
+    (listed,) = [line for line in captured.out.splitlines() if not line.startswith(" ")]
+    assert listed.startswith("ticket-T-1001-")
+    assert "skipped 2 malformed review message(s)" in captured.err
+    assert "not JSON" in captured.err and "record: Field required" in captured.err
+
+    time.sleep(1.2)  # `list` hides what it peeked at for a moment
+    assert queue_depth(pending_ticket) == 3  # nothing was deleted: the bad messages stay for inspection
+    name = listed.split()[0]
+    assert review_cli.main(["show", name]) == 0  # the other commands read past them too
+    assert "Charged twice" in capsys.readouterr().out
+
+
+def test_listing_long_polls(stack, pending_ticket):
+    """Short polling samples a subset of SQS servers and may answer empty while messages wait,
+    which would end a listing early; every receive must wait (moto cannot show the sampling)."""
+    from decision_router.adapters.review import ReviewQueue
+
+    client = boto3.client("sqs")
+    waits = []
+    client.meta.events.register("before-parameter-build.sqs.ReceiveMessage",
+                                lambda params, **_: waits.append(params.get("WaitTimeSeconds", 0)))
+    reviews = ReviewQueue(pending_ticket, client=client).pending()
+    assert len(reviews.reviews) == 1
+    assert waits and min(waits) >= 1

@@ -121,7 +121,7 @@ def test_record_is_plain_json_of_the_interface_shape(ticket_data):
     q = policy.questions[0]
     rec = record(policy, parse_item("ticket", ticket_data), [model_entry(q, make_result("queue", q.option_ids, [1, 0, 0, 0, 0]))])
     data = rec.model_dump(mode="json")
-    assert set(data) == {"item_kind", "item_id", "item", "policy", "route", "route_reason", "destination",
+    assert set(data) == {"item_kind", "item_id", "item_key", "item", "policy", "route", "route_reason", "destination",
                          "escalate", "decisions", "review", "decided_at"}
     assert set(data["decisions"][0]) >= {"question", "source", "option_id", "probabilities", "confidence",
                                          "confidence_formula", "margin", "allowed_token_mass", "temperature",
@@ -139,7 +139,20 @@ def test_missing_question_is_refused(incident_data):
 
 @pytest.mark.parametrize("item_id", ["T-1001", "tick et/ü#1", "x" * 300, "---"])
 def test_execution_names_are_valid_and_deterministic(item_id):
-    name = execution_name("incident", item_id)
-    assert len(name) <= 80 and all(c.isalnum() and c.isascii() or c in "-_" for c in name)
-    assert name == execution_name("incident", item_id)
-    assert name != execution_name("incident", item_id + "2")
+    key = f"incident:cloudwatch:{item_id}:0123456789abcdef"
+    names = [execution_name("incident", item_id, key, attempt) for attempt in (1, 2, 99)]
+    for name in names:
+        assert len(name) <= 80 and all(c.isalnum() and c.isascii() or c in "-_" for c in name)
+    assert names[0] == execution_name("incident", item_id, key)
+    assert names[1] == names[0] + "-r2" and names[2] == names[0] + "-r99"
+    assert names[0] != execution_name("incident", item_id, key.replace("cloudwatch", "datadog"))
+
+
+def test_the_item_key_is_kind_source_id_and_payload(ticket_data, incident_data):
+    ticket = parse_item("ticket", ticket_data)
+    assert ticket.key.startswith("ticket:email:T-1001:")
+    assert parse_item("ticket", dict(ticket_data)).key == ticket.key  # a duplicate
+    assert parse_item("ticket", dict(ticket_data, body="updated text")).key != ticket.key
+    first = parse_item("incident", dict(incident_data, incident_id="123", source="cloudwatch"))
+    second = parse_item("incident", dict(incident_data, incident_id="123", source="datadog"))
+    assert first.key != second.key and first.key.startswith("incident:cloudwatch:123:")

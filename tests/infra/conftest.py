@@ -14,8 +14,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.items import parse_item
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
+from decision_router.review import complete_review
+from decision_router.routing import review_choices
 from local.template_resources import Stack
 
 ENDPOINT_NAME = "decision-endpoint"
@@ -39,11 +42,11 @@ class Pipeline:
         self.state_machine_arn = self.env["ROUTING_STATE_MACHINE_ARN"]
 
     # ---------------------------------------------------------------- records (interfaces file)
-    def reviewer_output(self, answers: dict[str, str], target: str, *, escalate: bool,
+    def reviewer_output(self, record: dict, answers: dict[str, str], *, execution_name: str,
                         reviewer: str = "bob@example.com") -> str:
-        """A reviewer's SendTaskSuccess output (interfaces: reviewer, answers, destination, escalate)."""
-        return json.dumps({"reviewer": reviewer, "answers": answers, "escalate": escalate, "note": "",
-                           "destination": {"target": target, "queue_url": self.destinations[target]}})
+        """A reviewer's SendTaskSuccess output for these answers, as the review function builds it."""
+        answer = complete_review(DecisionRecord.model_validate(record), execution_name, answers, reviewer)
+        return answer.model_dump_json()
 
     def record(self, kind: str, item_id: str, *, route: str, answers: dict[str, str], escalate: bool = False,
                timeout_seconds: int = 86400) -> dict:
@@ -72,7 +75,7 @@ class Pipeline:
                  "service": "checkout-api", "severity": "sev1", "source": "cloudwatch",
                  "reported_at": "2026-11-29T12:00:00Z"})
         record = {
-            "item_kind": kind, "item_id": item_id, "item": item,
+            "item_kind": kind, "item_id": item_id, "item_key": parse_item(kind, item).key, "item": item,
             "policy": {"name": policy.name, "version": policy.version},
             "route": route,
             "route_reason": "all thresholds met" if route == "auto" else "queue: confidence 0.31 < 0.60",
@@ -80,7 +83,8 @@ class Pipeline:
             "escalate": escalate,
             "decisions": decisions,
             "review": {"queue_url": self.env["REVIEW_QUEUE_URL"], "timeout_seconds": timeout_seconds,
-                       "questions": {q: options for q, (_, options) in questions.items()}},
+                       "questions": {q: options for q, (_, options) in questions.items()},
+                       "choices": [c.wire() for c in review_choices(policy, self.destinations)]},
             "decided_at": "2026-11-29T12:00:01Z",
         }
         return DecisionRecord.model_validate(record).model_dump(mode="json")
@@ -88,7 +92,7 @@ class Pipeline:
     # ---------------------------------------------------------------------------- workflow
     def start(self, record: dict[str, Any]) -> str:
         # moto gives every unnamed execution the same ARN: always name it (as the functions do).
-        name = execution_name(record.get("item_kind", "item"), str(record.get("item_id", "x")))
+        name = execution_name(record["item_kind"], record["item_id"], record["item_key"])
         return self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
                                         input=json.dumps(record))["executionArn"]
 
@@ -132,6 +136,15 @@ class Pipeline:
     def queues_holding(self, item_id: str) -> dict[str, list[dict]]:
         """Target -> messages about this item (drains all destination queues: one item per call)."""
         return self.routed().get(item_id, {})
+
+    def pages(self) -> list[dict]:
+        """What the on-call topic received: the template's own rules on the bus deliver to it; in
+        moto each rule target is an SQS queue standing in for the topic (input transformer applied)."""
+        found = []
+        for (rule, _target), url in self.stack.rule_queues.items():
+            if rule in self.stack.of_type("AWS::Events::Rule"):
+                found += self.messages(url)
+        return found
 
     def observe(self, *detail_types: str) -> str:
         """An SQS queue receiving the bus's events of these detail types."""

@@ -42,8 +42,8 @@ def test_auto_route_reaches_the_target_queue_and_is_audited(pipeline):
 
 
 @pytest.mark.parametrize("escalate", [True, False], ids=["P1-escalates", "P2-does-not"])
-def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, escalate):
-    escalations = pipeline.observe("Incident Escalated")
+def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus_and_pages(pipeline, escalate):
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-7", route="auto", escalate=escalate,
                              answers={"priority": "P1" if escalate else "P2", "team": "platform"})
 
@@ -53,11 +53,13 @@ def test_incident_goes_to_the_team_queue_and_p1_escalates_on_the_bus(pipeline, e
     events = pipeline.messages(escalations)
     if escalate:
         (event,) = events
-        assert event["detail-type"] == "Incident Escalated"
+        assert event["detail-type"] == "Item Escalated"
         assert event["source"] == "decision-router"
         assert event["detail"]["item_id"] == "INC-7" and event["detail"]["target"] == "platform-oncall"
+        (page,) = pipeline.pages()  # the template's rule delivers it to the on-call topic
+        assert page["item_id"] == "INC-7" and page["target"] == "platform-oncall"
     else:
-        assert events == []
+        assert events == [] and pipeline.pages() == []
     (audit,) = pipeline.audit("INC-7")
     assert json.loads(audit["outcome_detail"])["escalated"] is escalate
     assert [d["question"] for d in json.loads(audit["decisions"])] == ["priority", "team"]
@@ -76,7 +78,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     for name, value in pipeline.stack.function_environment("ReviewCompletionFunction").items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
-    review_app.lambda_handler({"task_token": review["task_token"], "policy": "support-ticket",
+    review_app.lambda_handler({"task_token": review["task_token"], "execution_name": review["execution_name"],
                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
                                "note": "export error, not billing"}, lambda_context)
 
@@ -95,12 +97,12 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
 
 
 def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
-    escalations = pipeline.observe("Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-8", route="review", answers={"priority": "P3", "team": "data"})
     execution_arn = pipeline.start(record)
     (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
 
-    output = pipeline.reviewer_output({"priority": "P1", "team": "data"}, "data-oncall", escalate=True)
+    output = pipeline.reviewer_output(record, {"priority": "P1", "team": "data"}, execution_name=review["execution_name"])
     pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
@@ -112,7 +114,7 @@ def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
 
 def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(pipeline):
     # sev1 → P1 by rule, but the owning team is uncertain: page now, route after the review.
-    escalations = pipeline.observe("Incident Escalated")
+    escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-9", route="review", escalate=True,
                              answers={"priority": "P1", "team": "data"})
     execution_arn = pipeline.start(record)
@@ -122,7 +124,7 @@ def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(p
     assert early["detail"]["item_id"] == "INC-9" and early["detail"]["target"] is None
     assert pipeline.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
 
-    output = pipeline.reviewer_output({"priority": "P1", "team": "security"}, "security-oncall", escalate=True)
+    output = pipeline.reviewer_output(record, {"priority": "P1", "team": "security"}, execution_name=review["execution_name"])
     pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
@@ -191,3 +193,75 @@ def test_a_failing_audit_write_is_dead_lettered_once_without_looping(pipeline):
     (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
     assert dead_letter["error"]["Error"].startswith("DynamoDB.")
 
+
+
+# ------------------------------------------------------------------ answers the workflow refuses
+def pending_review(pipeline, item_id: str) -> tuple[dict, str, dict]:
+    """A ticket waiting for its reviewer: (record, execution arn, review message)."""
+    record = pipeline.record("ticket", item_id, route="review", answers={"queue": "billing"})
+    execution_arn = pipeline.start(record)
+    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    return record, execution_arn, review
+
+
+def assert_refused_and_dead_lettered(pipeline, record: dict, execution_arn: str, escalations: str) -> dict:
+    """The answer changed nothing: no queue, no page, no labelled example; the record is in the
+    workflow DLQ with the reason and the audit says failed."""
+    execution = pipeline.wait(execution_arn)
+    assert execution["status"] == "FAILED"
+    assert pipeline.queues_holding(record["item_id"]) == {}
+    assert pipeline.messages(escalations) == []
+    assert pipeline.labelled_example(record["policy"]["name"], record["item_id"]) is None
+    (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    assert dead_letter["record"] == record and dead_letter["error"]["Error"] == "InvalidReviewAnswer"
+    assert dead_letter["error"]["Cause"]
+    (audit,) = pipeline.audit(record["item_id"])
+    assert audit["outcome"] == "failed"
+    assert json.loads(audit["outcome_detail"])["error"]["Error"] == "InvalidReviewAnswer"
+    return dead_letter
+
+
+def test_a_forged_answer_cannot_send_a_ticket_to_an_incident_queue_or_page(pipeline):
+    """The old answer format named its own policy, destination queue and escalation: the workflow
+    took them as given. A ticket's token must not route it to security-oncall with escalate."""
+    escalations = pipeline.observe("Item Escalated")
+    record, execution_arn, review = pending_review(pipeline, "T-7007")
+    forged = {"reviewer": "mallory@example.com", "answers": {"priority": "P1", "team": "security"},
+              "escalate": True, "note": "", "execution_name": review["execution_name"],
+              "destination": {"target": "security-oncall", "queue_url": pipeline.destinations["security-oncall"]}}
+
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(forged))
+
+    assert_refused_and_dead_lettered(pipeline, record, execution_arn, escalations)
+
+
+def forged_choice(pipeline) -> str:
+    """A choice in the offered format whose queue URL points somewhere else."""
+    return json.dumps({"answers": {"queue": "billing"}, "escalate": False,
+                       "destination": {"queue_url": pipeline.destinations["security-oncall"], "target": "billing"}},
+                      sort_keys=True, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("answer", [
+    "not-an-object", "empty", "reviewer-not-a-string", "empty-reviewer", "another-execution",
+    "choice-not-offered", "choice-of-another-item", "choice-not-a-string"])
+def test_a_malformed_or_foreign_answer_is_dead_lettered_with_an_audit_record(pipeline, answer):
+    escalations = pipeline.observe("Item Escalated")
+    record, execution_arn, review = pending_review(pipeline, "T-7008")
+    incident = pipeline.record("incident", "INC-7008", route="review", answers={"priority": "P1", "team": "security"})
+    valid = json.loads(pipeline.reviewer_output(record, {"queue": "technical_fault"},
+                                                execution_name=review["execution_name"]))
+    output = {
+        "not-an-object": "a string is JSON too",
+        "empty": {},
+        "reviewer-not-a-string": dict(valid, reviewer=5),
+        "empty-reviewer": dict(valid, reviewer=""),
+        "another-execution": dict(valid, execution_name="ticket-T-0000-00000000"),
+        "choice-not-offered": dict(valid, choice=forged_choice(pipeline)),
+        "choice-of-another-item": dict(valid, choice=incident["review"]["choices"][0]),
+        "choice-not-a-string": dict(valid, choice=json.loads(valid["choice"])),
+    }[answer]
+
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
+
+    assert_refused_and_dead_lettered(pipeline, record, execution_arn, escalations)

@@ -22,7 +22,6 @@ GPU = {"DecisionImageUri": "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" *
 CPU = {**GPU, "EndpointCompute": "CPU"}
 # Actions without resource-level permissions: the only ones allowed on "*".
 STAR_ALLOWED = {
-    "states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat",
     "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
     "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
     "ecr:GetAuthorizationToken", "cloudwatch:PutMetricData",
@@ -65,7 +64,7 @@ def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(s
     assert dead_letters == {"TicketDeadLetterQueue", "TeamDeadLetterQueue"}
     without_redrive = {q for q in queues if "RedrivePolicy" not in stack.properties(q)}
     assert without_redrive == {"TicketDeadLetterQueue", "TeamDeadLetterQueue", "WorkflowDeadLetterQueue",
-                               "IncidentDeadLetterQueue", "ReviewQueue"}
+                               "IncidentDeadLetterQueue", "NotificationDeadLetterQueue", "ReviewQueue"}
 
 
 def test_pending_reviews_expire_by_the_workflow_timeout_not_by_redrive(stack):
@@ -180,12 +179,25 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
         assert stack.ref(logical_id) in outputs, logical_id
 
 
-def test_review_function_may_only_answer_tasks_and_remove_review_messages(stack):
+def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_review_messages(stack):
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
-    assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"), "*"),
-                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn"))}
+    executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
+    # Step Functions authorizes a task token against the state machine that issued it.
+    assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
+                       stack.ref("RoutingStateMachine")),
+                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
+                      (("states:DescribeExecution",), executions)}
+
+
+@pytest.mark.parametrize("function", ["TicketIntakeFunction", "IncidentIntakeFunction"])
+def test_intake_may_read_the_status_of_earlier_executions(stack, function):
+    """A re-sent item is routed again when its earlier execution failed: the intake reads that status."""
+    statements = [s for p in stack.properties(function)["Policies"] if "Statement" in p
+                  for s in stack.resolve(p)["Statement"]]
+    executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
+    assert {"Effect": "Allow", "Action": "states:DescribeExecution", "Resource": executions} in statements
 
 
 # --- the decision image is deployed by digest only ---------------------------------------------

@@ -4,9 +4,15 @@ Retry policy, in one place: botocore's own retries are off (its `adaptive` mode 
 rate-limits the client after throttling), and this adapter retries what is worth retrying
 — throttling, SageMaker/container "busy" (the container's 503 arrives as ModelError with
 OriginalStatusCode 503 or `"retryable": true`), model not ready, connection errors and read
-timeouts — with capped exponential backoff and full jitter, within `max_attempts` and the
-caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
+timeouts — with capped exponential backoff and full jitter (never shorter than the
+endpoint's Retry-After), within `max_attempts` and the caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
 fails at once. Callers get results or an `EndpointFailure` naming the kind; they never lose the item.
+
+Deadline: every attempt, the first included, waits at most for the time left before the
+caller's deadline (never the configured read timeout when less time is left), so a hanging
+endpoint cannot outlive the Lambda invocation. botocore fixes a client's timeouts, so one
+client is kept per timeout step (`TIMEOUT_STEPS`): the attempt's timeout is the configured one
+when it fits, else the largest step that fits.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from . import AwsAdapter
 
 THROTTLING_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "ModelNotReadyException"}
 UNAVAILABLE_CODES = {"ServiceUnavailable", "ServiceUnavailableException", "InternalDependencyException"}
+#: Per-attempt read timeouts (seconds) used when less than the configured one is left.
+TIMEOUT_STEPS = (1, 2, 4, 8, 15, 30, 60, 120)
+#: An attempt needs at least this long; with less left the endpoint is not called again.
+MIN_ATTEMPT_SECONDS = 1.0
 
 
 class DecisionEndpoint(AwsAdapter):
@@ -41,45 +51,82 @@ class DecisionEndpoint(AwsAdapter):
         self.max_attempts = max_attempts
         self.base_delay, self.max_delay = base_delay, max_delay
         self._sleep = sleep
+        self._clients: dict[float, Any] = {}
+        self._injected = client is not None
 
-    def _new_client(self) -> Any:
+    def _new_client(self, read_timeout: float | None = None) -> Any:
         # Retries are this adapter's (it knows the container's retryable answers and the deadline).
         return boto3.client(self.service, config=Config(
-            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
+            connect_timeout=self.connect_timeout, read_timeout=read_timeout or self.read_timeout,
             retries={"mode": "adaptive", "total_max_attempts": 1}))
+
+    def attempt_timeout(self, deadline: float | None) -> float | None:
+        """The read timeout of the next attempt: the configured one when it fits before the
+        deadline, else the largest of TIMEOUT_STEPS that fits; None when under a second is left."""
+        if deadline is None:
+            return self.read_timeout
+        left = deadline - time.monotonic()
+        if left < MIN_ATTEMPT_SECONDS:
+            return None
+        if self.read_timeout <= left:
+            return self.read_timeout
+        return float(max(step for step in TIMEOUT_STEPS if step <= left))
+
+    def _client_for(self, timeout: float) -> Any:
+        # An injected client (a test's Stubber) serves every timeout: its config cannot change.
+        if self._injected or timeout == self.read_timeout:
+            return self.client
+        if timeout not in self._clients:
+            self._clients[timeout] = self._new_client(timeout)
+        return self._clients[timeout]
 
     def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]:
         """Score decisions sharing one state in one request; results keyed by decision id.
 
-        `deadline` (time.monotonic()) stops retrying when another attempt could not finish in time."""
+        `deadline` (time.monotonic()) bounds every attempt's wait and stops retrying when less than
+        MIN_ATTEMPT_SECONDS would be left."""
         if not decisions:
             return {}
         request = DecisionRequest(decision=decisions[0]) if len(decisions) == 1 else DecisionRequest(decisions=list(decisions))
         body = request.model_dump_json(exclude_none=True)
+        timeout = self.attempt_timeout(deadline)
+        if timeout is None:
+            raise EndpointFailure("timeout", f"less than {MIN_ATTEMPT_SECONDS:g} s left before the deadline; "
+                                  "the endpoint was not called", attempts=0)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return self._parse(self._invoke(body), decisions, attempt)
+                return self._parse(self._invoke(body, timeout), decisions, attempt)
             except EndpointFailure as failure:
                 failure.attempts = attempt
                 if not failure.retryable or attempt >= self.max_attempts:
                     raise
-                delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
-                if deadline is not None and time.monotonic() + delay + self.read_timeout > deadline:
+                delay = self.backoff(attempt, failure.retry_after)
+                timeout = self.attempt_timeout(None if deadline is None else deadline - delay)
+                if timeout is None:
                     failure.message += " (no time left for another attempt)"
                     raise
                 self._sleep(delay)
 
-    def _invoke(self, body: str) -> bytes:
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before the next attempt: capped exponential backoff with full jitter, and
+        never less than the endpoint's Retry-After (plus jitter, so a storm's retries spread out)."""
+        delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+        if retry_after:
+            delay = max(delay, retry_after + random.uniform(0, self.base_delay))
+        return min(delay, self.max_delay)
+
+    def _invoke(self, body: str, timeout: float) -> bytes:
         try:
-            response = self.client.invoke_endpoint(EndpointName=self.endpoint_name, Body=body.encode("utf-8"),
-                                                   ContentType="application/json", Accept="application/json")
+            response = self._client_for(timeout).invoke_endpoint(
+                EndpointName=self.endpoint_name, Body=body.encode("utf-8"),
+                ContentType="application/json", Accept="application/json")
             return response["Body"].read()
         except ClientError as error:
             raise classify(error) from error
         except ReadTimeoutError as error:
-            raise EndpointFailure("timeout", f"no answer within {self.read_timeout:g} s: {error}", retryable=True) from error
+            raise EndpointFailure("timeout", f"no answer within {timeout:g} s: {error}", retryable=True) from error
         except BotoConnectionError as error:
             raise EndpointFailure("connection", str(error), retryable=True) from error
 
@@ -106,6 +153,12 @@ def classify(error: ClientError) -> EndpointFailure:
     code = response.get("Error", {}).get("Code", "")
     message = response.get("Error", {}).get("Message", "") or str(error)
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    failure = _classify(response, code, message, status)
+    failure.retry_after = _retry_after(response) if failure.retryable else None
+    return failure
+
+
+def _classify(response: dict, code: str, message: str, status: int | None) -> EndpointFailure:
     if code == "ModelError":
         original = response.get("OriginalStatusCode")
         detail = response.get("OriginalMessage") or message
@@ -123,6 +176,17 @@ def classify(error: ClientError) -> EndpointFailure:
     if code == "ValidationError":
         return EndpointFailure("validation", message, status_code=status)
     return EndpointFailure("endpoint_error", f"{code or 'error'}: {message}"[:500], status_code=status)
+
+
+def _retry_after(response: dict) -> float | None:
+    """The Retry-After header in seconds (the container sends it with 503 busy / not ready when
+    reached directly; SageMaker's ModelError does not pass it on)."""
+    value = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("retry-after", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < 3600 else None
 
 
 def _container_error(text: str) -> dict:

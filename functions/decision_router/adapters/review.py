@@ -3,13 +3,16 @@ SendTaskSuccess, and the labelled-examples table the workflow fills."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..records import ReviewOutput
+from ..records import ReviewAnswer
+from ..review import InvalidReview, PendingReview
 from . import AwsAdapter
 
 PEEK_SECONDS = 5
+#: Long polling: a receive waits this long for messages before answering empty.
+POLL_SECONDS = 2
 GONE_CODES = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}
 
 
@@ -20,7 +23,7 @@ class ReviewTaskGone(RuntimeError):
 class ReviewTasks(AwsAdapter):
     service = "stepfunctions"
 
-    def complete(self, task_token: str, output: ReviewOutput) -> None:
+    def complete(self, task_token: str, output: ReviewAnswer) -> None:
         try:
             self.client.send_task_success(taskToken=task_token, output=output.model_dump_json())
         except self.client.exceptions.ClientError as error:
@@ -29,6 +32,20 @@ class ReviewTasks(AwsAdapter):
                 raise ReviewTaskGone(f"the review can no longer be completed ({code}): it timed out, "
                                      "was already completed, or the token is wrong") from error
             raise
+
+
+@dataclass
+class Malformed:
+    """A review-queue message that is not a review request (left on the queue, reported)."""
+
+    message_id: str
+    problem: str
+
+
+@dataclass
+class Pending:
+    reviews: list[dict] = field(default_factory=list)  # PendingReview dumps + receipt_handle
+    malformed: list[Malformed] = field(default_factory=list)
 
 
 class ReviewQueue(AwsAdapter):
@@ -40,23 +57,33 @@ class ReviewQueue(AwsAdapter):
         super().__init__(client)
         self.queue_url = queue_url
 
-    def pending(self, limit: int = 50) -> list[dict]:
+    def pending(self, limit: int = 50) -> Pending:
         """Peek at up to `limit` pending reviews, hiding each only briefly from other reviewers.
 
         Each message is received once per call (a short visibility timeout keeps it out of the
-        following receives), so a listing neither repeats items nor hides them for long."""
-        seen: dict[str, dict] = {}
-        while len(seen) < limit:
+        following receives), so a listing neither repeats items nor hides them for long. Every
+        receive long-polls: a short poll samples only some SQS servers and can come back empty
+        while reviews wait. A message that is not a review request is reported, never fatal."""
+        found = Pending()
+        seen: set[str] = set()
+        while len(found.reviews) < limit:
             messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                   VisibilityTimeout=PEEK_SECONDS, WaitTimeSeconds=0).get("Messages", [])
+                                                   VisibilityTimeout=PEEK_SECONDS,
+                                                   WaitTimeSeconds=POLL_SECONDS).get("Messages", [])
             new = [m for m in messages if m["MessageId"] not in seen]
             if not new:
                 break
             for message in new:
-                review = json.loads(message["Body"])
+                seen.add(message["MessageId"])
+                try:
+                    review = PendingReview.from_message(message["Body"]).model_dump(mode="json")
+                except InvalidReview as error:
+                    found.malformed.append(Malformed(message["MessageId"], str(error)))
+                    continue
                 review["receipt_handle"] = message["ReceiptHandle"]
-                seen[message["MessageId"]] = review
-        return list(seen.values())[:limit]
+                found.reviews.append(review)
+        found.reviews = found.reviews[:limit]
+        return found
 
     def remove(self, receipt_handle: str) -> None:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)

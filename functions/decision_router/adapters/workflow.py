@@ -1,4 +1,5 @@
-"""Starts the routing workflow (Step Functions) for one decision record."""
+"""The routing workflow (Step Functions): starting an execution for one decision record, and
+reading a pending execution's record back (the review function trusts only that copy)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from ..records import DecisionRecord, execution_name
 from . import AwsAdapter
 
 
+#: Execution statuses that mean the item was not routed by that execution.
+ENDED_UNROUTED = {"FAILED", "TIMED_OUT", "ABORTED"}
+#: Executions of one item key before giving up (the suffixes -r2 … must fit the name).
+MAX_ATTEMPTS = 99
+
+
+class ExecutionNotRunning(LookupError):
+    """The named execution does not exist or no longer waits for anything."""
+
+
 class WorkflowStarter(AwsAdapter):
     service = "stepfunctions"
 
@@ -15,14 +26,34 @@ class WorkflowStarter(AwsAdapter):
         super().__init__(client)
         self.state_machine_arn = state_machine_arn
 
+    def execution_arn(self, name: str) -> str:
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
+
     def start(self, record: DecisionRecord) -> tuple[str, bool]:
-        """Start the execution named after the item; (name, False) when one with other input exists,
-        i.e. the item was routed before. (Same name and same input while it runs is accepted by
-        Step Functions as the same execution.) Any other failure propagates, so the item is retried."""
-        name = execution_name(record.item_kind, record.item_id)
+        """Start the execution named after the item key; (name, False) when the item is already
+        routed or being routed (an execution of that name is running or succeeded). An earlier
+        execution that FAILED, TIMED_OUT or was ABORTED did not route the item (its record is in
+        the workflow DLQ): the item is started again under the next attempt's name, never
+        reported as routed. Any other failure propagates, so the item is retried."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            name = execution_name(record.item_kind, record.item_id, record.item_key, attempt)
+            try:
+                self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,
+                                            input=record.model_dump_json())
+                return name, True
+            except self.client.exceptions.ExecutionAlreadyExists:
+                status = self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
+                if status not in ENDED_UNROUTED:
+                    return name, False
+        raise RuntimeError(f"{record.item_kind} {record.item_id!r}: {MAX_ATTEMPTS} executions of this item "
+                           "ended without routing it; see the workflow DLQ")
+
+    def running_record(self, name: str) -> DecisionRecord:
+        """The decision record a running execution was started with (its input, written by the intake)."""
         try:
-            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,
-                                        input=record.model_dump_json())
-        except self.client.exceptions.ExecutionAlreadyExists:
-            return name, False
-        return name, True
+            described = self.client.describe_execution(executionArn=self.execution_arn(name))
+        except self.client.exceptions.ExecutionDoesNotExist:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
+        if described["status"] != "RUNNING":
+            raise ExecutionNotRunning(f"execution {name!r} is {described['status']}: it waits for no review")
+        return DecisionRecord.model_validate_json(described["input"])

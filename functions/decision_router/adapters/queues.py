@@ -1,0 +1,67 @@
+"""SQS queues the functions and operators' tools use beyond the workflow (dead-letter queues),
+and the event bus the redrive re-publishes to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from . import AwsAdapter
+
+#: Long poll: a receive waits this long before answering empty (a short poll may miss messages).
+POLL_SECONDS = 1
+#: A message being handled is hidden this long from other readers (and from this run's next receive).
+HOLD_SECONDS = 300
+#: Message attributes are for a reason, not a document.
+MAX_ATTRIBUTE_CHARS = 2000
+
+
+class Queue(AwsAdapter):
+    service = "sqs"
+
+    def __init__(self, url: str, client: Any = None):
+        super().__init__(client)
+        self.url = url
+
+    def messages(self, limit: int) -> Iterator[dict]:
+        """Up to `limit` messages, each received once (with its attributes); stops when the queue is empty."""
+        seen: set[str] = set()
+        while len(seen) < limit:
+            batch = self.client.receive_message(QueueUrl=self.url, MaxNumberOfMessages=min(10, limit - len(seen)),
+                                                WaitTimeSeconds=POLL_SECONDS, VisibilityTimeout=HOLD_SECONDS,
+                                                MessageAttributeNames=["All"]).get("Messages", [])
+            new = [m for m in batch if m["MessageId"] not in seen]
+            if not new:
+                return
+            for message in new:
+                seen.add(message["MessageId"])
+                yield message
+
+    def send(self, body: str, attributes: dict[str, str] | None = None) -> None:
+        """Send `body`; `attributes` become String message attributes (e.g. why it was dead-lettered)."""
+        extra = {"MessageAttributes": {name: {"DataType": "String", "StringValue": value[:MAX_ATTRIBUTE_CHARS]}
+                                       for name, value in attributes.items() if value}} if attributes else {}
+        self.client.send_message(QueueUrl=self.url, MessageBody=body, **extra)
+
+    def delete(self, message: dict) -> None:
+        self.client.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+
+    def release(self, message: dict) -> None:
+        """Make a message visible again at once (it was not handled)."""
+        self.client.change_message_visibility(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"],
+                                              VisibilityTimeout=0)
+
+
+class EventBus(AwsAdapter):
+    service = "events"
+
+    def __init__(self, name: str, client: Any = None):
+        super().__init__(client)
+        self.name = name
+
+    def put(self, source: str, detail_type: str, detail: dict) -> None:
+        entry = {"EventBusName": self.name, "Source": source, "DetailType": detail_type, "Detail": json.dumps(detail)}
+        response = self.client.put_events(Entries=[entry])
+        if response.get("FailedEntryCount"):
+            failed = response["Entries"][0]
+            raise RuntimeError(f"EventBridge refused the event: {failed.get('ErrorCode')}: {failed.get('ErrorMessage')}")

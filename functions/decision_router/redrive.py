@@ -1,0 +1,235 @@
+"""Re-route what the dead-letter queues hold, as new routes: nothing parked there is lost.
+
+    python -m decision_router.redrive workflow  [--dlq-url URL] [--state-machine-arn ARN]
+    python -m decision_router.redrive tickets   [--dlq-url URL] [--queue-url URL]
+    python -m decision_router.redrive incidents [--dlq-url URL] [--bus NAME]
+    (each also takes --max N and --dry-run)
+
+workflow   Each record in the workflow DLQ starts a NEW execution with the same decision (the
+           model is not asked again). The failed execution's name cannot be reused for 90 days,
+           so the item's next attempt name is taken (`…-r2`). A record whose item has been routed
+           since (an execution of it running or succeeded) is only taken off the queue.
+tickets    Each ticket in the ticket DLQ goes back to the ticket queue; ticket intake decides it again.
+incidents  Each incident in the incident DLQ (Lambda's on-failure record, or EventBridge's
+           undelivered event) is put on the bus again as "Incident Reported".
+
+A message is deleted from its DLQ only once it was re-sent. A malformed message, or an item that
+would fail validation again, stays on its DLQ and is reported with the reason (exit status 1).
+Defaults come from the environment: WORKFLOW_DEAD_LETTER_QUEUE_URL, ROUTING_STATE_MACHINE_ARN,
+TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME
+(the stack's outputs of the same names, see README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, TextIO
+
+from pydantic import ValidationError
+
+from .items import InvalidItem, describe_errors, parse_item
+from .records import DecisionRecord
+
+INCIDENT_DETAIL_TYPE = "Incident Reported"
+
+
+class Unusable(ValueError):
+    """A dead-letter message that cannot be redriven as it is; the message says why."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One dead letter, understood: what it is, why it failed, and how to send it again."""
+
+    label: str
+    reason: str
+    send: Callable[[], str]  # re-sends; returns what happened, for the operator
+
+
+# ------------------------------------------------------------------------------ parsing
+def _json(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as error:
+        raise Unusable(f"not JSON: {error}") from None
+
+
+def _attribute(message: dict, name: str) -> str | None:
+    value = message.get("MessageAttributes", {}).get(name)
+    return value.get("StringValue") if value else None
+
+
+def workflow_record(message: dict) -> tuple[DecisionRecord, str]:
+    """The decision record and the failure of a workflow DLQ message
+    ({error: {Error, Cause}, execution_name, execution_arn, failed_at, record})."""
+    body = _json(message["Body"])
+    if not isinstance(body, dict) or "record" not in body:
+        raise Unusable("no 'record': not a message of the routing workflow's dead-letter path")
+    try:
+        record = DecisionRecord.model_validate(body["record"])
+    except ValidationError as error:
+        raise Unusable("record: " + "; ".join(describe_errors(error))) from None
+    error = body.get("error") or {}
+    reason = f"{error.get('Error', 'unknown error')}: {error.get('Cause', '')}".strip().rstrip(":")
+    return record, f"{body.get('execution_name', '?')} failed with {reason}"
+
+
+def dead_ticket(message: dict) -> tuple[str, str]:
+    """A ticket DLQ message: (ticket id, why it failed). Raises Unusable when it would fail again."""
+    try:
+        ticket = parse_item("ticket", message["Body"])
+    except InvalidItem as error:
+        raise Unusable(f"still invalid, fix it before redriving: {error}") from None
+    reason = _attribute(message, "failure_reason") or "failed intake (redelivered until maxReceiveCount)"
+    return ticket.item_id, reason
+
+
+def dead_incident(message: dict) -> tuple[str, str, dict, str]:
+    """An incident DLQ message: (source, incident id, detail, why it failed). Lambda's on-failure
+    destination record carries the event in `requestPayload`; a rule's DLQ gets the event itself."""
+    body = _json(message["Body"])
+    if isinstance(body, dict) and "requestPayload" in body:
+        event = body["requestPayload"]
+        response = body.get("responsePayload") or {}
+        reason = response.get("errorMessage") or body.get("requestContext", {}).get("condition", "handler failed")
+    else:
+        event = body
+        reason = _attribute(message, "ERROR_MESSAGE") or "not delivered to incident intake"
+    if not isinstance(event, dict) or not isinstance(event.get("detail"), dict):
+        raise Unusable("no EventBridge event with a 'detail' object in it")
+    try:
+        incident = parse_item("incident", event["detail"])
+    except InvalidItem as error:
+        raise Unusable(f"still invalid, fix it before redriving: {error}") from None
+    return str(event.get("source") or incident.source), incident.item_id, event["detail"], reason
+
+
+# ------------------------------------------------------------------------------ commands
+def redrive(queue, understand: Callable[[dict], Replay], *, limit: int, dry_run: bool, out: TextIO) -> int:
+    """Send every understood message again and delete it; keep and report the rest."""
+    sent = kept = 0
+    held = []
+    for message in queue.messages(limit):
+        try:
+            replay = understand(message)
+        except Unusable as error:
+            print(f"left on the queue: message {message['MessageId']}: {error}", file=sys.stderr)
+            held.append(message)
+            kept += 1
+            continue
+        if dry_run:
+            print(f"would redrive {replay.label} ({replay.reason})", file=out)
+            held.append(message)
+            continue
+        print(f"{replay.label}: {replay.send()} (was: {replay.reason})", file=out)
+        queue.delete(message)
+        sent += 1
+    for message in held:
+        queue.release(message)
+    if not sent and not kept and not held:
+        print("nothing to redrive", file=out)
+    elif not dry_run:
+        print(f"redriven {sent}, left {kept} on the queue", file=out)
+    return 1 if kept else 0
+
+
+def cmd_workflow(args, out: TextIO) -> int:
+    from .adapters.queues import Queue
+    from .adapters.workflow import WorkflowStarter
+
+    workflow = WorkflowStarter(_required(args.state_machine_arn, "--state-machine-arn", "ROUTING_STATE_MACHINE_ARN"))
+
+    def understand(message: dict) -> Replay:
+        record, reason = workflow_record(message)
+
+        def send() -> str:
+            name, started = workflow.start(record)
+            return f"re-routed as execution {name}" if started else f"already routed by execution {name}; removed"
+
+        return Replay(f"{record.item_kind} {record.item_id}", reason, send)
+
+    queue = Queue(_required(args.dlq_url, "--dlq-url", "WORKFLOW_DEAD_LETTER_QUEUE_URL"))
+    return redrive(queue, understand, limit=args.max, dry_run=args.dry_run, out=out)
+
+
+def cmd_tickets(args, out: TextIO) -> int:
+    from .adapters.queues import Queue
+
+    target = Queue(_required(args.queue_url, "--queue-url", "TICKET_QUEUE_URL"))
+
+    def understand(message: dict) -> Replay:
+        ticket_id, reason = dead_ticket(message)
+
+        def send() -> str:
+            target.send(message["Body"])
+            return "sent back to the ticket queue"
+
+        return Replay(f"ticket {ticket_id}", reason, send)
+
+    queue = Queue(_required(args.dlq_url, "--dlq-url", "TICKET_DEAD_LETTER_QUEUE_URL"))
+    return redrive(queue, understand, limit=args.max, dry_run=args.dry_run, out=out)
+
+
+def cmd_incidents(args, out: TextIO) -> int:
+    from .adapters.queues import EventBus, Queue
+
+    bus = EventBus(_required(args.bus, "--bus", "EVENT_BUS_NAME"))
+
+    def understand(message: dict) -> Replay:
+        source, incident_id, detail, reason = dead_incident(message)
+
+        def send() -> str:
+            bus.put(source, INCIDENT_DETAIL_TYPE, detail)
+            return f"put on {bus.name} again as {INCIDENT_DETAIL_TYPE!r}"
+
+        return Replay(f"incident {incident_id}", reason, send)
+
+    queue = Queue(_required(args.dlq_url, "--dlq-url", "INCIDENT_DEAD_LETTER_QUEUE_URL"))
+    return redrive(queue, understand, limit=args.max, dry_run=args.dry_run, out=out)
+
+
+def _required(value: str | None, flag: str, variable: str) -> str:
+    value = value or os.environ.get(variable, "").strip()
+    if not value:
+        raise LookupError(f"pass {flag} or set {variable}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m decision_router.redrive", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="DLQ")
+    specs = [
+        ("workflow", cmd_workflow, "the workflow DLQ: start each record as a new execution",
+         [("--state-machine-arn", "routing state machine (default: ROUTING_STATE_MACHINE_ARN)")]),
+        ("tickets", cmd_tickets, "the ticket DLQ: back to the ticket queue",
+         [("--queue-url", "ticket queue (default: TICKET_QUEUE_URL)")]),
+        ("incidents", cmd_incidents, "the incident DLQ: back on the bus as Incident Reported",
+         [("--bus", "the decision bus (default: EVENT_BUS_NAME)")]),
+    ]
+    for name, run, text, options in specs:
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--dlq-url", help="the dead-letter queue (default: from the environment, see below)")
+        for flag, help_text in options:
+            command.add_argument(flag, help=help_text)
+        command.add_argument("--max", type=int, default=1000, help="redrive at most this many messages")
+        command.add_argument("--dry-run", action="store_true", help="only list what would be redriven")
+        command.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args, out or sys.stdout)
+    except LookupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Nothing routed is lost to a failure: a re-sent item whose earlier route failed is routed as a
+new execution, `python -m decision_router.redrive` re-routes what the dead-letter queues hold,
+and an item is one item only for the same source, id and payload.
+
+The real intake handlers (endpoint answers from a botocore Stubber), the template's resources in
+moto and the real routing ASL executed by moto; the delivery failure is injected by removing
+the destination queue, as an operator's mistake or a wrong URL would."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from tests.functions.test_intake_handlers import (
+    PRIORITY_OPTIONS, TEAM_OPTIONS, TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, batch_body, body, eventbridge,
+    make_intake, ticket_event)
+from tests.functions.conftest import make_result
+
+from decision_router import redrive
+
+
+@pytest.fixture
+def tickets(pipeline, monkeypatch):
+    from ticket_intake import app
+
+    stub = StubbedEndpoint()
+    make_intake(monkeypatch, pipeline.stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    return app, stub
+
+
+@pytest.fixture
+def incidents(pipeline, monkeypatch):
+    from incident_intake import app
+
+    stub = StubbedEndpoint()
+    make_intake(monkeypatch, pipeline.stack, app, "incident", "IncidentIntakeFunction", stub.endpoint)
+    return app, stub
+
+
+@pytest.fixture
+def ticket(ticket_data) -> dict:
+    return dict(ticket_data, ticket_id="T-8001")
+
+
+@pytest.fixture
+def ticket_data() -> dict:
+    return {"ticket_id": "T-1001", "subject": "Charged twice for my subscription",
+            "body": "My card was charged twice this month. Please refund one payment.",
+            "customer": {"id": "C-42", "tier": "pro"}, "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
+
+
+def executions(pipeline) -> dict[str, str]:
+    """execution name -> status, for every execution of the routing state machine."""
+    listed = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
+    return {e["name"]: pipeline.wait(e["executionArn"])["status"] for e in listed}
+
+
+def break_billing(pipeline) -> str:
+    url = pipeline.destinations["billing"]
+    pipeline.sqs.delete_queue(QueueUrl=url)
+    return url
+
+
+def mend_billing(pipeline, url: str) -> None:
+    assert pipeline.sqs.create_queue(QueueName=url.rsplit("/", 1)[1])["QueueUrl"] == url
+
+
+def route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket) -> tuple[str, list[dict]]:
+    """T-8001 decided (billing, confidently), its delivery failed: the execution FAILED and the
+    record is in the workflow DLQ. The billing queue is back afterwards (the fault was fixed)."""
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    url = break_billing(pipeline)
+    assert app.lambda_handler(ticket_event(ticket), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert list(executions(pipeline).values()) == ["FAILED"]
+    mend_billing(pipeline, url)
+    return url, pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+
+
+def test_a_resent_item_whose_route_failed_is_routed_again_not_reported_as_routed(pipeline, tickets, ticket):
+    app, stub = tickets
+    route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket)
+
+    # The sender re-sends the same ticket after the fault was fixed.
+    assert app.lambda_handler(ticket_event(ticket), FakeLambdaContext()) == {"batchItemFailures": []}
+
+    statuses = executions(pipeline)
+    assert sorted(statuses.values()) == ["FAILED", "SUCCEEDED"], statuses
+    assert list(pipeline.queues_holding("T-8001")) == ["billing"]
+    assert len(stub.requests) == 1  # the decision was kept: no second model call for the same payload
+
+    # A third delivery of the same ticket: now it really was routed.
+    summary = app.intake.handle(json.dumps(ticket), FakeLambdaContext())
+    assert summary["started"] is False and statuses[summary["execution_name"]] == "SUCCEEDED"
+    assert pipeline.queues_holding("T-8001") == {}
+
+
+def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipeline, tickets, ticket, capsys):
+    _, dead_letters = route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket)
+    (dead_letter,) = dead_letters
+    dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dead_letter))  # put it back for the redrive
+
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 0
+
+    out = capsys.readouterr().out
+    assert "T-8001" in out and "re-routed" in out and dead_letter["execution_name"] in out
+    statuses = executions(pipeline)
+    assert sorted(statuses.values()) == ["FAILED", "SUCCEEDED"]
+    new = next(name for name, status in statuses.items() if status == "SUCCEEDED")
+    assert new != dead_letter["execution_name"] and new.startswith(dead_letter["execution_name"])
+    assert list(pipeline.queues_holding("T-8001")) == ["billing"]
+    assert pipeline.messages(dlq) == []  # taken off the DLQ once re-routed
+
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 0
+    assert "nothing to redrive" in capsys.readouterr().out
+
+
+def test_redrive_leaves_a_malformed_dead_letter_where_it_is_and_says_why(pipeline, capsys):
+    dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody='{"record": {"item_id": "x"}}')
+
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 1
+
+    assert "left on the queue" in capsys.readouterr().err
+    assert len(pipeline.messages(dlq)) == 1
+
+
+def test_redrive_returns_dead_lettered_tickets_to_the_ticket_queue(pipeline, ticket, capsys):
+    dlq, queue = pipeline.stack.ref("TicketDeadLetterQueue"), pipeline.stack.ref("TicketQueue")
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(ticket))
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dict(ticket, ticket_id="T-BAD", channel="fax")))
+
+    assert redrive.main(["tickets", "--dlq-url", dlq, "--queue-url", queue]) == 1  # one could not be redriven
+
+    assert [m["ticket_id"] for m in pipeline.messages(queue)] == ["T-8001"]
+    (still,) = pipeline.messages(dlq)
+    assert still["ticket_id"] == "T-BAD"
+    assert "channel" in capsys.readouterr().err
+
+
+def test_redrive_puts_dead_lettered_incidents_back_on_the_bus(pipeline, incident_data, capsys):
+    dlq = pipeline.stack.ref("IncidentDeadLetterQueue")
+    event = eventbridge(incident_data)
+    # Lambda's OnFailure record (handler failed) and EventBridge's rule DLQ message (the event itself).
+    on_failure = {"version": "1.0", "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
+                  "requestPayload": event, "responsePayload": {"errorMessage": "workflow unavailable"}}
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(on_failure))
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dict(event, detail=dict(incident_data, incident_id="INC-2"))))
+
+    assert redrive.main(["incidents", "--dlq-url", dlq, "--bus", pipeline.env["EVENT_BUS_NAME"]]) == 0
+
+    delivered = pipeline.stack.rule_events("IncidentIntakeFunction", "IncidentReported")
+    assert sorted(e["detail"]["incident_id"] for e in delivered) == ["INC-2", "INC-2001"]
+    assert {e["detail-type"] for e in delivered} == {"Incident Reported"}
+    assert pipeline.messages(dlq) == []
+    assert "workflow unavailable" in capsys.readouterr().out
+
+
+def test_the_same_id_from_two_sources_is_two_items(pipeline, incidents, incident_data):
+    app, stub = incidents
+    for _ in range(2):
+        stub.answer(batch_body(make_result("priority", PRIORITY_OPTIONS, [0, 6.0, 0, 0]),
+                               make_result("team", TEAM_OPTIONS, [6.0, 0, 0, 0])))
+    first = dict(incident_data, incident_id="123", source="cloudwatch")
+    second = dict(incident_data, incident_id="123", source="datadog")
+
+    routed = [app.lambda_handler(eventbridge(detail), FakeLambdaContext()) for detail in (first, second)]
+
+    assert [r["started"] for r in routed] == [True, True]
+    assert routed[0]["execution_name"] != routed[1]["execution_name"]
+    assert sorted(executions(pipeline).values()) == ["SUCCEEDED", "SUCCEEDED"]
+    assert len(pipeline.queues_holding("123")["platform-oncall"]) == 2
+
+
+@pytest.fixture
+def incident_data() -> dict:
+    return {"incident_id": "INC-2001", "title": "Checkout API error rate above 20%",
+            "description": "5xx responses from checkout-api rose to 23% after the deploy.",
+            "service": "checkout-api", "severity": "sev2", "source": "cloudwatch",
+            "reported_at": "2026-11-29T12:00:00Z"}
