@@ -401,6 +401,7 @@ def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
 
 # ----------------------------------------------------------------------------------- table
 def _decision_cells(decision: dict[str, Any]) -> list[str]:
+    """decided by (question: readout), top option (p), confidence vs its minimum."""
     source = decision["source"]
     option = decision.get("option_id") or "-"
     if source == "model":
@@ -409,11 +410,18 @@ def _decision_cells(decision: dict[str, Any]) -> list[str]:
         minimum = decision["thresholds"]["min_confidence"]
         sign = ">=" if decision["confidence"] >= minimum else "<"
         check = f"{decision['confidence']:.2f} {sign} {minimum:.2f}"
+        readout = decision.get("readout") or "letters"
+        if readout == "head":
+            letters = decision.get("letter_probabilities") or {}
+            best = max(letters, key=letters.get) if letters else None
+            readout = f"head (letters: {best} {letters[best]:.2f})" if best else "head"
+        elif decision.get("head_skipped"):
+            readout = "letters (head skipped)"
     elif source == "rule":
-        top, check = f"{option} (rule {decision.get('rule')})", "rule"
+        top, check, readout = f"{option} (rule {decision.get('rule')})", "rule", "rule"
     else:
-        top, check = "-", "endpoint error"
-    return [f"{decision['question']}: {source}", top, check]
+        top, check, readout = "-", "endpoint error", "endpoint error"
+    return [f"{decision['question']}: {readout}", top, check]
 
 
 def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
@@ -463,12 +471,19 @@ def explain(outcomes: list[Outcome], model: Path | None) -> list[str]:
     if latencies:
         lines.append(f"Model time per decision: median {latencies[len(latencies) // 2]:.2f}s, "
                      f"max {latencies[-1]:.2f}s over {len(latencies)} model decision(s).")
+    by_head = [d for o in decided for d in o.record["decisions"] if d.get("readout") == "head"]
+    if by_head:
+        lines.append(f"{len(by_head)} decision(s) read by a learned head over the model's hidden state (fitted on "
+                     f"labelled items with make fit), {sum(d['passed'] for d in by_head)} confident enough to route alone.")
+    skipped = {d["head_skipped"] for o in decided for d in o.record["decisions"] if d.get("head_skipped")}
+    if skipped:
+        lines.append("Heads not applied, the letters decided instead: " + "; ".join(sorted(skipped))
+                     + " (refit for this model: make fit FIT_ARGS=\"--model …\").")
     if reviews:
         if model is None:
-            lines.append("Why so many reviews: the embedded SmolLM2-135M is a 135M-parameter toy, so its "
-                         "probabilities are nearly flat and confidence stays under the policies' thresholds; "
-                         "routing it automatically would be guessing. Bring a real model: "
-                         "make demo MODEL=path/to/model.gguf (then tune thresholds with make eval).")
+            lines.append("Why still reviews: the embedded SmolLM2-135M is a 135M-parameter toy; its letters are "
+                         "near chance, and the heads route only what they are confident of at the policies' "
+                         "thresholds. Bring a real model: make demo MODEL=path/to/model.gguf (then make fit).")
         else:
             lines.append(f"Items under the policies' thresholds go to review; check {model.name}'s calibration "
                          "and the thresholds with make eval.")

@@ -110,3 +110,10 @@ class Intake:
                 "item_id": record.item_id, "error": errors[0].error.model_dump()})
         if endpoint_seconds is not None:
             add(name="DecisionLatency", unit=MetricUnit.Milliseconds, value=endpoint_seconds * 1000)
+        add(name="HeadDecisions", unit=MetricUnit.Count, value=sum(d.readout == "head" for d in record.decisions))
+        skipped = [d for d in record.decisions if d.head_skipped]
+        add(name="HeadSkipped", unit=MetricUnit.Count, value=len(skipped))
+        for decision in skipped:
+            # never a head on the wrong model: the letters decided; refit the head for this model
+            self.logger.warning("head not applied; the letters decided", extra={
+                "item_id": record.item_id, "question": decision.question, "reason": decision.head_skipped})

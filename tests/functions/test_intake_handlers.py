@@ -458,3 +458,63 @@ def test_incident_workflow_failure_raises(incidents, stack, context, incident_da
 def eventbridge(detail: dict, detail_type: str = "Incident Reported") -> dict:
     event = json.loads((EVENTS / "incident_reported.json").read_text())
     return dict(event, **{"detail-type": detail_type, "detail": detail})
+
+
+# ----------------------------------------------------------------------------- learned heads
+@pytest.fixture
+def ticket_policy_with_head(monkeypatch, tmp_path):
+    """The shipped policies, with a small head on the ticket queue bound to `HEAD_MODEL`."""
+    from decision_router import policies
+    from tests.functions.test_heads import MODEL, head_for
+
+    for path in policies.POLICY_DIR.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    raw = json.loads((tmp_path / "support-ticket.json").read_text())
+    shipped = load_policy("support-ticket")
+    raw["questions"][0]["head"] = head_for(shipped, shipped.questions[0])
+    (tmp_path / "support-ticket.json").write_text(json.dumps(raw))
+    monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)
+    return MODEL
+
+
+def head_body(model, hidden) -> bytes:
+    result = make_result("queue", TICKET_OPTIONS, [2.0, 0, 0, 0, 0], mass=0.05)
+    result = result.model_copy(update={"model": model, "hidden_state": hidden, "prompt_version": "direct-options-v1"})
+    return SingleDecisionResponse(result=result).model_dump_json().encode()
+
+
+def test_a_head_decides_when_it_fits_the_endpoints_model(ticket_policy_with_head, tickets, stack, context, ticket_data, capsys):
+    app, stub = tickets
+    stub.answer(head_body(ticket_policy_with_head, [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0]))
+    app.lambda_handler(ticket_event(ticket_data), context)
+    assert stub.requests[0]["decision"]["return_hidden_state"] is True  # asked for only where a head is
+    (record,) = executions(stack).values()
+    decision = record.decisions[0]
+    assert decision.readout == "head" and decision.head_version == "test-1" and decision.head_skipped is None
+    assert decision.letter_probabilities and decision.head_probabilities == decision.probabilities
+    totals = metric_totals(emf(capsys), ("HeadDecisions", "HeadSkipped"))
+    assert totals == {"HeadDecisions": 1, "HeadSkipped": 0}
+
+
+def test_a_head_is_never_applied_to_another_model_and_says_so(ticket_policy_with_head, tickets, stack, context, ticket_data,
+                                                                capsys, caplog):
+    app, stub = tickets
+    other = ticket_policy_with_head.model_copy(update={"sha256": "c" * 64})
+    stub.answer(head_body(other, [0.0] * 8))
+    app.lambda_handler(ticket_event(ticket_data), context)
+    (record,) = executions(stack).values()
+    decision = record.decisions[0]
+    assert decision.readout == "letters" and decision.head_skipped.startswith("endpoint model sha256 cccccccccccc…")
+    assert any(r.getMessage() == "head not applied; the letters decided" for r in caplog.records)
+    totals = metric_totals(emf(capsys), ("HeadDecisions", "HeadSkipped"))
+    assert totals == {"HeadDecisions": 0, "HeadSkipped": 1}
+
+
+def metric_totals(blobs: list[dict], names: tuple[str, ...]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for blob in blobs:
+        for name in names:
+            value = blob.get(name)
+            if value is not None:
+                totals[name] = totals.get(name, 0) + (sum(value) if isinstance(value, list) else value)
+    return totals
