@@ -55,8 +55,9 @@ def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
     """Numerically stable softmax of `logits / temperature`."""
     if temperature <= 0 or not math.isfinite(temperature):
         raise ValueError("temperature must be a finite number > 0")
-    scaled = [z / temperature for z in logits]
-    peak = max(scaled)
-    exps = [math.exp(z - peak) for z in scaled]
+    # Shift before dividing: every exponent is <= 0 and the peak's is exactly 0, so a tiny
+    # temperature gives a one-hot vector instead of inf - inf = NaN.
+    peak = max(logits)
+    exps = [math.exp((z - peak) / temperature) for z in logits]
     total = sum(exps)
     return [e / total for e in exps]

@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
@@ -19,6 +20,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 #: Letters A…P label the options by position; the readout allows no more.
 OPTION_LETTERS = "ABCDEFGHIJKLMNOP"
@@ -28,6 +31,8 @@ MAX_OPTIONS = len(OPTION_LETTERS)
 MAX_STATE_DEPTH = 32
 
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+#: JSON-schema pattern of text that is not blank (has a character other than whitespace).
+NON_BLANK_PATTERN = r"\S"
 
 
 def _state_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -40,27 +45,53 @@ def _state_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         raise ValueError(f"must be non-empty text, or a JSON object or array (got {got})") from None
 
 
+class NonEmptyJson:
+    """Publishes, in the JSON schema, that a JSON object or array needs a member and, with
+    `non_blank`, that text needs a non-whitespace character (the validators enforce both,
+    with messages of their own)."""
+
+    def __init__(self, non_blank: bool = False) -> None:
+        self.non_blank = non_blank
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        for branch in schema.get("anyOf", [schema]):
+            if branch.get("type") == "object":
+                branch["minProperties"] = 1
+            elif branch.get("type") == "array":
+                branch["minItems"] = 1
+            elif branch.get("type") == "string" and self.non_blank:
+                branch["pattern"] = NON_BLANK_PATTERN
+        return schema
+
+
 #: A `state` is free text or any JSON object/array describing the situation.
-State = Annotated[Union[NonEmptyStr, dict[str, Any], list[Any]], WrapValidator(_state_error)]
+State = Annotated[Union[NonEmptyStr, dict[str, Any], list[Any]], WrapValidator(_state_error), NonEmptyJson()]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class StrictModel(BaseModel):
+    """A request body as its JSON schema states it: no unknown fields, no coercion ("1" is not
+    a number, true is not 1), finite numbers only."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
-class DecisionOption(_Strict):
+class DecisionOption(StrictModel):
     id: NonEmptyStr = Field(description="Caller's option id; echoed, never shown to the model.")
     description: NonEmptyStr = Field(description="What the model reads for this option.")
 
 
-class Decision(_Strict):
+class Decision(StrictModel):
     id: NonEmptyStr = Field(description="Caller's decision id, echoed in the result.")
-    state: State = Field(description="The evidence: non-empty text, or a JSON object/array.")
+    state: State = Field(
+        description="The evidence: non-empty text, or a non-empty JSON object/array "
+        f"nested at most {MAX_STATE_DEPTH} levels deep."
+    )
     question: NonEmptyStr = Field(description="The criterion to apply to the state.")
     options: list[DecisionOption] = Field(
         min_length=MIN_OPTIONS,
         max_length=MAX_OPTIONS,
-        description="Allowed answers in order; lettered A, B, … by position.",
+        description="Allowed answers in order; lettered A, B, … by position. Option ids are unique.",
     )
     temperature: float = Field(
         default=1.0, gt=0, description="Divides the option logits before the softmax (calibration)."
@@ -93,12 +124,22 @@ class Decision(_Strict):
         return [option.id for option in self.options]
 
 
-class DecisionRequest(_Strict):
+class DecisionRequest(StrictModel):
     """Body of a structured-decision request: exactly one of `decision` or `decisions`."""
+
+    # Exactly one of the two is given (a null counts as absent): the `_exactly_one_shape` rule.
+    model_config = ConfigDict(json_schema_extra={"oneOf": [
+        {"title": "one decision", "required": ["decision"],
+         "properties": {"decision": {"type": "object"}, "decisions": {"type": "null"}}},
+        {"title": "a batch", "required": ["decisions"],
+         "properties": {"decisions": {"type": "array"}, "decision": {"type": "null"}}},
+    ]})
 
     decision: Decision | None = None
     decisions: list[Decision] | None = Field(
-        default=None, min_length=1, description="Decisions sharing one state, evaluated once."
+        default=None,
+        min_length=1,
+        description="Decisions sharing one state (every `state` equal), evaluated once; decision ids are unique.",
     )
 
     @model_validator(mode="after")
@@ -207,17 +248,22 @@ ErrorCode = Literal[
     "busy",
     "not_ready",
     "not_found",
+    "method_not_allowed",
+    "chat_disabled",
     "internal_error",
 ]
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="Where, e.g. `decision.options[0].id` or `body`.")
+    reason: str
 
 
 class ErrorDetail(BaseModel):
     code: ErrorCode | str
     message: str
     retryable: bool = False
-    fields: list[dict[str, Any]] | None = Field(
-        default=None, description="Per-field problems: location and reason."
-    )
+    fields: list[FieldProblem] | None = Field(default=None, description="Per-field problems: location and reason.")
 
 
 class ErrorResponse(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from decision_contract import Decision, DecisionRequest
+from decision_contract import Decision, DecisionRequest, softmax
 from pydantic import ValidationError
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
@@ -46,3 +46,31 @@ def test_state_depth_limit():
         deep = [deep]
     with pytest.raises(ValidationError, match="levels deep"):
         Decision(**decision(state=deep))
+
+
+@pytest.mark.parametrize("field, value", [("temperature", "1.5"), ("temperature", True), ("id", 7), ("question", False)])
+def test_values_are_not_coerced(field, value):
+    # JSON's types as the published schema states them: "1.5" is not a number, true is not 1.
+    with pytest.raises(ValidationError):
+        Decision(**decision(**{field: value}))
+    assert Decision(**decision(temperature=2)).temperature == 2.0  # an integer is a number
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-12])
+def test_a_tiny_temperature_gives_a_distribution_not_nan(temperature):
+    assert softmax([1.0, 2.0, 2.0 - 1e-9], temperature)[0] == 0.0
+    probabilities = softmax([3.0, 1.0], temperature)
+    assert probabilities == [1.0, 0.0]
+    assert softmax([1.0, 1.0], temperature) == [0.5, 0.5]
+
+
+def test_the_json_schema_says_exactly_one_shape():
+    import jsonschema_rs
+
+    validator = jsonschema_rs.Draft202012Validator(DecisionRequest.model_json_schema())
+    assert validator.is_valid({"decision": decision()})
+    assert validator.is_valid({"decisions": [decision()], "decision": None})
+    assert not validator.is_valid({})
+    assert not validator.is_valid({"decision": None})
+    assert not validator.is_valid({"decision": decision(), "decisions": [decision()]})
+    assert not validator.is_valid({"decision": decision(state={})})
