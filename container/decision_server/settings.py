@@ -64,14 +64,21 @@ class Settings(BaseModel):
         "auto is on when layers are offloaded to a GPU, off on the CPU.",
     )
 
-    @field_validator("flash_attn", mode="before")
+    @field_validator("flash_attn", "decision_chat", mode="before")
     @classmethod
-    def _flash_attn_flag(cls, value: Any) -> Any:
-        # The DLC turns SM_LLAMA_CPP_FLASH_ATTN=true into a bare --flash-attn flag: accept it too.
+    def _on_off_flag(cls, value: Any) -> Any:
+        # The DLC turns SM_LLAMA_CPP_FLASH_ATTN=true into a bare --flash-attn flag: accept
+        # true/false for every on/off switch.
+        if isinstance(value, bool):
+            return "on" if value else "off"
         if isinstance(value, str):
             value = value.strip().lower()
             return {"true": "on", "false": "off"}.get(value, value)
         return value
+
+    @property
+    def chat_enabled(self) -> bool:
+        return self.decision_chat == "on"
 
     @property
     def use_flash_attn(self) -> bool:
@@ -137,15 +144,37 @@ class Settings(BaseModel):
         description="DECISION_UNHEALTHY_AFTER_FAILURES: failed forward passes in a row after which /ping "
         "answers 503, so that SageMaker replaces the instance.",
     )
+    # --- chat (the DLC's OpenAI-compatible path) ------------------------------------------
+    decision_chat: Literal["on", "off"] = Field(
+        "on", validation_alias=AliasChoices("DECISION_CHAT", "decision_chat"),
+        description="DECISION_CHAT: chat completions on this endpoint (on|off); off answers chat requests 403.",
+    )
     chat_max_tokens: int = Field(
         512, ge=1, validation_alias=AliasChoices("CHAT_DEFAULT_MAX_TOKENS", "chat_max_tokens"),
-        description="CHAT_DEFAULT_MAX_TOKENS: completion tokens when a chat request gives no max_tokens.",
+        description="CHAT_DEFAULT_MAX_TOKENS: completion tokens when a chat request gives no max_tokens "
+        "(unset: 512, or CHAT_MAX_TOKENS when that is lower).",
+    )
+    chat_max_tokens_cap: int = Field(
+        512, ge=1, validation_alias=AliasChoices("CHAT_MAX_TOKENS", "chat_max_tokens_cap"),
+        description="CHAT_MAX_TOKENS: most completion tokens a chat request may ask for; more is a 400.",
     )
     log_level: str = Field(
         "INFO", pattern="^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$",
         validation_alias=AliasChoices("LOG_LEVEL", "log_level"),
         description="LOG_LEVEL: Python logging level.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_chat_budget_follows_a_lower_cap(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or _given(data, "chat_max_tokens") is not None:
+            return data
+        cap = _given(data, "chat_max_tokens_cap")
+        try:
+            default = min(int(cap), cls.model_fields["chat_max_tokens"].default)
+        except (TypeError, ValueError):
+            return data  # unset, or invalid: the field's own validation names CHAT_MAX_TOKENS
+        return {**data, "chat_max_tokens": default}
 
     @model_validator(mode="after")
     def _limits_fit_context(self) -> "Settings":
@@ -158,6 +187,11 @@ class Settings(BaseModel):
             raise ValueError(
                 f"DECISION_MAX_REQUEST_TOKENS ({self.max_request_tokens}) is below "
                 f"DECISION_MAX_PROMPT_TOKENS ({self.max_decision_tokens})"
+            )
+        if self.chat_max_tokens > self.chat_max_tokens_cap:
+            raise ValueError(
+                f"CHAT_DEFAULT_MAX_TOKENS ({self.chat_max_tokens}) exceeds CHAT_MAX_TOKENS "
+                f"({self.chat_max_tokens_cap}); the default must be a budget a request may ask for"
             )
         return self
 
@@ -198,6 +232,11 @@ class Settings(BaseModel):
 
 def _aliases(field: Any) -> list[str]:
     return list(field.validation_alias.choices)
+
+
+def _given(data: Mapping[str, Any], field: str) -> Any:
+    """The value given for `field` under any of its names, or None."""
+    return next((data[alias] for alias in _aliases(Settings.model_fields[field]) if alias in data), None)
 
 
 def _field_for(key: str) -> str:

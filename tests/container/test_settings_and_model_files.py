@@ -24,6 +24,7 @@ def test_defaults():
     assert settings.max_body_bytes == 256 * 1024
     assert (settings.max_decision_tokens, settings.max_request_tokens) == (4096, 32768)
     assert (settings.parallel_sequences, settings.queue_size, settings.sequence_copy) == (8, 64, "auto")
+    assert (settings.chat_enabled, settings.chat_max_tokens, settings.chat_max_tokens_cap) == (True, 512, 512)
 
 
 def test_environment_variables_map_onto_settings():
@@ -34,6 +35,7 @@ def test_environment_variables_map_onto_settings():
         "DECISION_MAX_BODY_BYTES": "4096", "DECISION_MAX_PROMPT_TOKENS": "1000", "DECISION_MAX_REQUEST_TOKENS": "1500",
         "DECISION_QUEUE_SIZE": "5", "SM_LLAMA_CPP_FLASH_ATTN": "true", "DECISION_PARALLEL_SEQUENCES": "4",
         "DECISION_SEQUENCE_COPY": "state",
+        "DECISION_CHAT": "off", "CHAT_MAX_TOKENS": "64", "CHAT_DEFAULT_MAX_TOKENS": "32",
     }
     s = Settings.from_env(env)
     assert s.model == Path("/models/m.gguf") and s.model_dir == Path("/data")
@@ -41,6 +43,18 @@ def test_environment_variables_map_onto_settings():
     assert (s.max_options, s.max_decisions, s.max_body_bytes) == (4, 2, 4096)
     assert (s.max_decision_tokens, s.max_request_tokens, s.queue_size) == (1000, 1500, 5)
     assert (s.parallel_sequences, s.sequence_copy) == (4, "state")
+    assert (s.chat_enabled, s.chat_max_tokens_cap, s.chat_max_tokens) == (False, 64, 32)
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("on", True), ("OFF", False), ("true", True), ("false", False)])
+def test_chat_switch_reads_on_off(value, enabled):
+    assert Settings.from_env({"DECISION_CHAT": value}).chat_enabled is enabled
+
+
+def test_the_default_chat_budget_follows_a_lower_cap():
+    assert Settings.from_env({"CHAT_MAX_TOKENS": "8"}).chat_max_tokens == 8
+    assert Settings.from_env({"CHAT_MAX_TOKENS": "4096"}).chat_max_tokens == 512
+    assert Settings.from_env({"CHAT_MAX_TOKENS": "4096", "CHAT_DEFAULT_MAX_TOKENS": "1024"}).chat_max_tokens == 1024
 
 
 def test_dlc_llama_server_flags_and_unmapped_semif_settings_are_reported_as_ignored():
@@ -98,6 +112,10 @@ def test_keyword_overrides_win_over_the_environment():
         ({"DECISION_MAX_PROMPT_TOKENS": "16384"}, "DECISION_MAX_PROMPT_TOKENS"),  # > default ctx 8192
         ({"DECISION_MAX_REQUEST_TOKENS": "100"}, "DECISION_MAX_REQUEST_TOKENS"),
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+        ({"DECISION_CHAT": "sometimes"}, "DECISION_CHAT"),
+        ({"CHAT_MAX_TOKENS": "0"}, "CHAT_MAX_TOKENS"),
+        ({"CHAT_MAX_TOKENS": "lots"}, "CHAT_MAX_TOKENS"),
+        ({"CHAT_MAX_TOKENS": "8", "CHAT_DEFAULT_MAX_TOKENS": "9"}, "CHAT_DEFAULT_MAX_TOKENS"),
     ],
 )
 def test_invalid_values_name_the_variable(env, variable):
