@@ -9,16 +9,18 @@ import re
 import uuid
 from typing import Any, AsyncIterator
 
-from decision_contract import DecisionRequest
+from decision_contract import BatchDecisionResponse, DecisionRequest, ErrorResponse, SingleDecisionResponse
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .chat import ChatCompletionRequest
+from . import openapi
+from .chat import ChatCompletion, ChatCompletionEvent, ChatCompletionRequest
 from .engine import DecisionEngine
 from .errors import BadRequest, MethodNotAllowed, NotFound, ServerError
 from .routes import openai, sagemaker
+from .systemone import SystemOneErrorResponse, SystemOneRequest, SystemOneResponse
 from .systemone import router as systemone
 from .runtime import ModelRuntime
 from .settings import Settings
@@ -51,7 +53,13 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
 
     app = FastAPI(
         title="Decision Router decision container",
-        description="Structured decisions (SemIf direct-options readout) and OpenAI chat on llama.cpp.",
+        description=(
+            "Structured decisions (SemIf direct-options readout), TypeSafe System One questions and "
+            "OpenAI chat on llama.cpp. Every error is `ErrorResponse` (System One's 422 adds `detail`). "
+            f"This server: bodies up to {settings.max_body_bytes} bytes (DECISION_MAX_BODY_BYTES); chat "
+            + (f"on, at most {settings.chat_max_tokens_cap} completion tokens (CHAT_MAX_TOKENS)."
+               if settings.chat_enabled else "switched off (DECISION_CHAT=off): chat requests are 403.")
+        ),
         version="1.0.0",
         lifespan=lifespan,
     )
@@ -82,7 +90,15 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
     app.include_router(sagemaker.router)
     app.include_router(openai.router)
     app.include_router(systemone.router)
-    _install_openapi_schemas(app)
+    openapi.install(
+        app,
+        settings,
+        request_models=[DecisionRequest, ChatCompletionRequest, SystemOneRequest],
+        response_models=[
+            SingleDecisionResponse, BatchDecisionResponse, ChatCompletion, ChatCompletionEvent,
+            SystemOneResponse, sagemaker.PingResponse, openai.ModelList, ErrorResponse, SystemOneErrorResponse,
+        ],
+    )
     return app
 
 
@@ -120,21 +136,3 @@ def _install_error_handlers(app: FastAPI) -> None:
         error.status = exc.status_code
         error.code = "http_error"
         return _error_response(error)
-
-
-def _install_openapi_schemas(app: FastAPI) -> None:
-    """Publish the request bodies (read by hand, to control limits and errors) in /docs."""
-    default_openapi = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = default_openapi()
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in (DecisionRequest, ChatCompletionRequest, systemone.SystemOneRequest):
-                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                components.update(body.pop("$defs", {}))
-                components[model.__name__] = body
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 from decision_contract import ErrorDetail, ErrorResponse
 from pydantic import ValidationError
@@ -43,11 +43,19 @@ class BadRequest(ServerError):
         return cls(f"{field}: {reason}", fields=[{"field": field, "reason": reason}])
 
     @classmethod
-    def from_validation(cls, exc: ValidationError, prefix: str = "") -> "BadRequest":
-        fields = [
-            {"field": _location(prefix, error.get("loc", ())), "reason": _reason(error)}
-            for error in exc.errors(include_url=False)
-        ]
+    def from_validation(
+        cls,
+        exc: ValidationError,
+        prefix: str = "",
+        locate: Callable[[tuple[Any, ...], str], tuple[Any, ...]] | None = None,
+    ) -> "BadRequest":
+        """One field per problem; `locate(loc, error_type)` may rewrite pydantic's locations."""
+        fields = []
+        for error in exc.errors(include_url=False):
+            loc = tuple(error.get("loc", ()))
+            if locate is not None:
+                loc = locate(loc, error["type"])
+            fields.append({"field": _location(prefix, loc), "reason": _reason(error)})
         message = "; ".join(f"{f['field']}: {f['reason']}" for f in fields[:5])
         if len(fields) > 5:
             message += f"; and {len(fields) - 5} more"
@@ -71,6 +79,19 @@ class PromptTooLong(BadRequest):
             "prompts are never truncated, so shorten the input"
         )
         super().__init__(f"{field}: {reason}", fields=[{"field": field, "reason": reason}])
+
+
+class ChatDisabled(ServerError):
+    """This deployment serves decisions only (DECISION_CHAT=off)."""
+
+    status = 403
+    code = "chat_disabled"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "chat completions are switched off on this endpoint (DECISION_CHAT=off); "
+            "send structured decisions or System One questions"
+        )
 
 
 class PayloadTooLarge(ServerError):

@@ -247,6 +247,7 @@ ErrorCode = Literal[
     "prompt_too_long",
     "busy",
     "not_ready",
+    "unhealthy",
     "not_found",
     "method_not_allowed",
     "chat_disabled",

@@ -123,7 +123,7 @@ def test_models_lists_the_served_gguf(http):
 def test_openapi_docs_publish_the_request_bodies(http):
     assert http.get("/docs").status_code == 200
     schemas = http.get("/openapi.json").json()["components"]["schemas"]
-    assert {"DecisionRequest", "Decision", "ChatCompletionRequest"} <= set(schemas)
+    assert {"DecisionRequest", "Decision", "ChatCompletionRequest", "SystemOneRequest", "ErrorResponse"} <= set(schemas)
 
 
 def test_request_id_is_echoed_or_generated(http):
@@ -261,6 +261,53 @@ def test_validation_errors_name_field_and_reason(http, body, field, reason):
     assert reason in error["message"]
     if field:
         assert field in [f["field"] for f in error["fields"]], error
+
+
+@pytest.mark.parametrize(
+    "messages, field, reason",
+    [
+        # Each of these once reached the chat template, which failed on the missing content: a 500.
+        ([{"role": "tool"}], "messages[0].content", "Field required"),
+        ([{"role": "user"}], "messages[0].content", "Field required"),
+        ([{"role": "system", "content": "s"}, {"role": "assistant"}], "messages[1].content", "Field required"),
+        ([{"role": "assistant", "content": None}], "messages[0].content", "text or a list of text parts"),
+        ([{"role": "tool", "content": "42"}], "messages[0].tool_call_id", "Field required"),
+        ([{"role": "user", "content": "x", "tool_call_id": "c1"}], "messages[0].tool_call_id", "not permitted"),
+        ([{"content": "x"}], "messages[0].role", "discriminator 'role'"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+         "messages[0].content[0].type", "'text'"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/invocations"])
+def test_malformed_chat_messages_are_400_naming_the_field(http, path, messages, field, reason):
+    error = error_of(http.post(path, json={"messages": messages, "max_tokens": 2}), 400, "validation_error")
+    assert field in [f["field"] for f in error["fields"]], error
+    assert reason in error["message"]
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "max_completion_tokens"])
+def test_chat_budget_above_chat_max_tokens_is_400_naming_the_setting(http, embedded_engine, name):
+    cap = embedded_engine.settings.chat_max_tokens_cap
+    body = {"messages": [{"role": "user", "content": "Count to a million."}], name: cap + 1}
+    error = error_of(http.post("/v1/chat/completions", json=body), 400, "validation_error")
+    assert error["fields"] == [{"field": name, "reason": f"{cap + 1} is above this server's limit of {cap} "
+                                                         "completion tokens (CHAT_MAX_TOKENS)"}]
+
+
+def test_chat_can_be_switched_off_on_the_decision_endpoint(embedded_engine):
+    # The real app and engine, in process: a deployment with DECISION_CHAT=off.
+    settings = embedded_engine.settings.model_copy(update={"decision_chat": "off"})
+    with TestClient(create_app(engine=embedded_engine, settings=settings)) as client:
+        assert client.app.state.runtime.wait_ready(120)
+        chat = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 2}
+        for path in ("/v1/chat/completions", "/invocations"):
+            error = error_of(client.post(path, json=chat), 403, "chat_disabled")
+            assert "DECISION_CHAT=off" in error["message"]
+        assert client.post("/v1/chat/completions", content=b"not json").status_code == 403
+        assert client.post("/invocations", json={"decision": decision()}).status_code == 200
+        responses = client.get("/openapi.json").json()["paths"]["/invocations"]["post"]["responses"]
+        assert "403" in responses
+        assert "switched off" in client.get("/openapi.json").json()["info"]["description"]
 
 
 def test_over_long_prompt_is_400_never_truncated(http, embedded_engine):

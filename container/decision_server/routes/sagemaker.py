@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from decision_contract import DecisionRequest, SingleDecisionResponse
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from .. import openapi
 from ..bodies import read_json
 from ..errors import BadRequest
 from ..runtime import ModelRuntime
@@ -26,21 +27,28 @@ ACCEPTED_SHAPES = (
     'or {"messages": [...], ...} (OpenAI chat completion), '
     'or {"model": ..., "state": ..., "questions": {...}} (TypeSafe System One)'
 )
+#: SageMaker's own rule for endpoint names (CreateEndpoint's EndpointName).
+ENDPOINT_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 
-_INVOCATION_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "oneOf": [
-                        {"$ref": "#/components/schemas/DecisionRequest"},
-                        {"$ref": "#/components/schemas/ChatCompletionRequest"},
-                    ]
-                }
-            }
-        },
-    }
+
+class PingResponse(BaseModel):
+    status: str = "ok"
+    model: str
+
+
+_INVOCATION = {
+    "description": "The body's keys pick the shape: `decision` or `decisions` (structured decisions), "
+    "`messages` (an OpenAI chat completion; `stream: true` answers server-sent events) or "
+    "`questions` (TypeSafe System One, whose invalid requests are 422 as that API reports them).",
+    "openapi_extra": openapi.request_body("DecisionRequest", "ChatCompletionRequest", "SystemOneRequest"),
+    "responses": openapi.responses(
+        ["SingleDecisionResponse", "BatchDecisionResponse", "ChatCompletion", "SystemOneResponse"],
+        400, 403, 413, 415, 422, 500, 503,
+        description="`result` for a `decision`, `results` for `decisions`, a chat completion for "
+        "`messages`, `answers` for `questions`.",
+        stream="ChatCompletionEvent",
+        unprocessable="SystemOneErrorResponse",
+    ),
 }
 
 
@@ -48,13 +56,17 @@ def runtime_of(request: Request) -> ModelRuntime:
     return request.app.state.runtime
 
 
-@router.get("/ping", summary="Health: 200 once the model is loaded and warmed up")
+@router.get(
+    "/ping",
+    summary="Health: 200 once the model is loaded and warmed up",
+    responses=openapi.responses(["PingResponse"], 500, 503),
+)
 async def ping(request: Request) -> Response:
     engine = runtime_of(request).healthy()
-    return JSONResponse({"status": "ok", "model": engine.model_info.file})
+    return JSONResponse(PingResponse(model=engine.model_info.file).model_dump())
 
 
-@router.post("/invocations", summary="Structured decision(s) or a chat completion", openapi_extra=_INVOCATION_BODY)
+@router.post("/invocations", summary="Structured decision(s), a chat completion or System One questions", **_INVOCATION)
 async def invocations(request: Request) -> Response:
     return await _invoke(request)
 
@@ -62,9 +74,12 @@ async def invocations(request: Request) -> Response:
 @router.post(
     "/endpoints/{endpoint_name}/invocations",
     summary="Same as /invocations, at the SageMaker runtime API's path",
-    openapi_extra=_INVOCATION_BODY,
+    **_INVOCATION,
 )
-async def endpoint_invocations(endpoint_name: str, request: Request) -> Response:
+async def endpoint_invocations(
+    request: Request,
+    endpoint_name: str = Path(pattern=ENDPOINT_NAME_PATTERN, description="A SageMaker endpoint name (any is served)."),
+) -> Response:
     return await _invoke(request)
 
 

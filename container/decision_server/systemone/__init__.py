@@ -22,6 +22,7 @@ from .models import (
     NoulQuestion,
     ScoreAnswer,
     ScoreQuestion,
+    SystemOneErrorResponse,
     SystemOneRequest,
     SystemOneResponse,
 )

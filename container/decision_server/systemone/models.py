@@ -10,8 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, ModelInfo
-from decision_contract import check_state_depth
+from decision_contract import (
+    MAX_OPTIONS,
+    MAX_STATE_DEPTH,
+    MIN_OPTIONS,
+    NON_BLANK_PATTERN,
+    ConfidenceFormula,
+    ErrorResponse,
+    ModelInfo,
+    NonEmptyJson,
+    StrictModel,
+    check_state_depth,
+)
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -22,6 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 #: Text, or a JSON object/array, wherever System One accepts "content" (state, instructions,
 #: criteria). Images (assets) are not accepted: the decision model reads text only.
@@ -46,20 +57,27 @@ def _non_empty(value: Content) -> Content:
 
 
 #: Content the model will read: empty text or an empty object/array says nothing.
-Text = Annotated[Content, BeforeValidator(_is_content), AfterValidator(_non_empty)]
+Text = Annotated[Content, BeforeValidator(_is_content), AfterValidator(_non_empty), NonEmptyJson(non_blank=True)]
+#: Names (question names, choice names) must not be blank.
+_NAMES = {"propertyNames": {"pattern": NON_BLANK_PATTERN}}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class NoulCriteria(_Strict):
+class NoulCriteria(StrictModel):
     true: Text | None = Field(default=None, description="What counts as a yes answer.")
     false: Text | None = Field(default=None, description="What counts as a no answer.")
 
 
-class NoulQuestion(_Strict):
+class NoulQuestion(StrictModel):
     """A yes/no question or statement; answered with P(yes)."""
+
+    # The `_something_to_ask` rule: instructions, or criteria with a true or false description.
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["instructions"], "properties": {"instructions": {"not": {"type": "null"}}}},
+        {"required": ["criteria"], "properties": {"criteria": {"type": "object", "anyOf": [
+            {"required": ["true"], "properties": {"true": {"not": {"type": "null"}}}},
+            {"required": ["false"], "properties": {"false": {"not": {"type": "null"}}}},
+        ]}}},
+    ]})
 
     type: Literal["noul"]
     instructions: Text | None = None
@@ -73,12 +91,15 @@ class NoulQuestion(_Strict):
         return self
 
 
-class ChoiceQuestion(_Strict):
+class ChoiceQuestion(StrictModel):
     """Pick one of the named criteria; a null description means the name alone describes it."""
 
     type: Literal["choice"]
     instructions: Text | None = None
-    criteria: dict[str, Text | None]
+    criteria: dict[str, Text | None] = Field(
+        description=f"{MIN_OPTIONS} to {MAX_OPTIONS} (DECISION_MAX_OPTIONS) named options.",
+        json_schema_extra={"minProperties": MIN_OPTIONS, "maxProperties": MAX_OPTIONS, **_NAMES},
+    )
 
     @field_validator("criteria")
     @classmethod
@@ -90,12 +111,15 @@ class ChoiceQuestion(_Strict):
         return criteria
 
 
-class ScoreQuestion(_Strict):
+class ScoreQuestion(StrictModel):
     """Rate on ordered levels (index 0 lowest); answered with the probability-weighted level."""
 
     type: Literal["score"]
     instructions: Text | None = None
-    criteria: list[Text]
+    criteria: list[Text] = Field(
+        description=f"{MIN_OPTIONS} to {MAX_OPTIONS} (DECISION_MAX_OPTIONS) levels, lowest first.",
+        json_schema_extra={"minItems": MIN_OPTIONS, "maxItems": MAX_OPTIONS},
+    )
 
     @field_validator("criteria")
     @classmethod
@@ -118,7 +142,10 @@ class BoxQuestion(BaseModel):
         )
 
 
-Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, BoxQuestion], Field(discriminator="type")]
+# Box questions are parsed only to be refused by name, so the published schema leaves them out.
+Question = Annotated[
+    Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, SkipJsonSchema[BoxQuestion]], Field(discriminator="type")
+]
 AnswerableQuestion = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion]
 
 
@@ -129,13 +156,19 @@ def _check_option_count(kind: str, what: str, count: int, info: ValidationInfo) 
         raise ValueError(f"a {kind} question needs {MIN_OPTIONS} to {limit} {what} (one option each); got {count}")
 
 
-class SystemOneRequest(_Strict):
+class SystemOneRequest(StrictModel):
     model: str = Field(description="Requested model name or alias; the server answers with the model it serves.")
-    state: Annotated[Content, BeforeValidator(_is_content)] = Field(
-        description="The content every question refers to: text, or a JSON object/array."
+    state: Annotated[Content, BeforeValidator(_is_content), NonEmptyJson(non_blank=True)] = Field(
+        description="The content every question refers to: text, or a JSON object/array "
+        f"nested at most {MAX_STATE_DEPTH} levels deep."
     )
-    questions: dict[str, Question] = Field(min_length=1, description="Questions keyed by the caller's names.")
-    assets: dict[str, Any] | None = Field(default=None, description="Images; rejected (text-only model).")
+    questions: dict[str, Question] = Field(
+        min_length=1,
+        description="Questions keyed by the caller's names.",
+        json_schema_extra=_NAMES,
+    )
+    # Images: refused by name (text-only model), so the published schema leaves them out.
+    assets: SkipJsonSchema[dict[str, Any] | None] = None
 
     @field_validator("state")
     @classmethod
@@ -157,6 +190,18 @@ class SystemOneRequest(_Strict):
         if assets is not None:
             raise ValueError("image assets need a vision-language model; this decision model reads text only")
         return None
+
+
+class Problem(BaseModel):
+    loc: list[str | int] = Field(description="Where: `body`, then the field path.")
+    msg: str
+    type: str
+
+
+class SystemOneErrorResponse(ErrorResponse):
+    """An invalid System One request (422): the container's error plus the TypeSafe API's `detail`."""
+
+    detail: list[Problem]
 
 
 # --- Response -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from .. import openapi
 from ..bodies import read_body
 from ..errors import BadRequest, ServerError, UnsupportedMediaType
 from ..routes.waiting import result_of
@@ -69,18 +70,19 @@ async def answer_invocation(engine: Any, data: Any, request: Request) -> Respons
 
 @router.post(
     "/v1/systemone",
-    response_model=SystemOneResponse,
     summary="TypeSafe System One: noul, choice and score questions about one state",
-    responses={
-        413: {"description": "Body (or decompressed body) over DECISION_MAX_BODY_BYTES."},
-        415: {"description": "Not JSON, or an unsupported Content-Encoding (zstd is supported)."},
-        422: {"description": "Invalid request: `error` (container format) and `detail` (loc/msg/type per problem)."},
-        503: {"description": "Request queue full; retry after `Retry-After` seconds."},
-    },
+    description="Body: JSON, optionally zstd-compressed (`Content-Encoding: zstd`). Invalid requests "
+    "are 422 with every problem located (`detail`), as the TypeSafe API reports them.",
     # The body is read by hand (encoding, limits, 422s); the app publishes its schema.
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
-    }}}},
+    openapi_extra=openapi.request_body("SystemOneRequest"),
+    responses=openapi.responses(
+        ["SystemOneResponse"], 413, 415, 422, 500, 503,
+        unprocessable="SystemOneErrorResponse",
+        notes={
+            413: "`payload_too_large`: the body, or the decompressed body, is over DECISION_MAX_BODY_BYTES.",
+            415: "`unsupported_media_type`: not JSON, or a Content-Encoding other than zstd.",
+        },
+    ),
 )
 async def system_one(request: Request) -> Response:
     from ..app import request_id_var  # the app's request id (set by its middleware)
