@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv test demo bench eval fit lint redrive clean
+.PHONY: help venv test demo bench eval fit lint fuzz redrive clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
@@ -18,6 +18,7 @@ help:
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make lint   cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
+	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
 
 venv: $(STAMP)
 
@@ -79,6 +80,12 @@ fit: $(STAMP)
 redrive: $(STAMP)
 	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
 	$(PY) -m decision_router.redrive $(DLQ) $(REDRIVE_ARGS)
+
+# Schemathesis (every default check) against a real decision server on the embedded model: at
+# least 1000 generated requests across the routes. Junit report and server log in reports/fuzz/.
+# FUZZ_ARGS passes options through, e.g. FUZZ_ARGS="--max-examples 500 -- --seed 1".
+fuzz: $(STAMP)
+	$(PY) -m local.fuzz $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo

@@ -67,11 +67,13 @@ def _alive(pid: int) -> bool:
 
 
 class DecisionContainer:
-    """`python -m decision_server` on a free loopback port, logging to `log_path`."""
+    """`python -m decision_server` on a free loopback port, logging to `log_path`; `settings`
+    are environment variables for the server only (e.g. {"CHAT_MAX_TOKENS": "8"})."""
 
     def __init__(self, log_path: Path, *, model: Path | None = None, port: int | None = None,
-                 stop_grace_seconds: float = 10.0):
+                 stop_grace_seconds: float = 10.0, settings: dict[str, str] | None = None):
         self.log_path, self.model = log_path, model
+        self.settings = dict(settings or {})
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.stop_grace_seconds = stop_grace_seconds
@@ -83,7 +85,7 @@ class DecisionContainer:
         return self.process.pid if self.process else None
 
     def start(self) -> DecisionContainer:
-        env = dict(os.environ)
+        env = {**os.environ, **self.settings}
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT / "contract"), str(REPO_ROOT / "container"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         if self.model is not None:

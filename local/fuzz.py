@@ -1,0 +1,68 @@
+"""`make fuzz`: Schemathesis against a real decision container on the embedded model.
+
+Starts `python -m decision_server` with FUZZ_SETTINGS on a free loopback port, runs `st run`
+on its `/openapi.json` with every default check (no 5xx; documented statuses, content types
+and response schemas; schema-valid bodies accepted, invalid ones rejected), and stops it.
+The suite's bounded fuzz test (tests/container/test_openapi_fuzz.py) serves the same settings.
+
+    python -m local.fuzz [--max-examples N] [-- extra `st run` options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from local.services import DecisionContainer
+from local.template_resources import REPO_ROOT
+
+#: A deployment with small limits, so that a generated request is cheap: the OpenAPI document
+#: publishes them, so generated bodies stay within them. One thread: requests come one at a
+#: time, and a second thread only contends with the other processes on a small machine.
+FUZZ_SETTINGS = {
+    "CHAT_MAX_TOKENS": "8",
+    "DECISION_MAX_OPTIONS": "4",
+    "DECISION_MAX_DECISIONS": "3",
+    "SM_LLAMA_CPP_THREADS": "1",
+    # One request at a time reaches the model; a slow one must not make the next one a 503.
+    "DECISION_ADMISSION_WAIT_SECONDS": "60",
+}
+#: Schemathesis hooks: keep generated valid bodies within the rules JSON Schema cannot state.
+HOOKS_MODULE = "local.fuzz_hooks"
+REPORT_DIR = REPO_ROOT / "reports" / "fuzz"
+
+
+def st_run_command(schema_url: str, max_examples: int, extra: list[str]) -> list[str]:
+    return [
+        str(Path(sys.executable).parent / "st"), "run", schema_url,
+        "--max-examples", str(max_examples),
+        "--workers", "1",  # one model context: concurrent requests would only queue
+        "--request-timeout", "300",
+        "--generation-database", "none",
+        "--report", "junit", "--report-dir", str(REPORT_DIR),
+        *extra,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m local.fuzz", description=__doc__.splitlines()[0])
+    parser.add_argument("--max-examples", type=int, default=100,
+                        help="generated cases per operation in the fuzzing phase (default 100)")
+    parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `st run` options")
+    args = parser.parse_args(argv)
+    extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+
+    with DecisionContainer(REPORT_DIR / "server.log", settings=FUZZ_SETTINGS) as container:
+        container.wait_ready()
+        env = {**os.environ, "SCHEMATHESIS_HOOKS": HOOKS_MODULE,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        command = st_run_command(f"{container.url}/openapi.json", args.max_examples, extra)
+        print("$", " ".join(command), flush=True)
+        return subprocess.call(command, cwd=REPO_ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
