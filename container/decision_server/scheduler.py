@@ -486,8 +486,9 @@ def _sampler(model: LlamaModel, options: SamplingOptions) -> Any:
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
     if options.repeat_penalty != 1.0 or options.presence_penalty or options.frequency_penalty:
-        add(llama_cpp.llama_sampler_init_penalties(64, options.repeat_penalty, options.frequency_penalty,
-                                                   options.presence_penalty))
+        # This llama.cpp build takes the vocabulary size first (n_vocab, last_n, repeat, freq, present).
+        add(llama_cpp.llama_sampler_init_penalties(model.n_vocab, 64, options.repeat_penalty,
+                                                   options.frequency_penalty, options.presence_penalty))
     if options.temperature <= 0:
         add(llama_cpp.llama_sampler_init_greedy())
         return chain

@@ -99,6 +99,15 @@ def test_chat_completion_through_invocations_and_v1(http):
         assert completion["usage"]["completion_tokens"] <= 5
 
 
+@pytest.mark.parametrize("penalty", [{"repeat_penalty": 1.3}, {"presence_penalty": 0.5}, {"frequency_penalty": -0.5}])
+def test_chat_completion_with_a_penalty(http, penalty):
+    # Any penalty adds llama.cpp's penalties sampler (once a 500: its arguments were wrong).
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 3, **penalty}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] <= 3
+
+
 def test_chat_completion_streams_sse_ending_with_done(http):
     body = {"messages": [{"role": "user", "content": "Count: one, two,"}], "max_tokens": 6, "stream": True, "stop": ["\n\n"]}
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
