@@ -27,8 +27,6 @@ FUZZ_SETTINGS = {
     "DECISION_MAX_OPTIONS": "4",
     "DECISION_MAX_DECISIONS": "3",
     "SM_LLAMA_CPP_THREADS": "1",
-    # One request at a time reaches the model; a slow one must not make the next one a 503.
-    "DECISION_ADMISSION_WAIT_SECONDS": "60",
 }
 #: Schemathesis hooks: keep generated valid bodies within the rules JSON Schema cannot state.
 HOOKS_MODULE = "local.fuzz_hooks"
