@@ -31,8 +31,9 @@ MAX_OPTIONS = len(OPTION_LETTERS)
 MAX_STATE_DEPTH = 32
 
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
-#: JSON-schema pattern of text that is not blank (has a character other than whitespace).
-NON_BLANK_PATTERN = r"\S"
+#: JSON-schema pattern of text that is not blank: a character that `str.strip()` keeps. The
+#: whitespace (`str.isspace`) is spelled out because regex dialects disagree on `\s`.
+NON_BLANK_PATTERN = r"[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
 def _state_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:

@@ -143,10 +143,13 @@ SYSTEM_ONE_BODIES = [
     {**SYSTEM_ONE, "questions": {"q": {"type": "noul", "criteria": {"true": "yes"}}}},
     {**SYSTEM_ONE, "state": ""},
     {**SYSTEM_ONE, "state": "   "},
+    {**SYSTEM_ONE, "state": "\u001f"},  # blank to str.strip(), though not to every regex's \s
+    {**SYSTEM_ONE, "state": "\ufeff"},
     {**SYSTEM_ONE, "state": {}},
     {**SYSTEM_ONE, "state": 4},
     {**SYSTEM_ONE, "questions": {}},
     {**SYSTEM_ONE, "questions": {" ": QUESTION}},
+    {**SYSTEM_ONE, "questions": {"\u001f": QUESTION}},
     {**SYSTEM_ONE, "questions": {"tone": {"type": "choice", "criteria": {}}}},
     {**SYSTEM_ONE, "questions": {"tone": {"type": "choice", "criteria": {"calm": None}}}},
     {**SYSTEM_ONE, "questions": {"tone": {"type": "choice", "criteria": {"calm": None, "": None}}}},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from decision_contract import Decision, DecisionRequest, softmax
+from decision_contract import NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
 from pydantic import ValidationError
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
@@ -74,3 +74,20 @@ def test_the_json_schema_says_exactly_one_shape():
     assert not validator.is_valid({"decision": None})
     assert not validator.is_valid({"decision": decision(), "decisions": [decision()]})
     assert not validator.is_valid({"decision": decision(state={})})
+
+
+def test_the_non_blank_pattern_is_what_strip_keeps():
+    # In Python's regex and in the Rust one Schemathesis validates with: `\s` differs between
+    # dialects (U+001F is whitespace to str.strip(), not to ECMAScript), the spelled-out set does not.
+    import re
+
+    import jsonschema_rs
+
+    schema = jsonschema_rs.Draft202012Validator({"type": "string", "pattern": NON_BLANK_PATTERN})
+    for code in range(0x3100):
+        char = chr(code)
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        kept = bool(char.strip())
+        assert (re.search(NON_BLANK_PATTERN, char) is not None) == kept, hex(code)
+        assert schema.is_valid(char) == kept, hex(code)
