@@ -37,7 +37,7 @@ def st_run_command(schema_url: str, max_examples: int, extra: list[str]) -> list
     return [
         str(Path(sys.executable).parent / "st"), "run", schema_url,
         "--max-examples", str(max_examples),
-        "--workers", "1",  # one model context: concurrent requests would only queue
+        "--workers", "1",  # one request at a time, as FUZZ_SETTINGS assumes (one model thread)
         "--request-timeout", "300",
         "--generation-database", "none",
         "--report", "junit", "--report-dir", str(REPORT_DIR),
