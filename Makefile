@@ -55,7 +55,7 @@ demo: $(STAMP)
 lint: $(STAMP) $(SAM_STAMP)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
-	$(PY) -m local.template_resources statelint
+	$(PY) -m local.cloudformation statelint
 
 # Decisions on the embedded model, default threads: readout vs prefill floor, hidden-state cost,
 # batch of 8 vs eight singles, and 1/4/8/16 concurrent clients on the serial and batched engines.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
-from local.template_resources import REPO_ROOT, Stack
+from local.cloudformation import REPO_ROOT, Stack
 
 EVENTS = REPO_ROOT / "events"
 DEFAULT_ITEMS = (EVENTS / "tickets.jsonl", EVENTS / "incidents.jsonl")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from local.services import DecisionContainer
-from local.template_resources import REPO_ROOT
+from local.cloudformation import REPO_ROOT
 
 #: A deployment with small limits, so that a generated request is cheap: the OpenAPI document
 #: publishes them, so generated bodies stay within them. One thread: requests come one at a

@@ -13,7 +13,7 @@ Lambda runtime here and moto cannot run our code without Docker).
   OnFailure destination gets Lambda's failure record.
 
 Everything is read from template.yaml (handlers, environments, batch sizes, retry counts,
-destinations) through `local.template_resources.Stack`.
+destinations) through `local.cloudformation.Stack`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, TextIO
 
 from local.services import patched_environ
-from local.template_resources import Stack, TemplateError
+from local.cloudformation import Stack, TemplateError
 
 
 @dataclass

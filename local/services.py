@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import httpx
 
-from local.template_resources import DEFAULT_REGION, REPO_ROOT
+from local.cloudformation import DEFAULT_REGION, REPO_ROOT
 
 LOOPBACK = "127.0.0.1"
 # Fake credentials: nothing the demo does may reach a real AWS account.

@@ -28,7 +28,7 @@ import pytest
 
 from decision_router.policies import load_policy
 from local.demo import EVENTS, classify, format_table, read_items, table_rows
-from local.template_resources import REPO_ROOT
+from local.cloudformation import REPO_ROOT
 
 from .conftest import UNUSED_ENDPOINT
 

@@ -28,7 +28,7 @@ from decision_contract import BatchDecisionResponse, BatchTiming
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
 from decision_router.intake import Intake
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 INCIDENTS = 20
 SERVICE_SECONDS = 0.4  # one batched decision (priority + team) on the model context

@@ -1,5 +1,5 @@
 """Ticket and incident intake handlers with the `events/` samples against moto (the resources
-come from template.yaml via local.template_resources), endpoint faults injected with
+come from template.yaml via local.cloudformation), endpoint faults injected with
 botocore's Stubber (SageMaker errors cannot be produced by a local server or moto)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from decision_router.intake import Intake
 from decision_router.items import InvalidItem, parse_item
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 ENDPOINT = "decision-endpoint"
 TICKET_OPTIONS = load_policy("support-ticket").questions[0].option_ids

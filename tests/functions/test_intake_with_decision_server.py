@@ -18,7 +18,7 @@ from moto import mock_aws
 from decision_router.config import Settings
 from decision_router.intake import Intake
 from decision_router.records import DecisionRecord
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 pytestmark = pytest.mark.model
 ENDPOINT = "decision-endpoint"

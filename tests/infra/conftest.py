@@ -19,7 +19,7 @@ from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
 from decision_router.review import complete_review
 from decision_router.routing import review_choices
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 ENDPOINT_NAME = "decision-endpoint"
 MODEL = {

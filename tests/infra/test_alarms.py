@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from local.lambdas import LocalFunction
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 FUNCTIONS = ["TicketIntakeFunction", "IncidentIntakeFunction", "ReviewCompletionFunction"]
 

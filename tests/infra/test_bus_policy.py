@@ -11,7 +11,7 @@ import fnmatch
 
 import pytest
 
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 ACCOUNT = "123456789012"
 OTHER_ACCOUNT = "210987654321"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from local.template_resources import Stack
+from local.cloudformation import Stack
 
 EXISTING = {"ExistingEndpointName": "decision-endpoint"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from local.template_resources import REPO_ROOT, TEMPLATE_PATH, Stack, statelint_problems
+from local.cloudformation import REPO_ROOT, TEMPLATE_PATH, Stack, statelint_problems
 
 SAM = REPO_ROOT / ".venv-sam" / "bin" / "sam"
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from decision_router.policies import load_policy
-from local.template_resources import Stack, TemplateError
+from local.cloudformation import Stack, TemplateError
 
 INTERFACE_ENV = {  # pipeline-interfaces.md, "Lambda environment variables"
     "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
@@ -243,7 +243,7 @@ def test_cfn_lint_reads_the_image_pattern_as_cloudformation_does(tmp_path, uri, 
     semantics, so a copy of the template whose default is a tag must be flagged, a digest not."""
     from cfnlint.api import ManualArgs, lint_file
 
-    from local.template_resources import TEMPLATE_PATH
+    from local.cloudformation import TEMPLATE_PATH
 
     text = TEMPLATE_PATH.read_text()
     anchor = '  DecisionImageUri:\n    Type: String\n    Default: ""\n'

@@ -14,7 +14,7 @@ alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeho
     stack.create()                      # inside mock_aws() or against a moto server
     env = stack.function_environment("TicketIntakeFunction")
 
-`python -m local.template_resources statelint` lints every state machine after substitution.
+`python -m local.cloudformation statelint` lints every state machine after substitution.
 """
 
 from __future__ import annotations
@@ -535,7 +535,7 @@ def statelint_problems(stack: Stack | None = None) -> dict[str, list[str]]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] != ["statelint"]:
-        print("usage: python -m local.template_resources statelint", file=sys.stderr)
+        print("usage: python -m local.cloudformation statelint", file=sys.stderr)
         return 2
     failed = False
     for logical_id, problems in statelint_problems().items():
