@@ -107,10 +107,10 @@ def _accuracy_by(observations: Sequence[Observation], key: Callable[[Observation
 
 
 def _policy_route(observations: Sequence[Observation], temperature: float | None, min_confidence: float | None) -> dict | None:
-    """Auto-route share and error rate exactly as the pipeline decides (`routing.model_entry`),
+    """Auto-route share and error rate exactly as the pipeline decides (`judging.model_entry`),
     with the shipped policy question or with a proposed temperature / min_confidence."""
     from decision_router.policies import load_policy
-    from decision_router.routing import model_entry
+    from decision_router.judging import model_entry
 
     first = observations[0]
     if first.case.kind != "policy":

@@ -37,10 +37,10 @@ class QuestionResult:
 
 
 def score_test(question: Any, head_document: dict, examples: Sequence[Example], model: ModelInfo) -> dict:
-    """The test split through the routing function itself (`routing.model_entry`): the question
+    """The test split through the routing function itself (`judging.model_entry`): the question
     as shipped (letters) and the question with the fitted head, each at its own thresholds."""
     from decision_router.heads import Head
-    from decision_router.routing import model_entry
+    from decision_router.judging import model_entry
 
     if not examples:
         return {}

@@ -21,7 +21,7 @@ from .config import Settings
 from .items import InvalidItem, Item, parse_item
 from .policies import load_policy
 from .records import DecisionRecord
-from .service import Outcome, Router
+from .router import Outcome, Router
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0

@@ -5,7 +5,7 @@ handed to the routing workflow.
   reason in its message attributes (failure_kind, failure_reason, item_id, source_message_id).
 - A failed workflow start fails that record alone: SQS redelivers it and moves it to the DLQ
   after maxReceiveCount; each failure is logged with the message id and the reason.
-- An unreachable endpoint does not fail the record: the ticket goes to review (decision_router.service).
+- An unreachable endpoint does not fail the record: the ticket goes to review (decision_router.router).
 """
 
 from aws_lambda_powertools import Logger, Metrics

@@ -12,7 +12,7 @@ from decision_contract import ModelInfo, softmax
 from decision_router.heads import Head
 from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, load_policy
 from decision_router.items import parse_item
-from decision_router.routing import model_entry
+from decision_router.judging import model_entry
 
 from tests.functions.conftest import make_result
 

@@ -18,7 +18,7 @@ from decision_router.policies import load_policy
 from decision_router.items import parse_item
 from decision_router.records import DecisionRecord
 from decision_router.review import InvalidReview, ReviewCompletion, complete_review, submit_review
-from decision_router.routing import build_record, model_entry
+from decision_router.judging import build_record, model_entry
 from local.cloudformation import Stack
 
 QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",

@@ -18,7 +18,7 @@ from decision_router.items import parse_item
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
 from decision_router.review import complete_review
-from decision_router.routing import review_choices
+from decision_router.judging import review_choices
 from local.cloudformation import Stack
 
 ENDPOINT_NAME = "decision-endpoint"

@@ -24,7 +24,7 @@ from .errors import EndpointFailure
 from .items import Item
 from .policies import Policy, build_decisions
 from .records import DecisionEntry, DecisionRecord
-from .routing import build_record, error_entry, model_entry, rule_entry
+from .judging import build_record, error_entry, model_entry, rule_entry
 from .rules import apply_rules
 
 
