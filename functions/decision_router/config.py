@@ -1,5 +1,5 @@
-"""Function settings from the environment variables that template.yaml sets
-(names agreed in pipeline-interfaces.md). Each handler asks only for what it uses."""
+"""Function settings from the environment variables that template.yaml sets (README.md,
+"Function environment", lists them). Each handler asks only for what it uses."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The decision record (workflow input) and the review output: exactly the shapes in
-pipeline-interfaces.md. The workflow only carries these out; it never recomputes routing."""
+"""The decision record (the routing workflow's input) and the review output: the shapes that
+statemachine/routing.asl.json reads. The workflow only carries these out; it never recomputes routing."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ class Pipeline:
 
     def record(self, kind: str, item_id: str, *, route: str, answers: dict[str, str], escalate: bool = False,
                timeout_seconds: int = 86400) -> dict:
-        """A decision record shaped as in pipeline-interfaces.md (validated by the functions' model)
+        """A decision record as the intake writes it (validated by the functions' DecisionRecord)
         for the shipped policy's questions; `answers` are the model's (chosen or suggested) options."""
         policy = load_policy("support-ticket" if kind == "ticket" else "incident")
         questions = {q.id: (answers[q.id], q.option_ids) for q in policy.questions}
