@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for part in ("contract", "container"):
-    if str(ROOT / part) not in sys.path:
-        sys.path.insert(0, str(ROOT / part))
+for part in (ROOT / "contract", ROOT / "container", ROOT):
+    if str(part) not in sys.path:
+        sys.path.insert(0, str(part))
 
+from bench.stats import percentile  # noqa: E402
 from decision_contract import Decision  # noqa: E402
 from decision_server.engine import DecisionEngine  # noqa: E402
 from decision_server.errors import Busy  # noqa: E402
@@ -84,14 +85,6 @@ def make_decision(decision_id: str, state: str, question: str, options: list[str
         question=question,
         options=[{"id": f"o{i}", "description": text} for i, text in enumerate(options)],
     )
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = q * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def progress(line: str) -> None:

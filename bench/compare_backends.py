@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.evaluate.cases import load_file
+from bench.stats import percentile
 
 DEFAULT_DATA = ["bench/data/support-tickets.jsonl", "bench/data/incidents.jsonl"]
 
@@ -34,11 +35,6 @@ def _parse_overrides(text: str) -> dict[str, Any]:
             raise SystemExit(f"engine setting {part!r} is not KEY=VALUE")
         overrides[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
     return overrides
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def compare(baseline: Any, candidate: Any, cases: list, repeats: int = 1) -> dict[str, Any]:
@@ -66,7 +62,7 @@ def compare(baseline: Any, candidate: Any, cases: list, repeats: int = 1) -> dic
         "median_abs_probability_delta": statistics.median(deltas),
         "accuracy": {"baseline": correct_base / total, "candidate": correct_cand / total},
         "latency_seconds_per_decision": {
-            name: {"median": statistics.median(values), "p95": _percentile(values, 0.95)}
+            name: {"median": statistics.median(values), "p95": percentile(values, 0.95)}
             for name, values in latency.items()
         },
         "candidate_over_baseline_latency": statistics.median(latency["candidate"])

@@ -20,6 +20,7 @@ import argparse
 import statistics
 import time
 
+from bench.stats import percentile
 from decision_server.engine import DecisionEngine
 from decision_server.model_files import embedded_model_path
 from decision_server.systemone import SystemOneRequest, parse_request, to_decisions, to_response
@@ -88,16 +89,11 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"model {engine.model_info.file}, threads {engine.settings.threads}, rounds {args.rounds}")
     for name, value in median.items():
-        print(f"  {name:<10} median {value * 1000:8.1f} ms   p90 {_p90(times[name]) * 1000:8.1f} ms")
+        print(f"  {name:<10} median {value * 1000:8.1f} ms   p90 {percentile(times[name], 0.9) * 1000:8.1f} ms")
     print(f"  layer only (parse + map + answers, no model) median {statistics.median(layer) * 1000:.3f} ms")
     print(f"  input tokens: mixed request {usage}, three separate requests {separate_tokens}")
     print(f"  systemone / semif      = {median['systemone'] / median['semif']:.3f}  (layer overhead)")
     print(f"  systemone / separate   = {median['systemone'] / median['separate']:.3f}  (shared state saves)")
-
-
-def _p90(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from bench.stats import percentile
 from decision_contract import confidence, softmax
 
 Vectors = Sequence[Sequence[float]]
@@ -295,8 +296,8 @@ def summary(values: Sequence[float]) -> dict[str, float | int | None]:
         "count": int(v.size),
         "min": float(v.min()),
         "mean": float(v.mean()),
-        "median": float(np.median(v)),
-        "p95": float(np.percentile(v, 95)),
+        "median": float(percentile(v.tolist(), 0.5)),
+        "p95": float(percentile(v.tolist(), 0.95)),
         "max": float(v.max()),
     }
 
