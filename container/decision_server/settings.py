@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 def _default_threads() -> int:
@@ -20,17 +21,16 @@ def _default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def _env(name: str, field: str) -> Any:
-    # Accept both the environment variable and the field name (for keyword overrides).
-    return Field(validation_alias=AliasChoices(name, field), description=f"Environment variable {name}.")
-
-
 class SettingsError(ValueError):
     """A setting is invalid; the message names the environment variable."""
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+class Settings(BaseSettings):
+    """Each field is read from the first of its aliases that is set (the environment variable
+    first; other names are the AWS SemIf sample's and the field's own, for keyword overrides)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True, populate_by_name=True, case_sensitive=True,
+                                      env_ignore_empty=True)
 
     # --- the DLC's surface --------------------------------------------------------------
     model: Path | None = Field(
@@ -196,22 +196,23 @@ class Settings(BaseModel):
         return self
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
-        """Settings from `environ` (default `os.environ`); keyword overrides win."""
-        environ = os.environ if environ is None else environ
-        names = {alias for field in cls.model_fields.values() for alias in _aliases(field)}
-        values: dict[str, Any] = {k: v for k, v in environ.items() if k in names and v != ""}
-        for key, value in overrides.items():
-            if value is None:
-                continue
-            # An override replaces whatever the environment gave for the same field.
-            for alias in _aliases(cls.model_fields[_field_for(key)]):
-                values.pop(alias, None)
-            values[key] = value
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from the process environment, or from `environ` alone; keyword overrides win."""
+        overrides = {key: value for key, value in overrides.items() if value is not None}
+        overridden = [_field_for(key) for key in overrides]  # SettingsError on an unknown name
         try:
-            return cls.model_validate(values)
+            if environ is None:
+                return cls(**overrides)
+            names = {alias for field in cls.model_fields.values() for alias in _aliases(field)}
+            values: dict[str, Any] = {k: v for k, v in environ.items() if k in names and v != ""}
+            for name in overridden:
+                # An override replaces whatever the environment gave for the same field.
+                for alias in _aliases(cls.model_fields[name]):
+                    values.pop(alias, None)
+            given = _Given(**values, **overrides)
+            return cls.model_construct(given.model_fields_set, **dict(given))
         except ValidationError as exc:
-            raise SettingsError(_describe(exc)) from None
+            raise SettingsError(_describe(exc, _given_as(os.environ if environ is None else environ, overrides))) from None
 
     @classmethod
     def ignored_variables(cls, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -230,6 +231,16 @@ class Settings(BaseModel):
         return rows
 
 
+class _Given(Settings):
+    """Settings validated from the values given alone (`Settings.from_env(mapping)`), never from
+    the process environment."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **environment: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 def _aliases(field: Any) -> list[str]:
     return list(field.validation_alias.choices)
 
@@ -246,11 +257,19 @@ def _field_for(key: str) -> str:
     raise SettingsError(f"unknown setting {key!r}")
 
 
-def _describe(exc: ValidationError) -> str:
+def _given_as(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """field → the name its value was given under (an override's key, else the first of its
+    aliases that the environment sets, as validation reads them): what an error should name."""
+    given = {name: next((a for a in _aliases(field) if environ.get(a)), "") for name, field in Settings.model_fields.items()}
+    given.update({_field_for(key): key for key in overrides})
+    return {name: label for name, label in given.items() if label}
+
+
+def _describe(exc: ValidationError, given: Mapping[str, str]) -> str:
     problems = []
     for error in exc.errors():
         loc = error.get("loc") or ()
-        variable = loc[0] if loc else "settings"
+        variable = given.get(_field_for(str(loc[0])), str(loc[0])) if loc and loc[0] != "__root__" else "settings"
         got = f" (got {error['input']!r})" if loc and "input" in error else ""
         problems.append(f"{variable}: {error['msg'].removeprefix('Value error, ')}{got}")
     return "invalid settings: " + "; ".join(problems)

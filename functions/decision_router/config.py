@@ -4,87 +4,104 @@
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Annotated, Any, Mapping
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class ConfigError(RuntimeError):
     """A missing or malformed environment variable; raised at cold start, naming the variable."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    endpoint_name: str | None = None
-    state_machine_arn: str | None = None
-    idempotency_table: str | None = None
-    destination_queues: Mapping[str, str] = field(default_factory=dict)
-    review_queue_url: str | None = None
-    review_timeout_seconds: int = 86400
-    policy_name: str | None = None
-    endpoint_read_timeout_seconds: float = 70.0
-    endpoint_max_attempts: int = 4
-    audit_table: str | None = None
-    labelled_examples_table: str | None = None
-    event_bus_name: str | None = None
-    dead_letter_queue_url: str | None = None
+def _env(variable: str, default: Any = None, **constraints: Any) -> Any:
+    return Field(default, validation_alias=variable, description=f"Environment variable {variable}.", **constraints)
 
-    _ENV = {
-        "endpoint_name": "DECISION_ENDPOINT_NAME",
-        "state_machine_arn": "ROUTING_STATE_MACHINE_ARN",
-        "idempotency_table": "IDEMPOTENCY_TABLE_NAME",
-        "destination_queues": "DESTINATION_QUEUES",
-        "review_queue_url": "REVIEW_QUEUE_URL",
-        "review_timeout_seconds": "REVIEW_TIMEOUT_SECONDS",
-        "policy_name": "POLICY_NAME",
-        "endpoint_read_timeout_seconds": "ENDPOINT_READ_TIMEOUT_SECONDS",
-        "endpoint_max_attempts": "ENDPOINT_MAX_ATTEMPTS",
-        "audit_table": "AUDIT_TABLE_NAME",
-        "labelled_examples_table": "LABELLED_EXAMPLES_TABLE_NAME",
-        "event_bus_name": "EVENT_BUS_NAME",
-        "dead_letter_queue_url": "DEAD_LETTER_QUEUE_URL",
-    }
+
+class Settings(BaseSettings):
+    """Each field is read from the environment variable named by its alias; a blank one is unset."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True, env_ignore_empty=True)
+
+    endpoint_name: str | None = _env("DECISION_ENDPOINT_NAME")
+    state_machine_arn: str | None = _env("ROUTING_STATE_MACHINE_ARN")
+    idempotency_table: str | None = _env("IDEMPOTENCY_TABLE_NAME")
+    # NoDecode: the validator below parses the JSON, so its errors name the variable.
+    destination_queues: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias="DESTINATION_QUEUES",
+        description="Environment variable DESTINATION_QUEUES: JSON object of policy target → queue URL.")
+    review_queue_url: str | None = _env("REVIEW_QUEUE_URL")
+    review_timeout_seconds: int = _env("REVIEW_TIMEOUT_SECONDS", 86400, ge=1)
+    policy_name: str | None = _env("POLICY_NAME")
+    endpoint_read_timeout_seconds: float = _env("ENDPOINT_READ_TIMEOUT_SECONDS", 70.0, ge=1)
+    endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS", 4, ge=1)
+    audit_table: str | None = _env("AUDIT_TABLE_NAME")
+    labelled_examples_table: str | None = _env("LABELLED_EXAMPLES_TABLE_NAME")
+    event_bus_name: str | None = _env("EVENT_BUS_NAME")
+    dead_letter_queue_url: str | None = _env("DEAD_LETTER_QUEUE_URL")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
-        values: dict = {}
-        for name, var in cls._ENV.items():
-            raw = env.get(var, "").strip()
-            if not raw:
-                continue
-            if name == "destination_queues":
-                values[name] = _queues(raw)
-            elif name in ("review_timeout_seconds", "endpoint_max_attempts"):
-                values[name] = _number(var, raw, int, minimum=1)
-            elif name == "endpoint_read_timeout_seconds":
-                values[name] = _number(var, raw, float, minimum=1)
-            else:
-                values[name] = raw
-        return cls(**values)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The process environment (default), or `env` alone; ConfigError names a bad variable."""
+        try:
+            if env is None:
+                return cls()
+            given = _Given(**env)
+            return cls.model_construct(given.model_fields_set, **dict(given))
+        except ValidationError as error:
+            raise ConfigError("; ".join(_describe(e) for e in error.errors(include_url=False))) from None
 
-    def require(self, *names: str) -> "Settings":
-        missing = [self._ENV[n] for n in names if not getattr(self, n)]
+    @classmethod
+    def variable(cls, name: str) -> str:
+        alias = cls.model_fields[name].validation_alias
+        assert isinstance(alias, str)
+        return alias
+
+    def require(self, *names: str) -> Settings:
+        missing = [self.variable(n) for n in names if not getattr(self, n)]
         if missing:
             raise ConfigError(f"environment variable(s) not set: {', '.join(missing)}")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {k: v.strip() if isinstance(v, str) else v for k, v in data.items()
+                if not (isinstance(v, str) and not v.strip())}
 
-def _number(var: str, raw: str, kind: type, minimum: float):
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ConfigError(f"{var}={raw!r}: not a {kind.__name__}") from None
-    if value < minimum:
-        raise ConfigError(f"{var}={raw!r}: must be at least {minimum}")
-    return value
+    @field_validator("destination_queues", mode="before")
+    @classmethod
+    def _queues(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"DESTINATION_QUEUES is not JSON: {error}") from None
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
+            raise ValueError("DESTINATION_QUEUES must be a JSON object of target → queue URL (strings)")
+        return raw
 
 
-def _queues(raw: str) -> dict[str, str]:
-    try:
-        queues = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"DESTINATION_QUEUES is not JSON: {error}") from None
-    if not isinstance(queues, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in queues.items()):
-        raise ConfigError("DESTINATION_QUEUES must be a JSON object of target → queue URL (strings)")
-    return queues
+class _Given(Settings):
+    """Settings validated from the values given alone (`Settings.from_env(mapping)`), never from
+    the process environment."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **environment: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def _describe(error: Any) -> str:
+    """One pydantic error as 'VARIABLE='value': why' (a validator's own message names the variable)."""
+    variable = str(error["loc"][0]) if error["loc"] else "settings"
+    raw = error.get("input")
+    if error["type"] == "value_error":
+        return error["msg"].removeprefix("Value error, ")
+    if error["type"] in ("int_parsing", "int_from_float", "float_parsing"):
+        return f"{variable}={raw!r}: not a {'float' if error['type'] == 'float_parsing' else 'int'}"
+    if error["type"] == "greater_than_equal":
+        return f"{variable}={raw!r}: must be at least {error['ctx']['ge']:g}"
+    return f"{variable}={raw!r}: {error['msg']}"

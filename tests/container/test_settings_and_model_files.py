@@ -75,6 +75,24 @@ def test_the_aws_samples_semif_settings_map_onto_ours():
     assert Settings.from_env({**env, "DECISION_MAX_DECISIONS": "5"}).max_decisions == 5
 
 
+def test_the_process_environment_is_read_with_the_same_names_and_precedence(monkeypatch):
+    monkeypatch.setenv("SEMIF_THREADS", "3")
+    monkeypatch.setenv("SEMIF_MAX_SHARED_DECISIONS", "12")
+    monkeypatch.setenv("DECISION_MAX_DECISIONS", "5")  # our own name wins
+    monkeypatch.setenv("SM_LLAMA_CPP_CTX_SIZE", "")  # empty: unset
+    monkeypatch.setenv("CHAT_MAX_TOKENS", "8")
+    s = Settings.from_env()
+    assert (s.threads, s.max_decisions, s.ctx_size, s.chat_max_tokens) == (3, 5, 8192, 8)
+    assert Settings.from_env(threads=1, port=9000).threads == 1  # keyword overrides win
+    assert Settings.from_env({}).max_decisions == 64  # a mapping alone: the process environment is not read
+    monkeypatch.delenv("DECISION_MAX_DECISIONS")
+    monkeypatch.setenv("SEMIF_MAX_SHARED_DECISIONS", "many")
+    with pytest.raises(SettingsError, match="SEMIF_MAX_SHARED_DECISIONS: .*got 'many'"):
+        Settings.from_env()
+    with pytest.raises(SettingsError, match="unknown setting 'bogus'"):
+        Settings.from_env({}, bogus=1)
+
+
 @pytest.mark.parametrize(("value", "gpu_layers", "expected"), [
     (None, 0, False), (None, 999, True),          # auto: on only with GPU offload
     ("on", 0, True), ("true", 0, True), ("OFF", 999, False), ("false", 999, False),

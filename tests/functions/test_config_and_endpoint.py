@@ -28,6 +28,22 @@ def test_bad_settings_name_the_variable(env, message):
         Settings.from_env(env)
 
 
+def test_settings_read_the_process_environment(monkeypatch):
+    monkeypatch.setenv("DESTINATION_QUEUES", '{"billing": "https://q/b", "sales": "https://q/s"}')
+    monkeypatch.setenv("ENDPOINT_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("ENDPOINT_READ_TIMEOUT_SECONDS", " 12.5 ")
+    monkeypatch.setenv("POLICY_NAME", "  ")  # blank: unset
+    s = Settings.from_env()
+    assert s.destination_queues == {"billing": "https://q/b", "sales": "https://q/s"}
+    assert (s.endpoint_max_attempts, s.endpoint_read_timeout_seconds, s.policy_name) == (2, 12.5, None)
+    monkeypatch.setenv("ENDPOINT_READ_TIMEOUT_SECONDS", "0.5")
+    with pytest.raises(ConfigError, match=r"^ENDPOINT_READ_TIMEOUT_SECONDS='0.5': must be at least 1$"):
+        Settings.from_env()
+    monkeypatch.setenv("DESTINATION_QUEUES", "billing=https://q")
+    with pytest.raises(ConfigError, match="DESTINATION_QUEUES is not JSON"):
+        Settings.from_env()
+
+
 def test_missing_required_settings_are_listed():
     with pytest.raises(ConfigError, match="not set: DECISION_ENDPOINT_NAME, ROUTING_STATE_MACHINE_ARN"):
         Settings.from_env({}).require("endpoint_name", "state_machine_arn")
