@@ -1,13 +1,14 @@
 """The intake flow shared by the ticket (SQS) and incident (EventBridge) functions:
-parse → decide once per item key → start the workflow → log and metrics. Built lazily on the first item, so importing a
-handler creates no AWS client and a broken policy/config fails loudly at the first invoke."""
+parse → judge once per item key → start the workflow → log and metrics. Its parts are built once,
+on the first item (`Intake.parts`), so importing a handler creates no AWS client and a broken
+policy/config fails loudly at the first invoke."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
-from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -27,52 +28,67 @@ from .router import Outcome, Router
 RESERVED_SECONDS = 10.0
 #: How long a decision is kept for a duplicate of the same item (no second model call).
 IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
+#: What the intake needs from the environment (README.md, "Function environment").
+REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
+                     "review_queue_url", "policy_name")
+
+
+@dataclass(frozen=True)
+class IntakeParts:
+    """What an Intake works with, built once from its settings (`Intake.parts`)."""
+
+    router: Router
+    #: Intake.judge, once per item key (Powertools idempotency on DynamoDB).
+    judge_once: Callable[..., dict]
 
 
 class Intake:
     def __init__(self, kind: str, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
                  endpoint: Any = None, workflow: Any = None):
+        """`settings`, `endpoint` and `workflow` replace what the environment would give (tests)."""
         self.kind, self.logger, self.metrics = kind, logger, metrics
         self._settings, self._endpoint, self._workflow = settings, endpoint, workflow
         # The key is Item.key (kind, source, id, payload hash), passed as the function's data.
         self.idempotency = IdempotencyConfig(raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL)
+        self._parts: IntakeParts | None = None
 
-    @cached_property
-    def settings(self) -> Settings:
-        return (self._settings or Settings.from_env()).require(
-            "endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
-            "review_queue_url", "policy_name")
+    @property
+    def parts(self) -> IntakeParts:
+        """The router and the idempotent judge, built (and validated) on first use."""
+        if self._parts is None:
+            self._parts = self._build()
+        return self._parts
 
-    @cached_property
+    @property
     def router(self) -> Router:
+        return self.parts.router
+
+    def _build(self) -> IntakeParts:
         from .adapters.endpoint import DecisionEndpoint
         from .adapters.workflow import WorkflowStarter
 
-        s = self.settings
+        s = (self._settings or Settings.from_env()).require(*REQUIRED_SETTINGS)
         policy = load_policy(s.policy_name, known_targets=s.destination_queues)
         if policy.item_kind != self.kind:
             raise RuntimeError(f"POLICY_NAME={s.policy_name!r} decides {policy.item_kind}s; this function takes {self.kind}s")
         self.metrics.set_default_dimensions(policy=policy.name)
         endpoint = self._endpoint or DecisionEndpoint(s.endpoint_name, read_timeout=s.endpoint_read_timeout_seconds,
                                                       max_attempts=s.endpoint_max_attempts)
-        return Router(policy, endpoint, self._workflow or WorkflowStarter(s.state_machine_arn),
-                      destinations=s.destination_queues, review_queue_url=s.review_queue_url,
-                      review_timeout_seconds=s.review_timeout_seconds)
+        router = Router(policy, endpoint, self._workflow or WorkflowStarter(s.state_machine_arn),
+                        destinations=s.destination_queues, review_queue_url=s.review_queue_url,
+                        review_timeout_seconds=s.review_timeout_seconds)
+        # Only the decision is kept per key: whether the item was routed is the workflow's to say,
+        # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
+        judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
+                                         persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table))
+        return IntakeParts(router, judge_once)
 
-    @cached_property
-    def _decide_once(self):
-        """Decide an item once per key (a duplicate reuses the stored record, no second model call).
-        Only the decision is cached: whether the item was routed is the workflow's to say, so a
-        re-sent item whose execution failed is routed again (WorkflowStarter.start)."""
-        store = DynamoDBPersistenceLayer(table_name=self.settings.idempotency_table)
-
-        def decide(item_key: str, item: Item, deadline: float | None) -> dict:
-            record, seconds = self.router.decide(item, deadline=deadline)
-            self._observe_decision(record, seconds)
-            return record.model_dump(mode="json")
-
-        return idempotent_function(decide, data_keyword_argument="item_key", persistence_store=store,
-                                   config=self.idempotency)
+    def judge(self, item_key: str, item: Item, deadline: float | None) -> dict:
+        """The item's decision record (JSON), observed in logs and metrics; `item_key` is the
+        idempotency key."""
+        record, seconds = self.router.judge(item, deadline=deadline)
+        self._observe_decision(record, seconds)
+        return record.model_dump(mode="json")
 
     def register(self, context: Any) -> None:
         self.idempotency.register_lambda_context(context)
@@ -89,9 +105,9 @@ class Intake:
         deadline = None
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
-        self.router  # noqa: B018 - build (and validate) before the idempotency record is taken
-        record = DecisionRecord.model_validate(self._decide_once(item_key=item.key, item=item, deadline=deadline))
-        name, started = self.router.workflow.start(record)
+        parts = self.parts  # built (and validated) before an idempotency record is taken
+        record = DecisionRecord.model_validate(parts.judge_once(item_key=item.key, item=item, deadline=deadline))
+        name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)

@@ -59,7 +59,10 @@ class Router:
         self.destinations = dict(destinations)
         self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
 
-    def decide(self, item: Item, *, deadline: float | None = None) -> tuple[DecisionRecord, float | None]:
+    def judge(self, item: Item, *, deadline: float | None = None) -> tuple[DecisionRecord, float | None]:
+        """The item's decision record: rule answers first, the endpoint for the remaining
+        questions (one request), each answer judged against its thresholds; and the endpoint's
+        round trip in seconds (None when rules answered everything)."""
         hits = apply_rules(self.policy, item)
         entries: list[DecisionEntry] = [rule_entry(self.policy.question(q), hit) for q, hit in hits.items()]
         pending = [q for q in self.policy.questions if q.id not in hits]
@@ -79,6 +82,6 @@ class Router:
         return record, seconds
 
     def route(self, item: Item, *, deadline: float | None = None) -> Outcome:
-        record, seconds = self.decide(item, deadline=deadline)
+        record, seconds = self.judge(item, deadline=deadline)
         name, started = self.workflow.start(record)
         return Outcome(record, name, started, seconds)
