@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -31,6 +31,9 @@ IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
 #: What the intake needs from the environment (README.md, "Function environment").
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
                      "review_queue_url", "policy_name")
+
+# One Tracer configuration per process (Powertools shares it): the handler's, which patches boto3.
+tracer = Tracer()
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class Intake:
                                          persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table))
         return IntakeParts(router, judge_once)
 
+    @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> dict:
         """The item's decision record (JSON), observed in logs and metrics; `item_key` is the
         idempotency key."""

@@ -2,7 +2,7 @@
 a bad incident or a failed workflow start raises, so Lambda retries and then hands the event
 to the function's on-failure destination/DLQ. An unreachable endpoint sends it to review."""
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -13,10 +13,12 @@ DETAIL_TYPE = "Incident Reported"
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()
 intake = Intake("incident", logger=logger, metrics=metrics)
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     intake.register(context)

@@ -4,7 +4,7 @@ the review's execution was started with (read from Step Functions, never taken f
 routes the item, stores the labelled example and writes the audit record. Invalid answers raise
 with every problem named; nothing is sent then, so the review stays pending."""
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
@@ -13,11 +13,13 @@ from decision_router.config import Settings
 from decision_router.review import ReviewCompletion, submit_review
 
 logger = Logger()
+tracer = Tracer()
 tasks = ReviewTasks()
 workflows: dict[str, WorkflowStarter] = {}
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler(capture_response=False)  # the reviewer's note: not for traces
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     completion = ReviewCompletion.parse(event)
     settings = Settings.from_env().require("state_machine_arn")

@@ -8,7 +8,7 @@ handed to the routing workflow.
 - An unreachable endpoint does not fail the record: the ticket goes to review (decision_router.router).
 """
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -20,6 +20,7 @@ from decision_router.items import InvalidItem
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()
 processor = BatchProcessor(event_type=EventType.SQS, model=SqsRecordModel, raise_on_entire_batch_failure=False)
 intake = Intake("ticket", logger=logger, metrics=metrics)
 dead_letters: dict[str, Queue] = {}
@@ -50,6 +51,7 @@ def park(record: SqsRecordModel, error: InvalidItem) -> None:
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     intake.register(context)

@@ -4,6 +4,8 @@ botocore's Stubber (SageMaker errors cannot be produced by a local server or mot
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import io
 import json
 import re
@@ -248,6 +250,66 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = executions(stack).values()
     assert record.destination.target == "billing"  # the first route stands
+
+
+class RecordingTracerProvider:
+    """Stands in for X-Ray (no daemon here, and the suite runs with POWERTOOLS_TRACE_DISABLED=1):
+    records the subsegments Powertools' Tracer opens, in order."""
+
+    def __init__(self):
+        self.subsegments: list[str] = []
+
+    @contextlib.contextmanager
+    def in_subsegment(self, name: str, **_):
+        self.subsegments.append(name)
+        yield self
+
+    def put_annotation(self, key, value):
+        pass
+
+    def put_metadata(self, key, value, namespace=None):
+        pass
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """Every Tracer of the functions (the handlers' and the library's) records into one provider."""
+    from incident_intake import app as incident_app
+    from review import app as review_app
+    from ticket_intake import app as ticket_app
+
+    import decision_router.adapters.endpoint
+    import decision_router.adapters.workflow
+    import decision_router.intake
+
+    recorder = RecordingTracerProvider()
+    for module in (ticket_app, incident_app, review_app, decision_router.intake,
+                   decision_router.adapters.endpoint, decision_router.adapters.workflow):
+        assert module.tracer.auto_patch is True  # boto3 calls (InvokeEndpoint, DynamoDB, StartExecution) traced too
+        monkeypatch.setattr(module.tracer, "provider", recorder)
+    return recorder
+
+
+def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_traced(
+        traces, tickets, stack, context, ticket_data):
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.Intake.judge",
+                                  "## decision_router.adapters.endpoint.DecisionEndpoint.decide",
+                                  "## decision_router.adapters.workflow.WorkflowStarter.start"]
+    traces.subsegments.clear()
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    # a duplicate: judged once (the idempotency store answers), no second model call
+    assert traces.subsegments == ["## lambda_handler", "## decision_router.adapters.workflow.WorkflowStarter.start"]
+
+
+@pytest.mark.parametrize("handler", ["incident_intake", "review"])
+def test_the_other_handlers_are_traced(traces, context, handler):
+    app = importlib.import_module(f"{handler}.app")
+    with pytest.raises(Exception):
+        app.lambda_handler({"detail-type": "not an event this function takes"}, context)
+    assert traces.subsegments == ["## lambda_handler"]
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import boto3
+from aws_lambda_powertools import Tracer
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, ReadTimeoutError
 from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
@@ -37,6 +38,8 @@ UNAVAILABLE_CODES = {"ServiceUnavailable", "ServiceUnavailableException", "Inter
 TIMEOUT_STEPS = (1, 2, 4, 8, 15, 30, 60, 120)
 #: An attempt needs at least this long; with less left the endpoint is not called again.
 MIN_ATTEMPT_SECONDS = 1.0
+
+tracer = Tracer()
 
 
 class DecisionEndpoint(AwsAdapter):
@@ -80,6 +83,7 @@ class DecisionEndpoint(AwsAdapter):
             self._clients[timeout] = self._new_client(timeout)
         return self._clients[timeout]
 
+    @tracer.capture_method(capture_response=False)  # results carry hidden states: not for traces
     def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]:
         """Score decisions sharing one state in one request; results keyed by decision id.
 

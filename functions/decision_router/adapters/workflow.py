@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools import Tracer
+
 from ..records import DecisionRecord, execution_name
 from . import AwsAdapter
 
@@ -13,6 +15,8 @@ from . import AwsAdapter
 ENDED_UNROUTED = {"FAILED", "TIMED_OUT", "ABORTED"}
 #: Executions of one item key before giving up (the suffixes -r2 … must fit the name).
 MAX_ATTEMPTS = 99
+
+tracer = Tracer()
 
 
 class ExecutionNotRunning(LookupError):
@@ -29,6 +33,7 @@ class WorkflowStarter(AwsAdapter):
     def execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
 
+    @tracer.capture_method
     def start(self, record: DecisionRecord) -> tuple[str, bool]:
         """Start the execution named after the item key; (name, False) when the item is already
         routed or being routed (an execution of that name is running or succeeded). An earlier
