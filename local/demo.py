@@ -548,6 +548,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
+    from decision_router.items import ITEM_MODELS
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -564,9 +565,8 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         progress(f"created from template.yaml: {pipeline.summary()}")
         loaded = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
         progress(f"decision container ready: model loaded and warmed up {loaded:.1f}s after start")
-        kinds = {k: sum(1 for i in items if i.kind == k) for k in ("ticket", "incident")}
-        progress(f"routing {kinds['ticket']} ticket(s) and {kinds['incident']} incident(s) "
-                 f"({sum(1 for i in items if i.rejected)} line(s) rejected before sending)")
+        kinds = " and ".join(f"{sum(1 for i in items if i.kind == kind)} {kind}(s)" for kind in ITEM_MODELS)
+        progress(f"routing {kinds} ({sum(1 for i in items if i.rejected)} line(s) rejected before sending)")
         routed_at = time.monotonic()
         outcomes = pipeline.run(items, progress)
         progress(f"all executions settled ({time.monotonic() - routed_at:.1f}s for {len(items)} item(s))")

@@ -2,6 +2,10 @@
 
 Validation is strict so a bad item fails alone with an error naming the field; it is
 never half-routed. Field paths (``customer.tier``) let policies refer to item fields.
+
+ITEM_MODELS is the one list of item kinds: policies and records accept exactly its keys
+(`ItemKind`). A new kind is an Item model here, a policy file, a handler and its template
+resources.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import json
 import types
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
 
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
@@ -33,7 +38,9 @@ class Customer(_Strict):
     tier: Tier
 
 
-class _Item(_Strict):
+class Item(_Strict):
+    """What every item kind has: a kind, an id and a source, which make its key."""
+
     kind: ClassVar[str]
     id_field: ClassVar[str]
     source_field: ClassVar[str]  # where the item came from: ids are only unique per source
@@ -56,7 +63,7 @@ class _Item(_Strict):
         return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
 
 
-class Ticket(_Item):
+class Ticket(Item):
     """A support ticket: the body of one SQS message."""
 
     kind: ClassVar[str] = "ticket"
@@ -72,7 +79,7 @@ class Ticket(_Item):
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
 
 
-class Incident(_Item):
+class Incident(Item):
     """An incident: the `detail` of an EventBridge `Incident Reported` event."""
 
     kind: ClassVar[str] = "incident"
@@ -88,8 +95,20 @@ class Incident(_Item):
     reported_at: AwareDatetime
 
 
-Item = Union[Ticket, Incident]
-ITEM_MODELS: dict[str, type[_Item]] = {Ticket.kind: Ticket, Incident.kind: Incident}
+#: Every item kind, by name: the registry the policies, records and demo read.
+ITEM_MODELS: dict[str, type[Item]] = {model.kind: model for model in (Ticket, Incident)}
+
+
+def _registered_kind(kind: str) -> str:
+    if kind not in ITEM_MODELS:
+        *others, last = (repr(k) for k in ITEM_MODELS)
+        expected = f"{', '.join(others)} or {last}" if others else last
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return kind
+
+
+#: The name of an item kind: one of ITEM_MODELS' keys.
+ItemKind = Annotated[str, AfterValidator(_registered_kind)]
 
 
 class InvalidItem(ValueError):

@@ -13,13 +13,13 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal
+from typing import Annotated, Any, Iterable
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from .heads import Head, question_digest
-from .items import ITEM_MODELS, Item, describe_errors, field_annotation, field_value, literal_values
+from .items import ITEM_MODELS, Item, ItemKind, describe_errors, field_annotation, field_value, literal_values
 
 POLICY_DIR = Path(__file__).with_name("policies")
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -120,7 +120,7 @@ class Rule(_Strict):
 class Policy(_Strict):
     name: Id
     version: Annotated[str, StringConstraints(min_length=1, max_length=32)]
-    item_kind: Literal["ticket", "incident"]
+    item_kind: ItemKind
     description: Text
     notes: str | None = None
     state: list[StateField] = Field(min_length=1)

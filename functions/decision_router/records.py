@@ -11,6 +11,7 @@ from typing import Any, Literal
 from decision_contract import ModelInfo
 from pydantic import BaseModel, ConfigDict, Field
 
+from .items import ItemKind
 from .policies import Thresholds
 
 Source = Literal["rule", "model", "endpoint_error"]
@@ -90,7 +91,7 @@ class ReviewSpec(_Record):
 
 
 class DecisionRecord(_Record):
-    item_kind: Literal["ticket", "incident"]
+    item_kind: ItemKind
     item_id: str
     item_key: str = Field(description="kind:source:id:payload-hash; names the executions (Item.key).")
     item: dict[str, Any]

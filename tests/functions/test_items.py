@@ -55,3 +55,46 @@ def test_incident_severity_is_checked(incident_data):
     incident_data["severity"] = "critical"
     with pytest.raises(InvalidItem, match="severity: Input should be 'sev1', 'sev2', 'sev3' or 'sev4'"):
         parse_item("incident", incident_data)
+
+
+def test_a_new_kind_is_an_item_model_in_the_registry(monkeypatch):
+    """ITEM_MODELS is the one list of kinds: a policy and a decision record accept a kind once its
+    model is registered, and name the registered kinds when refusing another."""
+    from typing import ClassVar
+
+    from decision_router.items import ITEM_MODELS, Item
+    from decision_router.judging import build_record, rule_entry
+    from decision_router.policies import Policy
+    from decision_router.rules import apply_rules
+
+    class Alarm(Item):
+        kind: ClassVar[str] = "alarm"
+        id_field: ClassVar[str] = "alarm_id"
+        source_field: ClassVar[str] = "source"
+
+        alarm_id: str
+        source: str
+        text: str
+
+    policy_data = {
+        "name": "alarm", "version": "1", "item_kind": "alarm", "description": "Route an alarm.",
+        "state": [{"key": "text", "field": "text"}],
+        "questions": [{"id": "team", "question": "Which team owns this alarm?",
+                       "options": [{"id": "ops", "description": "Operations", "target": "ops"},
+                                   {"id": "dev", "description": "Development", "target": "dev"}],
+                       "thresholds": {"min_confidence": 0.5, "min_margin": 0.1, "min_allowed_token_mass": 0.5}}],
+        "rules": [{"id": "nagios-to-ops", "description": "Nagios alarms are ops'", "answers": {"team": "ops"},
+                   "when": [{"field": "source", "equals": "nagios"}]}],
+    }
+    with pytest.raises(ValueError, match="item_kind\n  Input should be 'ticket' or 'incident'"):
+        Policy.model_validate(policy_data)
+
+    monkeypatch.setitem(ITEM_MODELS, "alarm", Alarm)
+    policy = Policy.model_validate(policy_data)
+    alarm = parse_item("alarm", {"alarm_id": "A-1", "source": "nagios", "text": "disk full"})
+    entries = [rule_entry(policy.question(q), hit) for q, hit in apply_rules(policy, alarm).items()]
+    record = build_record(policy, alarm, entries, destinations={"ops": "https://q/ops", "dev": "https://q/dev"},
+                          review_queue_url="https://q/review", review_timeout_seconds=60)
+    assert (record.item_kind, record.route, record.destination.target) == ("alarm", "auto", "ops")
+    with pytest.raises(ValueError, match="Input should be 'ticket', 'incident' or 'alarm'"):
+        Policy.model_validate({**policy_data, "item_kind": "email"})

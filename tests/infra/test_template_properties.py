@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from decision_router.policies import load_policy
+from decision_router.policies import POLICY_DIR, load_policy
 from local.cloudformation import Stack, TemplateError
 
 INTERFACE_ENV = {  # README.md, "Function environment"
@@ -44,11 +44,11 @@ def test_every_function_gets_the_agreed_environment(stack, function):
 
 def test_destination_queues_cover_exactly_the_policy_targets(stack):
     destinations = json.loads(stack.function_environment("TicketIntakeFunction")["DESTINATION_QUEUES"])
-    targets = {o.target for name in ("support-ticket", "incident")
-               for q in load_policy(name).questions for o in q.options if o.target}
-    assert set(destinations) == targets and len(targets) == 9
+    targets = {o.target for path in POLICY_DIR.glob("*.json")
+               for q in load_policy(path).questions for o in q.options if o.target}
+    assert set(destinations) == targets
     queue_urls = {stack.ref(q) for q in stack.of_type("AWS::SQS::Queue")}
-    assert set(destinations.values()) <= queue_urls and len(set(destinations.values())) == 9
+    assert set(destinations.values()) <= queue_urls and len(set(destinations.values())) == len(targets)
 
 
 def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(stack):
