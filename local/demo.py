@@ -30,9 +30,13 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
 
 from local.cloudformation import REPO_ROOT, Stack
+
+if TYPE_CHECKING:
+    from decision_router.adapters.review import QueuedReview
+    from decision_router.records import DecisionEntry, DecisionRecord
 
 EVENTS = REPO_ROOT / "events"
 DEFAULT_ITEMS = (EVENTS / "tickets.jsonl", EVENTS / "incidents.jsonl")
@@ -102,7 +106,7 @@ class Outcome:
     """Where one input item ended up, read back from the queues and tables."""
 
     item: InputItem
-    record: dict[str, Any] | None = None  # the decision record the workflow received
+    record: DecisionRecord | None = None  # the decision record the workflow received
     execution_arn: str | None = None
     status: str | None = None  # execution status
     queues: list[str] = field(default_factory=list)  # template logical ids of the queues holding it
@@ -116,21 +120,15 @@ class Outcome:
             return "rejected"
         if self.record is None:
             return "failed"
-        return self.record["route"]
+        return self.record.route
 
     @property
     def reason(self) -> str:
         if self.problem:
             return self.problem
-        if self.record is not None and self.record["route"] == "review":
-            return self.record["route_reason"]
+        if self.record is not None and self.record.route == "review":
+            return self.record.route_reason
         return ""
-
-
-@dataclass
-class PendingReview:
-    message: dict[str, Any]  # the workflow's review message: task_token, execution_name, record
-    receipt_handle: str
 
 
 class LocalPipeline:
@@ -161,7 +159,7 @@ class LocalPipeline:
         # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
         self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items()
                             if rule in self.stack.of_type("AWS::Events::Rule")]
-        self.pending_reviews: dict[str, PendingReview] = {}
+        self.pending_reviews: dict[str, QueuedReview] = {}  # by item id
 
     def summary(self) -> str:
         count = {kind: len(self.stack.of_type(kind)) for kind in (
@@ -251,6 +249,8 @@ class LocalPipeline:
 
     def _settle(self, outcomes: list[Outcome], timeout: float) -> None:
         """Wait until each started execution finished or asked for review; then read back."""
+        from decision_router.records import DecisionRecord
+
         started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
         for outcome in started:
             outcome.execution_arn = self.execution_arn(outcome.item)
@@ -261,7 +261,7 @@ class LocalPipeline:
             if described is None:
                 outcome.execution_arn, outcome.problem = None, "no workflow execution was started"
                 continue
-            outcome.record = json.loads(described["input"])
+            outcome.record = DecisionRecord.model_validate_json(described["input"])
         deadline = time.monotonic() + timeout
         waiting = [o for o in started if o.execution_arn]
         while waiting:
@@ -280,12 +280,15 @@ class LocalPipeline:
         self.read_back(outcomes)
 
     def _collect_reviews(self) -> None:
+        from decision_router.adapters.review import QueuedReview
+        from decision_router.review import PendingReview
+
         # Received once and held (not deleted): the review function deletes what it completes.
         while messages := self.sqs.receive_message(QueueUrl=self.review_queue_url, MaxNumberOfMessages=10,
                                                    VisibilityTimeout=900).get("Messages", []):
             for message in messages:
-                body = json.loads(message["Body"])
-                self.pending_reviews[body["record"]["item_id"]] = PendingReview(body, message["ReceiptHandle"])
+                review = PendingReview.from_message(message["Body"])
+                self.pending_reviews[review.record.item_id] = QueuedReview(review, message["ReceiptHandle"])
 
     def read_back(self, outcomes: list[Outcome]) -> None:
         """Drain the destination queues, the on-call pages and the workflow DLQ; look up audits."""
@@ -331,12 +334,12 @@ class LocalPipeline:
         from decision_router.policies import load_policy
 
         pending = self.pending_reviews.pop(outcome.item.item_id)
-        record = pending.message["record"]
-        policy = load_policy(record["policy"]["name"])
-        suggested = {d["question"]: d["option_id"] for d in record["decisions"] if d["option_id"]}
+        review = pending.review
+        policy = load_policy(review.record.policy.name)
+        suggested = {d.question: d.option_id for d in review.record.decisions if d.option_id}
         answers = {q.id: suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
         answer = self.reviews.invoke({
-            "task_token": pending.message["task_token"], "execution_name": pending.message["execution_name"],
+            "task_token": review.task_token, "execution_name": review.execution_name,
             "reviewer": reviewer,
             "answers": answers, "note": "accepted the model's suggestion (make demo)",
             "receipt_handle": pending.receipt_handle})
@@ -400,28 +403,28 @@ def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
 
 
 # ----------------------------------------------------------------------------------- table
-def _decision_cells(decision: dict[str, Any]) -> list[str]:
+def _decision_cells(decision: DecisionEntry) -> list[str]:
     """decided by (question: readout), top option (p), confidence vs its minimum."""
-    source = decision["source"]
-    option = decision.get("option_id") or "-"
-    if source == "model":
-        p = (decision.get("probabilities") or {}).get(option)
+    option = decision.option_id or "-"
+    readout: str
+    if decision.source == "model":
+        p = (decision.probabilities or {}).get(option)
         top = f"{option} ({p:.2f})" if p is not None else option
-        minimum = decision["thresholds"]["min_confidence"]
-        sign = ">=" if decision["confidence"] >= minimum else "<"
-        check = f"{decision['confidence']:.2f} {sign} {minimum:.2f}"
-        readout = decision.get("readout") or "letters"
+        minimum = decision.thresholds.min_confidence
+        confidence = decision.confidence or 0.0  # a model decision always has one
+        check = f"{confidence:.2f} {'>=' if confidence >= minimum else '<'} {minimum:.2f}"
+        readout = decision.readout or "letters"
         if readout == "head":
-            letters = decision.get("letter_probabilities") or {}
-            best = max(letters, key=letters.get) if letters else None
+            letters = decision.letter_probabilities or {}
+            best = max(letters, key=letters.__getitem__) if letters else None
             readout = f"head (letters: {best} {letters[best]:.2f})" if best else "head"
-        elif decision.get("head_skipped"):
+        elif decision.head_skipped:
             readout = "letters (head skipped)"
-    elif source == "rule":
-        top, check, readout = f"{option} (rule {decision.get('rule')})", "rule", "rule"
+    elif decision.source == "rule":
+        top, check, readout = f"{option} (rule {decision.rule})", "rule", "rule"
     else:
         top, check, readout = "-", "endpoint error", "endpoint error"
-    return [f"{decision['question']}: {readout}", top, check]
+    return [f"{decision.question}: {readout}", top, check]
 
 
 def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
@@ -430,8 +433,8 @@ def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
         where = ", ".join(outcome.queues) or ("(not sent)" if outcome.item.rejected else "(nowhere)")
         if outcome.escalated:
             where += " + escalated"
-        decisions = (outcome.record or {}).get("decisions") or [None]
-        for index, decision in enumerate(decisions):
+        decisions: list[DecisionEntry | None] = [*outcome.record.decisions] if outcome.record else []
+        for index, decision in enumerate(decisions or [None]):
             cells = _decision_cells(decision) if decision else ["-", "-", "-"]
             first = index == 0
             rows.append([outcome.item.label if first else "", *cells,
@@ -461,21 +464,21 @@ def format_table(rows: list[list[str]], headers: list[str] = HEADERS) -> str:
 
 
 def explain(outcomes: list[Outcome], model: Path | None) -> list[str]:
-    decided = [o for o in outcomes if o.record is not None]
-    reviews = [o for o in decided if o.record["route"] == "review"]
+    decided = [o.record for o in outcomes if o.record is not None]
+    reviews = [r for r in decided if r.route == "review"]
+    entries = [d for r in decided for d in r.decisions]
     lines = [f"{len(decided)} item(s) decided: {len(decided) - len(reviews)} routed automatically, "
              f"{len(reviews)} sent to human review; "
              f"{sum(1 for o in outcomes if o.route in ('rejected', 'failed') or o.problem)} rejected or dead-lettered."]
-    latencies = sorted(d["latency_seconds"] for o in decided for d in o.record["decisions"]
-                       if d["source"] == "model" and d.get("latency_seconds") is not None)
+    latencies = sorted(d.latency_seconds for d in entries if d.source == "model" and d.latency_seconds is not None)
     if latencies:
         lines.append(f"Model time per decision: median {latencies[len(latencies) // 2]:.2f}s, "
                      f"max {latencies[-1]:.2f}s over {len(latencies)} model decision(s).")
-    by_head = [d for o in decided for d in o.record["decisions"] if d.get("readout") == "head"]
+    by_head = [d for d in entries if d.readout == "head"]
     if by_head:
         lines.append(f"{len(by_head)} decision(s) read by a learned head over the model's hidden state (fitted on "
-                     f"labelled items with make fit), {sum(d['passed'] for d in by_head)} confident enough to route alone.")
-    skipped = {d["head_skipped"] for o in decided for d in o.record["decisions"] if d.get("head_skipped")}
+                     f"labelled items with make fit), {sum(d.passed for d in by_head)} confident enough to route alone.")
+    skipped = {d.head_skipped for d in entries if d.head_skipped}
     if skipped:
         lines.append("Heads not applied, the letters decided instead: " + "; ".join(sorted(skipped))
                      + " (refit for this model: make fit FIT_ARGS=\"--model …\").")
@@ -585,7 +588,7 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
                   f"({', '.join(f'{q}={a}' for q, a in answer['answers'].items())}); the workflow then delivered it "
                   f"to {', '.join(outcome.queues) or '(nowhere)'} and wrote audit '{outcome.audit}'"
                   + (", plus a labelled example for calibration." if pipeline.labelled_example(
-                      outcome.record["policy"]["name"], outcome.item.item_id) else "."), file=out)
+                      outcome.record.policy.name, outcome.item.item_id) else "."), file=out)
             if len(pending) > 1:
                 print(f"{len(pending) - 1} review(s) still pending (in a deployment: python -m "
                       "decision_router.review_cli list / complete).", file=out)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .config import Settings
 from .policies import load_policy
 from .records import DecisionRecord
 from .review import InvalidReview, ReviewCompletion, submit_review
+
+if TYPE_CHECKING:
+    from .adapters.review import QueuedReview, ReviewQueue
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -36,7 +39,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 2
 
 
-def _queue(args, settings):
+def _queue(args: argparse.Namespace, settings: Settings) -> ReviewQueue:
     from .adapters.review import ReviewQueue
 
     url = args.queue_url or settings.review_queue_url
@@ -45,7 +48,7 @@ def _queue(args, settings):
     return ReviewQueue(url)
 
 
-def _pending(queue, limit: int):
+def _pending(queue: ReviewQueue, limit: int) -> list[QueuedReview]:
     pending = queue.pending(limit=limit)
     if pending.malformed:
         print(f"skipped {len(pending.malformed)} malformed review message(s) (left on the queue):", file=sys.stderr)
@@ -54,78 +57,79 @@ def _pending(queue, limit: int):
     return pending.reviews
 
 
-def _find(queue, name: str) -> dict:
-    for review in _pending(queue, limit=1000):
-        if review["execution_name"] == name:
-            return review
+def _find(queue: ReviewQueue, name: str) -> QueuedReview:
+    for queued in _pending(queue, limit=1000):
+        if queued.review.execution_name == name:
+            return queued
     raise LookupError(f"no pending review named {name!r} (see `list`; one listed seconds ago may be briefly hidden)")
 
 
-def _suggestions(record: dict) -> str:
+def _suggestions(record: DecisionRecord) -> str:
     parts = []
-    for d in record["decisions"]:
-        if d["source"] == "endpoint_error":
-            parts.append(f"{d['question']}=? (endpoint error)")
+    for d in record.decisions:
+        if d.source == "endpoint_error":
+            parts.append(f"{d.question}=? (endpoint error)")
         else:
-            p = (d.get("probabilities") or {}).get(d["option_id"])
-            parts.append(f"{d['question']}={d['option_id']}" + (f" ({p:.2f})" if p is not None else f" (rule {d['rule']})"))
+            p = (d.probabilities or {}).get(d.option_id or "")
+            parts.append(f"{d.question}={d.option_id}" + (f" ({p:.2f})" if p is not None else f" (rule {d.rule})"))
     return ", ".join(parts)
 
 
-def cmd_list(args, settings, out) -> int:
+def cmd_list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     reviews = _pending(_queue(args, settings), limit=args.max)
     if not reviews:
         print("no pending reviews", file=out)
-    for review in reviews:
-        record = review["record"]
-        print(f"{review['execution_name']}  [{record['policy']['name']}]  suggested: {_suggestions(record)}\n"
-              f"    why: {record['route_reason']}", file=out)
+    for queued in reviews:
+        review, record = queued.review, queued.review.record
+        print(f"{review.execution_name}  [{record.policy.name}]  suggested: {_suggestions(record)}\n"
+              f"    why: {record.route_reason}", file=out)
     return 0
 
 
-def cmd_show(args, settings, out) -> int:
-    review = _find(_queue(args, settings), args.execution_name)
-    record = review["record"]
-    policy = load_policy(record["policy"]["name"])
-    print(f"{record['item_kind']} {record['item_id']} (policy {policy.name} v{record['policy']['version']}, "
-          f"review requested {review.get('requested_at', '?')})", file=out)
-    print(json.dumps(record["item"], indent=2, ensure_ascii=False), file=out)
-    print(f"why review: {record['route_reason']}", file=out)
-    decisions = {d["question"]: d for d in record["decisions"]}
+def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    review = _find(_queue(args, settings), args.execution_name).review
+    record = review.record
+    policy = load_policy(record.policy.name)
+    print(f"{record.item_kind} {record.item_id} (policy {policy.name} v{record.policy.version}, "
+          f"review requested {review.requested_at or '?'})", file=out)
+    print(json.dumps(record.item, indent=2, ensure_ascii=False), file=out)
+    print(f"why review: {record.route_reason}", file=out)
+    decisions = {d.question: d for d in record.decisions}
     for question in policy.questions:
-        d = decisions.get(question.id, {})
+        decision = decisions.get(question.id)
+        probabilities = (decision.probabilities if decision else None) or {}
         print(f"\n{question.id}: {question.question}", file=out)
         for option in question.options:
-            p = (d.get("probabilities") or {}).get(option.id)
-            mark = "*" if d.get("option_id") == option.id else " "
+            p = probabilities.get(option.id)
+            mark = "*" if decision is not None and decision.option_id == option.id else " "
             shown = f"{p:5.2f}" if p is not None else "  -  "
             print(f"  {mark} {option.id:<16} {shown}  {option.description}", file=out)
     return 0
 
 
-def cmd_complete(args, settings, out) -> int:
-    from .adapters.review import ReviewTasks, ReviewTaskGone
+def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from .adapters.review import ReviewTaskGone, ReviewTasks
 
     queue = _queue(args, settings)
-    review = _find(queue, args.execution_name)
+    queued = _find(queue, args.execution_name)
     answers = dict(_answer(a) for a in args.answer)
-    completion = ReviewCompletion.parse({"execution_name": review["execution_name"], "task_token": review["task_token"],
+    completion = ReviewCompletion.parse({"execution_name": queued.review.execution_name,
+                                         "task_token": queued.review.task_token,
                                          "reviewer": args.reviewer, "answers": answers, "note": args.note or ""})
     # The message carries the token and its record together: answers are checked against that record.
-    record = DecisionRecord.model_validate(review["record"])
     try:
-        output = submit_review(completion, record, tasks=ReviewTasks())
+        output = submit_review(completion, queued.review.record, tasks=ReviewTasks())
     except ReviewTaskGone as error:
-        queue.remove(review["receipt_handle"])  # a dead task: its message is of no further use
+        queue.remove(queued.receipt_handle)  # a dead task: its message is of no further use
         print(f"error: {error}; removed the stale review message", file=sys.stderr)
         return 3
-    queue.remove(review["receipt_handle"])
+    queue.remove(queued.receipt_handle)
     print(json.dumps({"execution_name": output.execution_name, "reviewer": output.reviewer, "note": output.note,
                       **output.chosen.model_dump(mode="json")}, ensure_ascii=False), file=out)
     return 0
 
 
-def cmd_export(args, settings, out) -> int:
+def cmd_export(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from .adapters.review import LabelledExamples
 
     table = args.table or settings.labelled_examples_table

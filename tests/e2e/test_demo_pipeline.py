@@ -57,31 +57,31 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert set(outcomes) == {RULE_TICKET, MODEL_TICKET, SEV1_INCIDENT}
     for item_id, outcome in outcomes.items():
         record = outcome.record
-        assert record is not None and record["item_id"] == item_id, "the workflow received the decision record"
-        if record["route"] == "auto":
+        assert record is not None and record.item_id == item_id, "the workflow received the decision record"
+        if record.route == "auto":
             assert outcome.status == "SUCCEEDED"
-            assert outcome.queues == [pipeline.queue_name(pipeline.destinations[record["destination"]["target"]])]
+            assert outcome.queues == [pipeline.queue_name(pipeline.destinations[record.destination.target])]
             assert outcome.audit == "auto_routed"
         else:  # waiting for a person: only on the review queue, audited once answered
             assert outcome.status == "RUNNING"
             assert outcome.queues == [review_queue]
             assert outcome.audit is None
-            assert record["route_reason"] and outcome.reason == record["route_reason"]
+            assert record.route_reason and outcome.reason == record.route_reason
 
     rule_ticket = outcomes[RULE_TICKET]
-    assert [(d["source"], d["option_id"]) for d in rule_ticket.record["decisions"]] == [("rule", "billing")]
+    assert [(d.source, d.option_id) for d in rule_ticket.record.decisions] == [("rule", "billing")]
     assert rule_ticket.queues == [pipeline.queue_name(pipeline.destinations["billing"])]
-    model_sources = {d["question"]: d["source"] for d in outcomes[MODEL_TICKET].record["decisions"]}
+    model_sources = {d.question: d.source for d in outcomes[MODEL_TICKET].record.decisions}
     assert model_sources == {"queue": "model"}
-    incident = {d["question"]: d for d in outcomes[SEV1_INCIDENT].record["decisions"]}
-    assert (incident["priority"]["source"], incident["priority"]["option_id"]) == ("rule", "P1")
-    assert incident["team"]["source"] == "model" and len(incident["team"]["model"]["sha256"]) == 64
+    incident = {d.question: d for d in outcomes[SEV1_INCIDENT].record.decisions}
+    assert (incident["priority"].source, incident["priority"].option_id) == ("rule", "P1")
+    assert incident["team"].source == "model" and len(incident["team"].model.sha256) == 64
 
     # Close the loop for whatever went to review, through the real review function.
     for item_id, outcome in outcomes.items():
         if outcome.status == "RUNNING":
             answer = pipeline.complete_review(outcome)
-            policy = load_policy(outcome.record["policy"]["name"])
+            policy = load_policy(outcome.record.policy.name)
             target = policy.routing_question.option(answer["answers"][policy.routing_question.id]).target
             assert outcome.status == "SUCCEEDED"
             assert outcome.queues == [pipeline.queue_name(pipeline.destinations[target])]

@@ -42,9 +42,18 @@ class Malformed:
     problem: str
 
 
+@dataclass(frozen=True)
+class QueuedReview:
+    """A pending review as it sits on the review queue: the request, and the receipt handle that
+    removes its message once answered."""
+
+    review: PendingReview
+    receipt_handle: str
+
+
 @dataclass
 class Pending:
-    reviews: list[dict] = field(default_factory=list)  # PendingReview dumps + receipt_handle
+    reviews: list[QueuedReview] = field(default_factory=list)
     malformed: list[Malformed] = field(default_factory=list)
 
 
@@ -76,12 +85,11 @@ class ReviewQueue(AwsAdapter):
             for message in new:
                 seen.add(message["MessageId"])
                 try:
-                    review = PendingReview.from_message(message["Body"]).model_dump(mode="json")
+                    review = PendingReview.from_message(message["Body"])
                 except InvalidReview as error:
                     found.malformed.append(Malformed(message["MessageId"], str(error)))
                     continue
-                review["receipt_handle"] = message["ReceiptHandle"]
-                found.reviews.append(review)
+                found.reviews.append(QueuedReview(review, message["ReceiptHandle"]))
         found.reviews = found.reviews[:limit]
         return found
 
