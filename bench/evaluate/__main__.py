@@ -31,6 +31,7 @@ from . import decode, policy_update, report as reporting  # noqa: E402
 from .cases import Case, RowError, RowWarning, load_file  # noqa: E402
 from .evaluation import analyse, score_cases  # noqa: E402
 from .runners import EngineRunner, HttpRunner, Runner  # noqa: E402
+from .schema import DecodeComparison, EvalReport, PolicyChangeReport, RunInfo  # noqa: E402
 
 SHIPPED = [
     REPO / "bench/data/support-tickets.jsonl",
@@ -94,23 +95,24 @@ def _runner(args: argparse.Namespace) -> Runner:
     return EngineRunner.load(model_path=args.model, threads=args.threads, n_ctx=args.ctx_size)
 
 
-def _policy_changes(report: dict, write: bool) -> list[dict]:
+def _policy_changes(report: EvalReport, write: bool) -> list[PolicyChangeReport]:
     per_policy: dict[str, dict[str, policy_update.QuestionChange]] = defaultdict(dict)
-    for name, group in report.get("calibration", {}).items():
-        if group.get("policy_now") is None:
+    for name, group in report.calibration.items():
+        if group.policy_now is None:
             continue
         policy, question = name.rsplit("/", 1)
         per_policy[policy][question] = policy_update.QuestionChange(
             question=question,
-            temperature=group["temperature_fit"]["temperature"],
-            min_confidence=group["recommended_min_confidence"],
+            temperature=group.temperature_fit.temperature,
+            min_confidence=group.recommended_min_confidence,
         )
     out = []
     for policy, changes in per_policy.items():
         change = policy_update.propose(policy, changes)
         if write and change.changed:
             policy_update.write(change)
-        out.append({"policy": policy, "path": str(change.path), "diff": change.diff, "written": write and change.changed})
+        out.append(PolicyChangeReport(policy=policy, path=str(change.path), diff=change.diff,
+                                      written=write and change.changed))
     return out
 
 
@@ -153,22 +155,23 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
             items = [(o.decision, o.gold_index) for o in run.observations][: args.decode_limit]
             with tqdm(total=len(items), unit="decision", desc="readout vs generation", disable=args.no_progress, file=sys.stderr) as bar:
                 pairs = decode.compare(runner, items, args.decode_max_tokens, progress=bar.update)
-            report["decode_comparison"] = {**decode.summarise(pairs), "max_tokens": args.decode_max_tokens}
+            report.decode_comparison = DecodeComparison.model_validate(
+                {**decode.summarise(pairs), "max_tokens": args.decode_max_tokens})
     finally:
         runner.close()
 
-    report["run"] = {
-        "command": "python -m bench.evaluate " + shlex.join(argv),
-        "runner": runner.description,
-        "data": [str(p) for p in files],
-        "splits": args.split,
-        "rows_of_other_splits": skipped,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    report["row_errors"] = [str(e) for e in row_errors]
-    report["row_warnings"] = [str(w) for w in row_warnings]
-    report["scoring_failures"] = [str(f) for f in run.failures]
-    report["policy_changes"] = _policy_changes(report, args.write_policy) if run.observations else []
+    report.run = RunInfo(
+        command="python -m bench.evaluate " + shlex.join(argv),
+        runner=runner.description,
+        data=[str(p) for p in files],
+        splits=args.split,
+        rows_of_other_splits=skipped,
+        seconds=round(time.perf_counter() - started, 1),
+    )
+    report.row_errors = [str(e) for e in row_errors]
+    report.row_warnings = [str(w) for w in row_warnings]
+    report.scoring_failures = [str(f) for f in run.failures]
+    report.policy_changes = _policy_changes(report, args.write_policy) if run.observations else []
     paths = reporting.write_all(report, args.out)
     _print_summary(report, paths)
     if not run.observations:
@@ -180,28 +183,28 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {split}" for split, n in sorted(counts.items()))
 
 
-def _print_summary(report: dict, paths: dict[str, Path]) -> None:
-    if report.get("overall"):
-        o = report["overall"]
-        print(f"decisions {report['decisions']}: accuracy {o['accuracy']:.1%}, ECE {o['ece']:.3f}, log-loss {o['log_loss']:.3f}")
-        for name, g in report["calibration"].items():
-            cv = g["cross_validated"]
+def _print_summary(report: EvalReport, paths: dict[str, Path]) -> None:
+    if report.overall and report.latency:
+        o = report.overall
+        print(f"decisions {report.decisions}: accuracy {o.accuracy:.1%}, ECE {o.ece:.3f}, log-loss {o.log_loss:.3f}")
+        for name, g in report.calibration.items():
+            cv = g.cross_validated
             print(
-                f"  {name}: n={g['decisions']} accuracy {g['at_t1']['accuracy']:.1%}, T={g['temperature_fit']['temperature']:.3f}, "
-                f"ECE {g['at_t1']['ece']:.3f} -> {cv['after']['ece']:.3f} (out-of-fold)" if cv else f"  {name}: n={g['decisions']}"
+                f"  {name}: n={g.decisions} accuracy {g.at_t1.accuracy:.1%}, T={g.temperature_fit.temperature:.3f}, "
+                f"ECE {g.at_t1.ece:.3f} -> {cv.after.ece:.3f} (out-of-fold)" if cv else f"  {name}: n={g.decisions}"
             )
-        lat = report["latency"]["per_decision_seconds"]
-        print(f"latency per decision: median {lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms")
-        d = report.get("decode_comparison")
-        if d and d.get("readout"):
+        lat = report.latency.per_decision_seconds
+        print(f"latency per decision: median {reporting.ms(lat.median)}, p95 {reporting.ms(lat.p95)}")
+        d = report.decode_comparison
+        if d and d.readout and d.generation:
             print(
-                f"decode: readout {d['readout']['accuracy']:.1%} median {d['readout']['latency_seconds']['median'] * 1000:.0f} ms | "
-                f"generation {d['generation']['accuracy']:.1%} median {d['generation']['latency_seconds']['median'] * 1000:.0f} ms | "
-                f"ratio {d['ratio_median']:.2f}x"
+                f"decode: readout {d.readout.accuracy:.1%} median {reporting.ms(d.readout.latency_seconds.median)} | "
+                f"generation {d.generation.accuracy:.1%} median {reporting.ms(d.generation.latency_seconds.median)} | "
+                f"ratio {d.ratio_median or 0.0:.2f}x"
             )
-    for change in report.get("policy_changes", []):
-        state = "written" if change["written"] else "proposed (run with --write-policy to apply)"
-        print(f"\npolicy {change['policy']}: {state}\n{change['diff'] or '(no change)'}")
+    for change in report.policy_changes:
+        state = "written" if change.written else "proposed (run with --write-policy to apply)"
+        print(f"\npolicy {change.policy}: {state}\n{change.diff or '(no change)'}")
     print(f"report: {paths['markdown']} (JSON {paths['json']})")
 
 

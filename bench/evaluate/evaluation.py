@@ -1,4 +1,4 @@
-"""Score labelled cases with a runner, then measure them: one report dict, JSON-ready.
+"""Score labelled cases with a runner, then measure them: one EvalReport (schema.py).
 
 Calibration is done per *calibration group*: one policy question (`support-ticket/queue`,
 `incident/priority`, `incident/team`) or, for JevBench tasks, the whole set (`jevbench`), because
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,6 +21,8 @@ from decision_contract import Decision, DecisionResult, softmax
 from . import metrics
 from .cases import Case, RowError
 from .runners import RunFailure, Runner
+from .schema import (Accuracy, CalibrationGroup, CrossValidated, EvalReport, HistogramBin, Latency, MassSummary, Miss,
+                     PolicyRoute, Row, Summary)
 
 MASS_EDGES = [round(0.1 * i, 1) for i in range(11)]
 
@@ -99,14 +101,19 @@ def score_cases(runner: Runner, cases: Sequence[Case], progress: Callable[[int],
     return run
 
 
-def _accuracy_by(observations: Sequence[Observation], key: Callable[[Observation], str]) -> dict[str, dict]:
+def _accuracy_by(observations: Sequence[Observation], key: Callable[[Observation], str]) -> dict[str, Accuracy]:
     groups: dict[str, list[bool]] = defaultdict(list)
     for o in observations:
         groups[key(o)].append(o.correct)
-    return {k: {"decisions": len(v), "correct": int(sum(v)), "accuracy": sum(v) / len(v)} for k, v in sorted(groups.items())}
+    return {k: Accuracy(decisions=len(v), correct=int(sum(v)), accuracy=sum(v) / len(v)) for k, v in sorted(groups.items())}
 
 
-def _policy_route(observations: Sequence[Observation], temperature: float | None, min_confidence: float | None) -> dict | None:
+def _summary(values: Sequence[float]) -> Summary:
+    return Summary.model_validate(metrics.summary(values))
+
+
+def _policy_route(observations: Sequence[Observation], temperature: float | None,
+                  min_confidence: float | None) -> PolicyRoute | None:
     """Auto-route share and error rate exactly as the pipeline decides (`judging.model_entry`),
     with the shipped policy question or with a proposed temperature / min_confidence."""
     from decision_router.policies import load_policy
@@ -125,19 +132,19 @@ def _policy_route(observations: Sequence[Observation], temperature: float | None
     entries = [(model_entry(question, o.result), o) for o in observations]
     auto = [(e, o) for e, o in entries if e.passed]
     errors = sum(e.option_id != o.option_ids[o.gold_index] for e, o in auto)
-    return {
-        "temperature": question.temperature,
-        "thresholds": question.thresholds.model_dump(),
-        "auto_routed": len(auto),
-        "share_auto_routed": len(auto) / len(entries),
-        "errors": errors,
-        "error_rate": errors / len(auto) if auto else None,
-    }
+    return PolicyRoute(
+        temperature=question.temperature,
+        thresholds=question.thresholds.model_dump(),
+        auto_routed=len(auto),
+        share_auto_routed=len(auto) / len(entries),
+        errors=errors,
+        error_rate=errors / len(auto) if auto else None,
+    )
 
 
 def calibrate_group(
     observations: Sequence[Observation], folds: int, seed: int, target_error: float, min_auto_routed: int
-) -> dict[str, Any]:
+) -> CalibrationGroup:
     logits = [o.logits for o in observations]
     gold = [o.gold_index for o in observations]
     formula = observations[0].formula
@@ -153,44 +160,39 @@ def calibrate_group(
     table_t1 = metrics.threshold_table(metrics.confidences(before, formula), is_correct)
     chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
     recommended = chosen.threshold if chosen else 1.0
-    group: dict[str, Any] = {
-        "decisions": len(observations),
-        "confidence_formula": formula,
-        "at_t1": asdict(metrics.calibration_scores(before, gold)),
-        "temperature_fit": asdict(fit),
-        "in_sample_at_fitted_t": asdict(metrics.calibration_scores(after, gold)),
-        "cross_validated": None,
-        "reliability_before": [asdict(b) for b in metrics.reliability_bins(before, gold)],
-        "reliability_after_cv": None,
-        # The recommendation reads the table at the fitted T: the policy applies that T.
-        "threshold_table": [asdict(r) for r in table],
-        "threshold_table_t1": [asdict(r) for r in table_t1],
-        "target_error_rate": target_error,
-        "min_auto_routed": min_auto_routed,
-        "recommended_min_confidence": recommended,
-        "recommendation_note": (
+    cross_validated = None if held_out is None else CrossValidated(
+        folds=len(fold_temperatures),
+        fold_unit="the row's group (rows without one: the row itself)",
+        groups=len(set(groups)),
+        fold_rows=[sorted({observations[i].case.where for i in part}) for part in parts],
+        fold_temperatures=fold_temperatures,
+        before=metrics.calibration_scores(before, gold),
+        after=metrics.calibration_scores(held_out, gold),
+    )
+    policy = observations[0].case.kind == "policy"
+    return CalibrationGroup(
+        decisions=len(observations),
+        confidence_formula=formula,
+        at_t1=metrics.calibration_scores(before, gold),
+        temperature_fit=fit,
+        in_sample_at_fitted_t=metrics.calibration_scores(after, gold),
+        cross_validated=cross_validated,
+        reliability_before=metrics.reliability_bins(before, gold),
+        reliability_after_cv=None if held_out is None else metrics.reliability_bins(held_out, gold),
+        threshold_table=table,
+        threshold_table_t1=table_t1,
+        target_error_rate=target_error,
+        min_auto_routed=min_auto_routed,
+        recommended_min_confidence=recommended,
+        recommendation_note=(
             f"lowest threshold with error rate <= {target_error:.0%} over >= {min_auto_routed} auto-routed decisions"
             if chosen
             else f"no threshold below 1.0 kept the error rate <= {target_error:.0%} over >= {min_auto_routed} "
             "auto-routed decisions: send everything to review"
         ),
-    }
-    if held_out is not None:
-        group["cross_validated"] = {
-            "folds": len(fold_temperatures),
-            "fold_unit": "the row's group (rows without one: the row itself)",
-            "groups": len(set(groups)),
-            # Which rows each fold held out (file:line), so the split can be checked and repeated.
-            "fold_rows": [sorted({observations[i].case.where for i in part}) for part in parts],
-            "fold_temperatures": fold_temperatures,
-            "before": asdict(metrics.calibration_scores(before, gold)),
-            "after": asdict(metrics.calibration_scores(held_out, gold)),
-        }
-        group["reliability_after_cv"] = [asdict(b) for b in metrics.reliability_bins(held_out, gold)]
-    if observations[0].case.kind == "policy":
-        group["policy_now"] = _policy_route(observations, None, None)
-        group["policy_proposed"] = _policy_route(observations, round(fit.temperature, 3), recommended)
-    return group
+        policy_now=_policy_route(observations, None, None) if policy else None,
+        policy_proposed=_policy_route(observations, round(fit.temperature, 3), recommended) if policy else None,
+    )
 
 
 def analyse(
@@ -200,76 +202,77 @@ def analyse(
     seed: int = 0,
     target_error: float = 0.1,
     min_auto_routed: int = 5,
-) -> dict[str, Any]:
+) -> EvalReport:
     obs = run.observations
-    report: dict[str, Any] = {"decisions": len(obs), "requests": len(run.requests)}
     if not obs:
-        return report
+        return EvalReport(decisions=0, requests=len(run.requests))
     probs = [o.probabilities for o in obs]
     gold = [o.gold_index for o in obs]
-    report["overall"] = asdict(metrics.calibration_scores(probs, gold))
-    report["accuracy_by_family"] = _accuracy_by(obs, lambda o: o.case.family)
-    report["accuracy_by_question"] = _accuracy_by(obs, lambda o: o.calibration_group)
     by_group: dict[str, list[Observation]] = defaultdict(list)
     for o in obs:
         by_group[o.calibration_group].append(o)
-    report["calibration"] = {
-        name: calibrate_group(members, folds, seed, target_error, min_auto_routed) for name, members in sorted(by_group.items())
-    }
     per_decision = [o.seconds_per_decision for o in obs]
-    report["latency"] = {
-        "per_decision_seconds": metrics.summary(per_decision),
-        "per_decision_note": "client wall time of the request divided by the decisions it carried",
-        "single_request_seconds": metrics.summary([r["seconds"] for r in run.requests if r["decisions"] == 1]),
-        "batch_request_seconds": metrics.summary([r["seconds"] for r in run.requests if r["decisions"] > 1]),
-        "server_decision_seconds": metrics.summary([o.result.timing.total_seconds for o in obs]),
-        "histogram_values": per_decision,
-    }
-    report["input_tokens"] = metrics.summary([o.result.input_tokens for o in obs])
     masses = [o.result.allowed_token_mass for o in obs]
-    report["allowed_token_mass"] = {
-        **metrics.summary(masses),
-        "histogram": metrics.histogram(masses, MASS_EDGES),
-        "below_0_5": sum(m < 0.5 for m in masses),
-    }
     first = obs[0].result
-    report["model"] = first.model.model_dump()
-    report["prompt_version"] = first.prompt_version
-    report["rows"] = [
-        {
-            "case": o.case.case_id,
-            "where": o.case.where,
-            "family": o.case.family,
-            "split": o.case.split,
-            "group": o.case.group,
-            "question": o.question,
-            "option_ids": o.option_ids,
-            "gold": o.option_ids[o.gold_index],
-            "option_logits": o.logits,
-            "probabilities_t1": o.probabilities,
-            "allowed_token_mass": o.result.allowed_token_mass,
-            "input_tokens": o.result.input_tokens,
-            "request_seconds": o.request_seconds,
-            "request_size": o.request_size,
-            **({"provenance": o.case.provenance} if o.case.provenance is not None else {}),
-            **({"metadata": o.case.unknown} if o.case.unknown else {}),
-        }
-        for o in obs
-    ]
-    report["misses"] = [
-        {
-            "case": o.case.case_id,
-            "where": o.case.where,
-            "question": o.question,
-            "gold": o.option_ids[o.gold_index],
-            "predicted": o.option_ids[int(np.argmax(o.probabilities))],
-            "p_top": round(max(o.probabilities), 4),
-            "note": o.case.note,
-        }
-        for o in obs
-        if not o.correct
-    ]
-    return report
+    return EvalReport(
+        decisions=len(obs),
+        requests=len(run.requests),
+        overall=metrics.calibration_scores(probs, gold),
+        accuracy_by_family=_accuracy_by(obs, lambda o: o.case.family),
+        accuracy_by_question=_accuracy_by(obs, lambda o: o.calibration_group),
+        calibration={name: calibrate_group(members, folds, seed, target_error, min_auto_routed)
+                     for name, members in sorted(by_group.items())},
+        latency=Latency(
+            per_decision_seconds=_summary(per_decision),
+            per_decision_note="client wall time of the request divided by the decisions it carried",
+            single_request_seconds=_summary([r["seconds"] for r in run.requests if r["decisions"] == 1]),
+            batch_request_seconds=_summary([r["seconds"] for r in run.requests if r["decisions"] > 1]),
+            server_decision_seconds=_summary([o.result.timing.total_seconds for o in obs]),
+            histogram_values=per_decision,
+        ),
+        input_tokens=_summary([o.result.input_tokens for o in obs]),
+        allowed_token_mass=MassSummary(
+            **metrics.summary(masses),
+            histogram=[HistogramBin.model_validate(b) for b in metrics.histogram(masses, MASS_EDGES)],
+            below_0_5=sum(m < 0.5 for m in masses),
+        ),
+        model=first.model,
+        prompt_version=first.prompt_version,
+        rows=[
+            Row(
+                case=o.case.case_id,
+                where=o.case.where,
+                family=o.case.family,
+                split=o.case.split,
+                group=o.case.group,
+                question=o.question,
+                option_ids=o.option_ids,
+                gold=o.option_ids[o.gold_index],
+                option_logits=o.logits,
+                probabilities_t1=o.probabilities,
+                allowed_token_mass=o.result.allowed_token_mass,
+                input_tokens=o.result.input_tokens,
+                request_seconds=o.request_seconds,
+                request_size=o.request_size,
+                provenance=o.case.provenance,
+                metadata=o.case.unknown or None,
+            )
+            for o in obs
+        ],
+        misses=[
+            Miss(
+                case=o.case.case_id,
+                where=o.case.where,
+                question=o.question,
+                gold=o.option_ids[o.gold_index],
+                predicted=o.option_ids[int(np.argmax(o.probabilities))],
+                p_top=round(max(o.probabilities), 4),
+                note=o.case.note,
+            )
+            for o in obs
+            if not o.correct
+        ],
+    )
 
 
 def finite(value: Any) -> Any:
