@@ -16,7 +16,7 @@ help:
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
-	@echo "make lint   cfn-lint, sam validate --lint and statelint"
+	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
 
@@ -52,7 +52,10 @@ test: $(STAMP) $(SAM_STAMP)
 demo: $(STAMP)
 	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
 
+# ruff and mypy read their settings from pyproject.toml.
 lint: $(STAMP) $(SAM_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(PY) -m local.cloudformation statelint

@@ -35,11 +35,11 @@ for part in (ROOT / "contract", ROOT / "container", ROOT):
     if str(part) not in sys.path:
         sys.path.insert(0, str(part))
 
-from bench.stats import percentile  # noqa: E402
-from decision_contract import Decision  # noqa: E402
-from decision_server.engine import DecisionEngine  # noqa: E402
-from decision_server.errors import Busy  # noqa: E402
-from decision_server.model_files import embedded_model_path  # noqa: E402
+from bench.stats import percentile
+from decision_contract import Decision
+from decision_server.engine import DecisionEngine
+from decision_server.errors import Busy
+from decision_server.model_files import embedded_model_path
 
 SINGLE_TARGET = 1.15
 HIDDEN_TARGET = 1.05
@@ -281,7 +281,8 @@ def print_report(report: dict) -> None:
         ("decision / prefill", f"{single['ratio_decision_to_prefill']:.3f}  (target ≤ {SINGLE_TARGET}: "
          f"{verdict(single['ratio_decision_to_prefill'] <= SINGLE_TARGET)})"),
         ("with hidden state / plain", f"{hidden['ratio_hidden_to_plain']:.3f}  ({hidden['hidden_median_s'] * 1000:.1f} vs "
-         f"{hidden['plain_median_s'] * 1000:.1f} ms; target ≤ {HIDDEN_TARGET}: {verdict(hidden['ratio_hidden_to_plain'] <= HIDDEN_TARGET)})"),
+         f"{hidden['plain_median_s'] * 1000:.1f} ms; target ≤ {HIDDEN_TARGET}: "
+         f"{verdict(hidden['ratio_hidden_to_plain'] <= HIDDEN_TARGET)})"),
         ("batch of 8 (shared state) median", f"{batch['batch_median_s'] * 1000:.1f} ms"),
         ("8 single decisions median", f"{batch['eight_singles_median_s'] * 1000:.1f} ms"),
         ("batch / 8 singles", f"{batch['ratio_batch_to_singles']:.3f}  (ideal {batch['ideal_ratio']:.3f}; "

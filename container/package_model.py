@@ -88,7 +88,7 @@ def gguf_metadata(path: Path) -> tuple[dict[str, Any] | None, str]:
             if field is not None:
                 found[f"{architecture}.context_length"] = field.contents()
         return found, "read with the gguf package"
-    except Exception as exc:  # a damaged file: the manifest says so instead of failing the build
+    except Exception as exc:  # noqa: BLE001 - a damaged file: the manifest says so instead of failing the build
         return None, f"the gguf package could not read the metadata: {exc}"
 
 

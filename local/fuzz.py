@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from local.services import DecisionContainer
 from local.cloudformation import REPO_ROOT
+from local.services import DecisionContainer
 
 #: A deployment with small limits, so that a generated request is cheap: the OpenAPI document
 #: publishes them, so generated bodies stay within them. One thread: requests come one at a

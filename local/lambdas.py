@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, TextIO
 
-from local.services import patched_environ
 from local.cloudformation import Stack, TemplateError
+from local.services import patched_environ
 
 
 @dataclass
@@ -160,7 +160,7 @@ class SqsEventSource:
         try:
             response = self.function.invoke(event) or {}
             failed_ids = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])} if self.partial else set()
-        except Exception:  # a function error: the whole batch is retried
+        except Exception:  # noqa: BLE001 - a function error: the whole batch is retried
             if self.function.log is not None:
                 traceback.print_exc(file=self.function.log)
             failed_ids = {m["MessageId"] for m in messages}
@@ -208,7 +208,7 @@ def invoke_async(function: LocalFunction, event: dict[str, Any], sqs: Any) -> As
     for attempt in range(1, tries + 1):
         try:
             return AsyncResult(ok=True, attempts=attempt, response=function.invoke(event))
-        except Exception as exc:  # a function error: Lambda retries the event
+        except Exception as exc:  # noqa: BLE001 - a function error: Lambda retries the event
             error = exc
             if function.log is not None:
                 traceback.print_exc(file=function.log)

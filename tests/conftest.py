@@ -38,6 +38,7 @@ def embedded_engine():
 @pytest.fixture(scope="session")
 def decision_server_url(embedded_engine) -> Iterator[str]:
     import uvicorn
+
     from decision_server.app import create_app
 
     app = create_app(engine=embedded_engine)

@@ -25,13 +25,14 @@ for _sub in ("contract", "container", "functions", ""):
     if _path not in sys.path:
         sys.path.append(_path)
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from . import decode, policy_update, report as reporting  # noqa: E402
-from .cases import Case, RowError, RowWarning, load_file  # noqa: E402
-from .evaluation import analyse, score_cases  # noqa: E402
-from .runners import EngineRunner, HttpRunner, Runner  # noqa: E402
-from .schema import DecodeComparison, EvalReport, PolicyChangeReport, RunInfo  # noqa: E402
+from . import decode, policy_update
+from . import report as reporting
+from .cases import Case, RowError, RowWarning, load_file
+from .evaluation import analyse, score_cases
+from .runners import EngineRunner, HttpRunner, Runner
+from .schema import DecodeComparison, EvalReport, PolicyChangeReport, RunInfo
 
 SHIPPED = [
     REPO / "bench/data/support-tickets.jsonl",
@@ -67,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
         "--split",
         action="append",
         metavar="NAME",
-        help="only rows whose `split` is NAME (e.g. test, or JevBench's public); repeat for several; rows of other splits are counted, not scored",
+        help="only rows whose `split` is NAME (e.g. test, or JevBench's public); repeat for several; "
+        "rows of other splits are counted, not scored",
     )
     p.add_argument(
         "--folds",
@@ -80,9 +82,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-auto", type=_positive, default=5, help="auto-routed decisions a threshold needs to be recommended (default 5)")
     p.add_argument("--no-decode", action="store_true", help="skip the readout-vs-generation comparison")
     p.add_argument("--decode-limit", type=_positive, help="compare decoding on at most this many decisions (default: all)")
-    p.add_argument("--decode-max-tokens", type=_positive, default=decode.GENERATION_MAX_TOKENS, help="generation budget (default %(default)s)")
+    p.add_argument("--decode-max-tokens", type=_positive, default=decode.GENERATION_MAX_TOKENS,
+                   help="generation budget (default %(default)s)")
     p.add_argument("--out", type=Path, default=REPO / "reports/eval", help="report directory (default reports/eval)")
-    p.add_argument("--write-policy", action="store_true", help="write the fitted temperature and recommended min_confidence into the policy files")
+    p.add_argument("--write-policy", action="store_true",
+                   help="write the fitted temperature and recommended min_confidence into the policy files")
     p.add_argument("--strict", action="store_true", help="exit 1 when any row was bad or could not be scored")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p

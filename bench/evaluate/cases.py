@@ -230,7 +230,7 @@ def _policy_case(row: dict, source: str, line: int, policies: dict[str, Any]) ->
     if name not in policies:
         try:
             policies[name] = load_policy(name)
-        except Exception as exc:  # the policy loader's own message says what is wrong
+        except Exception as exc:  # noqa: BLE001 - the policy loader's own message says what is wrong
             raise _Bad("policy", f"cannot load policy {name!r}: {exc}") from None
     policy = policies[name]
     questions = {q.id: q for q in policy.questions}

@@ -21,8 +21,19 @@ from decision_contract import Decision, DecisionResult, softmax
 from . import metrics
 from .cases import Case, RowError
 from .runners import RunFailure, Runner
-from .schema import (Accuracy, CalibrationGroup, CrossValidated, EvalReport, HistogramBin, Latency, MassSummary, Miss,
-                     PolicyRoute, Row, Summary)
+from .schema import (
+    Accuracy,
+    CalibrationGroup,
+    CrossValidated,
+    EvalReport,
+    HistogramBin,
+    Latency,
+    MassSummary,
+    Miss,
+    PolicyRoute,
+    Row,
+    Summary,
+)
 
 MASS_EDGES = [round(0.1 * i, 1) for i in range(11)]
 
@@ -116,8 +127,8 @@ def _policy_route(observations: Sequence[Observation], temperature: float | None
                   min_confidence: float | None) -> PolicyRoute | None:
     """Auto-route share and error rate exactly as the pipeline decides (`judging.model_entry`),
     with the shipped policy question or with a proposed temperature / min_confidence."""
-    from decision_router.policies import load_policy
     from decision_router.judging import model_entry
+    from decision_router.policies import load_policy
 
     first = observations[0]
     if first.case.kind != "policy":

@@ -9,10 +9,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402 - the backend is chosen before pyplot loads
+import matplotlib.pyplot as plt
 
-from .evaluation import finite  # noqa: E402
-from .schema import CalibrationGroup, EvalReport  # noqa: E402
+from .evaluation import finite
+from .schema import CalibrationGroup, EvalReport
 
 PLOTS = {
     "reliability": "reliability.png",
@@ -194,7 +194,8 @@ def markdown(report: EvalReport) -> str:
         lines += [
             f"### {name} — {g.confidence_formula}",
             "",
-            f"| threshold | T = 1: auto-routed | share | error rate | T = {g.temperature_fit.temperature:.3f}: auto-routed | share | error rate |",
+            f"| threshold | T = 1: auto-routed | share | error rate "
+            f"| T = {g.temperature_fit.temperature:.3f}: auto-routed | share | error rate |",
             "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r1, r in zip(g.threshold_table_t1, g.threshold_table):

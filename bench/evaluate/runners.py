@@ -147,7 +147,7 @@ class EngineRunner:
                 results = [self.engine.decide_one(decisions[0])]
             else:
                 results = self.engine.decide(decisions).results
-        except Exception as exc:  # the engine's errors name the problem (prompt too long, busy, …)
+        except Exception as exc:  # noqa: BLE001 - the engine's errors name the problem (prompt too long, busy, …)
             raise RunFailure(f"{type(exc).__name__}: {exc}") from None
         return Scored(results, time.perf_counter() - start)
 
@@ -158,7 +158,7 @@ class EngineRunner:
         start = time.perf_counter()
         try:
             body = self.engine.chat_completion(messages=messages, max_tokens=max_tokens, temperature=0.0)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as above: a failed generation is reported, not fatal
             raise RunFailure(f"{type(exc).__name__}: {exc}") from None
         return _completion(body, time.perf_counter() - start)
 

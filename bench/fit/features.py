@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-from decision_contract import Decision, DecisionResult, ModelInfo
 
 from bench.evaluate.cases import Case, RowError
 from bench.evaluate.runners import RunFailure, Runner
+from decision_contract import Decision, DecisionResult, ModelInfo
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from datetime import date
 from typing import Sequence
 
 import numpy as np
-from decision_contract import softmax
 from scipy.stats import binomtest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from bench.evaluate import metrics
+from decision_contract import softmax
 
 #: Inverse regularisation strengths tried by cross-validation.
 C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)

@@ -13,14 +13,14 @@ from typing import Any, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from decision_contract import ModelInfo  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from bench.evaluate import metrics  # noqa: E402
+from bench.evaluate import metrics
+from decision_contract import ModelInfo
 
-from .features import Example  # noqa: E402
-from .learn import QuestionFit  # noqa: E402
+from .features import Example
+from .learn import QuestionFit
 
 
 @dataclass

@@ -9,21 +9,22 @@ import re
 import uuid
 from typing import Any, AsyncIterator
 
-from decision_contract import BatchDecisionResponse, DecisionRequest, ErrorResponse, SingleDecisionResponse
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from decision_contract import BatchDecisionResponse, DecisionRequest, ErrorResponse, SingleDecisionResponse
 
 from . import openapi
 from .chat import ChatCompletion, ChatCompletionEvent, ChatCompletionRequest
 from .engine import DecisionEngine
 from .errors import BadRequest, MethodNotAllowed, NotFound, ServerError
 from .routes import openai, sagemaker
-from .systemone import SystemOneErrorResponse, SystemOneRequest, SystemOneResponse
-from .systemone import router as systemone
 from .runtime import ModelRuntime
 from .settings import Settings
+from .systemone import SystemOneErrorResponse, SystemOneRequest, SystemOneResponse
+from .systemone import router as systemone
 
 log = logging.getLogger("decision_server")
 

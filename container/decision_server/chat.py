@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Iterable, Iterator, Literal, Union
 
-from decision_contract import StrictModel
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -21,6 +20,8 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+
+from decision_contract import StrictModel
 
 from .errors import BadRequest
 

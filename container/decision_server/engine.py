@@ -16,6 +16,9 @@ from typing import Any, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from pydantic import ValidationError
+
 from decision_contract import (
     BatchDecisionResponse,
     BatchTiming,
@@ -26,8 +29,6 @@ from decision_contract import (
     ModelInfo,
     softmax,
 )
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from pydantic import ValidationError
 
 from . import model_files
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
@@ -254,7 +255,7 @@ class DecisionEngine:
             self.check_control_tokens(message, f"messages[{index}]")
         try:
             rendered = self._chat_formatter(messages=messages)
-        except Exception as exc:  # the template's own complaint about these messages
+        except Exception as exc:  # noqa: BLE001 - the template's own complaint about these messages
             raise BadRequest.for_field("messages", f"the model's chat template rejected them: {exc}") from None
         prompt = self.tokenize(rendered.prompt)
         max_tokens = request.get("max_tokens") or self.settings.chat_max_tokens

@@ -10,8 +10,9 @@ import logging
 import math
 from typing import Any, Callable
 
-from decision_contract import ErrorDetail, ErrorResponse
 from pydantic import ValidationError
+
+from decision_contract import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("decision_server")
 

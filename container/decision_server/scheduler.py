@@ -435,7 +435,7 @@ class _Call(Work):
     def run(self) -> None:
         try:
             self.future.set_result(self.function())
-        except BaseException as exc:  # handed to the caller
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
             self.future.set_exception(exc)
 
 
@@ -484,7 +484,10 @@ class SamplingOptions:
 
 def _sampler(model: LlamaModel, options: SamplingOptions) -> Any:
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+
+    def add(sampler: Any) -> None:
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+
     if options.repeat_penalty != 1.0 or options.presence_penalty or options.frequency_penalty:
         # This llama.cpp build takes the vocabulary size first (n_vocab, last_n, repeat, freq, present).
         add(llama_cpp.llama_sampler_init_penalties(model.n_vocab, 64, options.repeat_penalty,

@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from decision_contract import MAX_OPTIONS, MIN_OPTIONS
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS
 
 
 def _default_threads() -> int:
@@ -209,7 +210,7 @@ class Settings(BaseSettings):
                 # An override replaces whatever the environment gave for the same field.
                 for alias in _aliases(cls.model_fields[name]):
                     values.pop(alias, None)
-            given = _Given(**values, **overrides)
+            given = _Given.model_validate({**values, **overrides})
             return cls.model_construct(given.model_fields_set, **dict(given))
         except ValidationError as exc:
             raise SettingsError(_describe(exc, _given_as(os.environ if environ is None else environ, overrides))) from None
@@ -225,7 +226,7 @@ class Settings(BaseSettings):
     def env_documentation(self) -> list[tuple[str, str, str]]:
         """(variable, default, description) for every setting: the README table's source."""
         rows = []
-        for name, field in type(self).model_fields.items():
+        for field in type(self).model_fields.values():
             default = field.get_default(call_default_factory=True)
             rows.append((_aliases(field)[0], str(default), field.description or ""))
         return rows
@@ -237,7 +238,8 @@ class _Given(Settings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   **environment: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
 

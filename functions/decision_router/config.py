@@ -14,31 +14,32 @@ class ConfigError(RuntimeError):
     """A missing or malformed environment variable; raised at cold start, naming the variable."""
 
 
-def _env(variable: str, default: Any = None, **constraints: Any) -> Any:
+def _env(variable: str, default: Any = "", **constraints: Any) -> Any:
     return Field(default, validation_alias=variable, description=f"Environment variable {variable}.", **constraints)
 
 
 class Settings(BaseSettings):
-    """Each field is read from the environment variable named by its alias; a blank one is unset."""
+    """Each field is read from the environment variable named by its alias; a blank one is unset
+    (empty text, or the default)."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True, env_ignore_empty=True)
 
-    endpoint_name: str | None = _env("DECISION_ENDPOINT_NAME")
-    state_machine_arn: str | None = _env("ROUTING_STATE_MACHINE_ARN")
-    idempotency_table: str | None = _env("IDEMPOTENCY_TABLE_NAME")
+    endpoint_name: str = _env("DECISION_ENDPOINT_NAME")
+    state_machine_arn: str = _env("ROUTING_STATE_MACHINE_ARN")
+    idempotency_table: str = _env("IDEMPOTENCY_TABLE_NAME")
     # NoDecode: the validator below parses the JSON, so its errors name the variable.
     destination_queues: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias="DESTINATION_QUEUES",
         description="Environment variable DESTINATION_QUEUES: JSON object of policy target → queue URL.")
-    review_queue_url: str | None = _env("REVIEW_QUEUE_URL")
+    review_queue_url: str = _env("REVIEW_QUEUE_URL")
     review_timeout_seconds: int = _env("REVIEW_TIMEOUT_SECONDS", 86400, ge=1)
-    policy_name: str | None = _env("POLICY_NAME")
+    policy_name: str = _env("POLICY_NAME")
     endpoint_read_timeout_seconds: float = _env("ENDPOINT_READ_TIMEOUT_SECONDS", 70.0, ge=1)
     endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS", 4, ge=1)
-    audit_table: str | None = _env("AUDIT_TABLE_NAME")
-    labelled_examples_table: str | None = _env("LABELLED_EXAMPLES_TABLE_NAME")
-    event_bus_name: str | None = _env("EVENT_BUS_NAME")
-    dead_letter_queue_url: str | None = _env("DEAD_LETTER_QUEUE_URL")
+    audit_table: str = _env("AUDIT_TABLE_NAME")
+    labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME")
+    event_bus_name: str = _env("EVENT_BUS_NAME")
+    dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -46,7 +47,7 @@ class Settings(BaseSettings):
         try:
             if env is None:
                 return cls()
-            given = _Given(**env)
+            given = _Given.model_validate(dict(env))
             return cls.model_construct(given.model_fields_set, **dict(given))
         except ValidationError as error:
             raise ConfigError("; ".join(_describe(e) for e in error.errors(include_url=False))) from None
@@ -90,7 +91,8 @@ class _Given(Settings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   **environment: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
 

@@ -20,8 +20,9 @@ import math
 from datetime import date
 from typing import Annotated, Sequence
 
-from decision_contract import ModelInfo, softmax
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from decision_contract import ModelInfo, softmax
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]

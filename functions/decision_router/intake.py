@@ -126,8 +126,9 @@ class Intake:
         errors = [d for d in record.decisions if d.source == "endpoint_error"]
         add(name="EndpointErrors", unit=MetricUnit.Count, value=1 if errors else 0)
         if errors:
+            failure = errors[0].error
             self.logger.warning("endpoint failed; item sent to review", extra={
-                "item_id": record.item_id, "error": errors[0].error.model_dump()})
+                "item_id": record.item_id, "error": failure.model_dump() if failure else None})
         if endpoint_seconds is not None:
             add(name="DecisionLatency", unit=MetricUnit.Milliseconds, value=endpoint_seconds * 1000)
         add(name="HeadDecisions", unit=MetricUnit.Count, value=sum(d.readout == "head" for d in record.decisions))

@@ -125,7 +125,7 @@ def review_choices(policy: Policy, destinations: Mapping[str, str]) -> list[Revi
     choices = []
     for combination in itertools.product(*(q.options for q in policy.questions)):
         answers = {q.id: option.id for q, option in zip(policy.questions, combination)}
-        target = routing.option(answers[routing.id]).target
+        target = policy.target(answers[routing.id])
         choices.append(ReviewChoice(answers=answers, destination=Destination(target=target, queue_url=destinations[target]),
                                     escalate=any(option.escalate for option in combination)))
     return choices
@@ -153,10 +153,12 @@ def build_record(
     reason = "; ".join(f"{e.question}: {r}" for e in failing for r in e.reasons) if failing else ALL_MET
     destination = None
     if route == "auto":
-        routing = policy.routing_question
-        target = routing.option(by_question[routing.id].option_id).target
+        chosen = by_question[policy.routing_question.id].option_id
+        assert chosen is not None, "a passed decision has an answer"
+        target = policy.target(chosen)
         destination = Destination(target=target, queue_url=destinations[target])
-    escalate = any(e.passed and policy.question(e.question).option(e.option_id).escalate for e in ordered)
+    escalate = any(e.passed and e.option_id is not None and policy.question(e.question).option(e.option_id).escalate
+                   for e in ordered)
     moment = (decided_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return DecisionRecord(
         item_kind=item.kind,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Iterable
 
-from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 
 from .heads import Head, question_digest
 from .items import ITEM_MODELS, Item, ItemKind, describe_errors, field_annotation, field_value, literal_values
@@ -200,6 +201,12 @@ class Policy(_Strict):
     def routing_question(self) -> Question:
         return next(q for q in self.questions if q.routes)
 
+    def target(self, option_id: str) -> str:
+        """The destination key (DESTINATION_QUEUES) that the routing question's option routes to."""
+        target = self.routing_question.option(option_id).target
+        assert target is not None, "every option of the routing question has a target (checked at load)"
+        return target
+
     @property
     def targets(self) -> set[str]:
         return {o.target for q in self.questions for o in q.options if o.target}
@@ -212,8 +219,7 @@ class Policy(_Strict):
 
 
 def _duplicates(what: str, values: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    dupes = sorted({v for v in values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
+    dupes = sorted(value for value, count in Counter(values).items() if count > 1)
     return [f"{what} {v!r} appears more than once" for v in dupes]
 
 

@@ -8,8 +8,9 @@ import json
 import re
 from typing import Any, Literal
 
-from decision_contract import ModelInfo
 from pydantic import BaseModel, ConfigDict, Field
+
+from decision_contract import ModelInfo
 
 from .items import ItemKind
 from .policies import Thresholds

@@ -73,8 +73,8 @@ def workflow_record(message: dict) -> tuple[DecisionRecord, str]:
         record = DecisionRecord.model_validate(body["record"])
     except ValidationError as error:
         raise Unusable("record: " + "; ".join(describe_errors(error))) from None
-    error = body.get("error") or {}
-    reason = f"{error.get('Error', 'unknown error')}: {error.get('Cause', '')}".strip().rstrip(":")
+    failure = body.get("error") or {}
+    reason = f"{failure.get('Error', 'unknown error')}: {failure.get('Cause', '')}".strip().rstrip(":")
     return record, f"{body.get('execution_name', '?')} failed with {reason}"
 
 
@@ -105,7 +105,7 @@ def dead_incident(message: dict) -> tuple[str, str, dict, str]:
         incident = parse_item("incident", event["detail"])
     except InvalidItem as error:
         raise Unusable(f"still invalid, fix it before redriving: {error}") from None
-    return str(event.get("source") or incident.source), incident.item_id, event["detail"], reason
+    return str(event.get("source") or incident.origin), incident.item_id, event["detail"], reason
 
 
 # ------------------------------------------------------------------------------ commands

@@ -22,9 +22,9 @@ from decision_contract import Decision, DecisionResult
 
 from .errors import EndpointFailure
 from .items import Item
+from .judging import build_record, error_entry, model_entry, rule_entry
 from .policies import Policy, build_decisions
 from .records import DecisionEntry, DecisionRecord
-from .judging import build_record, error_entry, model_entry, rule_entry
 from .rules import apply_rules
 
 

@@ -8,8 +8,11 @@ handed to the routing workflow.
 - An unreachable endpoint does not fail the record: the ticket goes to review (decision_router.router).
 """
 
+from typing import cast
+
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -44,7 +47,8 @@ def park(record: SqsRecordModel, error: InvalidItem) -> None:
     so SQS redelivers it: nothing is lost)."""
     url = Settings.from_env().require("dead_letter_queue_url").dead_letter_queue_url
     queue = dead_letters.setdefault(url, Queue(url))
-    queue.send(record.body, {"failure_kind": "invalid_item", "failure_reason": str(error),
+    body = cast(str, record.body)  # SqsRecordModel's body is the message text
+    queue.send(body, {"failure_kind": "invalid_item", "failure_reason": str(error),
                              "item_id": error.item_id or "", "source_message_id": record.messageId})
     logger.warning("invalid ticket parked in the ticket DLQ", extra={"message_id": record.messageId,
                                                                      "item_id": error.item_id, "reason": str(error)})
@@ -53,6 +57,6 @@ def park(record: SqsRecordModel, error: InvalidItem) -> None:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     intake.register(context)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import threading
 import time
 
 import pytest
+
 from decision_contract import Decision
 from decision_server.errors import BadRequest, Busy, ForbiddenToken, PromptTooLong
 from decision_server.readout import PROMPT_VERSION
-
 from tests.conftest import queue_full
 
 pytestmark = pytest.mark.model

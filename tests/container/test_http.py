@@ -12,10 +12,10 @@ import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from decision_contract import BatchDecisionResponse, ErrorResponse, SingleDecisionResponse
-from decision_server.app import create_app
 from fastapi.testclient import TestClient
 
+from decision_contract import BatchDecisionResponse, ErrorResponse, SingleDecisionResponse
+from decision_server.app import create_app
 from tests.conftest import queue_full
 
 pytestmark = pytest.mark.model

@@ -9,13 +9,14 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from pydantic import ValidationError
+
 from decision_contract import DecisionRequest
 from decision_server.app import create_app
 from decision_server.chat import ChatCompletionRequest
 from decision_server.errors import BadRequest
 from decision_server.settings import Settings
 from decision_server.systemone import SystemOneRequestError, parse_request
-from pydantic import ValidationError
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
 DECISION = {"id": "d", "state": "s", "question": "q", "options": OPTIONS}

@@ -166,7 +166,8 @@ def run_codebuild(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess
     assert spec["version"] == 0.2 and spec["env"]["shell"] == "bash"
     lines = ["CODEBUILD_BUILD_SUCCEEDING=1", "__post_ok=1"]
     for phase in ("pre_build", "build", "post_build"):
-        guard, flag = ('"$__post_ok"', "__post_ok") if phase == "post_build" else ('"$CODEBUILD_BUILD_SUCCEEDING"', "CODEBUILD_BUILD_SUCCEEDING")
+        guard, flag = (('"$__post_ok"', "__post_ok") if phase == "post_build"
+                       else ('"$CODEBUILD_BUILD_SUCCEEDING"', "CODEBUILD_BUILD_SUCCEEDING"))
         for number, command in enumerate(spec["phases"][phase]["commands"]):
             lines += [f"if [ {guard} = 1 ]; then", command,
                       f'[ $? -eq 0 ] || {{ echo "[{phase} command {number} failed]" >&2; {flag}=0; }}', "fi"]

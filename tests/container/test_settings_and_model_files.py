@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from decision_server import model_files
 from decision_server.settings import Settings, SettingsError
 

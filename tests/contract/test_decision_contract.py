@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from decision_contract import NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
 from pydantic import ValidationError
+
+from decision_contract import NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
 

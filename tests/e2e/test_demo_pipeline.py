@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from decision_router.policies import load_policy
-from local.demo import EVENTS, classify, format_table, read_items, table_rows
 from local.cloudformation import REPO_ROOT
+from local.demo import EVENTS, classify, format_table, read_items, table_rows
 
 from .conftest import UNUSED_ENDPOINT
 

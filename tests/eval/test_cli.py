@@ -43,7 +43,8 @@ def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
     case = next(c for c in load_file(POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl", 2).cases if c.case_id == row["case"])
     again = embedded_engine.decide_one(case.decisions[0].decision)
     assert again.option_logits == pytest.approx(row["option_logits"], abs=1e-4)
-    correct = sum(r["option_ids"][max(range(len(r["probabilities_t1"])), key=r["probabilities_t1"].__getitem__)] == r["gold"] for r in report["rows"])
+    correct = sum(r["option_ids"][max(range(len(r["probabilities_t1"])), key=r["probabilities_t1"].__getitem__)] == r["gold"]
+                  for r in report["rows"])
     assert report["overall"]["accuracy"] == pytest.approx(correct / 8)
     assert len(report["misses"]) == 8 - correct
 
@@ -78,12 +79,14 @@ def test_cli_over_http_with_bad_rows_and_policy_write(decision_server_url, tmp_p
     data.write_text("\n".join(lines) + "\n")
 
     out = tmp_path / "report"
-    argv = [str(data), "--url", decision_server_url, "--decode-limit", "1", "--no-progress", "--out", str(out), "--write-policy", "--strict"]
+    argv = [str(data), "--url", decision_server_url, "--decode-limit", "1", "--no-progress", "--out", str(out),
+            "--write-policy", "--strict"]
     assert main(argv) == 1  # --strict: a bad row was skipped
 
     report = json.loads((out / "report.json").read_text())
     assert report["decisions"] == 3
-    assert report["row_errors"] == [f"{data}:2: gold.queue: 'refunds' is not an option (options: billing, account_access, technical_fault, how_to, sales)"]
+    assert report["row_errors"] == [
+        f"{data}:2: gold.queue: 'refunds' is not an option (options: billing, account_access, technical_fault, how_to, sales)"]
     (failure,) = report["scoring_failures"]
     assert failure.startswith(f"{data}:5: (scoring): HTTP 400") and "token" in failure
     err = capsys.readouterr().err

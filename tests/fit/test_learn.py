@@ -8,6 +8,7 @@ from datetime import date
 
 import numpy as np
 import pytest
+
 from bench.fit import learn
 from decision_router.heads import Head
 from decision_router.policies import load_policy

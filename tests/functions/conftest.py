@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 import pytest
+
 from decision_contract import DecisionResult, DecisionTiming, ModelInfo, softmax
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,13 +1,13 @@
-import json
 
 import pytest
-from tests.functions.conftest import make_result
+
 from decision_contract import SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import ConfigError, Settings
 from decision_router.errors import EndpointFailure
-from decision_router.policies import build_decisions, load_policy
 from decision_router.items import parse_item
+from decision_router.policies import build_decisions, load_policy
+from tests.functions.conftest import make_result
 
 
 def test_settings_from_the_interface_variables():
@@ -35,7 +35,7 @@ def test_settings_read_the_process_environment(monkeypatch):
     monkeypatch.setenv("POLICY_NAME", "  ")  # blank: unset
     s = Settings.from_env()
     assert s.destination_queues == {"billing": "https://q/b", "sales": "https://q/s"}
-    assert (s.endpoint_max_attempts, s.endpoint_read_timeout_seconds, s.policy_name) == (2, 12.5, None)
+    assert (s.endpoint_max_attempts, s.endpoint_read_timeout_seconds, s.policy_name) == (2, 12.5, "")
     monkeypatch.setenv("ENDPOINT_READ_TIMEOUT_SECONDS", "0.5")
     with pytest.raises(ConfigError, match=r"^ENDPOINT_READ_TIMEOUT_SECONDS='0.5': must be at least 1$"):
         Settings.from_env()

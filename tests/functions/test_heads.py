@@ -8,12 +8,12 @@ import math
 import random
 
 import pytest
+
 from decision_contract import ModelInfo, softmax
 from decision_router.heads import Head
-from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, load_policy
 from decision_router.items import parse_item
 from decision_router.judging import model_entry
-
+from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, load_policy
 from tests.functions.conftest import make_result
 
 HIDDEN = 8
@@ -118,7 +118,8 @@ def test_a_matching_head_decides_with_its_own_probabilities_and_thresholds(tmp_p
 @pytest.mark.parametrize(
     "model, prompt_version, hidden, reason",
     [
-        (MODEL.model_copy(update={"sha256": "c" * 64}), "direct-options-v1", [0.0] * HIDDEN, "endpoint model sha256 cccccccccccc… is not the head's aaaaaaaaaaaa…"),
+        (MODEL.model_copy(update={"sha256": "c" * 64}), "direct-options-v1", [0.0] * HIDDEN,
+         "endpoint model sha256 cccccccccccc… is not the head's aaaaaaaaaaaa…"),
         (MODEL.model_copy(update={"hidden_size": 16}), "direct-options-v1", [0.0] * 16, "endpoint hidden size 16 is not the head's 8"),
         (MODEL, "direct-options/1", [0.0] * HIDDEN, "endpoint prompt version 'direct-options/1' is not the head's 'direct-options-v1'"),
         (MODEL, "direct-options-v1", None, "the endpoint returned no hidden state"),

@@ -21,14 +21,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 from moto import mock_aws
-from tests.functions.conftest import make_result
-from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext
 
 from decision_contract import BatchDecisionResponse, BatchTiming
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
 from decision_router.intake import Intake
 from local.cloudformation import Stack
+from tests.functions.conftest import make_result
+from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext
 
 INCIDENTS = 20
 SERVICE_SECONDS = 0.4  # one batched decision (priority + team) on the model context
@@ -56,7 +56,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server names its handlers so
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if not self.server.context.acquire(timeout=ADMISSION_WAIT_SECONDS):
             self.server.busy_answers += 1

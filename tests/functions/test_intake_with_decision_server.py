@@ -12,13 +12,13 @@ import math
 
 import boto3
 import pytest
-from tests.functions.conftest import EVENTS
 from moto import mock_aws
 
 from decision_router.config import Settings
 from decision_router.intake import Intake
 from decision_router.records import DecisionRecord
 from local.cloudformation import Stack
+from tests.functions.conftest import EVENTS
 
 pytestmark = pytest.mark.model
 ENDPOINT = "decision-endpoint"

@@ -1,4 +1,5 @@
 import pytest
+
 from decision_router.items import Incident, InvalidItem, Ticket, parse_item
 
 

@@ -2,10 +2,11 @@ import copy
 import json
 
 import pytest
-from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS
+
 from decision_contract import DecisionRequest
 from decision_router.items import parse_item
 from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, build_state, load_policy
+from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +46,25 @@ def test_unknown_target_is_rejected_when_destinations_are_known():
     "change, message",
     [
         (lambda p: p["questions"][0]["options"][1].update(id="billing"), "question 'queue': option id 'billing' appears more than once"),
-        (lambda p: p["questions"][0]["thresholds"].update(min_confidence=1.2), "questions.0.thresholds.min_confidence: Input should be less than or equal to 1"),
-        (lambda p: p["questions"][0]["thresholds"].update(min_margin=-0.1), "questions.0.thresholds.min_margin: Input should be greater than or equal to 0"),
+        (lambda p: p["questions"][0]["thresholds"].update(min_confidence=1.2),
+         "questions.0.thresholds.min_confidence: Input should be less than or equal to 1"),
+        (lambda p: p["questions"][0]["thresholds"].update(min_margin=-0.1),
+         "questions.0.thresholds.min_margin: Input should be greater than or equal to 0"),
         (lambda p: p["questions"][0].update(temperature=0), "questions.0.temperature: Input should be greater than 0"),
-        (lambda p: p["questions"][0].update(confidence_formula="max_prob"), "questions.0.confidence_formula: Input should be 'normalized_peak' or 'one_minus_normalized_entropy'"),
+        (lambda p: p["questions"][0].update(confidence_formula="max_prob"),
+         "questions.0.confidence_formula: Input should be 'normalized_peak' or 'one_minus_normalized_entropy'"),
         (lambda p: p["questions"][0]["options"][2].pop("target"), "options ['technical_fault'] have no target"),
-        (lambda p: p["questions"][0]["options"][2].update(target="Tech Support"), "questions.0.options.2.target: String should match pattern"),
-        (lambda p: p["questions"][0].update(options=p["questions"][0]["options"][:1]), "questions.0.options: List should have at least 2 items"),
-        (lambda p: p["rules"][0].update(answers={"queue": "refunds"}), "rule 'billing-portal-to-billing': answer 'refunds' is not an option of question 'queue'"),
-        (lambda p: p["rules"][0].update(answers={"team": "billing"}), "rule 'billing-portal-to-billing': answers a question 'team' the policy does not ask"),
+        (lambda p: p["questions"][0]["options"][2].update(target="Tech Support"),
+         "questions.0.options.2.target: String should match pattern"),
+        (lambda p: p["questions"][0].update(options=p["questions"][0]["options"][:1]),
+         "questions.0.options: List should have at least 2 items"),
+        (lambda p: p["rules"][0].update(answers={"queue": "refunds"}),
+         "rule 'billing-portal-to-billing': answer 'refunds' is not an option of question 'queue'"),
+        (lambda p: p["rules"][0].update(answers={"team": "billing"}),
+         "rule 'billing-portal-to-billing': answers a question 'team' the policy does not ask"),
         (lambda p: p["rules"][0]["when"][0].update(equals="billing_portal"), "when[0] value 'billing_portal' can never match channel"),
-        (lambda p: p["rules"][0]["when"][0].update(field="customer.plan"), "when[0].field: ticket has no field 'customer.plan': no field 'plan' (fields here: id, tier)"),
+        (lambda p: p["rules"][0]["when"][0].update(field="customer.plan"),
+         "when[0].field: ticket has no field 'customer.plan': no field 'plan' (fields here: id, tier)"),
         (lambda p: p["rules"][0]["when"][0].update({"in": ["email"]}), "give exactly one of 'equals' or 'in'"),
         (lambda p: p["rules"].append(dict(p["rules"][0])), "rule id 'billing-portal-to-billing' appears more than once"),
         (lambda p: p["state"].append({"key": "x", "field": "severity"}), "state[4].field: ticket has no field"),

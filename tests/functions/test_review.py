@@ -8,18 +8,18 @@ import time
 
 import boto3
 import pytest
-from tests.functions.conftest import EVENTS, make_result
 from moto import mock_aws
-from tests.functions.test_intake_handlers import TICKET_OPTIONS, body, FakeLambdaContext, StubbedEndpoint, make_intake
 
 from decision_router import review_cli
 from decision_router.adapters.review import ReviewTaskGone
-from decision_router.policies import load_policy
 from decision_router.items import parse_item
+from decision_router.judging import build_record, model_entry
+from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord
 from decision_router.review import InvalidReview, ReviewCompletion, complete_review, submit_review
-from decision_router.judging import build_record, model_entry
 from local.cloudformation import Stack
+from tests.functions.conftest import EVENTS, make_result
+from tests.functions.test_intake_handlers import TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, body, make_intake
 
 QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",
                                           "platform-oncall", "data-oncall", "security-oncall", "app-oncall"]}

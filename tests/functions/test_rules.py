@@ -28,6 +28,7 @@ def test_billing_portal_ticket_goes_to_billing(ticket_data):
 
 def test_first_matching_rule_wins(tmp_path, ticket_data):
     import json
+
     from decision_router.policies import POLICY_DIR
     raw = json.loads((POLICY_DIR / "support-ticket.json").read_text())
     raw["rules"].append({"id": "enterprise-sales", "description": "x", "when": [

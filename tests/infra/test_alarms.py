@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from local.lambdas import LocalFunction
 from local.cloudformation import Stack
+from local.lambdas import LocalFunction
 
 FUNCTIONS = ["TicketIntakeFunction", "IncidentIntakeFunction", "ReviewCompletionFunction"]
 
@@ -62,7 +62,7 @@ class _AccessDenied(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:  # http.server names its handlers so
         self.rfile.read(int(self.headers["Content-Length"]))
         raw = json.dumps({"message": "User is not authorized to perform: sagemaker:InvokeEndpoint"}).encode()
         self.send_response(400)

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
-from tests.functions.test_intake_handlers import (
-    PRIORITY_OPTIONS, TEAM_OPTIONS, TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, batch_body, body, eventbridge,
-    make_intake, ticket_event)
-from tests.functions.conftest import make_result
 
 from decision_router import redrive
+from tests.functions.conftest import make_result
+from tests.functions.test_intake_handlers import (
+    PRIORITY_OPTIONS,
+    TEAM_OPTIONS,
+    TICKET_OPTIONS,
+    FakeLambdaContext,
+    StubbedEndpoint,
+    batch_body,
+    body,
+    eventbridge,
+    make_intake,
+    ticket_event,
+)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import boto3
 import httpx
 import pytest
 from botocore.config import Config
+
 from decision_server.systemone import SystemOneRequest, to_decisions
 from decision_server.systemone.parsing import zstd
-
 from tests.conftest import queue_full
 
 pytestmark = pytest.mark.model

@@ -11,6 +11,8 @@ import json
 import math
 
 import pytest
+from typesafe_sdk import SystemOneResponse as ClientResponse
+
 from decision_contract import (
     FORMULA_TEXT,
     BatchDecisionResponse,
@@ -30,7 +32,6 @@ from decision_server.systemone import (
     to_decisions,
     to_response,
 )
-from typesafe_sdk import SystemOneResponse as ClientResponse
 
 MODEL = ModelInfo(
     file="tiny.gguf", bytes=1, sha256="0" * 64, context_size=2048, threads=1, gpu_layers=0,

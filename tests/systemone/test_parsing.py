@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from decision_server.errors import PayloadTooLarge, UnsupportedMediaType
 from decision_server.systemone import SystemOneRequestError, decode_body, load_json, parse_request
 from decision_server.systemone.parsing import zstd

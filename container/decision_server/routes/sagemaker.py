@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from decision_contract import DecisionRequest, SingleDecisionResponse
 from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
+
+from decision_contract import DecisionRequest, SingleDecisionResponse
 
 from .. import openapi
 from ..bodies import read_json

@@ -123,6 +123,7 @@ def to_response(
     first = results[0]
     return SystemOneResponse(
         model=first.model.file,
+        # each answer is one member of the Answer union (pydantic picks it by its `type`)
         answers={r.id: answer_from_result(questions[r.id], r, formula) for r in results},  # type: ignore[arg-type]
         usage=Usage(input_tokens=evaluated_tokens(batch), output_tokens=0),
         metadata=ResponseMetadata(

@@ -10,6 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
 from decision_contract import (
     MAX_OPTIONS,
     MAX_STATE_DEPTH,
@@ -22,17 +34,6 @@ from decision_contract import (
     StrictModel,
     check_state_depth,
 )
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
-from pydantic.json_schema import SkipJsonSchema
 
 #: Text, or a JSON object/array, wherever System One accepts "content" (state, instructions,
 #: criteria). Images (assets) are not accepted: the decision model reads text only.

@@ -20,7 +20,7 @@ from ..bodies import read_body
 from ..errors import BadRequest, ServerError, UnsupportedMediaType
 from ..routes.waiting import result_of
 from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
-from .models import SystemOneRequest, SystemOneResponse
+from .models import SystemOneResponse
 from .parsing import SystemOneRequestError, decode_body, load_json, parse_request
 
 #: The header typesafe-sdk reads for `response.request_id` (it raises without one).

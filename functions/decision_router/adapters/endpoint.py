@@ -5,8 +5,9 @@ rate-limits the client after throttling), and this adapter retries what is worth
 — throttling, SageMaker/container "busy" (the container's 503 arrives as ModelError with
 OriginalStatusCode 503 or `"retryable": true`), model not ready, connection errors and read
 timeouts — with capped exponential backoff and full jitter (never shorter than the
-endpoint's Retry-After), within `max_attempts` and the caller's deadline. Everything else (a 400 from the container, a 500, a malformed answer)
-fails at once. Callers get results or an `EndpointFailure` naming the kind; they never lose the item.
+endpoint's Retry-After), within `max_attempts` and the caller's deadline. Everything else (a 400
+from the container, a 500, a malformed answer) fails at once. Callers get results or an
+`EndpointFailure` naming the kind; they never lose the item.
 
 Deadline: every attempt, the first included, waits at most for the time left before the
 caller's deadline (never the configured read timeout when less time is left), so a hanging
@@ -25,9 +26,11 @@ from typing import Any, Callable, Sequence
 import boto3
 from aws_lambda_powertools import Tracer
 from botocore.config import Config
-from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, ReadTimeoutError
-from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
+from botocore.exceptions import ClientError, ReadTimeoutError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import ValidationError
+
+from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
 
 from ..errors import EndpointFailure
 from . import AwsAdapter

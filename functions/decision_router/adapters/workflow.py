@@ -10,7 +10,6 @@ from aws_lambda_powertools import Tracer
 from ..records import DecisionRecord, execution_name
 from . import AwsAdapter
 
-
 #: Execution statuses that mean the item was not routed by that execution.
 ENDED_UNROUTED = {"FAILED", "TIMED_OUT", "ABORTED"}
 #: Executions of one item key before giving up (the suffixes -r2 … must fit the name).
