@@ -8,11 +8,12 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv test demo bench eval fit lint fuzz redrive clean
+.PHONY: help venv unit test demo bench eval fit lint fuzz redrive clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
-	@echo "make test   run the test suite"
+	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
+	@echo "make test   the whole test suite (what CI runs)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
@@ -42,6 +43,10 @@ $(SAM_STAMP): requirements-sam.txt
 	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(SAM_VENV)/bin/python -m pip install --quiet -r requirements-sam.txt
 	@touch $@
+
+# The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml).
+unit: $(STAMP)
+	$(PY) -m pytest -m "not model and not sam and not server and not stack"
 
 # The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv.
 test: $(STAMP) $(SAM_STAMP)

@@ -25,6 +25,17 @@ from typing import Iterator
 import httpx
 import pytest
 
+#: Fixtures that load the embedded model: a test using one must be marked `model`.
+MODEL_FIXTURES = {"embedded_engine", "decision_server_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make unit` deselects by marks: a test that loads the model without the mark would slip in."""
+    unmarked = [item.nodeid for item in items
+                if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("model") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests load the embedded model; mark them @pytest.mark.model: " + ", ".join(unmarked))
+
 
 @pytest.fixture(scope="session")
 def embedded_engine():

@@ -27,6 +27,8 @@ import package_model  # container/ is on the test path; the script is stand-alon
 from decision_server import model_files
 from decision_server.settings import Settings
 
+pytestmark = pytest.mark.server  # runs the packaging script and the buildspecs as processes
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "container" / "package_model.py"
 BUILDSPEC = ROOT / "container" / "model-buildspec.yml"

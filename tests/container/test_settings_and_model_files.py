@@ -152,6 +152,7 @@ def test_readme_documents_every_variable_with_its_default():
         assert machine_dependent.get(variable, f"`{default}`") in row.split("|")[2], (variable, default)
 
 
+@pytest.mark.server  # `python -m decision_server`, which stops before it serves
 def test_start_up_stops_on_an_invalid_variable():
     run = subprocess.run(
         [sys.executable, "-m", "decision_server", "--port", "0"],

@@ -44,6 +44,8 @@ RULE_TICKET, MODEL_TICKET, SEV1_INCIDENT = "T-1006", "T-1001", "INC-2002"
 
 
 @pytest.mark.model
+@pytest.mark.stack
+@pytest.mark.server  # the moto server and the decision container
 def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(local_pipeline, decision_server_url):
     pipeline = local_pipeline(decision_server_url)
     items = [classify(f"line:{n}", text) for n, text in enumerate([
@@ -99,6 +101,8 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert "queue: rule" in table and "billing (rule " in table
 
 
+@pytest.mark.stack
+@pytest.mark.server  # the moto server
 def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reason(local_pipeline, tmp_path):
     # None of these reaches the endpoint: nothing listens at UNUSED_ENDPOINT.
     pipeline = local_pipeline(UNUSED_ENDPOINT)
@@ -206,6 +210,7 @@ def started_container(demo: DemoProcess) -> tuple[int, int]:
 
 
 @pytest.mark.model
+@pytest.mark.server  # `python -m local.demo`, with its container and moto server
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stopped_demo_leaves_no_process_and_the_next_run_works(stop, tmp_path):
     demo = DemoProcess("--log-dir", str(tmp_path / "first"))

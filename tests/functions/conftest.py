@@ -5,6 +5,7 @@ handler tests themselves."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,40 @@ def incident_data() -> dict:
         "source": "cloudwatch",
         "reported_at": "2026-11-29T12:00:00Z",
     }
+
+
+class RecordingTracerProvider:
+    """Stands in for X-Ray (no daemon here, and the suite runs with POWERTOOLS_TRACE_DISABLED=1):
+    records the subsegments Powertools' Tracer opens, in order."""
+
+    def __init__(self):
+        self.subsegments: list[str] = []
+
+    @contextlib.contextmanager
+    def in_subsegment(self, name: str, **_):
+        self.subsegments.append(name)
+        yield self
+
+    def put_annotation(self, key, value):
+        pass
+
+    def put_metadata(self, key, value, namespace=None):
+        pass
+
+
+@pytest.fixture
+def traces(monkeypatch) -> RecordingTracerProvider:
+    """Every Tracer of the functions (the handlers' and the library's) records into one provider."""
+    import decision_router.adapters.endpoint
+    import decision_router.adapters.workflow
+    import decision_router.intake
+    from incident_intake import app as incident_app
+    from review import app as review_app
+    from ticket_intake import app as ticket_app
+
+    recorder = RecordingTracerProvider()
+    for module in (ticket_app, incident_app, review_app, decision_router.intake,
+                   decision_router.adapters.endpoint, decision_router.adapters.workflow):
+        assert module.tracer.auto_patch is True  # boto3 calls (InvokeEndpoint, DynamoDB, StartExecution) traced too
+        monkeypatch.setattr(module.tracer, "provider", recorder)
+    return recorder

@@ -30,6 +30,8 @@ from local.cloudformation import Stack
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext
 
+pytestmark = [pytest.mark.stack, pytest.mark.server]  # a slow endpoint served over HTTP, the stack in moto
+
 INCIDENTS = 20
 SERVICE_SECONDS = 0.4  # one batched decision (priority + team) on the model context
 ADMISSION_WAIT_SECONDS = 2.0  # the container's default DECISION_ADMISSION_WAIT_SECONDS

@@ -20,7 +20,7 @@ from decision_router.records import DecisionRecord
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.stack]
 ENDPOINT = "decision-endpoint"
 
 

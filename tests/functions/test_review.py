@@ -139,6 +139,7 @@ def pending_message(queue_url: str) -> dict:
     return dict(json.loads(message["Body"]), receipt_handle=message["ReceiptHandle"])
 
 
+@pytest.mark.stack
 def test_review_function_completes_the_workflow(stack, pending_ticket):
     from review import app
 
@@ -156,6 +157,7 @@ def test_review_function_completes_the_workflow(stack, pending_ticket):
     assert queue_depth(pending_ticket) == 0  # the review message was removed
 
 
+@pytest.mark.stack
 def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pending_ticket):
     from review import app
 
@@ -167,6 +169,7 @@ def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pendin
     assert execution_status(stack) == "RUNNING"
 
 
+@pytest.mark.stack
 def test_unknown_task_token_is_reported(stack, pending_ticket):
     from review import app
 
@@ -177,6 +180,7 @@ def test_unknown_task_token_is_reported(stack, pending_ticket):
         app.lambda_handler(event, FakeLambdaContext())
 
 
+@pytest.mark.stack
 def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticket, capsys, tmp_path):
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
     assert review_cli.main(["list"]) == 0
@@ -215,6 +219,7 @@ def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
         ReviewCompletion.parse(dict(event, task_token="t" * 2049))
 
 
+@pytest.mark.stack
 def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack, pending_ticket, capsys):
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
     sqs = boto3.client("sqs")
@@ -236,6 +241,7 @@ def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack
     assert "Charged twice" in capsys.readouterr().out
 
 
+@pytest.mark.stack
 def test_listing_long_polls(stack, pending_ticket):
     """Short polling samples a subset of SQS servers and may answer empty while messages wait,
     which would end a listing early; every receive must wait (moto cannot show the sampling)."""

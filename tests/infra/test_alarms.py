@@ -100,6 +100,8 @@ def emitted_metrics(log: str) -> list[tuple[str, str, frozenset, float]]:
     return found
 
 
+@pytest.mark.stack
+@pytest.mark.server  # the endpoint that denies access is an HTTP server
 @pytest.mark.parametrize("function, item", [
     ("TicketIntakeFunction", {"Records": [{"messageId": "m-1", "receiptHandle": "r", "body": json.dumps({
         "ticket_id": "T-1", "subject": "Charged twice", "body": "Refund one", "customer": {"id": "C-1", "tier": "pro"},

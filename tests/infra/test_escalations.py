@@ -68,6 +68,7 @@ def on_call(pipeline):
     return pipeline.pages
 
 
+@pytest.mark.stack
 def test_a_p1_pages_the_on_call_with_who_and_where_but_no_customer_text(pipeline, on_call):
     record = pipeline.record("incident", "INC-11", route="auto", escalate=True,
                              answers={"priority": "P1", "team": "platform"})
@@ -83,6 +84,7 @@ def test_a_p1_pages_the_on_call_with_who_and_where_but_no_customer_text(pipeline
     assert record["item"]["title"] not in text and record["item"]["description"] not in text
 
 
+@pytest.mark.stack
 def test_an_escalation_before_review_pages_without_a_target(pipeline, on_call):
     record = pipeline.record("incident", "INC-12", route="review", escalate=True,
                              answers={"priority": "P1", "team": "data"})
@@ -93,6 +95,7 @@ def test_an_escalation_before_review_pages_without_a_target(pipeline, on_call):
     assert page["item_id"] == "INC-12" and page["summary"].startswith("Item Escalated: incident INC-12")
 
 
+@pytest.mark.stack
 def test_an_overdue_review_pages_the_on_call(pipeline, on_call):
     record = pipeline.record("ticket", "T-13", route="review", answers={"queue": "sales"}, timeout_seconds=1)
 

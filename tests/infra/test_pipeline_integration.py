@@ -25,7 +25,7 @@ from incident_intake import app as incident_app
 from review import app as review_app
 from ticket_intake import app as ticket_app
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.stack]
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 

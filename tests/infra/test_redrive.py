@@ -27,6 +27,8 @@ from tests.functions.test_intake_handlers import (
     ticket_event,
 )
 
+pytestmark = pytest.mark.stack  # the template's queues, bus and workflow in moto
+
 
 @pytest.fixture
 def tickets(pipeline, monkeypatch):

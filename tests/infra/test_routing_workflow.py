@@ -10,6 +10,8 @@ import pytest
 
 from review import app as review_app
 
+pytestmark = pytest.mark.stack  # the real workflow, executed by moto
+
 
 def test_auto_route_reaches_the_target_queue_and_is_audited(pipeline):
     record = pipeline.record("ticket", "T-1001", route="auto", answers={"queue": "billing"})

@@ -42,6 +42,7 @@ def test_statelint_really_checks_the_definition(tmp_path):
     assert any("Nowhere" in p for p in problems["RoutingStateMachine"])
 
 
+@pytest.mark.sam
 @pytest.mark.skipif(not SAM.exists(), reason="aws-sam-cli lives in .venv-sam, installed by `make lint` (it pins an older boto3)")
 def test_sam_validate_lint_passes():
     result = subprocess.run(
