@@ -14,6 +14,7 @@ import sys
 import uvicorn
 
 from .app import RequestIdFilter, create_app
+from .engine import GpuUnavailable, require_gpu_backend
 from .model_files import ModelFileError, find_gguf
 from .settings import Settings, SettingsError
 
@@ -38,17 +39,22 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = Settings.from_env(**({"port": args.port} if args.port is not None else {}))
-        find_gguf(settings)
-    except (SettingsError, ModelFileError) as exc:
+    except SettingsError as exc:
         print(f"decision_server: start-up stopped: {exc}", file=sys.stderr)
         return 2
-
     configure_logging(settings.log_level)
     ignored = Settings.ignored_variables()
     if ignored:
         logging.getLogger("decision_server").warning(
             "ignoring variables this server has no equivalent for: %s", ", ".join(ignored)
         )
+    try:
+        require_gpu_backend(settings)
+        find_gguf(settings)
+    except (GpuUnavailable, ModelFileError) as exc:
+        print(f"decision_server: start-up stopped: {exc}", file=sys.stderr)
+        return 2
+
     app = create_app(settings=settings)
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=settings.port, log_config=None, access_log=False)

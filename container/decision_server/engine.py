@@ -53,6 +53,16 @@ class GpuUnavailable(RuntimeError):
     """GPU offload was asked for, but this llama.cpp build has no GPU backend."""
 
 
+def require_gpu_backend(settings: Settings) -> None:
+    """Refuse GPU offload on a build without a GPU backend: llama.cpp would silently run on the
+    CPU, many times slower than the endpoint was sized for."""
+    if settings.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+        raise GpuUnavailable(
+            f"SM_LLAMA_CPP_N_GPU_LAYERS={settings.n_gpu_layers} asks for GPU offload, but this llama.cpp "
+            "build has no GPU backend; use the CUDA image, or set SM_LLAMA_CPP_N_GPU_LAYERS=0"
+        )
+
+
 class DecisionEngine:
     """Loads the GGUF named by the settings and serves decisions and chat from it.
 
@@ -66,11 +76,7 @@ class DecisionEngine:
         elif overrides:
             settings = Settings.from_env({}, **{**settings.model_dump(), **overrides})
         self.settings = settings
-        if settings.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
-            raise GpuUnavailable(
-                f"SM_LLAMA_CPP_N_GPU_LAYERS={settings.n_gpu_layers} asks for GPU offload, but this llama.cpp "
-                "build has no GPU backend; use the CUDA image, or set SM_LLAMA_CPP_N_GPU_LAYERS=0"
-            )
+        require_gpu_backend(settings)
         self.model_file = model_files.resolve(settings)
         started = time.perf_counter()
         self.model = LlamaModel(self.model_file.path, n_gpu_layers=settings.n_gpu_layers)

@@ -242,21 +242,25 @@ class Scheduler:
                 calls = self._admit()
             for call in calls:
                 call.run()
-            self._reap_cancelled()
-            self._start_streams()
-            if not self._running:
-                self._finish_done()
-                for work in [w for w in self._active if not self._waiting]:
-                    # nothing running or waiting, yet not done: a bug; never spin on it
-                    self._drop(work, EngineFault(f"{type(work).__name__} stalled"))
-                continue
             try:
-                self._step()
-            except Exception as exc:  # a fault in the loop itself must not kill the server's model
-                log.exception("decode step failed")
+                self._iterate()
+            except Exception as exc:  # a fault in the loop itself must not stop the worker
+                log.exception("decode loop step failed")
                 self._fail_running(EngineFault(f"the model failed: {exc}"))
         for work in list(self._active) + list(self._queue):
             work.fail(Busy("the server is stopping", retry_after_seconds=5))
+
+    def _iterate(self) -> None:
+        self._reap_cancelled()
+        self._start_streams()
+        if self._running:
+            self._step()
+            return
+        self._finish_done()
+        # Nothing holds a sequence, so every waiting stream could have started: work left
+        # active now cannot progress (a bug). Fail it rather than spin on it.
+        for work in list(self._active):
+            self._drop(work, EngineFault(f"{type(work).__name__} stalled"))
 
     def _has_work(self) -> bool:
         if self._running or self._waiting:

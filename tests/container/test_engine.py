@@ -64,6 +64,10 @@ def test_probabilities_are_a_distribution_in_option_order(embedded_engine):
     assert result.answer_token_ids == embedded_engine.readout.letter_token_ids[:4]
     assert 0 <= result.full_vocab_argmax_id < embedded_engine.model.n_vocab
     assert result.hidden_state is None
+    # the AWS SemIf sample's result fields, for its clients
+    assert result.probability_status == "conditional option score; uncalibrated as decision confidence"
+    assert result.readout.startswith("final-position logits") and result.forward_seconds > 0
+    assert result.total_seconds >= result.forward_seconds
 
 
 def test_same_input_gives_same_output(embedded_engine):

@@ -163,6 +163,29 @@ def test_start_up_stops_on_an_invalid_variable():
     assert "SM_LLAMA_CPP_CTX_SIZE" in run.stderr
 
 
+@pytest.mark.skipif(__import__("llama_cpp").llama_supports_gpu_offload(), reason="this llama.cpp build has a GPU backend")
+def test_start_up_refuses_gpu_offload_without_a_gpu_backend_and_warns_of_unmapped_settings():
+    run = subprocess.run(
+        [sys.executable, "-m", "decision_server", "--port", "18080"],  # stops before it listens
+        env={"SM_LLAMA_CPP_N_GPU_LAYERS": "999", "SEMIF_TOKENIZER_REVISION": "abc", "SEMIF_MAX_SHARED_DECISIONS": "8",
+             "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 2
+    assert "SM_LLAMA_CPP_N_GPU_LAYERS=999 asks for GPU offload" in run.stderr and "no GPU backend" in run.stderr
+    # the sample's settings without an equivalent are named at start-up, the mapped ones are not
+    assert "ignoring variables this server has no equivalent for: SEMIF_TOKENIZER_REVISION" in run.stdout
+
+
+def test_the_engine_refuses_gpu_offload_without_a_gpu_backend():
+    from decision_server.engine import DecisionEngine, GpuUnavailable
+
+    if __import__("llama_cpp").llama_supports_gpu_offload():
+        pytest.skip("this llama.cpp build has a GPU backend")
+    with pytest.raises(GpuUnavailable, match="SM_LLAMA_CPP_N_GPU_LAYERS=-1"):
+        DecisionEngine(model_path=model_files.embedded_model_path(), n_gpu_layers=-1)
+
+
 # --- model files -----------------------------------------------------------------------------
 
 

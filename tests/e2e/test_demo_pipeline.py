@@ -101,6 +101,32 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert "queue: rule" in table and "billing (rule " in table
 
 
+@pytest.mark.model
+@pytest.mark.stack
+@pytest.mark.server  # the moto server and the decision container
+def test_tickets_the_shipped_head_is_sure_of_are_routed_by_it_end_to_end(local_pipeline, decision_server_url, embedded_engine):
+    """The policy's head (fitted on the training split with make fit) reads the hidden state the
+    real container returns, decides, and the real workflow delivers; the record says so."""
+    policy = load_policy("support-ticket")
+    head = policy.routing_question.head
+    assert head is not None and head.model_sha256 == embedded_engine.model_info.sha256, "heads ship for the embedded model"
+    pipeline = local_pipeline(decision_server_url)
+    ids = ["T-1001", "T-1002", "T-1005"]  # demo tickets: not in the labelled data
+    outcomes = pipeline.run([classify(f"line:{n}", sample(EVENTS / "tickets.jsonl", item_id)) for n, item_id in enumerate(ids, 1)])
+
+    by_head = [o for o in outcomes if o.record["decisions"][0]["readout"] == "head" and o.record["route"] == "auto"]
+    assert by_head, "no demo ticket was confident enough for the shipped head"
+    for outcome in by_head:
+        (decision,) = outcome.record["decisions"]
+        assert decision["head_version"] == head.version and decision["head_skipped"] is None
+        assert decision["confidence"] >= head.thresholds.min_confidence
+        assert set(decision["letter_probabilities"]) == set(decision["head_probabilities"]) == set(head.options)
+        target = policy.routing_question.option(decision["option_id"]).target
+        assert outcome.status == "SUCCEEDED" and outcome.audit == "auto_routed"
+        assert outcome.queues == [pipeline.queue_name(pipeline.destinations[target])]
+    assert "queue: head" in format_table(table_rows(outcomes))
+
+
 @pytest.mark.stack
 @pytest.mark.server  # the moto server
 def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reason(local_pipeline, tmp_path):
