@@ -114,14 +114,15 @@ def test_tickets_the_shipped_head_is_sure_of_are_routed_by_it_end_to_end(local_p
     ids = ["T-1001", "T-1002", "T-1005"]  # demo tickets: not in the labelled data
     outcomes = pipeline.run([classify(f"line:{n}", sample(EVENTS / "tickets.jsonl", item_id)) for n, item_id in enumerate(ids, 1)])
 
-    by_head = [o for o in outcomes if o.record["decisions"][0]["readout"] == "head" and o.record["route"] == "auto"]
+    by_head = [o for o in outcomes if o.record and o.record.decisions[0].readout == "head" and o.record.route == "auto"]
     assert by_head, "no demo ticket was confident enough for the shipped head"
     for outcome in by_head:
-        (decision,) = outcome.record["decisions"]
-        assert decision["head_version"] == head.version and decision["head_skipped"] is None
-        assert decision["confidence"] >= head.thresholds.min_confidence
-        assert set(decision["letter_probabilities"]) == set(decision["head_probabilities"]) == set(head.options)
-        target = policy.routing_question.option(decision["option_id"]).target
+        (decision,) = outcome.record.decisions
+        assert decision.head_version == head.version and decision.head_skipped is None
+        assert decision.confidence is not None and decision.confidence >= head.thresholds.min_confidence
+        assert decision.letter_probabilities and decision.head_probabilities
+        assert set(decision.letter_probabilities) == set(decision.head_probabilities) == set(head.options)
+        target = policy.target(decision.option_id)
         assert outcome.status == "SUCCEEDED" and outcome.audit == "auto_routed"
         assert outcome.queues == [pipeline.queue_name(pipeline.destinations[target])]
     assert "queue: head" in format_table(table_rows(outcomes))
