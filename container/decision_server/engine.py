@@ -92,7 +92,7 @@ class DecisionEngine:
             # output sequences
             n_seq_max=1 + 2 * settings.parallel_sequences,
             threads=settings.threads,
-            flash_attn=settings.use_flash_attn,
+            flash_attn=settings.flash_attn,
         )
         self.model_info = ModelInfo(
             file=self.model_file.name,

@@ -13,7 +13,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import llama_cpp
 import numpy as np
@@ -143,7 +143,7 @@ class LlamaContext:
     """
 
     def __init__(self, model: LlamaModel, *, n_ctx: int, n_batch: int, n_seq_max: int, threads: int,
-                 flash_attn: bool) -> None:
+                 flash_attn: Literal["auto", "on", "off"]) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -151,9 +151,16 @@ class LlamaContext:
         params.n_seq_max = n_seq_max
         params.n_threads = threads
         params.n_threads_batch = threads
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
+        # `auto` is llama.cpp's own: on wherever the device has the kernels. Flash attention skips
+        # the cells a sequence may not see, so a batch of sequences in one unified KV cache costs
+        # close to the sum of its parts (without it every token attends over every sequence's
+        # cells, masked: measured 1.09x the ideal batch on 2 CPU threads, 1.04x with it), and on a
+        # GPU it keeps the V cache untransposed, so copied sequences move in whole rows.
+        params.flash_attn_type = {
+            "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[flash_attn]
         params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
         params.embeddings = False
         params.kv_unified = True

@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto", validation_alias=AliasChoices("SM_LLAMA_CPP_FLASH_ATTN", "flash_attn"),
         description="SM_LLAMA_CPP_FLASH_ATTN: flash attention (on|off|auto, as llama-server's --flash-attn); "
-        "auto is on when layers are offloaded to a GPU, off on the CPU.",
+        "auto lets llama.cpp turn it on wherever the device supports it (CPU and GPU).",
     )
 
     @field_validator("flash_attn", "decision_chat", mode="before")
@@ -81,15 +81,6 @@ class Settings(BaseSettings):
     def chat_enabled(self) -> bool:
         return self.decision_chat == "on"
 
-    @property
-    def use_flash_attn(self) -> bool:
-        # llama-cpp-python can only force flash attention on or off, so `auto` is decided here.
-        # On a GPU it keeps the V cache untransposed, so a batch's state snapshot is copied in
-        # whole rows (cell by cell otherwise: measured 4x slower than singles on an H200). On the
-        # CPU it is left off: batch vs single then stays within 0.0056 (0.020 with it on).
-        if self.flash_attn == "auto":
-            return self.n_gpu_layers != 0
-        return self.flash_attn == "on"
     port: int = Field(
         8080, ge=1, le=65535, validation_alias=AliasChoices("SM_LLAMA_CPP_PORT", "SEMIF_PORT", "port"),
         description="SM_LLAMA_CPP_PORT: HTTP port.",

@@ -94,15 +94,13 @@ def test_the_process_environment_is_read_with_the_same_names_and_precedence(monk
         Settings.from_env({}, bogus=1)
 
 
-@pytest.mark.parametrize(("value", "gpu_layers", "expected"), [
-    (None, 0, False), (None, 999, True),          # auto: on only with GPU offload
-    ("on", 0, True), ("true", 0, True), ("OFF", 999, False), ("false", 999, False),
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, "auto"),  # llama.cpp decides: on wherever the device has the kernels
+    ("on", "on"), ("true", "on"), ("OFF", "off"), ("false", "off"), (" Auto ", "auto"),
 ])
-def test_flash_attention_follows_the_dlc_flag(value, gpu_layers, expected):
-    env = {"SM_LLAMA_CPP_N_GPU_LAYERS": str(gpu_layers)}
-    if value is not None:
-        env["SM_LLAMA_CPP_FLASH_ATTN"] = value
-    assert Settings.from_env(env).use_flash_attn is expected
+def test_flash_attention_follows_the_dlc_flag(value, expected):
+    env = {} if value is None else {"SM_LLAMA_CPP_FLASH_ATTN": value}
+    assert Settings.from_env(env).flash_attn == expected
 
 
 def test_flash_attention_rejects_unknown_values_naming_the_variable():
