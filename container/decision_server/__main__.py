@@ -13,9 +13,10 @@ import sys
 
 import uvicorn
 
-from .app import RequestIdFilter, create_app
+from .app import create_app
 from .engine import GpuUnavailable, require_gpu_backend
 from .model_files import ModelFileError, find_gguf
+from .request_ids import RequestIdFilter
 from .settings import Settings, SettingsError
 
 

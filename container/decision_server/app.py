@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
-import re
 import uuid
 from typing import Any, AsyncIterator
 
@@ -20,6 +18,7 @@ from . import openapi
 from .chat import ChatCompletion, ChatCompletionEvent, ChatCompletionRequest
 from .engine import DecisionEngine
 from .errors import BadRequest, MethodNotAllowed, NotFound, ServerError
+from .request_ids import REQUEST_ID_HEADER, SAFE_REQUEST_ID, request_id_var
 from .routes import openai, sagemaker
 from .runtime import ModelRuntime
 from .settings import Settings
@@ -27,19 +26,6 @@ from .systemone import SystemOneErrorResponse, SystemOneRequest, SystemOneRespon
 from .systemone import router as systemone
 
 log = logging.getLogger("decision_server")
-
-REQUEST_ID_HEADER = "X-Request-Id"
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
-_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-class RequestIdFilter(logging.Filter):
-    """Puts the current request id on every log record (`%(request_id)s`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id_var.get()
-        return True
-
 
 def create_app(engine: DecisionEngine | None = None, settings: Settings | None = None) -> FastAPI:
     """The server app. With no engine, the model named by `settings` (default: the
@@ -70,7 +56,7 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
     @app.middleware("http")
     async def request_id(request: Request, call_next: Any) -> Response:
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        rid = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        rid = incoming if SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         token = request_id_var.set(rid)
         try:
             try:

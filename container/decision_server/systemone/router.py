@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from .. import openapi
 from ..bodies import read_body
 from ..errors import BadRequest, ServerError, UnsupportedMediaType
+from ..request_ids import request_id_var
 from ..routes.waiting import result_of
 from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
 from .models import SystemOneResponse
@@ -85,8 +86,6 @@ async def answer_invocation(engine: Any, data: Any, request: Request) -> Respons
     ),
 )
 async def system_one(request: Request) -> Response:
-    from ..app import request_id_var  # the app's request id (set by its middleware)
-
     headers = {REQUEST_ID_HEADER: request_id_var.get()}
     try:
         runtime = request.app.state.runtime
