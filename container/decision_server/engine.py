@@ -120,6 +120,8 @@ class DecisionEngine:
         self.scheduler = Scheduler(
             self.model, self.ctx, parallel=settings.parallel_sequences, queue_size=settings.queue_size,
             copy_by_state=self.sequence_copy == "state",
+            # On a GPU a step's cost grows far slower than its tokens, so packing pays; not on a CPU.
+            finish_first=settings.n_gpu_layers == 0,
         )
         self.scheduler.set_prefix(self._shared_prompt_prefix())
         log.info(

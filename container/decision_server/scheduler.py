@@ -6,7 +6,10 @@ slots and KV cells allow, and each step packs up to `n_batch` tokens from every 
 sequence into ONE decode:
 
 - chat generations add their next token (one each), so a long generation never blocks decisions;
-- prefills fill the rest in arrival order, so no request is starved by later ones;
+- prefills fill the rest in arrival order, so no request is starved by later ones; on a CPU a
+  step ends with the first request whose answer it carries (`finish_first`): there a step costs
+  in proportion to its tokens, so packing the next request's prefill behind a finishing one
+  gains nothing and delays that answer by the rest of the step;
 - a decision's last prompt token asks for the logits at its position (and, when the caller
   wants the hidden state, goes into a step of output tokens only with embeddings on: with
   embeddings on llama.cpp outputs every token of a step, so mixing prefill in would cost a
@@ -132,8 +135,9 @@ class Work:
 
 class Scheduler:
     def __init__(self, model: LlamaModel, ctx: LlamaContext, *, parallel: int, queue_size: int,
-                 copy_by_state: bool) -> None:
+                 copy_by_state: bool, finish_first: bool = False) -> None:
         self.model, self.ctx = model, ctx
+        self.finish_first = finish_first
         self.parallel = parallel
         self.queue_size = queue_size
         self.copy_by_state = copy_by_state
@@ -330,11 +334,14 @@ class Scheduler:
         plan: list[tuple[Stream, int]] = []  # (stream, tokens this step)
         # Generating chats first (one token each), then prefill in arrival order.
         order = sorted(self._running, key=lambda s: (not s.generating, s.work.arrival, s.index))
+        closing: Work | None = None  # with finish_first, the request whose answer ends this step
         for stream in order:
             if budget == 0:
                 break
             if stream.remaining <= 0:
                 continue
+            if closing is not None and stream.work is not closing:
+                break  # later requests' prefill waits for the next step
             if embeddings:
                 if stream.remaining == 1 and stream.wants_output:
                     plan.append((stream, 1))
@@ -346,6 +353,8 @@ class Scheduler:
             if take > 0:
                 plan.append((stream, take))
                 budget -= take
+                if self.finish_first and not stream.generating and stream.wants_output and take == stream.remaining:
+                    closing = closing or stream.work
         if not plan:
             return
         tokens: list[BatchToken] = []

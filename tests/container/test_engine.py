@@ -292,6 +292,35 @@ def test_concurrent_requests_share_decodes_and_all_succeed(embedded_engine):
         assert max(abs(a - b) for a, b in zip(result.probabilities, alone[key].probabilities)) <= BATCH_TOLERANCE
 
 
+@pytest.mark.parametrize("finish_first", [True, False], ids=["cpu", "gpu-packing"])
+def test_on_a_cpu_a_step_ends_with_the_first_answer_it_carries(embedded_engine, monkeypatch, finish_first):
+    """Requests queued together run in arrival order. On a CPU (finish_first) no decode that
+    carries a request's answer also carries a later request's prefill, which would only delay
+    the answer; on a GPU the scheduler packs them, as that is where batching pays."""
+    assert embedded_engine.scheduler.finish_first, "the embedded engine runs on the CPU"
+    monkeypatch.setattr(embedded_engine.scheduler, "finish_first", finish_first)
+    steps: list[list] = []
+    decode = embedded_engine.ctx.decode
+
+    def recording(tokens, **kwargs):
+        steps.append(list(tokens))
+        return decode(tokens, **kwargs)
+
+    monkeypatch.setattr(embedded_engine.ctx, "decode", recording)
+    decisions = [ticket_decision(id=f"f{i}", state=f"Customer {i}: invoice {i} was charged twice.") for i in range(3)]
+    with embedded_engine.held():
+        works = [embedded_engine.submit_decisions([d], field="decision") for d in decisions]
+    results = [work.future.result(timeout=120) for work in works]
+
+    assert [r.results[0].id for r in results] == ["f0", "f1", "f2"]
+    answering = [step for step in steps if any(token.output for token in step)]
+    mixed = [step for step in answering if {t.sequence for t in step} != {t.sequence for t in step if t.output}]
+    if finish_first:
+        assert len(answering) == 3 and not mixed
+    else:
+        assert len(answering) < 3, "three short prompts fit one step: packed together"
+
+
 def test_a_chat_generation_does_not_block_decisions(embedded_engine):
     chunks = embedded_engine.chat_completion(
         messages=[{"role": "user", "content": "Tell a long story."}], max_tokens=60, temperature=0.0, stream=True
