@@ -82,6 +82,18 @@ class PromptTooLong(BadRequest):
         super().__init__(f"{field}: {reason}", fields=[{"field": field, "reason": reason}])
 
 
+class EngineFault(ServerError):
+    """The model failed while evaluating this request (a llama_decode error, non-finite
+    logits): a 500 `internal_error`."""
+
+
+class Cancelled(ServerError):
+    """The client went away; its work was dropped (nobody reads this answer)."""
+
+    status = 499
+    code = "cancelled"
+
+
 class ChatDisabled(ServerError):
     """This deployment serves decisions only (DECISION_CHAT=off)."""
 

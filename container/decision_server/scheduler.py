@@ -43,25 +43,13 @@ from typing import Any, Callable, Iterator, Sequence
 import llama_cpp
 import numpy as np
 
-from .errors import Busy, ServerError
+from .errors import Busy, Cancelled, EngineFault, ServerError
 from .llama import BatchToken, LlamaContext, LlamaError, LlamaModel
 
 log = logging.getLogger("decision_server.scheduler")
 
 #: The global prefix cache lives in this sequence; work uses the ids above it.
 PREFIX_SEQUENCE = 0
-
-
-class EngineFault(ServerError):
-    """The model failed while evaluating this request (llama_decode error)."""
-
-    status = 500
-    code = "internal_error"
-
-
-class Cancelled(ServerError):
-    status = 499
-    code = "cancelled"
 
 
 # --- streams: one llama sequence being filled ------------------------------------------------------
@@ -354,7 +342,7 @@ class Scheduler:
                 plan.append((stream, take))
                 budget -= take
                 if self.finish_first and not stream.generating and stream.wants_output and take == stream.remaining:
-                    closing = closing or stream.work
+                    closing = stream.work  # later streams of other requests are not taken
         if not plan:
             return
         tokens: list[BatchToken] = []
