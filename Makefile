@@ -80,7 +80,7 @@ eval: $(STAMP)
 # review export; reports in reports/fit/, heads written into the policies where they beat the letters.
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
 fit: $(STAMP)
-	$(PY) -m bench.fit $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
+	$(PY) -m training $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
 
 # Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
 # something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
