@@ -91,6 +91,10 @@ DECISION_BODIES = [
     {"decision": {**DECISION, "temperature": True}},
     {"decision": {**DECISION, "temperature": 2}},
     {"decision": {**DECISION, "extra": 1}},
+    # Schema-valid, once refused (found by Schemathesis): ids are positional labels, a batch may mix states.
+    {"decision": {**DECISION, "options": [OPTIONS[0], OPTIONS[0]]}},
+    {"decisions": [DECISION, DECISION]},
+    {"decisions": [DECISION, {**DECISION, "id": "e", "state": {"k": 1}}]},
 ]
 
 
