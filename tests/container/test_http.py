@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 
 import boto3
 import httpx
@@ -347,6 +348,28 @@ def test_over_long_prompt_is_400_never_truncated(http, embedded_engine):
     state = "refund " * (embedded_engine.settings.max_decision_tokens + 1)
     error = error_of(http.post("/invocations", json={"decision": decision(state=state)}), 400, "prompt_too_long")
     assert error["fields"][0]["field"] == "decision"
+
+
+#: A System One request Schemathesis found answered in 19 s, past its 10 s limit, on one CPU thread:
+#: two questions whose instructions and levels are JSON, 2,242 tokens for the model to evaluate.
+FOUND_SLOW_SYSTEM_ONE = json.loads((Path(__file__).parent / "data" / "fuzz_system_one_2242_tokens.json").read_text())
+
+
+def test_a_slow_system_one_request_is_bounded_by_its_tokens(http, embedded_engine, monkeypatch):
+    # Its time is the model's work on its tokens, each evaluated once at the model's own rate:
+    # DECISION_MAX_REQUEST_TOKENS, which the document states, bounds it (refused before any work).
+    tokens = 2242
+
+    def post_with_limit(limit: int) -> httpx.Response:
+        monkeypatch.setattr(embedded_engine, "settings", embedded_engine.settings.model_copy(update={"max_request_tokens": limit}))
+        return http.post("/v1/systemone", json=FOUND_SLOW_SYSTEM_ONE)
+
+    refused = post_with_limit(tokens - 1)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "prompt_too_long", refused.text
+    assert f"{tokens} tokens" in refused.text and "DECISION_MAX_REQUEST_TOKENS" in refused.text
+    answered = post_with_limit(tokens)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["usage"]["input_tokens"] == tokens
 
 
 def test_over_long_chat_prompt_is_400(http):
