@@ -201,6 +201,7 @@ class DecisionResult(BaseModel):
         return self.option_ids[max(range(len(self.probabilities)), key=self.probabilities.__getitem__)]
 
     def probability_of(self, option_id: str) -> float:
+        """The probability of the first option with this id (ids may repeat; results are positional)."""
         return self.probabilities[self.option_ids.index(option_id)]
 
 
