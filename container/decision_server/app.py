@@ -46,6 +46,13 @@ def create_app(engine: DecisionEngine | None = None, settings: Settings | None =
             f"This server: bodies up to {settings.max_body_bytes} bytes (DECISION_MAX_BODY_BYTES); chat "
             + (f"on, at most {settings.chat_max_tokens_cap} completion tokens (CHAT_MAX_TOKENS)."
                if settings.chat_enabled else "switched off (DECISION_CHAT=off): chat requests are 403.")
+            # A request's time is the model's work on its tokens: these limits bound it.
+            + f" A request takes time in proportion to the tokens the model evaluates: a decision's "
+            f"prompt at most {settings.max_decision_tokens} (DECISION_MAX_PROMPT_TOKENS), a request's "
+            f"decisions or System One questions at most {settings.max_request_tokens} together "
+            f"(DECISION_MAX_REQUEST_TOKENS; a shared prefix counts once), a chat's prompt and completion "
+            f"at most {settings.ctx_size} (SM_LLAMA_CPP_CTX_SIZE, less the shared prompt prefix); "
+            "more is refused with a 400 (422 for System One), never truncated."
         ),
         version="1.0.0",
         lifespan=lifespan,

@@ -164,7 +164,7 @@ class DecisionEngine:
         return self.submit_decisions([decision], field="decision").future.result().results[0]
 
     def decide(self, decisions: Sequence[Decision]) -> BatchDecisionResponse:
-        """Score decisions; several must share one state and are evaluated as a batch."""
+        """Score decisions as one batch; the prompt prefix they share (a common state) is evaluated once."""
         return self.submit_decisions(list(decisions), field="decisions").future.result()
 
     def submit_decisions(self, decisions: list[Decision], *, field: str, count_limit: bool = True) -> "DecisionWork":
@@ -191,7 +191,7 @@ class DecisionEngine:
                 field, f"{len(decisions)} decisions; at most {limits.max_decisions} per request (DECISION_MAX_DECISIONS)"
             )
         try:
-            # The contract's own rules (one shared state, unique ids): one definition.
+            # The contract's own rules (exactly one shape): one definition.
             DecisionRequest(decisions=decisions)
         except ValidationError as exc:
             raise BadRequest.from_validation(exc) from None
@@ -313,8 +313,8 @@ def chat_chunks(work: ChatWork) -> Iterator[dict[str, Any]]:
 
 
 class DecisionWork(Work):
-    """Decisions sharing one state: the common prefix once (a stem sequence), then each
-    question's suffix in a sequence copied from it, many in one decode."""
+    """A request's decisions: their common token prefix once (a stem sequence; all of the state
+    when they share one), then each question's suffix in a sequence copied from it, many in one decode."""
 
     def __init__(self, engine: DecisionEngine, decisions: list[Decision], prompts: list[Prompt],
                  tokenize_seconds: list[float], started: float) -> None:

@@ -92,7 +92,8 @@ class Decision(StrictModel):
     options: list[DecisionOption] = Field(
         min_length=MIN_OPTIONS,
         max_length=MAX_OPTIONS,
-        description="Allowed answers in order; lettered A, B, … by position. Option ids are unique.",
+        description="Allowed answers in order; lettered A, B, … by position. Results follow this order, "
+        "so ids are labels the caller reads back (the model never sees them).",
     )
     temperature: float = Field(
         default=1.0, gt=0, description="Divides the option logits before the softmax (calibration)."
@@ -109,16 +110,6 @@ class Decision(StrictModel):
         if isinstance(state, (dict, list)) and not state:
             raise ValueError("must not be an empty JSON object or array")
         return check_state_depth(state)
-
-    @field_validator("options")
-    @classmethod
-    def _option_ids_unique(cls, options: list[DecisionOption]) -> list[DecisionOption]:
-        seen: set[str] = set()
-        for option in options:
-            if option.id in seen:
-                raise ValueError(f"option id {option.id!r} appears more than once; ids must be unique")
-            seen.add(option.id)
-        return options
 
     @property
     def option_ids(self) -> list[str]:
@@ -140,29 +131,18 @@ class DecisionRequest(StrictModel):
     decisions: list[Decision] | None = Field(
         default=None,
         min_length=1,
-        description="Decisions sharing one state (every `state` equal), evaluated once; decision ids are unique.",
+        description="Decisions scored together; results come in this order. The prompt prefix they "
+        "share is evaluated once: decisions about one `state` share it up to their questions.",
     )
 
+    # No rule across decisions or options: JSON Schema cannot state one, and the published schema
+    # must accept what the server does. None is needed: results are positional (ids are echoed
+    # labels, so they may repeat), and the engine evaluates whatever prompt prefix the decisions
+    # share once (a whole state when they share it, the template header when they do not).
     @model_validator(mode="after")
     def _exactly_one_shape(self) -> "DecisionRequest":
         if (self.decision is None) == (self.decisions is None):
             raise ValueError("give exactly one of 'decision' (an object) or 'decisions' (a non-empty list)")
-        if self.decisions is not None:
-            seen: set[str] = set()
-            for index, decision in enumerate(self.decisions):
-                if decision.id in seen:
-                    raise ValueError(
-                        f"decisions[{index}].id {decision.id!r} appears more than once; "
-                        "ids must be unique within a request"
-                    )
-                seen.add(decision.id)
-            first = self.decisions[0].state
-            for index, decision in enumerate(self.decisions[1:], start=1):
-                if decision.state != first:
-                    raise ValueError(
-                        f"decisions[{index}].state differs from decisions[0].state; "
-                        "a batch shares one state (send different states as separate requests)"
-                    )
         return self
 
     @property
@@ -221,6 +201,7 @@ class DecisionResult(BaseModel):
         return self.option_ids[max(range(len(self.probabilities)), key=self.probabilities.__getitem__)]
 
     def probability_of(self, option_id: str) -> float:
+        """The probability of the first option with this id (ids may repeat; results are positional)."""
         return self.probabilities[self.option_ids.index(option_id)]
 
 

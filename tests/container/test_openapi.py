@@ -91,6 +91,10 @@ DECISION_BODIES = [
     {"decision": {**DECISION, "temperature": True}},
     {"decision": {**DECISION, "temperature": 2}},
     {"decision": {**DECISION, "extra": 1}},
+    # Schema-valid, once refused (found by Schemathesis): ids are positional labels, a batch may mix states.
+    {"decision": {**DECISION, "options": [OPTIONS[0], OPTIONS[0]]}},
+    {"decisions": [DECISION, DECISION]},
+    {"decisions": [DECISION, {**DECISION, "id": "e", "state": {"k": 1}}]},
 ]
 
 
@@ -198,6 +202,16 @@ def test_the_published_limits_are_this_servers(doc):
         for name in ("max_tokens", "max_completion_tokens"):
             assert _branch(schemas["ChatCompletionRequest"], name, "integer")["maximum"] == tokens
     assert "CHAT_MAX_TOKENS" in small["info"]["description"] and "8 completion tokens" in small["info"]["description"]
+
+
+def test_the_document_states_the_token_limits_that_bound_a_requests_time():
+    # A request's time is the model's work on its tokens (one found at 20 s had 2,077): the
+    # document says how many one request may ask for.
+    text = document(DECISION_MAX_PROMPT_TOKENS="1000", DECISION_MAX_REQUEST_TOKENS="1500",
+                    SM_LLAMA_CPP_CTX_SIZE="2048")["info"]["description"]
+    for limit in ("at most 1000 (DECISION_MAX_PROMPT_TOKENS)", "at most 1500 together (DECISION_MAX_REQUEST_TOKENS",
+                  "at most 2048 (SM_LLAMA_CPP_CTX_SIZE"):
+        assert limit in text
 
 
 def _branch(schema: dict[str, Any], name: str, json_type: str) -> dict[str, Any]:

@@ -15,7 +15,6 @@ import httpx
 import pytest
 import schemathesis
 
-import local.fuzz_hooks  # noqa: F401  (registers the hooks that keep valid batches within the contract)
 from decision_server.app import create_app
 from decision_server.settings import Settings
 from local.fuzz import FUZZ_SETTINGS
