@@ -33,7 +33,7 @@ from decision_contract import (
 from . import model_files
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
 from .llama import LlamaContext, LlamaModel
-from .prompt_cache import PromptCache, PromptCacheStats
+from .prompt_cache import FinalOutput, PromptCache, PromptCacheStats
 from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
 from .scheduler import (
     PREFIX_SEQUENCE,
@@ -43,7 +43,8 @@ from .scheduler import (
     Scheduler,
     Stream,
     Work,
-    softmax_row_mass,
+    letter_readout,
+    read_final_output,
 )
 from .settings import Settings
 
@@ -401,11 +402,20 @@ class DecisionWork(Work):
         self._stem_ready = True
         self.prefix_seconds = time.perf_counter() - stream.started_at
 
+    answers_from_cache = True
+
     def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
+        # every letter's logit, so the cached output answers this prompt again whatever it is asked
+        stream.final = read_final_output(ctx.logits(index), self.engine.readout.letter_token_ids, hidden)
+        self.on_cached_output(stream, stream.final)
+        return True
+
+    def on_cached_output(self, stream: Stream, final: FinalOutput) -> None:
         engine = self.engine
         decision, prompt = self.decisions[stream.index], self.prompts[stream.index]
         letter_ids = engine.readout.letter_token_ids[: len(decision.options)]
-        logits, mass, argmax = softmax_row_mass(ctx.logits(index), letter_ids)
+        logits, mass = letter_readout(final, len(decision.options))
+        hidden = final.hidden if decision.return_hidden_state else None
         forward = time.perf_counter() - stream.started_at
         tokenize = self.tokenize_seconds[stream.index]
         self.results[stream.index] = DecisionResult(
@@ -422,12 +432,11 @@ class DecisionWork(Work):
             model=engine.model_info,
             timing=DecisionTiming(tokenize_seconds=tokenize, prefill_seconds=forward, total_seconds=tokenize + forward),
             answer_token_ids=list(letter_ids),
-            full_vocab_argmax_id=argmax,
+            full_vocab_argmax_id=final.argmax,
             forward_seconds=forward,
             total_seconds=time.perf_counter() - self.started,
             hidden_state=hidden.tolist() if hidden is not None else None,
         )
-        return True
 
     @property
     def done(self) -> bool:

@@ -52,11 +52,24 @@ def common_prefix(a: np.ndarray, b: np.ndarray, limit: int) -> int:
     return int(differ[0]) if differ.size else m
 
 
+@dataclass(frozen=True, eq=False)
+class FinalOutput:
+    """What a decision reads at its prompt's last position: every option letter's logit (A
+    first), the log-sum-exp and argmax of the whole vocabulary's, and the hidden state when it
+    was asked for. Kept with the cached prompt, it answers the same prompt again exactly."""
+
+    letter_logits: np.ndarray
+    lse_vocab: float
+    argmax: int
+    hidden: np.ndarray | None = None
+
+
 @dataclass(eq=False)
 class Entry:
     sequence: int
     tokens: np.ndarray
     blocks: tuple[Block, ...]
+    final: FinalOutput | None = None  # the output at its last token, where a decision read one
 
 
 @dataclass
@@ -112,6 +125,18 @@ class PromptCache:
                 best, best_n = entry, n
         return best, best_n
 
+    def answered(self, tokens: Sequence[int], *, with_hidden: bool) -> Entry | None:
+        """The entry holding exactly `tokens` with the output read at its last one (and the
+        hidden state, when `with_hidden`), or None."""
+        array = np.asarray(tokens, dtype=np.int32)
+        for entry in reversed(self._entries.values()):
+            final = entry.final
+            if final is None or len(entry.tokens) != len(array) or (with_hidden and final.hidden is None):
+                continue
+            if common_prefix(entry.tokens, array, len(array)) == len(array):
+                return entry
+        return None
+
     def touch(self, entry: Entry) -> None:
         """`entry` was used: it is now the most recent."""
         self._entries.move_to_end(entry.sequence)
@@ -123,10 +148,12 @@ class PromptCache:
             self.stats.hits += 1
             self.stats.reused_tokens += reused
 
-    def insert(self, sequence: int, tokens: Sequence[int], blocks: Sequence[Block]) -> list[int]:
-        """Keep `sequence`, holding `tokens` in cells `blocks`, as the most recent entry. Returns
-        the sequences the caller must clear: evicted entries', or `sequence` itself when it is
-        not kept (nothing new in it, or more cells than the whole budget)."""
+    def insert(self, sequence: int, tokens: Sequence[int], blocks: Sequence[Block],
+               final: FinalOutput | None = None) -> list[int]:
+        """Keep `sequence`, holding `tokens` in cells `blocks` (and `final`, the output read at
+        the last token), as the most recent entry. Returns the sequences the caller must clear:
+        evicted entries', or `sequence` itself when it is not kept (nothing new in it, or more
+        cells than the whole budget)."""
         array = np.asarray(tokens, dtype=np.int32)
         n = len(array)
         own = sum(count for block, count in blocks if block != PREFIX_BLOCK)
@@ -134,14 +161,20 @@ class PromptCache:
             return [sequence]
         for entry in self._entries.values():
             if len(entry.tokens) >= n and common_prefix(entry.tokens, array, n) == n:
-                self._entries.move_to_end(entry.sequence)  # already held: the entry serves it
+                # already held: the entry serves it (and keeps the output read here, if it had none
+                # or one without the hidden state)
+                if len(entry.tokens) == n and final is not None and (
+                        entry.final is None or (entry.final.hidden is None and final.hidden is not None)):
+                    entry.final = final
+                self._entries.move_to_end(entry.sequence)
                 return [sequence]
         freed = []
-        # Entries whose tokens lead this one's serve nothing it does not: drop them.
-        for entry in [e for e in self._entries.values() if common_prefix(e.tokens, array, n) == len(e.tokens)]:
+        # Entries whose tokens lead this one's serve nothing it does not (but an answer): drop them.
+        for entry in [e for e in self._entries.values()
+                      if e.final is None and common_prefix(e.tokens, array, n) == len(e.tokens)]:
             del self._entries[entry.sequence]
             freed.append(entry.sequence)
-        self._entries[sequence] = Entry(sequence, array, tuple(blocks))
+        self._entries[sequence] = Entry(sequence, array, tuple(blocks), final)
         while len(self._entries) > self.slots or self._count_cells() > self.budget:
             freed.append(self.evict())
         return freed

@@ -23,8 +23,10 @@ Prefix reuse, without re-evaluating anything:
 
 Across requests (the prompt cache, prompt_cache.py): a finished request's sequence stays
 resident as a cache entry within a budget of cells, and every new stream starts from the longest
-token prefix any entry, sequence 0 or its own stem shares with it. Entries give way, least
-recently used first, to admitted work that needs their cells.
+token prefix any entry, sequence 0 or its own stem shares with it. A decision's entry also keeps
+what was read at its last position (`FinalOutput`), so the very same prompt again is answered
+with the very same numbers and no forward pass. Entries give way, least recently used first, to
+admitted work that needs their cells.
 
 Copies share KV cells (no data moves). Recurrent/hybrid models have no cells to share, so their
 copies serialise the source sequence's state instead (`copy_by_state`), and they have no prompt
@@ -51,7 +53,7 @@ import numpy as np
 
 from .errors import Busy, Cancelled, EngineFault, ServerError
 from .llama import BatchToken, LlamaContext, LlamaError, LlamaModel
-from .prompt_cache import PREFIX_BLOCK, Block, PromptCache, leading_blocks
+from .prompt_cache import PREFIX_BLOCK, Block, FinalOutput, PromptCache, leading_blocks
 
 log = logging.getLogger("decision_server.scheduler")
 
@@ -82,6 +84,7 @@ class Stream:
     cached: bool = True  # may start from a cached prompt, and is kept in the cache when done
     copied: tuple[Block, ...] = ()  # the cells of its first `start` tokens (see prompt_cache.py)
     block: int = -1  # the block of the cells it evaluates itself
+    final: FinalOutput | None = None  # what its work read at its last token, for the cache
 
     @property
     def remaining(self) -> int:
@@ -112,6 +115,13 @@ class Work:
 
     def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
         """Read the output at batch position `index`; True when the stream is finished."""
+        raise NotImplementedError
+
+    #: Whether a stream whose prompt is cached whole may be answered from its FinalOutput.
+    answers_from_cache = False
+
+    def on_cached_output(self, stream: Stream, final: FinalOutput) -> None:
+        """Finish `stream` with the output cached for its very prompt (see answers_from_cache)."""
         raise NotImplementedError
 
     def on_stream_done(self, stream: Stream) -> None:
@@ -336,6 +346,8 @@ class Scheduler:
         still_waiting = []
         working = sum(1 for s in self._running if s.wants_output)
         for stream in sorted(self._waiting, key=lambda s: (s.work.arrival, s.index)):
+            if self._answer_from_cache(stream):
+                continue
             # A work's reservation covers its stem and one output stream at a time; any
             # further stream of the same work needs cells of its own.
             extra = stream.wants_output and any(s.work is stream.work and s.wants_output for s in self._running)
@@ -360,6 +372,24 @@ class Scheduler:
                 stream.started_at = time.perf_counter()
                 stream.work.on_stream_done(stream)
         self._waiting = still_waiting
+
+    def _answer_from_cache(self, stream: Stream) -> bool:
+        """Finish `stream` without a sequence when its whole prompt is cached with its output."""
+        cache = self.cache
+        if cache is None or not (stream.cached and stream.wants_output and stream.work.answers_from_cache):
+            return False
+        entry = cache.answered(stream.tokens, with_hidden=stream.wants_hidden)
+        if entry is None or entry.final is None:
+            return False
+        cache.touch(entry)
+        cache.record(len(stream.tokens), len(stream.tokens) - stream.start)
+        stream.start = stream.n_past = len(stream.tokens)
+        stream.started_at = time.perf_counter()
+        try:
+            stream.work.on_cached_output(stream, entry.final)
+        except ServerError as exc:
+            self._drop(stream.work, exc)
+        return True
 
     def _choose_source(self, stream: Stream) -> None:
         """Start `stream` from the longest prefix of its tokens held anywhere: the source its
@@ -415,6 +445,7 @@ class Scheduler:
                 if self.finish_first and not stream.generating and stream.wants_output and take == stream.remaining:
                     closing = stream.work  # later streams of other requests are not taken
         if not plan:
+            self._finish_done()  # e.g. every question of a batch was answered from the cache
             return
         tokens: list[BatchToken] = []
         outputs: list[tuple[Stream, int]] = []
@@ -483,7 +514,8 @@ class Scheduler:
         if stream in self._running:
             self._running.remove(stream)
             if keep and stream.cached and self.cache is not None:
-                self._free(self.cache.insert(stream.sequence, stream.tokens[:stream.n_past], stream.blocks()))
+                self._free(self.cache.insert(stream.sequence, stream.tokens[:stream.n_past], stream.blocks(),
+                                             final=stream.final))
             else:
                 self._free([stream.sequence])
             if stream.counted_extra:
@@ -714,17 +746,23 @@ class _EventQueue:
 queue_type = _EventQueue
 
 
-def softmax_row_mass(row: np.ndarray, letter_ids: Sequence[int]) -> tuple[list[float], float, int]:
-    """Letter logits at a position, the share of next-token mass on them, and the vocabulary
-    argmax. The one full-vocabulary temporary is the shifted exponent for the logsumexp."""
+def read_final_output(row: np.ndarray, letter_ids: Sequence[int], hidden: np.ndarray | None) -> FinalOutput:
+    """The letter logits at a position (every option letter's), the log-sum-exp of the whole
+    vocabulary's and its argmax. The one full-vocabulary temporary is the shifted exponent."""
     letters = row[list(letter_ids)].astype(np.float64)
-    if not np.all(np.isfinite(letters)):
-        raise EngineFault("the model produced non-finite letter logits")
     argmax = int(row.argmax())
     peak = float(row[argmax])
     shifted = row - np.float32(peak)
     np.exp(shifted, out=shifted)
     lse_vocab = peak + math.log(float(shifted.sum(dtype=np.float64)))
+    return FinalOutput(letters, lse_vocab, argmax, hidden)
+
+
+def letter_readout(final: FinalOutput, n_options: int) -> tuple[list[float], float]:
+    """The first `n_options` letters' logits and the share of next-token mass on them."""
+    letters = final.letter_logits[:n_options]
+    if not np.all(np.isfinite(letters)):
+        raise EngineFault("the model produced non-finite letter logits")
     top = float(letters.max())
     lse_letters = top + math.log(float(np.exp(letters - top).sum()))
-    return letters.tolist(), min(1.0, math.exp(lse_letters - lse_vocab)), argmax
+    return letters.tolist(), min(1.0, math.exp(lse_letters - final.lse_vocab))

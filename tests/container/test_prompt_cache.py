@@ -54,6 +54,27 @@ def test_slots_bound_the_number_of_prompts():
     assert [e.sequence for e in cache.entries()] == [2, 3]
 
 
+def test_an_entry_keeps_the_output_read_at_its_last_token():
+    import numpy as np
+
+    from decision_server.prompt_cache import FinalOutput
+
+    plain = FinalOutput(np.zeros(16), 0.0, 1)
+    with_hidden = FinalOutput(np.zeros(16), 0.0, 1, hidden=np.ones(4))
+    cache = PromptCache(budget=100, slots=8)
+    cache.insert(1, [1, 2, 3], [(1, 3)])  # e.g. a chat: no output kept
+    assert cache.answered([1, 2, 3], with_hidden=False) is None
+    assert cache.insert(2, [1, 2, 3], [(1, 3)], final=plain) == [2]  # same cells: the entry takes the output
+    assert cache.answered([1, 2, 3], with_hidden=False).final is plain
+    assert cache.answered([1, 2, 3], with_hidden=True) is None
+    cache.insert(3, [1, 2, 3], [(1, 3)], final=with_hidden)
+    assert cache.answered([1, 2, 3], with_hidden=True).final is with_hidden
+    assert cache.answered([1, 2], with_hidden=False) is None  # a prefix is not the prompt
+    # an entry with an answer is not dropped for a longer prompt that leads with it
+    assert cache.insert(4, [1, 2, 3, 4], [(1, 3), (4, 1)]) == []
+    assert len(cache) == 2
+
+
 def test_longest_prefix_prefers_the_most_recent_on_a_tie():
     import numpy as np
 
@@ -79,21 +100,22 @@ def differing_states() -> tuple[str, str]:
 
 
 @pytest.mark.model
-def test_a_repeated_decision_is_answered_from_the_cache_like_a_cold_one(embedded_engine):
+def test_a_repeated_decision_is_answered_from_the_cache_exactly_as_the_first_time(embedded_engine):
     decision = ticket_decision(id="repeat", state={"subject": "Refund", "body": "I was charged twice for the Pro plan."})
     cold = cold_decision(embedded_engine, decision)
     before = embedded_engine.prompt_cache_stats()
     cached = embedded_engine.decide_one(decision)
-    again = embedded_engine.decide_one(decision)
-    # every token but the last came from the cache
-    assert cached.reused_prefix_tokens == cached.input_tokens - 1 == cold.input_tokens - 1
-    assert max(abs(a - b) for a, b in zip(cached.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
-    assert cached.prompt_sha256 == cold.prompt_sha256
-    # the same cells, the same last token: the cached answer repeats exactly
-    assert again.option_logits == cached.option_logits
+    # the temperature is not in the prompt: the same cached answer, divided otherwise
+    again = embedded_engine.decide_one(decision.model_copy(update={"id": "again", "temperature": 2.0}))
+    # the whole prompt came from the cache, with the output read at its last token: no forward pass
+    assert cached.reused_prefix_tokens == cached.input_tokens == cold.input_tokens
+    assert cached.option_logits == cold.option_logits and cached.probabilities == cold.probabilities
+    assert (cached.allowed_token_mass, cached.full_vocab_argmax_id) == (cold.allowed_token_mass, cold.full_vocab_argmax_id)
+    assert again.option_logits == cold.option_logits and again.temperature == 2.0
+    assert again.probabilities != cold.probabilities  # the temperature still applies
     after = embedded_engine.prompt_cache_stats()
     assert after.enabled and after.hits == before.hits + 2 and after.lookups == before.lookups + 2
-    assert after.reused_tokens - before.reused_tokens == 2 * (cold.input_tokens - 1 - cold.reused_prefix_tokens)
+    assert after.reused_tokens - before.reused_tokens == 2 * (cold.input_tokens - cold.reused_prefix_tokens)
     assert 0 < after.hit_rate <= 1 and 0 < after.cells <= after.budget_cells
 
 
@@ -127,7 +149,7 @@ def test_nothing_leaks_between_interleaved_prompts_that_share_a_prefix(embedded_
         assert max(abs(x - y) for x, y in zip(answer.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
     # b reused a's cells only up to where the prompts part; later repeats came whole from the cache
     assert answers[1].reused_prefix_tokens < common
-    assert answers[2].reused_prefix_tokens == answers[2].input_tokens - 1
+    assert answers[2].reused_prefix_tokens == answers[2].input_tokens
     # concurrently too: both in one decode, each from its own cached cells
     results: dict[str, object] = {}
     threads = [threading.Thread(target=lambda d=d: results.update({d.id: embedded_engine.decide_one(d)})) for d in (a, b)]
@@ -151,20 +173,27 @@ def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
     again = embedded_engine.decide(decisions)  # every question is now cached whole
     for c, w, g in zip(cold.results, warm.results, again.results):
         assert w.reused_prefix_tokens >= warm.timing.shared_prefix_tokens
-        assert g.reused_prefix_tokens == g.input_tokens - 1
-        for result in (w, g):
-            assert max(abs(x - y) for x, y in zip(result.probabilities, c.probabilities)) <= BATCH_TOLERANCE
+        assert max(abs(x - y) for x, y in zip(w.probabilities, c.probabilities)) <= BATCH_TOLERANCE
+        assert g.reused_prefix_tokens == g.input_tokens and g.option_logits == w.option_logits
 
 
 @pytest.mark.model
 def test_the_hidden_state_of_a_cached_prompt_matches_a_cold_one(embedded_engine):
-    decision = ticket_decision(id="h", state="The export to CSV button crashes the desktop app.", return_hidden_state=True)
+    plain = ticket_decision(id="h", state="The export to CSV button crashes the desktop app.")
+    with_hidden = plain.model_copy(update={"return_hidden_state": True})
     embedded_engine.clear_prompt_cache()
-    cold = embedded_engine.decide_one(decision)
-    cached = embedded_engine.decide_one(decision)
+    cold = embedded_engine.decide_one(with_hidden)
+    embedded_engine.clear_prompt_cache()
+    embedded_engine.decide_one(plain)
+    # the prompt is cached, its hidden state is not: the last token is evaluated for it
+    cached = embedded_engine.decide_one(with_hidden)
     assert cached.reused_prefix_tokens == cached.input_tokens - 1
     assert max(abs(a - b) for a, b in zip(cached.hidden_state, cold.hidden_state)) < 0.5
     assert max(abs(a - b) for a, b in zip(cached.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+    # now it is: answered whole, hidden state included
+    again = embedded_engine.decide_one(with_hidden)
+    assert again.reused_prefix_tokens == again.input_tokens and again.hidden_state == cached.hidden_state
+    assert embedded_engine.decide_one(plain).hidden_state is None
 
 
 @pytest.mark.model
@@ -203,7 +232,7 @@ def test_eviction_keeps_the_budget_and_drops_the_least_recent(small_cache_engine
     stats = engine.prompt_cache_stats()
     assert stats.evictions > 0 and stats.prompts < len(decisions)
     newest, oldest = engine.decide_one(decisions[-1]), engine.decide_one(decisions[0])
-    assert newest.reused_prefix_tokens == newest.input_tokens - 1  # still cached
+    assert newest.reused_prefix_tokens == newest.input_tokens  # still cached
     assert oldest.reused_prefix_tokens < oldest.input_tokens - 1  # evicted first
 
 
@@ -221,6 +250,7 @@ def test_work_that_needs_the_cells_evicts_cached_prompts(small_cache_engine):
     assert needed > free, "the prompt must not fit beside the cache"
     result = engine.decide_one(big)
     assert result.id == "big" and result.reused_prefix_tokens < result.input_tokens - 1
+    assert engine.prompt_cache_stats().evictions > 0
 
 
 @pytest.mark.model
