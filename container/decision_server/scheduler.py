@@ -346,6 +346,8 @@ class Scheduler:
         still_waiting = []
         working = sum(1 for s in self._running if s.wants_output)
         for stream in sorted(self._waiting, key=lambda s: (s.work.arrival, s.index)):
+            if stream.work not in self._active:
+                continue  # its work failed in this loop
             if self._answer_from_cache(stream):
                 continue
             # A work's reservation covers its stem and one output stream at a time; any
