@@ -14,7 +14,7 @@ help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
 	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
 	@echo "make test   the whole test suite (what CI runs)"
-	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
+	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
@@ -66,9 +66,13 @@ lint: $(STAMP) $(SAM_STAMP)
 	$(PY) -m local.cloudformation statelint
 
 # Decisions on the embedded model, default threads: readout vs prefill floor, hidden-state cost,
-# batch of 8 vs eight singles, and 1/4/8/16 concurrent clients on the serial and batched engines.
+# batch of 8 vs eight singles, the prompt cache, 1/4/8/16 concurrent clients on the serial and
+# batched engines, the stock llama-server side by side (xllamacpp, installed here on first use;
+# skipped with a message where it cannot install), and the cost of 1,000 decisions.
 # Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
 bench: $(STAMP)
+	@$(PY) -c "import xllamacpp" 2>/dev/null || $(PY) -m pip install --quiet -r bench/requirements-peer.txt \
+		|| echo "==> xllamacpp did not install: the benchmark runs without the llama-server peer"
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.

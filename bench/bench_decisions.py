@@ -2,16 +2,24 @@
 
 1. Single decisions: a ≈300-token prompt with 4 options, median and p95 over N decisions, next
    to the pure prefill of the same prompt tokens in a fresh sequence (the floor without prefix
-   reuse), interleaved so that machine load hits both alike; their ratio.
-2. Hidden state: the same decision with and without `return_hidden_state`, interleaved; ratio.
-3. Batch of 8 sharing a ≈400-token state vs the same 8 scored one by one; the ratio against the
-   ideal (P + 8·S) / (8·(P + S)) for P shared and S own tokens per question (both beyond the
+   reuse), interleaved so that machine load hits both alike; their ratio. Cold: the prompt
+   cache is cleared before each, so only the shared instruction prefix is reused.
+2. Hidden state: the same decision with and without `return_hidden_state`, interleaved, cold; ratio.
+3. Batch of 8 sharing a ≈400-token state vs the same 8 scored one by one, cold; the ratio against
+   the ideal (P + 8·S) / (8·(P + S)) for P shared and S own tokens per question (both beyond the
    prompt prefix every decision already shares).
-4. Load: 1, 4, 8, 16 concurrent clients, each sending decisions back to back, against the
-   serial engine (DECISION_PARALLEL_SEQUENCES=1) and the batched one (the default): decisions
-   per second, p50/p95 latency, share of 503 busy answers.
+4. Prompt cache: a cold decision, the same decision again, and a second question on the state
+   just asked about, interleaved; ratios to the cold one.
+5. Load: 1, 4, 8, 16 concurrent clients, each sending fresh decisions (states no other request
+   had) back to back, against the serial engine (DECISION_PARALLEL_SEQUENCES=1) and the batched
+   one (the default): decisions per second, p50/p95 latency, share of 503 busy answers.
+6. The stock llama-server beside ours over HTTP (bench/peer.py; skipped with a message where the
+   `xllamacpp` wheel is not installed: bench/requirements-peer.txt).
+7. What 1,000 decisions cost per instance type, from the measured throughput and the dated
+   on-demand prices in bench/data/instance-prices.json (bench/cost.py).
 
-Targets (CPU): single ≤ 1.15 × prefill; hidden state ≤ 1.05 × plain; batch ≤ 1.05 × ideal; at 8
+Targets (CPU): single ≤ 1.15 × prefill; hidden state ≤ 1.05 × plain; batch ≤ 1.05 × ideal; a
+repeated decision ≤ 0.05 × cold; a second question on a cached state ≤ 0.4 × a cold single; at 8
 clients the batched engine's throughput ≥ the serial one's, no 503 below the queue bound, p95 ≤
 (queue position × single latency) + 10 %.
 
@@ -35,6 +43,7 @@ for part in (ROOT / "contract", ROOT / "container", ROOT):
     if str(part) not in sys.path:
         sys.path.insert(0, str(part))
 
+from bench import cost, peer
 from bench.stats import percentile
 from decision_contract import Decision
 from decision_server.engine import DecisionEngine
@@ -42,6 +51,8 @@ from decision_server.errors import Busy
 from decision_server.model_files import embedded_model_path
 
 SINGLE_TARGET = 1.15
+REPEAT_TARGET = 0.05  # × a cold decision
+SECOND_QUESTION_TARGET = 0.4  # × a cold single
 HIDDEN_TARGET = 1.05
 BATCH_TARGET = 1.05  # × the ideal ratio
 LOAD_CLIENTS = (1, 4, 8, 16)
@@ -106,6 +117,7 @@ def bench_single(engine: DecisionEngine, n: int) -> dict:
         engine.prefill(tokens)
     decide_s, prefill_s = [], []
     for i in range(n):
+        engine.clear_prompt_cache()
         decide_s.append(timed(lambda: engine.decide_one(decision)))
         prefill_s.append(engine.prefill(tokens))
         progress(f"single {i + 1}/{n}: decision {decide_s[-1]:.3f}s prefill {prefill_s[-1]:.3f}s")
@@ -133,7 +145,9 @@ def bench_hidden(engine: DecisionEngine, n: int) -> dict:
         engine.decide_one(hidden)
     plain_s, hidden_s = [], []
     for i in range(n):
+        engine.clear_prompt_cache()
         plain_s.append(timed(lambda: engine.decide_one(plain)))
+        engine.clear_prompt_cache()
         hidden_s.append(timed(lambda: engine.decide_one(hidden)))
         progress(f"hidden {i + 1}/{n}: plain {plain_s[-1]:.3f}s with hidden state {hidden_s[-1]:.3f}s")
     return {
@@ -151,12 +165,17 @@ def bench_batch(engine: DecisionEngine, rounds: int) -> dict:
     engine.decide(decisions)  # warm-up
     batch_s, singles_s = [], []
     shared = 0
+    def cold_single(decision: Decision) -> float:
+        engine.clear_prompt_cache()
+        return timed(lambda: engine.decide_one(decision))
+
     for _ in range(rounds):
+        engine.clear_prompt_cache()
         started = time.perf_counter()
         response = engine.decide(decisions)
         batch_s.append(time.perf_counter() - started)
         shared = response.timing.shared_prefix_tokens
-        singles_s.append(sum(timed(lambda d=d: engine.decide_one(d)) for d in decisions))
+        singles_s.append(sum(cold_single(d) for d in decisions))
         progress(f"batch round {len(batch_s)}/{rounds}: batch {batch_s[-1]:.3f}s singles {singles_s[-1]:.3f}s")
     # Tokens each path evaluates beyond the prompt prefix every decision shares (cached at start).
     common = len(engine.scheduler.prefix_tokens)
@@ -180,12 +199,52 @@ def bench_batch(engine: DecisionEngine, rounds: int) -> dict:
     }
 
 
+def bench_cache(engine: DecisionEngine, n: int) -> dict:
+    """Cold, repeated and second-question latencies on ≈300-token prompts, interleaved."""
+    question, options = QUESTIONS[0]
+    base = state_of(engine, question, options, 300)
+    cold_s, repeat_s, second_s = [], [], []
+    for i in range(n + 2):
+        first = make_decision(f"cache{i}", f"Ticket {i}. {base}", question, options)
+        second = second_question(first)
+        engine.clear_prompt_cache()
+        cold = timed(lambda d=first: engine.decide_one(d))
+        repeat = timed(lambda d=first: engine.decide_one(d))
+        following = timed(lambda d=second: engine.decide_one(d))
+        if i < 2:
+            continue  # warm-up
+        cold_s.append(cold)
+        repeat_s.append(repeat)
+        second_s.append(following)
+        progress(f"cache {i - 1}/{n}: cold {cold:.3f}s repeated {repeat:.3f}s second question {following:.3f}s")
+    cold, repeat, second = (statistics.median(v) for v in (cold_s, repeat_s, second_s))
+    return {
+        "decisions": n,
+        "cold_median_s": cold,
+        "repeated_median_s": repeat,
+        "second_question_median_s": second,
+        "ratio_repeated_to_cold": repeat / cold,
+        "ratio_second_question_to_cold": second / cold,
+        "repeat_target": REPEAT_TARGET,
+        "second_question_target": SECOND_QUESTION_TARGET,
+        "stats": engine.prompt_cache_stats().model_dump(),
+    }
+
+
+def second_question(decision: Decision) -> Decision:
+    """Another question about the same state."""
+    question, options = QUESTIONS[1]
+    return make_decision(f"{decision.id}-2", decision.state, question, options)
+
+
 def bench_load(engine: DecisionEngine, clients: int, per_client: int, decisions: list[Decision]) -> dict:
     """`clients` threads, each sending `per_client` decisions back to back (in-process, through
-    the same submit path the HTTP routes use)."""
+    the same submit path the HTTP routes use); every request a state of its own, cache cleared
+    first, so each is evaluated fresh."""
     latencies: list[float] = []
     busy = 0
     lock = threading.Lock()
+    engine.clear_prompt_cache()
 
     def client(k: int) -> None:
         nonlocal busy
@@ -225,6 +284,24 @@ def load_decisions(engine: DecisionEngine, count: int = 16) -> list[Decision]:
     return [make_decision(f"load{k}", f"Ticket {k}. {base}", question, options) for k in range(count)]
 
 
+class FreshDecisions:
+    """≈300-token decisions on states no earlier call gave: `fresh(n)`."""
+
+    def __init__(self, engine: DecisionEngine) -> None:
+        self.question, self.options = QUESTIONS[0]
+        self.base = state_of(engine, self.question, self.options, 300)
+        self.count = 0
+
+    def __call__(self, n: int) -> list[Decision]:
+        start, self.count = self.count, self.count + n
+        return [make_decision(f"fresh{k}", f"Request {k}. {self.base}", self.question, self.options)
+                for k in range(start, start + n)]
+
+
+def batch_questions(state: object) -> list[Decision]:
+    return [make_decision(f"q{i}", state, q, opts) for i, (q, opts) in enumerate(QUESTIONS)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--decisions", type=int, default=30, help="single decisions to time")
@@ -233,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default=",".join(map(str, LOAD_CLIENTS)), help="concurrent clients to try")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the embedded SmolLM2)")
     parser.add_argument("--gpu-layers", type=int, default=0)
+    parser.add_argument("--peer-requests", type=int, default=12,
+                        help="serial requests per figure against the stock llama-server")
+    parser.add_argument("--no-peer", action="store_true", help="leave the stock llama-server out")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_decisions.json")
     args = parser.parse_args(argv)
 
@@ -244,25 +324,44 @@ def main(argv: list[str] | None = None) -> int:
     hidden = bench_hidden(engine, args.decisions)
     batch = bench_batch(engine, args.rounds)
     single_latency = single["decision_median_s"]
-    decisions = load_decisions(engine)
+    cache = bench_cache(engine, args.decisions)
+    clients = [int(c) for c in args.clients.split(",")]
+    decisions = load_decisions(engine, max(clients) * args.per_client)
     load = []
-    for clients in (int(c) for c in args.clients.split(",")):
+    for n_clients in clients:
         for name, subject in (("serial", serial), ("batched", engine)):
-            row = {"engine": name, **bench_load(subject, clients, args.per_client, decisions)}
-            row["p95_bound_s"] = clients * single_latency * LOAD_SLACK
+            row = {"engine": name, **bench_load(subject, n_clients, args.per_client, decisions)}
+            row["p95_bound_s"] = n_clients * single_latency * LOAD_SLACK
             load.append(row)
-            progress(f"load {name} x{clients}: {row['decisions_per_second']:.2f}/s p95 {row['p95_s']:.3f}s busy {row['busy_share']:.0%}")
+            progress(f"load {name} x{n_clients}: {row['decisions_per_second']:.2f}/s p95 {row['p95_s']:.3f}s busy {row['busy_share']:.0%}")
+    serial.close()
+    fresh = FreshDecisions(engine)
+    settings = engine.settings
+    engine.close()  # the side-by-side servers run in processes of their own
+    peer_report = {"skipped": "--no-peer"} if args.no_peer else peer.compare(
+        model, threads=settings.threads, parallel=settings.parallel_sequences, ctx_size=settings.ctx_size,
+        gpu_layers=args.gpu_layers, fresh=fresh, second_question=second_question, batch_questions=batch_questions,
+        serial=args.peer_requests, rounds=args.rounds, clients=clients, per_client=args.per_client,
+        log_dir=args.out.parent / "bench-servers", progress=progress)
+    # capacity: the batched engine's throughput at 8 concurrent clients (or the most measured)
+    batched = {r["clients"]: r for r in load if r["engine"] == "batched"}
+    busiest = batched.get(8) or batched[max(batched)]
     report = {
         "model": engine.model_info.model_dump(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
         "single": single,
         "hidden_state": hidden,
         "batch": batch,
+        "prompt_cache": cache,
         "load": load,
-        "queue_size": engine.settings.queue_size,
-        "parallel_sequences": engine.settings.parallel_sequences,
+        "queue_size": settings.queue_size,
+        "parallel_sequences": settings.parallel_sequences,
+        "peer": peer_report,
+        "cost": cost.costs(busiest["decisions_per_second"], settings.threads, args.gpu_layers != 0, cost.load_prices()),
     }
     print_report(report)
+    peer.print_report(report["peer"])
+    cost.print_report(report["cost"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
@@ -274,7 +373,7 @@ def verdict(ok: bool) -> str:
 
 
 def print_report(report: dict) -> None:
-    single, hidden, batch = report["single"], report["hidden_state"], report["batch"]
+    single, hidden, batch, cache = report["single"], report["hidden_state"], report["batch"], report["prompt_cache"]
     rows = [
         ("single decision median / p95", f"{single['decision_median_s'] * 1000:.1f} / {single['decision_p95_s'] * 1000:.1f} ms"),
         ("prefill floor median / p95", f"{single['prefill_median_s'] * 1000:.1f} / {single['prefill_p95_s'] * 1000:.1f} ms"),
@@ -287,6 +386,14 @@ def print_report(report: dict) -> None:
         ("8 single decisions median", f"{batch['eight_singles_median_s'] * 1000:.1f} ms"),
         ("batch / 8 singles", f"{batch['ratio_batch_to_singles']:.3f}  (ideal {batch['ideal_ratio']:.3f}; "
          f"× ideal {batch['ratio_to_ideal']:.3f}, target ≤ {BATCH_TARGET}: {verdict(batch['ratio_to_ideal'] <= BATCH_TARGET)})"),
+        ("repeated decision / cold", f"{cache['ratio_repeated_to_cold']:.3f}  ({cache['repeated_median_s'] * 1000:.1f} vs "
+         f"{cache['cold_median_s'] * 1000:.1f} ms; target ≤ {REPEAT_TARGET}: "
+         f"{verdict(cache['ratio_repeated_to_cold'] <= REPEAT_TARGET)})"),
+        ("2nd question, cached state / cold", f"{cache['ratio_second_question_to_cold']:.3f}  "
+         f"({cache['second_question_median_s'] * 1000:.1f} ms; target ≤ {SECOND_QUESTION_TARGET}: "
+         f"{verdict(cache['ratio_second_question_to_cold'] <= SECOND_QUESTION_TARGET)})"),
+        ("prompt cache hit rate (this run)", f"{cache['stats']['hit_rate']:.2f} of {cache['stats']['lookups']} lookups, "
+         f"{cache['stats']['reused_tokens']} of {cache['stats']['prompt_tokens']} prompt tokens reused"),
     ]
     info = report["model"]
     print(f"model {info['file']}  threads={info['threads']}  n_ctx={info['context_size']}  gpu_layers={info['gpu_layers']}  "

@@ -8,7 +8,8 @@ with the CPU's, and how much faster is it?):
 Each case (one request: a single decision or a shared-state batch) is scored by both engines
 alternately, so machine noise hits both alike. Reported: argmax agreement, |Δp| (max and
 median over all option probabilities), accuracy of each, median/p95 latency of each and the
-candidate/baseline latency ratio. JSON goes to --out (default: stdout summary only).
+candidate/baseline latency ratio. Every request is evaluated cold (the prompt cache cleared
+first). JSON goes to --out (default: stdout summary only).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def compare(baseline: Any, candidate: Any, cases: list, repeats: int = 1) -> dic
         responses = {}
         for _ in range(repeats):
             for name, engine in (("baseline", baseline), ("candidate", candidate)):
+                # cold on both sides: a repeat (or the same engine twice) measures the backend, not the prompt cache
+                engine.clear_prompt_cache()
                 started = time.perf_counter()
                 responses[name] = engine.decide(decisions)
                 latency[name].append((time.perf_counter() - started) / len(decisions))

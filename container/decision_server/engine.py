@@ -33,6 +33,7 @@ from decision_contract import (
 from . import model_files
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
 from .llama import LlamaContext, LlamaModel
+from .prompt_cache import FinalOutput, PromptCache, PromptCacheStats
 from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
 from .scheduler import (
     PREFIX_SEQUENCE,
@@ -42,11 +43,16 @@ from .scheduler import (
     Scheduler,
     Stream,
     Work,
-    softmax_row_mass,
+    letter_readout,
+    read_final_output,
 )
 from .settings import Settings
 
 log = logging.getLogger("decision_server.engine")
+
+
+#: Most prompts the cache holds (each in a sequence of its own); its budget is in cells.
+MAX_CACHED_PROMPTS = 64
 
 
 class GpuUnavailable(RuntimeError):
@@ -84,13 +90,15 @@ class DecisionEngine:
         self.sequence_copy = settings.sequence_copy
         if self.sequence_copy == "auto":
             self.sequence_copy = "state" if self.model.recurrent else "cells"
+        work_sequences = 2 * settings.parallel_sequences
+        cache_slots, self.prompt_cache_off = self._prompt_cache_slots(settings, work_sequences)
         self.ctx = LlamaContext(
             self.model,
             n_ctx=settings.ctx_size,
             n_batch=settings.batch_size,
             # sequence 0 is the shared prefix; each active request may hold a stem besides its
-            # output sequences
-            n_seq_max=1 + 2 * settings.parallel_sequences,
+            # output sequences; cached prompts hold sequences of their own
+            n_seq_max=1 + work_sequences + cache_slots,
             threads=settings.threads,
             flash_attn=settings.flash_attn,
         )
@@ -122,16 +130,30 @@ class DecisionEngine:
             copy_by_state=self.sequence_copy == "state",
             # On a GPU a step's cost grows far slower than its tokens, so packing pays; not on a CPU.
             finish_first=settings.n_gpu_layers == 0,
+            cache=PromptCache(settings.prompt_cache_cells, cache_slots) if cache_slots else None,
         )
         self.scheduler.set_prefix(self._shared_prompt_prefix())
         log.info(
             "loaded %s (%d bytes, sha256 %s) in %.2fs: n_ctx=%d threads=%d gpu_layers=%d parallel=%d "
-            "sequence copy=%s (%s memory) shared prefix=%d tokens",
+            "sequence copy=%s (%s memory) shared prefix=%d tokens prompt cache=%s",
             self.model_info.file, self.model_info.bytes, self.model_info.sha256, time.perf_counter() - started,
             self.model_info.context_size, settings.threads, settings.n_gpu_layers, settings.parallel_sequences,
             self.sequence_copy, "recurrent/hybrid" if self.model.recurrent else "KV",
             len(self.scheduler.prefix_tokens),
+            self.prompt_cache_off or f"{settings.prompt_cache_cells} cells in at most {cache_slots} prompts",
         )
+
+    def _prompt_cache_slots(self, settings: Settings, work_sequences: int) -> tuple[int, str | None]:
+        """Sequences for cached prompts, and why there are none (for the start-up log)."""
+        if self.sequence_copy == "state":
+            why = "recurrent/hybrid memory" if self.model.recurrent else "DECISION_SEQUENCE_COPY=state"
+            return 0, f"off ({why}: a sequence's state cannot be cut back to a shorter prefix, so it cannot cache)"
+        if settings.prompt_cache_cells == 0:
+            return 0, "off (DECISION_PROMPT_CACHE_CELLS=0)"
+        slots = min(MAX_CACHED_PROMPTS, llama_cpp.llama_max_parallel_sequences() - 1 - work_sequences)
+        if slots <= 0:
+            return 0, "off (DECISION_PARALLEL_SEQUENCES leaves llama.cpp no sequence for it)"
+        return slots, None
 
     def close(self) -> None:
         self.scheduler.stop()
@@ -244,6 +266,21 @@ class DecisionEngine:
     @property
     def busy(self) -> bool:
         return self.scheduler.busy
+
+    def clear_prompt_cache(self) -> None:
+        """Forget every cached prompt: the next requests are evaluated cold."""
+        self.scheduler.clear_cache()
+
+    def prompt_cache_stats(self) -> PromptCacheStats:
+        cache = self.scheduler.cache
+        if cache is None:
+            return PromptCacheStats(enabled=False, budget_cells=0)
+        stats = cache.stats
+        return PromptCacheStats(
+            enabled=True, budget_cells=cache.budget, cells=cache.cells, prompts=len(cache),
+            lookups=stats.lookups, hits=stats.hits, hit_rate=stats.hits / stats.lookups if stats.lookups else 0.0,
+            prompt_tokens=stats.prompt_tokens, reused_tokens=stats.reused_tokens, evictions=stats.evictions,
+        )
 
     def held(self):
         """Admit no new work while inside (see Scheduler.held)."""
@@ -365,11 +402,20 @@ class DecisionWork(Work):
         self._stem_ready = True
         self.prefix_seconds = time.perf_counter() - stream.started_at
 
+    answers_from_cache = True
+
     def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
+        # every letter's logit, so the cached output answers this prompt again whatever it is asked
+        stream.final = read_final_output(ctx.logits(index), self.engine.readout.letter_token_ids, hidden)
+        self.on_cached_output(stream, stream.final)
+        return True
+
+    def on_cached_output(self, stream: Stream, final: FinalOutput) -> None:
         engine = self.engine
         decision, prompt = self.decisions[stream.index], self.prompts[stream.index]
         letter_ids = engine.readout.letter_token_ids[: len(decision.options)]
-        logits, mass, argmax = softmax_row_mass(ctx.logits(index), letter_ids)
+        logits, mass = letter_readout(final, len(decision.options))
+        hidden = final.hidden if decision.return_hidden_state else None
         forward = time.perf_counter() - stream.started_at
         tokenize = self.tokenize_seconds[stream.index]
         self.results[stream.index] = DecisionResult(
@@ -386,12 +432,11 @@ class DecisionWork(Work):
             model=engine.model_info,
             timing=DecisionTiming(tokenize_seconds=tokenize, prefill_seconds=forward, total_seconds=tokenize + forward),
             answer_token_ids=list(letter_ids),
-            full_vocab_argmax_id=argmax,
+            full_vocab_argmax_id=final.argmax,
             forward_seconds=forward,
             total_seconds=time.perf_counter() - self.started,
             hidden_state=hidden.tolist() if hidden is not None else None,
         )
-        return True
 
     @property
     def done(self) -> bool:

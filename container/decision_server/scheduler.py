@@ -21,8 +21,16 @@ Prefix reuse, without re-evaluating anything:
 - a batch of decisions on one state evaluates its common prefix once in a *stem* sequence,
   then each question's sequence starts as a copy of the stem and evaluates only its suffix.
 
+Across requests (the prompt cache, prompt_cache.py): a finished request's sequence stays
+resident as a cache entry within a budget of cells, and every new stream starts from the longest
+token prefix any entry, sequence 0 or its own stem shares with it. A decision's entry also keeps
+what was read at its last position (`FinalOutput`), so the very same prompt again is answered
+with the very same numbers and no forward pass. Entries give way, least recently used first, to
+admitted work that needs their cells.
+
 Copies share KV cells (no data moves). Recurrent/hybrid models have no cells to share, so their
-copies serialise the source sequence's state instead (`copy_by_state`); everything else is the same.
+copies serialise the source sequence's state instead (`copy_by_state`), and they have no prompt
+cache (a state cannot be cut back to a shorter prefix); everything else is the same.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import numpy as np
 
 from .errors import Busy, Cancelled, EngineFault, ServerError
 from .llama import BatchToken, LlamaContext, LlamaError, LlamaModel
+from .prompt_cache import PREFIX_BLOCK, Block, FinalOutput, PromptCache, leading_blocks
 
 log = logging.getLogger("decision_server.scheduler")
 
@@ -72,10 +81,18 @@ class Stream:
     cost: int = 0  # KV cells this stream adds
     generating: bool = False  # a chat past its prompt: one sampled token per step
     counted_extra: bool = False  # started beyond its work's reservation
+    cached: bool = True  # may start from a cached prompt, and is kept in the cache when done
+    copied: tuple[Block, ...] = ()  # the cells of its first `start` tokens (see prompt_cache.py)
+    block: int = -1  # the block of the cells it evaluates itself
+    final: FinalOutput | None = None  # what its work read at its last token, for the cache
 
     @property
     def remaining(self) -> int:
         return len(self.tokens) - self.n_past
+
+    def blocks(self) -> tuple[Block, ...]:
+        own = self.n_past - self.start
+        return self.copied + (((self.block, own),) if own > 0 else ())
 
 
 class Work:
@@ -98,6 +115,13 @@ class Work:
 
     def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
         """Read the output at batch position `index`; True when the stream is finished."""
+        raise NotImplementedError
+
+    #: Whether a stream whose prompt is cached whole may be answered from its FinalOutput.
+    answers_from_cache = False
+
+    def on_cached_output(self, stream: Stream, final: FinalOutput) -> None:
+        """Finish `stream` with the output cached for its very prompt (see answers_from_cache)."""
         raise NotImplementedError
 
     def on_stream_done(self, stream: Stream) -> None:
@@ -123,8 +147,10 @@ class Work:
 
 class Scheduler:
     def __init__(self, model: LlamaModel, ctx: LlamaContext, *, parallel: int, queue_size: int,
-                 copy_by_state: bool, finish_first: bool = False) -> None:
+                 copy_by_state: bool, finish_first: bool = False, cache: PromptCache | None = None) -> None:
         self.model, self.ctx = model, ctx
+        #: Recent prompts' cells (None: no cache); only the worker thread changes it.
+        self.cache = cache
         self.finish_first = finish_first
         self.parallel = parallel
         self.queue_size = queue_size
@@ -140,6 +166,7 @@ class Scheduler:
         self._holds = 0
         self._stopping = False
         self._extra_cost = 0  # cells of streams beyond each work's reservation
+        self._block_ids = itertools.count(PREFIX_BLOCK + 1)
         self.consecutive_failures = 0
         self._thread = threading.Thread(target=self._run, name="decode-loop", daemon=True)
         self._thread.start()
@@ -149,6 +176,7 @@ class Scheduler:
     def set_prefix(self, tokens: Sequence[int]) -> None:
         """Evaluate the prefix every decision shares once, into sequence 0 (called before serving)."""
         def load() -> None:
+            self._clear_cache()  # entries were built on the old prefix
             self.ctx.remove_sequence(PREFIX_SEQUENCE)
             for offset in range(0, len(tokens), self.ctx.n_batch):
                 chunk = tokens[offset:offset + self.ctx.n_batch]
@@ -167,6 +195,27 @@ class Scheduler:
         if self.copy_by_state and n != len(prefix):
             return 0  # a serialised state is all of sequence 0 or nothing
         return n
+
+    def clear_cache(self) -> None:
+        """Forget every cached prompt (the next requests start cold)."""
+        self.call(self._clear_cache)
+
+    def _clear_cache(self) -> None:
+        if self.cache is not None:
+            self._free(self.cache.clear())
+
+    def _free(self, sequences: list[int]) -> None:
+        for sequence in sequences:
+            self.ctx.remove_sequence(sequence)
+            self._free_sequences.append(sequence)
+
+    def _make_room(self, cells: int) -> bool:
+        """Evict cached prompts, least recently used first, until `cells` more fit the context."""
+        while self._committed() + cells > self.capacity:
+            if not self.cache:
+                return False
+            self._free([self.cache.evict()])
+        return True
 
     @property
     def capacity(self) -> int:
@@ -271,7 +320,7 @@ class Scheduler:
                 continue
             if self._holds or len(self._active) >= self.parallel:
                 break
-            if self._committed() + head.reservation > self.capacity:
+            if not self._make_room(head.reservation):
                 break  # the head waits for cells; later work waits behind it (no overtaking)
             self._queue.popleft()
             if head.cancelled:
@@ -282,7 +331,10 @@ class Scheduler:
         return calls
 
     def _committed(self) -> int:
-        return sum(w.reservation for w in self._active) + self._extra_cost
+        """Cells spoken for: admitted work's reservations (which count every cell a work's
+        streams may hold beyond the shared prefix, copied or not) and the cached prompts'."""
+        cached = self.cache.cells if self.cache is not None else 0
+        return sum(w.reservation for w in self._active) + self._extra_cost + cached
 
     def _start_streams(self) -> None:
         """Give waiting streams a sequence (copying their prefix) while slots allow."""
@@ -294,24 +346,75 @@ class Scheduler:
         still_waiting = []
         working = sum(1 for s in self._running if s.wants_output)
         for stream in sorted(self._waiting, key=lambda s: (s.work.arrival, s.index)):
+            if stream.work not in self._active:
+                continue  # its work failed in this loop
+            if self._answer_from_cache(stream):
+                continue
             # A work's reservation covers its stem and one output stream at a time; any
             # further stream of the same work needs cells of its own.
             extra = stream.wants_output and any(s.work is stream.work and s.wants_output for s in self._running)
             limited = stream.wants_output and working >= self.parallel
-            if not self._free_sequences or limited or (extra and self._committed() + stream.cost > self.capacity):
+            if not self._free_sequences or limited or (extra and not self._make_room(stream.cost)):
                 still_waiting.append(stream)
                 continue
             stream.sequence = self._free_sequences.pop()
+            self._choose_source(stream)
             if stream.source is not None:
                 self.ctx.copy_sequence(stream.source, stream.sequence, stream.start, by_state=self.copy_by_state)
             stream.n_past = stream.start
+            stream.block = next(self._block_ids)
             if extra:
                 self._extra_cost += stream.cost
                 stream.counted_extra = True
             self._running.append(stream)
             if stream.wants_output:
                 working += 1
+            elif stream.remaining == 0:
+                # a stem whose every token was cached: ready at once
+                stream.started_at = time.perf_counter()
+                stream.work.on_stream_done(stream)
         self._waiting = still_waiting
+
+    def _answer_from_cache(self, stream: Stream) -> bool:
+        """Finish `stream` without a sequence when its whole prompt is cached with its output."""
+        cache = self.cache
+        if cache is None or not (stream.cached and stream.wants_output and stream.work.answers_from_cache):
+            return False
+        entry = cache.answered(stream.tokens, with_hidden=stream.wants_hidden)
+        if entry is None or entry.final is None:
+            return False
+        cache.touch(entry)
+        cache.record(len(stream.tokens), len(stream.tokens) - stream.start)
+        stream.start = stream.n_past = len(stream.tokens)
+        stream.started_at = time.perf_counter()
+        try:
+            stream.work.on_cached_output(stream, entry.final)
+        except ServerError as exc:
+            self._drop(stream.work, exc)
+        return True
+
+    def _choose_source(self, stream: Stream) -> None:
+        """Start `stream` from the longest prefix of its tokens held anywhere: the source its
+        work gave (sequence 0 or its stem) or a cached prompt. A stream that reads an output
+        evaluates its last token at least. Sets its source, start and copied cells."""
+        cache = self.cache
+        if cache is not None and stream.cached:
+            limit = len(stream.tokens) - (1 if stream.wants_output else 0)
+            entry, n = cache.longest(np.asarray(stream.tokens, dtype=np.int32), limit)
+            given = stream.start
+            if entry is not None and n > given:
+                cache.touch(entry)
+                stream.source, stream.start = entry.sequence, n
+            cache.record(len(stream.tokens), stream.start - given)
+        stream.copied = leading_blocks(self._blocks_of(stream.source), stream.start) if stream.source is not None else ()
+
+    def _blocks_of(self, sequence: int) -> tuple[Block, ...]:
+        if sequence == PREFIX_SEQUENCE:
+            return ((PREFIX_BLOCK, len(self.prefix_tokens)),)
+        entry = self.cache.get(sequence) if self.cache is not None else None
+        if entry is not None:
+            return entry.blocks
+        return next(s.blocks() for s in self._running if s.sequence == sequence)
 
     def _step(self) -> None:
         budget = self.ctx.n_batch
@@ -344,6 +447,7 @@ class Scheduler:
                 if self.finish_first and not stream.generating and stream.wants_output and take == stream.remaining:
                     closing = stream.work  # later streams of other requests are not taken
         if not plan:
+            self._finish_done()  # e.g. every question of a batch was answered from the cache
             return
         tokens: list[BatchToken] = []
         outputs: list[tuple[Stream, int]] = []
@@ -358,7 +462,7 @@ class Scheduler:
                     outputs.append((stream, len(tokens)))
                 tokens.append(BatchToken(stream.tokens[position], position, stream.sequence, last))
         try:
-            self.ctx.decode(tokens, embeddings=embeddings)
+            self._decode(tokens, embeddings)
         except LlamaError as exc:
             self.consecutive_failures += 1
             involved = {stream.work for stream, _ in plan}
@@ -381,25 +485,41 @@ class Scheduler:
                 self._drop(work, EngineFault(f"reading the model output failed: {exc}"))
                 continue
             if finished:
-                self._release(stream)
+                self._release(stream, keep=True)
         for stream, _ in plan:
             if not stream.wants_output and stream.remaining == 0:
                 # a stem: done once its prefix is in; it keeps its sequence for the questions
                 stream.work.on_stream_done(stream)
         self._finish_done()
 
+    def _decode(self, tokens: list[BatchToken], embeddings: bool) -> None:
+        try:
+            self.ctx.decode(tokens, embeddings=embeddings)
+        except LlamaError:
+            if not self.cache:
+                raise
+            # Cached prompts' cells may have scattered the free ones: give them all back, once.
+            log.warning("decode of %d tokens failed with %d cached prompts resident; retrying without them",
+                        len(tokens), len(self.cache))
+            self._clear_cache()
+            self.ctx.decode(tokens, embeddings=embeddings)
+
     def _finish_done(self) -> None:
         for work in [w for w in self._active if w.done]:
             for stream in [s for s in self._running if s.work is work]:
-                self._release(stream)
+                self._release(stream, keep=True)
             self._active.remove(work)
             work.finish()
 
-    def _release(self, stream: Stream) -> None:
+    def _release(self, stream: Stream, *, keep: bool = False) -> None:
+        """Give back a stream's sequence; `keep` (it finished) offers it to the prompt cache."""
         if stream in self._running:
             self._running.remove(stream)
-            self.ctx.remove_sequence(stream.sequence)
-            self._free_sequences.append(stream.sequence)
+            if keep and stream.cached and self.cache is not None:
+                self._free(self.cache.insert(stream.sequence, stream.tokens[:stream.n_past], stream.blocks(),
+                                             final=stream.final))
+            else:
+                self._free([stream.sequence])
             if stream.counted_extra:
                 self._extra_cost -= stream.cost
         stream.n_past = len(stream.tokens)
@@ -448,7 +568,7 @@ class PrefillWork(Work):
 
     def __init__(self, tokens: Sequence[int]) -> None:
         super().__init__()
-        self.stream = Stream(self, list(tokens), start=0, source=None, cost=len(tokens))
+        self.stream = Stream(self, list(tokens), start=0, source=None, cost=len(tokens), cached=False)
         self.reservation = len(tokens)
         self._done = False
 
@@ -628,17 +748,23 @@ class _EventQueue:
 queue_type = _EventQueue
 
 
-def softmax_row_mass(row: np.ndarray, letter_ids: Sequence[int]) -> tuple[list[float], float, int]:
-    """Letter logits at a position, the share of next-token mass on them, and the vocabulary
-    argmax. The one full-vocabulary temporary is the shifted exponent for the logsumexp."""
+def read_final_output(row: np.ndarray, letter_ids: Sequence[int], hidden: np.ndarray | None) -> FinalOutput:
+    """The letter logits at a position (every option letter's), the log-sum-exp of the whole
+    vocabulary's and its argmax. The one full-vocabulary temporary is the shifted exponent."""
     letters = row[list(letter_ids)].astype(np.float64)
-    if not np.all(np.isfinite(letters)):
-        raise EngineFault("the model produced non-finite letter logits")
     argmax = int(row.argmax())
     peak = float(row[argmax])
     shifted = row - np.float32(peak)
     np.exp(shifted, out=shifted)
     lse_vocab = peak + math.log(float(shifted.sum(dtype=np.float64)))
+    return FinalOutput(letters, lse_vocab, argmax, hidden)
+
+
+def letter_readout(final: FinalOutput, n_options: int) -> tuple[list[float], float]:
+    """The first `n_options` letters' logits and the share of next-token mass on them."""
+    letters = final.letter_logits[:n_options]
+    if not np.all(np.isfinite(letters)):
+        raise EngineFault("the model produced non-finite letter logits")
     top = float(letters.max())
     lse_letters = top + math.log(float(np.exp(letters - top).sum()))
-    return letters.tolist(), min(1.0, math.exp(lse_letters - lse_vocab)), argmax
+    return letters.tolist(), min(1.0, math.exp(lse_letters - final.lse_vocab))

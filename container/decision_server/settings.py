@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         "shared, no copy), state (the sequence's state serialised; recurrent/hybrid models), auto (state "
         "for recurrent/hybrid models, else cells).",
     )
+    prompt_cache_cells: int = Field(
+        4096, ge=0, validation_alias=AliasChoices("DECISION_PROMPT_CACHE_CELLS", "prompt_cache_cells"),
+        description="DECISION_PROMPT_CACHE_CELLS: KV cells recent prompts may keep resident across requests, "
+        "so that a request sharing a cached prompt's leading tokens evaluates only the rest (least recently "
+        "used evicted first, and whenever admitted work needs the cells); 0 switches the cache off.",
+    )
     unhealthy_after_failures: int = Field(
         3, ge=1, validation_alias=AliasChoices("DECISION_UNHEALTHY_AFTER_FAILURES", "unhealthy_after_failures"),
         description="DECISION_UNHEALTHY_AFTER_FAILURES: failed forward passes in a row after which /ping "

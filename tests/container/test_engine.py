@@ -71,12 +71,21 @@ def test_probabilities_are_a_distribution_in_option_order(embedded_engine):
 
 
 def test_same_input_gives_same_output(embedded_engine):
-    first = embedded_engine.decide_one(ticket_decision())
+    # The cache off: the same decision evaluated cold twice, the context disturbed in between.
+    first = cold_decision(embedded_engine, ticket_decision())
     embedded_engine.decide_one(ticket_decision(state="Something else entirely, to disturb the context."))
-    second = embedded_engine.decide_one(ticket_decision())
+    second = cold_decision(embedded_engine, ticket_decision())
     assert first.option_logits == second.option_logits
     assert first.probabilities == second.probabilities
     assert first.prompt_sha256 == second.prompt_sha256
+
+
+def cold_decision(engine, decision: Decision):
+    """`decision` evaluated with no cached prompt (only the instruction prefix reused)."""
+    engine.clear_prompt_cache()
+    result = engine.decide_one(decision)
+    assert result.reused_prefix_tokens == len(engine.scheduler.prefix_tokens)
+    return result
 
 
 def test_permuting_options_permutes_the_results(embedded_engine):
@@ -131,6 +140,7 @@ QUESTIONS = [
 
 @pytest.mark.parametrize("words", [30, 420], ids=["short-state", "state-past-one-decode-batch"])
 def test_batch_matches_each_decision_alone(embedded_engine, words):
+    embedded_engine.clear_prompt_cache()
     state = {"subject": "Refund", "body": " ".join(["I was charged twice and the app crashes on login."] * (words // 10))}
     decisions = [
         Decision(id=f"q{i}", state=state, question=q, options=opts) for i, (q, opts) in enumerate(QUESTIONS)
@@ -139,7 +149,7 @@ def test_batch_matches_each_decision_alone(embedded_engine, words):
     assert [r.id for r in batch.results] == [d.id for d in decisions]
     assert batch.timing.shared_prefix_tokens > 0
     for decision, batched in zip(decisions, batch.results):
-        alone = embedded_engine.decide_one(decision)
+        alone = cold_decision(embedded_engine, decision)
         assert batched.reused_prefix_tokens == batch.timing.shared_prefix_tokens
         assert batched.input_tokens == alone.input_tokens
         assert batched.prompt_sha256 == alone.prompt_sha256
@@ -256,7 +266,8 @@ def test_rendered_prompt_is_semifs_direct_options_v1_byte_for_byte(embedded_engi
 
 
 def test_hidden_state_comes_from_the_same_forward_pass(embedded_engine):
-    plain = embedded_engine.decide_one(ticket_decision())
+    plain = cold_decision(embedded_engine, ticket_decision())
+    embedded_engine.clear_prompt_cache()
     with_state = embedded_engine.decide_one(ticket_decision(return_hidden_state=True))
     assert len(with_state.hidden_state) == embedded_engine.model.n_embd == with_state.model.hidden_size
     assert all(math.isfinite(v) for v in with_state.hidden_state)
@@ -270,11 +281,12 @@ def test_hidden_state_comes_from_the_same_forward_pass(embedded_engine):
 def test_hidden_states_in_a_shared_state_batch(embedded_engine):
     decisions = [Decision(id=f"q{i}", state="A short state.", question=q, options=o, return_hidden_state=i % 2 == 0)
                  for i, (q, o) in enumerate(QUESTIONS)]
+    embedded_engine.clear_prompt_cache()
     batch = embedded_engine.decide(decisions)
     assert [r.hidden_state is not None for r in batch.results] == [True, False, True, False]
     for decision, result in zip(decisions, batch.results):
         if decision.return_hidden_state:
-            alone = embedded_engine.decide_one(decision)
+            alone = cold_decision(embedded_engine, decision)
             assert max(abs(a - b) for a, b in zip(result.hidden_state, alone.hidden_state)) < 0.5
 
 
@@ -290,7 +302,8 @@ def test_many_questions_on_one_state_are_scored_in_chunks(embedded_engine):
 
 def test_concurrent_requests_share_decodes_and_all_succeed(embedded_engine):
     decisions = [ticket_decision(id=f"c{i}", state=f"Customer {i}: my invoice {i} is wrong.") for i in range(6)]
-    alone = {d.id: embedded_engine.decide_one(d) for d in decisions}
+    alone = {d.id: cold_decision(embedded_engine, d) for d in decisions}
+    embedded_engine.clear_prompt_cache()
     results: dict[str, object] = {}
     threads = [threading.Thread(target=lambda d=d: results.update({d.id: embedded_engine.decide_one(d)}))
                for d in decisions]
@@ -319,6 +332,7 @@ def test_on_a_cpu_a_step_ends_with_the_first_answer_it_carries(embedded_engine, 
 
     monkeypatch.setattr(embedded_engine.ctx, "decode", recording)
     decisions = [ticket_decision(id=f"f{i}", state=f"Customer {i}: invoice {i} was charged twice.") for i in range(3)]
+    embedded_engine.clear_prompt_cache()  # each prompt evaluated whole, as it was the first time
     with embedded_engine.held():
         works = [embedded_engine.submit_decisions([d], field="decision") for d in decisions]
     results = [work.future.result(timeout=120) for work in works]

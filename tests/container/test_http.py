@@ -58,6 +58,17 @@ def test_ping_is_healthy_once_warmed_up(http):
     assert response.json()["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def test_ping_reports_the_prompt_cache(http):
+    body = {"decision": decision(id="ping-cache", state="A state asked about twice, the second time from the cache.")}
+    before = http.get("/ping").json()["prompt_cache"]
+    for _ in range(2):
+        assert http.post("/invocations", json=body).status_code == 200
+    cache = http.get("/ping").json()["prompt_cache"]
+    assert cache["enabled"] and cache["budget_cells"] == 4096
+    assert cache["lookups"] == before["lookups"] + 2 and cache["hits"] >= before["hits"] + 1
+    assert 0 < cache["hit_rate"] <= 1 and 0 < cache["cells"] <= cache["budget_cells"]
+
+
 @pytest.mark.parametrize("path", ["/invocations", "/endpoints/my-endpoint/invocations"])
 def test_single_decision(http, path):
     response = http.post(path, json={"decision": decision()})

@@ -16,6 +16,7 @@ from decision_contract import DecisionRequest, SingleDecisionResponse
 from .. import openapi
 from ..bodies import read_json
 from ..errors import BadRequest
+from ..prompt_cache import PromptCacheStats
 from ..runtime import ModelRuntime
 from ..systemone.router import answer_invocation
 from .openai import chat_response
@@ -35,6 +36,7 @@ ENDPOINT_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 class PingResponse(BaseModel):
     status: str = "ok"
     model: str
+    prompt_cache: PromptCacheStats | None = None
 
 
 _INVOCATION = {
@@ -64,7 +66,7 @@ def runtime_of(request: Request) -> ModelRuntime:
 )
 async def ping(request: Request) -> Response:
     engine = runtime_of(request).healthy()
-    return JSONResponse(PingResponse(model=engine.model_info.file).model_dump())
+    return JSONResponse(PingResponse(model=engine.model_info.file, prompt_cache=engine.prompt_cache_stats()).model_dump())
 
 
 @router.post("/invocations", summary="Structured decision(s), a chat completion or System One questions", **_INVOCATION)

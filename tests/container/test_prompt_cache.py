@@ -1,0 +1,273 @@
+"""The prompt cache across requests: its bookkeeping alone, then on the real embedded model
+(a cached answer equals a cold one, nothing leaks between prompts, the budget holds)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from decision_contract import Decision
+from decision_server.prompt_cache import PREFIX_BLOCK, PromptCache, leading_blocks
+from tests.container.test_engine import BATCH_TOLERANCE, QUESTIONS, cold_decision, ticket_decision
+
+# --- bookkeeping (no model) --------------------------------------------------------------------------
+
+
+def test_cells_count_shared_blocks_once_and_never_the_instruction_prefix():
+    cache = PromptCache(budget=1000, slots=8)
+    # A: 40 prefix cells + 60 of its own; B copied A's first 80 cells, then 30 of its own.
+    assert cache.insert(1, list(range(100)), [(PREFIX_BLOCK, 40), (7, 60)]) == []
+    assert cache.insert(2, list(range(80)) + [999] * 30, [(PREFIX_BLOCK, 40), (7, 40), (8, 30)]) == []
+    assert cache.cells == 60 + 30
+    # A gone, B still holds 40 of A's cells
+    assert cache.evict() == 1
+    assert cache.cells == 40 + 30
+
+
+def test_least_recently_used_is_evicted_to_keep_the_budget():
+    cache = PromptCache(budget=100, slots=8)
+    for sequence in (1, 2, 3):
+        cache.insert(sequence, [sequence] * 40, [(PREFIX_BLOCK, 0), (sequence, 40)])
+    # 120 cells > 100: the oldest went
+    assert [e.sequence for e in cache.entries()] == [2, 3]
+    cache.touch(cache.get(2))
+    assert cache.insert(4, [4] * 40, [(4, 40)]) == [3]  # 3 is now the least recently used
+    assert cache.cells == 80 <= cache.budget
+    assert cache.stats.evictions == 2
+
+
+def test_a_prompt_larger_than_the_budget_or_already_held_is_not_kept():
+    cache = PromptCache(budget=50, slots=8)
+    assert cache.insert(1, [1] * 60, [(1, 60)]) == [1]
+    assert cache.insert(2, [5, 6, 7, 8], [(2, 4)]) == []
+    assert cache.insert(3, [5, 6, 7], [(2, 3)]) == [3]  # a prefix of a cached prompt: nothing new
+    assert cache.insert(4, [5, 6, 7, 8, 9], [(2, 4), (4, 1)]) == [2]  # extends 2, which serves nothing more
+    assert [e.sequence for e in cache.entries()] == [4]
+
+
+def test_slots_bound_the_number_of_prompts():
+    cache = PromptCache(budget=10_000, slots=2)
+    for sequence in (1, 2, 3):
+        cache.insert(sequence, [sequence], [(sequence, 1)])
+    assert [e.sequence for e in cache.entries()] == [2, 3]
+
+
+def test_an_entry_keeps_the_output_read_at_its_last_token():
+    import numpy as np
+
+    from decision_server.prompt_cache import FinalOutput
+
+    plain = FinalOutput(np.zeros(16), 0.0, 1)
+    with_hidden = FinalOutput(np.zeros(16), 0.0, 1, hidden=np.ones(4))
+    cache = PromptCache(budget=100, slots=8)
+    cache.insert(1, [1, 2, 3], [(1, 3)])  # e.g. a chat: no output kept
+    assert cache.answered([1, 2, 3], with_hidden=False) is None
+    assert cache.insert(2, [1, 2, 3], [(1, 3)], final=plain) == [2]  # same cells: the entry takes the output
+    assert cache.answered([1, 2, 3], with_hidden=False).final is plain
+    assert cache.answered([1, 2, 3], with_hidden=True) is None
+    cache.insert(3, [1, 2, 3], [(1, 3)], final=with_hidden)
+    assert cache.answered([1, 2, 3], with_hidden=True).final is with_hidden
+    assert cache.answered([1, 2], with_hidden=False) is None  # a prefix is not the prompt
+    # an entry with an answer is not dropped for a longer prompt that leads with it
+    assert cache.insert(4, [1, 2, 3, 4], [(1, 3), (4, 1)]) == []
+    assert len(cache) == 2
+
+
+def test_longest_prefix_prefers_the_most_recent_on_a_tie():
+    import numpy as np
+
+    cache = PromptCache(budget=100, slots=8)
+    cache.insert(1, [1, 2, 3, 4], [(1, 4)])
+    cache.insert(2, [1, 2, 3, 9], [(2, 4)])
+    entry, n = cache.longest(np.array([1, 2, 3, 5, 6]), limit=4)
+    assert (entry.sequence, n) == (2, 3)
+    entry, n = cache.longest(np.array([1, 2, 3, 4, 5]), limit=3)  # the limit caps the match
+    assert n == 3
+    assert leading_blocks([(0, 40), (7, 60)], 50) == ((0, 40), (7, 10))
+
+
+# --- on the embedded model ------------------------------------------------------------------------
+
+
+def differing_states() -> tuple[str, str]:
+    """Two ticket states that share a long prefix, then differ; the tiny embedded model answers
+    them far apart (Δp ≈ 0.27), as it does few pairs of realistic tickets."""
+    shared = ("Ticket from the Acme account. The customer writes about their March invoice and the "
+              "charges on their card, and the team that should look at it. ")
+    return shared + "Answer A.", shared + "The answer is Billing."
+
+
+@pytest.mark.model
+def test_a_repeated_decision_is_answered_from_the_cache_exactly_as_the_first_time(embedded_engine):
+    decision = ticket_decision(id="repeat", state={"subject": "Refund", "body": "I was charged twice for the Pro plan."})
+    cold = cold_decision(embedded_engine, decision)
+    before = embedded_engine.prompt_cache_stats()
+    cached = embedded_engine.decide_one(decision)
+    # the temperature is not in the prompt: the same cached answer, divided otherwise
+    again = embedded_engine.decide_one(decision.model_copy(update={"id": "again", "temperature": 2.0}))
+    # the whole prompt came from the cache, with the output read at its last token: no forward pass
+    assert cached.reused_prefix_tokens == cached.input_tokens == cold.input_tokens
+    assert cached.option_logits == cold.option_logits and cached.probabilities == cold.probabilities
+    assert (cached.allowed_token_mass, cached.full_vocab_argmax_id) == (cold.allowed_token_mass, cold.full_vocab_argmax_id)
+    assert again.option_logits == cold.option_logits and again.temperature == 2.0
+    assert again.probabilities != cold.probabilities  # the temperature still applies
+    after = embedded_engine.prompt_cache_stats()
+    assert after.enabled and after.hits == before.hits + 2 and after.lookups == before.lookups + 2
+    assert after.reused_tokens - before.reused_tokens == 2 * (cold.input_tokens - cold.reused_prefix_tokens)
+    assert 0 < after.hit_rate <= 1 and 0 < after.cells <= after.budget_cells
+
+
+@pytest.mark.model
+def test_a_second_question_on_a_cached_state_evaluates_only_its_own_tokens(embedded_engine):
+    state = {"subject": "Outage", "body": "Checkout has failed for every customer since the deploy at 09:00."}
+    first = Decision(id="q0", state=state, question=QUESTIONS[0][0], options=QUESTIONS[0][1])
+    second = Decision(id="q1", state=state, question=QUESTIONS[1][0], options=QUESTIONS[1][1])
+    cold_second = cold_decision(embedded_engine, second)
+    embedded_engine.clear_prompt_cache()
+    embedded_engine.decide_one(first)
+    warm_second = embedded_engine.decide_one(second)
+    shared = embedded_engine.tokenize(embedded_engine.readout.render(second).split('"criterion"')[0])
+    assert warm_second.reused_prefix_tokens >= len(shared) - 2  # the state came from the first question
+    assert max(abs(a - b) for a, b in zip(warm_second.probabilities, cold_second.probabilities)) <= BATCH_TOLERANCE
+
+
+@pytest.mark.model
+def test_nothing_leaks_between_interleaved_prompts_that_share_a_prefix(embedded_engine):
+    state_a, state_b = differing_states()
+    a = ticket_decision(id="a", state=state_a)
+    b = ticket_decision(id="b", state=state_b)
+    cold_a, cold_b = cold_decision(embedded_engine, a), cold_decision(embedded_engine, b)
+    # The two answers must tell each other apart, or the test could not see a leak.
+    assert max(abs(x - y) for x, y in zip(cold_a.probabilities, cold_b.probabilities)) > 3 * BATCH_TOLERANCE
+    common = len(embedded_engine.tokenize(embedded_engine.readout.render(a))) - 1
+    embedded_engine.clear_prompt_cache()
+    answers = [embedded_engine.decide_one(d) for d in (a, b, a, b, b, a)]
+    for answer in answers:
+        cold = cold_a if answer.id == "a" else cold_b
+        assert max(abs(x - y) for x, y in zip(answer.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+    # b reused a's cells only up to where the prompts part; later repeats came whole from the cache
+    assert answers[1].reused_prefix_tokens < common
+    assert answers[2].reused_prefix_tokens == answers[2].input_tokens
+    # concurrently too: both in one decode, each from its own cached cells
+    results: dict[str, object] = {}
+    threads = [threading.Thread(target=lambda d=d: results.update({d.id: embedded_engine.decide_one(d)})) for d in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for key, cold in (("a", cold_a), ("b", cold_b)):
+        assert max(abs(x - y) for x, y in zip(results[key].probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+
+
+@pytest.mark.model
+def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
+    state = "A cached state: the VPN drops every ten minutes for the whole Berlin office."
+    decisions = [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
+    embedded_engine.clear_prompt_cache()
+    cold = embedded_engine.decide(decisions)
+    embedded_engine.clear_prompt_cache()
+    embedded_engine.decide_one(decisions[0])  # the state is now cached
+    warm = embedded_engine.decide(decisions)
+    again = embedded_engine.decide(decisions)  # every question is now cached whole
+    for c, w, g in zip(cold.results, warm.results, again.results):
+        assert w.reused_prefix_tokens >= warm.timing.shared_prefix_tokens
+        assert max(abs(x - y) for x, y in zip(w.probabilities, c.probabilities)) <= BATCH_TOLERANCE
+        assert g.reused_prefix_tokens == g.input_tokens and g.option_logits == w.option_logits
+
+
+@pytest.mark.model
+def test_the_hidden_state_of_a_cached_prompt_matches_a_cold_one(embedded_engine):
+    plain = ticket_decision(id="h", state="The export to CSV button crashes the desktop app.")
+    with_hidden = plain.model_copy(update={"return_hidden_state": True})
+    embedded_engine.clear_prompt_cache()
+    cold = embedded_engine.decide_one(with_hidden)
+    embedded_engine.clear_prompt_cache()
+    embedded_engine.decide_one(plain)
+    # the prompt is cached, its hidden state is not: the last token is evaluated for it
+    cached = embedded_engine.decide_one(with_hidden)
+    assert cached.reused_prefix_tokens == cached.input_tokens - 1
+    assert max(abs(a - b) for a, b in zip(cached.hidden_state, cold.hidden_state)) < 0.5
+    assert max(abs(a - b) for a, b in zip(cached.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+    # now it is: answered whole, hidden state included
+    again = embedded_engine.decide_one(with_hidden)
+    assert again.reused_prefix_tokens == again.input_tokens and again.hidden_state == cached.hidden_state
+    assert embedded_engine.decide_one(plain).hidden_state is None
+
+
+@pytest.mark.model
+def test_a_repeated_chat_reuses_its_prompt_and_answers_the_same(embedded_engine):
+    request = {"messages": [{"role": "user", "content": "Name one colour of the rainbow."}], "max_tokens": 6,
+               "temperature": 0.0}
+    embedded_engine.clear_prompt_cache()
+    cold = embedded_engine.chat_completion(**request)
+    before = embedded_engine.prompt_cache_stats().reused_tokens
+    cached = embedded_engine.chat_completion(**request)
+    assert cached["choices"][0]["message"] == cold["choices"][0]["message"]
+    assert embedded_engine.prompt_cache_stats().reused_tokens > before
+
+
+@pytest.fixture(scope="module")
+def small_cache_engine():
+    """A second engine, its cache budget and context small enough to fill with a few prompts."""
+    from decision_server.engine import DecisionEngine
+    from decision_server.model_files import embedded_model_path
+
+    engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=1024, max_decision_tokens=1024,
+                            prompt_cache_cells=300, parallel_sequences=2)
+    yield engine
+    engine.close()
+
+
+@pytest.mark.model
+def test_eviction_keeps_the_budget_and_drops_the_least_recent(small_cache_engine):
+    engine = small_cache_engine
+    cache = engine.scheduler.cache
+    decisions = [ticket_decision(id=f"e{i}", state=f"Customer {i} writes: my invoice number {i} shows a wrong amount.")
+                 for i in range(6)]
+    for decision in decisions:
+        engine.decide_one(decision)
+        assert 0 < cache.cells <= 300
+    stats = engine.prompt_cache_stats()
+    assert stats.evictions > 0 and stats.prompts < len(decisions)
+    newest, oldest = engine.decide_one(decisions[-1]), engine.decide_one(decisions[0])
+    assert newest.reused_prefix_tokens == newest.input_tokens  # still cached
+    assert oldest.reused_prefix_tokens < oldest.input_tokens - 1  # evicted first
+
+
+@pytest.mark.model
+def test_work_that_needs_the_cells_evicts_cached_prompts(small_cache_engine):
+    engine = small_cache_engine
+    for i in range(3):
+        engine.decide_one(ticket_decision(id=f"w{i}", state=f"Short ticket {i}: the app is slow today."))
+    assert engine.scheduler.cache.cells > 0
+    # a prompt that needs nearly the whole context: admitted, by evicting what the cache holds
+    free = engine.scheduler.capacity - engine.scheduler.cache.cells
+    words = " ".join(["charged twice"] * 330)
+    big = ticket_decision(id="big", state=words)
+    needed = len(engine.readout.prompt(big).tokens) - len(engine.scheduler.prefix_tokens)
+    assert needed > free, "the prompt must not fit beside the cache"
+    result = engine.decide_one(big)
+    assert result.id == "big" and result.reused_prefix_tokens < result.input_tokens - 1
+    assert engine.prompt_cache_stats().evictions > 0
+
+
+@pytest.mark.model
+def test_a_model_copied_by_state_says_it_cannot_cache(caplog):
+    from decision_server.engine import DecisionEngine
+    from decision_server.model_files import embedded_model_path
+
+    with caplog.at_level(logging.INFO, logger="decision_server.engine"):
+        engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=512, max_decision_tokens=512,
+                                parallel_sequences=1, sequence_copy="state")
+    try:
+        assert engine.scheduler.cache is None
+        assert "prompt cache=off (DECISION_SEQUENCE_COPY=state: a sequence's state cannot be cut back" in caplog.text
+        assert not engine.prompt_cache_stats().enabled
+        result = engine.decide_one(ticket_decision(id="s"))
+        again = engine.decide_one(ticket_decision(id="s"))
+        assert again.reused_prefix_tokens == result.reused_prefix_tokens == len(engine.scheduler.prefix_tokens)
+    finally:
+        engine.close()
+
