@@ -216,7 +216,8 @@ class LocalConsole:
                     return
                 body = self.rfile.read(length).decode("utf-8", errors="replace") if length else None
                 try:
-                    status, headers, payload = console.handle(self.command, self.path, dict(self.headers.items()), body)
+                    headers = {name.lower(): value for name, value in self.headers.items()}
+                    status, headers, payload = console.handle(self.command, self.path, headers, body)
                 except Exception:  # noqa: BLE001 - what API Gateway answers when the function fails
                     status, headers, payload = 500, {"Content-Type": "application/json"}, b'{"message":"Internal Server Error"}'
                 self._send(status, headers, payload)
