@@ -226,7 +226,7 @@ def correction(record: DecisionRecord, original_execution: str, answers: Mapping
               f"(execution {original_execution}): now {chosen.destination.target}")
     fields = record.model_dump(exclude={"route", "route_reason", "destination", "escalate"})
     # Escalation comes from the corrected answer alone (the workflow pages when it escalates).
-    return CorrectedRecord(**fields, route="review", route_reason=reason, destination=None, escalate=False,
+    return CorrectedRecord(**fields, route="correction", route_reason=reason, destination=None, escalate=False,
                            correction=answer)
 
 

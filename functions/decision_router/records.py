@@ -145,5 +145,5 @@ class CorrectedRecord(DecisionRecord):
     one of the record's own choices) instead of waiting for one, then delivers, stores the
     labelled example and audits as it does after a review."""
 
-    route: Literal["review"] = "review"
+    route: Literal["correction"] = "correction"  # type: ignore[assignment]
     correction: ReviewAnswer

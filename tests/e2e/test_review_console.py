@@ -185,3 +185,4 @@ def test_the_api_refuses_requests_without_a_valid_token(site):
     response = httpx.get(site.url + "/api/reviews", headers={"Authorization": f"Bearer {valid}"})
     assert response.status_code == 200 and len(response.json()["reviews"]) == 1
     assert httpx.get(site.url + "/").status_code == 200  # the page itself needs no token
+

@@ -250,6 +250,10 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(stack, conso
         "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
     assert json.loads(example["answers"]["S"]) == {"queue": "sales"} and example["reviewer"]["S"] == "alice@example.com"
     assert example["route_reason"]["S"].startswith("correction by alice@example.com of the automatic route to billing")
+    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"), Key={
+        "item_id": {"S": "T-77"}, "execution_name": {"S": corrected}})["Item"]
+    assert (audit["route"]["S"], audit["outcome"]["S"]) == ("correction", "reviewed")
+    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
     (after,) = console("GET", "/api/routes")["json"]["routes"]
     assert after["corrected"]["target"] == "sales" and after["corrected"]["reviewer"] == "alice@example.com"
     twice = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "how_to"}})

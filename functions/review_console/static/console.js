@@ -210,7 +210,7 @@ function questionBlock(question, index, keys) {
         ? [el("span", { title: "learned head" }, `head ${percent(option.head)}`), el("br"),
           el("span", { class: "letters", title: "option letters" }, `letters ${percent(option.letters)}`)]
         : el("span", { title: "option letters" }, percent(probability)),
-      el("div", { class: "bar", "data-width": probability ?? 0 }));
+      el("div", { class: "pbar", "data-width": probability ?? 0 }));
     return el("label", { class: "option" }, el("kbd", {}, key), input,
       el("span", { class: "what" }, el("b", {}, option.id),
         option.id === question.suggested ? el("span", { class: "suggested" }, "suggested") : null,
