@@ -15,6 +15,7 @@ help:
 	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
 	@echo "make test   the whole test suite (what CI runs)"
 	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops)"
+	@echo "make browser  Debian's chromium for the console's browser tests (make test installs it too)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"

@@ -329,3 +329,24 @@ def test_the_script_never_parses_text_as_html():
     script = (STATIC / "console.js").read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in script, sink
+
+
+@pytest.mark.stack
+def test_the_workflow_checks_a_correction_like_any_answer(stack):
+    """A correction whose choice the record does not offer (here: pointed at the escalation
+    queue) routes nothing: the workflow dead-letters it, as it does a foreign review answer."""
+    from decision_router.console import correction
+    from decision_router.records import Destination, ReviewChoice
+
+    record = decided(stack, "ticket", TICKET, SURE_TICKET)
+    fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, "alice@example.com")
+    forged_choice = ReviewChoice(answers={"queue": "sales"}, escalate=False,
+                                 destination=Destination(target="sales", queue_url=stack.ref("EscalationQueue")))
+    forged = fixed.model_copy(update={"correction": fixed.correction.model_copy(update={"choice": forged_choice.wire()})})
+    name = fixed.correction.execution_name
+    assert WorkflowStarter(stack.ref("RoutingStateMachine")).start_named(name, forged)
+
+    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "FAILED"
+    assert depth(stack.ref("EscalationQueue")) == 0 and depth(stack.ref("SalesQueue")) == 0
+    (dead,) = delivered(stack.ref("WorkflowDeadLetterQueue"))
+    assert dead["error"]["Error"] == "InvalidReviewAnswer" and dead["execution_name"] == name
