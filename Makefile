@@ -58,7 +58,7 @@ CHROMIUM_STAMP := $(VENV)/.chromium
 browser: $(CHROMIUM_STAMP)
 
 $(CHROMIUM_STAMP): | $(STAMP)
-	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	@touch $@
 
 # The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv.

@@ -125,10 +125,19 @@ def test_a_reviewer_answers_by_keyboard_and_the_item_reaches_its_queue_with_the_
     assert audit["outcome"]["S"] == "reviewed"
     assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
 
-    # The list now holds only the incident; two questions, keys 1-4 and q-r.
+    # The list now holds only the incident: two questions, keys 1-4 for priority and q-r for team.
     page.click("#back")
     page.wait_for_selector(f'tr[data-name="{incident}"]')
     assert page.locator("#review-rows tr").count() == 1
+    page.click(f'tr[data-name="{incident}"]')
+    page.wait_for_selector("#questions fieldset >> nth=1")
+    page.keyboard.press("2")
+    page.keyboard.press("w")
+    page.keyboard.press("Enter")
+    page.locator("#outcome[data-target='data-oncall']").wait_for()
+    assert [m["item_id"] for m in delivered(site.stack.ref("DataOncallQueue"))] == ["INC-77"]
+    example = site.pipeline.labelled_example("incident", "INC-77")
+    assert json.loads(example["answers"]) == {"priority": "P2", "team": "data"}
     assert page.problems == []
 
 
