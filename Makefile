@@ -8,12 +8,14 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo bench eval fit lint fuzz redrive clean
+.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
 	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
 	@echo "make test   the whole test suite (what CI runs)"
+	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops)"
+	@echo "make browser  Debian's chromium for the console's browser tests (make test installs it too)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
@@ -46,10 +48,21 @@ $(SAM_STAMP): requirements-sam.txt
 
 # The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml).
 unit: $(STAMP)
-	$(PY) -m pytest -m "not model and not sam and not server and not stack"
+	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser"
+
+# The console's browser tests drive Debian's headless Chromium through Playwright (its driver
+# comes with the PyPI package; no browser is downloaded: the tests point it at /usr/bin/chromium).
+CHROMIUM := /usr/bin/chromium
+CHROMIUM_STAMP := $(VENV)/.chromium
+
+browser: $(CHROMIUM_STAMP)
+
+$(CHROMIUM_STAMP): | $(STAMP)
+	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	@touch $@
 
 # The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv.
-test: $(STAMP) $(SAM_STAMP)
+test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m pytest
 
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
@@ -85,6 +98,10 @@ eval: $(STAMP)
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
 fit: $(STAMP)
 	$(PY) -m training $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
+
+# The review console over the demo's pending reviews (local sign-in); MODEL=… ITEMS=… as for demo.
+review: $(STAMP)
+	$(PY) -m local.review $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
 
 # Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
 # something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or

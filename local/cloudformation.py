@@ -47,6 +47,9 @@ _REF_IS_NAME = (
     "AWS::Lambda::Function",
     "AWS::Logs::LogGroup",
     "AWS::IAM::Role",
+    "AWS::Cognito::UserPool",  # the pool id
+    "AWS::Cognito::UserPoolClient",  # the client id
+    "AWS::Serverless::HttpApi",  # the API id
 )
 
 

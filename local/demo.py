@@ -299,6 +299,13 @@ class LocalPipeline:
                 review = PendingReview.from_message(message["Body"])
                 self.pending_reviews[review.record.item_id] = QueuedReview(review, message["ReceiptHandle"])
 
+    def release_reviews(self) -> None:
+        """Make the held review messages visible again (for a reviewer tool such as the console)."""
+        from decision_router.adapters.review import ReviewQueue
+
+        ReviewQueue(self.review_queue_url, client=self.sqs).release(list(self.pending_reviews.values()))
+        self.pending_reviews.clear()
+
     def read_back(self, outcomes: list[Outcome]) -> None:
         """Drain the destination queues, the on-call pages and the workflow DLQ; look up audits."""
         held: dict[str, list[str]] = {}

@@ -53,9 +53,10 @@ class LambdaContext:
 class LocalFunction:
     """One `AWS::Serverless::Function` of the template, run in this process."""
 
-    def __init__(self, stack: Stack, logical_id: str, *, log: TextIO | None = None):
+    def __init__(self, stack: Stack, logical_id: str, *, log: TextIO | None = None, env: dict[str, str] | None = None):
         self.stack, self.logical_id, self.log = stack, logical_id, log
-        self.env = stack.function_environment(logical_id)
+        # `env`: variables set on top of the template's (what a local run must tell the function).
+        self.env = {**stack.function_environment(logical_id), **(env or {})}
         self.name = stack.physical_name(logical_id)
         globals_ = stack.template.get("Globals", {}).get("Function", {})
         props = stack.properties(logical_id)

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME")
     event_bus_name: str = _env("EVENT_BUS_NAME")
     dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL")
+    # The review console: who may review, and how its page signs people in.
+    reviewer_group: str = _env("REVIEWER_GROUP", "reviewers")
+    user_pool_client_id: str = _env("USER_POOL_CLIENT_ID")
+    console_sign_in: str = _env("CONSOLE_SIGN_IN", "cognito", pattern="^(cognito|local)$")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

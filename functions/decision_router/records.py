@@ -137,3 +137,13 @@ def execution_name(item_kind: str, item_id: str, item_key: str, attempt: int = 1
     readable = _UNSAFE.sub("-", item_id).strip("-")[:room].rstrip("-") or "item"
     base = f"{item_kind}-{readable}-{digest}"
     return base if attempt == 1 else f"{base}-r{attempt}"
+
+
+class CorrectedRecord(DecisionRecord):
+    """An automatically routed item sent through the workflow again with a reviewer's correction:
+    the workflow takes `correction` as the review answer (checked like any other: this execution,
+    one of the record's own choices) instead of waiting for one, then delivers, stores the
+    labelled example and audits as it does after a review."""
+
+    route: Literal["correction"] = "correction"  # type: ignore[assignment]
+    correction: ReviewAnswer

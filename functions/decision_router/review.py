@@ -10,6 +10,7 @@ belongs to; the workflow checks that it is its own, which binds the task token t
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -123,3 +124,9 @@ def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks
                              note=completion.note)
     tasks.complete(completion.task_token, output)
     return output
+
+
+def labelled_example(row: Mapping[str, str]) -> dict[str, Any]:
+    """A stored review (JSON strings, as the workflow writes them) → the JSONL line that
+    `make fit REVIEWS=` and the eval tool read."""
+    return {"policy": row["policy_name"], "item": json.loads(row["item"]), "gold": json.loads(row["answers"])}

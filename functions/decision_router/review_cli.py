@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .config import Settings
 from .policies import load_policy
 from .records import DecisionRecord
-from .review import InvalidReview, ReviewCompletion, submit_review
+from .review import InvalidReview, ReviewCompletion, labelled_example, submit_review
 
 if TYPE_CHECKING:
     from .adapters.review import QueuedReview, ReviewQueue
@@ -149,11 +149,6 @@ def cmd_export(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
             target.close()
     print(f"exported {count} labelled example(s)", file=sys.stderr)
     return 0
-
-
-def labelled_example(row: dict[str, str]) -> dict[str, Any]:
-    """A stored review (JSON strings, as the workflow writes them) → the eval tool's JSONL line."""
-    return {"policy": row["policy_name"], "item": json.loads(row["item"]), "gold": json.loads(row["answers"])}
 
 
 def _answer(text: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ import pytest
 from local.cloudformation import Stack
 from local.lambdas import LocalFunction
 
-FUNCTIONS = ["TicketIntakeFunction", "IncidentIntakeFunction", "ReviewCompletionFunction"]
+FUNCTIONS = ["TicketIntakeFunction", "IncidentIntakeFunction", "ReviewCompletionFunction", "ReviewConsoleFunction"]
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,59 @@ class ReviewQueue(AwsAdapter):
     def remove(self, receipt_handle: str) -> None:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
 
+    def release(self, reviews: list[QueuedReview]) -> None:
+        """Make peeked messages visible again at once (a listing must not hide the items it shows
+        from the reviewer who opens one of them a second later)."""
+        for start in range(0, len(reviews), 10):
+            entries = [{"Id": str(i), "ReceiptHandle": q.receipt_handle, "VisibilityTimeout": 0}
+                       for i, q in enumerate(reviews[start:start + 10])]
+            self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+
+    def find(self, execution_name: str, *, limit: int = 1000, tries: int = 3) -> QueuedReview | None:
+        """The pending review of this execution (its message held for PEEK_SECONDS), the others
+        released; None when no message of it is on the queue. A message another reviewer's
+        listing hides for a moment is looked for again, `tries` times in all."""
+        for _ in range(tries):
+            found = self.pending(limit=limit).reviews
+            mine = [q for q in found if q.review.execution_name == execution_name]
+            self.release([q for q in found if q.review.execution_name != execution_name])
+            if mine:
+                return mine[0]
+        return None
+
+
+class AuditTrail(AwsAdapter):
+    """Reads the audit table the workflow writes: one row per outcome (JSON strings for the
+    structured fields). RECENT_INDEX orders the rows of one outcome by time."""
+
+    service = "dynamodb"
+    RECENT_INDEX = "outcome-audited_at"
+
+    def __init__(self, table_name: str, client: Any = None):
+        super().__init__(client)
+        self.table_name = table_name
+
+    def recent(self, outcome: str, limit: int = 50) -> list[dict[str, str]]:
+        """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first."""
+        response = self.client.query(TableName=self.table_name, IndexName=self.RECENT_INDEX, Limit=limit,
+                                     KeyConditionExpression="outcome = :o", ScanIndexForward=False,
+                                     ExpressionAttributeValues={":o": {"S": outcome}})
+        return [_strings(row) for row in response["Items"]]
+
+    def of_item(self, item_id: str) -> list[dict[str, str]]:
+        response = self.client.query(TableName=self.table_name, KeyConditionExpression="item_id = :i",
+                                     ExpressionAttributeValues={":i": {"S": item_id}})
+        return [_strings(row) for row in response["Items"]]
+
+    def row(self, item_id: str, execution_name: str) -> dict[str, str] | None:
+        found = self.client.get_item(TableName=self.table_name, Key={
+            "item_id": {"S": item_id}, "execution_name": {"S": execution_name}}).get("Item")
+        return _strings(found) if found else None
+
+
+def _strings(row: dict[str, Any]) -> dict[str, str]:
+    return {key: value["S"] for key, value in row.items() if "S" in value}
+
 
 class LabelledExamples(AwsAdapter):
     """Reads the table the workflow writes after each review (JSON strings for item/answers)."""
@@ -109,4 +162,4 @@ class LabelledExamples(AwsAdapter):
     def scan(self) -> Iterator[dict[str, str]]:
         for page in self.client.get_paginator("scan").paginate(TableName=self.table_name):
             for row in page["Items"]:
-                yield {key: value["S"] for key, value in row.items() if "S" in value}
+                yield _strings(row)

@@ -3,6 +3,7 @@ reading a pending execution's record back (the review function trusts only that 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_lambda_powertools import Tracer
@@ -51,6 +52,24 @@ class WorkflowStarter(AwsAdapter):
                     return name, False
         raise RuntimeError(f"{record.item_kind} {record.item_id!r}: {MAX_ATTEMPTS} executions of this item "
                            "ended without routing it; see the workflow DLQ")
+
+    @tracer.capture_method
+    def start_named(self, name: str, record: DecisionRecord) -> bool:
+        """Start one execution of exactly this name; False when it already exists (whatever its status)."""
+        try:
+            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=record.model_dump_json())
+        except self.client.exceptions.ExecutionAlreadyExists:
+            return False
+        return True
+
+    def describe(self, name: str) -> tuple[str, dict[str, Any]]:
+        """(status, input) of any execution of the workflow; the input is a decision record, or a
+        corrected one (records.CorrectedRecord)."""
+        try:
+            described = self.client.describe_execution(executionArn=self.execution_arn(name))
+        except self.client.exceptions.ExecutionDoesNotExist:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
+        return described["status"], json.loads(described["input"])
 
     def running_record(self, name: str) -> DecisionRecord:
         """The decision record a running execution was started with (its input, written by the intake)."""

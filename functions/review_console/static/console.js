@@ -1,0 +1,373 @@
+// The review console's page logic. Every text that comes from an item, a record or the API is
+// put into the page with textContent (through el()); nothing is parsed as HTML.
+
+const $ = (id) => document.getElementById(id);
+const TOKEN = "decision-router.id-token";
+// One row of keys per question: the first question's options answer to 1 2 3 …, the next to q w e …
+const KEY_ROWS = ["1234567890", "qwertyuiop", "asdfghjkl", "zxcvbnm"];
+const VIEWS = ["sign-in", "reviews", "item", "routes", "export"];
+
+let config = null;
+let current = null; // the item on the page: {task, execution_name, questions, keys: Map(key -> input)}
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function show(view) {
+  for (const name of VIEWS) $(`view-${name}`).hidden = name !== view;
+  for (const link of document.querySelectorAll("[data-nav]")) {
+    link.classList.toggle("current", link.dataset.nav === view || (view === "item" && link.dataset.nav === "reviews"));
+  }
+}
+
+function say(text) {
+  $("message").textContent = text || "";
+  $("message").hidden = !text;
+}
+
+// ------------------------------------------------------------------ API
+class SignInNeeded extends Error {}
+
+async function api(path, options = {}) {
+  const token = sessionStorage.getItem(TOKEN);
+  if (!token) throw new SignInNeeded("sign in first");
+  const headers = { Authorization: `Bearer ${token}`, ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  const response = await fetch(path, { ...options, headers });
+  if (response.status === 401) {
+    sessionStorage.removeItem(TOKEN);
+    throw new SignInNeeded("your sign-in has expired or is not valid: sign in again");
+  }
+  if (options.raw && response.ok) return response;
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || data.message || `${response.status} ${response.statusText}`);
+  return data;
+}
+
+// ------------------------------------------------------------------ sign-in
+async function cognito(target, body) {
+  const response = await fetch(`https://cognito-idp.${config.region}.amazonaws.com/`, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": `AWSCognitoIdentityProviderService.${target}` },
+    body: JSON.stringify(body),
+  });
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.message || data.__type || "sign-in failed");
+  return data;
+}
+
+let challenge = null;
+
+async function signIn(event) {
+  event.preventDefault();
+  say("");
+  const username = $("username").value.trim();
+  try {
+    let token;
+    if (config.sign_in === "local") {
+      // The local run's stand-in for Cognito (make review): it signs a token for any name.
+      const response = await fetch("/local/sign-in", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ username }),
+      });
+      const data = await response.json();
+      if (!response.ok) throw new Error(data.error || "sign-in failed");
+      token = data.id_token;
+    } else if (challenge) {
+      const data = await cognito("RespondToAuthChallenge", {
+        ChallengeName: "NEW_PASSWORD_REQUIRED", ClientId: config.client_id, Session: challenge,
+        ChallengeResponses: { USERNAME: username, NEW_PASSWORD: $("new-password").value },
+      });
+      token = data.AuthenticationResult.IdToken;
+    } else {
+      const data = await cognito("InitiateAuth", {
+        AuthFlow: "USER_PASSWORD_AUTH", ClientId: config.client_id,
+        AuthParameters: { USERNAME: username, PASSWORD: $("password").value },
+      });
+      if (data.ChallengeName === "NEW_PASSWORD_REQUIRED") {
+        challenge = data.Session;
+        $("new-password-label").hidden = false;
+        say("Choose a new password to finish your first sign-in.");
+        return;
+      }
+      if (!data.AuthenticationResult) throw new Error(`sign-in needs ${data.ChallengeName}, which this page does not support`);
+      token = data.AuthenticationResult.IdToken;
+    }
+    challenge = null;
+    sessionStorage.setItem(TOKEN, token);
+    location.hash = location.hash && location.hash !== "#/sign-in" ? location.hash : "#/reviews";
+    await route();
+  } catch (error) {
+    say(error.message);
+  }
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN);
+  location.hash = "#/sign-in";
+}
+
+function showSignIn(reason) {
+  show("sign-in");
+  $("nav").hidden = true;
+  $("who").hidden = true;
+  const local = config.sign_in === "local";
+  $("password-label").hidden = local;
+  $("sign-in-hint").textContent = local
+    ? "Local run: any name signs you in as a reviewer (no AWS account involved)."
+    : `Reviewers are the users of the stack's user pool in the group "${config.group}".`;
+  if (reason) say(reason);
+  $("username").focus();
+}
+
+// ------------------------------------------------------------------ formatting
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "?";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+const percent = (p) => (p === null || p === undefined ? "–" : `${(100 * p).toFixed(1)}%`);
+
+function answersText(answers) {
+  return Object.entries(answers || {}).map(([q, o]) => `${q}=${o ?? "?"}`).join(", ");
+}
+
+// ------------------------------------------------------------------ pending list
+async function showReviews() {
+  show("reviews");
+  const kind = $("filter-kind").value;
+  const question = $("filter-question").value;
+  const query = new URLSearchParams({ ...(kind && { kind }), ...(question && { question }) });
+  const data = await api(`/api/reviews?${query}`);
+  fillSelect($("filter-kind"), data.kinds, kind);
+  fillSelect($("filter-question"), data.questions, question);
+  const rows = data.reviews.map((r) => {
+    const share = r.age_seconds === null ? 0 : r.age_seconds / r.timeout_seconds;
+    const state = share >= 1 ? "overdue" : share >= 0.75 ? "late" : "";
+    return el("tr", { "data-name": r.execution_name, onclick: () => { location.hash = `#/review/${r.execution_name}`; } },
+      el("td", {}, el("a", { href: `#/review/${r.execution_name}` }, r.headline || r.item_id),
+        el("div", { class: "id" }, `${r.item_kind} ${r.item_id}`)),
+      el("td", { class: "reason" }, r.reason),
+      el("td", {}, answersText(r.suggested)),
+      el("td", { class: "age" }, `${duration(r.age_seconds)} of ${duration(r.timeout_seconds)}`,
+        el("div", { class: `meter ${state}` }, el("span", { style: null, "data-share": Math.min(1, share).toFixed(3) }))));
+  });
+  $("review-rows").replaceChildren(...rows);
+  for (const bar of $("review-rows").querySelectorAll("[data-share]")) bar.style.width = `${100 * Number(bar.dataset.share)}%`;
+  $("reviews-empty").hidden = rows.length > 0;
+  if (data.malformed) say(`${data.malformed} message(s) on the review queue are not review requests (left there for an operator).`);
+}
+
+function fillSelect(select, values, chosen) {
+  const first = select.options[0];
+  select.replaceChildren(first, ...values.map((v) => el("option", { value: v, selected: v === chosen }, v)));
+}
+
+// ------------------------------------------------------------------ one item
+function fieldRows(item, prefix = "") {
+  const rows = [];
+  for (const [name, value] of Object.entries(item)) {
+    if (value !== null && typeof value === "object") rows.push(...fieldRows(value, `${prefix}${name}.`));
+    else rows.push(el("dt", {}, `${prefix}${name}`), el("dd", {}, value === null ? "–" : String(value)));
+  }
+  return rows;
+}
+
+function questionBlock(question, index, keys) {
+  const row = KEY_ROWS[index] || "";
+  const meta = [];
+  if (question.source === "rule") meta.push(`rule ${question.rule} fired${question.rule_description ? `: ${question.rule_description}` : ""}`);
+  else if (question.source === "endpoint_error") meta.push(`no model answer (${question.error || "endpoint error"})`);
+  else if (question.source === "model") {
+    meta.push(`decided by the ${question.readout === "head" ? "learned head" : "option letters"}`);
+    if (question.confidence !== null) meta.push(`confidence ${question.confidence.toFixed(2)} (needs ${question.min_confidence.toFixed(2)})`);
+    if (question.head_skipped) meta.push(`head not used: ${question.head_skipped}`);
+  }
+  const options = question.options.map((option, i) => {
+    const key = row[i] || "";
+    const input = el("input", { type: "radio", name: `q-${question.id}`, value: option.id,
+      checked: option.id === question.suggested, "data-question": question.id });
+    if (key) keys.set(key, input);
+    const probability = option.probability ?? option.letters;
+    const probs = el("span", { class: "probs" },
+      option.head !== null && option.head !== undefined
+        ? [el("span", { title: "learned head" }, `head ${percent(option.head)}`), el("br"),
+          el("span", { class: "letters", title: "option letters" }, `letters ${percent(option.letters)}`)]
+        : el("span", { title: "option letters" }, percent(probability)),
+      el("div", { class: "pbar", "data-width": probability ?? 0 }));
+    return el("label", { class: "option" }, el("kbd", {}, key), input,
+      el("span", { class: "what" }, el("b", {}, option.id),
+        option.id === question.suggested ? el("span", { class: "suggested" }, "suggested") : null,
+        el("small", {}, option.description, option.target ? ` → ${option.target}` : "", option.escalate ? " (escalates)" : "")),
+      probs);
+  });
+  return el("fieldset", {}, el("legend", {}, `${question.id}: ${question.question}`),
+    el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · ")),
+    options);
+}
+
+async function showItem(task, name) {
+  show("item");
+  $("outcome").hidden = true;
+  const data = await api(task === "review" ? `/api/reviews/${encodeURIComponent(name)}` : `/api/routes/${encodeURIComponent(name)}`);
+  $("back").href = task === "review" ? "#/reviews" : "#/routes";
+  $("item-title").textContent = data.headline || data.item_id;
+  $("item-kind").textContent = `${data.item_kind} ${data.item_id} · ${data.policy} v${data.policy_version}`;
+  $("item-reason").textContent = task === "review"
+    ? `In review because ${data.reason}` : `Routed automatically to ${data.target} (${data.reason}). Give the right answer:`;
+  $("answer-heading").textContent = task === "review" ? "Your answer" : "The right answer";
+  $("item-fields").replaceChildren(...fieldRows(data.item));
+  const keys = new Map();
+  $("questions").replaceChildren(...data.questions.map((q, i) => questionBlock(q, i, keys)));
+  for (const bar of $("questions").querySelectorAll("[data-width]")) bar.style.width = `${100 * Number(bar.dataset.width)}%`;
+  $("note").value = "";
+  $("submit").disabled = false;
+  current = { task, name, item_id: data.item_id, questions: data.questions, keys };
+  $("submit").focus();
+}
+
+async function submitAnswer(event) {
+  event.preventDefault();
+  if (!current || $("submit").disabled) return;
+  const answers = {};
+  for (const question of current.questions) {
+    const chosen = document.querySelector(`input[name="q-${CSS.escape(question.id)}"]:checked`);
+    if (!chosen) { say(`Choose an answer for ${question.id}.`); return; }
+    answers[question.id] = chosen.value;
+  }
+  say("");
+  $("submit").disabled = true;
+  const path = current.task === "review" ? `/api/reviews/${encodeURIComponent(current.name)}`
+    : `/api/routes/${encodeURIComponent(current.name)}/correction`;
+  try {
+    const result = await api(path, { method: "POST", body: JSON.stringify({ answers, note: $("note").value }) });
+    const verb = current.task === "review" ? "Answered" : "Corrected";
+    showOutcome(`${verb} as ${result.reviewer}: ${answersText(result.answers)}. The workflow is delivering it to ${result.target}${result.escalate ? " and paging the on-call" : ""}…`);
+    await followExecution(result.execution_name, verb, result);
+  } catch (error) {
+    $("submit").disabled = false;
+    if (error instanceof SignInNeeded) return showSignIn(error.message);
+    say(error.message);
+  }
+}
+
+function showOutcome(text) {
+  $("outcome").textContent = text;
+  $("outcome").hidden = false;
+}
+
+async function followExecution(name, verb, result) {
+  for (let i = 0; i < 40; i += 1) {
+    const state = await api(`/api/executions/${encodeURIComponent(name)}`);
+    if (state.outcome) {
+      showOutcome(`${verb} as ${state.reviewer || result.reviewer}. Delivered to ${state.target}` +
+        `${state.escalated ? " and escalated" : ""}; audited as "${state.outcome}" (execution ${state.status.toLowerCase()}).`);
+      $("outcome").dataset.target = state.target || "";
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+function onKey(event) {
+  if ($("view-item").hidden || !current) return;
+  if (event.target instanceof HTMLTextAreaElement) return; // typing a note
+  if (event.key === "Escape") { location.hash = $("back").getAttribute("href"); return; }
+  if (event.key === "Enter") { event.preventDefault(); $("answer-form").requestSubmit(); return; }
+  const input = current.keys.get(event.key.toLowerCase());
+  if (input && !event.ctrlKey && !event.metaKey && !event.altKey) {
+    event.preventDefault();
+    input.checked = true;
+    input.focus();
+  }
+}
+
+// ------------------------------------------------------------------ automatic routes
+async function showRoutes() {
+  show("routes");
+  const data = await api("/api/routes");
+  const rows = data.routes.map((r) => el("tr", {},
+    el("td", {}, r.headline || r.item_id, el("div", { class: "id" }, `${r.item_kind} ${r.item_id}`)),
+    el("td", {}, Object.entries(r.decided).map(([q, o]) => `${q}=${o} (${r.decided_by[q]})`).join(", ")),
+    el("td", {}, r.target || "–"),
+    el("td", { class: "id" }, r.audited_at),
+    el("td", {}, r.corrected
+      ? el("span", { class: "corrected" }, `corrected to ${r.corrected.target} by ${r.corrected.reviewer}`)
+      : el("button", { type: "button", class: "quiet", onclick: (e) => { e.stopPropagation(); location.hash = `#/route/${r.execution_name}`; } }, "This was wrong"))));
+  $("route-rows").replaceChildren(...rows);
+  $("routes-empty").hidden = rows.length > 0;
+}
+
+// ------------------------------------------------------------------ export
+async function exportExamples(event) {
+  event.preventDefault();
+  const policy = $("export-policy").value;
+  try {
+    const response = await api(`/api/export${policy ? `?policy=${encodeURIComponent(policy)}` : ""}`, { raw: true });
+    const text = await response.text();
+    const count = text.split("\n").filter(Boolean).length;
+    const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
+      download: "labelled-examples.jsonl" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    $("export-result").textContent = `${count} labelled example(s) downloaded as labelled-examples.jsonl.`;
+  } catch (error) {
+    if (error instanceof SignInNeeded) return showSignIn(error.message);
+    say(error.message);
+  }
+}
+
+// ------------------------------------------------------------------ routing
+async function route() {
+  say("");
+  const [, view, name] = (location.hash || "#/reviews").split("/");
+  if (view === "sign-in" || !sessionStorage.getItem(TOKEN)) return showSignIn();
+  try {
+    const me = await api("/api/me");
+    $("reviewer").textContent = me.reviewer;
+    $("nav").hidden = false;
+    $("who").hidden = false;
+    if (view === "review" && name) await showItem("review", decodeURIComponent(name));
+    else if (view === "route" && name) await showItem("correction", decodeURIComponent(name));
+    else if (view === "routes") await showRoutes();
+    else if (view === "export") show("export");
+    else await showReviews();
+  } catch (error) {
+    if (error instanceof SignInNeeded) return showSignIn(error.message);
+    say(error.message);
+  }
+}
+
+async function start() {
+  config = await (await fetch("/config")).json();
+  $("sign-in-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", signOut);
+  $("answer-form").addEventListener("submit", submitAnswer);
+  $("export-form").addEventListener("submit", exportExamples);
+  $("refresh").addEventListener("click", () => showReviews().catch((e) => say(e.message)));
+  $("refresh-routes").addEventListener("click", () => showRoutes().catch((e) => say(e.message)));
+  $("filter-kind").addEventListener("change", () => showReviews().catch((e) => say(e.message)));
+  $("filter-question").addEventListener("change", () => showReviews().catch((e) => say(e.message)));
+  document.addEventListener("keydown", onKey);
+  window.addEventListener("hashchange", route);
+  await route();
+}
+
+start();

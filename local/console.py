@@ -1,0 +1,266 @@
+"""The review console on this machine: what API Gateway's HTTP API does in front of the console
+function, done by a loopback HTTP server, plus a local sign-in that needs no AWS.
+
+- Routes, and which of them need a token, are read from template.yaml (the function's HttpApi
+  events and the API's DefaultAuthorizer). A request becomes the HTTP API's payload 2.0 event and
+  the real handler (`review_console.app`, cold-started by `local.lambdas.LocalFunction`) answers it.
+- The JWT authorizer: a route that needs a token gets 401 without a valid one, as from API
+  Gateway; a valid token's claims go into `requestContext.authorizer.jwt.claims`, as API Gateway
+  puts them there, so the handler reads the reviewer exactly as it does in AWS.
+- Local sign-in (POST /local/sign-in {"username"}): signs an ID token like Cognito's for any name,
+  in the reviewers' group, with a key made for this run only. This stands in for Cognito, which
+  does not run here; it exists only in this server, which binds to 127.0.0.1 and is never
+  deployed (the deployed page signs in against the stack's user pool instead).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TextIO
+from urllib.parse import parse_qsl, urlsplit
+
+from local.cloudformation import Stack
+from local.lambdas import LocalFunction
+from local.services import LOOPBACK
+
+CONSOLE_FUNCTION = "ReviewConsoleFunction"
+TOKEN_SECONDS = 3600
+MAX_BODY = 1 << 20
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str  # GET, POST, ... or ANY
+    path: str  # as the template writes it: /, /static/{name}, /api/{proxy+}
+    needs_token: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.method} {self.path}"
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.method not in ("ANY", method):
+            return None
+        pattern, names = "", []
+        for part in re.split(r"(\{[^}]+\})", self.path):
+            if part.startswith("{"):
+                name = part[1:-1]
+                greedy = name.endswith("+")
+                names.append(name.rstrip("+"))
+                pattern += "(.+)" if greedy else "([^/]+)"
+            else:
+                pattern += re.escape(part)
+        found = re.fullmatch(pattern, path)
+        return dict(zip(names, found.groups())) if found else None
+
+
+def template_routes(stack: Stack, function: str = CONSOLE_FUNCTION) -> tuple[list[Route], dict[str, Any]]:
+    """The function's HttpApi routes and the JWT configuration of the API's default authorizer."""
+    routes, api_id = [], None
+    for event in stack.properties(function).get("Events", {}).values():
+        if event["Type"] != "HttpApi":
+            continue
+        props = event["Properties"]
+        api_id = props["ApiId"]["Ref"]
+        authorizer = props.get("Auth", {}).get("Authorizer")
+        routes.append(Route(props["Method"].upper(), props["Path"], needs_token=authorizer != "NONE"))
+    if api_id is None:
+        raise ValueError(f"{function} has no HttpApi events")
+    auth = stack.properties(api_id)["Auth"]
+    jwt_config = stack.resolve(auth["Authorizers"][auth["DefaultAuthorizer"]]["JwtConfiguration"])
+    # Longest paths first: /static/{name} before a catch-all.
+    return sorted(routes, key=lambda r: -len(r.path)), jwt_config
+
+
+def claim_text(value: Any) -> str:
+    """API Gateway hands every claim to the function as text; a list as '[a b]'."""
+    if isinstance(value, list):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def http_event(method: str, path: str, *, route_key: str = "$default", query: str = "",
+               headers: dict[str, str] | None = None, body: str | None = None,
+               path_parameters: dict[str, str] | None = None, claims: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An HTTP API payload 2.0 event as API Gateway sends it to a Lambda integration."""
+    now = datetime.now(timezone.utc)
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    context: dict[str, Any] = {
+        "accountId": "123456789012", "apiId": "local", "domainName": "127.0.0.1", "domainPrefix": "local",
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": LOOPBACK,
+                 "userAgent": headers.get("user-agent", "")},
+        "requestId": str(uuid.uuid4()), "routeKey": route_key, "stage": "$default",
+        "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"), "timeEpoch": int(now.timestamp() * 1000),
+    }
+    if claims is not None:
+        context["authorizer"] = {"jwt": {"claims": {k: claim_text(v) for k, v in claims.items()}, "scopes": None}}
+    event: dict[str, Any] = {
+        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": query,
+        "headers": headers, "requestContext": context, "isBase64Encoded": False,
+    }
+    if query:
+        event["queryStringParameters"] = dict(parse_qsl(query, keep_blank_values=True))
+    if path_parameters:
+        event["pathParameters"] = path_parameters
+    if body is not None:
+        event["body"] = body
+    return event
+
+
+class LocalTokens:
+    """Signs and checks ID tokens as Cognito and the JWT authorizer would (issuer, audience,
+    expiry, signature), with a key that lives only as long as this process. Local only: see the
+    module's docstring."""
+
+    def __init__(self, issuer: str, audience: list[str], group: str):
+        from joserfc.jwk import OctKey
+
+        self.issuer, self.audience, self.group = issuer, audience, group
+        self._key = OctKey.generate_key(256)
+
+    def sign(self, username: str, *, groups: list[str] | None = None, seconds: int = TOKEN_SECONDS) -> str:
+        from joserfc import jwt
+
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "sub": str(uuid.uuid5(uuid.NAMESPACE_URL, f"local-reviewer:{username}")), "iss": self.issuer,
+            "aud": self.audience[0], "token_use": "id", "auth_time": now, "iat": now, "exp": now + seconds,
+            "cognito:username": username, "cognito:groups": [self.group] if groups is None else groups,
+        }
+        if "@" in username:
+            claims["email"] = username
+        return jwt.encode({"alg": "HS256", "typ": "JWT"}, claims, self._key)
+
+    def verify(self, authorization: str | None) -> dict[str, Any] | None:
+        """The claims of a valid `Bearer <token>`, else None (API Gateway answers 401 then)."""
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
+        if not authorization or not authorization.startswith("Bearer "):
+            return None
+        try:
+            token = jwt.decode(authorization.removeprefix("Bearer ").strip(), self._key, algorithms=["HS256"])
+            jwt.JWTClaimsRegistry(iss={"essential": True, "value": self.issuer},
+                                  aud={"essential": True, "values": self.audience},
+                                  exp={"essential": True}).validate(token.claims)
+        except (JoseError, ValueError):
+            return None
+        return dict(token.claims)
+
+
+class LocalConsole:
+    """The console function behind a loopback HTTP server; a context manager."""
+
+    def __init__(self, stack: Stack, *, log: TextIO | None = None, port: int = 0):
+        # The handler is told the page signs in locally; everything else is the template's environment.
+        self.function = LocalFunction(stack, CONSOLE_FUNCTION, log=log, env={"CONSOLE_SIGN_IN": "local"})
+        self.routes, jwt_config = template_routes(stack)
+        self.tokens = LocalTokens(jwt_config["issuer"], list(jwt_config["audience"]), self.function.env["REVIEWER_GROUP"])
+        self._lock = threading.Lock()  # LocalFunction swaps os.environ per invoke: one at a time
+        self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: str | None) -> tuple[int, dict[str, str], bytes]:
+        """One request, as API Gateway and Lambda would answer it."""
+        split = urlsplit(target)
+        path = split.path or "/"
+        if method == "POST" and path == "/local/sign-in":
+            return self._sign_in(body)
+        for route in self.routes:
+            parameters = route.match(method, path)
+            if parameters is None:
+                continue
+            claims = None
+            if route.needs_token:
+                claims = self.tokens.verify(headers.get("authorization"))
+                if claims is None:
+                    return 401, {"Content-Type": "application/json", "WWW-Authenticate": "Bearer"}, b'{"message":"Unauthorized"}'
+            event = http_event(method, path, route_key=route.key, query=split.query, headers=headers, body=body,
+                               path_parameters=parameters or None, claims=claims)
+            with self._lock:
+                response = self.function.invoke(event)
+            return _http_response(response)
+        return 404, {"Content-Type": "application/json"}, b'{"message":"Not Found"}'
+
+    def _sign_in(self, body: str | None) -> tuple[int, dict[str, str], bytes]:
+        try:
+            username = str(json.loads(body or "{}").get("username", "")).strip()
+        except (json.JSONDecodeError, AttributeError):
+            username = ""
+        if not username:
+            return 400, {"Content-Type": "application/json"}, b'{"error":"username: give a name (e.g. an email address)"}'
+        token = self.tokens.sign(username)
+        return 200, {"Content-Type": "application/json", "Cache-Control": "no-store"}, json.dumps({"id_token": token}).encode()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        console = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY:
+                    self._send(413, {"Content-Type": "application/json"}, b'{"message":"Request Entity Too Large"}')
+                    return
+                body = self.rfile.read(length).decode("utf-8", errors="replace") if length else None
+                try:
+                    headers = {name.lower(): value for name, value in self.headers.items()}
+                    status, headers, payload = console.handle(self.command, self.path, headers, body)
+                except Exception:  # noqa: BLE001 - what API Gateway answers when the function fails
+                    status, headers, payload = 500, {"Content-Type": "application/json"}, b'{"message":"Internal Server Error"}'
+                self._send(status, headers, payload)
+
+            def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: the function logs for itself
+                pass
+
+        return Handler
+
+    def start(self) -> LocalConsole:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="review-console", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> LocalConsole:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+
+def _http_response(response: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    import base64
+
+    headers = {k: ", ".join(v) if isinstance(v, list) else str(v) for k, v in (response.get("headers") or {}).items()}
+    for name, values in (response.get("multiValueHeaders") or {}).items():
+        headers[name] = ", ".join(values)
+    body = response.get("body") or ""
+    payload = base64.b64decode(body) if response.get("isBase64Encoded") else body.encode("utf-8")
+    return int(response.get("statusCode", 200)), headers, payload

@@ -1,0 +1,101 @@
+"""`make review`: the review console on this machine, over the demo's pending reviews.
+
+    python -m local.review [--model path.gguf] [--items items.jsonl ...] [--port 8400]
+
+Routes the demo's items exactly as `make demo` does (decision container on the embedded model,
+moto server, template.yaml's resources, the real handlers and workflow), stops the decision
+container once every item is decided (answers and corrections need no model), and serves the
+console at a printed http://127.0.0.1 URL until Ctrl-C. Sign-in is local: any name signs you
+in as a reviewer (local/console.py says how and why it is local only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TextIO
+
+from local.demo import DEFAULT_ITEMS, LOG_DIR, LocalPipeline, _on_signal, _Terminated, read_items
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m local.review", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--items", type=Path, action="append",
+                        help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
+    parser.add_argument("--port", type=int, default=0, help="the console's port (default: a free one)")
+    parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threading.Event | None = None) -> int:
+    """`stop` ends the serving (tests); otherwise Ctrl-C or SIGTERM does."""
+    args = _parser().parse_args(argv)
+    out = out or sys.stdout
+    missing = [f"{flag} {p}: no such file" for flag, paths in (("--model", [args.model] if args.model else []),
+                                                                 ("--items", args.items or [])) for p in paths if not p.is_file()]
+    if missing:
+        print("review: " + "; ".join(missing), file=sys.stderr)
+        return 2
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+        previous.update({sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)})
+    try:
+        return _run(args, out, stop or threading.Event())
+    except KeyboardInterrupt:
+        print("\nreview: stopped; every process it started has been stopped", file=out)
+        return 0
+    except _Terminated as stopped:
+        print(f"\nreview: stopped by signal {stopped.args[0]}; every process it started has been stopped", file=out)
+        return 0
+    except Exception as error:  # noqa: BLE001 - the user gets one clear line, and the logs
+        print(f"\nreview failed: {type(error).__name__}: {error}\n(logs: {args.log_dir})", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
+    from local.console import LocalConsole
+    from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
+
+    began = time.monotonic()
+
+    def progress(message: str) -> None:
+        print(f"[{time.monotonic() - began:5.1f}s] {message}", file=out, flush=True)
+
+    items = read_items(args.items or DEFAULT_ITEMS)
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as cleanup:
+        container = cleanup.enter_context(DecisionContainer(args.log_dir / "decision-server.log", model=args.model))
+        progress(f"decision container starting (pid {container.pid}, {container.url})")
+        moto = cleanup.enter_context(MotoServer())
+        progress(f"moto server on {moto.url}")
+        cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
+        lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
+        pipeline = LocalPipeline(log=lambda_log)
+        container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
+        progress(f"routing {len(items)} item(s) as make demo does")
+        outcomes = pipeline.run(items, progress)
+        waiting = sum(1 for o in outcomes if o.item.item_id in pipeline.pending_reviews)
+        auto = sum(1 for o in outcomes if o.record is not None and o.record.route == "auto")
+        pipeline.release_reviews()  # the demo holds them; the console shows them
+        container.stop()  # answers and corrections need no model
+        console = cleanup.enter_context(LocalConsole(pipeline.stack, log=lambda_log, port=args.port))
+        print(f"\n{waiting} review(s) pending, {auto} item(s) routed automatically (correctable).\n"
+              f"Review console: {console.url}/\n"
+              "Sign in with any name (local sign-in: no AWS involved). Ctrl-C stops everything.\n", file=out, flush=True)
+        while not stop.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The review console in a real browser: headless Chromium (Debian's `chromium`, installed by
+`make browser`) driven by Playwright, against the console as `make review` serves it (the local
+gateway in front of the real handler, a moto server whose Step Functions runs the real workflow).
+
+The pending items are decision records built by the real routing code from model answers with
+chosen logits (as tests/functions/test_review_console.py does), so what goes to review, and why,
+does not depend on the tiny embedded model."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Iterator
+
+import boto3
+import httpx
+import pytest
+
+from local.console import LocalConsole, LocalTokens
+from local.demo import LocalPipeline
+from local.services import MotoServer, local_aws_environ, patched_environ
+from tests.functions.test_review_console import (
+    INCIDENT,
+    SURE_TICKET,
+    TICKET,
+    UNSURE_INCIDENT,
+    UNSURE_TICKET,
+    decided,
+    delivered,
+    depth,
+    start,
+    status,
+    wait_for,
+)
+
+from .conftest import UNUSED_ENDPOINT
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+XSS_TICKET = {**TICKET, "ticket_id": "T-666", "subject": "<script>window.__xss = 1</script> refund",
+              "body": 'See <img src=x onerror="window.__xss = 2"> and <b>bold</b> text.'}
+
+pytestmark = [pytest.mark.browser, pytest.mark.stack, pytest.mark.server,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: make browser")]
+
+
+class Site:
+    def __init__(self, pipeline: LocalPipeline, console: LocalConsole):
+        self.pipeline, self.console, self.stack = pipeline, console, pipeline.stack
+        self.url = console.url
+
+
+@pytest.fixture
+def site(lambda_log, monkeypatch) -> Iterator[Site]:
+    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
+    with ExitStack() as stack:
+        moto = stack.enter_context(MotoServer())
+        stack.enter_context(patched_environ(local_aws_environ(moto, UNUSED_ENDPOINT)))
+        pipeline = LocalPipeline(log=lambda_log)
+        console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log))
+        yield Site(pipeline, console)
+
+
+@pytest.fixture
+def page(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.problems = []  # console errors (a CSP violation is one) and uncaught exceptions
+        page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))
+        page.on("pageerror", lambda e: page.problems.append(str(e)))
+        try:
+            yield page
+        finally:
+            page.screenshot(path=str(tmp_path / "last-page.png"), full_page=True)
+            browser.close()
+
+
+def sign_in(page, site: Site, name: str = "alice@example.com") -> None:
+    page.goto(site.url + "/")
+    page.fill("#username", name)
+    page.press("#username", "Enter")
+    page.wait_for_selector("#reviewer:has-text('%s')" % name)
+
+
+def pending(site: Site, *records) -> list[str]:
+    names = [start(site.stack, record) for record in records]
+    wait_for(lambda: depth(site.stack.ref("ReviewQueue")) == len(records), "the review requests")
+    return names
+
+
+def test_a_reviewer_answers_by_keyboard_and_the_item_reaches_its_queue_with_the_reviewer_audited(site, page):
+    ticket, incident = pending(site, decided(site.stack, "ticket", TICKET, UNSURE_TICKET),
+                               decided(site.stack, "incident", INCIDENT, UNSURE_INCIDENT))
+    sign_in(page, site)
+
+    rows = page.locator("#review-rows tr")
+    rows.first.wait_for()
+    assert rows.count() == 2
+    row = page.locator(f'tr[data-name="{ticket}"]')
+    assert "queue: confidence" in row.inner_text() and "Charged twice" in row.inner_text()
+    row.click()
+    page.wait_for_selector("#questions fieldset")
+    assert page.is_checked('input[name="q-queue"][value="billing"]'), "the suggestion is preselected"
+    assert page.inner_text("#item-fields").count("Two charges of $49") == 1
+
+    page.keyboard.press("3")  # the third option: technical_fault
+    assert page.is_checked('input[name="q-queue"][value="technical_fault"]')
+    page.keyboard.press("Enter")
+
+    outcome = page.locator("#outcome[data-target]")
+    outcome.wait_for()
+    assert outcome.get_attribute("data-target") == "technical-support"
+    assert "Delivered to technical-support" in outcome.inner_text() and "alice@example.com" in outcome.inner_text()
+    assert status(site.stack, ticket) == "SUCCEEDED"
+    assert [m["item_id"] for m in delivered(site.stack.ref("TechnicalSupportQueue"))] == ["T-77"]
+    audit = boto3.client("dynamodb").get_item(TableName=site.stack.ref("AuditTable"), Key={
+        "item_id": {"S": "T-77"}, "execution_name": {"S": ticket}})["Item"]
+    assert audit["outcome"]["S"] == "reviewed"
+    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
+
+    # The list now holds only the incident: two questions, keys 1-4 for priority and q-r for team.
+    page.click("#back")
+    page.wait_for_selector(f'tr[data-name="{incident}"]')
+    assert page.locator("#review-rows tr").count() == 1
+    page.click(f'tr[data-name="{incident}"]')
+    page.wait_for_selector("#questions fieldset >> nth=1")
+    page.keyboard.press("2")
+    page.keyboard.press("w")
+    page.keyboard.press("Enter")
+    page.locator("#outcome[data-target='data-oncall']").wait_for()
+    assert [m["item_id"] for m in delivered(site.stack.ref("DataOncallQueue"))] == ["INC-77"]
+    example = site.pipeline.labelled_example("incident", "INC-77")
+    assert json.loads(example["answers"]) == {"priority": "P2", "team": "data"}
+    assert page.problems == []
+
+
+def test_ticket_text_with_markup_is_shown_as_text(site, page):
+    (name,) = pending(site, decided(site.stack, "ticket", XSS_TICKET, UNSURE_TICKET))
+    sign_in(page, site)
+    page.wait_for_selector(f'tr[data-name="{name}"]')
+    assert "<script>window.__xss = 1</script> refund" in page.inner_text("#review-rows")
+    page.click(f'tr[data-name="{name}"] a')
+    page.wait_for_selector("#questions fieldset")
+
+    assert page.inner_text("#item-title") == XSS_TICKET["subject"]
+    assert XSS_TICKET["body"] in page.inner_text("#item-fields")
+    # No element came out of the text: each field is one text node, the title too.
+    assert page.locator("#item-fields dd *, #item-title *, #review-rows td *:is(img, b, script)").count() == 0
+    assert page.locator("img").count() == 0
+    assert page.evaluate("window.__xss") is None
+    assert page.problems == []
+
+
+def test_a_wrong_automatic_route_is_corrected_from_the_page(site, page):
+    record = decided(site.stack, "ticket", TICKET, SURE_TICKET)
+    name = start(site.stack, record)
+    wait_for(lambda: status(site.stack, name) == "SUCCEEDED", "the automatic route")
+    sign_in(page, site)
+    page.click("[data-nav=routes]")
+    page.click("#route-rows button:has-text('This was wrong')")
+    page.wait_for_selector("#questions fieldset")
+    assert "Routed automatically to billing" in page.inner_text("#item-reason")
+
+    page.keyboard.press("5")  # sales
+    page.keyboard.press("Enter")
+
+    page.locator("#outcome[data-target='sales']").wait_for()
+    assert [m["item_id"] for m in delivered(site.stack.ref("SalesQueue"))] == ["T-77"]
+    example = site.pipeline.labelled_example("support-ticket", "T-77")
+    assert json.loads(example["answers"]) == {"queue": "sales"} and example["reviewer"] == "alice@example.com"
+    page.click("[data-nav=routes]")
+    page.wait_for_selector("#route-rows .corrected")
+    assert "corrected to sales by alice@example.com" in page.inner_text("#route-rows")
+    assert page.problems == []
+
+
+def test_the_api_refuses_requests_without_a_valid_token(site):
+    pending(site, decided(site.stack, "ticket", TICKET, UNSURE_TICKET))
+    assert httpx.get(site.url + "/api/reviews").status_code == 401
+    forged = LocalTokens(site.console.tokens.issuer, site.console.tokens.audience, "reviewers").sign("mallory")
+    assert httpx.get(site.url + "/api/reviews", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
+    expired = site.console.tokens.sign("alice", seconds=-10)
+    assert httpx.get(site.url + "/api/reviews", headers={"Authorization": f"Bearer {expired}"}).status_code == 401
+    outsider = site.console.tokens.sign("eve", groups=["viewers"])
+    assert httpx.get(site.url + "/api/reviews", headers={"Authorization": f"Bearer {outsider}"}).status_code == 403
+    valid = site.console.tokens.sign("alice@example.com")
+    response = httpx.get(site.url + "/api/reviews", headers={"Authorization": f"Bearer {valid}"})
+    assert response.status_code == 200 and len(response.json()["reviews"]) == 1
+    assert httpx.get(site.url + "/").status_code == 200  # the page itself needs no token
+

@@ -1,0 +1,352 @@
+"""The review console's handler (functions/review_console) on template.yaml's resources in moto,
+the real routing workflow executing: pending reviews listed oldest first with their reason,
+answers checked against the execution's own record and delivered, the reviewer taken from the
+token's claims only, corrections of automatic routes, the export, and the page's headers.
+
+Events are HTTP API payload 2.0 events as `local.console.http_event` builds them (the local
+gateway's own builder); the claims are what API Gateway's JWT authorizer would pass on."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.adapters.workflow import WorkflowStarter
+from decision_router.console import correction_name, pending_list, pending_summary, reviewer_from_claims
+from decision_router.items import parse_item
+from decision_router.judging import build_record, model_entry
+from decision_router.policies import load_policy
+from decision_router.records import DecisionRecord
+from decision_router.review import PendingReview, labelled_example
+from local.cloudformation import Stack
+from local.console import http_event
+from local.lambdas import LocalFunction
+from tests.functions.conftest import make_result
+
+STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
+ALICE = {"sub": "a-1", "email": "alice@example.com", "cognito:username": "alice", "cognito:groups": ["reviewers"]}
+
+TICKET = {"ticket_id": "T-77", "subject": "Charged twice", "body": "Two charges of $49, refund one please.",
+          "customer": {"id": "C-9", "tier": "pro"}, "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
+INCIDENT = {"incident_id": "INC-77", "title": "Replica lag", "description": "read replica 40 s behind",
+            "service": "orders-db", "severity": "sev3", "source": "cloudwatch", "reported_at": "2026-11-29T12:00:00Z"}
+
+
+def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]]) -> DecisionRecord:
+    """A record built by the real routing code from model answers with these option logits."""
+    policy = load_policy("incident" if kind == "incident" else "support-ticket")
+    env = stack.function_environment("TicketIntakeFunction")
+    entries = [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions]
+    return build_record(policy, parse_item(kind, data), entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
+                        review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
+
+
+UNSURE_TICKET = {"queue": [2.0, 1.6, 0.1, 0.0, 0.0]}
+UNSURE_INCIDENT = {"priority": [0.2, 0.1, 0.0, 0.0], "team": [0.1, 0.3, 0.0, 0.0]}
+SURE_TICKET = {"queue": [30.0, 0.0, 0.0, 0.0, 0.0]}
+
+
+def start(stack: Stack, record: DecisionRecord) -> str:
+    name, started = WorkflowStarter(stack.ref("RoutingStateMachine")).start(record)
+    assert started
+    return name
+
+
+def wait_for(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status(stack: Stack, name: str) -> str:
+    arn = stack.ref("RoutingStateMachine").replace(":stateMachine:", ":execution:") + ":" + name
+    return boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+
+
+def depth(url: str) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                                        "ApproximateNumberOfMessagesNotVisible"])
+    return sum(int(v) for v in attributes["Attributes"].values())
+
+
+def delivered(queue_url: str) -> list[dict]:
+    messages = boto3.client("sqs").receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"]) for m in messages]
+
+
+@pytest.fixture
+def stack(monkeypatch):
+    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+        stack.create()
+        yield stack
+
+
+@pytest.fixture
+def console(stack):
+    """The console function, cold-started with the template's environment, called like API Gateway does."""
+    function = LocalFunction(stack, "ReviewConsoleFunction")
+
+    def call(method: str, path: str, *, claims: dict | None = ALICE, body=None, query: str = "") -> dict:
+        text = body if body is None or isinstance(body, str) else json.dumps(body)
+        response = function.invoke(http_event(method, path, query=query, body=text, claims=claims))
+        is_json = response["headers"].get("Content-Type", "").startswith("application/json")
+        response["json"] = json.loads(response["body"]) if is_json else None
+        return response
+
+    return call
+
+
+def pending(stack: Stack, *records: DecisionRecord) -> list[str]:
+    names = [start(stack, record) for record in records]
+    wait_for(lambda: depth(stack.ref("ReviewQueue")) == len(records), "the review requests")
+    return names
+
+
+# ---------------------------------------------------------------------------- identity
+def test_the_reviewer_is_whoever_the_verified_claims_name():
+    assert reviewer_from_claims(ALICE, "reviewers") == "alice@example.com"
+    assert reviewer_from_claims({"cognito:username": "bob", "cognito:groups": "[admins reviewers]"}, "reviewers") == "bob"
+    with pytest.raises(PermissionError, match="not in the 'reviewers' group"):
+        reviewer_from_claims({"email": "eve@example.com", "cognito:groups": "[viewers]"}, "reviewers")
+    with pytest.raises(PermissionError, match="sign in first"):
+        reviewer_from_claims({}, "reviewers")
+
+
+@pytest.mark.stack
+def test_without_verified_claims_the_api_answers_401_and_outside_the_group_403(console):
+    for path in ("/api/reviews", "/api/routes", "/api/export", "/api/me"):
+        response = console("GET", path, claims=None)
+        assert response["statusCode"] == 401 and "sign in" in response["json"]["error"], path
+    outsider = {**ALICE, "cognito:groups": ["viewers"]}
+    assert console("GET", "/api/reviews", claims=outsider)["statusCode"] == 403
+    assert console("POST", "/api/reviews/x", claims=None, body={"answers": {"queue": "billing"}})["statusCode"] == 401
+
+
+# ---------------------------------------------------------------------------- pending reviews
+@pytest.mark.stack
+def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_question(stack):
+    now = datetime(2026, 11, 29, 13, 0, tzinfo=timezone.utc)
+    reviews = []
+    for minutes, (kind, data, logits) in zip((10, 50), (("ticket", TICKET, UNSURE_TICKET), ("incident", INCIDENT, UNSURE_INCIDENT))):
+        record = decided(stack, kind, data, logits)
+        reviews.append(PendingReview(task_token="t", execution_name=f"{kind}-x", record=record,
+                                     requested_at=(now - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")))
+    summaries = [pending_summary(r, load_policy(r.record.policy.name), now) for r in reviews]
+    assert [s.item_id for s in pending_list(summaries)] == ["INC-77", "T-77"]
+    assert summaries[0].age_seconds == 600 and summaries[0].timeout_seconds == 3600
+    assert summaries[0].headline == "Charged twice" and summaries[0].reason.startswith("queue: confidence ")
+    assert [s.item_id for s in pending_list(summaries, kind="ticket")] == ["T-77"]
+    assert [s.item_id for s in pending_list(summaries, question="team")] == ["INC-77"]
+    assert pending_list(summaries, question="nothing") == []
+
+
+@pytest.mark.stack
+def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(stack, console):
+    ticket, incident = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET),
+                               decided(stack, "incident", INCIDENT, UNSURE_INCIDENT))
+
+    listing = console("GET", "/api/reviews")
+    assert listing["statusCode"] == 200
+    assert {r["execution_name"] for r in listing["json"]["reviews"]} == {ticket, incident}
+    assert listing["json"]["kinds"] == ["incident", "ticket"] and "queue" in listing["json"]["questions"]
+    assert "task_token" not in listing["body"]
+    only = console("GET", "/api/reviews", query="kind=incident")["json"]["reviews"]
+    assert [r["item_id"] for r in only] == ["INC-77"]
+
+    # Opened at once after the listing: the listing hid nothing.
+    item = console("GET", f"/api/reviews/{ticket}")
+    assert item["statusCode"] == 200 and "task_token" not in item["body"]
+    view = item["json"]
+    assert view["item"]["subject"] == "Charged twice" and view["item"]["customer"] == {"id": "C-9", "tier": "pro"}
+    (queue,) = view["questions"]
+    assert queue["suggested"] == "billing" and queue["source"] == "model" and queue["readout"] == "letters"
+    assert [o["id"] for o in queue["options"]] == ["billing", "account_access", "technical_fault", "how_to", "sales"]
+    billing = queue["options"][0]
+    assert billing["probability"] == pytest.approx(billing["letters"]) and billing["head"] is None
+    assert billing["target"] == "billing" and "confidence" in view["reason"]
+    assert console("GET", "/api/reviews/ticket-nothing-0")["statusCode"] == 409
+
+
+@pytest.mark.stack
+def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(stack, console):
+    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+
+    response = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "technical_fault"}, "note": "a bug"})
+
+    assert response["statusCode"] == 200, response["body"]
+    assert response["json"] == {"status": "answered", "execution_name": name, "item_id": "T-77",
+                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
+                                "target": "technical-support", "escalate": False}
+    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "SUCCEEDED"
+    (message,) = delivered(stack.ref("TechnicalSupportQueue"))
+    assert message["item_id"] == "T-77"
+    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"),
+                                              Key={"item_id": {"S": "T-77"}, "execution_name": {"S": name}})["Item"]
+    assert audit["outcome"]["S"] == "reviewed"
+    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
+    outcome = console("GET", f"/api/executions/{name}")["json"]
+    assert outcome == {"execution_name": name, "status": "SUCCEEDED", "item_id": "T-77", "outcome": "reviewed",
+                       "target": "technical-support", "reviewer": "alice@example.com", "escalated": False}
+    assert depth(stack.ref("ReviewQueue")) == 0
+    # Answered already: nothing is pending any more.
+    again = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})
+    assert again["statusCode"] == 409 and "SUCCEEDED" in again["json"]["error"]
+
+
+@pytest.mark.stack
+def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(stack, console):
+    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+    cases = [
+        ({"answers": {"queue": "billing"}, "reviewer": "mallory@example.com"}, "reviewer: Extra inputs are not permitted"),
+        ({"answers": {"queue": "refunds"}}, "answers.queue: 'refunds' is not an option"),
+        ({"answers": {"team": "data"}}, "policy 'support-ticket' asks no such question"),
+        ({"answers": {}}, "answers: Dictionary should have at least 1 item"),
+        ("not json", "the body must be JSON"),
+    ]
+    for body, message in cases:
+        response = console("POST", f"/api/reviews/{name}", body=body)
+        assert response["statusCode"] == 400 and message in response["json"]["error"], (body, response["body"])
+    assert status(stack, name) == "RUNNING"  # nothing was sent: the review still waits
+    assert console("GET", f"/api/reviews/{name}")["statusCode"] == 200
+
+
+# ---------------------------------------------------------------------------- corrections
+@pytest.mark.stack
+def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(stack, console):
+    record = decided(stack, "ticket", TICKET, SURE_TICKET)
+    assert record.route == "auto" and record.destination.target == "billing"
+    name = start(stack, record)
+    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the auto route") == "SUCCEEDED"
+    assert [m["item_id"] for m in delivered(stack.ref("BillingQueue"))] == ["T-77"]
+
+    (listed,) = console("GET", "/api/routes")["json"]["routes"]
+    assert listed["execution_name"] == name and listed["target"] == "billing" and listed["corrected"] is None
+    assert listed["decided"] == {"queue": "billing"} and listed["decided_by"] == {"queue": "letters"}
+    page = console("GET", f"/api/routes/{name}")["json"]
+    assert page["task"] == "correction" and page["questions"][0]["suggested"] == "billing"
+    same = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "billing"}})
+    assert same["statusCode"] == 400 and "is what the item was routed by" in same["json"]["error"]
+
+    fixed = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}, "note": "upsell"})
+
+    assert fixed["statusCode"] == 200, fixed["body"]
+    assert fixed["json"]["execution_name"] == correction_name(record) and fixed["json"]["target"] == "sales"
+    corrected = fixed["json"]["execution_name"]
+    assert wait_for(lambda: status(stack, corrected) != "RUNNING" and status(stack, corrected), "the correction") == "SUCCEEDED"
+    assert [m["item_id"] for m in delivered(stack.ref("SalesQueue"))] == ["T-77"]
+    example = boto3.client("dynamodb").get_item(TableName=stack.ref("LabelledExamplesTable"), Key={
+        "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
+    assert json.loads(example["answers"]["S"]) == {"queue": "sales"} and example["reviewer"]["S"] == "alice@example.com"
+    assert example["route_reason"]["S"].startswith("correction by alice@example.com of the automatic route to billing")
+    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"), Key={
+        "item_id": {"S": "T-77"}, "execution_name": {"S": corrected}})["Item"]
+    assert (audit["route"]["S"], audit["outcome"]["S"]) == ("correction", "reviewed")
+    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
+    (after,) = console("GET", "/api/routes")["json"]["routes"]
+    assert after["corrected"]["target"] == "sales" and after["corrected"]["reviewer"] == "alice@example.com"
+    twice = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "how_to"}})
+    assert twice["statusCode"] == 409 and "already corrected" in twice["json"]["error"]
+
+
+@pytest.mark.stack
+def test_only_a_delivered_automatic_route_can_be_corrected(stack, console):
+    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+    response = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
+    assert response["statusCode"] == 409 and "only a delivered automatic route" in response["json"]["error"]
+
+
+# ---------------------------------------------------------------------------- export
+@pytest.mark.stack
+def test_export_writes_what_review_cli_export_writes(stack, console):
+    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+    assert console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})["statusCode"] == 200
+    wait_for(lambda: status(stack, name) == "SUCCEEDED", "the workflow")
+
+    response = console("GET", "/api/export")
+
+    assert response["statusCode"] == 200 and response["headers"]["Content-Type"].startswith("application/x-ndjson")
+    assert "attachment" in response["headers"]["Content-Disposition"]
+    rows = boto3.client("dynamodb").scan(TableName=stack.ref("LabelledExamplesTable"))["Items"]
+    expected = [labelled_example({k: v["S"] for k, v in row.items() if "S" in v}) for row in rows]
+    assert [json.loads(line) for line in response["body"].splitlines()] == expected
+    assert expected[0] == {"policy": "support-ticket", "item": json.loads(json.dumps(parse_item("ticket", TICKET).model_dump(mode="json"))),
+                           "gold": {"queue": "billing"}}
+    assert console("GET", "/api/export", query="policy=incident")["body"] == ""
+
+
+# ---------------------------------------------------------------------------- the page
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.script_text = ""
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.script_text += data.strip()
+
+
+@pytest.mark.stack
+def test_the_page_comes_with_a_strict_content_security_policy_and_no_inline_script(console):
+    page = console("GET", "/", claims=None)
+    assert page["statusCode"] == 200 and page["headers"]["Content-Type"].startswith("text/html")
+    csp = page["headers"]["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "script-src 'self';" in csp and "style-src 'self';" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp and "frame-ancestors 'none'" in csp
+    parsed = _Tags()
+    parsed.feed(page["body"])
+    scripts = [attrs for tag, attrs in parsed.tags if tag == "script"]
+    assert scripts == [{"type": "module", "src": "/static/console.js"}] and parsed.script_text == ""
+    assert not [(tag, name) for tag, attrs in parsed.tags for name in attrs if name.startswith("on") or name == "style"]
+    script = console("GET", "/static/console.js", claims=None)
+    assert script["statusCode"] == 200 and script["headers"]["Content-Type"].startswith("text/javascript")
+    assert console("GET", "/static/app.py", claims=None)["statusCode"] == 404
+    config = console("GET", "/config", claims=None)["json"]
+    assert config["sign_in"] == "cognito" and config["group"] == "reviewers" and config["client_id"]
+
+
+def test_the_script_never_parses_text_as_html():
+    script = (STATIC / "console.js").read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
+
+
+@pytest.mark.stack
+def test_the_workflow_checks_a_correction_like_any_answer(stack):
+    """A correction whose choice the record does not offer (here: pointed at the escalation
+    queue) routes nothing: the workflow dead-letters it, as it does a foreign review answer."""
+    from decision_router.console import correction
+    from decision_router.records import Destination, ReviewChoice
+
+    record = decided(stack, "ticket", TICKET, SURE_TICKET)
+    fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, "alice@example.com")
+    forged_choice = ReviewChoice(answers={"queue": "sales"}, escalate=False,
+                                 destination=Destination(target="sales", queue_url=stack.ref("EscalationQueue")))
+    forged = fixed.model_copy(update={"correction": fixed.correction.model_copy(update={"choice": forged_choice.wire()})})
+    name = fixed.correction.execution_name
+    assert WorkflowStarter(stack.ref("RoutingStateMachine")).start_named(name, forged)
+
+    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "FAILED"
+    assert depth(stack.ref("EscalationQueue")) == 0 and depth(stack.ref("SalesQueue")) == 0
+    (dead,) = delivered(stack.ref("WorkflowDeadLetterQueue"))
+    assert dead["error"]["Error"] == "InvalidReviewAnswer" and dead["execution_name"] == name
