@@ -19,6 +19,7 @@ alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -442,6 +443,7 @@ class Stack:
         props = self.resolve(self.properties(logical_id))
         name = self.physical_name(logical_id)
         bus = props.get("EventBusName", "default")
+        self._ensure_bus(events, bus)
         events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]), State="ENABLED")
         sqs_arns = {self.attributes[(q, "Arn")] for q in self.of_type("AWS::SQS::Queue")}
         targets = []
@@ -455,6 +457,15 @@ class Stack:
                             **{k: target[k] for k in ("InputTransformer", "Input", "InputPath") if k in target}})
         events.put_targets(Rule=name, EventBusName=bus, Targets=targets)
         self.refs[logical_id] = name
+
+    def _ensure_bus(self, events: Any, bus: str) -> None:
+        """A bus a rule names that the template does not create (a partner event bus, which exists
+        once the partner source is accepted) is created here as its stand-in (moto refuses partner
+        names: pass a plain name as the parameter locally)."""
+        if bus == "default" or bus in {self.ref(b) for b in self.of_type("AWS::Events::EventBus")}:
+            return
+        with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
+            events.create_event_bus(Name=bus)
 
     def _target_queue(self, sqs: Any, name: str) -> tuple[str, str]:
         url = sqs.create_queue(QueueName=name[:80])["QueueUrl"]

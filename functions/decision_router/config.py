@@ -40,6 +40,7 @@ class Settings(BaseSettings):
     labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME")
     event_bus_name: str = _env("EVENT_BUS_NAME")
     dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL")
+    open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
