@@ -5,7 +5,8 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
 - routed: a new incident, decided and handed to the routing workflow;
 - duplicate: a re-delivery of an event already routed (nothing routed again);
 - updated: a new event of an incident still open (it is counted on the incident; nobody is paged again);
-- resolved: the source says the incident is over; its open-incident row is closed;
+- resolved: the source says the incident is over; its open-incident row is closed, and a review
+  it still waits for is closed too (the workflow audits it as resolved_at_source);
 - ignored: nothing to route (INSUFFICIENT_DATA, an acknowledgement, a resolution of nothing open), with the reason;
 - dead_lettered: an event of a kind no adapter maps, or one missing what the mapping needs:
   parked in the incident DLQ at once with the precise reason (retrying cannot help).
@@ -26,6 +27,9 @@ from .intake import Intake
 from .sources import Opened, Resolved, SourceEventError, SourceOutcome, adapt, parse_envelope
 
 OWN_DETAIL_TYPE = "Incident Reported"
+#: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
+#: an index: past this many, the review stays open and the resolution says so).
+MAX_REVIEWS_SCANNED = 100
 
 
 class IncidentIntake:
@@ -34,6 +38,8 @@ class IncidentIntake:
         """`settings`, `store` and `dead_letters` replace what the environment would give (tests)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
+        self._reviews: Any = None
+        self._tasks: Any = None
 
     @property
     def settings(self) -> Settings:
@@ -82,8 +88,9 @@ class IncidentIntake:
                 return self._ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
                                     "(already resolved, or never opened here)")
             self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
-            result = {"outcome": "resolved", "key": outcome.key, "reason": outcome.reason,
-                      "execution_name": was.get("execution_name", {}).get("S")}
+            name = was.get("execution_name", {}).get("S")
+            result = {"outcome": "resolved", "key": outcome.key, "reason": outcome.reason, "execution_name": name,
+                      "review_closed": bool(name) and self._close_review(name, outcome.reason)}
             self.logger.info("incident resolved", extra=result)
             return result
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
@@ -105,6 +112,29 @@ class IncidentIntake:
         summary = self.intake.handle(incident.model_dump(mode="json"), context)
         self.store.routed(opened.key, delivery, summary["execution_name"])
         return {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
+
+    def _close_review(self, execution_name: str, reason: str) -> bool:
+        """Close the review the incident's execution still waits for; False when it waits for none."""
+        from .adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
+
+        if self.intake.router.workflow.status(execution_name) != "RUNNING":
+            return False
+        if self._reviews is None:
+            self._reviews = ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
+            self._tasks = ReviewTasks()
+        for queued in self._reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
+            if queued.review.execution_name != execution_name:
+                continue
+            try:
+                self._tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
+            except ReviewTaskGone:
+                return False  # answered or timed out meanwhile: the workflow has its outcome
+            self._reviews.remove(queued.receipt_handle)
+            self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
+            return True
+        self.logger.warning("resolved incident's review not found among the pending ones; it stays open",
+                            extra={"execution_name": execution_name, "scanned": MAX_REVIEWS_SCANNED})
+        return False
 
     def _ignore(self, source: str, key: str | None, reason: str, *, touched: bool = False) -> dict:
         self.metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from datetime import datetime
 
 import boto3
@@ -119,7 +120,7 @@ def test_alarm_routed_once_redelivery_duplicate_ok_resolves(pipeline, incidents)
     assert row["status"]["S"] == "resolved" and row["resolved_by"]["S"] == ok["id"]
     (late,) = app.lambda_handler(ok, FakeLambdaContext())["outcomes"]  # the OK re-delivered
     assert late["outcome"] == "ignored" and "no open incident has this key" in late["reason"]
-    assert len(settled(pipeline)) == 1 and stub.requests.__len__() == 1
+    assert len(settled(pipeline)) == 1 and len(stub.requests) == 1
 
 
 def test_a_flapping_alarm_is_two_incidents_and_a_late_copy_of_the_first_opens_nothing(pipeline, incidents):
@@ -134,9 +135,9 @@ def test_a_flapping_alarm_is_two_incidents_and_a_late_copy_of_the_first_opens_no
     assert sorted(executions.values()) == ["SUCCEEDED", "SUCCEEDED"]  # two incidents, each routed once
     row = open_row(pipeline, first["resources"][0])
     assert row["status"]["S"] == "open" and row["opened_by"]["S"] != first["id"]
-    # A late re-delivery of the first ALARM neither reopens nor pages.
+    # A late re-delivery of the first ALARM neither reopens nor pages: it counts on the open one.
     (late,) = app.lambda_handler(first, FakeLambdaContext())["outcomes"]
-    assert late["outcome"] in ("duplicate", "updated") and len(settled(pipeline)) == 2
+    assert late["outcome"] == "updated" and len(settled(pipeline)) == 2
 
 
 def test_insufficient_data_is_ignored_counted_and_logged_with_the_reason(pipeline, incidents, capsys, monkeypatch):
@@ -221,3 +222,25 @@ def test_a_workflow_that_cannot_start_fails_the_event_and_its_retry_routes_it(pi
     (retried,) = app.lambda_handler(event, FakeLambdaContext())["outcomes"]  # Lambda's retry
     assert retried["outcome"] == "routed"
     assert open_row(pipeline, "Q2W3E4R5T6Y7U8")["routed"]["BOOL"] is True
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]  # (and no execution thread outlives the test)
+
+
+def test_resolution_closes_the_review_the_incident_waits_for_and_audits_it(pipeline, incidents):
+    app, stub = incidents
+    confident(stub, team_logits=(1.0, 0.9, 0.8, 1.1), priority_logits=(0.2, 0.3, 0.25, 0.1))  # unsure: review
+    (opened,) = app.lambda_handler(deliver(pipeline, alarm("ALARM", minute=1)), FakeLambdaContext())["outcomes"]
+    assert opened["route"] == "review"
+    arn = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"][0]["executionArn"]
+    deadline = time.monotonic() + 30
+    while not [e for e in pipeline.sfn.get_execution_history(executionArn=arn)["events"]
+               if e["type"] == "TaskSubmitted"] and time.monotonic() < deadline:
+        time.sleep(0.1)  # the workflow has put the review request on the review queue
+    (resolved,) = app.lambda_handler(deliver(pipeline, alarm("OK", minute=7)), FakeLambdaContext())["outcomes"]
+    assert resolved["outcome"] == "resolved" and resolved["review_closed"] is True
+    assert pipeline.wait(arn)["status"] == "SUCCEEDED"
+    (audit,) = pipeline.audit(opened["incident_id"])
+    assert audit["outcome"] == "resolved_at_source"
+    # The error names why; moto's interpreter drops SendTaskFailure's Cause (Step Functions keeps it).
+    assert json.loads(audit["outcome_detail"])["error"]["Error"] == "IncidentResolved"
+    assert pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"]) == []  # the review request is gone
+    assert {t: m for t, url in pipeline.destinations.items() if (m := pipeline.messages(url))} == {}  # routed nowhere

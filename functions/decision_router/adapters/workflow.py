@@ -52,6 +52,13 @@ class WorkflowStarter(AwsAdapter):
         raise RuntimeError(f"{record.item_kind} {record.item_id!r}: {MAX_ATTEMPTS} executions of this item "
                            "ended without routing it; see the workflow DLQ")
 
+    def status(self, name: str) -> str | None:
+        """The named execution's status; None when there is none."""
+        try:
+            return self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
+        except self.client.exceptions.ExecutionDoesNotExist:
+            return None
+
     def running_record(self, name: str) -> DecisionRecord:
         """The decision record a running execution was started with (its input, written by the intake)."""
         try:
