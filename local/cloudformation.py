@@ -7,7 +7,8 @@ the environment a function would get in AWS, instead of repeating names in Pytho
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
 moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
-machines (DefinitionUri + DefinitionSubstitutions resolved). Everything else (functions, IAM,
+machines (DefinitionUri + DefinitionSubstitutions resolved) and Secrets Manager secrets
+(GenerateSecretString's key generated). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
     stack = Stack.load(parameters={"ExistingEndpointName": "local-decision"})
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,6 +352,8 @@ class Stack:
             self._create_queue(sqs, logical_id)
         for logical_id in self.of_type("AWS::DynamoDB::Table"):
             self._create_table(dynamodb, logical_id)
+        for logical_id in self.of_type("AWS::SecretsManager::Secret"):
+            self._create_secret(client("secretsmanager"), logical_id)
         for logical_id in self.of_type(*_STATE_MACHINE_TYPES):
             self._create_state_machine(sfn, logical_id)
         for logical_id in self.of_type("AWS::Serverless::Function"):
@@ -415,6 +419,21 @@ class Stack:
             )
         self.refs[logical_id] = name
         self.attributes.update({(logical_id, "Arn"): description["TableArn"], (logical_id, "Name"): name})
+
+    def _create_secret(self, secretsmanager: Any, logical_id: str) -> None:
+        """SecretString as given, or GenerateSecretString's template with its key generated."""
+        props = self.resolve(self.properties(logical_id))
+        if "SecretString" in props:
+            value = props["SecretString"]
+        else:
+            generate = props.get("GenerateSecretString", {})
+            generated = secrets.token_urlsafe(int(generate.get("PasswordLength", 32)))[: int(generate.get("PasswordLength", 32))]
+            template = json.loads(generate.get("SecretStringTemplate", "{}"))
+            value = json.dumps({**template, generate["GenerateStringKey"]: generated}) if "GenerateStringKey" in generate else generated
+        name = self.physical_name(logical_id)
+        arn = secretsmanager.create_secret(Name=name, SecretString=value)["ARN"]
+        self.refs[logical_id] = arn
+        self.attributes[(logical_id, "Id")] = arn
 
     def _create_state_machine(self, sfn: Any, logical_id: str) -> None:
         props = self.properties(logical_id)

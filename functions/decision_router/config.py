@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     event_bus_name: str = _env("EVENT_BUS_NAME")
     dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL")
     open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME")
+    ticket_queue_url: str = _env("TICKET_QUEUE_URL")
+    webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN")
+    webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", 300, ge=1)
+    webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "free")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -21,6 +21,6 @@ def unwrap_sns(body: str) -> str:
     if not (isinstance(data, dict) and data.get("Type") == "Notification" and "TopicArn" in data):
         return body
     try:
-        return SnsNotificationModel.model_validate(data).Message
+        return str(SnsNotificationModel.model_validate(data).Message)
     except ValidationError:
         return body  # looks like a notification but is none: validated (and parked) as a ticket

@@ -66,12 +66,22 @@ class Item(_Strict):
         return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
 
 
+class Reference(_Strict):
+    """Where a ticket came from in the system that holds it (a Zendesk ticket, a Jira issue), so
+    what routes it can write back there (the `Item Routed` event carries it)."""
+
+    system: Name = Field(description="zendesk, jira, or the generic webhook's `system`.")
+    id: ItemId
+    url: str | None = None
+
+
 class Ticket(Item):
     """A support ticket: the body of one SQS message."""
 
     kind: ClassVar[str] = "ticket"
     id_field: ClassVar[str] = "ticket_id"
     source_field: ClassVar[str] = "channel"
+    unkeyed_when_empty: ClassVar[tuple[str, ...]] = ("reference",)
 
     ticket_id: ItemId
     subject: Text
@@ -80,6 +90,7 @@ class Ticket(Item):
     channel: Channel
     created_at: AwareDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
+    reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
 
 
 AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
