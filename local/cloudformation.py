@@ -463,7 +463,8 @@ class Stack:
         name = self.physical_name(logical_id)
         bus = props.get("EventBusName", "default")
         self._ensure_bus(events, bus)
-        events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]), State="ENABLED")
+        events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]),
+                        State=props.get("State", "ENABLED"))
         sqs_arns = {self.attributes[(q, "Arn")] for q in self.of_type("AWS::SQS::Queue")}
         targets = []
         for target in props.get("Targets", []):

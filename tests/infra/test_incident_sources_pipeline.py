@@ -227,6 +227,7 @@ def test_a_workflow_that_cannot_start_fails_the_event_and_its_retry_routes_it(pi
 
 def test_resolution_closes_the_review_the_incident_waits_for_and_audits_it(pipeline, incidents):
     app, stub = incidents
+    announced = pipeline.observe("Item Routed")
     confident(stub, team_logits=(1.0, 0.9, 0.8, 1.1), priority_logits=(0.2, 0.3, 0.25, 0.1))  # unsure: review
     (opened,) = app.lambda_handler(deliver(pipeline, alarm("ALARM", minute=1)), FakeLambdaContext())["outcomes"]
     assert opened["route"] == "review"
@@ -241,6 +242,23 @@ def test_resolution_closes_the_review_the_incident_waits_for_and_audits_it(pipel
     (audit,) = pipeline.audit(opened["incident_id"])
     assert audit["outcome"] == "resolved_at_source"
     # The error names why; moto's interpreter drops SendTaskFailure's Cause (Step Functions keeps it).
+    (event,) = pipeline.messages(announced, wait_seconds=10)
+    assert (event["detail"]["outcome"], event["detail"]["target"], event["detail"]["answers"]) == ("resolved_at_source", None, None)
     assert json.loads(audit["outcome_detail"])["error"]["Error"] == "IncidentResolved"
     assert pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"]) == []  # the review request is gone
     assert {t: m for t, url in pipeline.destinations.items() if (m := pipeline.messages(url))} == {}  # routed nowhere
+
+
+def test_the_item_routed_event_names_the_source_reference_for_write_back(pipeline, incidents):
+    app, stub = incidents
+    announced = pipeline.observe("Item Routed")
+    confident(stub)
+    (routed,) = app.lambda_handler(deliver(pipeline, sample("pagerduty_incident_trigger")), FakeLambdaContext())["outcomes"]
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]
+    (event,) = pipeline.messages(announced, wait_seconds=10)
+    detail = event["detail"]
+    assert detail["reference"] == {"system": "pagerduty", "id": "Q2W3E4R5T6Y7U8",
+                                   "url": "https://acme.pagerduty.com/incidents/Q2W3E4R5T6Y7U8"}
+    assert (detail["target"], detail["decided_by"], detail["answers"]) == ("app-oncall", "auto",
+                                                                           {"priority": "P2", "team": "application"})
+    assert detail["item_key"].startswith("incident:pagerduty:Q2W3E4R5T6Y7U8:") and detail["readout"]["team"] in ("letters", "head")

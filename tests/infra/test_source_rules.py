@@ -91,3 +91,31 @@ def test_each_rule_matches_its_sources_samples_and_no_other():
         delivered = {rule: [(e["source"], e["detail-type"]) for e in stack.rule_events(rule, "IncidentIntake")]
                      for rule, _, _ in SOURCES.values()}
     assert {rule: len(found) for rule, found in delivered.items()} == {rule: 1 for rule, _, _ in SOURCES.values()}
+
+
+# ------------------------------------------------------------------------ write-back example
+ZENDESK = {"ZendeskSubdomain": "acme", "ZendeskApiSecretName": "decision-router/zendesk-api"}
+
+
+def test_the_zendesk_write_back_example_is_absent_by_default_and_disabled_when_created():
+    assert not {"ZendeskWriteBackRule", "ZendeskTicketUpdate", "ZendeskConnection"} & set(load().resources)
+    stack = load(**ZENDESK)
+    rule = stack.resolve(stack.properties("ZendeskWriteBackRule"))
+    assert rule["State"] == "DISABLED" and rule["EventBusName"] == stack.ref("DecisionBus")
+    assert rule["EventPattern"] == {"source": ["decision-router"], "detail-type": ["Item Routed"],
+                                    "detail": {"reference": {"system": ["zendesk"]}}}
+    (target,) = rule["Targets"]
+    assert target["Arn"] == stack.get_att("ZendeskTicketUpdate", "Arn")
+    assert target["HttpParameters"] == {"PathParameterValues": ["$.detail.reference.id"]}
+    assert target["DeadLetterConfig"]["Arn"] == stack.get_att("NotificationDeadLetterQueue", "Arn")
+    note = target["InputTransformer"]["InputTemplate"]
+    for name in target["InputTransformer"]["InputPathsMap"]:
+        note = note.replace(f"<{name}>", "x")
+    assert json.loads(note)["ticket"]["comment"]["public"] is False  # valid JSON once filled in
+    destination = stack.resolve(stack.properties("ZendeskTicketUpdate"))
+    assert destination["InvocationEndpoint"] == "https://acme.zendesk.com/api/v2/tickets/*"
+    assert destination["ConnectionArn"] == stack.get_att("ZendeskConnection", "Arn")
+    auth = stack.resolve(stack.properties("ZendeskConnection"))["AuthParameters"]["BasicAuthParameters"]
+    assert auth["Password"] == "{{resolve:secretsmanager:decision-router/zendesk-api:SecretString:password}}"
+    role = json.dumps(stack.resolve(stack.properties("ZendeskWriteBackRole")))
+    assert "events:InvokeApiDestination" in role and stack.get_att("ZendeskTicketUpdate", "Arn") in role
