@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:
 .PHONY: help venv unit test demo bench eval fit lint fuzz redrive clean
 
 help:
-	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… optional)"
+	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
 	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
 	@echo "make test   the whole test suite (what CI runs)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles)"
@@ -55,7 +55,7 @@ test: $(STAMP) $(SAM_STAMP)
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
 # MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets and/or incidents.
 demo: $(STAMP)
-	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
+	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(REPORT),--report "$(REPORT)")
 
 # ruff and mypy read their settings from pyproject.toml.
 lint: $(STAMP) $(SAM_STAMP)
@@ -80,7 +80,7 @@ eval: $(STAMP)
 # review export; reports in reports/fit/, heads written into the policies where they beat the letters.
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
 fit: $(STAMP)
-	$(PY) -m bench.fit $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
+	$(PY) -m training $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
 
 # Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
 # something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or

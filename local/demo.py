@@ -1,6 +1,6 @@
 """`make demo`: the whole Decision Router on this machine, no AWS account, no network.
 
-    python -m local.demo [--model path.gguf] [--items items.jsonl ...] [--no-review]
+    python -m local.demo [--model path.gguf] [--items items.jsonl ...] [--report out.jsonl] [--no-review]
 
 1. Starts the decision container (`python -m decision_server`, embedded SmolLM2-135M unless
    --model) and a moto server, each on a free loopback port.
@@ -16,7 +16,8 @@
 Items files hold one JSON object per line, tickets and/or incidents (told apart by `ticket_id` /
 `incident_id`). A line that is neither is reported as rejected with its reason; a ticket or
 incident that fails validation goes through its intake and lands in that intake's DLQ.
-Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
+With --report, one JSON line per input line (in input order) says what became of it, for
+scripts: see `report_line`. Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class InputItem:
     """One line of an items file: a ticket, an incident, or rejected (kind None, with a reason)."""
 
     source: str  # "file.jsonl:3"
+    line: int  # its line number in that file
     kind: str | None
     item_id: str | None
     text: str
@@ -69,7 +71,7 @@ class InputItem:
         return self.item_id or self.source
 
 
-def classify(source: str, text: str) -> InputItem:
+def classify(source: str, text: str, line: int = 1) -> InputItem:
     """Tell a ticket from an incident by its id field; anything else is rejected with the reason.
     Validation proper is the intake's job: a bad ticket or incident still goes through it."""
     from decision_router.items import ITEM_MODELS
@@ -77,17 +79,17 @@ def classify(source: str, text: str) -> InputItem:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        return InputItem(source, None, None, text, rejected=f"not JSON: {error}")
+        return InputItem(source, line, None, None, text, rejected=f"not JSON: {error}")
     if not isinstance(data, dict):
-        return InputItem(source, None, None, text, rejected=f"expected a JSON object, got {type(data).__name__}")
+        return InputItem(source, line, None, None, text, rejected=f"expected a JSON object, got {type(data).__name__}")
     kinds = [kind for kind, model in ITEM_MODELS.items() if model.id_field in data]
     if len(kinds) != 1:
         fields = [model.id_field for model in ITEM_MODELS.values()]
         problem = f"has both {' and '.join(fields)}" if kinds else f"has neither {' nor '.join(fields)}"
-        return InputItem(source, None, None, text, data, rejected=f"{problem}: cannot tell what it is")
+        return InputItem(source, line, None, None, text, data, rejected=f"{problem}: cannot tell what it is")
     kind = kinds[0]
     item_id = data[ITEM_MODELS[kind].id_field]
-    return InputItem(source, kind, item_id if isinstance(item_id, str) and item_id.strip() else None, text, data)
+    return InputItem(source, line, kind, item_id if isinstance(item_id, str) and item_id.strip() else None, text, data)
 
 
 def read_items(paths: Iterable[Path]) -> list[InputItem]:
@@ -96,7 +98,7 @@ def read_items(paths: Iterable[Path]) -> list[InputItem]:
         with open(path, encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    items.append(classify(f"{path.name}:{number}", line.strip()))
+                    items.append(classify(f"{path.name}:{number}", line.strip(), number))
     return items
 
 
@@ -113,6 +115,8 @@ class Outcome:
     escalated: bool = False
     audit: str | None = None  # audit outcome (auto_routed, reviewed, ...) once written
     problem: str | None = None  # why it was rejected or dead-lettered
+    reviewed_target: str | None = None  # where a reviewer's answer sent it (demo's review loop)
+    duplicate_of: str | None = None  # the input line whose execution this one joined (same item key)
 
     @property
     def route(self) -> str:
@@ -252,8 +256,13 @@ class LocalPipeline:
         from decision_router.records import DecisionRecord
 
         started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
+        first_line: dict[str, str] = {}
         for outcome in started:
             outcome.execution_arn = self.execution_arn(outcome.item)
+            if outcome.execution_arn is not None:
+                outcome.duplicate_of = first_line.setdefault(outcome.execution_arn, outcome.item.source)
+                if outcome.duplicate_of == outcome.item.source:
+                    outcome.duplicate_of = None
             described = None
             if outcome.execution_arn is not None:
                 with contextlib.suppress(self.sfn.exceptions.ExecutionDoesNotExist):
@@ -349,6 +358,7 @@ class LocalPipeline:
                 raise TimeoutError(f"{outcome.item.label}: workflow still running {timeout:.0f}s after the review")
             time.sleep(0.2)
         outcome.status = status
+        outcome.reviewed_target = policy.target(answer["answers"][policy.routing_question.id])
         self.read_back([outcome])
         return answer
 
@@ -400,6 +410,42 @@ def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
     except InvalidItem as error:
         return str(error)
     return "the handler failed (see .demo/lambda.log)"
+
+
+# ----------------------------------------------------------------------------------- report
+def report_line(outcome: Outcome) -> dict[str, Any]:
+    """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
+    review, duplicate, dead_lettered, rejected; each decision says which readout gave the answer
+    (rule, letters, head) and whether it stood without a person (`auto`)."""
+    record = outcome.record
+    if outcome.item.rejected or (record is None and not any("DeadLetter" in q for q in outcome.queues)):
+        kind = "rejected"
+    elif outcome.duplicate_of:
+        kind = "duplicate"
+    elif record is None or outcome.problem:
+        kind = "dead_lettered"
+    else:
+        kind = "routed" if record.route == "auto" else "review"
+    reason = outcome.problem or (f"same item as {outcome.duplicate_of}: routed once" if kind == "duplicate" else None)
+    if kind in ("routed", "review") and record is not None:
+        reason = record.route_reason
+    target = None
+    if record is not None and kind != "dead_lettered":
+        target = record.destination.target if record.destination else outcome.reviewed_target
+    decisions = {} if record is None else {
+        d.question: {"answer": d.option_id, "confidence": d.confidence, "readout": d.readout or d.source,
+                     "auto": record.route == "auto" and d.passed}
+        for d in record.decisions}
+    return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
+            "kind": outcome.item.kind, "outcome": kind, "reason": reason, "target": target,
+            "escalated": outcome.escalated, "decisions": decisions}
+
+
+def write_report(path: Path, outcomes: list[Outcome]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for outcome in outcomes:
+            handle.write(json.dumps(report_line(outcome), ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------------- table
@@ -507,6 +553,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
     parser.add_argument("--items", type=Path, action="append",
                         help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
+    parser.add_argument("--report", type=Path, help="write one JSON line per input line: what became of it")
     parser.add_argument("--no-review", action="store_true", help="do not complete a pending review")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
     return parser
@@ -592,6 +639,9 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
             if len(pending) > 1:
                 print(f"{len(pending) - 1} review(s) still pending (in a deployment: python -m "
                       "decision_router.review_cli list / complete).", file=out)
+        if args.report:
+            write_report(args.report, outcomes)
+            print(f"\nReport: {args.report} (one JSON line per input line)", file=out)
         print(f"\nDone in {time.monotonic() - began:.1f}s; logs in {args.log_dir}. Stopping the container and moto.",
               file=out)
     return 0

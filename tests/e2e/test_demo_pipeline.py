@@ -28,7 +28,7 @@ import pytest
 
 from decision_router.policies import load_policy
 from local.cloudformation import REPO_ROOT
-from local.demo import EVENTS, classify, format_table, read_items, table_rows
+from local.demo import EVENTS, classify, format_table, read_items, report_line, table_rows, write_report
 
 from .conftest import UNUSED_ENDPOINT
 
@@ -100,6 +100,21 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert all(item_id in table for item_id in outcomes)
     assert "queue: rule" in table and "billing (rule " in table
 
+    report = [report_line(o) for o in outcomes.values()]
+    assert [r["line"] for r in report] == [1, 2, 3]
+    by_id = {r["item_id"]: r for r in report}
+    assert by_id[RULE_TICKET]["outcome"] == "routed" and by_id[RULE_TICKET]["target"] == "billing"
+    assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
+                                                         "auto": True}}
+    assert by_id[SEV1_INCIDENT]["escalated"] is True
+    assert by_id[SEV1_INCIDENT]["decisions"]["priority"]["readout"] == "rule"
+    for row in report:
+        outcome = outcomes[row["item_id"]]
+        assert row["kind"] == outcome.record.item_kind
+        assert row["outcome"] == ("routed" if outcome.record.route == "auto" else "review")
+        assert row["target"] in pipeline.destinations, "a reviewed item's report names where the review sent it"
+        assert all(d["auto"] == (row["outcome"] == "routed") for d in row["decisions"].values())
+
 
 @pytest.mark.model
 @pytest.mark.stack
@@ -111,9 +126,13 @@ def test_tickets_the_shipped_head_is_sure_of_are_routed_by_it_end_to_end(local_p
     head = policy.routing_question.head
     assert head is not None and head.model_sha256 == embedded_engine.model_info.sha256, "heads ship for the embedded model"
     pipeline = local_pipeline(decision_server_url)
-    ids = ["T-1001", "T-1002", "T-1005"]  # demo tickets: not in the labelled data
-    outcomes = pipeline.run([classify(f"line:{n}", sample(EVENTS / "tickets.jsonl", item_id)) for n, item_id in enumerate(ids, 1)])
+    ids = ["T-1001", "T-1002", "T-1005", "T-1001"]  # demo tickets: not in the labelled data; one sent twice
+    outcomes = pipeline.run([classify(f"line:{n}", sample(EVENTS / "tickets.jsonl", item_id), n)
+                             for n, item_id in enumerate(ids, 1)])
 
+    report = [report_line(o) for o in outcomes]
+    assert report[3]["outcome"] == "duplicate" and "line:1" in report[3]["reason"], report[3]
+    assert report[0]["outcome"] in ("routed", "review")
     by_head = [o for o in outcomes if o.record and o.record.decisions[0].readout == "head" and o.record.route == "auto"]
     assert by_head, "no demo ticket was confident enough for the shipped head"
     for outcome in by_head:
@@ -162,6 +181,15 @@ def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reaso
     assert all(not pipeline.sqs.receive_message(QueueUrl=url).get("Messages")
                for url in [*pipeline.destinations.values(), pipeline.review_queue_url])
     assert "TicketDeadLetterQueue" in format_table(table_rows(list(outcomes.values())))
+
+    report_file = tmp_path / "report.jsonl"
+    write_report(report_file, list(outcomes.values()))
+    report = [json.loads(line) for line in report_file.read_text().splitlines()]
+    assert [(r["line"], r["outcome"]) for r in report] == [
+        (1, "dead_lettered"), (2, "dead_lettered"), (3, "rejected"), (4, "rejected"), (5, "rejected")]
+    assert "channel" in report[0]["reason"] and report[0]["target"] is None and report[0]["decisions"] == {}
+    assert "severity" in report[1]["reason"]
+    assert "not JSON" in report[2]["reason"] and report[2]["kind"] is None
 
 
 def test_classify_tells_items_apart_by_their_id_field():

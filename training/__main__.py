@@ -1,8 +1,8 @@
-"""`python -m bench.fit` (`make fit`): fit a head for every policy question from labelled items.
+"""`python -m training` (`make fit`): fit a head for every policy question from labelled items.
 
     make fit                              # the shipped labelled sets, the embedded model
     make fit REVIEWS=export.jsonl         # plus your reviewers' answers (review_cli export)
-    python -m bench.fit --model my.gguf --dry-run
+    python -m training --model my.gguf --dry-run
 
 Rows with `"split": "test"` are never fitted on: they are only scored at the end, with the
 heads and thresholds fitted on everything else, through the routing function's own code. A
@@ -37,7 +37,7 @@ TEST_SPLIT = "test"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.fit", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
     p.add_argument("data", nargs="*", type=Path, help="labelled JSONL in the policy format (default: the shipped sets)")
     p.add_argument("--reviews", type=Path, action="append", default=[],
                    help="a review export (review_cli export); its rows are training data")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         results.append(report.QuestionResult(policy, question, fit, document, report.score_test(question, document, test, model)))
 
     changes = report.policy_changes(results, write=not args.dry_run)
-    summary = report.build(results, changes, command="python -m bench.fit " + shlex.join(argv), model=model,
+    summary = report.build(results, changes, command="python -m training " + shlex.join(argv), model=model,
                            sources=sources, seconds=time.perf_counter() - started, failures=[str(f) for f in failures])
     paths = report.write_all(summary, results, args.out)
     report.print_summary(summary, paths)

@@ -9,9 +9,9 @@ from datetime import date
 import numpy as np
 import pytest
 
-from bench.fit import learn
 from decision_router.heads import Head
 from decision_router.policies import load_policy
+from training import learn
 
 OPTIONS = ["billing", "account_access", "technical_fault", "how_to", "sales"]
 
