@@ -112,6 +112,22 @@ def verify(source: str, headers: Mapping[str, str], body: bytes, secret: str, *,
         raise Unauthorized(f"unknown webhook source {source!r} (known: {', '.join(SOURCES)})")
 
 
+def sign(source: str, body: bytes, secret: str, *, at: float) -> dict[str, str]:
+    """The headers a sender of `source` attaches (for your own senders of the generic webhook,
+    and the local demo). Jira signs the body alone: its time is the body's `timestamp`."""
+    key = secret.encode()
+    if source == "zendesk":
+        stamp = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        digest = hmac.new(key, stamp.encode() + body, hashlib.sha256).digest()
+        return {"X-Zendesk-Webhook-Signature": base64.b64encode(digest).decode(),
+                "X-Zendesk-Webhook-Signature-Timestamp": stamp}
+    if source == "jira":
+        return {"X-Hub-Signature": "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()}
+    stamp = str(int(at))
+    return {"X-Signature": "sha256=" + hmac.new(key, stamp.encode() + b"." + body, hashlib.sha256).hexdigest(),
+            "X-Signature-Timestamp": stamp}
+
+
 def _parse_time(text: str, what: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
