@@ -16,7 +16,8 @@ INTERFACE_ENV = {  # README.md, "Function environment"
     "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL", "AUDIT_TABLE_NAME",
     "LABELLED_EXAMPLES_TABLE_NAME", "EVENT_BUS_NAME",
 }
-FUNCTIONS = {"TicketIntakeFunction": "support-ticket", "IncidentIntakeFunction": "incident", "ReviewCompletionFunction": None}
+FUNCTIONS = {"TicketIntakeFunction": "support-ticket", "IncidentIntakeFunction": "incident", "ReviewCompletionFunction": None,
+             "TicketWebhookFunction": None}
 GPU = {"DecisionImageUri": "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" * 64,
        "ModelDataUrl": "s3://models/smollm2/model.tar.gz", "EndpointCompute": "GPU"}
 CPU = {**GPU, "EndpointCompute": "CPU"}
