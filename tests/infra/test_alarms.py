@@ -15,7 +15,7 @@ import pytest
 from local.cloudformation import Stack
 from local.lambdas import LocalFunction
 
-FUNCTIONS = [f for f in Stack.load(parameters={"ExistingEndpointName": "e"}).of_type("AWS::Serverless::Function")]
+FUNCTIONS = Stack.load(parameters={"ExistingEndpointName": "e"}).of_type("AWS::Serverless::Function")  # every one
 
 
 @pytest.fixture(scope="module")
