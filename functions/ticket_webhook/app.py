@@ -33,9 +33,14 @@ def intake() -> WebhookIntake:
     global _intake
     if _intake is None:
         s = Settings.from_env().require("ticket_queue_url", "dead_letter_queue_url", "webhook_secret_arn")
+        # Its own provider (not Powertools' process-wide default): its client is made here, on first use.
+        provider = parameters.SecretsProvider()
 
         def secrets() -> dict[str, Any]:
-            return parameters.get_secret(s.webhook_secret_arn, transform="json", max_age=SECRET_MAX_AGE)
+            value = provider.get(s.webhook_secret_arn, transform="json", max_age=SECRET_MAX_AGE)
+            if not isinstance(value, dict):  # a secret that is not a JSON object of source -> key
+                raise RuntimeError(f"WEBHOOK_SECRET_ARN: the secret is not a JSON object of source keys: {type(value).__name__}")
+            return value
 
         _intake = WebhookIntake(secrets=secrets, tickets=Queue(s.ticket_queue_url), dead_letters=Queue(s.dead_letter_queue_url),
                                 max_skew_seconds=s.webhook_max_skew_seconds, default_tier=s.webhook_default_tier)
