@@ -66,7 +66,7 @@ test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m pytest
 
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
-# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets and/or incidents.
+# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets, incidents and raw source events (events/sources.jsonl).
 demo: $(STAMP)
 	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(REPORT),--report "$(REPORT)")
 

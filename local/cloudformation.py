@@ -7,7 +7,8 @@ the environment a function would get in AWS, instead of repeating names in Pytho
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
 moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
-machines (DefinitionUri + DefinitionSubstitutions resolved). Everything else (functions, IAM,
+machines (DefinitionUri + DefinitionSubstitutions resolved) and Secrets Manager secrets
+(GenerateSecretString's key generated). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
     stack = Stack.load(parameters={"ExistingEndpointName": "local-decision"})
@@ -19,8 +20,10 @@ alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +355,8 @@ class Stack:
             self._create_queue(sqs, logical_id)
         for logical_id in self.of_type("AWS::DynamoDB::Table"):
             self._create_table(dynamodb, logical_id)
+        for logical_id in self.of_type("AWS::SecretsManager::Secret"):
+            self._create_secret(client("secretsmanager"), logical_id)
         for logical_id in self.of_type(*_STATE_MACHINE_TYPES):
             self._create_state_machine(sfn, logical_id)
         for logical_id in self.of_type("AWS::Serverless::Function"):
@@ -418,6 +423,21 @@ class Stack:
         self.refs[logical_id] = name
         self.attributes.update({(logical_id, "Arn"): description["TableArn"], (logical_id, "Name"): name})
 
+    def _create_secret(self, secretsmanager: Any, logical_id: str) -> None:
+        """SecretString as given, or GenerateSecretString's template with its key generated."""
+        props = self.resolve(self.properties(logical_id))
+        if "SecretString" in props:
+            value = props["SecretString"]
+        else:
+            generate = props.get("GenerateSecretString", {})
+            generated = secrets.token_urlsafe(int(generate.get("PasswordLength", 32)))[: int(generate.get("PasswordLength", 32))]
+            template = json.loads(generate.get("SecretStringTemplate", "{}"))
+            value = json.dumps({**template, generate["GenerateStringKey"]: generated}) if "GenerateStringKey" in generate else generated
+        name = self.physical_name(logical_id)
+        arn = secretsmanager.create_secret(Name=name, SecretString=value)["ARN"]
+        self.refs[logical_id] = arn
+        self.attributes[(logical_id, "Id")] = arn
+
     def _create_state_machine(self, sfn: Any, logical_id: str) -> None:
         props = self.properties(logical_id)
         name = self.physical_name(logical_id)
@@ -445,7 +465,9 @@ class Stack:
         props = self.resolve(self.properties(logical_id))
         name = self.physical_name(logical_id)
         bus = props.get("EventBusName", "default")
-        events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]), State="ENABLED")
+        self._ensure_bus(events, bus)
+        events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]),
+                        State=props.get("State", "ENABLED"))
         sqs_arns = {self.attributes[(q, "Arn")] for q in self.of_type("AWS::SQS::Queue")}
         targets = []
         for target in props.get("Targets", []):
@@ -458,6 +480,15 @@ class Stack:
                             **{k: target[k] for k in ("InputTransformer", "Input", "InputPath") if k in target}})
         events.put_targets(Rule=name, EventBusName=bus, Targets=targets)
         self.refs[logical_id] = name
+
+    def _ensure_bus(self, events: Any, bus: str) -> None:
+        """A bus a rule names that the template does not create (a partner event bus, which exists
+        once the partner source is accepted) is created here as its stand-in (moto refuses partner
+        names: pass a plain name as the parameter locally)."""
+        if bus == "default" or bus in {self.ref(b) for b in self.of_type("AWS::Events::EventBus")}:
+            return
+        with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
+            events.create_event_bus(Name=bus)
 
     def _target_queue(self, sqs: Any, name: str) -> tuple[str, str]:
         url = sqs.create_queue(QueueName=name[:80])["QueueUrl"]

@@ -13,9 +13,14 @@
    queue, a DLQ) and prints the table; then completes one pending review through the real review
    function to show the loop closing.
 
-Items files hold one JSON object per line, tickets and/or incidents (told apart by `ticket_id` /
-`incident_id`). A line that is neither is reported as rejected with its reason; a ticket or
-incident that fails validation goes through its intake and lands in that intake's DLQ.
+Items files hold one JSON object per line: tickets and/or incidents in our own shapes (told apart
+by `ticket_id` / `incident_id`), or raw events as their sources emit them: EventBridge events
+(CloudWatch alarms, AWS Health, GuardDuty, Security Hub, PagerDuty: put on the bus they arrive on,
+where the template's source rules decide what reaches the incident intake), SNS notifications
+holding a ticket (sent to the ticket queue as SNS would), and Zendesk / Jira webhook bodies
+(signed with the stack's webhook secret and posted to the webhook function). A line that is none
+of these is reported as rejected with its reason; one that fails validation goes through its
+intake and lands in that intake's DLQ.
 With --report, one JSON line per input line (in input order) says what became of it, for
 scripts: see `report_line`. Every process started is stopped on success, failure, Ctrl-C and SIGTERM.
 """
@@ -29,7 +34,7 @@ import signal
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
 
@@ -49,6 +54,11 @@ INCIDENT_FUNCTION = "IncidentIntakeFunction"
 REVIEW_FUNCTION = "ReviewCompletionFunction"
 INCIDENT_SOURCE = "local.demo"  # EventBridge `source` of the incidents this demo publishes
 DEMO_REVIEWER = "demo-reviewer@example.com"
+WEBHOOK_FUNCTION = "TicketWebhookFunction"
+#: The stand-in for PagerDuty's partner event bus (moto cannot create partner buses).
+PAGERDUTY_BUS = "pagerduty-demo"
+#: The signing secrets the demo's operator configured for the webhooks (stored in the stack's secret).
+DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-jira-webhook-secret"}
 
 Progress = Callable[[str], None]
 
@@ -63,12 +73,39 @@ class InputItem:
     kind: str | None
     item_id: str | None
     text: str
-    data: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None  # the item (a ticket inside an SNS notification or webhook: the ticket)
     rejected: str | None = None
+    via: str = "own"  # own | sns | event | webhook:zendesk | webhook:jira
+    name: str | None = None  # a short label for a raw event (its source and resource)
 
     @property
     def label(self) -> str:
-        return self.item_id or self.source
+        return self.name or self.item_id or self.source
+
+
+def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) -> InputItem | None:
+    """A raw event of a real source, or None when the object is not one."""
+    from decision_router.envelopes import unwrap_sns
+    from decision_router.webhooks import SOURCES
+
+    if "detail-type" in data and "source" in data:
+        detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
+        findings = detail.get("findings") if isinstance(detail.get("findings"), list) else [{}]
+        incident = detail.get("incident") if isinstance(detail.get("incident"), dict) else {}
+        what = (detail.get("alarmName") or detail.get("eventTypeCode") or detail.get("type")
+                or (findings[0] or {}).get("Title") or incident.get("title") or data["detail-type"])
+        return InputItem(source, line, "incident", None, text, data, via="event",
+                         name=f"{str(data['source']).removeprefix('aws.partner/')[:24]} {str(what)[:40]}")
+    if data.get("Type") == "Notification" and "TopicArn" in data:
+        ticket = json.loads(unwrap_sns(text)) if unwrap_sns(text) != text else None
+        item_id = ticket.get("ticket_id") if isinstance(ticket, dict) else None
+        return InputItem(source, line, "ticket", item_id if isinstance(item_id, str) else None, text,
+                         ticket if isinstance(ticket, dict) else None, via="sns")
+    webhook = ("zendesk" if str(data.get("type", "")).startswith("zen:event-type:")
+               else "jira" if "webhookEvent" in data else None)
+    if webhook in SOURCES:
+        return InputItem(source, line, "ticket", None, text, data, via=f"webhook:{webhook}", name=f"{webhook} webhook")
+    return None
 
 
 def classify(source: str, text: str, line: int = 1) -> InputItem:
@@ -82,10 +119,14 @@ def classify(source: str, text: str, line: int = 1) -> InputItem:
         return InputItem(source, line, None, None, text, rejected=f"not JSON: {error}")
     if not isinstance(data, dict):
         return InputItem(source, line, None, None, text, rejected=f"expected a JSON object, got {type(data).__name__}")
+    raw = _raw_source_item(source, line, text, data)
+    if raw is not None:
+        return raw
     kinds = [kind for kind, model in ITEM_MODELS.items() if model.id_field in data]
     if len(kinds) != 1:
         fields = [model.id_field for model in ITEM_MODELS.values()]
-        problem = f"has both {' and '.join(fields)}" if kinds else f"has neither {' nor '.join(fields)}"
+        problem = (f"has both {' and '.join(fields)}" if kinds else f"has neither {' nor '.join(fields)}, and is no "
+                   "EventBridge event, SNS notification or Zendesk/Jira webhook")
         return InputItem(source, line, None, None, text, data, rejected=f"{problem}: cannot tell what it is")
     kind = kinds[0]
     item_id = data[ITEM_MODELS[kind].id_field]
@@ -116,12 +157,16 @@ class Outcome:
     audit: str | None = None  # audit outcome (auto_routed, reviewed, ...) once written
     problem: str | None = None  # why it was rejected or dead-lettered
     reviewed_target: str | None = None  # where a reviewer's answer sent it (demo's review loop)
+    source_outcome: str | None = None  # a raw event that routed nothing: resolved, updated, duplicate, ignored
+    note: str | None = None  # why (source_outcome)
     duplicate_of: str | None = None  # the input line whose execution this one joined (same item key)
 
     @property
     def route(self) -> str:
         if self.item.rejected:
             return "rejected"
+        if self.source_outcome:
+            return self.source_outcome
         if self.record is None:
             return "failed"
         return self.record.route
@@ -130,6 +175,8 @@ class Outcome:
     def reason(self) -> str:
         if self.problem:
             return self.problem
+        if self.note:
+            return self.note
         if self.record is not None and self.record.route == "review":
             return self.record.route_reason
         return ""
@@ -144,7 +191,8 @@ class LocalPipeline:
 
         from local.lambdas import LocalFunction, SqsEventSource
 
-        self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name}).create()
+        self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
+                                            "PagerDutyEventBusName": PAGERDUTY_BUS}).create()
         self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
         self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
         self.tickets = LocalFunction(self.stack, TICKET_FUNCTION, log=log)
@@ -161,8 +209,20 @@ class LocalPipeline:
         self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
                                    if event["Type"] == "EventBridgeRule")
         # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
-        self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items()
-                            if rule in self.stack.of_type("AWS::Events::Rule")]
+        bus_rules = [rule for rule in self.stack.of_type("AWS::Events::Rule")
+                     if self.stack.resolve(self.stack.properties(rule)).get("EventBusName") == self.stack.ref("DecisionBus")]
+        self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items() if rule in bus_rules]
+        # Every rule delivering to the incident intake: its own (decision bus) and the sources' rules.
+        function_arn = self.stack.get_att(INCIDENT_FUNCTION, "Arn")
+        self.incident_rules = [(INCIDENT_FUNCTION, self.incident_event)] + [
+            (rule, target["Id"]) for rule in self.stack.of_type("AWS::Events::Rule")
+            for target in self.stack.resolve(self.stack.properties(rule)).get("Targets", []) if target["Arn"] == function_arn]
+        self.webhooks = LocalFunction(self.stack, WEBHOOK_FUNCTION, log=log)
+        secrets = boto3.client("secretsmanager")
+        secret_id = self.webhooks.env["WEBHOOK_SECRET_ARN"]
+        stored = json.loads(secrets.get_secret_value(SecretId=secret_id)["SecretString"])
+        self.webhook_secrets = {**stored, **DEMO_WEBHOOK_SECRETS}
+        secrets.put_secret_value(SecretId=secret_id, SecretString=json.dumps(self.webhook_secrets))
         self.pending_reviews: dict[str, QueuedReview] = {}  # by item id
 
     def summary(self) -> str:
@@ -179,15 +239,21 @@ class LocalPipeline:
     def run(self, items: list[InputItem], progress: Progress = lambda _: None, timeout: float = 120) -> list[Outcome]:
         """Send every item through its intake, wait for the workflow, read back where it ended up."""
         outcomes = [Outcome(item, problem=f"rejected: {item.rejected}" if item.rejected else None) for item in items]
-        tickets = [o for o in outcomes if o.item.kind == "ticket"]
-        incidents = [o for o in outcomes if o.item.kind == "incident"]
+        webhooks = [o for o in outcomes if o.item.via.startswith("webhook:")]
+        tickets = [o for o in outcomes if o.item.kind == "ticket" and o not in webhooks]
+        incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via != "event"]
+        events = [o for o in outcomes if o.item.via == "event"]
         for outcome in outcomes:
             if outcome.item.rejected:
                 progress(f"{outcome.item.source}: rejected, not sent: {outcome.item.rejected}")
-        if tickets:
+        for outcome in webhooks:
+            self._post_webhook(outcome, progress)
+        if tickets or webhooks:
             self._send_tickets(tickets, progress)
         for outcome in incidents:
             self._send_incident(outcome, progress)
+        for outcome in events:
+            self._send_event(outcome, progress)
         self._settle(outcomes, timeout)
         return outcomes
 
@@ -200,7 +266,8 @@ class LocalPipeline:
             if sent.get("Failed"):
                 raise RuntimeError(f"could not send tickets to the ticket queue: {sent['Failed']}")
             by_message.update({entry["MessageId"]: chunk[int(entry["Id"])] for entry in sent["Successful"]})
-        progress(f"sent {len(outcomes)} ticket(s) to the ticket queue; ticket intake takes batches of "
+        progress(f"sent {len(outcomes)} ticket(s) to the ticket queue (webhook tickets are there already); "
+                 "ticket intake takes batches of "
                  f"{self.ticket_source.batch_size}")
         batch = 0
         while (report := self.ticket_source.poll_once()) is not None:
@@ -238,6 +305,83 @@ class LocalPipeline:
         state = "failed" if outcome.problem else "decided"
         progress(f"incident {outcome.item.label}: {state} in {time.monotonic() - started:.1f}s")
 
+    def _send_event(self, outcome: Outcome, progress: Progress) -> None:
+        """A raw EventBridge event: put on the bus its source publishes on; when a template rule
+        delivers it, the incident intake gets the event as the source emitted it (its own id, as
+        EventBridge keeps it on every delivery, so a repeated line is a re-delivery)."""
+        from local.lambdas import invoke_async
+
+        event = outcome.item.data or {}
+        source, detail_type = str(event["source"]), str(event["detail-type"])
+        bus = (self.bus_name if detail_type == "Incident Reported" else
+               PAGERDUTY_BUS if source.startswith("aws.partner/pagerduty.com/") else "default")
+        response = self.events.put_events(Entries=[{
+            "EventBusName": bus, "Source": source, "DetailType": detail_type,
+            "Detail": json.dumps(event.get("detail", {})), "Resources": event.get("resources", [])}])
+        if response["FailedEntryCount"]:
+            outcome.problem = f"EventBridge refused the event: {response['Entries'][0].get('ErrorMessage')}"
+            return
+        delivered = [e for rule in self.incident_rules for e in self.stack.rule_events(*rule)]
+        if not delivered:
+            why = (f"no rule of template.yaml takes {source!r} {detail_type!r} (not an incident source, or its "
+                   "source parameter is off)")
+            outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
+            return
+        raw = {"version": "0", "account": self.stack.account_id, "region": self.stack.region, "resources": [], **event}
+        result = invoke_async(self.incidents, raw, self.sqs)
+        if not result.ok:
+            outcome.problem = f"intake failed {result.attempts}x: {result.error}"
+            if result.dead_letter_queue_url:
+                outcome.queues.append(self.queue_name(result.dead_letter_queue_url))
+            return
+        answer = result.response or {}
+        if answer.get("outcome") == "dead_lettered":
+            outcome.problem = f"dead-lettered: {answer['reason']}"
+            outcome.queues.append(self.queue_name(self.incidents.env["DEAD_LETTER_QUEUE_URL"]))
+            self._drain_raw(self.incidents.env["DEAD_LETTER_QUEUE_URL"])
+            progress(f"{outcome.item.label}: parked in the incident DLQ: {answer['reason']}")
+            return
+        first = (answer.get("outcomes") or [answer])[0]  # a Security Hub event may carry several findings
+        if first["outcome"] == "routed":
+            outcome.item = replace(outcome.item, item_id=first.get("incident_id") or first["item_id"])
+            outcome.execution_arn = f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{first['execution_name']}"
+        else:
+            outcome.source_outcome, outcome.note = first["outcome"], first.get("reason")
+        progress(f"{outcome.item.label}: {first['outcome']}" + (f" ({first['reason']})" if first.get("reason") else ""))
+
+    def _post_webhook(self, outcome: Outcome, progress: Progress) -> None:
+        """A Zendesk or Jira webhook body: signed as that system signs it (with the secret the
+        operator stored) and posted to the webhook function as API Gateway's HTTP API would."""
+        from decision_router.webhooks import MAPPERS, Unusable, sign
+        from local.lambdas import http_api_event
+
+        system = outcome.item.via.removeprefix("webhook:")
+        data = dict(outcome.item.data or {})
+        if system == "jira":
+            data["timestamp"] = int(time.time() * 1000)  # the time Jira signs: now
+        body = json.dumps(data).encode()
+        headers = sign(system, body, self.webhook_secrets[system], at=time.time())
+        response = self.webhooks.invoke(http_api_event("POST", f"/webhooks/{system}", body, headers,
+                                                       path_parameters={"source": system}))
+        answer = json.loads(response["body"])
+        if response["statusCode"] != 202:
+            why = f"the webhook answered {response['statusCode']}: {answer.get('reason')}"
+            outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
+        elif answer["status"] == "parked":
+            outcome.problem = f"parked: {answer['reason']}"
+            outcome.queues.append(self.queue_name(self.webhooks.env["DEAD_LETTER_QUEUE_URL"]))
+        elif answer["status"] == "ignored":
+            outcome.source_outcome, outcome.note = "ignored", answer["reason"]
+        else:
+            try:
+                mapped = MAPPERS[system](data, self.webhooks.env["WEBHOOK_DEFAULT_TIER"])
+            except Unusable as error:  # the function queued it, so this cannot differ; say so if it does
+                raise RuntimeError(f"{outcome.item.source}: queued by the webhook, but {error}") from None
+            ticket = mapped.model_dump(mode="json", exclude_none=True) if not isinstance(mapped, str) else None
+            outcome.item = replace(outcome.item, item_id=answer["ticket_id"], data=ticket)
+        progress(f"{outcome.item.label}: webhook {answer.get('status', 'refused')}"
+                 + (f" ({answer['reason']})" if answer.get("reason") else ""))
+
     # ------------------------------------------------------------------------------ reading back
     def execution_arn(self, item: InputItem) -> str | None:
         """The ARN of the item's (first) execution; None when the item does not validate."""
@@ -255,10 +399,11 @@ class LocalPipeline:
         """Wait until each started execution finished or asked for review; then read back."""
         from decision_router.records import DecisionRecord
 
-        started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem]
+        started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem
+                   and not o.source_outcome]
         first_line: dict[str, str] = {}
         for outcome in started:
-            outcome.execution_arn = self.execution_arn(outcome.item)
+            outcome.execution_arn = outcome.execution_arn or self.execution_arn(outcome.item)
             if outcome.execution_arn is not None:
                 outcome.duplicate_of = first_line.setdefault(outcome.execution_arn, outcome.item.source)
                 if outcome.duplicate_of == outcome.item.source:
@@ -422,10 +567,13 @@ def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
 # ----------------------------------------------------------------------------------- report
 def report_line(outcome: Outcome) -> dict[str, Any]:
     """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
-    review, duplicate, dead_lettered, rejected; each decision says which readout gave the answer
+    review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
+    resolved, updated or ignored (`reason` says why); `via` says how it came in; each decision says which readout gave the answer
     (rule, letters, head) and whether it stood without a person (`auto`)."""
     record = outcome.record
-    if outcome.item.rejected or (record is None and not any("DeadLetter" in q for q in outcome.queues)):
+    if outcome.source_outcome:
+        kind = outcome.source_outcome
+    elif outcome.item.rejected or (record is None and not any("DeadLetter" in q for q in outcome.queues)):
         kind = "rejected"
     elif outcome.duplicate_of:
         kind = "duplicate"
@@ -433,9 +581,14 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         kind = "dead_lettered"
     else:
         kind = "routed" if record.route == "auto" else "review"
-    reason = outcome.problem or (f"same item as {outcome.duplicate_of}: routed once" if kind == "duplicate" else None)
+    if kind == "review" and outcome.audit and "resolved_at_source" in outcome.audit:
+        kind, outcome.note = "resolved", "resolved at its source while it waited for review (the review was closed)"
+    reason = outcome.problem or outcome.note or (
+        f"same item as {outcome.duplicate_of}: routed once" if kind == "duplicate" else None)
     if kind in ("routed", "review") and record is not None:
         reason = record.route_reason
+    elif kind == "resolved" and record is not None:
+        reason = outcome.note
     target = None
     if record is not None and kind != "dead_lettered":
         target = record.destination.target if record.destination else outcome.reviewed_target
@@ -444,7 +597,7 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
                      "auto": record.route == "auto" and d.passed}
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
-            "kind": outcome.item.kind, "outcome": kind, "reason": reason, "target": target,
+            "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,
             "escalated": outcome.escalated, "decisions": decisions}
 
 
@@ -523,6 +676,11 @@ def explain(outcomes: list[Outcome], model: Path | None) -> list[str]:
     lines = [f"{len(decided)} item(s) decided: {len(decided) - len(reviews)} routed automatically, "
              f"{len(reviews)} sent to human review; "
              f"{sum(1 for o in outcomes if o.route in ('rejected', 'failed') or o.problem)} rejected or dead-lettered."]
+    quiet = [o.source_outcome for o in outcomes if o.source_outcome]
+    if quiet:
+        counts = ", ".join(f"{quiet.count(k)} {k}" for k in sorted(set(quiet)))
+        lines.append(f"{len(quiet)} raw source event(s) routed nothing, as they should: {counts} "
+                     "(an OK resolves its open incident, a re-delivery is routed once, an update pages nobody again).")
     latencies = sorted(d.latency_seconds for d in entries if d.source == "model" and d.latency_seconds is not None)
     if latencies:
         lines.append(f"Model time per decision: median {latencies[len(latencies) // 2]:.2f}s, "

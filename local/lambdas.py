@@ -191,6 +191,24 @@ class SqsEventSource:
         }
 
 
+# --------------------------------------------------------------------------- HTTP API
+def http_api_event(method: str, path: str, body: bytes, headers: dict[str, str], *,
+                   path_parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The event API Gateway's HTTP API (payload format 2.0) gives a function for one request."""
+    return {
+        "version": "2.0", "routeKey": f"{method} {path}", "rawPath": path, "rawQueryString": "",
+        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in headers.items()}},
+        "pathParameters": path_parameters or {},
+        "requestContext": {"accountId": "123456789012", "apiId": "local", "domainName": "localhost",
+                           "domainPrefix": "local", "requestId": str(uuid.uuid4()), "routeKey": f"{method} {path}",
+                           "stage": "$default", "time": datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+                           "timeEpoch": int(time.time() * 1000),
+                           "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                                    "userAgent": "local.demo"}},
+        "body": body.decode("utf-8"), "isBase64Encoded": False,
+    }
+
+
 # --------------------------------------------------------------------------- async invoke
 @dataclass
 class AsyncResult:

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     reviewer_group: str = _env("REVIEWER_GROUP", "reviewers")
     user_pool_client_id: str = _env("USER_POOL_CLIENT_ID")
     console_sign_in: str = _env("CONSOLE_SIGN_IN", "cognito", pattern="^(cognito|local)$")
+    open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME")
+    ticket_queue_url: str = _env("TICKET_QUEUE_URL")
+    webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN")
+    webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", 300, ge=1)
+    webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "free")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -44,6 +44,8 @@ class Item(_Strict):
     kind: ClassVar[str]
     id_field: ClassVar[str]
     source_field: ClassVar[str]  # where the item came from: ids are only unique per source
+    #: Optional fields left out of the key while empty, so adding one keeps the keys of items without it.
+    unkeyed_when_empty: ClassVar[tuple[str, ...]] = ()
 
     @property
     def item_id(self) -> str:
@@ -58,9 +60,19 @@ class Item(_Strict):
         """What makes two deliveries the same item: kind, source, id and the exact payload.
         A redelivery or duplicate is routed once; the same id from another source, or with
         other content (an updated ticket), is another item."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        data = {k: v for k, v in self.model_dump(mode="json").items() if not (v is None and k in self.unkeyed_when_empty)}
+        payload = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
         return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
+
+
+class Reference(_Strict):
+    """Where a ticket came from in the system that holds it (a Zendesk ticket, a Jira issue), so
+    what routes it can write back there (the `Item Routed` event carries it)."""
+
+    system: Name = Field(description="zendesk, jira, or the generic webhook's `system`.")
+    id: ItemId
+    url: str | None = None
 
 
 class Ticket(Item):
@@ -69,6 +81,7 @@ class Ticket(Item):
     kind: ClassVar[str] = "ticket"
     id_field: ClassVar[str] = "ticket_id"
     source_field: ClassVar[str] = "channel"
+    unkeyed_when_empty: ClassVar[tuple[str, ...]] = ("reference",)
 
     ticket_id: ItemId
     subject: Text
@@ -77,14 +90,57 @@ class Ticket(Item):
     channel: Channel
     created_at: AwareDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
+    reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
+
+
+AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
+
+
+class Evidence(_Strict):
+    """What a native source said, kept beside the incident so a policy rule can name it
+    (`evidence.namespace`, `evidence.finding_type`, ...) and a reader can trace it back.
+    Each source fills the fields it has (decision_router.sources); the rest stay empty."""
+
+    source_ref: Name = Field(description="The source's own id: alarm ARN, Health event ARN, finding id, "
+                                         "PagerDuty incident id. Also the correlation key.")
+    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
+    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
+                                                          "source_severity table (e.g. HIGH, P2, issue).")
+    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
+    # CloudWatch alarms
+    alarm_name: str | None = None
+    alarm_kind: AlarmKind | None = None
+    namespace: str | None = None
+    metric_name: str | None = None
+    dimensions: str | None = None
+    # AWS Health
+    health_event_type: str | None = None
+    health_category: str | None = None
+    health_scope: str | None = None
+    actionability: str | None = None
+    event_region: str | None = None
+    affected_entities: str | None = None
+    # GuardDuty and Security Hub
+    finding_type: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+    record_state: str | None = None
+    workflow_status: str | None = None
+    compliance_status: str | None = None
+    # PagerDuty
+    pagerduty_service: str | None = None
+    urgency: str | None = None
+    pagerduty_priority: str | None = None
 
 
 class Incident(Item):
-    """An incident: the `detail` of an EventBridge `Incident Reported` event."""
+    """An incident: the `detail` of an EventBridge `Incident Reported` event, or what a native
+    source's event maps to (decision_router.sources), its own fields kept as `evidence`."""
 
     kind: ClassVar[str] = "incident"
     id_field: ClassVar[str] = "incident_id"
     source_field: ClassVar[str] = "source"
+    unkeyed_when_empty: ClassVar[tuple[str, ...]] = ("evidence",)
 
     incident_id: ItemId
     title: Text
@@ -93,6 +149,7 @@ class Incident(Item):
     severity: Severity = Field(description="As reported by the monitoring source; not the routed priority.")
     source: Name
     reported_at: AwareDatetime
+    evidence: Evidence | None = Field(None, description="The native source's own fields (none for Incident Reported).")
 
 
 #: Every item kind, by name: the registry the policies, records and demo read.
@@ -170,8 +227,11 @@ def literal_values(annotation: Any) -> tuple[Any, ...] | None:
 
 
 def field_value(item: BaseModel, path: str) -> Any:
+    """The value at a dotted field path; None when a part on the way is empty (no evidence)."""
     value: Any = item
     for part in path.split("."):
+        if value is None:
+            return None
         value = getattr(value, part)
     return value
 

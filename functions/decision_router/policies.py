@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 
 from .heads import Head, question_digest
-from .items import ITEM_MODELS, Item, ItemKind, describe_errors, field_annotation, field_value, literal_values
+from .items import ITEM_MODELS, Item, ItemKind, Severity, describe_errors, field_annotation, field_value, literal_values
 
 POLICY_DIR = Path(__file__).with_name("policies")
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -118,6 +118,20 @@ class Rule(_Strict):
         return all(condition.holds(item) for condition in self.when)
 
 
+class SeverityTable(_Strict):
+    """How one native source's own severity becomes an incident's `severity` (sev1-sev4): data in
+    the policy, so an operator changes the mapping without code. The severity stays evidence; the
+    priority is still decided by the rules and the model."""
+
+    label: Text = Field(description="Which field of the source's event gives the label.")
+    labels: dict[str, Severity] = Field(description="The source's label (matched ignoring case) → severity.")
+    default: Severity = Field(description="When the source gives no label, or one not in `labels`.")
+
+    def severity(self, label: str | None) -> Severity:
+        wanted = (label or "").casefold()
+        return next((sev for name, sev in self.labels.items() if name.casefold() == wanted), self.default)
+
+
 class Policy(_Strict):
     name: Id
     version: Annotated[str, StringConstraints(min_length=1, max_length=32)]
@@ -127,6 +141,8 @@ class Policy(_Strict):
     state: list[StateField] = Field(min_length=1)
     questions: list[Question] = Field(min_length=1)
     rules: list[Rule] = Field(default_factory=list)
+    source_severity: dict[Id, SeverityTable] = Field(
+        default_factory=dict, description="Native incident source (aws.cloudwatch, pagerduty, ...) → its severity table.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decision_contract import ModelInfo
 
@@ -91,6 +91,35 @@ class ReviewSpec(_Record):
                                            "queue URLs come from the record, never from the reviewer.")
 
 
+class SourceReference(_Record):
+    """The item in the system it came from, for writing the outcome back there."""
+
+    system: str = Field(description="zendesk, jira, aws.cloudwatch, pagerduty, ...")
+    id: str = Field(description="Its id there: the Zendesk ticket id, the alarm ARN, the PagerDuty incident id, ...")
+    url: str | None = None
+
+
+class Announcement(_Record):
+    """What the workflow's `Item Routed` event says of the decision, flat so an EventBridge rule or
+    input transformer can read it: derived from the record itself (never given)."""
+
+    reference: SourceReference | None = Field(description="null for items of our own shapes")
+    answers: dict[str, str] = Field(description="question → the decided (auto) or suggested (review) option")
+    confidence: dict[str, float | None]
+    readout: dict[str, str | None]
+
+
+def source_reference(item: dict[str, Any]) -> SourceReference | None:
+    """A ticket's `reference`, or a native-source incident's evidence (source and source_ref)."""
+    reference = item.get("reference")
+    if isinstance(reference, dict):
+        return SourceReference.model_validate(reference)
+    evidence = item.get("evidence")
+    if isinstance(evidence, dict) and evidence.get("source_ref"):
+        return SourceReference(system=str(item.get("source", "")), id=evidence["source_ref"], url=evidence.get("source_url"))
+    return None
+
+
 class DecisionRecord(_Record):
     item_kind: ItemKind
     item_id: str
@@ -104,6 +133,17 @@ class DecisionRecord(_Record):
     decisions: list[DecisionEntry]
     review: ReviewSpec
     decided_at: str
+    announce: Announcement | None = Field(None, description="Derived from the rest on validation (Item Routed).")
+
+    @model_validator(mode="after")
+    def _announce(self) -> "DecisionRecord":
+        # Always recomputed: the event must say what the record says, whatever a caller passed.
+        self.announce = Announcement(
+            reference=source_reference(self.item),
+            answers={d.question: d.option_id for d in self.decisions if d.option_id is not None},
+            confidence={d.question: d.confidence for d in self.decisions},
+            readout={d.question: d.readout for d in self.decisions})
+        return self
 
 
 class ReviewAnswer(_Record):

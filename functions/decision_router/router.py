@@ -35,6 +35,8 @@ class Endpoint(Protocol):
 class Workflow(Protocol):
     def start(self, record: DecisionRecord) -> tuple[str, bool]: ...
 
+    def status(self, name: str) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class Outcome:

@@ -1,6 +1,7 @@
 """Ticket intake (SQS, ReportBatchItemFailures): each ticket is validated, decided once, and
 handed to the routing workflow.
 
+- A body that is an SNS notification (SNS → SQS without raw delivery) is unwrapped first.
 - A ticket that fails validation can never succeed: it is parked in the ticket DLQ at once, the
   reason in its message attributes (failure_kind, failure_reason, item_id, source_message_id).
 - A failed workflow start fails that record alone: SQS redelivers it and moves it to the DLQ
@@ -18,6 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.adapters.queues import Queue
 from decision_router.config import Settings
+from decision_router.envelopes import unwrap_sns
 from decision_router.intake import Intake
 from decision_router.items import InvalidItem
 
@@ -31,7 +33,7 @@ dead_letters: dict[str, Queue] = {}
 
 def record_handler(record: SqsRecordModel, lambda_context: LambdaContext) -> dict:
     try:
-        return intake.handle(record.body, lambda_context)
+        return intake.handle(unwrap_sns(cast(str, record.body)), lambda_context)
     except InvalidItem as error:
         park(record, error)
         return {"item_id": error.item_id, "dead_lettered": True, "reason": str(error)}

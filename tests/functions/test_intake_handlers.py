@@ -20,6 +20,8 @@ from moto import mock_aws
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
+from decision_router.envelopes import unwrap_sns
+from decision_router.incidents import IncidentIntake
 from decision_router.intake import Intake
 from decision_router.items import InvalidItem, parse_item
 from decision_router.policies import load_policy
@@ -106,6 +108,9 @@ def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> 
         monkeypatch.setenv(name, value)
     intake = Intake(kind, logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env), endpoint=endpoint)
     monkeypatch.setattr(app, "intake", intake)
+    if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
+        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
+                                                             settings=Settings.from_env(env)))
     return intake
 
 
@@ -462,8 +467,9 @@ def test_bad_incident_raises_for_lambda_retry_and_dlq(incidents, context, incide
     incident_data["severity"] = "critical"
     with pytest.raises(InvalidItem, match="severity: Input should be"):
         app.lambda_handler(eventbridge(incident_data), context)
-    with pytest.raises(ValueError, match="detail-type 'Incident Resolved'"):
-        app.lambda_handler(eventbridge(incident_data, detail_type="Incident Resolved"), context)
+    # An event of a kind nothing maps is no retry's business: parked in the DLQ at once, with why.
+    result = app.lambda_handler(eventbridge(incident_data, detail_type="Incident Resolved"), context)
+    assert result["outcome"] == "dead_lettered" and "detail-type 'Incident Resolved'" in result["reason"]
 
 
 def test_incident_workflow_failure_raises(incidents, stack, context, incident_data):
@@ -537,3 +543,39 @@ def metric_totals(blobs: list[dict], names: tuple[str, ...]) -> dict[str, float]
             if value is not None:
                 totals[name] = totals.get(name, 0) + (sum(value) if isinstance(value, list) else value)
     return totals
+
+
+# ----------------------------------------------------------------------------- SNS envelopes
+SNS_SAMPLE = json.loads((EVENTS / "ticket_sns_envelope.json").read_text())
+
+
+def sns_notification(message: str) -> str:
+    return json.dumps(dict(json.loads(SNS_SAMPLE["Records"][0]["body"]), Message=message))
+
+
+def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_alone(ticket_data):
+    ticket = json.dumps(ticket_data)
+    assert json.loads(unwrap_sns(sns_notification(ticket))) == ticket_data
+    assert unwrap_sns(ticket) == ticket and unwrap_sns("not json") == "not json"
+    # Looks like a notification but lacks what SNS always sends: not unwrapped, so it fails as a ticket.
+    half = json.dumps({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"})
+    assert unwrap_sns(half) == half
+
+
+def test_a_ticket_in_an_sns_envelope_is_routed(tickets, stack, context):
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [0, 7.0, 0, 0, 0]))  # account-access
+    assert app.lambda_handler(SNS_SAMPLE, context) == {"batchItemFailures": []}
+    (record,) = executions(stack).values()
+    assert record.item_id == "T-2001" and record.destination.target == "account-access"
+
+
+def test_a_bad_ticket_in_an_sns_envelope_is_parked_with_the_reason(tickets, stack, context, ticket_data):
+    app, _ = tickets
+    event = json.loads(json.dumps(SNS_SAMPLE))
+    event["Records"][0]["body"] = sns_notification(json.dumps(dict(ticket_data, channel="fax")))
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}
+    (parked,) = boto3.client("sqs").receive_message(QueueUrl=stack.ref("TicketDeadLetterQueue"),
+                                                    MessageAttributeNames=["All"])["Messages"]
+    assert "channel: Input should be" in parked["MessageAttributes"]["failure_reason"]["StringValue"]
+    assert executions(stack) == {}

@@ -15,6 +15,7 @@ import pytest
 from moto import mock_aws
 
 from decision_router.config import Settings
+from decision_router.incidents import IncidentIntake
 from decision_router.intake import Intake
 from decision_router.records import DecisionRecord
 from local.cloudformation import Stack
@@ -35,8 +36,11 @@ def stack(monkeypatch, decision_server_url):
 
 def use_intake(monkeypatch, stack, app, kind, function):
     env = stack.function_environment(function)
-    monkeypatch.setattr(app, "intake", Intake(kind, logger=app.logger, metrics=app.metrics,
-                                              settings=Settings.from_env(env)))
+    intake = Intake(kind, logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env))
+    monkeypatch.setattr(app, "intake", intake)
+    if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
+        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
+                                                             settings=Settings.from_env(env)))
 
 
 def records(stack) -> dict[str, DecisionRecord]:

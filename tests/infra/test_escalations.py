@@ -12,6 +12,9 @@ import pytest
 from local.cloudformation import Stack
 
 EXISTING = {"ExistingEndpointName": "decision-endpoint"}
+#: What the workflow emits that pages; `Item Routed` announces every outcome and must page nobody.
+PAGES = {"Item Escalated", "Review Overdue"}
+ANNOUNCEMENT = "Item Routed"
 
 
 def emitted_events(stack: Stack) -> set[tuple[str, str]]:
@@ -43,7 +46,17 @@ def rules_for(stack: Stack, source: str, detail_type: str) -> list[str]:
 
 def test_the_workflow_emits_item_escalated_and_review_overdue():
     stack = Stack.load(parameters=EXISTING)
-    assert {t for _, t in emitted_events(stack)} == {"Item Escalated", "Review Overdue"}
+    assert {t for _, t in emitted_events(stack)} == PAGES | {ANNOUNCEMENT}
+
+
+def test_the_announcement_of_every_outcome_pages_nobody():
+    stack = Stack.load(parameters=EXISTING | {"ZendeskSubdomain": "acme", "ZendeskApiSecretName": "zendesk-api"})
+    topics = {stack.ref(t) for t in stack.of_type("AWS::SNS::Topic")}
+    announcing = [rule for rule in stack.of_type("AWS::Events::Rule")
+                  if ANNOUNCEMENT in stack.resolve(stack.properties(rule))["EventPattern"].get("detail-type", [])]
+    assert announcing == ["ZendeskWriteBackRule"]
+    for rule in announcing:
+        assert not {t["Arn"] for t in stack.resolve(stack.properties(rule))["Targets"]} & topics, rule
 
 
 def test_every_event_the_workflow_emits_has_a_rule_delivering_it_to_the_on_call_topic():
@@ -51,6 +64,8 @@ def test_every_event_the_workflow_emits_has_a_rule_delivering_it_to_the_on_call_
     topics = {stack.ref(t): t for t in stack.of_type("AWS::SNS::Topic")}
     queues = {stack.get_att(q, "Arn"): q for q in stack.of_type("AWS::SQS::Queue")}
     for source, detail_type in emitted_events(stack):
+        if detail_type not in PAGES:
+            continue
         rules = rules_for(stack, source, detail_type)
         assert rules, f"no rule on the decision bus delivers {detail_type!r} from {source!r}"
         for rule in rules:

@@ -17,6 +17,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from decision_router.incidents import IncidentIntake
 from decision_router.intake import Intake
 from decision_router.items import InvalidItem, parse_item
 from decision_router.policies import load_policy
@@ -36,7 +37,10 @@ def wire(pipeline, monkeypatch, decision_server_url):
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", decision_server_url)
     # Handlers keep their AWS clients at module level: start each test with fresh ones.
     monkeypatch.setattr(ticket_app, "intake", Intake("ticket", logger=ticket_app.logger, metrics=ticket_app.metrics))
-    monkeypatch.setattr(incident_app, "intake", Intake("incident", logger=incident_app.logger, metrics=incident_app.metrics))
+    incident_intake = Intake("incident", logger=incident_app.logger, metrics=incident_app.metrics)
+    monkeypatch.setattr(incident_app, "intake", incident_intake)
+    monkeypatch.setattr(incident_app, "incidents", IncidentIntake(incident_intake, logger=incident_app.logger,
+                                                                  metrics=incident_app.metrics))
     monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
 
     def use(function: str) -> None:

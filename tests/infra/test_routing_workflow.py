@@ -267,3 +267,30 @@ def test_a_malformed_or_foreign_answer_is_dead_lettered_with_an_audit_record(pip
     pipeline.sfn.send_task_success(taskToken=review["task_token"], output=json.dumps(output))
 
     assert_refused_and_dead_lettered(pipeline, record, execution_arn, escalations)
+
+
+# ------------------------------------------------------------------------ Item Routed
+def test_every_outcome_is_announced_as_item_routed_with_the_final_answers(pipeline):
+    announced = pipeline.observe("Item Routed")
+    auto = pipeline.record("ticket", "T-7001", route="auto", answers={"queue": "billing"})
+    reviewed = pipeline.record("incident", "INC-71", route="review", answers={"priority": "P3", "team": "data"})
+    auto_arn, review_arn = pipeline.start(auto), pipeline.start(reviewed)
+    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    output = pipeline.reviewer_output(reviewed, {"priority": "P2", "team": "platform"},
+                                      execution_name=review["execution_name"])
+    pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
+    assert pipeline.wait(auto_arn)["status"] == pipeline.wait(review_arn)["status"] == "SUCCEEDED"
+
+    events = {e["detail"]["item_id"]: e for e in pipeline.messages(announced, wait_seconds=10)}
+    assert set(events) == {"T-7001", "INC-71"}
+    assert events["T-7001"]["source"] == "decision-router"
+    first = events["T-7001"]["detail"]
+    assert (first["outcome"], first["decided_by"], first["target"], first["answers"]) == (
+        "auto_routed", "auto", "billing", {"queue": "billing"})
+    assert first["item_key"] == auto["item_key"] and first["reference"] is None
+    assert first["confidence"] == {"queue": 0.775} and first["readout"] == {"queue": None}
+    second = events["INC-71"]["detail"]
+    assert (second["outcome"], second["decided_by"], second["target"], second["reviewer"]) == (
+        "reviewed", "review", "platform-oncall", "bob@example.com")
+    assert second["answers"] == {"priority": "P2", "team": "platform"}  # the reviewer's, not the model's
+    assert second["suggested"] == {"priority": "P3", "team": "data"}

@@ -17,7 +17,7 @@ INTERFACE_ENV = {  # README.md, "Function environment"
     "LABELLED_EXAMPLES_TABLE_NAME", "EVENT_BUS_NAME",
 }
 FUNCTIONS = {"TicketIntakeFunction": "support-ticket", "IncidentIntakeFunction": "incident", "ReviewCompletionFunction": None,
-             "ReviewConsoleFunction": None}
+             "ReviewConsoleFunction": None, "TicketWebhookFunction": None}
 GPU = {"DecisionImageUri": "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" * 64,
        "ModelDataUrl": "s3://models/smollm2/model.tar.gz", "EndpointCompute": "GPU"}
 CPU = {**GPU, "EndpointCompute": "CPU"}
@@ -112,7 +112,7 @@ def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
 def test_every_workflow_task_retries_and_catches():
     asl = json.loads(Stack.load().state_machine_definition("RoutingStateMachine"))
     tasks = {name: state for name, state in asl["States"].items() if state["Type"] == "Task"}
-    assert len(tasks) == 9
+    assert len(tasks) == 10
     for name, state in tasks.items():
         assert state.get("Retry"), name
         assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name

@@ -34,6 +34,18 @@ class ReviewTasks(AwsAdapter):
             raise
 
 
+    def close_resolved(self, task_token: str, reason: str) -> None:
+        """End a pending review because the incident was resolved at its source: the workflow
+        audits it as resolved_at_source (its IncidentResolved catch)."""
+        try:
+            self.client.send_task_failure(taskToken=task_token, error="IncidentResolved", cause=reason[:32_000])
+        except self.client.exceptions.ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in GONE_CODES:
+                raise ReviewTaskGone(f"the review can no longer be closed ({code})") from error
+            raise
+
+
 @dataclass
 class Malformed:
     """A review-queue message that is not a review request (left on the queue, reported)."""

@@ -71,6 +71,13 @@ class WorkflowStarter(AwsAdapter):
             raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
         return described["status"], json.loads(described["input"])
 
+    def status(self, name: str) -> str | None:
+        """The named execution's status; None when there is none."""
+        try:
+            return self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
+        except self.client.exceptions.ExecutionDoesNotExist:
+            return None
+
     def running_record(self, name: str) -> DecisionRecord:
         """The decision record a running execution was started with (its input, written by the intake)."""
         try:

@@ -1,0 +1,100 @@
+"""Security Hub Findings - Imported (default bus, source aws.securityhub): one ASFF finding per
+event (a list, each handled). An active finding opens an incident keyed by the finding `Id`; a
+new import of the same finding updates it; one that is archived, resolved, suppressed or whose
+compliance check now passes resolves it. The policy's table maps `Severity.Label`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from ..policies import SeverityTable
+from . import Envelope, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+
+SOURCE = "aws.securityhub"
+DETAIL_TYPE = "Security Hub Findings - Imported"
+#: What Security Hub says of a finding that is over.
+CLOSED_WORKFLOW = {"RESOLVED", "SUPPRESSED"}
+
+
+class FindingSeverity(SourceModel):
+    Label: str | None = None
+    Normalized: int | None = None
+
+
+class FindingWorkflow(SourceModel):
+    Status: str = "NEW"
+
+
+class FindingCompliance(SourceModel):
+    Status: str | None = None
+
+
+class FindingResource(SourceModel):
+    Type: str
+    Id: str
+
+
+class Finding(SourceModel):
+    Id: str
+    Title: str
+    Description: str
+    Types: list[str] = []
+    Severity: FindingSeverity = Field(default_factory=FindingSeverity)
+    Workflow: FindingWorkflow = Field(default_factory=FindingWorkflow)
+    RecordState: str = "ACTIVE"
+    Compliance: FindingCompliance | None = None
+    Resources: list[FindingResource] = []
+    ProductArn: str | None = None
+    UpdatedAt: datetime
+
+
+class FindingsDetail(SourceModel):
+    findings: list[Finding] = Field(min_length=1)
+
+
+def label(severity: FindingSeverity) -> str | None:
+    """Severity.Label, or the label of the (older) Normalized score as Security Hub bands it."""
+    if severity.Label:
+        return severity.Label
+    if severity.Normalized is None:
+        return None
+    n = severity.Normalized
+    return "INFORMATIONAL" if n == 0 else "LOW" if n < 40 else "MEDIUM" if n < 70 else "HIGH" if n < 90 else "CRITICAL"
+
+
+def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
+    detail: FindingsDetail = parse_detail(FindingsDetail, envelope)
+    return [_one(finding, envelope, table) for finding in detail.findings]
+
+
+def _one(finding: Finding, envelope: Envelope, table: SeverityTable) -> SourceOutcome:
+    key = finding.Id
+    compliance = finding.Compliance.Status if finding.Compliance else None
+    if finding.RecordState == "ARCHIVED" or finding.Workflow.Status in CLOSED_WORKFLOW or compliance == "PASSED":
+        why = (f"record state {finding.RecordState}, workflow {finding.Workflow.Status}"
+               + (f", compliance {compliance}" if compliance else ""))
+        return Resolved(key, SOURCE, f"Security Hub finding {finding.Title!r} is over: {why}")
+    resource = finding.Resources[0] if finding.Resources else None
+    severity = label(finding.Severity)
+    data = {
+        "incident_id": incident_id(key),
+        "title": finding.Title,
+        "description": text(finding.Description, f"Severity {severity}" if severity else None,
+                            f"Types: {', '.join(finding.Types)}" if finding.Types else None,
+                            f"Resource {resource.Type} {resource.Id}" if resource else None,
+                            f"Compliance {compliance}" if compliance else None),
+        "service": (f"{resource.Type} {resource.Id}" if resource else "Security Hub")[:200],
+        "severity": table.severity(severity),
+        "source": SOURCE,
+        "reported_at": finding.UpdatedAt,
+        "evidence": {
+            "source_ref": key, "source_severity": severity, "finding_type": finding.Types[0] if finding.Types else None,
+            "resource_type": resource.Type if resource else None, "resource_id": resource.Id if resource else None,
+            "record_state": finding.RecordState, "workflow_status": finding.Workflow.Status,
+            "compliance_status": compliance,
+        },
+    }
+    return Opened(key, build_incident(data, envelope))
