@@ -70,6 +70,7 @@ lint: $(STAMP) $(SAM_STAMP)
 # Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
 bench: $(STAMP)
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
+	$(PY) bench/bench_heads.py
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
