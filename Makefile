@@ -87,6 +87,7 @@ bench: $(STAMP)
 	@$(PY) -c "import xllamacpp" 2>/dev/null || $(PY) -m pip install --quiet -r bench/requirements-peer.txt \
 		|| echo "==> xllamacpp did not install: the benchmark runs without the llama-server peer"
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
+	$(PY) bench/bench_heads.py
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".

@@ -31,7 +31,7 @@ from bench.evaluate.runners import EngineRunner, HttpRunner
 from . import learn, report
 from .features import Example, extract
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [REPO / "bench/data/support-tickets.jsonl", REPO / "bench/data/incidents.jsonl"]
 TEST_SPLIT = "test"
 
@@ -46,8 +46,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads for the in-process engine")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target-error", type=float, default=0.05,
-                   help="error rate allowed among auto-routed decisions when choosing thresholds")
+    p.add_argument("--target-error", type=float, default=None,
+                   help="error rate allowed among auto-routed decisions when choosing thresholds "
+                        "(default: each question's learning.max_auto_error in its policy)")
+    p.add_argument("--no-curve", action="store_true", help="skip the learning curve (faster)")
     p.add_argument("--out", type=Path, default=REPO / "reports/fit")
     p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache", help="hidden-state cache ('' to disable)")
     p.add_argument("--dry-run", action="store_true", help="print the policy diffs, write nothing to the policies")
@@ -86,18 +88,26 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         question = policy.question(question_id)
         train = [e for e in group if e.split != TEST_SPLIT]
         test = [e for e in group if e.split == TEST_SPLIT]
-        fit = learn.fit_question(
-            f"{policy_name}/{question_id}", question.option_ids, np.array([e.hidden for e in train]),
-            [e.letter_logits for e in train], np.array([e.gold for e in train]), [e.fold_group for e in train],
-            formula=question.confidence_formula.value, folds=args.folds, seed=args.seed, target_error=args.target_error,
-        )
-        document = learn.head_document(
-            fit, version="", model_sha256=model.sha256, hidden_size=model.hidden_size, prompt_version=train[0].prompt_version,
-            question_sha256=policy.question_sha256(question), data=sources, fitted_on=fitted_on or date.today(),
-        )
+        signals = learn.Signals.build(
+            [e.state for e in train], np.array([e.hidden for e in train]), [e.letter_logits for e in train],
+            np.array([e.gold for e in train]), [e.fold_group for e in train],
+            text_fields=[s.key for s in policy.state], categorical_fields=policy.categorical_keys)
+        goals = question.learning
+        targets = learn.Targets(
+            max_error=args.target_error if args.target_error is not None else goals.max_auto_error,
+            protected=tuple(question.option_ids.index(o) for o in goals.protect),
+            max_under_assignment=goals.max_under_assignment)
+        binding = {"question_sha256": policy.question_sha256(question), "model_sha256": model.sha256,
+                   "hidden_size": model.hidden_size, "prompt_version": train[0].prompt_version}
+        fit = learn.fit_question(f"{policy_name}/{question_id}", question.option_ids, signals, binding=binding,
+                                 formula=question.confidence_formula.value, folds=args.folds, seed=args.seed,
+                                 targets=targets, curve=not args.no_curve)
+        document = learn.head_document(fit, version="", binding=binding, data=sources,
+                                       fitted_on=fitted_on or date.today())
         digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
         document["version"] = f"{policy_name}.{question_id}.{document['fit']['fitted_on']}.{digest}"
-        results.append(report.QuestionResult(policy, question, fit, document, report.score_test(question, document, test, model)))
+        results.append(report.QuestionResult(policy, question, fit, document,
+                                             report.score_test(policy, question, document, test, model, fit)))
 
     changes = report.policy_changes(results, write=not args.dry_run)
     summary = report.build(results, changes, command="python -m training " + shlex.join(argv), model=model,

@@ -12,7 +12,7 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,11 +33,13 @@ class Example:
     fold_group: str
     option_ids: list[str]
     gold: int
+    state: Any  # the decision's evidence (what the lexical features read)
     hidden: np.ndarray
     letter_logits: np.ndarray
     allowed_token_mass: float
     prompt_version: str
     note: str | None = None
+    language: str | None = None
 
     def result(self, model: ModelInfo) -> DecisionResult:
         """The decision result the routing function would have received (for its own code path)."""
@@ -130,7 +132,7 @@ def extract(runner: Runner, model: ModelInfo, cases: Sequence[Case], cache_dir: 
             examples.append(Example(
                 policy=case.family, question=labelled.question, case_id=case.case_id, where=case.where,
                 split=case.split, fold_group=case.cv_group, option_ids=labelled.decision.option_ids,
-                gold=labelled.gold_index, hidden=hidden.astype(np.float64), letter_logits=logits,
-                allowed_token_mass=mass, prompt_version=version, note=case.note,
+                gold=labelled.gold_index, state=labelled.decision.state, hidden=hidden.astype(np.float64), letter_logits=logits,
+                allowed_token_mass=mass, prompt_version=version, note=case.note, language=case.language,
             ))
     return examples, failures

@@ -1,42 +1,274 @@
-"""Fitting a head for one policy question, and judging it against the letters on held-out folds.
+"""Fitting one policy question's head, and judging it against the alternatives on held-out folds.
 
-- The head is multinomial logistic regression (L2) on the standardised hidden state; the
-  standardisation is folded into the weights, so the shipped head is a plain linear map of the
-  raw hidden state. The regularisation C is chosen by group k-fold cross-validation (out-of-fold
-  log-loss); a temperature is then fitted on the out-of-fold logits.
-- The letters get the same treatment they get in production: a temperature fitted on the
-  training folds (`bench.evaluate.metrics.out_of_fold_probabilities`).
-- Thresholds come from out-of-fold probabilities only: the lowest `min_confidence` at which the
-  auto-routed decisions are wrong at most `target_error` of the time.
+The head is one multinomial logistic regression (L2) over every signal the routing function
+has (decision_router.heads): TF-IDF word and character n-grams of the evidence, the item's
+structured fields as indicators, the model's final hidden state and its letter logits. The
+model's two blocks are standardised and scaled by one `model_weight` against the lexical ones;
+C and that weight are chosen together by group k-fold cross-validation (out-of-fold log-loss),
+then a temperature is fitted on the out-of-fold logits. Standardisation is folded into the
+weights, so the shipped head reads raw hidden states and logits.
+
+On the same folds, side by side:
+- the letters, as production uses them (a temperature fitted on the training folds);
+- the text-only classifier a user would compare us with: scikit-learn's TF-IDF (word 1-2-grams
+  and character 2-5-grams, sublinear tf) + logistic regression (C=10);
+- the hidden-state-only head (the readout before the lexical blocks).
+
+The out-of-fold probabilities of the chosen head are computed by the routing function's own
+code (`Head.logits`), so the thresholds are chosen on exactly what routing will compute.
+Thresholds come from out-of-fold probabilities only: the lowest `min_confidence` at which the
+auto-routed answers are wrong at most `max_error` of the time, and, where a question protects
+options from under-assignment (priority), per-option minimums that keep a protected gold answer
+from being auto-assigned a later option more than `max_under_assignment` of the time.
 Everything is seeded and deterministic: the same data gives the same head, byte for byte.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy import sparse
 from scipy.stats import binomtest
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline, make_union
+from threadpoolctl import threadpool_limits
 
 from bench.evaluate import metrics
-from decision_contract import softmax
+from decision_router.heads import FORMAT, Head
+from decision_router.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
 
 #: Inverse regularisation strengths tried by cross-validation.
-C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
-#: Significant digits written for head weights (float32 carries about 7).
-WEIGHT_DIGITS = 7
+C_GRID = (3.0, 10.0, 30.0, 100.0)
+#: Scales of the model's blocks (hidden state, letters) against the lexical ones; 0 = lexical only.
+MODEL_WEIGHTS = (0.0, 0.5, 1.0, 2.0)
+#: A term must occur in this many training items to enter the vocabulary; at most MAX_TERMS
+#: (the most frequent) are kept, so a head file stays well under 2 MB.
+MIN_DF, MAX_TERMS = 2, 25000
+#: The structured-field indicators, as one block, weigh this much against the unit-length text
+#: blocks (the values are in the evidence text too; at full weight they drown it out on held-out folds).
+CATEGORY_SCALE = 0.15
+#: Significant digits written for head weights.
+WEIGHT_DIGITS = 5
 #: A head that does not beat always-the-commonest-answer at this significance is not shipped.
 CHANCE_ALPHA = 0.01
+#: Learning-curve sizes (plus every training example), as a user's history grows.
+CURVE_SIZES = (25, 50, 100, 200, 400)
+#: The text-only classifier we must beat (its C is the one users of it typically leave).
+BASELINE_C = 10.0
+#: The bias of an option never seen in training: never predicted.
+UNSEEN_BIAS = -30.0
+
+
+# ----------------------------------------------------------------------------------- signals
+@dataclass(frozen=True)
+class Signals:
+    """What the head reads for each labelled decision, and its gold answer."""
+
+    states: list[Any]  # the decision's state (dict, or text)
+    hidden: np.ndarray  # n x hidden width
+    letters: np.ndarray  # n x options: raw letter logits
+    gold: np.ndarray
+    groups: list[str]
+    text_fields: list[str]
+    categorical_fields: list[str]
+    counts: list[Counter[str]] = field(repr=False)
+    indicators: list[list[str]] = field(repr=False)
+
+    @classmethod
+    def build(cls, states: Sequence[Any], hidden: np.ndarray, letters: Sequence[np.ndarray], gold: np.ndarray,
+              groups: Sequence[str], text_fields: Sequence[str], categorical_fields: Sequence[str]) -> "Signals":
+        states = list(states)
+        return cls(states, np.asarray(hidden, dtype=np.float64), np.asarray(letters, dtype=np.float64),
+                   np.asarray(gold), list(groups), list(text_fields), list(categorical_fields),
+                   [term_counts(evidence_text(s, text_fields)) for s in states],
+                   [categorical_features(s, categorical_fields) for s in states])
+
+    def __len__(self) -> int:
+        return len(self.gold)
+
+    def texts(self, rows: Sequence[int]) -> list[str]:
+        return [evidence_text(self.states[i], self.text_fields) for i in rows]
+
+
+def _centre(letters: np.ndarray) -> np.ndarray:
+    return letters - letters.mean(axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)
+class Space:
+    """The feature space fitted on training rows: vocabulary with idf, indicators, and the
+    standardisation of the model's blocks."""
+
+    terms: list[str]
+    idf: list[float]
+    values: list[str]
+    hidden_mean: np.ndarray
+    hidden_scale: np.ndarray
+    letters_mean: np.ndarray
+    letters_scale: np.ndarray
+    use_text: bool = True
+    #: Lexical matrices already built, per (signals, rows): the grid reuses them for every C and weight.
+    built: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def fit(cls, s: Signals, rows: Sequence[int], use_text: bool = True) -> "Space":
+        df: Counter[str] = Counter()
+        for i in rows:
+            df.update(s.counts[i].keys())
+        kept = sorted((t for t, n in df.items() if n >= MIN_DF), key=lambda t: (-df[t], t))[:MAX_TERMS] if use_text else []
+        kept.sort()
+        idf = [inverse_document_frequency(len(rows), df[t]) for t in kept]
+        values = sorted({v for i in rows for v in s.indicators[i]}) if use_text and CATEGORY_SCALE > 0 else []
+        hidden = s.hidden[list(rows)]
+        centred = _centre(s.letters[list(rows)])
+        return cls(kept, idf, values, hidden.mean(axis=0), _scale(hidden), centred.mean(axis=0), _scale(centred), use_text)
+
+    def lexical(self, s: Signals, rows: Sequence[int]) -> sparse.csr_matrix:
+        key = (id(s), tuple(rows))
+        if key not in self.built:
+            self.built[key] = self._lexical(s, rows)
+        return self.built[key]
+
+    @staticmethod
+    def indicator_value(s: Signals) -> float:
+        """An indicator's value in the design: the block of all an item's fields has length CATEGORY_SCALE."""
+        return CATEGORY_SCALE / math.sqrt(max(1, len(s.categorical_fields)))
+
+    def _lexical(self, s: Signals, rows: Sequence[int]) -> sparse.csr_matrix:
+        index = {t: i for i, t in enumerate(self.terms)}
+        value_index = {v: i for i, v in enumerate(self.values)}
+        data, cols, indptr = [], [], [0]
+        for i in rows:
+            vector = tfidf(s.counts[i], index, self.idf)
+            cols += list(vector)
+            data += list(vector.values())
+            found = [value_index[v] + len(self.terms) for v in s.indicators[i] if v in value_index]
+            cols += found
+            data += [self.indicator_value(s)] * len(found)
+            indptr.append(len(cols))
+        return sparse.csr_matrix((data, cols, indptr), shape=(len(rows), len(self.terms) + len(self.values)))
+
+    def matrix(self, s: Signals, rows: Sequence[int], model_weight: float) -> sparse.csr_matrix:
+        lexical = self.lexical(s, rows)
+        if model_weight == 0:
+            return lexical
+        hidden = (s.hidden[list(rows)] - self.hidden_mean) / self.hidden_scale * (model_weight / math.sqrt(s.hidden.shape[1]))
+        letters = (_centre(s.letters[list(rows)]) - self.letters_mean) / self.letters_scale * (
+            model_weight / math.sqrt(s.letters.shape[1]))
+        return sparse.hstack([lexical, sparse.csr_matrix(hidden), sparse.csr_matrix(letters)], format="csr")
+
+
+def _scale(values: np.ndarray) -> np.ndarray:
+    scale = values.std(axis=0)
+    scale[scale < 1e-8] = 1.0
+    return scale
+
+
+# ----------------------------------------------------------------------------------- the linear map
+@dataclass(frozen=True)
+class Linear:
+    """A fitted head, as weights over the raw inputs (what the head file stores)."""
+
+    space: Space
+    model_weight: float
+    text: np.ndarray  # options x terms
+    categorical: np.ndarray  # options x values
+    hidden: np.ndarray | None  # options x hidden width (None: the model's blocks are not read)
+    letters: np.ndarray | None  # options x options, over centred letter logits
+    bias: np.ndarray
+
+    def blocks(self, s: Signals) -> dict[str, Any]:
+        """The head file's blocks (decision_router.heads.Head), weights rounded for the file."""
+        def rows(matrix: np.ndarray) -> list[list[float]]:
+            return [[float(f"{v:.{WEIGHT_DIGITS}g}") for v in row] for row in matrix]
+
+        out: dict[str, Any] = {}
+        if self.space.terms:
+            out["text"] = {"fields": s.text_fields, "word_ngrams": [1, 2], "char_ngrams": [2, 5], "terms": self.space.terms,
+                           "idf": [float(f"{v:.{WEIGHT_DIGITS + 1}g}") for v in self.space.idf], "weights": rows(self.text)}
+        if self.space.values:
+            out["categorical"] = {"fields": s.categorical_fields, "values": self.space.values,
+                                  "weights": rows(self.categorical)}
+        if self.hidden is not None and self.letters is not None:
+            out["hidden"] = {"weights": rows(self.hidden)}
+            out["letters"] = {"weights": rows(self.letters)}
+        out["bias"] = [float(f"{v:.{WEIGHT_DIGITS}g}") for v in self.bias]
+        return out
+
+    def head(self, s: Signals, options: list[str], binding: dict[str, Any], temperature: float = 1.0,
+             thresholds: dict | None = None, fit: dict | None = None) -> Head:
+        """The routing function's own Head over these weights (what the fitter scores folds with)."""
+        document = {"format": FORMAT, "version": "fold", "options": options, **binding, **self.blocks(s),
+                    "temperature": temperature, "thresholds": thresholds or {"min_confidence": 1.0, "min_margin": 0.0},
+                    "fit": fit or {"examples": 1, "fitted_on": "2000-01-01", "regularisation": 1.0, "folds": 2,
+                                   "cv_accuracy": 0.0, "cv_ece": 0.0}}
+        if self.hidden is None:
+            for key in ("model_sha256", "hidden_size", "prompt_version"):
+                document.pop(key, None)
+        return Head.model_validate(document)
+
+
+def fit_linear(s: Signals, rows: Sequence[int], n_options: int, C: float, model_weight: float,
+               use_text: bool = True, space: Space | None = None) -> Linear:
+    rows = list(rows)
+    space = space or Space.fit(s, rows, use_text)
+    X = space.matrix(s, rows, model_weight)
+    gold = s.gold[rows]
+    coef = np.zeros((n_options, X.shape[1]))
+    bias = np.full(n_options, UNSEEN_BIAS)
+    classes = np.unique(gold)
+    if len(classes) == 1:  # one answer seen: it is the only one predicted
+        bias[classes[0]] = 0.0
+    else:
+        model = LogisticRegression(C=C, max_iter=1000, tol=1e-5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model.fit(X, gold)
+        fitted, intercept = model.coef_, model.intercept_
+        if len(classes) == 2:  # scikit-learn gives one row for two classes: logit(1) - logit(0)
+            fitted, intercept = np.vstack([-fitted / 2, fitted / 2]), np.array([-intercept[0] / 2, intercept[0] / 2])
+        for row, option in enumerate(model.classes_):
+            coef[option], bias[option] = fitted[row], intercept[row]
+    lexical = len(space.terms) + len(space.values)
+    text = coef[:, :len(space.terms)]
+    categorical = coef[:, len(space.terms):lexical] * Space.indicator_value(s)  # the head applies indicators as 1.0
+    hidden = letters = None
+    if model_weight > 0:
+        width, k = s.hidden.shape[1], s.letters.shape[1]
+        hidden = coef[:, lexical:lexical + width] * (model_weight / math.sqrt(width)) / space.hidden_scale
+        letters = coef[:, lexical + width:] * (model_weight / math.sqrt(k)) / space.letters_scale
+        bias = bias - hidden @ space.hidden_mean - letters @ space.letters_mean
+    return Linear(space, model_weight, text, categorical, hidden, letters, bias)
+
+
+def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
+    """The head's logits computed with matrices (fast, for the grid search)."""
+    rows = list(rows)
+    lexical = linear.space.matrix(s, rows, 0.0)
+    # the design holds indicators at Space.indicator_value; the head's weights apply them as 1.0
+    out = lexical @ np.hstack([linear.text, linear.categorical / Space.indicator_value(s)]).T + linear.bias
+    if linear.hidden is not None and linear.letters is not None:
+        out = out + s.hidden[rows] @ linear.hidden.T + _centre(s.letters[rows]) @ linear.letters.T
+    return np.asarray(out)
+
+
+def routing_logits(head: Head, s: Signals, rows: Sequence[int]) -> np.ndarray:
+    """The head's logits as the routing function computes them (decision_router.heads)."""
+    return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist()) for i in rows])
+
+
+# ----------------------------------------------------------------------------------- readouts
+@dataclass(frozen=True)
 class Readout:
-    """Out-of-fold view of one readout (letters or head) on the training examples."""
+    """Out-of-fold view of one readout on the training examples."""
 
     probabilities: list[np.ndarray]
     accuracy: float
@@ -44,18 +276,71 @@ class Readout:
     log_loss: float
     min_confidence: float | None  # lowest threshold meeting the target error; None: none does
     auto_routed_share: float
+    auto_routed_accuracy: float | None
     threshold_table: list[metrics.ThresholdRow]
 
 
+#: Thresholds tried, finer than the evaluation report's: calibrated heads are rarely near 1.0.
+THRESHOLDS = tuple(round(0.01 * i, 2) for i in range(101))
+
+
+def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
+          min_auto_routed: int) -> Readout:
+    scores = metrics.calibration_scores(probabilities, list(gold))
+    conf = metrics.confidences(probabilities, formula)
+    table = metrics.threshold_table(conf, metrics.correct(probabilities, list(gold)), THRESHOLDS)
+    chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
+    return Readout(
+        probabilities=probabilities, accuracy=scores.accuracy, ece=scores.ece, log_loss=scores.log_loss,
+        min_confidence=chosen.threshold if chosen else None,
+        auto_routed_share=chosen.share_auto_routed if chosen else 0.0,
+        auto_routed_accuracy=(1 - chosen.error_rate) if chosen else None, threshold_table=table,
+    )
+
+
 @dataclass(frozen=True)
-class LinearMap:
-    weights: np.ndarray  # options x hidden
-    bias: np.ndarray
+class Targets:
+    """What the thresholds must keep, from the policy question (`learning`)."""
 
-    def logits(self, hidden: np.ndarray) -> np.ndarray:
-        return hidden @ self.weights.T + self.bias
+    max_error: float = 0.05
+    protected: tuple[int, ...] = ()  # option indices whose under-assignment is the costly mistake
+    max_under_assignment: float = 0.01
+    min_auto_routed: int = 5
 
 
+def under_assigned(predicted: np.ndarray, gold: np.ndarray, protected: Sequence[int]) -> np.ndarray:
+    """Where a protected gold answer got a later (less urgent) option: options are listed most urgent first."""
+    return np.isin(gold, list(protected)) & (predicted > gold)
+
+
+def option_thresholds(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, floor: float,
+                      targets: Targets) -> dict[int, float]:
+    """Per answered option, the lowest min_confidence (≥ floor) at which, among out-of-fold items
+    auto-assigned that option: the error rate is at most the target, and protected gold answers
+    assigned it are at most their share of the under-assignment budget. 1.0: never alone."""
+    P = np.array(probabilities)
+    predicted, conf = P.argmax(axis=1), metrics.confidences(probabilities, formula)
+    wrong = predicted != gold
+    under = under_assigned(predicted, gold, targets.protected)
+    n_protected = int(np.isin(gold, list(targets.protected)).sum())
+    can_under = [o for o in range(P.shape[1]) if any(p < o for p in targets.protected)]
+    budget = math.floor(targets.max_under_assignment * n_protected / max(1, len(can_under)))
+    out = {}
+    for option in range(P.shape[1]):
+        mine = np.flatnonzero(predicted == option)
+        chosen = 1.0
+        for t in sorted({float(c) for c in conf[mine] if c >= floor}):
+            auto = mine[conf[mine] >= t]
+            if len(auto) < targets.min_auto_routed:
+                break
+            if wrong[auto].mean() <= targets.max_error and under[auto].sum() <= budget:
+                chosen = t
+                break
+        out[option] = chosen
+    return out
+
+
+# ----------------------------------------------------------------------------------- one question
 @dataclass
 class QuestionFit:
     name: str
@@ -63,147 +348,229 @@ class QuestionFit:
     n_train: int
     folds: int
     regularisation: float
+    model_weight: float
     temperature: float
     letters_temperature: float
     letters: Readout
-    head: Readout
-    linear: LinearMap
+    text_only: Readout  # the TF-IDF + logistic regression baseline
+    hidden_only: Readout  # the hidden-state head
+    head: Readout  # the combined readout, out of fold through the routing function's code
+    linear: Linear
+    signals: Signals
+    option_minimums: dict[str, float]
+    under_assignment: dict[str, Any] | None
     chance_rate: float
     beats_chance: bool
+    targets: Targets
+    formula: str
+    hidden_C: float
+    hidden_temperature: float
     learning_curve: list[dict] = field(default_factory=list)
+
+    def text_only_test(self, test: Signals) -> np.ndarray:
+        """The text-only classifier fitted on every training row, on other rows."""
+        return baseline_probabilities(self.signals, range(self.n_train), range(len(test)), len(self.option_ids), test)
+
+    def hidden_only_test(self, test: Signals) -> np.ndarray:
+        """The hidden-state head fitted on every training row, on other rows."""
+        linear = fit_linear(self.signals, range(self.n_train), len(self.option_ids), self.hidden_C, 1.0, use_text=False)
+        return np.array(_softmax_rows(numpy_logits(linear, test, range(len(test))), self.hidden_temperature))
 
     @property
     def head_wins(self) -> bool:
         return (self.beats_chance and self.head.accuracy > self.letters.accuracy
                 and self.head.log_loss < self.letters.log_loss)
 
+    @property
+    def overtakes_letters_at(self) -> int | None:
+        """The fewest labelled examples on the learning curve at which the head beats the letters."""
+        return next((p["examples"] for p in self.learning_curve if p["head"]["accuracy"] > p["letters"]["accuracy"]), None)
 
-def fit_linear(hidden: np.ndarray, gold: np.ndarray, n_options: int, C: float) -> LinearMap:
-    """Logistic regression on standardised features, folded back into a map of the raw hidden state."""
-    mean = hidden.mean(axis=0)
-    scale = hidden.std(axis=0)
-    scale[scale < 1e-8] = 1.0
-    model = LogisticRegression(C=C, max_iter=5000, tol=1e-6)
+
+def baseline_probabilities(s: Signals, train: Sequence[int], held: Sequence[int], n_options: int,
+                           held_signals: Signals | None = None) -> np.ndarray:
+    """The text-only classifier a user would compare with: TF-IDF (word 1-2-grams, character
+    2-5-grams, sublinear tf, scikit-learn's defaults otherwise) + logistic regression (C=10),
+    fitted on `train` rows, predicting `held` rows (of `held_signals`, by default the same)."""
+    other = held_signals or s
+    gold = s.gold[list(train)]
+    out = np.zeros((len(held), n_options))
+    if len(np.unique(gold)) == 1:
+        out[:, gold[0]] = 1.0
+        return out
+    model = make_pipeline(
+        make_union(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
+                   TfidfVectorizer(analyzer="char", ngram_range=(2, 5), sublinear_tf=True)),
+        LogisticRegression(C=BASELINE_C, max_iter=3000))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit((hidden - mean) / scale, gold)
-    weights = np.zeros((n_options, hidden.shape[1]))
-    bias = np.full(n_options, -30.0)  # an option never seen in training is never predicted
-    coef, intercept = model.coef_, model.intercept_
-    if len(model.classes_) == 2:  # sklearn gives one row for two classes: logit(1) - logit(0)
-        coef, intercept = np.vstack([-coef / 2, coef / 2]), np.array([-intercept[0] / 2, intercept[0] / 2])
-    for row, option in enumerate(model.classes_):
-        weights[option] = coef[row] / scale
-        bias[option] = intercept[row] - float(coef[row] @ (mean / scale))
-    return LinearMap(weights, bias)
-
-
-def out_of_fold_logits(hidden: np.ndarray, gold: np.ndarray, n_options: int, C: float,
-                       parts: Sequence[np.ndarray], train_size: int | None = None, seed: int = 0) -> np.ndarray:
-    """Each example's head logits from a map fitted on the other folds (optionally on a seeded
-    subsample of `train_size` of them, for the learning curve)."""
-    n = len(gold)
-    out = np.zeros((n, n_options))
-    rng = np.random.default_rng(seed)
-    for part in parts:
-        train = np.setdiff1d(np.arange(n), part)
-        if train_size is not None and train_size < len(train):
-            train = np.sort(rng.choice(train, size=train_size, replace=False))
-        out[part] = fit_linear(hidden[train], gold[train], n_options, C).logits(hidden[part])
+        model.fit(s.texts(train), gold)
+    out[:, model.classes_] = model.predict_proba(other.texts(held))
     return out
 
 
-def _mean_log_loss(logits: np.ndarray, gold: np.ndarray) -> float:
-    return metrics.mean_nll_at(list(logits), list(gold), 1.0)
+def _out_of_fold(parts: Sequence[np.ndarray], n: int, n_options: int,
+                 predict: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    out = np.zeros((n, n_options))
+    for part in parts:
+        out[part] = predict(np.setdiff1d(np.arange(n), part), part)
+    return out
 
 
-def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
-          min_auto_routed: int) -> Readout:
-    scores = metrics.calibration_scores(probabilities, list(gold))
-    conf = metrics.confidences(probabilities, formula)
-    table = metrics.threshold_table(conf, metrics.correct(probabilities, list(gold)))
-    chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
-    return Readout(
-        probabilities=probabilities, accuracy=scores.accuracy, ece=scores.ece, log_loss=scores.log_loss,
-        min_confidence=chosen.threshold if chosen else None,
-        auto_routed_share=chosen.share_auto_routed if chosen else 0.0, threshold_table=table,
-    )
+def _softmax_rows(logits: np.ndarray, temperature: float = 1.0) -> list[np.ndarray]:
+    return metrics.probabilities_at(list(logits), temperature)
 
 
-def fit_question(name: str, option_ids: list[str], hidden: np.ndarray, letter_logits: list[np.ndarray],
-                 gold: np.ndarray, groups: Sequence[str], *, formula: str, folds: int, seed: int,
-                 target_error: float, min_auto_routed: int = 5, curve: bool = True) -> QuestionFit:
-    n_options = len(option_ids)
-    parts = metrics.fold_indices(len(gold), folds, seed, list(groups))
+def fit_question(name: str, option_ids: list[str], s: Signals, *, binding: dict[str, Any], formula: str, folds: int,
+                 seed: int, targets: Targets, curve: bool = True) -> QuestionFit:
+    # L-BFGS here works on vectors of a few ten thousand values: a multi-threaded BLAS spends more
+    # on its threads than on the work (measured 14x slower on 2 busy cores).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fit_question(name, option_ids, s, binding=binding, formula=formula, folds=folds, seed=seed,
+                             targets=targets, curve=curve)
+
+
+def _fit_question(name: str, option_ids: list[str], s: Signals, *, binding: dict[str, Any], formula: str, folds: int,
+                  seed: int, targets: Targets, curve: bool) -> QuestionFit:
+    n, k = len(s), len(option_ids)
+    parts = metrics.fold_indices(n, folds, seed, s.groups)
     if len(parts) < 2:
-        raise ValueError(f"{name}: {len(gold)} labelled decisions in {len(set(groups))} groups; need two folds at least")
+        raise ValueError(f"{name}: {n} labelled decisions in {len(set(s.groups))} groups; need two folds at least")
+    gold = s.gold
 
-    losses = {C: _mean_log_loss(out_of_fold_logits(hidden, gold, n_options, C, parts), gold) for C in C_GRID}
-    best_C = min(C_GRID, key=lambda C: (round(losses[C], 9), C))
-    oof = out_of_fold_logits(hidden, gold, n_options, best_C, parts)
+    # C and the model's weight, together, by out-of-fold log-loss (matrices: fast).
+    fold_maps: dict[tuple[float, float], list[Linear]] = {}
+    losses = {}
+    spaces = [Space.fit(s, np.setdiff1d(np.arange(n), part)) for part in parts]
+    for model_weight in MODEL_WEIGHTS:
+        for C in C_GRID:
+            maps, oof = [], np.zeros((n, k))
+            for part, space in zip(parts, spaces):
+                linear = fit_linear(s, np.setdiff1d(np.arange(n), part), k, C, model_weight, space=space)
+                maps.append(linear)
+                oof[part] = numpy_logits(linear, s, part)
+            fold_maps[(C, model_weight)] = maps
+            losses[(C, model_weight)] = metrics.mean_nll_at(list(oof), list(gold), 1.0)
+    best_C, best_weight = min(losses, key=lambda key: (round(losses[key], 9), key[1], key[0]))
+
+    # The chosen head's out-of-fold logits, through the routing function's own code.
+    oof = np.zeros((n, k))
+    for part, linear in zip(parts, fold_maps[(best_C, best_weight)]):
+        oof[part] = routing_logits(linear.head(s, option_ids, binding), s, part)
     temperature = metrics.fit_temperature(list(oof), list(gold)).temperature
-    head = judge(metrics.probabilities_at(list(oof), temperature), gold, formula, target_error, min_auto_routed)
+    head_probabilities = _softmax_rows(oof, temperature)
+    head = judge(head_probabilities, gold, formula, targets.max_error, targets.min_auto_routed)
 
-    letters_probs, _ = metrics.out_of_fold_probabilities(letter_logits, list(gold), parts=parts)
-    letters = judge(letters_probs, gold, formula, target_error, min_auto_routed)
-    letters_temperature = metrics.fit_temperature(letter_logits, list(gold)).temperature
+    letters_probs, _ = metrics.out_of_fold_probabilities(list(s.letters), list(gold), parts=parts)
+    letters = judge(letters_probs, gold, formula, targets.max_error, targets.min_auto_routed)
+    letters_temperature = metrics.fit_temperature(list(s.letters), list(gold)).temperature
 
-    counts = np.bincount(gold, minlength=n_options)
-    chance = counts.max() / len(gold)
-    hits = int(round(head.accuracy * len(gold)))
-    beats_chance = binomtest(hits, len(gold), chance, alternative="greater").pvalue < CHANCE_ALPHA
+    text_only = judge(list(_out_of_fold(parts, n, k, lambda tr, he: baseline_probabilities(s, tr, he, k))),
+                      gold, formula, targets.max_error, targets.min_auto_routed)
+    hidden_C = _best_hidden_C(s, parts, k)
+    hidden_oof = _out_of_fold(parts, n, k, lambda tr, he: numpy_logits(fit_linear(s, tr, k, hidden_C, 1.0, use_text=False), s, he))
+    hidden_temperature = metrics.fit_temperature(list(hidden_oof), list(gold)).temperature
+    hidden_only = judge(_softmax_rows(hidden_oof, hidden_temperature), gold, formula, targets.max_error,
+                        targets.min_auto_routed)
+
+    minimums: dict[str, float] = {}
+    under = None
+    if targets.protected:
+        floor = head.min_confidence if head.min_confidence is not None else 0.0
+        per_option = option_thresholds(head_probabilities, gold, formula, floor, targets)
+        minimums = {option_ids[o]: t for o, t in per_option.items() if t > floor}
+        under = _under_assignment_report(head_probabilities, gold, formula, head.min_confidence, per_option, targets)
+
+    counts = np.bincount(gold, minlength=k)
+    chance = counts.max() / n
+    hits = int(round(head.accuracy * n))
+    beats_chance = binomtest(hits, n, chance, alternative="greater").pvalue < CHANCE_ALPHA
 
     fit = QuestionFit(
-        name=name, option_ids=option_ids, n_train=len(gold), folds=len(parts), regularisation=best_C,
-        temperature=temperature, letters_temperature=letters_temperature, letters=letters, head=head,
-        linear=fit_linear(hidden, gold, n_options, best_C), chance_rate=float(chance), beats_chance=beats_chance,
+        name=name, option_ids=option_ids, n_train=n, folds=len(parts), regularisation=best_C, model_weight=best_weight,
+        temperature=temperature, letters_temperature=letters_temperature, letters=letters, text_only=text_only,
+        hidden_only=hidden_only, head=head, linear=fit_linear(s, range(n), k, best_C, best_weight), signals=s,
+        option_minimums=minimums, under_assignment=under, chance_rate=float(chance), beats_chance=beats_chance,
+        targets=targets, formula=formula, hidden_C=hidden_C, hidden_temperature=hidden_temperature,
     )
     if curve:
-        fit.learning_curve = learning_curve(hidden, gold, n_options, best_C, parts, formula, target_error, seed)
+        fit.learning_curve = learning_curve(s, k, parts, best_C, best_weight, hidden_C, formula, targets, seed)
     return fit
 
 
-def learning_curve(hidden: np.ndarray, gold: np.ndarray, n_options: int, C: float, parts: Sequence[np.ndarray],
-                   formula: str, target_error: float, seed: int, repeats: int = 3) -> list[dict]:
-    """Out-of-fold accuracy, and the share auto-routed at `target_error`, against the number of
-    training examples (subsamples of each training fold, averaged over seeded repeats)."""
-    largest = min(len(gold) - len(p) for p in parts)
-    sizes = sorted({s for s in (10, 20, 40, 80, 120, 160, 240, 320) if s < largest} | {largest})
+def _best_hidden_C(s: Signals, parts: Sequence[np.ndarray], k: int) -> float:
+    n = len(s)
+    losses = {}
+    for C in C_GRID:
+        oof = _out_of_fold(parts, n, k, lambda tr, he, C=C: numpy_logits(fit_linear(s, tr, k, C, 1.0, use_text=False), s, he))
+        losses[C] = metrics.mean_nll_at(list(oof), list(s.gold), 1.0)
+    return min(C_GRID, key=lambda C: (round(losses[C], 9), C))
+
+
+def _under_assignment_report(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, floor: float | None,
+                             per_option: dict[int, float], targets: Targets) -> dict[str, Any]:
+    P = np.array(probabilities)
+    predicted, conf = P.argmax(axis=1), metrics.confidences(probabilities, formula)
+    minimum = np.array([max(floor if floor is not None else 1.0, per_option.get(int(p), 0.0)) for p in predicted])
+    auto = conf >= minimum
+    protected = np.isin(gold, list(targets.protected))
+    under = under_assigned(predicted, gold, targets.protected) & auto
+    return {"protected_gold": int(protected.sum()), "auto_assigned_lower": int(under.sum()),
+            "rate": float(under.sum() / max(1, protected.sum())), "auto_share": float(auto.mean()),
+            "auto_accuracy": float((predicted[auto] == gold[auto]).mean()) if auto.any() else None}
+
+
+def learning_curve(s: Signals, k: int, parts: Sequence[np.ndarray], C: float, model_weight: float, hidden_C: float,
+                   formula: str, targets: Targets, seed: int, repeats: int = 2) -> list[dict]:
+    """Out-of-fold accuracy, and the share auto-routed at the target error, of each readout
+    against the number of labelled examples (seeded subsamples of each training fold)."""
+    n = len(s)
+    largest = min(n - len(p) for p in parts)
+    sizes = sorted({size for size in CURVE_SIZES if size < largest} | {largest})
     points = []
     for size in sizes:
-        accuracy, share = [], []
-        for repeat in range(repeats):
-            logits = out_of_fold_logits(hidden, gold, n_options, C, parts, train_size=size, seed=seed + repeat)
-            probabilities = [np.asarray(softmax(list(z))) for z in logits]
-            readout = judge(probabilities, gold, formula, target_error, min_auto_routed=1)
-            accuracy.append(readout.accuracy)
-            share.append(readout.auto_routed_share)
-        points.append({"examples": size, "accuracy": float(np.mean(accuracy)), "auto_routed_share": float(np.mean(share))})
+        results: dict[str, list[tuple[float, float]]] = {"letters": [], "text_only": [], "hidden_only": [], "head": []}
+        for repeat in range(repeats if size < largest else 1):
+            rng = np.random.default_rng(seed + repeat)
+            outs = {name: np.zeros((n, k)) for name in results}
+            for part in parts:
+                train = np.setdiff1d(np.arange(n), part)
+                if size < len(train):
+                    train = np.sort(rng.choice(train, size=size, replace=False))
+                t = metrics.fit_temperature(list(s.letters[train]), list(s.gold[train])).temperature
+                outs["letters"][part] = np.array(_softmax_rows(s.letters[part], t))
+                outs["text_only"][part] = baseline_probabilities(s, train, part, k)
+                outs["hidden_only"][part] = np.array(_softmax_rows(
+                    numpy_logits(fit_linear(s, train, k, hidden_C, 1.0, use_text=False), s, part)))
+                outs["head"][part] = np.array(_softmax_rows(numpy_logits(fit_linear(s, train, k, C, model_weight), s, part)))
+            for name, probabilities in outs.items():
+                readout = judge(list(probabilities), s.gold, formula, targets.max_error, min_auto_routed=1)
+                results[name].append((readout.accuracy, readout.auto_routed_share))
+        points.append({"examples": int(size), **{name: {"accuracy": float(np.mean([a for a, _ in r])),
+                                                       "auto_routed_share": float(np.mean([b for _, b in r]))}
+                                               for name, r in results.items()}})
     return points
 
 
-def head_document(fit: QuestionFit, *, version: str, model_sha256: str, hidden_size: int, prompt_version: str,
-                  question_sha256: str, data: list[str], fitted_on: date, min_margin: float = 0.0) -> dict:
-    """The head as the policy stores it (decision_router.heads.Head), weights rounded for the file."""
-    def rounded(values: np.ndarray) -> list[float]:
-        return [float(f"{v:.{WEIGHT_DIGITS}g}") for v in values]
-
-    return {
+def head_document(fit: QuestionFit, *, version: str, binding: dict[str, Any], data: list[str], fitted_on: date,
+                  min_margin: float = 0.0) -> dict:
+    """The head file (decision_router.heads.Head)."""
+    document = {
+        "format": FORMAT,
         "version": version,
-        "model_sha256": model_sha256,
-        "hidden_size": hidden_size,
-        "prompt_version": prompt_version,
-        "question_sha256": question_sha256,
+        "question_sha256": binding["question_sha256"],
+        **({key: binding[key] for key in ("model_sha256", "hidden_size", "prompt_version")} if fit.linear.hidden is not None else {}),
         "options": fit.option_ids,
-        "weights": [rounded(row) for row in fit.linear.weights],
-        "bias": rounded(fit.linear.bias),
+        **fit.linear.blocks(fit.signals),
         "temperature": round(fit.temperature, 4),
         "thresholds": {"min_confidence": fit.head.min_confidence if fit.head.min_confidence is not None else 1.0,
-                       "min_margin": min_margin},
+                       "min_margin": min_margin, "by_option": fit.option_minimums},
         "fit": {
             "examples": fit.n_train, "fitted_on": fitted_on.isoformat(), "data": data,
-            "regularisation": fit.regularisation, "folds": fit.folds,
+            "regularisation": fit.regularisation, "model_weight": fit.model_weight, "folds": fit.folds,
             "cv_accuracy": round(fit.head.accuracy, 4), "cv_ece": round(fit.head.ece, 4),
             "letters_cv_accuracy": round(fit.letters.accuracy, 4),
+            "text_only_cv_accuracy": round(fit.text_only.accuracy, 4),
         },
     }
+    return document

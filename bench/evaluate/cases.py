@@ -47,7 +47,8 @@ from decision_contract import Decision
 #: Metadata both formats may carry; `split` selects rows, `group` keeps rows in one CV fold.
 METADATA_KEYS = {"split", "group", "note"}
 POLICY_KEYS = {"policy", "item", "gold"} | METADATA_KEYS
-JEVBENCH_KEYS = {"id", "family", "state", "question", "labels", "expected", "provenance"} | METADATA_KEYS
+JEVBENCH_OWN = {"id", "family", "state", "question", "labels", "expected", "provenance"}
+JEVBENCH_KEYS = JEVBENCH_OWN | METADATA_KEYS
 JEVBENCH_CONFIDENCE = "normalized_peak"
 #: How `Loaded.skipped` counts rows that carry no split when `--split` selects some.
 NO_SPLIT = "(no split)"
@@ -85,6 +86,8 @@ class Case:
     provenance: dict[str, Any] | None = None
     #: Fields this tool does not know, kept as they were (each one is also a `RowWarning`).
     unknown: dict[str, Any] = field(default_factory=dict)
+    #: The item's language where it declares one (accuracy is also broken down by it).
+    language: str | None = None
 
     @property
     def where(self) -> str:
@@ -181,10 +184,17 @@ def parse_row(text: str, source: str, line: int, policies: dict[str, Any] | None
 
 
 def case_from_row(row: dict[str, Any], source: str, line: int, policies: dict[str, Any] | None = None) -> Case:
-    if "policy" in row:
+    if "policy" in row or {"item", "gold"} <= set(row):
         return _policy_case(row, source, line, {} if policies is None else policies)
-    if "question" in row and "expected" in row:
-        return _jevbench_case(row, source, line)
+    # A row with two or more of JevBench's own fields is a JevBench task: its errors are that format's.
+    if "question" in row or "expected" in row or len(set(row) & JEVBENCH_OWN) >= 2:
+        try:
+            return _jevbench_case(row, source, line)
+        except _Bad as bad:
+            task = row.get("id")
+            if isinstance(task, str) and task.strip():
+                raise _Bad(bad.field, f"JevBench task {task!r}: {bad}") from None
+            raise
     raise _Bad(
         "(line)",
         "neither format: a policy row has 'policy', 'item', 'gold'; a JevBench task has "
@@ -221,7 +231,7 @@ def _policy_case(row: dict, source: str, line: int, policies: dict[str, Any]) ->
     from decision_router.policies import build_decisions, load_policy
 
     metadata = _metadata(row, POLICY_KEYS)
-    for key in ("item", "gold"):
+    for key in ("policy", "item", "gold"):
         if key not in row:
             raise _Bad(key, "missing")
     name = row["policy"]
@@ -269,6 +279,7 @@ def _policy_case(row: dict, source: str, line: int, policies: dict[str, Any]) ->
         family=name,
         decisions=labelled,
         formulas={q.id: str(getattr(q.confidence_formula, "value", q.confidence_formula)) for q in policy.questions},
+        language=getattr(item, "language", None),
         **metadata,
     )
 
@@ -292,8 +303,9 @@ def _jevbench_case(row: dict, source: str, line: int) -> Case:
     family = row.get("family")
     if not isinstance(family, str) or not family.strip():
         raise _Bad("family", "must be non-empty text")
-    if "state" not in row:
-        raise _Bad("state", "missing")
+    for key in ("state", "question"):
+        if key not in row:
+            raise _Bad(key, "missing")
     provenance = row.get("provenance")
     if provenance is not None and not isinstance(provenance, dict):
         raise _Bad("provenance", "must be an object such as {source, license, label_basis, exclude_reason}")

@@ -140,7 +140,7 @@ def _policy_route(observations: Sequence[Observation], temperature: float | None
     if min_confidence is not None:
         update["thresholds"] = question.thresholds.model_copy(update={"min_confidence": min_confidence})
     question = question.model_copy(update=update)
-    entries = [(model_entry(question, o.result), o) for o in observations]
+    entries = [(model_entry(question, o.result, o.decision.state), o) for o in observations]
     auto = [(e, o) for e, o in entries if e.passed]
     errors = sum(e.option_id != o.option_ids[o.gold_index] for e, o in auto)
     return PolicyRoute(

@@ -1,15 +1,24 @@
-"""Learned heads: a linear map from the decision model's final hidden state to option logits.
+"""Learned heads: one linear readout over every signal the routing function has.
 
-A small model often *represents* the right answer in its final hidden state while its letter
-logits cannot read it out. A head fitted on labelled decisions (`make fit`) reads it: logits =
-W·h + b, probabilities = softmax(logits / temperature). A head is data in the policy, bound to
-what it was fitted on: the GGUF (sha256, hidden width), the prompt version, and the question's
-own wording (options, evidence fields), because the hidden state of another model or another
-prompt means something else. A head never applies to another model's hidden state: the routing
-function then falls back to the letters.
+A head maps a decision's signals to option logits, logits = bias + Σ blocks, with
+probabilities = softmax(logits / temperature). Its blocks, each optional:
+
+- `text`: TF-IDF word and character n-grams of the evidence the prompt carries (lexical.py);
+- `categorical`: the item's structured fields the policy names (`channel=email`, `severity=sev2`);
+- `hidden`: the model's final hidden state (a small model often represents the answer there
+  while its letters cannot read it out);
+- `letters`: the option letters' logits, centred, so a model whose letters are informative
+  contributes its zero-shot answer.
+
+A head is a versioned file beside its policy (`heads/<policy>.<question>.json`), referenced
+from the policy by path and sha256 and validated when the policy loads (`make fit` writes both).
+It is bound to what it was fitted on: the question's wording, options and evidence fields, and,
+when it reads the model (hidden state or letters), the GGUF (sha256, hidden width) and the prompt
+version, because another model's hidden state means something else. A head that reads the model
+never applies to another model's: the routing function then falls back to the letters.
 
 Pure Python on purpose: the Lambda functions apply heads without numpy, and the fitter scores
-its folds with this same function, so both compute the same probabilities.
+its folds with this same code, so both compute the same probabilities.
 """
 
 from __future__ import annotations
@@ -18,14 +27,20 @@ import hashlib
 import json
 import math
 from datetime import date
-from typing import Annotated, Sequence
+from functools import cached_property
+from typing import Annotated, Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from decision_contract import ModelInfo, softmax
 
+from .lexical import State, categorical_features, evidence_text, term_counts, tfidf
+
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+FORMAT: Literal["decision-router-head/2"] = "decision-router-head/2"
+#: A head file larger than this is refused: it is loaded by every Lambda container.
+MAX_HEAD_BYTES = 2 * 1024 * 1024
 
 
 class _Strict(BaseModel):
@@ -34,10 +49,16 @@ class _Strict(BaseModel):
 
 class HeadThresholds(_Strict):
     """When the head's answer may route on its own (no letter mass check: a head does not read
-    the letters)."""
+    the letters' share of the vocabulary)."""
 
     min_confidence: Unit
     min_margin: Unit
+    by_option: dict[str, Unit] = Field(
+        default_factory=dict, description="A stricter min_confidence when the head answers this option (e.g. a low "
+        "priority, where answering too low is the costly mistake); chosen out of fold by make fit.")
+
+    def min_confidence_for(self, option_id: str) -> float:
+        return max(self.min_confidence, self.by_option.get(option_id, 0.0))
 
 
 class FitReport(_Strict):
@@ -46,21 +67,47 @@ class FitReport(_Strict):
     examples: int = Field(ge=1, description="Labelled decisions the head was fitted on.")
     fitted_on: date
     data: list[str] = Field(default_factory=list, description="Labelled sets used (files, split).")
-    regularisation: float = Field(gt=0, description="Inverse L2 strength C, chosen by cross-validation.")
+    regularisation: float = Field(gt=0, description="Inverse L2 strength C, chosen by grouped cross-validation.")
+    model_weight: float = Field(0.0, ge=0, description="Scale of the model's blocks against the lexical ones "
+                                "(0: the model's signals did not help on held-out folds), chosen with C.")
     folds: int = Field(ge=2)
     cv_accuracy: Unit
     cv_ece: Unit
     letters_cv_accuracy: Unit | None = None
+    text_only_cv_accuracy: Unit | None = None
+
+
+class TextBlock(_Strict):
+    fields: list[str] = Field(min_length=1, description="State keys whose values are the text, in order.")
+    word_ngrams: tuple[int, int] = (1, 2)
+    char_ngrams: tuple[int, int] = (2, 5)
+    terms: list[str] = Field(min_length=1, description="Vocabulary (w: word n-grams, c: character n-grams).")
+    idf: list[float]
+    weights: list[list[float]] = Field(description="One row per option, one weight per term.")
+
+
+class CategoricalBlock(_Strict):
+    fields: list[str] = Field(min_length=1, description="State keys read as categories.")
+    values: list[str] = Field(min_length=1, description="The `key=value` indicators the head knows.")
+    weights: list[list[float]] = Field(description="One row per option, one weight per indicator.")
+
+
+class VectorBlock(_Strict):
+    weights: list[list[float]] = Field(description="One row per option, one weight per input value.")
 
 
 class Head(_Strict):
+    format: Literal["decision-router-head/2"] = FORMAT
     version: Annotated[str, StringConstraints(min_length=1, max_length=80)]
-    model_sha256: Sha256 = Field(description="SHA-256 of the GGUF whose hidden states the head was fitted on.")
-    hidden_size: int = Field(ge=1, description="Width of those hidden states.")
-    prompt_version: Annotated[str, StringConstraints(min_length=1)]
     question_sha256: Sha256 = Field(description="Digest of the question's prompt inputs (see question_digest).")
-    options: list[str] = Field(min_length=2, description="Option ids, in the order of the weight rows.")
-    weights: list[list[float]] = Field(description="One row of hidden_size weights per option.")
+    model_sha256: Sha256 | None = Field(None, description="SHA-256 of the GGUF the model blocks were fitted on.")
+    hidden_size: int | None = Field(None, ge=1, description="Width of those hidden states.")
+    prompt_version: str | None = None
+    options: list[str] = Field(min_length=2, description="Option ids, in the order of every block's weight rows.")
+    text: TextBlock | None = None
+    categorical: CategoricalBlock | None = None
+    hidden: VectorBlock | None = None
+    letters: VectorBlock | None = None
     bias: list[float]
     temperature: float = Field(1.0, gt=0)
     thresholds: HeadThresholds
@@ -68,39 +115,137 @@ class Head(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> "Head":
-        if len(self.weights) != len(self.options):
-            raise ValueError(f"weights has {len(self.weights)} rows for {len(self.options)} options")
-        for i, row in enumerate(self.weights):
-            if len(row) != self.hidden_size:
-                raise ValueError(f"weights[{i}] has {len(row)} values; hidden_size is {self.hidden_size}")
-        if len(self.bias) != len(self.options):
-            raise ValueError(f"bias has {len(self.bias)} values for {len(self.options)} options")
+        n = len(self.options)
+        if len(self.bias) != n:
+            raise ValueError(f"bias has {len(self.bias)} values for {n} options")
+        widths = {"text": len(self.text.terms) if self.text else 0,
+                  "categorical": len(self.categorical.values) if self.categorical else 0,
+                  "hidden": self.hidden_size or 0, "letters": n}
+        for name in widths:
+            block = getattr(self, name)
+            if block is None:
+                continue
+            if len(block.weights) != n:
+                raise ValueError(f"{name}.weights has {len(block.weights)} rows for {n} options")
+            for i, row in enumerate(block.weights):
+                if len(row) != widths[name]:
+                    raise ValueError(f"{name}.weights[{i}] has {len(row)} values; expected {widths[name]}")
+        if self.text is not None and len(self.text.idf) != len(self.text.terms):
+            raise ValueError(f"text.idf has {len(self.text.idf)} values for {len(self.text.terms)} terms")
+        if self.reads_model and (self.model_sha256 is None or self.prompt_version is None):
+            raise ValueError("a head that reads the hidden state or the letters names model_sha256 and prompt_version")
+        if self.hidden is not None and self.hidden_size is None:
+            raise ValueError("a head with a hidden block names hidden_size")
+        if not any((self.text, self.categorical, self.hidden, self.letters)):
+            raise ValueError("a head reads at least one block (text, categorical, hidden, letters)")
+        unknown = sorted(set(self.thresholds.by_option) - set(self.options))
+        if unknown:
+            raise ValueError(f"thresholds.by_option names options {unknown} the head does not have")
         return self
 
+    @property
+    def reads_model(self) -> bool:
+        return self.hidden is not None or self.letters is not None
+
+    @property
+    def reads_hidden_state(self) -> bool:
+        return self.hidden is not None
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {term: i for i, term in enumerate(self.text.terms)} if self.text else {}
+
+    @cached_property
+    def _categories(self) -> dict[str, int]:
+        return {value: i for i, value in enumerate(self.categorical.values)} if self.categorical else {}
+
     def mismatch(self, model: ModelInfo | None, prompt_version: str | None) -> str | None:
-        """Why this head must not read the endpoint's hidden state, or None when it may."""
+        """Why this head must not read the endpoint's answer, or None when it may."""
+        if not self.reads_model:
+            return None
         if model is None:
             return "the endpoint reported no model"
         if model.sha256 != self.model_sha256:
-            return f"endpoint model sha256 {model.sha256[:12]}… is not the head's {self.model_sha256[:12]}…"
-        if model.hidden_size is not None and model.hidden_size != self.hidden_size:
+            return f"endpoint model sha256 {model.sha256[:12]}… is not the head's {(self.model_sha256 or '')[:12]}…"
+        if self.hidden is not None and model.hidden_size is not None and model.hidden_size != self.hidden_size:
             return f"endpoint hidden size {model.hidden_size} is not the head's {self.hidden_size}"
         if prompt_version != self.prompt_version:
             return f"endpoint prompt version {prompt_version!r} is not the head's {self.prompt_version!r}"
         return None
 
-    def logits(self, hidden: Sequence[float]) -> list[float]:
-        if len(hidden) != self.hidden_size:
-            raise ValueError(f"hidden state has {len(hidden)} values; the head reads {self.hidden_size}")
-        return [b + math.fsum(w * h for w, h in zip(row, hidden)) for row, b in zip(self.weights, self.bias)]
+    def logits(self, state: State, hidden: Sequence[float] | None = None,
+               letter_logits: Sequence[float] | None = None) -> list[float]:
+        logits = list(self.bias)
+        if self.text is not None:
+            counts = term_counts(evidence_text(state, self.text.fields), self.text.word_ngrams, self.text.char_ngrams)
+            for column, value in tfidf(counts, self._index, self.text.idf).items():
+                for o, row in enumerate(self.text.weights):
+                    logits[o] += row[column] * value
+        if self.categorical is not None:
+            for indicator in categorical_features(state, self.categorical.fields):
+                found = self._categories.get(indicator)
+                if found is not None:
+                    for o, row in enumerate(self.categorical.weights):
+                        logits[o] += row[found]
+        if self.hidden is not None:
+            if hidden is None or len(hidden) != self.hidden_size:
+                raise ValueError(f"hidden state has {len(hidden or [])} values; the head reads {self.hidden_size}")
+            for o, row in enumerate(self.hidden.weights):
+                logits[o] += math.fsum(w * h for w, h in zip(row, hidden))
+        if self.letters is not None:
+            if letter_logits is None or len(letter_logits) != len(self.options):
+                raise ValueError(f"letter logits have {len(letter_logits or [])} values; the head reads {len(self.options)}")
+            centred = centre(letter_logits)
+            for o, row in enumerate(self.letters.weights):
+                logits[o] += math.fsum(w * z for w, z in zip(row, centred))
+        return logits
 
-    def probabilities(self, hidden: Sequence[float]) -> list[float]:
+    def probabilities(self, state: State, hidden: Sequence[float] | None = None,
+                      letter_logits: Sequence[float] | None = None) -> list[float]:
         """The head's calibrated probabilities, in `options` order."""
-        return softmax(self.logits(hidden), self.temperature)
+        return softmax(self.logits(state, hidden, letter_logits), self.temperature)
+
+
+def centre(values: Sequence[float]) -> list[float]:
+    """Letter logits less their mean: only their differences carry the model's answer."""
+    mean = math.fsum(values) / len(values)
+    return [v - mean for v in values]
+
+
+class HeadFile(_Strict):
+    """A policy question's reference to its head file: the path (relative to the policy file) and
+    the sha256 of its bytes, so a changed or missing file fails at load, naming the file."""
+
+    file: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]+\.json$")]
+    sha256: Sha256
+
+
+def load_head(path: Any, sha256: str) -> Head:
+    """Read and check a head file; ValueError names the file and what is wrong."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as error:
+        raise ValueError(f"head file {file}: cannot read it ({error.strerror or error})") from None
+    if len(data) > MAX_HEAD_BYTES:
+        raise ValueError(f"head file {file}: {len(data)} bytes; at most {MAX_HEAD_BYTES}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise ValueError(f"head file {file}: sha256 {actual[:12]}… is not the policy's {sha256[:12]}… "
+                         "(the file changed since make fit wrote the policy)")
+    try:
+        return Head.model_validate_json(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"head file {file} is invalid: {problems}") from None
 
 
 def question_digest(question_text: str, options: Sequence[tuple[str, str]], state_keys: Sequence[str]) -> str:
-    """What a head's hidden states depend on besides the model: the question, its options (id,
-    description, in order) and the evidence fields. Changing any of them means refitting."""
+    """What a head depends on besides the model: the question, its options (id, description, in
+    order) and the evidence fields. Changing any of them means refitting."""
     payload = {"question": question_text, "options": [list(o) for o in options], "state": list(state_keys)}
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()

@@ -15,6 +15,7 @@ from decision_contract import DecisionResult, confidence, softmax, top_two_margi
 
 from .errors import EndpointFailure
 from .items import Item
+from .lexical import State
 from .policies import Policy, Question, Thresholds
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
@@ -45,9 +46,10 @@ def threshold_reasons(conf: float, margin: float, mass: float, thresholds: Thres
     return reasons
 
 
-def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
-    """Judge the endpoint's answer to a question: by its head when the question has one that
-    fits the endpoint's model, else by the letters recalibrated with the policy's temperature.
+def model_entry(question: Question, result: DecisionResult, state: State | None = None) -> DecisionEntry:
+    """Judge the endpoint's answer to a question: by its head (over the evidence `state`, the
+    model's hidden state and letters) when the question has one that fits the endpoint's model,
+    else by the letters recalibrated with the policy's temperature.
 
     Raises EndpointFailure(kind='bad_response') when the result does not answer this question."""
     if result.option_ids != question.option_ids:
@@ -57,23 +59,29 @@ def model_entry(question: Question, result: DecisionResult) -> DecisionEntry:
     if len(logits) != len(question.options) or not all(math.isfinite(z) for z in logits):
         raise EndpointFailure("bad_response", f"question {question.id!r}: option_logits missing or not finite")
     letters = softmax(logits, question.temperature)
-    head, skipped = question.head, None
+    head, skipped = question.learned_head, None
     if head is not None:
         skipped = head.mismatch(result.model, result.prompt_version)
-        if skipped is None and (result.hidden_state is None or not all(math.isfinite(v) for v in result.hidden_state)):
-            skipped = "the endpoint returned no hidden state"
-        if skipped is None and len(result.hidden_state or []) != head.hidden_size:
-            skipped = f"hidden state of {len(result.hidden_state or [])} values; the head reads {head.hidden_size}"
+        if skipped is None and head.reads_hidden_state:
+            if result.hidden_state is None or not all(math.isfinite(v) for v in result.hidden_state):
+                skipped = "the endpoint returned no hidden state"
+            elif len(result.hidden_state) != head.hidden_size:
+                skipped = f"hidden state of {len(result.hidden_state)} values; the head reads {head.hidden_size}"
+    ranked: list[int]
     if head is not None and skipped is None:
-        probabilities = head.probabilities(result.hidden_state or [])
-        thresholds = Thresholds(min_confidence=head.thresholds.min_confidence, min_margin=head.thresholds.min_margin,
-                                min_allowed_token_mass=0.0)  # a head does not read the letters
+        if state is None:
+            raise ValueError(f"question {question.id!r}: its head reads the evidence; pass the decision's state")
+        probabilities = head.probabilities(state, result.hidden_state, logits)
+        ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
+        # a head does not read the letters' share of the vocabulary: no mass check
+        thresholds = Thresholds(min_confidence=head.thresholds.min_confidence_for(question.options[ranked[0]].id),
+                                min_margin=head.thresholds.min_margin, min_allowed_token_mass=0.0)
         readout = "head"
     else:
         probabilities, thresholds, readout = letters, question.thresholds, "letters"
+        ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
-    ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
     top, second = ranked[0], ranked[1]
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
     reasons = threshold_reasons(conf, margin, result.allowed_token_mass, thresholds, tie)

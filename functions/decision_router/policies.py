@@ -15,11 +15,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
 
-from .heads import Head, question_digest
+from .heads import Head, HeadFile, load_head, question_digest
 from .items import ITEM_MODELS, Item, ItemKind, Severity, describe_errors, field_annotation, field_value, literal_values
 
 POLICY_DIR = Path(__file__).with_name("policies")
@@ -60,6 +60,16 @@ class Thresholds(_Strict):
     min_allowed_token_mass: Unit
 
 
+class Learning(_Strict):
+    """What `make fit` must keep when it chooses a head's thresholds on held-out folds."""
+
+    max_auto_error: Unit = Field(0.05, description="Largest share of auto-routed answers allowed to be wrong.")
+    protect: list[Id] = Field(default_factory=list, description="Options (listed most urgent first) whose gold "
+                              "answer must rarely be auto-assigned a later, less urgent option, e.g. P1 and P2.")
+    max_under_assignment: Unit = Field(0.01, description="Largest share of protected gold answers that may be "
+                                       "auto-assigned a later option; the rest of those go to review.")
+
+
 class Question(_Strict):
     id: Id
     question: Text
@@ -67,10 +77,25 @@ class Question(_Strict):
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="Calibration: softmax(logits / temperature).")
     confidence_formula: ConfidenceFormula = ConfidenceFormula.NORMALIZED_PEAK
     thresholds: Thresholds = Field(description="For the letter readout.")
-    head: Head | None = Field(
-        default=None, description="A learned head over the model's hidden state (make fit); decides when it "
-        "matches the endpoint's model, else the letters do."
+    learning: Learning = Field(default_factory=Learning)
+    head: HeadFile | None = Field(
+        default=None, description="A learned head (make fit): a file beside the policy, read when the policy "
+        "loads; it decides when it fits the endpoint's model, else the letters do."
     )
+    _learned: Head | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _load_head(self, info: ValidationInfo) -> "Question":
+        # Head files are resolved against the policy file's folder (load_policy passes it).
+        if self.head is not None:
+            base = Path((info.context or {}).get("policy_dir", POLICY_DIR))
+            self._learned = load_head(base / self.head.file, self.head.sha256)
+        return self
+
+    @property
+    def learned_head(self) -> Head | None:
+        """The head the policy references, loaded and checked; None when it has none."""
+        return self._learned
 
     @property
     def option_ids(self) -> list[str]:
@@ -158,19 +183,22 @@ class Policy(_Strict):
         for question in self.questions:
             where = f"question {question.id!r}"
             problems += [f"{where}: {p}" for p in _duplicates("option id", question.option_ids)]
+            unknown = [o for o in question.learning.protect if o not in question.option_ids]
+            if unknown:
+                problems.append(f"{where}: learning.protect names {unknown}, not options of the question")
             with_target = [o.id for o in question.options if o.target]
             if with_target and len(with_target) != len(question.options):
                 missing = [o.id for o in question.options if not o.target]
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
         for question in self.questions:
-            head = question.head
+            head = question.learned_head
             if head is None:
                 continue
-            where = f"question {question.id!r}: head"
+            where = f"question {question.id!r}: head file {question.head.file if question.head else '?'}"
             if head.options != question.option_ids:
-                problems.append(f"{where}.options {head.options} are not the question's options {question.option_ids}")
+                problems.append(f"{where}: options {head.options} are not the question's options {question.option_ids}")
             elif head.question_sha256 != self.question_sha256(question):
-                problems.append(f"{where}.question_sha256 does not match the question's wording, options or "
+                problems.append(f"{where}: question_sha256 does not match the question's wording, options or "
                                 "evidence fields: the head was fitted on another prompt; refit it (make fit)")
         combinations = math.prod(len(q.options) for q in self.questions)
         if combinations > MAX_REVIEW_CHOICES:
@@ -207,6 +235,12 @@ class Policy(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def categorical_keys(self) -> list[str]:
+        """State keys read as categories by a head: the fields the policy does not cut to a length
+        (channel, tier, severity, source); the others are free text."""
+        return [s.key for s in self.state if s.max_chars is None]
 
     def question_sha256(self, question: Question) -> str:
         """The digest a head of `question` is bound to (see heads.question_digest)."""
@@ -257,7 +291,7 @@ def load_policy(name_or_path: str | Path, known_targets: Iterable[str] | None = 
     except json.JSONDecodeError as error:
         raise PolicyError(f"policy file {path} is not valid JSON: {error}") from None
     try:
-        policy = Policy.model_validate(raw)
+        policy = Policy.model_validate(raw, context={"policy_dir": path.parent})
     except ValidationError as error:
         raise PolicyError(f"policy file {path} is invalid: " + "; ".join(describe_errors(error))) from None
     if by_name and policy.name != text:
@@ -304,7 +338,7 @@ def build_decisions(policy: Policy, item: Item, questions: Iterable[str] | None 
             question=question.question,
             options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
             temperature=question.temperature,
-            return_hidden_state=question.head is not None,
+            return_hidden_state=question.learned_head is not None and question.learned_head.reads_hidden_state,
         )
         for question in policy.questions
         if wanted is None or question.id in wanted

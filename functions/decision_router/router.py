@@ -72,9 +72,10 @@ class Router:
         if pending:
             started = time.perf_counter()
             try:
-                results = self.endpoint.decide(build_decisions(self.policy, item, [q.id for q in pending]),
-                                               deadline=deadline)
-                entries += [model_entry(q, results[q.id]) for q in pending]
+                decisions = build_decisions(self.policy, item, [q.id for q in pending])
+                results = self.endpoint.decide(decisions, deadline=deadline)
+                state = decisions[0].state  # every question reads the same evidence
+                entries += [model_entry(q, results[q.id], state) for q in pending]
             except EndpointFailure as failure:
                 entries = [e for e in entries if e.source == "rule"] + [error_entry(q, failure) for q in pending]
             seconds = time.perf_counter() - started

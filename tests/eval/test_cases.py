@@ -70,6 +70,26 @@ def test_bad_policy_rows_name_the_field(fields, field, message):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        # clearly JevBench tasks: that format's error, with the task's id, never "neither format"
+        ({"id": "t7", "family": "f", "state": "s", "expected": "yes"}, "question", "JevBench task 't7': missing"),
+        ({"id": "t8", "family": "f", "question": {"type": "noul", "instructions": "Spam?"}, "expected": "yes"}, "state",
+         "JevBench task 't8': missing"),
+        ({"id": "t9", "state": "s", "question": {"type": "noul", "instructions": "Spam?"}}, "family",
+         "JevBench task 't9': must be non-empty text"),
+        # clearly a policy row without its policy
+        ({"item": {"ticket_id": "T-1"}, "gold": "billing"}, "policy", "missing"),
+        ({"colour": "blue"}, "(line)", "neither format"),
+    ],
+)
+def test_a_row_clearly_of_one_format_gets_that_formats_error(fields, field, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_row(json.dumps(fields), "f", 1)
+    assert info.value.field == field
+
+
 NOUL = {"type": "noul", "instructions": "Is this spam?"}
 CHOICE = {"type": "choice", "instructions": "Which intent?", "criteria": {"fee": "A fee", "lost_card": None}}
 SCORE = {"type": "score", "instructions": "How many stars?", "criteria": ["bad", "ok", "good"]}

@@ -10,6 +10,7 @@ import pytest
 
 from bench.evaluate.__main__ import main
 from bench.evaluate.runners import EngineRunner
+from tests.functions.conftest import policy_files_beside
 
 pytestmark = pytest.mark.model
 
@@ -69,6 +70,7 @@ def test_cli_over_http_with_bad_rows_and_policy_write(decision_server_url, tmp_p
 
     policy = tmp_path / "support-ticket.json"
     shutil.copy(POLICY_DIR / "support-ticket.json", policy)
+    policy_files_beside(tmp_path)
     data = tmp_path / "tickets.jsonl"
     rows = [json.loads(line) for line in (POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl").read_text().splitlines()]
     lines = [json.dumps({**row, "policy": str(policy)}) for row in (rows[0], rows[20], rows[30])]

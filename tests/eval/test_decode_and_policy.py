@@ -8,6 +8,7 @@ import pytest
 
 from bench.evaluate import decode, policy_update
 from bench.evaluate.decode import DecodePair
+from tests.functions.conftest import policy_files_beside
 
 
 @pytest.mark.parametrize(
@@ -64,6 +65,7 @@ def policy_copy(tmp_path):
 
     path = tmp_path / "incident.json"
     shutil.copy(POLICY_DIR / "incident.json", path)
+    policy_files_beside(tmp_path)
     return path
 
 

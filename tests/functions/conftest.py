@@ -95,3 +95,40 @@ def traces(monkeypatch) -> RecordingTracerProvider:
         assert module.tracer.auto_patch is True  # boto3 calls (InvokeEndpoint, DynamoDB, StartExecution) traced too
         monkeypatch.setattr(module.tracer, "provider", recorder)
     return recorder
+
+
+def letters_only(policy):
+    """A shipped policy as its letters alone decide it: tests of the letter readout and of
+    thresholds use this, the heads have tests of their own (test_heads.py)."""
+    questions = []
+    for question in policy.questions:
+        copy = question.model_copy(update={"head": None})
+        copy._learned = None
+        questions.append(copy)
+    return policy.model_copy(update={"questions": questions})
+
+
+def policy_files_beside(directory: Path) -> None:
+    """Copy the shipped head files into `directory`, for a policy written there: a policy's head
+    files are resolved beside it."""
+    import shutil
+
+    from decision_router.policies import POLICY_DIR
+
+    shutil.copytree(POLICY_DIR / "heads", directory / "heads", dirs_exist_ok=True)
+
+
+@pytest.fixture
+def letters_policies(monkeypatch, tmp_path):
+    """The shipped policies without their heads, where the intake loads them from: for tests whose
+    stub endpoint answers through the letters."""
+    import json
+
+    from decision_router import policies
+
+    for path in policies.POLICY_DIR.glob("*.json"):
+        raw = json.loads(path.read_text())
+        for question in raw["questions"]:
+            question.pop("head", None)
+        (tmp_path / path.name).write_text(json.dumps(raw))
+    monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)

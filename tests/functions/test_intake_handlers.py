@@ -420,7 +420,7 @@ def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, 
 
 
 # ----------------------------------------------------------------------------- incidents
-def test_incident_sample_is_one_batched_request(incidents, stack, context):
+def test_incident_sample_is_one_batched_request(letters_policies, incidents, stack, context):
     app, stub = incidents
     stub.answer(batch_body(make_result("priority", PRIORITY_OPTIONS, [0.5, 6.0, 0, 0]),
                            make_result("team", TEAM_OPTIONS, [0, 0, 0, 6.0])))
@@ -490,14 +490,13 @@ def eventbridge(detail: dict, detail_type: str = "Incident Reported") -> dict:
 def ticket_policy_with_head(monkeypatch, tmp_path):
     """The shipped policies, with a small head on the ticket queue bound to `HEAD_MODEL`."""
     from decision_router import policies
-    from tests.functions.test_heads import MODEL, head_for
+    from tests.functions.test_heads import MODEL, head_for, install
 
     for path in policies.POLICY_DIR.glob("*.json"):
         (tmp_path / path.name).write_text(path.read_text())
-    raw = json.loads((tmp_path / "support-ticket.json").read_text())
     shipped = load_policy("support-ticket")
-    raw["questions"][0]["head"] = head_for(shipped, shipped.questions[0])
-    (tmp_path / "support-ticket.json").write_text(json.dumps(raw))
+    install(tmp_path, json.loads((tmp_path / "support-ticket.json").read_text()), head_for(shipped, shipped.questions[0]),
+            name="support-ticket.json")
     monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)
     return MODEL
 

@@ -11,7 +11,7 @@ from decision_router.judging import build_record, error_entry, model_entry, rule
 from decision_router.policies import Thresholds, load_policy
 from decision_router.records import DecisionRecord, execution_name
 from decision_router.rules import RuleHit
-from tests.functions.conftest import make_result
+from tests.functions.conftest import letters_only, make_result
 
 QUEUES = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t in
           ["billing", "account-access", "technical-support", "product-help", "sales",
@@ -39,7 +39,7 @@ def test_shortfall_never_prints_equal_numbers():
 
 
 def test_tie_is_never_auto_routed_even_with_zero_thresholds():
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     zero = Thresholds(min_confidence=0, min_margin=0, min_allowed_token_mass=0)
     question = policy.questions[0].model_copy(update={"thresholds": zero})
     entry = model_entry(question, make_result("queue", question.option_ids, [3.0, 3.0, 0.0, 0.0, 0.0]))
@@ -48,7 +48,7 @@ def test_tie_is_never_auto_routed_even_with_zero_thresholds():
 
 
 def test_temperature_recalibrates_the_raw_logits():
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     hot = policy.questions[0].model_copy(update={"temperature": 2.0})
     logits = [4.0, 1.0, 0.0, 0.0, 0.0]
     entry = model_entry(hot, make_result("queue", hot.option_ids, logits))  # container used T=1
@@ -60,7 +60,7 @@ def test_temperature_recalibrates_the_raw_logits():
 
 
 def test_confident_answer_routes_automatically(ticket_data):
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
     entry = model_entry(question, make_result("queue", question.option_ids, [0.0, 0.0, 0.0, 6.0, 0.0]))
     assert entry.passed and entry.source == "model" and entry.option_id == "how_to"
@@ -72,7 +72,7 @@ def test_confident_answer_routes_automatically(ticket_data):
 
 
 def test_low_mass_sends_to_review_even_when_peaked(ticket_data):
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
     entry = model_entry(question, make_result("queue", question.option_ids, [9.0, 0, 0, 0, 0], mass=0.2))
     rec = record(policy, parse_item("ticket", ticket_data), [entry])
@@ -82,13 +82,13 @@ def test_low_mass_sends_to_review_even_when_peaked(ticket_data):
 
 
 def test_option_mismatch_is_a_bad_response():
-    question = load_policy("support-ticket").questions[0]
+    question = letters_only(load_policy("support-ticket")).questions[0]
     with pytest.raises(EndpointFailure, match="bad_response"):
         model_entry(question, make_result("queue", ["a", "b"], [1.0, 0.0]))
 
 
 def test_incident_rule_p1_escalates_even_when_team_goes_to_review(incident_data):
-    policy = load_policy("incident")
+    policy = letters_only(load_policy("incident"))
     item = parse_item("incident", incident_data)
     team = policy.question("team")
     entries = [rule_entry(policy.question("priority"), RuleHit("sev1-is-p1", "priority", "P1")),
@@ -100,7 +100,7 @@ def test_incident_rule_p1_escalates_even_when_team_goes_to_review(incident_data)
 
 
 def test_incident_auto_p2_does_not_escalate(incident_data):
-    policy = load_policy("incident")
+    policy = letters_only(load_policy("incident"))
     p, t = policy.question("priority"), policy.question("team")
     entries = [model_entry(p, make_result("priority", p.option_ids, [0, 8.0, 0, 0])),
                model_entry(t, make_result("team", t.option_ids, [0, 0, 0, 8.0]))]
@@ -109,7 +109,7 @@ def test_incident_auto_p2_does_not_escalate(incident_data):
 
 
 def test_endpoint_error_goes_to_review_with_the_reason(ticket_data):
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     failure = EndpointFailure("retryable_model_error", "busy", status_code=503, attempts=4, retryable=True)
     rec = record(policy, parse_item("ticket", ticket_data), [error_entry(policy.questions[0], failure)])
     assert rec.route == "review" and rec.decisions[0].source == "endpoint_error"
@@ -118,7 +118,7 @@ def test_endpoint_error_goes_to_review_with_the_reason(ticket_data):
 
 
 def test_record_is_plain_json_of_the_interface_shape(ticket_data):
-    policy = load_policy("support-ticket")
+    policy = letters_only(load_policy("support-ticket"))
     q = policy.questions[0]
     rec = record(policy, parse_item("ticket", ticket_data), [model_entry(q, make_result("queue", q.option_ids, [1, 0, 0, 0, 0]))])
     data = rec.model_dump(mode="json")
@@ -134,7 +134,7 @@ def test_record_is_plain_json_of_the_interface_shape(ticket_data):
 
 
 def test_missing_question_is_refused(incident_data):
-    policy = load_policy("incident")
+    policy = letters_only(load_policy("incident"))
     with pytest.raises(ValueError, match="no decision for question\\(s\\) \\['team'\\]"):
         record(policy, parse_item("incident", incident_data),
                [rule_entry(policy.question("priority"), RuleHit("r", "priority", "P1"))])

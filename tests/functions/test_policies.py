@@ -6,7 +6,7 @@ import pytest
 from decision_contract import DecisionRequest
 from decision_router.items import parse_item
 from decision_router.policies import POLICY_DIR, PolicyError, build_decisions, build_state, load_policy
-from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS
+from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS, policy_files_beside
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,7 @@ def load_changed(tmp_path, raw, change):
     change(raw)
     path = tmp_path / "policy.json"
     path.write_text(json.dumps(raw))
+    policy_files_beside(tmp_path)
     return load_policy(path)
 
 

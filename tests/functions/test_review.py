@@ -18,7 +18,7 @@ from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord
 from decision_router.review import InvalidReview, ReviewCompletion, complete_review, submit_review
 from local.cloudformation import Stack
-from tests.functions.conftest import EVENTS, make_result
+from tests.functions.conftest import EVENTS, letters_only, make_result
 from tests.functions.test_intake_handlers import TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, body, make_intake
 
 QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",
@@ -28,7 +28,7 @@ QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technica
 # ---------------------------------------------------------------------------- validation
 def pending_record(kind: str = "incident") -> DecisionRecord:
     """A record sent to review by the real routing code (model unsure about every question)."""
-    policy = load_policy("incident" if kind == "incident" else "support-ticket")
+    policy = letters_only(load_policy("incident" if kind == "incident" else "support-ticket"))
     data = {"incident_id": "INC-1", "title": "DB down", "description": "primary unreachable", "service": "db",
             "severity": "sev2", "source": "cloudwatch", "reported_at": "2026-11-29T12:00:00Z"} if kind == "incident" else \
         {"ticket_id": "T-1", "subject": "Charged twice", "body": "refund one", "customer": {"id": "C-1", "tier": "pro"},

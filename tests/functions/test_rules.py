@@ -1,6 +1,7 @@
 from decision_router.items import parse_item
 from decision_router.policies import load_policy
 from decision_router.rules import RuleHit, apply_rules
+from tests.functions.conftest import policy_files_beside
 
 
 def test_sev1_is_p1_but_team_is_left_to_the_model(incident_data):
@@ -35,6 +36,7 @@ def test_first_matching_rule_wins(tmp_path, ticket_data):
         {"field": "customer.tier", "in": ["enterprise", "pro"]}], "answers": {"queue": "sales"}})
     path = tmp_path / "p.json"
     path.write_text(json.dumps(raw))
+    policy_files_beside(tmp_path)
     policy = load_policy(path)
     ticket_data["channel"] = "billing-portal"
     assert apply_rules(policy, parse_item("ticket", ticket_data))["queue"].rule_id == "billing-portal-to-billing"

@@ -1,0 +1,92 @@
+"""What applying a learned head costs the routing function, per item, warm, model excluded.
+
+    python bench/bench_heads.py [-n 300]
+
+For every shipped policy question with a head: the routing function's own judging
+(`judging.model_entry`) of labelled items' evidence, once with the head and once with the
+letters alone, on the same endpoint answers (a hidden state of the head's width; the values do
+not change the cost). Reports the median and p95 per item of each, the head's extra cost, and
+the policy load (head files read and checked), which a Lambda container pays once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for root in ("contract", "functions", "."):
+    sys.path.insert(0, str(REPO / root))
+
+from bench.stats import percentile
+from decision_contract import DecisionResult, ModelInfo
+from decision_router.items import parse_item
+from decision_router.judging import model_entry
+from decision_router.policies import POLICY_DIR, build_state, load_policy
+
+DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
+
+
+def endpoint_answer(question, head, rng: random.Random) -> DecisionResult:
+    width = head.hidden_size or 1
+    model = ModelInfo(file="bench.gguf", bytes=1, sha256=head.model_sha256 or "0" * 64, context_size=8192, threads=1,
+                      gpu_layers=0, llama_cpp_python_version="bench", hidden_size=width)
+    logits = [rng.gauss(0, 1) for _ in question.options]
+    return DecisionResult(
+        id=question.id, option_ids=question.option_ids, probabilities=[1 / len(logits)] * len(logits),
+        option_logits=logits, temperature=1.0, input_tokens=300, allowed_token_mass=0.9, prompt_sha256="0" * 64,
+        prompt_version=head.prompt_version or "direct-options-v1", model=model,
+        timing={"tokenize_seconds": 0.0, "prefill_seconds": 0.0, "total_seconds": 0.0},
+        hidden_state=[rng.gauss(0, 1) for _ in range(width)] if head.reads_hidden_state else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("-n", type=int, default=300, help="items per question")
+    opts = args.parse_args(argv)
+    rng = random.Random(0)
+    started = time.perf_counter()
+    policies = {name: load_policy(name) for name in DATA}
+    load_ms = (time.perf_counter() - started) * 1000
+    sizes = {p.name: p.stat().st_size for p in (POLICY_DIR / "heads").glob("*.json")} if (POLICY_DIR / "heads").is_dir() else {}
+    print(f"policies loaded and head files checked in {load_ms:.0f} ms (once per Lambda container); head files: "
+          + ", ".join(f"{name} {size / 1024:.0f} KiB" for name, size in sorted(sizes.items())))
+    rows = []
+    for name, policy in policies.items():
+        items = [json.loads(line)["item"] for line in DATA[name].read_text().splitlines()][: opts.n]
+        states = [build_state(policy, parse_item(policy.item_kind, item)) for item in items]
+        for question in policy.questions:
+            head = question.learned_head
+            if head is None:
+                continue
+            letters_only = question.model_copy()
+            letters_only._learned = None
+            answers = [endpoint_answer(question, head, rng) for _ in states]
+            timings = {}
+            for label, q in (("letters", letters_only), ("head", question)):
+                for state, answer in zip(states[:20], answers[:20]):  # warm up
+                    model_entry(q, answer, state)
+                samples = []
+                for state, answer in zip(states, answers):
+                    t0 = time.perf_counter()
+                    model_entry(q, answer, state)
+                    samples.append((time.perf_counter() - t0) * 1000)
+                timings[label] = samples
+            head_p50, letters_p50 = statistics.median(timings["head"]), statistics.median(timings["letters"])
+            rows.append((f"{name}/{question.id}", letters_p50, head_p50, percentile(timings["head"], 0.95),
+                         head_p50 - letters_p50, len(states)))
+    print(f"{'question':28} {'letters p50':>12} {'head p50':>10} {'head p95':>10} {'head adds':>10} {'items':>6}")
+    for name, letters_p50, head_p50, head_p95, extra, n in rows:
+        print(f"{name:28} {letters_p50:10.3f}ms {head_p50:8.3f}ms {head_p95:8.3f}ms {extra:8.3f}ms {n:6d}")
+    worst = max((r[3] for r in rows), default=0.0)
+    print(f"head: p95 {worst:.2f} ms per item at most (target <= 5 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
