@@ -116,19 +116,3 @@ def policy_files_beside(directory: Path) -> None:
     from decision_router.policies import POLICY_DIR
 
     shutil.copytree(POLICY_DIR / "heads", directory / "heads", dirs_exist_ok=True)
-
-
-@pytest.fixture
-def letters_policies(monkeypatch, tmp_path):
-    """The shipped policies without their heads, where the intake loads them from: for tests whose
-    stub endpoint answers through the letters."""
-    import json
-
-    from decision_router import policies
-
-    for path in policies.POLICY_DIR.glob("*.json"):
-        raw = json.loads(path.read_text())
-        for question in raw["questions"]:
-            question.pop("head", None)
-        (tmp_path / path.name).write_text(json.dumps(raw))
-    monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)

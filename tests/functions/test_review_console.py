@@ -28,7 +28,7 @@ from decision_router.review import PendingReview, labelled_example
 from local.cloudformation import Stack
 from local.console import http_event
 from local.lambdas import LocalFunction
-from tests.functions.conftest import make_result
+from tests.functions.conftest import letters_only, make_result
 
 STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
 ALICE = {"sub": "a-1", "email": "alice@example.com", "cognito:username": "alice", "cognito:groups": ["reviewers"]}
@@ -41,7 +41,7 @@ INCIDENT = {"incident_id": "INC-77", "title": "Replica lag", "description": "rea
 
 def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]]) -> DecisionRecord:
     """A record built by the real routing code from model answers with these option logits."""
-    policy = load_policy("incident" if kind == "incident" else "support-ticket")
+    policy = letters_only(load_policy("incident" if kind == "incident" else "support-ticket"))
     env = stack.function_environment("TicketIntakeFunction")
     entries = [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions]
     return build_record(policy, parse_item(kind, data), entries, destinations=json.loads(env["DESTINATION_QUEUES"]),

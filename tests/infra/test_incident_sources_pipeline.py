@@ -49,7 +49,8 @@ def pipeline():
 
 
 @pytest.fixture
-def incidents(pipeline, monkeypatch):
+def incidents(pipeline, monkeypatch, letters_policies):
+    """The incident intake over a stub endpoint whose letters answer (the shipped heads have tests of their own)."""
     from incident_intake import app
 
     stub = StubbedEndpoint()

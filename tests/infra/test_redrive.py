@@ -40,7 +40,7 @@ def tickets(pipeline, monkeypatch):
 
 
 @pytest.fixture
-def incidents(pipeline, monkeypatch):
+def incidents(pipeline, monkeypatch, letters_policies):  # the stub's letters decide
     from incident_intake import app
 
     stub = StubbedEndpoint()
