@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive clean
+.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive soak clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
+	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
 
 venv: $(STAMP)
 
@@ -88,6 +89,7 @@ bench: $(STAMP)
 		|| echo "==> xllamacpp did not install: the benchmark runs without the llama-server peer"
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
 	$(PY) bench/bench_heads.py
+	$(PY) bench/handler_overhead.py
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
@@ -117,5 +119,16 @@ redrive: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m local.fuzz $(FUZZ_ARGS)
 
+# N inputs (labelled tickets and incidents, raw source events, duplicates, invalid lines) through
+# the local pipeline while endpoint and AWS faults happen at FAULTS of the calls each, seeded; then
+# a ledger of where every input ended. Exits 1 on anything lost, delivered twice or dead-lettered
+# without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume).
+N ?= 2000
+FAULTS ?= 0.1
+SEED ?= 7
+soak: $(STAMP)
+	$(PY) -m local.soak --n $(N) --faults $(FAULTS) --seed $(SEED) $(if $(STUB_SHARE),--stub-share $(STUB_SHARE)) \
+		$(if $(REPORT),--report "$(REPORT)")
+
 clean:
-	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo
+	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak

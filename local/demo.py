@@ -160,6 +160,7 @@ class Outcome:
     source_outcome: str | None = None  # a raw event that routed nothing: resolved, updated, duplicate, ignored
     note: str | None = None  # why (source_outcome)
     duplicate_of: str | None = None  # the input line whose execution this one joined (same item key)
+    message_id: str | None = None  # the SQS message id it was sent as (a ticket)
 
     @property
     def route(self) -> str:
@@ -266,6 +267,8 @@ class LocalPipeline:
             if sent.get("Failed"):
                 raise RuntimeError(f"could not send tickets to the ticket queue: {sent['Failed']}")
             by_message.update({entry["MessageId"]: chunk[int(entry["Id"])] for entry in sent["Successful"]})
+        for message_id, outcome in by_message.items():
+            outcome.message_id = message_id
         progress(f"sent {len(outcomes)} ticket(s) to the ticket queue (webhook tickets are there already); "
                  "ticket intake takes batches of "
                  f"{self.ticket_source.batch_size}")

@@ -1,0 +1,453 @@
+"""`make soak`: volume through the whole local pipeline while faults happen, then a ledger.
+
+    python -m local.soak [--n 2000] [--faults 0.1] [--seed 7] [--stub-share 0.8] [--report out.jsonl]
+
+1. Builds N seeded inputs: tickets and incidents of the labelled sets (bench/data/*.jsonl, each
+   under a fresh id), raw events of every source in events/sources.jsonl (fresh event ids and
+   resources), duplicates (the very same line again: an SQS message or an EventBridge event id
+   delivered twice) and invalid lines (a ticket without its body, an incident with an unknown
+   severity, a line that is not JSON).
+2. Runs them through `local.demo.LocalPipeline` (real decision container on the embedded model,
+   moto server, the real handlers and workflow) with faults injected, each at FAULTS of its calls:
+   - the endpoint, through `FaultProxy` on loopback in front of the container: 503 busy with
+     Retry-After, no answer within the read timeout, a slow answer;
+   - the functions' own AWS calls (`AwsFaults`, around botocore's client call in this process):
+     StartExecution throttled (ThrottlingException), DynamoDB throttled on the idempotency table
+     (ProvisionedThroughputExceededException), and an invocation that dies mid-batch right after
+     it started an execution (its whole batch, or event, is delivered again);
+   - a review answered twice (the second answer must be refused, the item delivered once).
+3. Reconciles a ledger from what the stack holds (team queues, escalation pages, review queue,
+   DLQs with their reasons, audit table, executions): where every input ended. Exits 1 when an
+   input is lost, delivered twice to a team queue, or dead-lettered without a reason.
+
+Volume on 2 cores: the embedded model takes ~0.5-1.5 s a decision, so with --stub-share S the proxy
+answers that share of the endpoint calls itself by replaying the container's latest real answer
+to the same question (the numbers of another item: for volume, not accuracy). The output says how
+many calls each answered. The last line is for scripts:
+    soak: 2000 inputs; routed 812, review 903, resolved 41, ignored 60, dead-lettered 184; lost 0; duplicated 0; 3.1 items/s
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import httpx
+
+from local.cloudformation import REPO_ROOT
+from local.demo import LocalPipeline, Outcome, classify, report_line, write_report
+from local.services import LOOPBACK
+
+DATA = REPO_ROOT / "bench" / "data"
+SOURCES = REPO_ROOT / "events" / "sources.jsonl"
+LOG_DIR = REPO_ROOT / ".soak"
+#: The intakes' read timeout here: a timeout fault then costs seconds, not the template's 70 s.
+READ_TIMEOUT_SECONDS = 4.0
+SLOW_SECONDS = 1.5
+RETRY_AFTER_SECONDS = 1
+#: The identifiers in events/sources.jsonl that make one incident or ticket: suffixed per variant,
+#: so the same shapes arrive as different alarms, resources, findings and tickets.
+SOURCE_IDENTIFIERS = ("checkout-api-5xx-rate", "orders-queue-depth", "orders-primary",
+                      "8ec6a1f0d2b34c5e9f7a6b5c4d3e2f10", "b7c9d1e3-2f4a-11f1-8b6c-0a1b2c3d4e5f",
+                      "T-2001", "48213", "SUP-1187")
+#: Share of the inputs by kind (the rest are labelled tickets and incidents).
+RAW_SHARE, DUPLICATE_SHARE, INVALID_SHARE = 0.15, 0.05, 0.05
+
+
+# ----------------------------------------------------------------------------------- inputs
+def build_inputs(n: int, rng: random.Random) -> list[str]:
+    """N input lines, seeded: labelled items under fresh ids, raw source events, duplicates, invalid."""
+    labelled = [json.loads(line)["item"] for path in ("support-tickets.jsonl", "incidents.jsonl")
+                for line in (DATA / path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    raw = [line for line in SOURCES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines: list[str] = []
+    for index in range(n):
+        roll = rng.random()
+        if lines and roll < DUPLICATE_SHARE:
+            lines.append(rng.choice(lines))  # the same message, or the same event id, again
+        elif roll < DUPLICATE_SHARE + INVALID_SHARE:
+            lines.append(_invalid(rng.choice(labelled), index, rng))
+        elif roll < DUPLICATE_SHARE + INVALID_SHARE + RAW_SHARE:
+            lines.append(_raw_variant(rng.choice(raw), rng))
+        else:
+            item = dict(rng.choice(labelled))
+            field = "ticket_id" if "ticket_id" in item else "incident_id"
+            item[field] = f"SOAK-{index:05d}-{item[field]}"
+            lines.append(json.dumps(item))
+    return lines
+
+
+def _invalid(item: dict[str, Any], index: int, rng: random.Random) -> str:
+    choice = rng.randrange(3)
+    if choice == 0:
+        return "{not json " + str(index)
+    item = dict(item)
+    if "ticket_id" in item:
+        item["ticket_id"] = f"SOAK-BAD-{index:05d}"
+        item.pop("body", None)
+    else:
+        item["incident_id"] = f"SOAK-BAD-{index:05d}"
+        item["severity"] = "sev9"
+    return json.dumps(item)
+
+
+def _raw_variant(line: str, rng: random.Random) -> str:
+    """The source's event under a fresh event id, about one of ten resources (so an OK sometimes
+    finds the ALARM it resolves)."""
+    variant = rng.randrange(10)
+    for identifier in SOURCE_IDENTIFIERS:
+        line = line.replace(identifier, f"{identifier}-v{variant}")
+    data = json.loads(line)
+    if "id" in data and "detail-type" in data:
+        data["id"] = str(uuid.UUID(int=rng.getrandbits(128)))
+    elif data.get("Type") == "Notification":
+        data["MessageId"] = str(uuid.UUID(int=rng.getrandbits(128)))
+    return json.dumps(data)
+
+
+# ----------------------------------------------------------------------------------- endpoint faults
+class FaultProxy(ThreadingHTTPServer):
+    """Loopback HTTP proxy in front of the decision container; per call, seeded: 503 busy with
+    Retry-After, a hang past the read timeout, a slow answer; else the container (or, for the
+    stub share, a replay of its latest real answer to the same question)."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, *, rate: float, stub_share: float, seed: int):
+        super().__init__((LOOPBACK, 0), _ProxyHandler)
+        self.upstream, self.rate, self.stub_share = upstream, rate, stub_share
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.latest: dict[tuple[str, tuple[str, ...], bool], dict[str, Any]] = {}  # question -> last real result
+        self.client = httpx.Client(timeout=120)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.server_address[1]}"
+
+    def plan(self) -> tuple[str, float]:
+        with self.lock:
+            roll, stub = self.rng.random(), self.rng.random()
+        if roll < self.rate:
+            return "busy", 0.0
+        if roll < 2 * self.rate:
+            return "timeout", READ_TIMEOUT_SECONDS + 0.5
+        if roll < 3 * self.rate:
+            return "slow", SLOW_SECONDS
+        return ("stub" if stub < self.stub_share else "real"), 0.0
+
+    def replay(self, body: bytes) -> bytes | None:
+        """The latest real answers to these questions, under this request's decision ids."""
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None
+        decisions = request.get("decisions") or [request.get("decision")]
+        results = []
+        for decision in decisions:
+            latest = self.latest.get(_question_key(decision))
+            if latest is None:
+                return None
+            results.append({**latest, "id": decision["id"]})
+        if "decision" in request and request["decision"] is not None:
+            return json.dumps({"result": results[0]}).encode()
+        return json.dumps({"results": results, "timing": {"shared_prefix_tokens": 0, "shared_prefix_seconds": 0.0,
+                                                          "total_seconds": 0.0, "batch_size": len(results)}}).encode()
+
+    def remember(self, body: bytes, answer: bytes) -> None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            request, data = json.loads(body), json.loads(answer)
+            decisions = request.get("decisions") or [request["decision"]]
+            results = data.get("results") or [data["result"]]
+            with self.lock:
+                for decision, result in zip(decisions, results):
+                    self.latest[_question_key(decision)] = result
+
+
+def _question_key(decision: dict[str, Any]) -> tuple[str, tuple[str, ...], bool]:
+    return (decision["question"], tuple(o["id"] for o in decision["options"]), bool(decision.get("return_hidden_state")))
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    server: FaultProxy
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK wait
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        upstream = self.server.client.get(self.server.upstream + self.path)
+        self._answer(upstream.status_code, upstream.content, upstream.headers.get("content-type", "application/json"))
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        fault, seconds = self.server.plan() if self.path.endswith("/invocations") else ("real", 0.0)
+        self.server.counts[fault] += 1
+        if fault == "busy":
+            error = {"error": {"code": "busy", "message": "the model context stayed busy (soak fault)", "retryable": True}}
+            self._answer(503, json.dumps(error).encode(), headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            return
+        time.sleep(seconds)
+        if fault == "timeout":  # the client gave up before this: the container is spared the work
+            self._answer(504, b'{"error": {"code": "timeout", "message": "soak fault"}}')
+            return
+        if fault == "stub" and (replayed := self.server.replay(body)) is not None:
+            self._answer(200, replayed)
+            return
+        if fault == "stub":
+            self.server.counts["stub"] -= 1
+            self.server.counts["real, nothing to replay yet"] += 1
+        upstream = self.server.client.post(self.server.upstream + self.path, content=body,
+                                           headers={"content-type": self.headers.get("content-type", "application/json")})
+        if upstream.status_code == 200:
+            self.server.remember(body, upstream.content)
+        self._answer(upstream.status_code, upstream.content, headers={
+            k: v for k, v in upstream.headers.items() if k.lower() == "retry-after"})
+
+    def _answer(self, status: int, body: bytes, content_type: str = "application/json",
+                headers: dict[str, str] | None = None) -> None:
+        with contextlib.suppress(OSError):  # the client may have timed out and gone
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+
+# ----------------------------------------------------------------------------------- AWS faults
+class InvocationDied(BaseException):
+    """The Lambda invocation ended mid-batch (a timeout, the runtime gone): no handler catches it."""
+
+
+class AwsFaults:
+    """Throttles the functions' own AWS calls (only while a handler runs, in this thread: moto's
+    Step Functions interpreter calls back from its server threads and is left alone), seeded."""
+
+    THROTTLED = {("stepfunctions", "StartExecution"): "ThrottlingException",
+                 ("dynamodb", "PutItem"): "ProvisionedThroughputExceededException",
+                 ("dynamodb", "UpdateItem"): "ProvisionedThroughputExceededException",
+                 ("dynamodb", "GetItem"): "ProvisionedThroughputExceededException"}
+
+    def __init__(self, rate: float, seed: int, idempotency_table: str):
+        self.rate, self.rng = rate, random.Random(seed)
+        self.idempotency_table = idempotency_table
+        self.counts: Counter[str] = Counter()
+        self.in_handler = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        from botocore.client import BaseClient
+        from botocore.exceptions import ClientError
+
+        original = BaseClient._make_api_call
+        faults = self
+
+        def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+            service = client.meta.service_model.service_name
+            code = faults.THROTTLED.get((service, operation))
+            hit = faults.in_handler and threading.current_thread() is threading.main_thread() and code is not None
+            if hit and service == "dynamodb" and params.get("TableName") != faults.idempotency_table:
+                hit = False
+            if hit and faults.rng.random() < faults.rate:
+                faults.counts[f"{service} {operation} {code}"] += 1
+                raise ClientError({"Error": {"Code": code, "Message": "Rate exceeded (soak fault)"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
+            response = original(client, operation, params)
+            if hit and operation == "StartExecution" and faults.rng.random() < faults.rate:
+                faults.counts["invocation died after StartExecution"] += 1
+                raise InvocationDied("the invocation ended after it started an execution")
+            return response
+
+        BaseClient._make_api_call = call  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+    def wrap(self, function: Any) -> None:
+        """Mark the function's invocations; one that dies fails as Lambda reports it (a function error)."""
+        invoke = function.invoke
+
+        def invoked(event: dict[str, Any]) -> Any:
+            self.in_handler = True
+            try:
+                return invoke(event)
+            except InvocationDied as died:
+                raise RuntimeError(f"Task timed out: {died}") from None
+            finally:
+                self.in_handler = False
+
+        function.invoke = invoked
+
+
+# ----------------------------------------------------------------------------------- ledger
+LEDGER_ORDER = ("routed", "review", "resolved", "ignored", "dead-lettered")
+
+
+def ledger_place(line: dict[str, Any]) -> str:
+    """The last line's column an input's report line falls in."""
+    kind = line["outcome"]
+    if kind == "dead_lettered":
+        return "dead-lettered"
+    if kind in ("routed", "review", "resolved"):
+        return kind
+    return "ignored"  # duplicate (routed once by its first line), updated, ignored, rejected: each with its reason
+
+
+def logged_failures(log_path: Path) -> dict[str, str]:
+    """The last reason the ticket intake logged per SQS message id: what a ticket the queue's
+    redrive policy moved to the DLQ failed of (the queue moves it without one; CloudWatch Logs has it)."""
+    reasons = {}
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if '"message_id"' in line and '"reason"' in line:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                reasons[entry["message_id"]] = str(entry["reason"])
+    return reasons
+
+
+def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path | None = None) -> dict[str, Any]:
+    """Where every input ended, and what is wrong: lost, delivered twice, dead-lettered without a reason."""
+    logged = logged_failures(log_path) if log_path else {}
+    for outcome in outcomes:
+        # The demo's stand-in when the DLQ message has no reason attribute: look in the function's log.
+        if outcome.problem and outcome.problem.endswith("(see .demo/lambda.log)"):
+            reason = logged.get(outcome.message_id or "")
+            outcome.problem = f"intake failed, moved to the DLQ by the queue's redrive policy: {reason}" if reason else ""
+    team_queues = {pipeline.queue_name(url) for url in pipeline.destinations.values()}
+    review_queue = pipeline.queue_name(pipeline.review_queue_url)
+    lines = [report_line(o) for o in outcomes]
+    lost, duplicated, no_reason = [], [], []
+    delivered_by_item: dict[str, int] = {}
+    for outcome, line in zip(outcomes, lines):
+        kind = line["outcome"]
+        teams = [q for q in outcome.queues if q in team_queues]
+        if kind == "routed" and not (teams or outcome.escalated):
+            lost.append(f"{outcome.item.source}: routed, but in no team queue and not escalated")
+        elif kind == "review" and review_queue not in outcome.queues and not teams and not outcome.audit:
+            lost.append(f"{outcome.item.source}: sent to review, but neither waiting in the review queue nor audited")
+        elif kind == "rejected" and not outcome.item.rejected:
+            lost.append(f"{outcome.item.source}: sent, then found nowhere ({outcome.reason or 'no reason'})")
+        elif kind == "dead_lettered" and not (line["reason"] or "").strip():
+            no_reason.append(f"{outcome.item.source}: dead-lettered without a reason")
+        if outcome.item.item_id and not outcome.duplicate_of and teams:
+            delivered_by_item[outcome.item.item_id] = delivered_by_item.get(outcome.item.item_id, 0) + len(teams)
+    duplicated = [f"{item_id}: delivered {count}x to team queues" for item_id, count in delivered_by_item.items()
+                  if count > 1]
+    return {"lines": lines, "totals": Counter(ledger_place(line) for line in lines),
+            "outcomes": Counter(line["outcome"] for line in lines), "lost": lost, "duplicated": duplicated,
+            "no_reason": no_reason}
+
+
+def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate: float, rng: random.Random) -> Counter[str]:
+    """Complete a share of the pending reviews, then send the same answer again: the second one
+    must be refused (the task token is spent) and the item delivered once."""
+    counts: Counter[str] = Counter()
+    pending = [o for o in outcomes if o.item.item_id in pipeline.pending_reviews and o.status == "RUNNING"
+               and not o.duplicate_of]
+    for outcome in pending:
+        if rng.random() >= rate:
+            continue
+        review = pipeline.pending_reviews[outcome.item.item_id]
+        answer = pipeline.complete_review(outcome)
+        counts["answered"] += 1
+        try:
+            pipeline.reviews.invoke({"task_token": review.review.task_token, "execution_name": review.review.execution_name,
+                                     "reviewer": "second-reviewer@example.com", "answers": answer["answers"],
+                                     "note": "the same review answered again (soak fault)"})
+            counts["second answer accepted"] += 1
+        except Exception:  # noqa: BLE001 - what must happen: the spent token is refused
+            counts["second answer refused"] += 1
+    return counts
+
+
+# ----------------------------------------------------------------------------------- run
+def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
+             report: Path | None = None, log_dir: Path = LOG_DIR) -> int:
+    from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
+
+    began = time.monotonic()
+
+    def progress(message: str) -> None:
+        print(f"[{time.monotonic() - began:6.1f}s] {message}", file=out, flush=True)
+
+    rng = random.Random(seed)
+    texts = build_inputs(n, rng)
+    items = [classify(f"soak:{number}", text, number) for number, text in enumerate(texts, start=1)]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as cleanup:
+        container = cleanup.enter_context(DecisionContainer(log_dir / "decision-server.log"))
+        moto = cleanup.enter_context(MotoServer())
+        proxy = FaultProxy(container.url, rate=faults, stub_share=stub_share, seed=seed + 1)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        cleanup.callback(proxy.shutdown)
+        cleanup.enter_context(patched_environ(local_aws_environ(moto, proxy.url)))
+        lambda_log = cleanup.enter_context(open(log_dir / "lambda.log", "w", encoding="utf-8"))
+        pipeline = LocalPipeline(log=lambda_log)
+        aws = AwsFaults(faults, seed + 2, pipeline.tickets.env["IDEMPOTENCY_TABLE_NAME"])
+        for function in (pipeline.tickets, pipeline.incidents, pipeline.webhooks):
+            function.env["ENDPOINT_READ_TIMEOUT_SECONDS"] = str(READ_TIMEOUT_SECONDS)
+            aws.wrap(function)
+        loaded = container.wait_ready()
+        progress(f"container ready in {loaded:.1f}s; {n} inputs, faults {faults:.0%} of calls each, seed {seed}, "
+                 f"stub share {stub_share:.0%} of endpoint calls")
+        started = time.monotonic()
+        with aws.installed():
+            outcomes = pipeline.run(items, timeout=max(300.0, n * 0.5))
+        reviews = answer_reviews_twice(pipeline, outcomes, faults, random.Random(seed + 3))
+        seconds = time.monotonic() - started
+        lambda_log.flush()
+        ledger = reconcile(pipeline, outcomes, log_dir / "lambda.log")
+    if report:
+        write_report(report, outcomes)
+    decisions = sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")
+    print(f"endpoint calls: {dict(sorted(proxy.counts.items()))}", file=out)
+    print("  (real: the decision container on the embedded model; stub: its latest real answer to the same question, "
+          "replayed; busy/timeout/slow: injected)", file=out)
+    print(f"AWS faults injected: {dict(sorted(aws.counts.items()))}", file=out)
+    print(f"reviews answered twice: {dict(sorted(reviews.items()))}", file=out)
+    print(f"outcomes: {dict(sorted(ledger['outcomes'].items()))}", file=out)
+    for problem in ledger["lost"] + ledger["duplicated"] + ledger["no_reason"]:
+        print(f"PROBLEM {problem}", file=out)
+    if reviews["second answer accepted"]:
+        print(f"PROBLEM {reviews['second answer accepted']} second review answer(s) accepted", file=out)
+    print(f"{seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; {decisions / seconds:.2f} model decisions/s",
+          file=out)
+    totals = ledger["totals"]
+    print(f"soak: {n} inputs; " + ", ".join(f"{place} {totals[place]}" for place in LEDGER_ORDER)
+          + f"; lost {len(ledger['lost'])}; duplicated {len(ledger['duplicated'])}; {n / seconds:.1f} items/s",
+          file=out, flush=True)
+    failed = ledger["lost"] or ledger["duplicated"] or ledger["no_reason"] or reviews["second answer accepted"]
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m local.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="inputs (default 2000)")
+    parser.add_argument("--faults", type=float, default=0.1, help="rate of each fault, per call (default 0.1)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--stub-share", type=float, default=0.8,
+                        help="share of the endpoint calls answered by replaying a real answer (default 0.8)")
+    parser.add_argument("--report", type=Path, help="one JSON line per input: what became of it")
+    parser.add_argument("--log-dir", type=Path, default=LOG_DIR)
+    args = parser.parse_args(argv)
+    return run_soak(args.n, args.faults, args.seed, args.stub_share, sys.stdout, args.report, args.log_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
