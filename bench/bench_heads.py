@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             head = question.learned_head
             if head is None:
                 continue
-            letters_only = question.model_copy()
-            letters_only._learned = None
+            letters_only = question.with_head(None)
             answers = [endpoint_answer(question, head, rng) for _ in states]
             timings = {}
             for label, q in (("letters", letters_only), ("head", question)):

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
         document["version"] = f"{policy_name}.{question_id}.{document['fit']['fitted_on']}.{digest}"
         results.append(report.QuestionResult(policy, question, fit, document,
-                                             report.score_test(policy, question, document, test, model, fit)))
+                                             report.score_test(question, document, test, model, fit)))
 
     changes = report.policy_changes(results, write=not args.dry_run)
     summary = report.build(results, changes, command="python -m training " + shlex.join(argv), model=model,

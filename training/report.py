@@ -38,13 +38,6 @@ class QuestionResult:
         return self.fit.name
 
 
-def _question_with(question: Any, head: Any) -> Any:
-    """The policy question with this head (or none) in place of the one it references."""
-    copy_ = question.model_copy()
-    copy_._learned = head
-    return copy_
-
-
 def _scores(probabilities: list[np.ndarray], gold: list[int], auto: list[bool], chosen: list[int],
             protected: Sequence[int]) -> dict:
     correct = [c == g for c, g in zip(chosen, gold)]
@@ -61,7 +54,7 @@ def _scores(probabilities: list[np.ndarray], gold: list[int], auto: list[bool], 
     }
 
 
-def score_test(policy: Any, question: Any, head_document: dict, examples: Sequence[Example], model: ModelInfo,
+def score_test(question: Any, head_document: dict, examples: Sequence[Example], model: ModelInfo,
                fit: QuestionFit) -> dict:
     """The test split side by side: the letters and the fitted head through the routing function
     itself (`judging.model_entry`, at the thresholds written), and the text-only classifier and
@@ -77,7 +70,7 @@ def score_test(policy: Any, question: Any, head_document: dict, examples: Sequen
     out: dict[str, Any] = {"decisions": len(examples)}
     readouts: dict[str, tuple[list[np.ndarray], list[bool], list[int]]] = {}
     for name, head in (("letters", None), ("head", Head.model_validate(head_document))):
-        q = _question_with(question, head)
+        q = question.with_head(head)
         entries = [model_entry(q, e.result(model), e.state) for e in examples]
         probabilities = [np.array([entry.probabilities[o] for o in e.option_ids]) for entry, e in zip(entries, examples)]
         chosen = [e.option_ids.index(entry.option_id) for entry, e in zip(entries, examples)]

@@ -28,9 +28,10 @@ import json
 import math
 from datetime import date
 from functools import cached_property
-from typing import Annotated, Any, Literal, Sequence
+from pathlib import Path
+from typing import Annotated, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from decision_contract import ModelInfo, softmax
 
@@ -220,13 +221,8 @@ class HeadFile(_Strict):
     sha256: Sha256
 
 
-def load_head(path: Any, sha256: str) -> Head:
+def load_head(file: Path, sha256: str) -> Head:
     """Read and check a head file; ValueError names the file and what is wrong."""
-    from pathlib import Path
-
-    from pydantic import ValidationError
-
-    file = Path(path)
     try:
         data = file.read_bytes()
     except OSError as error:

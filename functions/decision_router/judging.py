@@ -67,22 +67,24 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
                 skipped = "the endpoint returned no hidden state"
             elif len(result.hidden_state) != head.hidden_size:
                 skipped = f"hidden state of {len(result.hidden_state)} values; the head reads {head.hidden_size}"
-    ranked: list[int]
-    if head is not None and skipped is None:
+    applied = head if skipped is None else None
+    if applied is not None:
         if state is None:
             raise ValueError(f"question {question.id!r}: its head reads the evidence; pass the decision's state")
-        probabilities = head.probabilities(state, result.hidden_state, logits)
-        ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
+        probabilities = applied.probabilities(state, result.hidden_state, logits)
+    else:
+        probabilities = letters
+    ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])  # stable: option order on ties
+    top, second = ranked[0], ranked[1]
+    if applied is not None:
         # a head does not read the letters' share of the vocabulary: no mass check
-        thresholds = Thresholds(min_confidence=head.thresholds.min_confidence_for(question.options[ranked[0]].id),
-                                min_margin=head.thresholds.min_margin, min_allowed_token_mass=0.0)
+        thresholds = Thresholds(min_confidence=applied.thresholds.min_confidence_for(question.options[top].id),
+                                min_margin=applied.thresholds.min_margin, min_allowed_token_mass=0.0)
         readout = "head"
     else:
-        probabilities, thresholds, readout = letters, question.thresholds, "letters"
-        ranked = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])
+        thresholds, readout = question.thresholds, "letters"
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
-    top, second = ranked[0], ranked[1]
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
     reasons = threshold_reasons(conf, margin, result.allowed_token_mass, thresholds, tie)
     return DecisionEntry(
@@ -92,14 +94,14 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
         option_id=question.options[top].id,
         probabilities=dict(zip(question.option_ids, probabilities)),
         letter_probabilities=dict(zip(question.option_ids, letters)),
-        head_probabilities=dict(zip(question.option_ids, probabilities)) if readout == "head" else None,
-        head_version=head.version if readout == "head" and head is not None else None,
+        head_probabilities=dict(zip(question.option_ids, probabilities)) if applied is not None else None,
+        head_version=applied.version if applied is not None else None,
         head_skipped=skipped,
         confidence=conf,
         confidence_formula=question.confidence_formula.value,
         margin=margin,
         allowed_token_mass=result.allowed_token_mass,
-        temperature=head.temperature if readout == "head" and head is not None else question.temperature,
+        temperature=applied.temperature if applied is not None else question.temperature,
         thresholds=thresholds,
         passed=not reasons,
         reasons=reasons,

@@ -97,6 +97,13 @@ class Question(_Strict):
         """The head the policy references, loaded and checked; None when it has none."""
         return self._learned
 
+    def with_head(self, head: Head | None) -> "Question":
+        """This question with `head` deciding in place of the one it references (None: the letters
+        alone), for the fitter's test scoring, benchmarks and tests of the letter readout."""
+        other = self.model_copy(update={"head": None})
+        other._learned = head
+        return other
+
     @property
     def option_ids(self) -> list[str]:
         return [option.id for option in self.options]

@@ -100,12 +100,7 @@ def traces(monkeypatch) -> RecordingTracerProvider:
 def letters_only(policy):
     """A shipped policy as its letters alone decide it: tests of the letter readout and of
     thresholds use this, the heads have tests of their own (test_heads.py)."""
-    questions = []
-    for question in policy.questions:
-        copy = question.model_copy(update={"head": None})
-        copy._learned = None
-        questions.append(copy)
-    return policy.model_copy(update={"questions": questions})
+    return policy.model_copy(update={"questions": [question.with_head(None) for question in policy.questions]})
 
 
 def policy_files_beside(directory: Path) -> None:
