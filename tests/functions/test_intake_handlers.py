@@ -316,9 +316,10 @@ def test_container_400_detail_reaches_the_reviewer(tickets, stack, context, tick
 def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data, monkeypatch):
     app, stub = tickets
     stub.model_error(503)
-    stub.endpoint.base_delay = 1.0
-    monkeypatch.setattr("decision_router.adapters.endpoint.random.uniform", lambda low, high: high)  # backoff 1 s
-    context.remaining_ms = 11_800  # 1.8 s past the reserve: one attempt; after the backoff under 1 s is left
+    stub.endpoint.base_delay = stub.endpoint.max_delay = 8.0
+    monkeypatch.setattr("decision_router.adapters.endpoint.random.uniform", lambda low, high: high)  # backoff 8 s
+    # 6 s past the reserve: one attempt even on a loaded machine; after the 8 s backoff nothing is left.
+    context.remaining_ms = 16_000
     app.lambda_handler(ticket_event(ticket_data), context)
     stub.stubber.assert_no_pending_responses()
     (record,) = executions(stack).values()
@@ -367,13 +368,14 @@ def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ti
 def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goes_to_review(
         monkeypatch, stack, context, ticket_data, silent_server):
     """The very first call is bounded by the time left, not by the configured read timeout:
-    12.5 s left minus the 10 s kept for starting the workflow: the call waits at most 2 s."""
+    14.5 s left minus the 10 s kept for starting the workflow: the call waits at most 4 s (less when
+    the handler took long to get there: the margin keeps a loaded machine from skipping the call)."""
     from ticket_intake import app
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
     endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, max_attempts=4, sleep=lambda s: None)
     make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
-    context.remaining_ms = 12_500
+    context.remaining_ms = 14_500
 
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
 
@@ -382,7 +384,7 @@ def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goe
     error = record.decisions[0].error
     assert error.kind == "timeout" and error.attempts == 1
     waited = re.match(r"no answer within (\d+) s", error.message)
-    assert waited and 1 <= int(waited.group(1)) <= 2, error.message  # not the configured 30 s
+    assert waited and 1 <= int(waited.group(1)) <= 4, error.message  # not the configured 30 s
     assert "no time left for another attempt" in error.message
 
 
