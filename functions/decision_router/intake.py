@@ -17,6 +17,10 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+)
 
 from .config import Settings
 from .items import InvalidItem, Item, parse_item
@@ -110,13 +114,27 @@ class Intake:
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
         parts = self.parts  # built (and validated) before an idempotency record is taken
-        record = DecisionRecord.model_validate(parts.judge_once(item_key=item.key, item=item, deadline=deadline))
+        record = DecisionRecord.model_validate(self._judge_once(parts, item, deadline))
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)
         return summary
+
+    def _judge_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> dict:
+        """The item's decision, once per item key; decided without the idempotency store when the
+        store cannot be used. The store saves a second model call for a duplicate; routing stays once
+        per item without it (the execution is named after the item key). A lock left by an invocation
+        that died (it holds until that invocation's deadline, past Lambda's async retries) or a store
+        throttled beyond the SDK's retries would otherwise hold a valid item back until its DLQ."""
+        try:
+            return parts.judge_once(item_key=item.key, item=item, deadline=deadline)
+        except (IdempotencyAlreadyInProgressError, IdempotencyPersistenceLayerError) as error:
+            self.metrics.add_metric(name="DecidedWithoutIdempotency", unit=MetricUnit.Count, value=1)
+            self.logger.warning("idempotency store unusable; deciding without it (routing stays once per item)",
+                                extra={"item_id": item.item_id, "reason": f"{type(error).__name__}: {error}"})
+            return self.judge(item.key, item, deadline)
 
     def _observe_decision(self, record: DecisionRecord, endpoint_seconds: float | None) -> None:
         add = self.metrics.add_metric

@@ -257,6 +257,55 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     assert record.destination.target == "billing"  # the first route stands
 
 
+class InvocationEnded(BaseException):
+    """What a Lambda timeout is to the handler: it ends mid-item, no `except Exception` runs."""
+
+
+def idempotency_statuses(stack) -> list[str]:
+    table = stack.function_environment("TicketIntakeFunction")["IDEMPOTENCY_TABLE_NAME"]
+    return [row["status"]["S"] for row in boto3.client("dynamodb").scan(TableName=table)["Items"]]
+
+
+def test_a_lock_left_by_an_invocation_that_died_does_not_hold_the_ticket_back(
+        tickets, stack, context, ticket_data, monkeypatch, caplog):
+    """The dead invocation's in-progress record holds until its deadline (minutes, past Lambda's async
+    retries): the redelivery decides without the store, and routes the item once."""
+    app, stub = tickets
+
+    def dies(*args, **kwargs):
+        raise InvocationEnded("Task timed out")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stub.endpoint, "decide", dies)
+        with pytest.raises(InvocationEnded):
+            app.lambda_handler(ticket_event(ticket_data), context)
+    assert idempotency_statuses(stack) == ["INPROGRESS"]
+
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    assert list(executions(stack)) == [ticket_execution(ticket_data)]
+    (warning,) = [r for r in caplog.records if "deciding without it" in r.getMessage()]
+    assert warning.reason.startswith("IdempotencyAlreadyInProgressError")
+    assert len(stub.requests) == 1  # the dead invocation never reached the endpoint
+
+
+def test_an_idempotency_store_throttled_past_the_sdk_retries_does_not_hold_the_ticket_back(
+        tickets, stack, context, ticket_data, monkeypatch):
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from botocore.exceptions import ClientError
+
+    def throttled(*args, **kwargs):
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}},
+                          "PutItem")
+
+    app, stub = tickets
+    monkeypatch.setattr(DynamoDBPersistenceLayer, "_put_record", throttled)
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    (record,) = executions(stack).values()
+    assert record.route == "auto" and idempotency_statuses(stack) == []
+
+
 def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_traced(
         traces, tickets, stack, context, ticket_data):
     app, stub = tickets
