@@ -8,7 +8,9 @@
 workflow   Each record in the workflow DLQ starts a NEW execution with the same decision (the
            model is not asked again). The failed execution's name cannot be reused for 90 days,
            so the item's next attempt name is taken (`…-r2`). A record whose item has been routed
-           since (an execution of it running or succeeded) is only taken off the queue.
+           since (an execution of it running or succeeded) is only taken off the queue. A record
+           whose item was routed but not audited (`audit_missing`) gets its audit row written
+           (--audit-table), nothing else.
 tickets    Each ticket in the ticket DLQ goes back to the ticket queue; ticket intake decides it again.
 incidents  Each incident in the incident DLQ (Lambda's on-failure record, or EventBridge's
            undelivered event) is put on the bus again as "Incident Reported".
@@ -16,7 +18,7 @@ incidents  Each incident in the incident DLQ (Lambda's on-failure record, or Eve
 A message is deleted from its DLQ only once it was re-sent. A malformed message, or an item that
 would fail validation again, stays on its DLQ and is reported with the reason (exit status 1).
 Defaults come from the environment: WORKFLOW_DEAD_LETTER_QUEUE_URL, ROUTING_STATE_MACHINE_ARN,
-TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME
+AUDIT_TABLE_NAME, TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME
 (the stack's outputs of the same names, see README.md).
 """
 
@@ -76,6 +78,29 @@ def workflow_record(message: dict) -> tuple[DecisionRecord, str]:
     failure = body.get("error") or {}
     reason = f"{failure.get('Error', 'unknown error')}: {failure.get('Cause', '')}".strip().rstrip(":")
     return record, f"{body.get('execution_name', '?')} failed with {reason}"
+
+
+def missing_audit_row(message: dict) -> dict[str, str] | None:
+    """The audit row the workflow could not write for an item it routed (a workflow DLQ message
+    with `audit_missing`), field for field as its WriteAuditRecord state writes it; None for a
+    message of a failed route."""
+    body = _json(message["Body"])
+    if not isinstance(body, dict) or not body.get("audit_missing"):
+        return None
+    record, outcome = body.get("record"), body.get("outcome")
+    if not isinstance(record, dict) or not isinstance(outcome, dict) or "status" not in outcome:
+        raise Unusable("audit_missing without its 'record' and 'outcome'")
+    compact = {"separators": (",", ":")}  # as States.JsonToString writes
+    try:
+        return {"item_id": record["item_id"], "execution_name": body["execution_name"],
+                "item_kind": record["item_kind"], "outcome": outcome["status"],
+                "outcome_detail": json.dumps(outcome, **compact), "route": record["route"],
+                "route_reason": record["route_reason"], "policy_name": record["policy"]["name"],
+                "policy_version": record["policy"]["version"], "decisions": json.dumps(record["decisions"], **compact),
+                "item": json.dumps(record["item"], **compact), "decided_at": record["decided_at"],
+                "audited_at": body["failed_at"], "execution_arn": body["execution_arn"]}
+    except (KeyError, TypeError) as error:
+        raise Unusable(f"audit_missing: the message lacks {error}") from None
 
 
 def dead_ticket(message: dict) -> tuple[str, str]:
@@ -139,12 +164,22 @@ def redrive(queue, understand: Callable[[dict], Replay], *, limit: int, dry_run:
 
 def cmd_workflow(args, out: TextIO) -> int:
     from .adapters.queues import Queue
+    from .adapters.review import AuditTrail
     from .adapters.workflow import WorkflowStarter
 
     workflow = WorkflowStarter(_required(args.state_machine_arn, "--state-machine-arn", "ROUTING_STATE_MACHINE_ARN"))
 
     def understand(message: dict) -> Replay:
         record, reason = workflow_record(message)
+        row = missing_audit_row(message)
+        if row is not None:
+            audit = AuditTrail(_required(args.audit_table, "--audit-table", "AUDIT_TABLE_NAME"))
+
+            def write() -> str:
+                audit.write(row)
+                return f"routed by execution {row['execution_name']}; its audit row ({row['outcome']}) written"
+
+            return Replay(f"{record.item_kind} {record.item_id}", f"{reason} (only the audit)", write)
 
         def send() -> str:
             name, started = workflow.start(record)
@@ -205,7 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="DLQ")
     specs = [
         ("workflow", cmd_workflow, "the workflow DLQ: start each record as a new execution",
-         [("--state-machine-arn", "routing state machine (default: ROUTING_STATE_MACHINE_ARN)")]),
+         [("--state-machine-arn", "routing state machine (default: ROUTING_STATE_MACHINE_ARN)"),
+          ("--audit-table", "the audit table, for routed items whose audit is missing (default: AUDIT_TABLE_NAME)")]),
         ("tickets", cmd_tickets, "the ticket DLQ: back to the ticket queue",
          [("--queue-url", "ticket queue (default: TICKET_QUEUE_URL)")]),
         ("incidents", cmd_incidents, "the incident DLQ: back on the bus as Incident Reported",

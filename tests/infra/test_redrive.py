@@ -127,6 +127,32 @@ def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipel
     assert "nothing to redrive" in capsys.readouterr().out
 
 
+def test_redrive_writes_the_missing_audit_row_of_a_routed_item_and_routes_nothing(pipeline, capsys):
+    from tests.infra.test_routing_workflow import remove_audit_table
+
+    table = remove_audit_table(pipeline)
+    record = pipeline.record("ticket", "T-6006", route="auto", answers={"queue": "sales"})
+    assert pipeline.wait(pipeline.start(record))["status"] == "SUCCEEDED"
+    assert list(pipeline.queues_holding("T-6006")) == ["sales"]
+    pipeline.dynamodb.create_table(**table)
+    dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
+
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn,
+                         "--audit-table", table["TableName"]]) == 0
+
+    assert "audit row (auto_routed) written" in capsys.readouterr().out
+    (audit,) = pipeline.audit("T-6006")
+    assert audit["outcome"] == "auto_routed" and json.loads(audit["decisions"]) == record["decisions"]
+    # The same row the workflow writes: audit another item normally and compare the fields.
+    other = pipeline.record("ticket", "T-6008", route="auto", answers={"queue": "sales"})
+    assert pipeline.wait(pipeline.start(other))["status"] == "SUCCEEDED"
+    (written,) = pipeline.audit("T-6008")
+    assert set(audit) == set(written)
+    assert json.loads(audit["outcome_detail"]).keys() == json.loads(written["outcome_detail"]).keys()
+    assert pipeline.queues_holding("T-6006") == {} and len(executions(pipeline)) == 2  # nothing routed again
+    assert pipeline.messages(dlq) == []
+
+
 def test_redrive_leaves_a_malformed_dead_letter_where_it_is_and_says_why(pipeline, capsys):
     dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
     pipeline.sqs.send_message(QueueUrl=dlq, MessageBody='{"record": {"item_id": "x"}}')

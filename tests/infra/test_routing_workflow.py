@@ -184,16 +184,43 @@ def test_an_unknown_route_is_dead_lettered_not_dropped(pipeline):
     assert pipeline.queues_holding("T-5005") == {}
 
 
-def test_a_failing_audit_write_is_dead_lettered_once_without_looping(pipeline):
-    pipeline.dynamodb.delete_table(TableName=pipeline.env["AUDIT_TABLE_NAME"])
+def remove_audit_table(pipeline) -> dict:
+    """Delete the audit table (every write to it fails); returns what recreates it."""
+    name = pipeline.env["AUDIT_TABLE_NAME"]
+    table = pipeline.dynamodb.describe_table(TableName=name)["Table"]
+    pipeline.dynamodb.delete_table(TableName=name)
+    indexes = [{key: index[key] for key in ("IndexName", "KeySchema", "Projection")}
+               for index in table.get("GlobalSecondaryIndexes", [])]
+    return {"TableName": name, "KeySchema": table["KeySchema"], "AttributeDefinitions": table["AttributeDefinitions"],
+            "BillingMode": "PAY_PER_REQUEST", **({"GlobalSecondaryIndexes": indexes} if indexes else {})}
+
+
+def test_a_failing_audit_write_after_delivery_keeps_the_item_routed_and_dead_letters_only_the_audit(pipeline):
+    """Delivered, then the audit write fails past its retries: the execution still succeeds (a
+    re-sent item or a redrive must not deliver it again) and the workflow DLQ holds what the audit
+    row needs, marked audit_missing."""
+    remove_audit_table(pipeline)
     record = pipeline.record("ticket", "T-6006", route="auto", answers={"queue": "sales"})
 
     execution = pipeline.wait(pipeline.start(record))
 
-    assert execution["status"] == "FAILED"
-    assert list(pipeline.queues_holding("T-6006")) == ["sales"]  # delivered before the audit failed
+    assert execution["status"] == "SUCCEEDED"
+    assert list(pipeline.queues_holding("T-6006")) == ["sales"]  # delivered once, before the audit failed
     (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
-    assert dead_letter["error"]["Error"].startswith("DynamoDB.")
+    assert dead_letter["audit_missing"] is True and dead_letter["error"]["Error"].startswith("DynamoDB.")
+    assert dead_letter["outcome"]["status"] == "auto_routed" and dead_letter["record"] == record
+
+
+def test_a_failing_audit_write_of_a_failed_route_is_dead_lettered_once_without_looping(pipeline):
+    remove_audit_table(pipeline)
+    record = pipeline.record("ticket", "T-6007", route="auto", answers={"queue": "sales"})
+    pipeline.sqs.delete_queue(QueueUrl=record["destination"]["queue_url"])
+
+    execution = pipeline.wait(pipeline.start(record))
+
+    assert execution["status"] == "FAILED"
+    (dead_letter,) = pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    assert dead_letter["error"]["Error"] == "SQS.SdkClientException" and "audit_missing" not in dead_letter
 
 
 

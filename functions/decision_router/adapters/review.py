@@ -152,6 +152,10 @@ class AuditTrail(AwsAdapter):
                                      ExpressionAttributeValues={":i": {"S": item_id}})
         return [_strings(row) for row in response["Items"]]
 
+    def write(self, row: dict[str, str]) -> None:
+        """Write one row (every field a string), as the workflow's audit state does."""
+        self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.items()})
+
     def row(self, item_id: str, execution_name: str) -> dict[str, str] | None:
         found = self.client.get_item(TableName=self.table_name, Key={
             "item_id": {"S": item_id}, "execution_name": {"S": execution_name}}).get("Item")
