@@ -29,20 +29,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TextIO
 
 from local.cloudformation import REPO_ROOT, Stack
 
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview
     from decision_router.records import DecisionEntry, DecisionRecord
+    from local.lambdas import BatchReport
 
 EVENTS = REPO_ROOT / "events"
 DEFAULT_ITEMS = (EVENTS / "tickets.jsonl", EVENTS / "incidents.jsonl")
@@ -161,6 +165,8 @@ class Outcome:
     note: str | None = None  # why (source_outcome)
     duplicate_of: str | None = None  # the input line whose execution this one joined (same item key)
     message_id: str | None = None  # the SQS message id it was sent as (a ticket)
+    delivered_by: list[str] = field(default_factory=list)  # the executions whose messages reached team queues
+    audit_missing: str | None = None  # routed, but the workflow could not write its audit row (why)
 
     @property
     def route(self) -> str:
@@ -187,10 +193,11 @@ class LocalPipeline:
     """template.yaml's resources in the moto server boto3 points at, and the three functions.
     Construct it inside `local.services.local_aws_environ` (boto3 reads the endpoints then)."""
 
-    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME):
+    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME, concurrency: int = 1):
+        """`concurrency`: execution environments per intake function (Lambda scaling out)."""
         import boto3
 
-        from local.lambdas import LocalFunction, SqsEventSource
+        from local.lambdas import FunctionPool, LocalFunction, SqsEventSource
 
         self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
                                             "PagerDutyEventBusName": PAGERDUTY_BUS}).create()
@@ -200,6 +207,11 @@ class LocalPipeline:
         self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log)
         self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log)
         self.ticket_source = SqsEventSource(self.tickets, self.sqs)
+        self.ticket_pool = FunctionPool(self.tickets, concurrency)
+        self.incident_pool = FunctionPool(self.incidents, concurrency)
+        self.concurrency = concurrency
+        # What a rule delivered is read back from its stand-in queue: one put and read at a time.
+        self._bus = threading.Lock()
         env = self.tickets.env
         self.destinations: dict[str, str] = json.loads(env["DESTINATION_QUEUES"])
         self.review_queue_url = env["REVIEW_QUEUE_URL"]
@@ -237,8 +249,12 @@ class LocalPipeline:
                 f"{count['AWS::Serverless::StateMachine']} state machine (the real ASL)")
 
     # ------------------------------------------------------------------------------ sending
-    def run(self, items: list[InputItem], progress: Progress = lambda _: None, timeout: float = 120) -> list[Outcome]:
-        """Send every item through its intake, wait for the workflow, read back where it ended up."""
+    def run(self, items: list[InputItem], progress: Progress = lambda _: None, timeout: float = 120, *,
+            redelivery_seconds: int = 0, retry_delays: Sequence[float] = ()) -> list[Outcome]:
+        """Send every item through its intake, wait for the workflow, read back where it ended up.
+        A failed ticket is visible again after `redelivery_seconds`, a failed event retried after
+        `retry_delays`."""
+        self.redelivery_seconds, self.retry_delays = redelivery_seconds, tuple(retry_delays)
         outcomes = [Outcome(item, problem=f"rejected: {item.rejected}" if item.rejected else None) for item in items]
         webhooks = [o for o in outcomes if o.item.via.startswith("webhook:")]
         tickets = [o for o in outcomes if o.item.kind == "ticket" and o not in webhooks]
@@ -251,10 +267,11 @@ class LocalPipeline:
             self._post_webhook(outcome, progress)
         if tickets or webhooks:
             self._send_tickets(tickets, progress)
-        for outcome in incidents:
-            self._send_incident(outcome, progress)
-        for outcome in events:
-            self._send_event(outcome, progress)
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="async-invoke") as pool:
+            sent = [pool.submit(self._send_incident, o, progress) for o in incidents]
+            sent += [pool.submit(self._send_event, o, progress) for o in events]
+            for future in sent:
+                future.result()
         self._settle(outcomes, timeout)
         return outcomes
 
@@ -272,11 +289,14 @@ class LocalPipeline:
         progress(f"sent {len(outcomes)} ticket(s) to the ticket queue (webhook tickets are there already); "
                  "ticket intake takes batches of "
                  f"{self.ticket_source.batch_size}")
-        batch = 0
-        while (report := self.ticket_source.poll_once()) is not None:
-            batch += 1
+        batches = itertools.count(1)
+
+        def on_batch(report: BatchReport) -> None:
             failed = f", {report.failed} failed (redelivered until the DLQ takes them)" if report.failed else ""
-            progress(f"ticket batch {batch}: {report.messages} message(s) in {report.seconds:.1f}s{failed}")
+            progress(f"ticket batch {next(batches)}: {report.messages} message(s) in {report.seconds:.1f}s{failed}")
+
+        self.ticket_source.drain(self.ticket_pool.functions, redelivery_seconds=self.redelivery_seconds,
+                                 on_batch=on_batch)
         # Read back the DLQ: invalid tickets are parked there by the intake (the reason and the
         # original message id in the attributes), others moved by the queue's redrive policy.
         dead_letter_url = self._ticket_dead_letter_queue()
@@ -294,13 +314,16 @@ class LocalPipeline:
         started = time.monotonic()
         entry = {"EventBusName": self.bus_name, "Source": INCIDENT_SOURCE, "DetailType": "Incident Reported",
                  "Detail": outcome.item.text}
-        response = self.events.put_events(Entries=[entry])
+        with self._bus:
+            response = self.events.put_events(Entries=[entry])
+            # The template's rule (pattern and all) decides what reaches the function.
+            delivered = [] if response["FailedEntryCount"] else self.stack.rule_events(INCIDENT_FUNCTION, self.incident_event)
         if response["FailedEntryCount"]:
             outcome.problem = f"EventBridge refused the event: {response['Entries'][0].get('ErrorMessage')}"
             return
-        # The template's rule (pattern and all) decides what reaches the function.
-        for event in self.stack.rule_events(INCIDENT_FUNCTION, self.incident_event):
-            result = invoke_async(self.incidents, event, self.sqs)
+        for event in delivered:
+            with self.incident_pool.borrowed() as function:
+                result = invoke_async(function, event, self.sqs, self.retry_delays)
             if not result.ok:
                 outcome.problem = f"intake failed {result.attempts}x: {result.error}"
                 if result.dead_letter_queue_url:
@@ -318,20 +341,23 @@ class LocalPipeline:
         source, detail_type = str(event["source"]), str(event["detail-type"])
         bus = (self.bus_name if detail_type == "Incident Reported" else
                PAGERDUTY_BUS if source.startswith("aws.partner/pagerduty.com/") else "default")
-        response = self.events.put_events(Entries=[{
-            "EventBusName": bus, "Source": source, "DetailType": detail_type,
-            "Detail": json.dumps(event.get("detail", {})), "Resources": event.get("resources", [])}])
+        with self._bus:
+            response = self.events.put_events(Entries=[{
+                "EventBusName": bus, "Source": source, "DetailType": detail_type,
+                "Detail": json.dumps(event.get("detail", {})), "Resources": event.get("resources", [])}])
+            delivered = [] if response["FailedEntryCount"] else [
+                e for rule in self.incident_rules for e in self.stack.rule_events(*rule)]
         if response["FailedEntryCount"]:
             outcome.problem = f"EventBridge refused the event: {response['Entries'][0].get('ErrorMessage')}"
             return
-        delivered = [e for rule in self.incident_rules for e in self.stack.rule_events(*rule)]
         if not delivered:
             why = (f"no rule of template.yaml takes {source!r} {detail_type!r} (not an incident source, or its "
                    "source parameter is off)")
             outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
             return
         raw = {"version": "0", "account": self.stack.account_id, "region": self.stack.region, "resources": [], **event}
-        result = invoke_async(self.incidents, raw, self.sqs)
+        with self.incident_pool.borrowed() as function:
+            result = invoke_async(function, raw, self.sqs, self.retry_delays)
         if not result.ok:
             outcome.problem = f"intake failed {result.attempts}x: {result.error}"
             if result.dead_letter_queue_url:
@@ -457,13 +483,17 @@ class LocalPipeline:
     def read_back(self, outcomes: list[Outcome]) -> None:
         """Drain the destination queues, the on-call pages and the workflow DLQ; look up audits."""
         held: dict[str, list[str]] = {}
+        delivered_by: dict[str, list[str]] = {}
         for url in self.destinations.values():
             for message in self._drain(url):
                 held.setdefault(message["item_id"], []).append(self.queue_name(url))
+                delivered_by.setdefault(message["item_id"], []).append(str(message.get("execution_name")))
         workflow_dlq = self.stack.resolve(
             self.stack.properties(self._state_machine_id())["DefinitionSubstitutions"]["WorkflowDeadLetterQueueUrl"])
-        failed = {json.loads(m["Body"])["record"]["item_id"]: json.loads(m["Body"]).get("error")
-                  for m in self._drain_raw(workflow_dlq)}
+        failed, unaudited = {}, {}
+        for message in self._drain_raw(workflow_dlq):
+            body = json.loads(message["Body"])
+            (unaudited if body.get("audit_missing") else failed)[body["record"]["item_id"]] = body.get("error")
         escalated = {json.loads(m["Body"])["item_id"] for url in self.page_queues for m in self._drain_raw(url)}
         review_queue = self.queue_name(self.review_queue_url)
         for outcome in outcomes:
@@ -472,11 +502,14 @@ class LocalPipeline:
                 continue
             outcome.queues = [q for q in outcome.queues if q != review_queue]
             outcome.queues += held.pop(item_id, [])
+            outcome.delivered_by += delivered_by.pop(item_id, [])
             if item_id in self.pending_reviews and outcome.status == "RUNNING":
                 outcome.queues.append(review_queue)
             if item_id in failed:
                 outcome.queues.append(self.queue_name(workflow_dlq))
                 outcome.problem = f"workflow failed: {failed.pop(item_id)}"
+            if item_id in unaudited:  # routed; the workflow DLQ holds its audit row for `make redrive`
+                outcome.audit_missing = str(unaudited.pop(item_id))
             outcome.escalated = outcome.escalated or item_id in escalated
             outcome.audit = self.audit(item_id)
 

@@ -8,14 +8,24 @@
    delivered twice) and invalid lines (a ticket without its body, an incident with an unknown
    severity, a line that is not JSON).
 2. Runs them through `local.demo.LocalPipeline` (real decision container on the embedded model,
-   moto server, the real handlers and workflow) with faults injected, each at FAULTS of its calls:
+   moto server, the real handlers and workflow; CONCURRENCY execution environments per intake)
+   with faults injected, each at FAULTS of its calls:
    - the endpoint, through `FaultProxy` on loopback in front of the container: 503 busy with
-     Retry-After, no answer within the read timeout, a slow answer;
-   - the functions' own AWS calls (`AwsFaults`, around botocore's client call in this process):
-     StartExecution throttled (ThrottlingException), DynamoDB throttled on the idempotency table
-     (ProvisionedThroughputExceededException), and an invocation that dies mid-batch right after
-     it started an execution (its whole batch, or event, is delivered again);
+     Retry-After, no answer within the read timeout, a slow answer; and the container is
+     restarted once, when 40 % of the expected calls are through (503 while it loads);
+   - AWS calls (`AwsFaults`, at botocore's HTTP send: below the SDK's retries, as a throttled
+     request reaches a Lambda function's boto3 client): StartExecution throttled
+     (ThrottlingException), DynamoDB throttled (ProvisionedThroughputExceededException) on the
+     idempotency table and on the audit table (the workflow's own PutItem, whose Retry then
+     applies); a twentieth of the throttles last OUTAGE_SECONDS for that API, past the SDK's
+     retries; and an invocation that dies right after it started an execution (its whole
+     batch, or event, is delivered again);
    - a review answered twice (the second answer must be refused, the item delivered once).
+   Lambda's clock runs faster here (`FUNCTION_TIMEOUT_SECONDS`, `REDELIVERY_SECONDS`,
+   `ASYNC_RETRY_SECONDS`), in the template's proportions: a failed ticket is redelivered after
+   the invocation's timeout has passed, an event is retried before it.
+   Faults are drawn per call from the seed and what the call is about (its item, its attempt),
+   not from call order, so concurrent runs of one seed draw the same faults.
 3. Reconciles a ledger from what the stack holds (team queues, escalation pages, review queue,
    DLQs with their reasons, audit table, executions): where every input ended. Exits 1 when an
    input is lost, delivered twice to a team queue, or dead-lettered without a reason.
@@ -23,7 +33,9 @@
 Volume on 2 cores: the embedded model takes ~0.5-1.5 s a decision, so with --stub-share S the proxy
 answers that share of the endpoint calls itself by replaying the container's latest real answer
 to the same question (the numbers of another item: for volume, not accuracy). The output says how
-many calls each answered. The last line is for scripts:
+many calls each answered. `--load 2` is the overload check instead: every call real, and twice as
+many execution environments as requests the container holds at once (in its sequences and its
+queue; past that it answers 503 busy). The last line is for scripts:
     soak: 2000 inputs; routed 812, review 903, resolved 41, ignored 60, dead-lettered 184; lost 0; duplicated 0; 3.1 items/s
 """
 
@@ -31,8 +43,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import random
+import re
 import sys
 import threading
 import time
@@ -41,7 +55,7 @@ from collections import Counter
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import httpx
 
@@ -63,6 +77,38 @@ SOURCE_IDENTIFIERS = ("checkout-api-5xx-rate", "orders-queue-depth", "orders-pri
                       "T-2001", "48213", "SUP-1187")
 #: Share of the inputs by kind (the rest are labelled tickets and incidents).
 RAW_SHARE, DUPLICATE_SHARE, INVALID_SHARE = 0.15, 0.05, 0.05
+#: Lambda's clock, faster: the invocation's timeout (the template's 300 s), when a failed ticket is
+#: visible again (the queue's 1,800 s: after the invocation's timeout, so after its idempotency
+#: lock) and when an event is retried (Lambda's about 1 and 2 minutes: within the timeout).
+FUNCTION_TIMEOUT_SECONDS = 30.0
+REDELIVERY_SECONDS = 35
+ASYNC_RETRY_SECONDS = (6.0, 12.0)
+#: A throttle outage outlasts the SDK's retries (standard mode, its default: 3 attempts within ~3 s).
+OUTAGE_SECONDS = 5.0
+#: The share of the throttled calls that begin an outage.
+OUTAGE_SHARE = 1 / 20
+#: When the container is restarted: after this share of the expected endpoint calls.
+RESTART_AT = 0.4
+#: The overload check: the container holds this many requests at once, in sequences and queue.
+LOAD_PARALLEL_SEQUENCES, LOAD_QUEUE_SIZE = 2, 2
+CONCURRENCY = 4
+
+
+class Draws:
+    """Seeded uniform draws keyed by what a call is about and how often it was made, not by call
+    order: concurrent runs of a seed draw the same fault for the same call."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.lock = threading.Lock()
+        self.seen: Counter[tuple[str, ...]] = Counter()
+
+    def uniform(self, *key: str) -> float:
+        with self.lock:
+            self.seen[key] += 1
+            nth = self.seen[key]
+        digest = hashlib.blake2b(repr((self.seed, key, nth)).encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2 ** 64
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -124,22 +170,30 @@ class FaultProxy(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, upstream: str, *, rate: float, stub_share: float, seed: int):
+    def __init__(self, upstream: str, *, rate: float, stub_share: float, seed: int,
+                 restart: tuple[int, Callable[[], None]] | None = None):
+        """`restart`: after this many endpoint calls, call this."""
         super().__init__((LOOPBACK, 0), _ProxyHandler)
         self.upstream, self.rate, self.stub_share = upstream, rate, stub_share
-        self.rng = random.Random(seed)
+        self.draws = Draws(seed)
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.latest: dict[tuple[str, tuple[str, ...], bool], dict[str, Any]] = {}  # question -> last real result
         self.client = httpx.Client(timeout=120)
+        self.restart, self.calls = restart, 0  # `restart` returns at once (it signals the container's keeper)
+        self.down = threading.Event()  # set while the container restarts: no call is answered, stub or real
 
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.server_address[1]}"
 
-    def plan(self) -> tuple[str, float]:
+    def plan(self, body: bytes) -> tuple[str, float]:
+        call = hashlib.sha256(body).hexdigest()
+        roll, stub = self.draws.uniform("endpoint", call), self.draws.uniform("stub", call)
         with self.lock:
-            roll, stub = self.rng.random(), self.rng.random()
+            self.calls += 1
+            if self.restart and self.calls == self.restart[0]:
+                self.restart[1]()
         if roll < self.rate:
             return "busy", 0.0
         if roll < 2 * self.rate:
@@ -147,6 +201,17 @@ class FaultProxy(ThreadingHTTPServer):
         if roll < 3 * self.rate:
             return "slow", SLOW_SECONDS
         return ("stub" if stub < self.stub_share else "real"), 0.0
+
+    def forward(self, path: str, body: bytes, content_type: str) -> httpx.Response:
+        """POST to the container; a kept-alive connection the container has closed meanwhile is
+        retried once on a new one (that is the proxy's connection, not a fault)."""
+        for attempt in (1, 2):
+            try:
+                return self.client.post(self.upstream + path, content=body, headers={"content-type": content_type})
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def replay(self, body: bytes) -> bytes | None:
         """The latest real answers to these questions, under this request's decision ids."""
@@ -194,7 +259,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        fault, seconds = self.server.plan() if self.path.endswith("/invocations") else ("real", 0.0)
+        fault, seconds = self.server.plan(body) if self.path.endswith("/invocations") else ("real", 0.0)
         self.server.counts[fault] += 1
         if fault == "busy":
             error = {"error": {"code": "busy", "message": "the model context stayed busy (soak fault)", "retryable": True}}
@@ -204,14 +269,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if fault == "timeout":  # the client gave up before this: the container is spared the work
             self._answer(504, b'{"error": {"code": "timeout", "message": "soak fault"}}')
             return
-        if fault == "stub" and (replayed := self.server.replay(body)) is not None:
+        if fault == "stub" and not self.server.down.is_set() and (replayed := self.server.replay(body)) is not None:
             self._answer(200, replayed)
             return
         if fault == "stub":
             self.server.counts["stub"] -= 1
             self.server.counts["real, nothing to replay yet"] += 1
-        upstream = self.server.client.post(self.server.upstream + self.path, content=body,
-                                           headers={"content-type": self.headers.get("content-type", "application/json")})
+        try:
+            if self.server.down.is_set():
+                raise httpx.ConnectError("the container is restarting")
+            upstream = self.server.forward(self.path, body, self.headers.get("content-type", "application/json"))
+        except httpx.TransportError as error:  # the container is restarting: no instance answers
+            self.server.counts["container down"] += 1
+            down = {"error": {"code": "unavailable", "retryable": True,
+                              "message": f"the model container is not answering (restarting): {type(error).__name__}"}}
+            self._answer(503, json.dumps(down).encode(), headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            return
         if upstream.status_code == 200:
             self.server.remember(body, upstream.content)
         self._answer(upstream.status_code, upstream.content, headers={
@@ -235,64 +308,135 @@ class InvocationDied(BaseException):
 
 
 class AwsFaults:
-    """Throttles the functions' own AWS calls (only while a handler runs, in this thread: moto's
-    Step Functions interpreter calls back from its server threads and is left alone), seeded."""
+    """Throttles AWS calls at botocore's HTTP send, below the SDK's retries: a throttled request
+    is retried by the caller's client as in AWS (the functions' boto3 clients; the workflow's
+    DynamoDB task, whose client moto builds without retries, by the state's Retry). Seeded per
+    call (`Draws`); at `outage_share` of the throttled calls the throttle lasts OUTAGE_SECONDS for
+    that API."""
 
-    THROTTLED = {("stepfunctions", "StartExecution"): "ThrottlingException",
+    THROTTLED = {("states", "StartExecution"): "ThrottlingException",
                  ("dynamodb", "PutItem"): "ProvisionedThroughputExceededException",
                  ("dynamodb", "UpdateItem"): "ProvisionedThroughputExceededException",
-                 ("dynamodb", "GetItem"): "ProvisionedThroughputExceededException"}
+                 ("dynamodb", "GetItem"): "ProvisionedThroughputExceededException",
+                 ("dynamodb", "DeleteItem"): "ProvisionedThroughputExceededException"}
 
-    def __init__(self, rate: float, seed: int, idempotency_table: str):
-        self.rate, self.rng = rate, random.Random(seed)
-        self.idempotency_table = idempotency_table
+    def __init__(self, rate: float, seed: int, tables: dict[str, str], outage_share: float = OUTAGE_SHARE):
+        """`tables`: the DynamoDB tables to throttle, by table name -> what the counts call it."""
+        self.rate, self.draws, self.tables, self.outage_share = rate, Draws(seed), tables, outage_share
         self.counts: Counter[str] = Counter()
-        self.in_handler = False
+        self.outages: dict[tuple[str, str, str], float] = {}  # API -> until (monotonic)
+        self.lock = threading.Lock()
+
+    def fault(self, service: str, operation: str, body: bytes) -> str | None:
+        """The error code to answer this request with, or None to send it."""
+        code = self.THROTTLED.get((service, operation))
+        if code is None:
+            return None
+        data = _json(body)
+        table = str(data.get("TableName", ""))
+        if service == "dynamodb" and table not in self.tables:
+            return None
+        api = (service, operation, self.tables.get(table, ""))
+        now = time.monotonic()
+        roll = self.draws.uniform(*api, _subject(data))
+        with self.lock:
+            if self.outages.get(api, 0.0) > now:
+                self.counts[f"{' '.join(filter(None, api))} {code} (outage)"] += 1
+                return code
+            if roll < self.rate * self.outage_share:
+                self.outages[api] = now + OUTAGE_SECONDS
+                self.counts[f"{' '.join(filter(None, api))} outages of {OUTAGE_SECONDS:g}s"] += 1
+            if roll < self.rate:
+                self.counts[f"{' '.join(filter(None, api))} {code}"] += 1
+                return code
+        return None
+
+    def dies_after(self, service: str, operation: str, body: bytes) -> bool:
+        """Whether the invocation that made this (successful) call dies right after it."""
+        if (service, operation) != ("states", "StartExecution") or not getattr(_invocation, "active", False):
+            return False
+        if self.draws.uniform("dies", _subject(_json(body))) >= self.rate:
+            return False
+        with self.lock:
+            self.counts["invocation died after StartExecution"] += 1
+        return True
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        from botocore.client import BaseClient
-        from botocore.exceptions import ClientError
+        from botocore.awsrequest import AWSResponse
+        from botocore.endpoint import Endpoint
 
-        original = BaseClient._make_api_call
+        original = Endpoint._send
         faults = self
 
-        def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
-            service = client.meta.service_model.service_name
-            code = faults.THROTTLED.get((service, operation))
-            hit = faults.in_handler and threading.current_thread() is threading.main_thread() and code is not None
-            if hit and service == "dynamodb" and params.get("TableName") != faults.idempotency_table:
-                hit = False
-            if hit and faults.rng.random() < faults.rate:
-                faults.counts[f"{service} {operation} {code}"] += 1
-                raise ClientError({"Error": {"Code": code, "Message": "Rate exceeded (soak fault)"},
-                                   "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
-            response = original(client, operation, params)
-            if hit and operation == "StartExecution" and faults.rng.random() < faults.rate:
-                faults.counts["invocation died after StartExecution"] += 1
+        def send(endpoint: Any, request: Any) -> Any:
+            service = endpoint._endpoint_prefix
+            target = request.headers.get("X-Amz-Target", b"")
+            operation = (target.decode() if isinstance(target, bytes) else str(target)).rpartition(".")[2]
+            body = request.body if isinstance(request.body, bytes) else str(request.body or "").encode()
+            code = faults.fault(service, operation, body)
+            if code is not None:
+                error = json.dumps({"__type": code, "message": "Rate exceeded (soak fault)"}).encode()
+                return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0",
+                                                      "x-amzn-RequestId": str(uuid.uuid4())}, _Raw(error))
+            response = original(endpoint, request)
+            if response.status_code == 200 and faults.dies_after(service, operation, body):
                 raise InvocationDied("the invocation ended after it started an execution")
             return response
 
-        BaseClient._make_api_call = call  # type: ignore[method-assign]
+        Endpoint._send = send  # type: ignore[method-assign]
         try:
             yield
         finally:
-            BaseClient._make_api_call = original  # type: ignore[method-assign]
+            Endpoint._send = original  # type: ignore[method-assign]
 
     def wrap(self, function: Any) -> None:
-        """Mark the function's invocations; one that dies fails as Lambda reports it (a function error)."""
+        """Mark the function's invocations (only they can die); one that dies fails as Lambda
+        reports it (a function error)."""
         invoke = function.invoke
 
         def invoked(event: dict[str, Any]) -> Any:
-            self.in_handler = True
+            _invocation.active = True
             try:
                 return invoke(event)
             except InvocationDied as died:
                 raise RuntimeError(f"Task timed out: {died}") from None
             finally:
-                self.in_handler = False
+                _invocation.active = False
 
         function.invoke = invoked
+
+
+_invocation = threading.local()
+
+
+class _Raw:
+    """The body of an injected HTTP response, as botocore reads one."""
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.body
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    with contextlib.suppress(ValueError):
+        data = json.loads(body or b"{}")
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _subject(data: dict[str, Any]) -> str:
+    """What a request is about, stable across runs: the execution's name, the item's key."""
+    if "name" in data:
+        return str(data["name"])
+    record = data.get("Item") or data.get("Key") or {}
+    for key in ("id", "item_id"):
+        if isinstance(record.get(key), dict):
+            return str(next(iter(record[key].values())))
+    return ""
 
 
 # ----------------------------------------------------------------------------------- ledger
@@ -333,7 +477,7 @@ def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path |
     review_queue = pipeline.queue_name(pipeline.review_queue_url)
     lines = [report_line(o) for o in outcomes]
     lost, duplicated, no_reason = [], [], []
-    delivered_by_item: dict[str, int] = {}
+    delivered_by_item: dict[str, list[str]] = {}
     for outcome, line in zip(outcomes, lines):
         kind = line["outcome"]
         teams = [q for q in outcome.queues if q in team_queues]
@@ -345,13 +489,21 @@ def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path |
             lost.append(f"{outcome.item.source}: sent, then found nowhere ({outcome.reason or 'no reason'})")
         elif kind == "dead_lettered" and not (line["reason"] or "").strip():
             no_reason.append(f"{outcome.item.source}: dead-lettered without a reason")
-        if outcome.item.item_id and not outcome.duplicate_of and teams:
-            delivered_by_item[outcome.item.item_id] = delivered_by_item.get(outcome.item.item_id, 0) + len(teams)
-    duplicated = [f"{item_id}: delivered {count}x to team queues" for item_id, count in delivered_by_item.items()
-                  if count > 1]
+        if outcome.item.item_id and not outcome.duplicate_of and outcome.delivered_by:
+            delivered_by_item.setdefault(outcome.item.item_id, []).extend(outcome.delivered_by)
+    # At least once, as SQS: a second delivery under the same item key is one a consumer recognises
+    # (the execution's name carries the key; -r2 … are later attempts of the same key).
+    duplicated, redelivered = [], []
+    for item_id, names in delivered_by_item.items():
+        keys = {re.sub(r"-r\d+$", "", name) for name in names}
+        if len(keys) > 1:
+            duplicated.append(f"{item_id}: delivered {len(names)}x to team queues under {len(keys)} item keys")
+        elif len(names) > 1:
+            redelivered.append(f"{item_id}: delivered {len(names)}x under one item key ({', '.join(names)})")
+    unaudited = [f"{o.item.item_id}: {o.audit_missing}" for o in outcomes if o.audit_missing]
     return {"lines": lines, "totals": Counter(ledger_place(line) for line in lines),
             "outcomes": Counter(line["outcome"] for line in lines), "lost": lost, "duplicated": duplicated,
-            "no_reason": no_reason}
+            "redelivered": redelivered, "unaudited": unaudited, "no_reason": no_reason}
 
 
 def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate: float, rng: random.Random) -> Counter[str]:
@@ -378,7 +530,9 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
 
 # ----------------------------------------------------------------------------------- run
 def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
-             report: Path | None = None, log_dir: Path = LOG_DIR) -> int:
+             report: Path | None = None, log_dir: Path = LOG_DIR, *, concurrency: int = CONCURRENCY,
+             load: float | None = None, restart: bool = True) -> int:
+    """`load`: the overload check (every call real, `load` times the requests the container holds)."""
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     began = time.monotonic()
@@ -386,29 +540,68 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - began:6.1f}s] {message}", file=out, flush=True)
 
+    settings: dict[str, str] = {}
+    if load:
+        settings = {"DECISION_PARALLEL_SEQUENCES": str(LOAD_PARALLEL_SEQUENCES), "DECISION_QUEUE_SIZE": str(LOAD_QUEUE_SIZE)}
+        concurrency, stub_share = max(1, round(load * (LOAD_PARALLEL_SEQUENCES + LOAD_QUEUE_SIZE))), 0.0
     rng = random.Random(seed)
     texts = build_inputs(n, rng)
     items = [classify(f"soak:{number}", text, number) for number, text in enumerate(texts, start=1)]
     log_dir.mkdir(parents=True, exist_ok=True)
+    restarts: list[float] = []
+    restart_now, finished = threading.Event(), threading.Event()
     with ExitStack() as cleanup:
-        container = cleanup.enter_context(DecisionContainer(log_dir / "decision-server.log"))
+        cleanup.callback(restart_now.set)  # last, after the container stopped: the keeper may end
+        cleanup.callback(finished.set)
+        container = cleanup.enter_context(DecisionContainer(log_dir / "decision-server.log", settings=settings))
         moto = cleanup.enter_context(MotoServer())
-        proxy = FaultProxy(container.url, rate=faults, stub_share=stub_share, seed=seed + 1)
+
+        def keeper() -> None:
+            """Restarts the container when asked, then lives as long as the run: the kernel stops
+            a child when the thread that started it ends (PR_SET_PDEATHSIG)."""
+            restart_now.wait()
+            if finished.is_set():
+                return
+            progress("restarting the decision container (its log: decision-server.log, then decision-server-2.log)")
+            proxy.down.set()
+            stopping = time.monotonic()
+            container.stop()
+            container.log_path = log_dir / "decision-server-2.log"
+            container.start().wait_ready()
+            proxy.down.clear()
+            restarts.append(time.monotonic() - stopping)
+            progress(f"the decision container answers again, {restarts[-1]:.1f}s after it was stopped")
+            finished.wait()
+
+        threading.Thread(target=keeper, name="container-keeper", daemon=True).start()
+        restart_after = (max(1, int(n * 0.8 * RESTART_AT)), restart_now.set) if restart else None
+        proxy = FaultProxy(container.url, rate=faults, stub_share=stub_share, seed=seed + 1, restart=restart_after)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         cleanup.callback(proxy.shutdown)
         cleanup.enter_context(patched_environ(local_aws_environ(moto, proxy.url)))
         lambda_log = cleanup.enter_context(open(log_dir / "lambda.log", "w", encoding="utf-8"))
-        pipeline = LocalPipeline(log=lambda_log)
-        aws = AwsFaults(faults, seed + 2, pipeline.tickets.env["IDEMPOTENCY_TABLE_NAME"])
-        for function in (pipeline.tickets, pipeline.incidents, pipeline.webhooks):
+        pipeline = LocalPipeline(log=lambda_log, concurrency=concurrency)
+        aws = AwsFaults(faults, seed + 2, {pipeline.tickets.env["IDEMPOTENCY_TABLE_NAME"]: "idempotency",
+                                           pipeline.audit_table: "audit"})
+        for function in pipeline.ticket_pool.functions + pipeline.incident_pool.functions + [pipeline.webhooks]:
             function.env["ENDPOINT_READ_TIMEOUT_SECONDS"] = str(READ_TIMEOUT_SECONDS)
+            function.timeout = FUNCTION_TIMEOUT_SECONDS
             aws.wrap(function)
         loaded = container.wait_ready()
         progress(f"container ready in {loaded:.1f}s; {n} inputs, faults {faults:.0%} of calls each, seed {seed}, "
-                 f"stub share {stub_share:.0%} of endpoint calls")
+                 f"stub share {stub_share:.0%} of endpoint calls, {concurrency} execution environment(s) per intake"
+                 + (f"; load {load:g}x: the container holds {LOAD_PARALLEL_SEQUENCES} sequences + {LOAD_QUEUE_SIZE} "
+                    "queued requests" if load else ""))
         started = time.monotonic()
+        steps = cleanup.enter_context(open(log_dir / "progress.log", "w", encoding="utf-8"))
+
+        def step(message: str) -> None:  # every batch and event, for a look afterwards
+            print(f"[{time.monotonic() - began:7.1f}s] {message}", file=steps, flush=True)
+
+        progress(f"routing; each batch and event in {log_dir / 'progress.log'}")
         with aws.installed():
-            outcomes = pipeline.run(items, timeout=max(300.0, n * 0.5))
+            outcomes = pipeline.run(items, step, timeout=max(300.0, n * 0.5), redelivery_seconds=REDELIVERY_SECONDS,
+                                    retry_delays=ASYNC_RETRY_SECONDS)
         reviews = answer_reviews_twice(pipeline, outcomes, faults, random.Random(seed + 3))
         seconds = time.monotonic() - started
         lambda_log.flush()
@@ -418,12 +611,18 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
     decisions = sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")
     print(f"endpoint calls: {dict(sorted(proxy.counts.items()))}", file=out)
     print("  (real: the decision container on the embedded model; stub: its latest real answer to the same question, "
-          "replayed; busy/timeout/slow: injected)", file=out)
+          "replayed; busy/timeout/slow: injected; container down: during its restart)", file=out)
+    if restarts:
+        print(f"container restarted once: no answers for {restarts[0]:.1f}s", file=out)
     print(f"AWS faults injected: {dict(sorted(aws.counts.items()))}", file=out)
     print(f"reviews answered twice: {dict(sorted(reviews.items()))}", file=out)
     print(f"outcomes: {dict(sorted(ledger['outcomes'].items()))}", file=out)
     for problem in ledger["lost"] + ledger["duplicated"] + ledger["no_reason"]:
         print(f"PROBLEM {problem}", file=out)
+    for note in ledger["redelivered"]:
+        print(f"redelivered {note}", file=out)
+    for note in ledger["unaudited"]:
+        print(f"routed, audit row in the workflow DLQ (make redrive DLQ=workflow writes it): {note}", file=out)
     if reviews["second answer accepted"]:
         print(f"PROBLEM {reviews['second answer accepted']} second review answer(s) accepted", file=out)
     print(f"{seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; {decisions / seconds:.2f} model decisions/s",
@@ -443,10 +642,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--stub-share", type=float, default=0.8,
                         help="share of the endpoint calls answered by replaying a real answer (default 0.8)")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY,
+                        help=f"execution environments per intake function (default {CONCURRENCY})")
+    parser.add_argument("--load", type=float, help="the overload check: every call real, this many times the "
+                        "requests the container holds at once (e.g. 2)")
+    parser.add_argument("--no-restart", action="store_true", help="do not restart the container mid-run")
     parser.add_argument("--report", type=Path, help="one JSON line per input: what became of it")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR)
     args = parser.parse_args(argv)
-    return run_soak(args.n, args.faults, args.seed, args.stub_share, sys.stdout, args.report, args.log_dir)
+    return run_soak(args.n, args.faults, args.seed, args.stub_share, sys.stdout, args.report, args.log_dir,
+                    concurrency=args.concurrency, load=args.load, restart=not args.no_restart)
 
 
 if __name__ == "__main__":
