@@ -122,13 +122,15 @@ fuzz: $(STAMP)
 # N inputs (labelled tickets and incidents, raw source events, duplicates, invalid lines) through
 # the local pipeline while endpoint and AWS faults happen at FAULTS of the calls each, seeded; then
 # a ledger of where every input ended. Exits 1 on anything lost, delivered twice or dead-lettered
-# without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume).
+# without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume);
+# CONCURRENCY: execution environments per intake (8); LOAD=2: the overload check (every call real,
+# twice the requests the container holds at once).
 N ?= 2000
 FAULTS ?= 0.1
 SEED ?= 7
 soak: $(STAMP)
 	$(PY) -m local.soak --n $(N) --faults $(FAULTS) --seed $(SEED) $(if $(STUB_SHARE),--stub-share $(STUB_SHARE)) \
-		$(if $(REPORT),--report "$(REPORT)")
+		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)")
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak

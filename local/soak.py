@@ -91,7 +91,8 @@ OUTAGE_SHARE = 1 / 20
 RESTART_AT = 0.4
 #: The overload check: the container holds this many requests at once, in sequences and queue.
 LOAD_PARALLEL_SEQUENCES, LOAD_QUEUE_SIZE = 2, 2
-CONCURRENCY = 4
+#: Execution environments per intake function (Lambda scales a function out as items arrive).
+CONCURRENCY = 8
 
 
 class Draws:
