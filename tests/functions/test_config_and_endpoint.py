@@ -7,7 +7,7 @@ from decision_router.config import ConfigError, Settings
 from decision_router.errors import EndpointFailure
 from decision_router.items import parse_item
 from decision_router.policies import build_decisions, load_policy
-from tests.functions.conftest import make_result
+from tests.functions.conftest import NO_CAPACITY_MESSAGE, make_result
 
 
 def test_settings_from_the_interface_variables():
@@ -99,12 +99,6 @@ def test_a_busy_endpoint_is_retried_no_sooner_than_its_retry_after(decisions):
 
 # --- scale to zero: the inference component and its "no capacity" answer ------------------------
 
-#: SageMaker's answer to a request that reaches an inference component with no copy (scaled to zero).
-NO_CAPACITY = ("Inference Component has no capacity to process this request. ApplicationAutoScaling may be "
-               "in-progress (if configured) or try to increase the capacity by invoking "
-               "UpdateInferenceComponentRuntimeConfig API.")
-
-
 def stubbed(inference_component: str = ""):
     import boto3
     from botocore.stub import ANY, Stubber
@@ -144,7 +138,7 @@ def test_no_capacity_is_its_own_kind_and_not_retried(decisions):
     endpoint, stubber, params = stubbed("decision-ic")
     with stubber:
         stubber.add_client_error("invoke_endpoint", service_error_code="ValidationError", http_status_code=400,
-                                 service_message=NO_CAPACITY, expected_params=params)
+                                 service_message=NO_CAPACITY_MESSAGE, expected_params=params)
         with pytest.raises(EndpointFailure) as info:
             endpoint.decide(decisions)
         stubber.assert_no_pending_responses()
