@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True, env_ignore_empty=True)
 
     endpoint_name: str = _env("DECISION_ENDPOINT_NAME")
+    # Set when the stack created a scale-to-zero endpoint: the model is this inference component.
+    inference_component_name: str = _env("ENDPOINT_INFERENCE_COMPONENT_NAME")
     state_machine_arn: str = _env("ROUTING_STATE_MACHINE_ARN")
     idempotency_table: str = _env("IDEMPOTENCY_TABLE_NAME")
     # NoDecode: the validator below parses the JSON, so its errors name the variable.

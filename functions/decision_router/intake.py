@@ -32,6 +32,11 @@ from .router import Outcome, Router
 RESERVED_SECONDS = 10.0
 #: How long a decision is kept for a duplicate of the same item (no second model call).
 IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
+#: Whether an item waits while a scaled-to-zero endpoint wakes (minutes) instead of going to review:
+#: tickets wait (SQS receives them again; review is not flooded after every idle period), incidents
+#: are urgent and go to review at once, the reason saying the endpoint is waking up (so does any
+#: other kind, as for every endpoint failure).
+WAITS_FOR_CAPACITY = {"ticket": True, "incident": False}
 #: What the intake needs from the environment (README.md, "Function environment").
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
                      "review_queue_url", "policy_name")
@@ -79,11 +84,13 @@ class Intake:
         if policy.item_kind != self.kind:
             raise RuntimeError(f"POLICY_NAME={s.policy_name!r} decides {policy.item_kind}s; this function takes {self.kind}s")
         self.metrics.set_default_dimensions(policy=policy.name)
-        endpoint = self._endpoint or DecisionEndpoint(s.endpoint_name, read_timeout=s.endpoint_read_timeout_seconds,
+        endpoint = self._endpoint or DecisionEndpoint(s.endpoint_name, inference_component=s.inference_component_name,
+                                                      read_timeout=s.endpoint_read_timeout_seconds,
                                                       max_attempts=s.endpoint_max_attempts)
         router = Router(policy, endpoint, self._workflow or WorkflowStarter(s.state_machine_arn),
                         destinations=s.destination_queues, review_queue_url=s.review_queue_url,
-                        review_timeout_seconds=s.review_timeout_seconds)
+                        review_timeout_seconds=s.review_timeout_seconds,
+                        wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False))
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
         # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,

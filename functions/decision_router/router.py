@@ -4,6 +4,9 @@ What never gets lost, and how:
 - Endpoint failures (after the adapter's retries) do not fail the item: every question the model
   should have answered becomes an `endpoint_error` decision and the item goes to human review
   with the failure as the reason. Work continues even while the endpoint is down.
+- Except an endpoint waking from zero instances (`no_capacity`) for a router that waits for
+  capacity (tickets): WaitingForCapacity propagates, no decision is kept, and the item is
+  decided again when it comes back (SQS redelivers the ticket).
 - Failing to start the workflow does fail the item (the exception propagates): SQS redelivers the
   ticket and moves it to the DLQ after maxReceiveCount; EventBridge's async invoke retries the
   incident and then hands it to the function's on-failure destination/DLQ.
@@ -20,7 +23,7 @@ from typing import Mapping, Protocol, Sequence
 
 from decision_contract import Decision, DecisionResult
 
-from .errors import EndpointFailure
+from .errors import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .items import Item
 from .judging import build_record, error_entry, model_entry, rule_entry
 from .policies import Policy, build_decisions
@@ -56,8 +59,10 @@ class Outcome:
 
 class Router:
     def __init__(self, policy: Policy, endpoint: Endpoint, workflow: Workflow, *,
-                 destinations: Mapping[str, str], review_queue_url: str, review_timeout_seconds: int):
+                 destinations: Mapping[str, str], review_queue_url: str, review_timeout_seconds: int,
+                 wait_for_capacity: bool = False):
         self.policy, self.endpoint, self.workflow = policy, endpoint, workflow
+        self.wait_for_capacity = wait_for_capacity
         self.destinations = dict(destinations)
         self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
 
@@ -77,6 +82,8 @@ class Router:
                 state = decisions[0].state  # every question reads the same evidence
                 entries += [model_entry(q, results[q.id], state) for q in pending]
             except EndpointFailure as failure:
+                if failure.kind == NO_CAPACITY and self.wait_for_capacity:
+                    raise WaitingForCapacity(failure) from failure
                 entries = [e for e in entries if e.source == "rule"] + [error_entry(q, failure) for q in pending]
             seconds = time.perf_counter() - started
         record = build_record(self.policy, item, entries, destinations=self.destinations,

@@ -19,6 +19,10 @@ TICKET_TARGETS = ["billing", "account-access", "technical-support", "product-hel
 INCIDENT_TARGETS = ["platform-oncall", "data-oncall", "security-oncall", "app-oncall"]
 ALL_TARGETS = TICKET_TARGETS + INCIDENT_TARGETS
 
+#: SageMaker's answer to a request that reaches an inference component with no copy (scaled to zero).
+NO_CAPACITY_MESSAGE = ("Inference Component has no capacity to process this request. ApplicationAutoScaling may be "
+                       "in-progress (if configured) or try to increase the capacity by invoking "
+                       "UpdateInferenceComponentRuntimeConfig API.")
 MODEL_INFO = ModelInfo(file="test.gguf", bytes=1, sha256="0" * 64, context_size=2048, threads=1,
                        gpu_layers=0, llama_cpp_python_version="test")
 

@@ -7,7 +7,7 @@ from decision_router.config import ConfigError, Settings
 from decision_router.errors import EndpointFailure
 from decision_router.items import parse_item
 from decision_router.policies import build_decisions, load_policy
-from tests.functions.conftest import make_result
+from tests.functions.conftest import NO_CAPACITY_MESSAGE, make_result
 
 
 def test_settings_from_the_interface_variables():
@@ -95,3 +95,64 @@ def test_a_busy_endpoint_is_retried_no_sooner_than_its_retry_after(decisions):
         assert list(endpoint.decide(decisions)) == ["queue"]
     (delay,) = slept
     assert 3 <= delay <= 3 + endpoint.base_delay
+
+
+# --- scale to zero: the inference component and its "no capacity" answer ------------------------
+
+def stubbed(inference_component: str = ""):
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+    endpoint = DecisionEndpoint("ep", inference_component=inference_component, client=client, sleep=lambda s: None)
+    params = {"EndpointName": "ep", "Body": ANY, "ContentType": "application/json", "Accept": "application/json"}
+    if inference_component:
+        params["InferenceComponentName"] = inference_component
+    return endpoint, Stubber(client), params
+
+
+def test_settings_name_the_inference_component_only_when_set():
+    assert Settings.from_env({"ENDPOINT_INFERENCE_COMPONENT_NAME": "decision-ic"}).inference_component_name == "decision-ic"
+    assert Settings.from_env({"ENDPOINT_INFERENCE_COMPONENT_NAME": ""}).inference_component_name == ""
+
+
+@pytest.mark.parametrize("component", ["decision-ic", ""], ids=["inference-component", "plain-endpoint"])
+def test_requests_name_the_inference_component_when_there_is_one(decisions, component):
+    """The Stubber matches the parameters exactly: with a component every request names it, without
+    one no InferenceComponentName is sent (a plain endpoint refuses it)."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    endpoint, stubber, params = stubbed(component)
+    option_ids = [o.id for o in decisions[0].options]
+    raw = SingleDecisionResponse(result=make_result("queue", option_ids, [1.0, 0, 0, 0, 0])).model_dump_json().encode()
+    with stubber:
+        stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw))}, params)
+        assert list(endpoint.decide(decisions)) == ["queue"]
+        stubber.assert_no_pending_responses()
+
+
+def test_no_capacity_is_its_own_kind_and_not_retried(decisions):
+    """Waking from zero takes minutes: retrying within seconds only adds failed requests."""
+    endpoint, stubber, params = stubbed("decision-ic")
+    with stubber:
+        stubber.add_client_error("invoke_endpoint", service_error_code="ValidationError", http_status_code=400,
+                                 service_message=NO_CAPACITY_MESSAGE, expected_params=params)
+        with pytest.raises(EndpointFailure) as info:
+            endpoint.decide(decisions)
+        stubber.assert_no_pending_responses()
+    failure = info.value
+    assert (failure.kind, failure.attempts, failure.retryable, failure.status_code) == ("no_capacity", 1, False, 400)
+    assert failure.message.startswith("the endpoint has scaled to zero instances and is waking up")
+    assert "Inference Component has no capacity" in failure.message
+
+
+def test_other_validation_errors_stay_validation_errors(decisions):
+    endpoint, stubber, params = stubbed()
+    with stubber:
+        stubber.add_client_error("invoke_endpoint", service_error_code="ValidationError", http_status_code=400,
+                                 service_message="Endpoint ep of account 123456789012 not found.", expected_params=params)
+        with pytest.raises(EndpointFailure) as info:
+            endpoint.decide(decisions)
+    assert info.value.kind == "validation" and "not found" in info.value.message

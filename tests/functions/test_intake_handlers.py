@@ -19,6 +19,7 @@ from moto import mock_aws
 
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
+from decision_router.adapters.queues import Queue
 from decision_router.config import Settings
 from decision_router.envelopes import unwrap_sns
 from decision_router.incidents import IncidentIntake
@@ -27,7 +28,7 @@ from decision_router.items import InvalidItem, parse_item
 from decision_router.policies import load_policy
 from decision_router.records import DecisionRecord, execution_name
 from local.cloudformation import Stack
-from tests.functions.conftest import EVENTS, make_result
+from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
 
 pytestmark = pytest.mark.stack  # the handlers on the template's resources in moto
 
@@ -96,6 +97,11 @@ class StubbedEndpoint:
         self.stubber.add_client_error("invoke_endpoint", service_error_code="ModelError", service_message="Received server error",
                                       http_status_code=424, expected_params=self.params,
                                       modeled_fields={"OriginalStatusCode": original_status, "OriginalMessage": message})
+
+    def no_capacity(self) -> None:
+        """The endpoint has scaled to zero: SageMaker refuses the request until a copy runs again."""
+        self.stubber.add_client_error("invoke_endpoint", service_error_code="ValidationError",
+                                      service_message=NO_CAPACITY_MESSAGE, http_status_code=400, expected_params=self.params)
 
     def throttle(self) -> None:
         self.stubber.add_client_error("invoke_endpoint", service_error_code="ThrottlingException",
@@ -468,6 +474,78 @@ def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, 
     sfn.create_state_machine(name=definition["name"], definition=definition["definition"], roleArn=definition["roleArn"])
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
     assert list(executions(stack)) == [ticket_execution(ticket_data)]
+
+
+# ----------------------------------------------------------------------------- scale to zero
+def received_ticket(stack, ticket: dict | None = None) -> dict:
+    """An SQS event with one real message of the ticket queue (its receipt handle and receive
+    count), as Lambda would deliver it; `ticket` is sent first, else the waiting one is received."""
+    sqs, url = boto3.client("sqs"), stack.ref("TicketQueue")
+    if ticket is not None:
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(ticket))
+    (message,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    template = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0]
+    attributes = dict(template["attributes"], ApproximateReceiveCount=message["Attributes"]["ApproximateReceiveCount"])
+    return {"Records": [dict(template, messageId=message["MessageId"], receiptHandle=message["ReceiptHandle"],
+                             body=message["Body"], attributes=attributes)]}
+
+
+def test_a_ticket_waits_while_the_endpoint_wakes_from_zero_then_is_routed(tickets, stack, context, ticket_data,
+                                                                          monkeypatch, capsys):
+    """No review while the endpoint scales out from zero: the record fails, the ticket is hidden
+    for the wake-up wait (longer at each receive), no decision is kept, and the receive after the
+    endpoint woke routes it."""
+    app, stub = tickets
+    url = stack.ref("TicketQueue")
+    sqs = boto3.client("sqs")
+    hidden: list[dict] = []
+    sqs.meta.events.register("before-parameter-build.sqs.ChangeMessageVisibility",
+                             lambda params, **_: hidden.append(dict(params)))
+    monkeypatch.setitem(app.ticket_queues, url, Queue(url, client=sqs))
+    stub.no_capacity()
+    stub.no_capacity()
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+
+    for receive, wait in ((1, 360), (2, 600)):
+        event = received_ticket(stack, ticket_data if receive == 1 else None)
+        (record,) = event["Records"]
+        assert record["attributes"]["ApproximateReceiveCount"] == str(receive)
+        assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+        assert hidden.pop() == {"QueueUrl": url, "ReceiptHandle": record["receiptHandle"], "VisibilityTimeout": wait}
+        assert executions(stack) == {}  # not sent to review
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)  # hidden, not deleted
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)  # time passes
+
+    event = received_ticket(stack)
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}
+    stub.stubber.assert_no_pending_responses()
+    (routed,) = executions(stack).values()
+    assert (routed.route, routed.destination.target) == ("auto", "billing")
+    waiting = [blob["WaitingForCapacity"] for blob in emf(capsys) if "WaitingForCapacity" in blob]
+    assert len(waiting) == 2 and all(blob == 1.0 or blob == [1.0] for blob in waiting)
+
+
+def test_a_waiting_ticket_that_cannot_be_hidden_still_fails_its_record(tickets, stack, context, ticket_data, monkeypatch):
+    """If ChangeMessageVisibility fails, the ticket comes back after the queue's own visibility timeout."""
+    app, stub = tickets
+    monkeypatch.delenv("TICKET_QUEUE_URL")
+    stub.no_capacity()
+    event = received_ticket(stack, ticket_data)
+    assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    assert executions(stack) == {}
+
+
+def test_an_incident_goes_to_review_at_once_while_the_endpoint_wakes(incidents, stack, context, incident_data):
+    """Incidents are urgent: no waiting minutes for the model; a person decides, told why."""
+    app, stub = incidents
+    stub.no_capacity()
+    summary = app.lambda_handler(eventbridge(incident_data), context)
+    stub.stubber.assert_no_pending_responses()
+    assert summary["route"] == "review"
+    (record,) = executions(stack).values()
+    errors = [d.error for d in record.decisions if d.source == "endpoint_error"]
+    assert errors and all(e.kind == "no_capacity" and e.attempts == 1 for e in errors)
+    assert "no_capacity" in record.route_reason and "scaled to zero" in record.route_reason
 
 
 # ----------------------------------------------------------------------------- incidents

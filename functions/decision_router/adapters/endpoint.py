@@ -6,8 +6,12 @@ rate-limits the client after throttling), and this adapter retries what is worth
 OriginalStatusCode 503 or `"retryable": true`), model not ready, connection errors and read
 timeouts — with capped exponential backoff and full jitter (never shorter than the
 endpoint's Retry-After), within `max_attempts` and the caller's deadline. Everything else (a 400
-from the container, a 500, a malformed answer) fails at once. Callers get results or an
-`EndpointFailure` naming the kind; they never lose the item.
+from the container, a 500, a malformed answer) fails at once, and so does an endpoint scaled to
+zero instances (kind `no_capacity`): it takes minutes to wake, not seconds. Callers get results or
+an `EndpointFailure` naming the kind; they never lose the item.
+
+With `inference_component` (ENDPOINT_INFERENCE_COMPONENT_NAME: the stack created a scale-to-zero
+endpoint) every request names the inference component that holds the model.
 
 Deadline: every attempt, the first included, waits at most for the time left before the
 caller's deadline (never the configured read timeout when less time is left), so a hanging
@@ -32,7 +36,7 @@ from pydantic import ValidationError
 
 from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
 
-from ..errors import EndpointFailure
+from ..errors import NO_CAPACITY, EndpointFailure
 from . import AwsAdapter
 
 THROTTLING_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "ModelNotReadyException"}
@@ -41,6 +45,11 @@ UNAVAILABLE_CODES = {"ServiceUnavailable", "ServiceUnavailableException", "Inter
 TIMEOUT_STEPS = (1, 2, 4, 8, 15, 30, 60, 120)
 #: An attempt needs at least this long; with less left the endpoint is not called again.
 MIN_ATTEMPT_SECONDS = 1.0
+#: In SageMaker's ValidationError when the inference component has no copy (scaled to zero):
+#: "Inference Component has no capacity to process this request. ApplicationAutoScaling may be
+#: in-progress (if configured) or try to increase the capacity by invoking
+#: UpdateInferenceComponentRuntimeConfig API."
+NO_CAPACITY_MESSAGE = "no capacity to process this request"
 
 tracer = Tracer()
 
@@ -48,11 +57,13 @@ tracer = Tracer()
 class DecisionEndpoint(AwsAdapter):
     service = "sagemaker-runtime"
 
-    def __init__(self, endpoint_name: str, *, read_timeout: float = 70.0, connect_timeout: float = 5.0,
-                 max_attempts: int = 4, client: Any = None, sleep: Callable[[float], None] = time.sleep,
-                 base_delay: float = 0.5, max_delay: float = 8.0):
+    def __init__(self, endpoint_name: str, *, inference_component: str = "", read_timeout: float = 70.0,
+                 connect_timeout: float = 5.0, max_attempts: int = 4, client: Any = None,
+                 sleep: Callable[[float], None] = time.sleep, base_delay: float = 0.5, max_delay: float = 8.0):
         super().__init__(client)
         self.endpoint_name = endpoint_name
+        # The endpoint's model is an inference component (scale to zero): requests must name it.
+        self.target = {"InferenceComponentName": inference_component} if inference_component else {}
         self.read_timeout, self.connect_timeout = read_timeout, connect_timeout
         self.max_attempts = max_attempts
         self.base_delay, self.max_delay = base_delay, max_delay
@@ -128,7 +139,7 @@ class DecisionEndpoint(AwsAdapter):
         try:
             response = self._client_for(timeout).invoke_endpoint(
                 EndpointName=self.endpoint_name, Body=body.encode("utf-8"),
-                ContentType="application/json", Accept="application/json")
+                ContentType="application/json", Accept="application/json", **self.target)
             return response["Body"].read()
         except ClientError as error:
             raise classify(error) from error
@@ -180,6 +191,9 @@ def _classify(response: dict, code: str, message: str, status: int | None) -> En
         return EndpointFailure("throttled", f"{code}: {message}", status_code=status, retryable=True)
     if code in UNAVAILABLE_CODES or status in (502, 503, 504):
         return EndpointFailure("unavailable", f"{code}: {message}", status_code=status, retryable=True)
+    if code == "ValidationError" and NO_CAPACITY_MESSAGE in message.lower():
+        return EndpointFailure(NO_CAPACITY, "the endpoint has scaled to zero instances and is waking up "
+                               f"(an instance starts within minutes); SageMaker: {message}"[:500], status_code=status)
     if code == "ValidationError":
         return EndpointFailure("validation", message, status_code=status)
     return EndpointFailure("endpoint_error", f"{code or 'error'}: {message}"[:500], status_code=status)

@@ -48,8 +48,12 @@ class Queue(AwsAdapter):
 
     def release(self, message: dict) -> None:
         """Make a message visible again at once (it was not handled)."""
-        self.client.change_message_visibility(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"],
-                                              VisibilityTimeout=0)
+        self.hide(message["ReceiptHandle"], 0)
+
+    def hide(self, receipt_handle: str, seconds: int) -> None:
+        """Keep a received message from being received again for `seconds` (from now)."""
+        self.client.change_message_visibility(QueueUrl=self.url, ReceiptHandle=receipt_handle,
+                                              VisibilityTimeout=seconds)
 
 
 class EventBus(AwsAdapter):
