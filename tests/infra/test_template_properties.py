@@ -112,7 +112,7 @@ def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
 def test_every_workflow_task_retries_and_catches():
     asl = json.loads(Stack.load().state_machine_definition("RoutingStateMachine"))
     tasks = {name: state for name, state in asl["States"].items() if state["Type"] == "Task"}
-    assert len(tasks) == 10
+    assert len(tasks) == 11
     for name, state in tasks.items():
         assert state.get("Retry"), name
         assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name
