@@ -121,8 +121,8 @@ fuzz: $(STAMP)
 
 # N inputs (labelled tickets and incidents, raw source events, duplicates, invalid lines) through
 # the local pipeline while endpoint and AWS faults happen at FAULTS of the calls each, seeded; then
-# a ledger of where every input ended. Exits 1 on anything lost, delivered twice or dead-lettered
-# without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume);
+# a ledger of where every input ended. Exits 1 on anything lost, delivered under two item keys or
+# dead-lettered without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume);
 # CONCURRENCY: execution environments per intake (8); LOAD=2: the overload check (every call real,
 # twice the requests the container holds at once).
 N ?= 2000

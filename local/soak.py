@@ -18,8 +18,8 @@
      (ThrottlingException), DynamoDB throttled (ProvisionedThroughputExceededException) on the
      idempotency table and on the audit table (the workflow's own PutItem, whose Retry then
      applies); a twentieth of the throttles last OUTAGE_SECONDS for that API, past the SDK's
-     retries; and an invocation that dies right after it started an execution (its whole
-     batch, or event, is delivered again);
+     retries; and an invocation (FAULTS of them) that dies right after it started an
+     execution (its whole batch, or event, is delivered again);
    - a review answered twice (the second answer must be refused, the item delivered once).
    Lambda's clock runs faster here (`FUNCTION_TIMEOUT_SECONDS`, `REDELIVERY_SECONDS`,
    `ASYNC_RETRY_SECONDS`), in the template's proportions: a failed ticket is redelivered after
@@ -28,7 +28,9 @@
    not from call order, so concurrent runs of one seed draw the same faults.
 3. Reconciles a ledger from what the stack holds (team queues, escalation pages, review queue,
    DLQs with their reasons, audit table, executions): where every input ended. Exits 1 when an
-   input is lost, delivered twice to a team queue, or dead-lettered without a reason.
+   input is lost, delivered to team queues under two item keys (a second delivery under the same
+   key is at-least-once delivery a consumer recognises: it is listed, not failed), or
+   dead-lettered without a reason.
 
 Volume on 2 cores: the embedded model takes ~0.5-1.5 s a decision, so with --stub-share S the proxy
 answers that share of the endpoint calls itself by replaying the container's latest real answer
@@ -352,12 +354,12 @@ class AwsFaults:
                 return code
         return None
 
-    def dies_after(self, service: str, operation: str, body: bytes) -> bool:
-        """Whether the invocation that made this (successful) call dies right after it."""
-        if (service, operation) != ("states", "StartExecution") or not getattr(_invocation, "active", False):
+    def dies_after(self, service: str, operation: str) -> bool:
+        """Whether the invocation that made this (successful) call dies right after it: one drawn
+        to die (`wrap`) does so after the first execution it started, mid-batch."""
+        if (service, operation) != ("states", "StartExecution") or not getattr(_invocation, "dies", False):
             return False
-        if self.draws.uniform("dies", _subject(_json(body))) >= self.rate:
-            return False
+        _invocation.dies = False
         with self.lock:
             self.counts["invocation died after StartExecution"] += 1
         return True
@@ -381,7 +383,7 @@ class AwsFaults:
                 return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0",
                                                       "x-amzn-RequestId": str(uuid.uuid4())}, _Raw(error))
             response = original(endpoint, request)
-            if response.status_code == 200 and faults.dies_after(service, operation, body):
+            if response.status_code == 200 and faults.dies_after(service, operation):
                 raise InvocationDied("the invocation ended after it started an execution")
             return response
 
@@ -392,18 +394,20 @@ class AwsFaults:
             Endpoint._send = original  # type: ignore[method-assign]
 
     def wrap(self, function: Any) -> None:
-        """Mark the function's invocations (only they can die); one that dies fails as Lambda
-        reports it (a function error)."""
+        """Draw, per invocation of the function, whether it dies (at `rate` of the invocations,
+        keyed by the batch's messages or the event: a redelivery draws anew); one that dies fails
+        as Lambda reports it (a function error)."""
         invoke = function.invoke
 
         def invoked(event: dict[str, Any]) -> Any:
-            _invocation.active = True
+            delivery = [r.get("messageId", "") for r in event.get("Records", [])] or [str(event.get("id", ""))]
+            _invocation.dies = self.draws.uniform("dies", function.logical_id, *delivery) < self.rate
             try:
                 return invoke(event)
             except InvocationDied as died:
                 raise RuntimeError(f"Task timed out: {died}") from None
             finally:
-                _invocation.active = False
+                _invocation.dies = False
 
         function.invoke = invoked
 
@@ -467,7 +471,8 @@ def logged_failures(log_path: Path) -> dict[str, str]:
 
 
 def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path | None = None) -> dict[str, Any]:
-    """Where every input ended, and what is wrong: lost, delivered twice, dead-lettered without a reason."""
+    """Where every input ended, and what is wrong: lost, delivered under two item keys,
+    dead-lettered without a reason."""
     logged = logged_failures(log_path) if log_path else {}
     for outcome in outcomes:
         # The demo's stand-in when the DLQ message has no reason attribute: look in the function's log.
