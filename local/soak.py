@@ -21,9 +21,8 @@
      retries; and an invocation (FAULTS of them) that dies right after it started an
      execution (its whole batch, or event, is delivered again);
    - a review answered twice (the second answer must be refused, the item delivered once).
-   Lambda's clock runs faster here (`FUNCTION_TIMEOUT_SECONDS`, `REDELIVERY_SECONDS`,
-   `ASYNC_RETRY_SECONDS`), in the template's proportions: a failed ticket is redelivered after
-   the invocation's timeout has passed, an event is retried before it.
+   Lambda's retries come sooner here (`REDELIVERY_SECONDS`, `ASYNC_RETRY_SECONDS`), the
+   invocations keep the template's timeout.
    Faults are drawn per call from the seed and what the call is about (its item, its attempt),
    not from call order, so concurrent runs of one seed draw the same faults.
 3. Reconciles a ledger from what the stack holds (team queues, escalation pages, review queue,
@@ -79,10 +78,11 @@ SOURCE_IDENTIFIERS = ("checkout-api-5xx-rate", "orders-queue-depth", "orders-pri
                       "T-2001", "48213", "SUP-1187")
 #: Share of the inputs by kind (the rest are labelled tickets and incidents).
 RAW_SHARE, DUPLICATE_SHARE, INVALID_SHARE = 0.15, 0.05, 0.05
-#: Lambda's clock, faster: the invocation's timeout (the template's 300 s), when a failed ticket is
-#: visible again (the queue's 1,800 s: after the invocation's timeout, so after its idempotency
-#: lock) and when an event is retried (Lambda's about 1 and 2 minutes: within the timeout).
-FUNCTION_TIMEOUT_SECONDS = 30.0
+#: Lambda's retries, sooner: a failed ticket is visible again after REDELIVERY_SECONDS (the queue's
+#: VisibilityTimeout is 1,800 s), a failed event retried after ASYNC_RETRY_SECONDS (Lambda waits
+#: about 1 and 2 minutes). The invocation keeps the template's timeout (300 s: each batch's
+#: endpoint budget), so a retry may meet the idempotency lock the failed invocation left (it holds
+#: until that invocation's deadline), as an incident's retry can in AWS.
 REDELIVERY_SECONDS = 35
 ASYNC_RETRY_SECONDS = (6.0, 12.0)
 #: A throttle outage outlasts the SDK's retries (standard mode, its default: 3 attempts within ~3 s).
@@ -591,7 +591,6 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
                                            pipeline.audit_table: "audit"})
         for function in pipeline.ticket_pool.functions + pipeline.incident_pool.functions + [pipeline.webhooks]:
             function.env["ENDPOINT_READ_TIMEOUT_SECONDS"] = str(READ_TIMEOUT_SECONDS)
-            function.timeout = FUNCTION_TIMEOUT_SECONDS
             aws.wrap(function)
         loaded = container.wait_ready()
         progress(f"container ready in {loaded:.1f}s; {n} inputs, faults {faults:.0%} of calls each, seed {seed}, "
