@@ -580,7 +580,7 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
             finished.wait()
 
         threading.Thread(target=keeper, name="container-keeper", daemon=True).start()
-        restart_after = (max(1, int(n * 0.8 * RESTART_AT)), restart_now.set) if restart else None
+        restart_after = (max(1, int(n * 0.8 * RESTART_AT)), restart_now.set) if restart and faults > 0 else None
         proxy = FaultProxy(container.url, rate=faults, stub_share=stub_share, seed=seed + 1, restart=restart_after)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         cleanup.callback(proxy.shutdown)
@@ -651,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"execution environments per intake function (default {CONCURRENCY})")
     parser.add_argument("--load", type=float, help="the overload check: every call real, this many times the "
                         "requests the container holds at once (e.g. 2)")
-    parser.add_argument("--no-restart", action="store_true", help="do not restart the container mid-run")
+    parser.add_argument("--no-restart", action="store_true", help="do not restart the container mid-run "
+                        "(with --faults 0 it is not restarted either)")
     parser.add_argument("--report", type=Path, help="one JSON line per input: what became of it")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR)
     args = parser.parse_args(argv)
