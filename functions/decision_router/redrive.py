@@ -90,14 +90,16 @@ def missing_audit_row(message: dict) -> dict[str, str] | None:
     record, outcome = body.get("record"), body.get("outcome")
     if not isinstance(record, dict) or not isinstance(outcome, dict) or "status" not in outcome:
         raise Unusable("audit_missing without its 'record' and 'outcome'")
-    compact = {"separators": (",", ":")}  # as States.JsonToString writes
+    def compact(value: Any) -> str:  # as States.JsonToString writes
+        return json.dumps(value, separators=(",", ":"))
+
     try:
         return {"item_id": record["item_id"], "execution_name": body["execution_name"],
                 "item_kind": record["item_kind"], "outcome": outcome["status"],
-                "outcome_detail": json.dumps(outcome, **compact), "route": record["route"],
+                "outcome_detail": compact(outcome), "route": record["route"],
                 "route_reason": record["route_reason"], "policy_name": record["policy"]["name"],
-                "policy_version": record["policy"]["version"], "decisions": json.dumps(record["decisions"], **compact),
-                "item": json.dumps(record["item"], **compact), "decided_at": record["decided_at"],
+                "policy_version": record["policy"]["version"], "decisions": compact(record["decisions"]),
+                "item": compact(record["item"]), "decided_at": record["decided_at"],
                 "audited_at": body["failed_at"], "execution_arn": body["execution_arn"]}
     except (KeyError, TypeError) as error:
         raise Unusable(f"audit_missing: the message lacks {error}") from None
