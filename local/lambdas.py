@@ -14,8 +14,8 @@ Lambda runtime here and moto cannot run our code without Docker).
   2 minutes), then the OnFailure destination gets Lambda's failure record.
 
 os.environ and stdout belong to the process, so invocations of one function may run at the same
-time (each copy has its own module state and metrics), while another function's wait for them
-(`_ENVIRONMENTS`).
+time (each copy has its own module state and metrics), while another function's invocations wait
+until they are done (`_ENVIRONMENTS`).
 
 Everything is read from template.yaml (handlers, environments, batch sizes, retry counts,
 destinations) through `local.cloudformation.Stack`.
