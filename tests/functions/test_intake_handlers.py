@@ -9,6 +9,7 @@ import json
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 import boto3
@@ -423,8 +424,8 @@ def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ti
 def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goes_to_review(
         monkeypatch, stack, context, ticket_data, silent_server):
     """The very first call is bounded by the time left, not by the configured read timeout:
-    14.5 s left minus the 10 s kept for starting the workflow: the call waits at most 4 s (less when
-    the handler took long to get there: the margin keeps a loaded machine from skipping the call)."""
+    14.5 s left minus the 10 s kept for starting the workflow: the calls wait 4.5 s at most in all
+    (one of 4 s; or, when the handler took a while to get there, one of 2 s and one of 1 s)."""
     from ticket_intake import app
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
@@ -432,14 +433,16 @@ def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goe
     make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
     context.remaining_ms = 14_500
 
+    started = time.monotonic()
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
+    assert time.monotonic() - started < 4.5 + 5.0  # the budget (plus the workflow start), not 30 s
 
     (record,) = executions(stack).values()
     assert record.route == "review"
     error = record.decisions[0].error
-    assert error.kind == "timeout" and error.attempts == 1
+    assert error.kind == "timeout" and 1 <= error.attempts <= 2
     waited = re.match(r"no answer within (\d+) s", error.message)
-    assert waited and 1 <= int(waited.group(1)) <= 4, error.message  # not the configured 30 s
+    assert waited and int(waited.group(1)) in (1, 2, 4), error.message  # not the configured 30 s
     assert "no time left for another attempt" in error.message
 
 
