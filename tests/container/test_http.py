@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from decision_contract import BatchDecisionResponse, ErrorResponse, SingleDecisionResponse
 from decision_server.app import create_app
+from decision_server.settings import Settings
 from tests.conftest import queue_full
 
 pytestmark = pytest.mark.model
@@ -64,7 +65,7 @@ def test_ping_reports_the_prompt_cache(http):
     for _ in range(2):
         assert http.post("/invocations", json=body).status_code == 200
     cache = http.get("/ping").json()["prompt_cache"]
-    assert cache["enabled"] and cache["budget_cells"] == 4096
+    assert cache["enabled"] and cache["budget_cells"] == Settings.model_fields["prompt_cache_cells"].default
     assert cache["lookups"] == before["lookups"] + 2 and cache["hits"] >= before["hits"] + 1
     assert 0 < cache["hit_rate"] <= 1 and 0 < cache["cells"] <= cache["budget_cells"]
 

@@ -37,13 +37,16 @@ def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
         assert sum(b["count"] for b in group["reliability_before"]) == group["decisions"]
     assert report["calibration"]["incident/team"]["policy_now"]["temperature"] == 1.0
 
-    # The report's numbers are the model's: a ticket scored alone gives the same logits again.
+    # The report's numbers are the model's: a ticket scored alone again gives the same answer, within
+    # the engine's stated tolerance between a lone decision and one whose KV cells sat elsewhere
+    # (a batch, a reused prefix); an exact repeat is identical only while the cache still holds it.
     row = next(r for r in report["rows"] if r["family"] == "support-ticket")
     from bench.evaluate.cases import load_file
 
     case = next(c for c in load_file(POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl", 2).cases if c.case_id == row["case"])
     again = embedded_engine.decide_one(case.decisions[0].decision)
-    assert again.option_logits == pytest.approx(row["option_logits"], abs=1e-4)
+    assert again.probabilities == pytest.approx(row["probabilities_t1"], abs=0.05)
+    assert again.option_logits == pytest.approx(row["option_logits"], rel=0.02)
     correct = sum(r["option_ids"][max(range(len(r["probabilities_t1"])), key=r["probabilities_t1"].__getitem__)] == r["gold"]
                   for r in report["rows"])
     assert report["overall"]["accuracy"] == pytest.approx(correct / 8)
