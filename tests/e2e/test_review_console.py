@@ -128,6 +128,9 @@ def test_a_reviewer_answers_by_keyboard_and_the_item_reaches_its_queue_with_the_
     # The list now holds only the incident: two questions, keys 1-4 for priority and q-r for team.
     page.click("#back")
     page.wait_for_selector(f'tr[data-name="{incident}"]')
+    # The list is fetched again on the way back: the answered ticket leaves it (not at once: the
+    # list on screen may be the one from before the answer until the new one arrives).
+    page.locator(f'tr[data-name="{ticket}"]').wait_for(state="detached")
     assert page.locator("#review-rows tr").count() == 1
     page.click(f'tr[data-name="{incident}"]')
     page.wait_for_selector("#questions fieldset >> nth=1")
