@@ -275,7 +275,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if fault == "stub" and not self.server.down.is_set() and (replayed := self.server.replay(body)) is not None:
             self._answer(200, replayed)
             return
-        if fault == "stub":
+        if fault == "stub" and not self.server.down.is_set():  # while it restarts, the call is "container down"
             self.server.counts["stub"] -= 1
             self.server.counts["real, nothing to replay yet"] += 1
         try:
