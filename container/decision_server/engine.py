@@ -33,7 +33,7 @@ from decision_contract import (
 from . import model_files
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
 from .llama import LlamaContext, LlamaModel
-from .prompt_cache import FinalOutput, PromptCache, PromptCacheStats
+from .prompt_cache import MIB, FinalOutput, PromptCache, PromptCacheStats
 from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
 from .scheduler import (
     PREFIX_SEQUENCE,
@@ -49,10 +49,6 @@ from .scheduler import (
 from .settings import Settings
 
 log = logging.getLogger("decision_server.engine")
-
-
-#: Most prompts the cache holds (each in a sequence of its own); its budget is in cells.
-MAX_CACHED_PROMPTS = 64
 
 
 class GpuUnavailable(RuntimeError):
@@ -91,14 +87,14 @@ class DecisionEngine:
         if self.sequence_copy == "auto":
             self.sequence_copy = "state" if self.model.recurrent else "cells"
         work_sequences = 2 * settings.parallel_sequences
-        cache_slots, self.prompt_cache_off = self._prompt_cache_slots(settings, work_sequences)
+        self.prompt_cache_off = self._prompt_cache_off(settings)
         self.ctx = LlamaContext(
             self.model,
             n_ctx=settings.ctx_size,
             n_batch=settings.batch_size,
             # sequence 0 is the shared prefix; each active request may hold a stem besides its
-            # output sequences; cached prompts hold sequences of their own
-            n_seq_max=1 + work_sequences + cache_slots,
+            # output sequences (cached prompts live in host memory, not in sequences)
+            n_seq_max=1 + work_sequences,
             threads=settings.threads,
             flash_attn=settings.flash_attn,
         )
@@ -130,7 +126,7 @@ class DecisionEngine:
             copy_by_state=self.sequence_copy == "state",
             # On a GPU a step's cost grows far slower than its tokens, so packing pays; not on a CPU.
             finish_first=settings.n_gpu_layers == 0,
-            cache=PromptCache(settings.prompt_cache_cells, cache_slots) if cache_slots else None,
+            cache=None if self.prompt_cache_off else PromptCache(int(settings.prompt_cache_mib * MIB)),
         )
         self.scheduler.set_prefix(self._shared_prompt_prefix())
         log.info(
@@ -140,20 +136,17 @@ class DecisionEngine:
             self.model_info.context_size, settings.threads, settings.n_gpu_layers, settings.parallel_sequences,
             self.sequence_copy, "recurrent/hybrid" if self.model.recurrent else "KV",
             len(self.scheduler.prefix_tokens),
-            self.prompt_cache_off or f"{settings.prompt_cache_cells} cells in at most {cache_slots} prompts",
+            self.prompt_cache_off or f"{settings.prompt_cache_mib:g} MiB of host memory",
         )
 
-    def _prompt_cache_slots(self, settings: Settings, work_sequences: int) -> tuple[int, str | None]:
-        """Sequences for cached prompts, and why there are none (for the start-up log)."""
+    def _prompt_cache_off(self, settings: Settings) -> str | None:
+        """Why there is no prompt cache (for the start-up log), or None."""
         if self.sequence_copy == "state":
             why = "recurrent/hybrid memory" if self.model.recurrent else "DECISION_SEQUENCE_COPY=state"
-            return 0, f"off ({why}: a sequence's state cannot be cut back to a shorter prefix, so it cannot cache)"
-        if settings.prompt_cache_cells == 0:
-            return 0, "off (DECISION_PROMPT_CACHE_CELLS=0)"
-        slots = min(MAX_CACHED_PROMPTS, llama_cpp.llama_max_parallel_sequences() - 1 - work_sequences)
-        if slots <= 0:
-            return 0, "off (DECISION_PARALLEL_SEQUENCES leaves llama.cpp no sequence for it)"
-        return slots, None
+            return f"off ({why}: a sequence's state cannot be cut back to a shorter prefix, so it cannot cache)"
+        if settings.prompt_cache_mib == 0:
+            return "off (DECISION_PROMPT_CACHE_MIB=0)"
+        return None
 
     def close(self) -> None:
         self.scheduler.stop()
@@ -274,12 +267,13 @@ class DecisionEngine:
     def prompt_cache_stats(self) -> PromptCacheStats:
         cache = self.scheduler.cache
         if cache is None:
-            return PromptCacheStats(enabled=False, budget_cells=0)
+            return PromptCacheStats(enabled=False, budget_mib=0)
         stats = cache.stats
         return PromptCacheStats(
-            enabled=True, budget_cells=cache.budget, cells=cache.cells, prompts=len(cache),
-            lookups=stats.lookups, hits=stats.hits, hit_rate=stats.hits / stats.lookups if stats.lookups else 0.0,
-            prompt_tokens=stats.prompt_tokens, reused_tokens=stats.reused_tokens, evictions=stats.evictions,
+            enabled=True, budget_mib=round(cache.budget / MIB, 3), mib=round(cache.nbytes / MIB, 3),
+            prompts=len(cache), lookups=stats.lookups, hits=stats.hits,
+            hit_rate=stats.hits / stats.lookups if stats.lookups else 0.0, prompt_tokens=stats.prompt_tokens,
+            reused_tokens=stats.reused_tokens, evictions=stats.evictions, restore_failures=stats.restore_failures,
         )
 
     def held(self):

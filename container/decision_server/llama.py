@@ -126,6 +126,16 @@ class LlamaModel:
         return template.decode("utf-8") if template else None
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceState:
+    """A sequence's KV cells from position `start` on, serialised by llama.cpp (`size` bytes of
+    `data`), to be written back into a sequence later."""
+
+    data: ctypes.Array
+    size: int
+    start: int
+
+
 @dataclass(frozen=True)
 class BatchToken:
     token: int
@@ -238,6 +248,34 @@ class LlamaContext:
         written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, source)
         if written == 0 or llama_cpp.llama_state_seq_set_data(self.ctx, buffer, written, target) == 0:
             raise LlamaError(f"could not copy the state of sequence {source} into {target}")
+
+    def save_sequence(self, sequence: int, start: int) -> SequenceState:
+        """Serialise the cells of `sequence` from position `start` on. The sequence gives up its
+        cells before `start` first (so only the rest is written): it is about to be cleared."""
+        if start > 0:
+            llama_cpp.llama_memory_seq_rm(self.memory, sequence, 0, start)
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, sequence)
+        data = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, data, size, sequence)
+        if written == 0:
+            raise LlamaError(f"could not serialise sequence {sequence}")
+        return SequenceState(data, written, start)
+
+    def load_sequence(self, sequence: int, state: SequenceState, n_tokens: int, *, prefix_source: int) -> bool:
+        """Make `sequence` hold the first `n_tokens` of a saved sequence: its first `state.start`
+        shared from `prefix_source` (which holds them), the rest written back from `state`.
+        False (and `sequence` left empty) where llama.cpp finds no run of free cells for it."""
+        self.remove_sequence(sequence)
+        written = llama_cpp.llama_state_seq_set_data(self.ctx, state.data, state.size, sequence)
+        # It must have written the cells from `start` up to the ones asked for, no fewer.
+        if written == 0 or not (llama_cpp.llama_memory_seq_pos_min(self.memory, sequence) == state.start
+                                and llama_cpp.llama_memory_seq_pos_max(self.memory, sequence) >= n_tokens - 1):
+            self.remove_sequence(sequence)
+            return False
+        if state.start > 0:
+            llama_cpp.llama_memory_seq_cp(self.memory, prefix_source, sequence, 0, state.start)
+        llama_cpp.llama_memory_seq_rm(self.memory, sequence, n_tokens, -1)
+        return True
 
     def remove_sequence(self, sequence: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, sequence, -1, -1)

@@ -21,12 +21,13 @@ Prefix reuse, without re-evaluating anything:
 - a batch of decisions on one state evaluates its common prefix once in a *stem* sequence,
   then each question's sequence starts as a copy of the stem and evaluates only its suffix.
 
-Across requests (the prompt cache, prompt_cache.py): a finished request's sequence stays
-resident as a cache entry within a budget of cells, and every new stream starts from the longest
-token prefix any entry, sequence 0 or its own stem shares with it. A decision's entry also keeps
-what was read at its last position (`FinalOutput`), so the very same prompt again is answered
-with the very same numbers and no forward pass. Entries give way, least recently used first, to
-admitted work that needs their cells.
+Across requests (the prompt cache, prompt_cache.py): a finished request's cells are saved to
+host memory as a cache entry before its sequence is cleared, and a new stream whose longest
+shared token prefix is a cached prompt's (rather than sequence 0's or its own stem's) gets those
+cells written back and evaluates only the rest. A decision's entry also keeps what was read at
+its last position (`FinalOutput`), so the very same prompt again is answered with the very same
+numbers and no forward pass. The KV cache itself holds only sequence 0 and running work, so a
+fresh prompt attends over no cached prompt's cells.
 
 Copies share KV cells (no data moves). Recurrent/hybrid models have no cells to share, so their
 copies serialise the source sequence's state instead (`copy_by_state`), and they have no prompt
@@ -53,7 +54,7 @@ import numpy as np
 
 from .errors import Busy, Cancelled, EngineFault, ServerError
 from .llama import BatchToken, LlamaContext, LlamaError, LlamaModel
-from .prompt_cache import PREFIX_BLOCK, Block, FinalOutput, PromptCache, leading_blocks
+from .prompt_cache import FinalOutput, PromptCache, common_prefix
 
 log = logging.getLogger("decision_server.scheduler")
 
@@ -70,7 +71,7 @@ class Stream:
 
     work: "Work"
     tokens: list[int]
-    start: int  # tokens already present when the stream starts (copied from a prefix)
+    start: int  # tokens already present when the stream starts (copied or restored)
     source: int | None  # sequence to copy `start` tokens from (None: nothing to copy)
     wants_output: bool = True  # read logits (and maybe the hidden state) at the last token
     wants_hidden: bool = False
@@ -82,17 +83,11 @@ class Stream:
     generating: bool = False  # a chat past its prompt: one sampled token per step
     counted_extra: bool = False  # started beyond its work's reservation
     cached: bool = True  # may start from a cached prompt, and is kept in the cache when done
-    copied: tuple[Block, ...] = ()  # the cells of its first `start` tokens (see prompt_cache.py)
-    block: int = -1  # the block of the cells it evaluates itself
     final: FinalOutput | None = None  # what its work read at its last token, for the cache
 
     @property
     def remaining(self) -> int:
         return len(self.tokens) - self.n_past
-
-    def blocks(self) -> tuple[Block, ...]:
-        own = self.n_past - self.start
-        return self.copied + (((self.block, own),) if own > 0 else ())
 
 
 class Work:
@@ -149,7 +144,7 @@ class Scheduler:
     def __init__(self, model: LlamaModel, ctx: LlamaContext, *, parallel: int, queue_size: int,
                  copy_by_state: bool, finish_first: bool = False, cache: PromptCache | None = None) -> None:
         self.model, self.ctx = model, ctx
-        #: Recent prompts' cells (None: no cache); only the worker thread changes it.
+        #: Recent prompts' cells in host memory (None: no cache); only the worker thread changes it.
         self.cache = cache
         self.finish_first = finish_first
         self.parallel = parallel
@@ -166,7 +161,6 @@ class Scheduler:
         self._holds = 0
         self._stopping = False
         self._extra_cost = 0  # cells of streams beyond each work's reservation
-        self._block_ids = itertools.count(PREFIX_BLOCK + 1)
         self.consecutive_failures = 0
         self._thread = threading.Thread(target=self._run, name="decode-loop", daemon=True)
         self._thread.start()
@@ -202,20 +196,15 @@ class Scheduler:
 
     def _clear_cache(self) -> None:
         if self.cache is not None:
-            self._free(self.cache.clear())
+            self.cache.clear()
 
-    def _free(self, sequences: list[int]) -> None:
-        for sequence in sequences:
-            self.ctx.remove_sequence(sequence)
-            self._free_sequences.append(sequence)
+    def _free(self, sequence: int) -> None:
+        self.ctx.remove_sequence(sequence)
+        self._free_sequences.append(sequence)
 
-    def _make_room(self, cells: int) -> bool:
-        """Evict cached prompts, least recently used first, until `cells` more fit the context."""
-        while self._committed() + cells > self.capacity:
-            if not self.cache:
-                return False
-            self._free([self.cache.evict()])
-        return True
+    def _fits(self, cells: int) -> bool:
+        """Whether `cells` more fit the context beside the cells admitted work is promised."""
+        return self._committed() + cells <= self.capacity
 
     @property
     def capacity(self) -> int:
@@ -320,7 +309,7 @@ class Scheduler:
                 continue
             if self._holds or len(self._active) >= self.parallel:
                 break
-            if not self._make_room(head.reservation):
+            if not self._fits(head.reservation):
                 break  # the head waits for cells; later work waits behind it (no overtaking)
             self._queue.popleft()
             if head.cancelled:
@@ -331,10 +320,9 @@ class Scheduler:
         return calls
 
     def _committed(self) -> int:
-        """Cells spoken for: admitted work's reservations (which count every cell a work's
-        streams may hold beyond the shared prefix, copied or not) and the cached prompts'."""
-        cached = self.cache.cells if self.cache is not None else 0
-        return sum(w.reservation for w in self._active) + self._extra_cost + cached
+        """Cells spoken for: admitted work's reservations, which count every cell a work's
+        streams may hold beyond the shared prefix, copied, restored or evaluated."""
+        return sum(w.reservation for w in self._active) + self._extra_cost
 
     def _start_streams(self) -> None:
         """Give waiting streams a sequence (copying their prefix) while slots allow."""
@@ -354,15 +342,11 @@ class Scheduler:
             # further stream of the same work needs cells of its own.
             extra = stream.wants_output and any(s.work is stream.work and s.wants_output for s in self._running)
             limited = stream.wants_output and working >= self.parallel
-            if not self._free_sequences or limited or (extra and not self._make_room(stream.cost)):
+            if not self._free_sequences or limited or (extra and not self._fits(stream.cost)):
                 still_waiting.append(stream)
                 continue
             stream.sequence = self._free_sequences.pop()
-            self._choose_source(stream)
-            if stream.source is not None:
-                self.ctx.copy_sequence(stream.source, stream.sequence, stream.start, by_state=self.copy_by_state)
-            stream.n_past = stream.start
-            stream.block = next(self._block_ids)
+            self._fill(stream)
             if extra:
                 self._extra_cost += stream.cost
                 stream.counted_extra = True
@@ -393,28 +377,30 @@ class Scheduler:
             self._drop(stream.work, exc)
         return True
 
-    def _choose_source(self, stream: Stream) -> None:
-        """Start `stream` from the longest prefix of its tokens held anywhere: the source its
-        work gave (sequence 0 or its stem) or a cached prompt. A stream that reads an output
-        evaluates its last token at least. Sets its source, start and copied cells."""
+    def _fill(self, stream: Stream) -> None:
+        """Put the longest prefix of the stream's tokens held anywhere into its sequence: a
+        cached prompt's cells, restored, where one shares more than the source its work gave
+        (sequence 0, or its stem: the cache is not asked then, as a restored copy of the stem's
+        cells would hold them twice); else the source's cells, shared. A stream that reads an
+        output evaluates its last token at least."""
         cache = self.cache
-        if cache is not None and stream.cached:
+        if cache is not None and stream.cached and stream.source in (None, PREFIX_SEQUENCE):
+            given = stream.start
             limit = len(stream.tokens) - (1 if stream.wants_output else 0)
             entry, n = cache.longest(np.asarray(stream.tokens, dtype=np.int32), limit)
-            given = stream.start
-            if entry is not None and n > given:
+            restored = entry is not None and n > given and self.ctx.load_sequence(
+                stream.sequence, entry.state, n, prefix_source=PREFIX_SEQUENCE)
+            if entry is not None and n > given and not restored:
+                cache.stats.restore_failures += 1  # no run of free cells that long: evaluate it
+            cache.record(len(stream.tokens), n - given if restored else 0)
+            if restored:
+                assert entry is not None
                 cache.touch(entry)
-                stream.source, stream.start = entry.sequence, n
-            cache.record(len(stream.tokens), stream.start - given)
-        stream.copied = leading_blocks(self._blocks_of(stream.source), stream.start) if stream.source is not None else ()
-
-    def _blocks_of(self, sequence: int) -> tuple[Block, ...]:
-        if sequence == PREFIX_SEQUENCE:
-            return ((PREFIX_BLOCK, len(self.prefix_tokens)),)
-        entry = self.cache.get(sequence) if self.cache is not None else None
-        if entry is not None:
-            return entry.blocks
-        return next(s.blocks() for s in self._running if s.sequence == sequence)
+                stream.start = stream.n_past = n
+                return
+        if stream.source is not None:
+            self.ctx.copy_sequence(stream.source, stream.sequence, stream.start, by_state=self.copy_by_state)
+        stream.n_past = stream.start
 
     def _step(self) -> None:
         budget = self.ctx.n_batch
@@ -462,7 +448,7 @@ class Scheduler:
                     outputs.append((stream, len(tokens)))
                 tokens.append(BatchToken(stream.tokens[position], position, stream.sequence, last))
         try:
-            self._decode(tokens, embeddings)
+            self.ctx.decode(tokens, embeddings=embeddings)
         except LlamaError as exc:
             self.consecutive_failures += 1
             involved = {stream.work for stream, _ in plan}
@@ -492,18 +478,6 @@ class Scheduler:
                 stream.work.on_stream_done(stream)
         self._finish_done()
 
-    def _decode(self, tokens: list[BatchToken], embeddings: bool) -> None:
-        try:
-            self.ctx.decode(tokens, embeddings=embeddings)
-        except LlamaError:
-            if not self.cache:
-                raise
-            # Cached prompts' cells may have scattered the free ones: give them all back, once.
-            log.warning("decode of %d tokens failed with %d cached prompts resident; retrying without them",
-                        len(tokens), len(self.cache))
-            self._clear_cache()
-            self.ctx.decode(tokens, embeddings=embeddings)
-
     def _finish_done(self) -> None:
         for work in [w for w in self._active if w.done]:
             for stream in [s for s in self._running if s.work is work]:
@@ -516,13 +490,24 @@ class Scheduler:
         if stream in self._running:
             self._running.remove(stream)
             if keep and stream.cached and self.cache is not None:
-                self._free(self.cache.insert(stream.sequence, stream.tokens[:stream.n_past], stream.blocks(),
-                                             final=stream.final))
-            else:
-                self._free([stream.sequence])
+                self._save(stream)
+            self._free(stream.sequence)
             if stream.counted_extra:
                 self._extra_cost -= stream.cost
         stream.n_past = len(stream.tokens)
+
+    def _save(self, stream: Stream) -> None:
+        """Offer a finished stream's prompt to the cache: its cells beyond the instruction prefix
+        sequence 0 holds are serialised (unless an entry already serves the prompt)."""
+        assert self.cache is not None
+        tokens = stream.tokens[:stream.n_past]
+        shared = common_prefix(np.asarray(self.prefix_tokens, dtype=np.int32), np.asarray(tokens, dtype=np.int32),
+                               len(tokens))
+        try:
+            self.cache.insert(tokens, shared, lambda: self.ctx.save_sequence(stream.sequence, shared),
+                              final=stream.final)
+        except LlamaError as exc:  # a cache that cannot save only costs a later evaluation
+            log.warning("could not cache a prompt of %d tokens: %s", len(tokens), exc)
 
     def _drop(self, work: Work, error: BaseException) -> None:
         for stream in [s for s in self._running if s.work is work]:

@@ -65,9 +65,9 @@ def test_ping_reports_the_prompt_cache(http):
     for _ in range(2):
         assert http.post("/invocations", json=body).status_code == 200
     cache = http.get("/ping").json()["prompt_cache"]
-    assert cache["enabled"] and cache["budget_cells"] == Settings.model_fields["prompt_cache_cells"].default
+    assert cache["enabled"] and cache["budget_mib"] == Settings.model_fields["prompt_cache_mib"].default
     assert cache["lookups"] == before["lookups"] + 2 and cache["hits"] >= before["hits"] + 1
-    assert 0 < cache["hit_rate"] <= 1 and 0 < cache["cells"] <= cache["budget_cells"]
+    assert 0 < cache["hit_rate"] <= 1 and 0 < cache["mib"] <= cache["budget_mib"]
 
 
 @pytest.mark.parametrize("path", ["/invocations", "/endpoints/my-endpoint/invocations"])
@@ -449,7 +449,9 @@ def test_ping_turns_unhealthy_after_repeated_model_failures(http, embedded_engin
         with pytest.raises(EngineFault):
             embedded_engine.scheduler.submit(PrefillWork(invalid)).future.result(timeout=60)
     error_of(http.get("/ping"), 503, "unhealthy")
-    assert http.post("/invocations", json={"decision": decision()}).status_code == 200  # the model works again
+    # the model works again: a prompt no earlier request gave, so it is evaluated, not answered from the cache
+    fresh = decision(state="The badge reader at the north door rejects every card since the power cut.")
+    assert http.post("/invocations", json={"decision": fresh}).status_code == 200
     assert http.get("/ping").status_code == 200
 
 

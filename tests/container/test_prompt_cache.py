@@ -3,89 +3,94 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 
 import pytest
 
 from decision_contract import Decision
-from decision_server.prompt_cache import PREFIX_BLOCK, PromptCache, leading_blocks
+from decision_server.llama import SequenceState
+from decision_server.prompt_cache import FinalOutput, PromptCache
 from tests.container.test_engine import BATCH_TOLERANCE, QUESTIONS, cold_decision, ticket_decision
 
 # --- bookkeeping (no model) --------------------------------------------------------------------------
 
 
-def test_cells_count_shared_blocks_once_and_never_the_instruction_prefix():
-    cache = PromptCache(budget=1000, slots=8)
-    # A: 40 prefix cells + 60 of its own; B copied A's first 80 cells, then 30 of its own.
-    assert cache.insert(1, list(range(100)), [(PREFIX_BLOCK, 40), (7, 60)]) == []
-    assert cache.insert(2, list(range(80)) + [999] * 30, [(PREFIX_BLOCK, 40), (7, 40), (8, 30)]) == []
-    assert cache.cells == 60 + 30
-    # A gone, B still holds 40 of A's cells
-    assert cache.evict() == 1
-    assert cache.cells == 40 + 30
+def state_of(cells: int, start: int = 0) -> SequenceState:
+    """A stand-in for llama.cpp's serialised cells: 10 bytes a cell (bookkeeping only reads sizes)."""
+    return SequenceState(data=b"", size=10 * cells, start=start)
+
+
+def put(cache: PromptCache, tokens: list[int], shared: int = 0, final: FinalOutput | None = None):
+    saved: list[int] = []
+
+    def snapshot() -> SequenceState:
+        saved.append(len(tokens))
+        return state_of(len(tokens) - shared, shared)
+
+    return cache.insert(tokens, shared, snapshot, final=final), saved
 
 
 def test_least_recently_used_is_evicted_to_keep_the_budget():
-    cache = PromptCache(budget=100, slots=8)
-    for sequence in (1, 2, 3):
-        cache.insert(sequence, [sequence] * 40, [(PREFIX_BLOCK, 0), (sequence, 40)])
-    # 120 cells > 100: the oldest went
-    assert [e.sequence for e in cache.entries()] == [2, 3]
-    cache.touch(cache.get(2))
-    assert cache.insert(4, [4] * 40, [(4, 40)]) == [3]  # 3 is now the least recently used
-    assert cache.cells == 80 <= cache.budget
+    cache = PromptCache(budget=1000)
+    for token in (1, 2, 3):
+        put(cache, [token] * 40)
+    # 3 x 400 bytes > 1000: the oldest went
+    assert [int(e.tokens[0]) for e in cache.entries()] == [2, 3]
+    cache.touch(cache.entries()[0])
+    put(cache, [4] * 40)  # 3 is now the least recently used
+    assert [int(e.tokens[0]) for e in cache.entries()] == [2, 4]
+    assert cache.nbytes == 800 <= cache.budget
     assert cache.stats.evictions == 2
 
 
-def test_a_prompt_larger_than_the_budget_or_already_held_is_not_kept():
-    cache = PromptCache(budget=50, slots=8)
-    assert cache.insert(1, [1] * 60, [(1, 60)]) == [1]
-    assert cache.insert(2, [5, 6, 7, 8], [(2, 4)]) == []
-    assert cache.insert(3, [5, 6, 7], [(2, 3)]) == [3]  # a prefix of a cached prompt: nothing new
-    assert cache.insert(4, [5, 6, 7, 8, 9], [(2, 4), (4, 1)]) == [2]  # extends 2, which serves nothing more
-    assert [e.sequence for e in cache.entries()] == [4]
+def test_a_prompt_larger_than_the_budget_held_already_or_all_shared_prefix_is_not_saved_again():
+    cache = PromptCache(budget=500)
+    assert put(cache, [1] * 60) == (None, [60])  # saved, then found too large
+    entry, saved = put(cache, [5, 6, 7, 8])
+    assert entry is not None and saved == [4]
+    assert put(cache, [5, 6, 7]) == (entry, [])  # a prefix of a cached prompt: served, nothing saved
+    assert put(cache, [5, 6, 7, 8, 9, 10], shared=6) == (None, [])  # nothing beyond the shared prefix
+    longer, _ = put(cache, [5, 6, 7, 8, 9])  # extends the first, which serves nothing more
+    assert cache.entries() == [longer] and cache.nbytes == 50
 
 
-def test_slots_bound_the_number_of_prompts():
-    cache = PromptCache(budget=10_000, slots=2)
-    for sequence in (1, 2, 3):
-        cache.insert(sequence, [sequence], [(sequence, 1)])
-    assert [e.sequence for e in cache.entries()] == [2, 3]
+def test_the_cells_before_the_shared_prefix_are_not_saved():
+    cache = PromptCache(budget=10_000)
+    entry, _ = put(cache, list(range(100)), shared=40)
+    assert entry.state.start == 40 and cache.nbytes == 10 * 60
 
 
 def test_an_entry_keeps_the_output_read_at_its_last_token():
     import numpy as np
 
-    from decision_server.prompt_cache import FinalOutput
-
     plain = FinalOutput(np.zeros(16), 0.0, 1)
     with_hidden = FinalOutput(np.zeros(16), 0.0, 1, hidden=np.ones(4))
-    cache = PromptCache(budget=100, slots=8)
-    cache.insert(1, [1, 2, 3], [(1, 3)])  # e.g. a chat: no output kept
+    cache = PromptCache(budget=1000)
+    put(cache, [1, 2, 3])  # e.g. a chat: no output kept
     assert cache.answered([1, 2, 3], with_hidden=False) is None
-    assert cache.insert(2, [1, 2, 3], [(1, 3)], final=plain) == [2]  # same cells: the entry takes the output
+    assert put(cache, [1, 2, 3], final=plain)[1] == []  # the same prompt: the entry takes the output
     assert cache.answered([1, 2, 3], with_hidden=False).final is plain
     assert cache.answered([1, 2, 3], with_hidden=True) is None
-    cache.insert(3, [1, 2, 3], [(1, 3)], final=with_hidden)
+    put(cache, [1, 2, 3], final=with_hidden)
     assert cache.answered([1, 2, 3], with_hidden=True).final is with_hidden
     assert cache.answered([1, 2], with_hidden=False) is None  # a prefix is not the prompt
     # an entry with an answer is not dropped for a longer prompt that leads with it
-    assert cache.insert(4, [1, 2, 3, 4], [(1, 3), (4, 1)]) == []
+    put(cache, [1, 2, 3, 4])
     assert len(cache) == 2
 
 
 def test_longest_prefix_prefers_the_most_recent_on_a_tie():
     import numpy as np
 
-    cache = PromptCache(budget=100, slots=8)
-    cache.insert(1, [1, 2, 3, 4], [(1, 4)])
-    cache.insert(2, [1, 2, 3, 9], [(2, 4)])
+    cache = PromptCache(budget=1000)
+    put(cache, [1, 2, 3, 4])
+    newer, _ = put(cache, [1, 2, 3, 9])
     entry, n = cache.longest(np.array([1, 2, 3, 5, 6]), limit=4)
-    assert (entry.sequence, n) == (2, 3)
+    assert (entry, n) == (newer, 3)
     entry, n = cache.longest(np.array([1, 2, 3, 4, 5]), limit=3)  # the limit caps the match
     assert n == 3
-    assert leading_blocks([(0, 40), (7, 60)], 50) == ((0, 40), (7, 10))
 
 
 # --- on the embedded model ------------------------------------------------------------------------
@@ -116,7 +121,7 @@ def test_a_repeated_decision_is_answered_from_the_cache_exactly_as_the_first_tim
     after = embedded_engine.prompt_cache_stats()
     assert after.enabled and after.hits == before.hits + 2 and after.lookups == before.lookups + 2
     assert after.reused_tokens - before.reused_tokens == 2 * (cold.input_tokens - cold.reused_prefix_tokens)
-    assert 0 < after.hit_rate <= 1 and 0 < after.cells <= after.budget_cells
+    assert 0 < after.hit_rate <= 1 and 0 < after.mib <= after.budget_mib
 
 
 @pytest.mark.model
@@ -215,7 +220,7 @@ def small_cache_engine():
     from decision_server.model_files import embedded_model_path
 
     engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=1024, max_decision_tokens=1024,
-                            prompt_cache_cells=300, parallel_sequences=2)
+                            prompt_cache_mib=8, parallel_sequences=2)
     yield engine
     engine.close()
 
@@ -228,7 +233,7 @@ def test_eviction_keeps_the_budget_and_drops_the_least_recent(small_cache_engine
                  for i in range(6)]
     for decision in decisions:
         engine.decide_one(decision)
-        assert 0 < cache.cells <= 300
+        assert 0 < cache.nbytes <= cache.budget == 8 * 1024 * 1024
     stats = engine.prompt_cache_stats()
     assert stats.evictions > 0 and stats.prompts < len(decisions)
     newest, oldest = engine.decide_one(decisions[-1]), engine.decide_one(decisions[0])
@@ -236,21 +241,54 @@ def test_eviction_keeps_the_budget_and_drops_the_least_recent(small_cache_engine
     assert oldest.reused_prefix_tokens < oldest.input_tokens - 1  # evicted first
 
 
+def sequences_holding_cells(engine) -> list[int]:
+    import llama_cpp
+
+    memory = engine.ctx.memory
+    return [s for s in range(engine.ctx.n_seq_max) if llama_cpp.llama_memory_seq_pos_max(memory, s) >= 0]
+
+
 @pytest.mark.model
-def test_work_that_needs_the_cells_evicts_cached_prompts(small_cache_engine):
+def test_cached_prompts_leave_the_kv_cache_to_the_shared_prefix_and_running_work(small_cache_engine):
     engine = small_cache_engine
     for i in range(3):
         engine.decide_one(ticket_decision(id=f"w{i}", state=f"Short ticket {i}: the app is slow today."))
-    assert engine.scheduler.cache.cells > 0
-    # a prompt that needs nearly the whole context: admitted, by evicting what the cache holds
-    free = engine.scheduler.capacity - engine.scheduler.cache.cells
+    assert len(engine.scheduler.cache) > 0
+    # fresh prompts attend over no cached prompt's cells: only sequence 0 holds any
+    assert sequences_holding_cells(engine) == [0]
+    # so a prompt that needs nearly the whole context is admitted beside a full cache, which keeps it
     words = " ".join(["charged twice"] * 330)
     big = ticket_decision(id="big", state=words)
     needed = len(engine.readout.prompt(big).tokens) - len(engine.scheduler.prefix_tokens)
-    assert needed > free, "the prompt must not fit beside the cache"
+    assert needed > engine.scheduler.capacity - 300, "the prompt must need most of the context"
+    evictions = engine.prompt_cache_stats().evictions
     result = engine.decide_one(big)
     assert result.id == "big" and result.reused_prefix_tokens < result.input_tokens - 1
-    assert engine.prompt_cache_stats().evictions > 0
+    assert engine.prompt_cache_stats().evictions - evictions <= 1  # at most for its own bytes, not its cells
+    assert sequences_holding_cells(engine) == [0]
+
+
+@pytest.mark.model
+def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedded_engine):
+    from decision_server.llama import SequenceState
+
+    decision = ticket_decision(id="r", state="The shared drive is read-only since this morning.")
+    cold = cold_decision(embedded_engine, decision)
+    embedded_engine.clear_prompt_cache()
+    embedded_engine.decide_one(decision.model_copy(update={"id": "first"}))
+    (entry,) = embedded_engine.scheduler.cache.entries()
+    # What llama.cpp refuses to read back: truncated bytes, and a valid header of no cells.
+    for broken in (SequenceState((ctypes.c_uint8 * 3)(255, 255, 255), 3, entry.state.start),
+                   SequenceState((ctypes.c_uint8 * 4)(), 4, entry.state.start)):
+        entry.state, entry.final = broken, None
+        failures = embedded_engine.prompt_cache_stats().restore_failures
+        result = embedded_engine.decide_one(decision)
+        assert embedded_engine.prompt_cache_stats().restore_failures == failures + 1
+        assert result.reused_prefix_tokens == len(embedded_engine.scheduler.prefix_tokens)  # evaluated
+        assert max(abs(a - b) for a, b in zip(result.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+        embedded_engine.clear_prompt_cache()
+        embedded_engine.decide_one(decision.model_copy(update={"id": "again"}))
+        (entry,) = embedded_engine.scheduler.cache.entries()
 
 
 @pytest.mark.model
