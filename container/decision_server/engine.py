@@ -126,7 +126,8 @@ class DecisionEngine:
             copy_by_state=self.sequence_copy == "state",
             # On a GPU a step's cost grows far slower than its tokens, so packing pays; not on a CPU.
             finish_first=settings.n_gpu_layers == 0,
-            cache=None if self.prompt_cache_off else PromptCache(int(settings.prompt_cache_mib * MIB)),
+            cache=None if self.prompt_cache_off else PromptCache(
+                int(settings.prompt_cache_mib * MIB), whole_only=self.sequence_copy == "state"),
         )
         self.scheduler.set_prefix(self._shared_prompt_prefix())
         log.info(
@@ -136,14 +137,16 @@ class DecisionEngine:
             self.model_info.context_size, settings.threads, settings.n_gpu_layers, settings.parallel_sequences,
             self.sequence_copy, "recurrent/hybrid" if self.model.recurrent else "KV",
             len(self.scheduler.prefix_tokens),
-            self.prompt_cache_off or f"{settings.prompt_cache_mib:g} MiB of host memory",
+            self.prompt_cache_off or f"{settings.prompt_cache_mib:g} MiB of host memory" + (
+                f", whole prompts only ({self._state_copy_reason()}: a state cannot be cut back to a "
+                "shorter prefix)" if self.sequence_copy == "state" else ""),
         )
+
+    def _state_copy_reason(self) -> str:
+        return "recurrent/hybrid memory" if self.model.recurrent else "DECISION_SEQUENCE_COPY=state"
 
     def _prompt_cache_off(self, settings: Settings) -> str | None:
         """Why there is no prompt cache (for the start-up log), or None."""
-        if self.sequence_copy == "state":
-            why = "recurrent/hybrid memory" if self.model.recurrent else "DECISION_SEQUENCE_COPY=state"
-            return f"off ({why}: a sequence's state cannot be cut back to a shorter prefix, so it cannot cache)"
         if settings.prompt_cache_mib == 0:
             return "off (DECISION_PROMPT_CACHE_MIB=0)"
         return None
@@ -270,7 +273,8 @@ class DecisionEngine:
             return PromptCacheStats(enabled=False, budget_mib=0)
         stats = cache.stats
         return PromptCacheStats(
-            enabled=True, budget_mib=round(cache.budget / MIB, 3), mib=round(cache.nbytes / MIB, 3),
+            enabled=True, whole_prompts_only=cache.whole_only, budget_mib=round(cache.budget / MIB, 3),
+            mib=round(cache.nbytes / MIB, 3),
             prompts=len(cache), lookups=stats.lookups, hits=stats.hits,
             hit_rate=stats.hits / stats.lookups if stats.lookups else 0.0, prompt_tokens=stats.prompt_tokens,
             reused_tokens=stats.reused_tokens, evictions=stats.evictions, restore_failures=stats.restore_failures,

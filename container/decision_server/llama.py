@@ -263,13 +263,13 @@ class LlamaContext:
 
     def load_sequence(self, sequence: int, state: SequenceState, n_tokens: int, *, prefix_source: int) -> bool:
         """Make `sequence` hold the first `n_tokens` of a saved sequence: its first `state.start`
-        shared from `prefix_source` (which holds them), the rest written back from `state`.
-        False (and `sequence` left empty) where llama.cpp finds no run of free cells for it."""
+        shared from `prefix_source` (which holds them), the rest written back from `state` (a
+        recurrent/hybrid state only whole: `n_tokens` is then all of it). False (and `sequence`
+        left empty) where llama.cpp cannot read it back, e.g. no run of free cells that long."""
         self.remove_sequence(sequence)
         written = llama_cpp.llama_state_seq_set_data(self.ctx, state.data, state.size, sequence)
-        # It must have written the cells from `start` up to the ones asked for, no fewer.
-        if written == 0 or not (llama_cpp.llama_memory_seq_pos_min(self.memory, sequence) == state.start
-                                and llama_cpp.llama_memory_seq_pos_max(self.memory, sequence) >= n_tokens - 1):
+        # It must have written the sequence up to the tokens asked for, no fewer.
+        if written == 0 or llama_cpp.llama_memory_seq_pos_max(self.memory, sequence) < n_tokens - 1:
             self.remove_sequence(sequence)
             return False
         if state.start > 0:

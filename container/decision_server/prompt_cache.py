@@ -15,6 +15,10 @@ nothing until they are used; the stock llama-server keeps its prompt cache in ho
 A decision's entry also keeps what was read at its last position (`FinalOutput`), so the very
 same prompt again is answered with the very same numbers and no forward pass at all.
 
+Recurrent/hybrid memory (a linear-attention layer's state, say) cannot be cut back to a shorter
+prefix: for those models an entry serves only prompts that extend its tokens whole (`whole_only`),
+such as the same decision again or another question after a batch on the same state.
+
 Entries are evicted least recently used, to stay within a budget of bytes. Pure bookkeeping:
 the scheduler owns the context and makes and restores the snapshots.
 """
@@ -55,6 +59,14 @@ class FinalOutput:
     argmax: int
     hidden: np.ndarray | None = None
 
+    @property
+    def nbytes(self) -> int:
+        return self.letter_logits.nbytes + (self.hidden.nbytes if self.hidden is not None else 0)
+
+    def better_than(self, other: "FinalOutput | None") -> bool:
+        """Whether to keep this output rather than `other` (it also has the hidden state)."""
+        return other is None or (other.hidden is None and self.hidden is not None)
+
 
 _entry_ids = itertools.count(1)
 
@@ -62,13 +74,16 @@ _entry_ids = itertools.count(1)
 @dataclass(eq=False)
 class Entry:
     tokens: np.ndarray
-    state: SequenceState  # the cells of tokens[state.start:]; the first `state.start` are sequence 0's
+    #: The cells of tokens[state.start:] (the first `state.start` are sequence 0's); None for an
+    #: answer-only entry, which answers the same prompt again and serves no other.
+    state: SequenceState | None
     final: FinalOutput | None = None  # the output at its last token, where a decision read one
     key: int = field(default_factory=lambda: next(_entry_ids))
 
     @property
     def nbytes(self) -> int:
-        return self.state.size
+        return self.tokens.nbytes + (self.state.size if self.state is not None else 0) + (
+            self.final.nbytes if self.final is not None else 0)
 
 
 @dataclass
@@ -86,10 +101,12 @@ class CacheStats:
 
 
 class PromptCache:
-    """Recent prompts' KV cells in host memory, at most `budget` bytes, least recently used out."""
+    """Recent prompts' KV cells in host memory, at most `budget` bytes, least recently used out.
+    `whole_only`: an entry serves a prompt only when the prompt starts with all of its tokens."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, *, whole_only: bool = False) -> None:
         self.budget = budget
+        self.whole_only = whole_only
         self._entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
         self.stats = CacheStats()
         #: Bytes the entries hold; kept up to date by every change, so other threads may read it.
@@ -107,7 +124,11 @@ class PromptCache:
         best: Entry | None = None
         best_n = 0
         for entry in reversed(self._entries.values()):
+            if entry.state is None:
+                continue
             n = common_prefix(entry.tokens, tokens, limit)
+            if self.whole_only and n < len(entry.tokens):
+                continue
             if n > best_n:
                 best, best_n = entry, n
         return best, best_n
@@ -136,38 +157,52 @@ class PromptCache:
             self.stats.hits += 1
             self.stats.reused_tokens += reused
 
-    def insert(self, tokens: Sequence[int], shared: int, snapshot: Callable[[], SequenceState],
+    def insert(self, tokens: Sequence[int], shared: int, snapshot: Callable[[], SequenceState] | None,
                final: FinalOutput | None = None) -> Entry | None:
         """Keep the prompt `tokens` (and `final`, the output read at its last token) as the most
         recent entry. Its first `shared` tokens are the instruction prefix sequence 0 holds;
         `snapshot()` serialises the cells of the rest, called only when no entry already serves
-        the prompt. Returns the entry that serves it, if any."""
+        the prompt. Without a snapshot only the output is kept (for a question of a batch, whose
+        state the batch's stem keeps). Returns the entry that serves the prompt, if any."""
         array = np.asarray(tokens, dtype=np.int32)
         n = len(array)
-        if n <= shared or self.budget <= 0:
-            return None  # nothing beyond the shared prefix to keep
-        for entry in self._entries.values():
-            if len(entry.tokens) >= n and common_prefix(entry.tokens, array, n) == n:
-                # already held: the entry serves it (and keeps the output read here, if it had none
-                # or one without the hidden state)
-                if len(entry.tokens) == n and final is not None and (
-                        entry.final is None or (entry.final.hidden is None and final.hidden is not None)):
-                    entry.final = final
-                self._entries.move_to_end(entry.key)
-                return entry
-        state = snapshot()
-        if state.size > self.budget:
-            return None
-        # Entries whose tokens lead this one's serve nothing it does not (but an answer): drop them.
-        for entry in [e for e in self._entries.values()
-                      if e.final is None and common_prefix(e.tokens, array, n) == len(e.tokens)]:
-            self._remove(entry.key)
+        if self.budget <= 0 or (n <= shared if snapshot is not None else final is None):
+            return None  # nothing to keep beyond the shared prefix
+        same = [e for e in self._entries.values() if len(e.tokens) == n and common_prefix(e.tokens, array, n) == n]
+        for entry in same:  # whatever else, the entry of this very prompt keeps the best output read
+            if final is not None and final.better_than(entry.final):
+                self._resize(entry, final=final)
+        if snapshot is None:
+            holder = same[-1] if same else None
+        else:
+            holder = next((e for e in reversed(self._entries.values()) if e.state is not None and (
+                len(e.tokens) == n or not self.whole_only and len(e.tokens) > n)
+                and common_prefix(e.tokens, array, n) == n), None)
+        if holder is not None:
+            self.touch(holder)
+            return holder
+        state = snapshot() if snapshot is not None else None
+        if state is not None:
+            # Entries of this prompt without cells, and entries without an output whose tokens lead
+            # this one's (except where entries serve whole prompts only), serve nothing it does not.
+            for entry in [e for e in self._entries.values() if e in same or not self.whole_only and
+                          e.final is None and common_prefix(e.tokens, array, n) == len(e.tokens)]:
+                if entry.final is not None and entry.final.better_than(final):
+                    final = entry.final
+                self._remove(entry.key)
         kept = Entry(array, state, final)
+        if kept.nbytes > self.budget:
+            return None
         self._entries[kept.key] = kept
         self.nbytes += kept.nbytes
         while self.nbytes > self.budget:
             self.evict()
         return kept
+
+    def _resize(self, entry: Entry, *, final: FinalOutput) -> None:
+        self.nbytes -= entry.nbytes
+        entry.final = final
+        self.nbytes += entry.nbytes
 
     def _remove(self, key: int) -> None:
         self.nbytes -= self._entries.pop(key).nbytes
@@ -186,7 +221,9 @@ class PromptCache:
 class PromptCacheStats(BaseModel):
     """The prompt cache as `/ping` reports it."""
 
-    enabled: bool = Field(description="false: DECISION_PROMPT_CACHE_MIB=0, or a recurrent/hybrid model")
+    enabled: bool = Field(description="false: DECISION_PROMPT_CACHE_MIB=0")
+    whole_prompts_only: bool = Field(False, description="true for recurrent/hybrid models: a cached prompt "
+                                     "serves only prompts that start with all of its tokens")
     budget_mib: float = Field(description="DECISION_PROMPT_CACHE_MIB")
     mib: float = Field(0.0, description="host memory the cached prompts' KV cells hold now")
     prompts: int = Field(0, description="prompts cached now")

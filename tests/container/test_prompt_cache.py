@@ -18,48 +18,49 @@ from tests.container.test_engine import BATCH_TOLERANCE, QUESTIONS, cold_decisio
 
 
 def state_of(cells: int, start: int = 0) -> SequenceState:
-    """A stand-in for llama.cpp's serialised cells: 10 bytes a cell (bookkeeping only reads sizes)."""
-    return SequenceState(data=b"", size=10 * cells, start=start)
+    """A stand-in for llama.cpp's serialised cells: 100 bytes a cell (bookkeeping reads only sizes)."""
+    return SequenceState(data=b"", size=100 * cells, start=start)
 
 
-def put(cache: PromptCache, tokens: list[int], shared: int = 0, final: FinalOutput | None = None):
+def put(cache: PromptCache, tokens: list[int], shared: int = 0, final: FinalOutput | None = None,
+        cells: bool = True):
+    """Insert `tokens`; returns the entry kept and the lengths of the prompts whose cells were saved."""
     saved: list[int] = []
 
     def snapshot() -> SequenceState:
         saved.append(len(tokens))
         return state_of(len(tokens) - shared, shared)
 
-    return cache.insert(tokens, shared, snapshot, final=final), saved
+    return cache.insert(tokens, shared, snapshot if cells else None, final=final), saved
 
 
 def test_least_recently_used_is_evicted_to_keep_the_budget():
-    cache = PromptCache(budget=1000)
+    cache = PromptCache(budget=10_000)
     for token in (1, 2, 3):
-        put(cache, [token] * 40)
-    # 3 x 400 bytes > 1000: the oldest went
-    assert [int(e.tokens[0]) for e in cache.entries()] == [2, 3]
+        put(cache, [token] * 40)  # 4,000 bytes of cells and 160 of tokens each
+    assert [int(e.tokens[0]) for e in cache.entries()] == [2, 3]  # three did not fit: the oldest went
     cache.touch(cache.entries()[0])
     put(cache, [4] * 40)  # 3 is now the least recently used
     assert [int(e.tokens[0]) for e in cache.entries()] == [2, 4]
-    assert cache.nbytes == 800 <= cache.budget
+    assert cache.nbytes == 2 * 4160 <= cache.budget
     assert cache.stats.evictions == 2
 
 
 def test_a_prompt_larger_than_the_budget_held_already_or_all_shared_prefix_is_not_saved_again():
-    cache = PromptCache(budget=500)
+    cache = PromptCache(budget=1000)
     assert put(cache, [1] * 60) == (None, [60])  # saved, then found too large
     entry, saved = put(cache, [5, 6, 7, 8])
     assert entry is not None and saved == [4]
     assert put(cache, [5, 6, 7]) == (entry, [])  # a prefix of a cached prompt: served, nothing saved
     assert put(cache, [5, 6, 7, 8, 9, 10], shared=6) == (None, [])  # nothing beyond the shared prefix
     longer, _ = put(cache, [5, 6, 7, 8, 9])  # extends the first, which serves nothing more
-    assert cache.entries() == [longer] and cache.nbytes == 50
+    assert cache.entries() == [longer] and cache.nbytes == 500 + 20
 
 
 def test_the_cells_before_the_shared_prefix_are_not_saved():
     cache = PromptCache(budget=10_000)
     entry, _ = put(cache, list(range(100)), shared=40)
-    assert entry.state.start == 40 and cache.nbytes == 10 * 60
+    assert entry.state.start == 40 and cache.nbytes == 100 * 60 + 4 * 100
 
 
 def test_an_entry_keeps_the_output_read_at_its_last_token():
@@ -75,10 +76,41 @@ def test_an_entry_keeps_the_output_read_at_its_last_token():
     assert cache.answered([1, 2, 3], with_hidden=True) is None
     put(cache, [1, 2, 3], final=with_hidden)
     assert cache.answered([1, 2, 3], with_hidden=True).final is with_hidden
+    put(cache, [1, 2, 3], final=plain)  # an output without the hidden state does not replace one with it
+    assert cache.answered([1, 2, 3], with_hidden=True).final is with_hidden
     assert cache.answered([1, 2], with_hidden=False) is None  # a prefix is not the prompt
     # an entry with an answer is not dropped for a longer prompt that leads with it
     put(cache, [1, 2, 3, 4])
     assert len(cache) == 2
+    assert cache.nbytes == sum(e.nbytes for e in cache.entries()) == (300 + 12 + 128 + 32) + (400 + 16)
+
+
+def test_an_answer_only_entry_answers_its_prompt_and_serves_no_other():
+    import numpy as np
+
+    answer = FinalOutput(np.zeros(4), 0.0, 1)
+    cache = PromptCache(budget=10_000)
+    assert put(cache, [1, 2, 3, 4], cells=False) == (None, [])  # nothing to keep without an output
+    entry, saved = put(cache, [1, 2, 3, 4], final=answer, cells=False)
+    assert saved == [] and entry.state is None and cache.nbytes == 16 + 32
+    assert cache.answered([1, 2, 3, 4], with_hidden=False) is entry
+    assert cache.longest(np.array([1, 2, 3, 4, 5]), limit=5) == (None, 0)  # it has no cells to restore
+    # the same prompt with its cells: one entry holds both, the output kept
+    with_cells, saved = put(cache, [1, 2, 3, 4])
+    assert saved == [4] and cache.entries() == [with_cells] and with_cells.final is answer
+
+
+def test_whole_prompts_only_an_entry_serves_prompts_that_start_with_all_of_it():
+    import numpy as np
+
+    cache = PromptCache(budget=10_000, whole_only=True)
+    stem, _ = put(cache, [1, 2, 3])
+    question, _ = put(cache, [1, 2, 3, 4, 5])  # the shorter entry stays: it serves what this cannot
+    assert cache.entries() == [stem, question]
+    assert cache.longest(np.array([1, 2, 3, 4, 9]), limit=5) == (stem, 3)  # not cut back to 4 tokens
+    assert cache.longest(np.array([1, 2, 3, 4, 5, 6]), limit=6) == (question, 5)
+    assert cache.longest(np.array([1, 2, 9]), limit=3) == (None, 0)
+    assert put(cache, [1, 2, 3, 4])[1] == [4]  # a prefix of an entry is not held by it
 
 
 def test_longest_prefix_prefers_the_most_recent_on_a_tie():
@@ -180,6 +212,25 @@ def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
         assert w.reused_prefix_tokens >= warm.timing.shared_prefix_tokens
         assert max(abs(x - y) for x, y in zip(w.probabilities, c.probabilities)) <= BATCH_TOLERANCE
         assert g.reused_prefix_tokens == g.input_tokens and g.option_logits == w.option_logits
+
+
+@pytest.mark.model
+def test_a_batch_keeps_its_state_once_and_each_questions_answer(embedded_engine):
+    state = "Every laptop in the Lyon office lost Wi-Fi after last night's update."
+    decisions = [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
+    embedded_engine.clear_prompt_cache()
+    batch = embedded_engine.decide(decisions)
+    entries = embedded_engine.scheduler.cache.entries()
+    # the stem's cells once, and for each question only what was read at its last token
+    (stem,) = [e for e in entries if e.state is not None]
+    assert len(stem.tokens) == batch.timing.shared_prefix_tokens
+    assert sorted(len(e.tokens) for e in entries if e.state is None and e.final is not None) == \
+        sorted(r.input_tokens for r in batch.results)
+    again = embedded_engine.decide_one(decisions[1])
+    assert again.reused_prefix_tokens == again.input_tokens and again.option_logits == batch.results[1].option_logits
+    other = Decision(id="other", state=state, question="Does the ticket mention a deadline?",
+                     options=[{"id": "yes", "description": "yes"}, {"id": "no", "description": "no"}])
+    assert embedded_engine.decide_one(other).reused_prefix_tokens >= len(stem.tokens) - 2  # from the stem's cells
 
 
 @pytest.mark.model
@@ -291,21 +342,61 @@ def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedd
         (entry,) = embedded_engine.scheduler.cache.entries()
 
 
+@pytest.fixture(scope="module")
+def state_copy_engine():
+    """The embedded model with sequences copied by serialised state, the path recurrent/hybrid
+    models (whose memory cannot be cut back to a shorter prefix) take."""
+    from decision_server.engine import DecisionEngine
+    from decision_server.model_files import embedded_model_path
+
+    engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=2048, max_decision_tokens=1024,
+                            parallel_sequences=2, sequence_copy="state")
+    yield engine
+    engine.close()
+
+
 @pytest.mark.model
-def test_a_model_copied_by_state_says_it_cannot_cache(caplog):
+def test_a_model_copied_by_state_caches_whole_prompts_and_says_so(caplog):
     from decision_server.engine import DecisionEngine
     from decision_server.model_files import embedded_model_path
 
     with caplog.at_level(logging.INFO, logger="decision_server.engine"):
         engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=512, max_decision_tokens=512,
                                 parallel_sequences=1, sequence_copy="state")
-    try:
-        assert engine.scheduler.cache is None
-        assert "prompt cache=off (DECISION_SEQUENCE_COPY=state: a sequence's state cannot be cut back" in caplog.text
-        assert not engine.prompt_cache_stats().enabled
-        result = engine.decide_one(ticket_decision(id="s"))
-        again = engine.decide_one(ticket_decision(id="s"))
-        assert again.reused_prefix_tokens == result.reused_prefix_tokens == len(engine.scheduler.prefix_tokens)
-    finally:
-        engine.close()
+    engine.close()
+    assert "prompt cache=512 MiB of host memory, whole prompts only (DECISION_SEQUENCE_COPY=state: a state " \
+           "cannot be cut back to a shorter prefix)" in caplog.text
 
+
+@pytest.mark.model
+def test_a_model_copied_by_state_answers_a_repeat_from_the_cache(state_copy_engine, embedded_engine):
+    engine = state_copy_engine
+    decision = ticket_decision(id="s", state="The payroll export has stopped at 80 % every night this week.")
+    cold = cold_decision(embedded_engine, decision)
+    first = engine.decide_one(decision)
+    again = engine.decide_one(decision)
+    assert first.reused_prefix_tokens == len(engine.scheduler.prefix_tokens)
+    assert again.reused_prefix_tokens == again.input_tokens and again.option_logits == first.option_logits
+    assert max(abs(a - b) for a, b in zip(first.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+    assert engine.prompt_cache_stats().whole_prompts_only
+
+
+@pytest.mark.model
+def test_a_model_copied_by_state_restores_a_cached_state_only_whole(state_copy_engine, embedded_engine):
+    engine = state_copy_engine
+    state = {"subject": "Printer", "body": "The third-floor printer jams on every duplex job since Monday."}
+    first, second, third = (Decision(id=f"q{i}", state=state, question=q, options=o)
+                            for i, (q, o) in enumerate(QUESTIONS[:3]))
+    prefix = len(engine.scheduler.prefix_tokens)
+    engine.clear_prompt_cache()
+    engine.decide_one(first)
+    # the cached prompt ends in the first question: a state cannot be cut back to where they part
+    assert engine.decide_one(second).reused_prefix_tokens == prefix
+    # a batch on the state caches its stem, which a later question extends whole
+    batch = engine.decide([first, second])
+    stem = batch.timing.shared_prefix_tokens
+    assert stem > prefix
+    warm = engine.decide_one(third)
+    assert warm.reused_prefix_tokens == stem
+    cold = cold_decision(embedded_engine, third)
+    assert max(abs(a - b) for a, b in zip(warm.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
