@@ -162,6 +162,7 @@ class Scheduler:
         self._holds = 0
         self._stopping = False
         self._extra_cost = 0  # cells of streams beyond each work's reservation
+        self._unsaved: list[Stream] = []  # finished streams to save to the cache once answers are out
         self.consecutive_failures = 0
         self._thread = threading.Thread(target=self._run, name="decode-loop", daemon=True)
         self._thread.start()
@@ -282,6 +283,12 @@ class Scheduler:
             work.fail(Busy("the server is stopping", retry_after_seconds=5))
 
     def _iterate(self) -> None:
+        try:
+            self._iterate_once()
+        finally:
+            self._save_finished()
+
+    def _iterate_once(self) -> None:
         self._reap_cancelled()
         self._start_streams()
         if self._running:
@@ -485,17 +492,29 @@ class Scheduler:
                 self._release(stream, keep=True)
             self._active.remove(work)
             work.finish()
+        self._save_finished()
 
     def _release(self, stream: Stream, *, keep: bool = False) -> None:
-        """Give back a stream's sequence; `keep` (it finished) offers it to the prompt cache."""
+        """Give back a stream's sequence; `keep` (it finished) offers it to the prompt cache
+        first, once the answers of this step are out (`_save_finished`)."""
         if stream in self._running:
             self._running.remove(stream)
             if keep and stream.cached and self.cache is not None:
-                self._save(stream)
-            self._free(stream.sequence)
+                self._unsaved.append(stream)
+            else:
+                self._free(stream.sequence)
             if stream.counted_extra:
                 self._extra_cost -= stream.cost
         stream.n_past = len(stream.tokens)
+
+    def _save_finished(self) -> None:
+        """Save the streams finished since the last call to the cache, and free their sequences.
+        Called after their requests were answered: saving a prompt's cells takes 1 to 3 ms, which
+        no answer should wait for."""
+        while self._unsaved:
+            stream = self._unsaved.pop(0)
+            self._save(stream)
+            self._free(stream.sequence)
 
     def _save(self, stream: Stream) -> None:
         """Offer a finished stream's prompt to the cache: its cells beyond the instruction prefix

@@ -128,6 +128,12 @@ def test_longest_prefix_prefers_the_most_recent_on_a_tie():
 # --- on the embedded model ------------------------------------------------------------------------
 
 
+def settle(engine):
+    """Wait until the worker is between steps: a finished prompt is saved to the cache once its
+    answer is out, so right after a call returns its entry may still be on the way."""
+    engine.scheduler.call(lambda: None)
+
+
 def differing_states() -> tuple[str, str]:
     """Two ticket states that share a long prefix, then differ; the tiny embedded model answers
     them far apart (Δp ≈ 0.27), as it does few pairs of realistic tickets."""
@@ -220,6 +226,7 @@ def test_a_batch_keeps_its_state_once_and_each_questions_answer(embedded_engine)
     decisions = [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
     embedded_engine.clear_prompt_cache()
     batch = embedded_engine.decide(decisions)
+    settle(embedded_engine)
     entries = embedded_engine.scheduler.cache.entries()
     # the stem's cells once, and for each question only what was read at its last token
     (stem,) = [e for e in entries if e.state is not None]
@@ -284,6 +291,7 @@ def test_eviction_keeps_the_budget_and_drops_the_least_recent(small_cache_engine
                  for i in range(6)]
     for decision in decisions:
         engine.decide_one(decision)
+        settle(engine)
         assert 0 < cache.nbytes <= cache.budget == 8 * 1024 * 1024
     stats = engine.prompt_cache_stats()
     assert stats.evictions > 0 and stats.prompts < len(decisions)
@@ -304,6 +312,7 @@ def test_cached_prompts_leave_the_kv_cache_to_the_shared_prefix_and_running_work
     engine = small_cache_engine
     for i in range(3):
         engine.decide_one(ticket_decision(id=f"w{i}", state=f"Short ticket {i}: the app is slow today."))
+    settle(engine)
     assert len(engine.scheduler.cache) > 0
     # fresh prompts attend over no cached prompt's cells: only sequence 0 holds any
     assert sequences_holding_cells(engine) == [0]
@@ -315,6 +324,7 @@ def test_cached_prompts_leave_the_kv_cache_to_the_shared_prefix_and_running_work
     evictions = engine.prompt_cache_stats().evictions
     result = engine.decide_one(big)
     assert result.id == "big" and result.reused_prefix_tokens < result.input_tokens - 1
+    settle(engine)
     assert engine.prompt_cache_stats().evictions - evictions <= 1  # at most for its own bytes, not its cells
     assert sequences_holding_cells(engine) == [0]
 
@@ -327,6 +337,7 @@ def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedd
     cold = cold_decision(embedded_engine, decision)
     embedded_engine.clear_prompt_cache()
     embedded_engine.decide_one(decision.model_copy(update={"id": "first"}))
+    settle(embedded_engine)
     (entry,) = embedded_engine.scheduler.cache.entries()
     # What llama.cpp refuses to read back: truncated bytes, and a valid header of no cells.
     for broken in (SequenceState((ctypes.c_uint8 * 3)(255, 255, 255), 3, entry.state.start),
@@ -339,6 +350,7 @@ def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedd
         assert max(abs(a - b) for a, b in zip(result.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
         embedded_engine.clear_prompt_cache()
         embedded_engine.decide_one(decision.model_copy(update={"id": "again"}))
+        settle(embedded_engine)
         (entry,) = embedded_engine.scheduler.cache.entries()
 
 
