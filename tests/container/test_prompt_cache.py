@@ -204,10 +204,15 @@ def test_nothing_leaks_between_interleaved_prompts_that_share_a_prefix(embedded_
         assert max(abs(x - y) for x, y in zip(results[key].probabilities, cold.probabilities)) <= BATCH_TOLERANCE
 
 
+def questions_on(state) -> list[Decision]:
+    """A `decisions` batch: every test question on one state."""
+    return [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
+
+
 @pytest.mark.model
 def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
     state = "A cached state: the VPN drops every ten minutes for the whole Berlin office."
-    decisions = [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
+    decisions = questions_on(state)
     embedded_engine.clear_prompt_cache()
     cold = embedded_engine.decide(decisions)
     embedded_engine.clear_prompt_cache()
@@ -223,7 +228,7 @@ def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
 @pytest.mark.model
 def test_a_batch_keeps_its_state_once_and_each_questions_answer(embedded_engine):
     state = "Every laptop in the Lyon office lost Wi-Fi after last night's update."
-    decisions = [Decision(id=f"q{i}", state=state, question=q, options=o) for i, (q, o) in enumerate(QUESTIONS)]
+    decisions = questions_on(state)
     embedded_engine.clear_prompt_cache()
     batch = embedded_engine.decide(decisions)
     settle(embedded_engine)
