@@ -243,10 +243,7 @@ class LlamaContext:
         if not by_state:
             llama_cpp.llama_memory_seq_cp(self.memory, source, target, 0, n_tokens)
             return
-        size = llama_cpp.llama_state_seq_get_size(self.ctx, source)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, source)
-        if written == 0 or llama_cpp.llama_state_seq_set_data(self.ctx, buffer, written, target) == 0:
+        if not self.load_sequence(target, self.save_sequence(source, 0), n_tokens, prefix_source=source):
             raise LlamaError(f"could not copy the state of sequence {source} into {target}")
 
     def save_sequence(self, sequence: int, start: int) -> SequenceState:

@@ -396,16 +396,15 @@ class Scheduler:
             given = stream.start
             limit = len(stream.tokens) - (1 if stream.wants_output else 0)
             entry, n = cache.longest(np.asarray(stream.tokens, dtype=np.int32), limit)
-            restored = entry is not None and n > given and self.ctx.load_sequence(
-                stream.sequence, entry.state, n, prefix_source=PREFIX_SEQUENCE)
-            if entry is not None and n > given and not restored:
+            if entry is not None and n > given:
+                assert entry.state is not None  # longest() returns only entries with cells
+                if self.ctx.load_sequence(stream.sequence, entry.state, n, prefix_source=PREFIX_SEQUENCE):
+                    cache.touch(entry)
+                    cache.record(len(stream.tokens), n - given)
+                    stream.start = stream.n_past = n
+                    return
                 cache.stats.restore_failures += 1  # no run of free cells that long: evaluate it
-            cache.record(len(stream.tokens), n - given if restored else 0)
-            if restored:
-                assert entry is not None
-                cache.touch(entry)
-                stream.start = stream.n_past = n
-                return
+            cache.record(len(stream.tokens), 0)
         if stream.source is not None:
             self.ctx.copy_sequence(stream.source, stream.sequence, stream.start, by_state=self.copy_by_state)
         stream.n_past = stream.start
@@ -492,11 +491,11 @@ class Scheduler:
                 self._release(stream, keep=True)
             self._active.remove(work)
             work.finish()
-        self._save_finished()
 
     def _release(self, stream: Stream, *, keep: bool = False) -> None:
         """Give back a stream's sequence; `keep` (it finished) offers it to the prompt cache
-        first, once the answers of this step are out (`_save_finished`)."""
+        first, once the answers of this step are out (`_save_finished`, at the end of each
+        iteration of the loop)."""
         if stream in self._running:
             self._running.remove(stream)
             if keep and stream.cached and self.cache is not None:
