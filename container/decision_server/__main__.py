@@ -15,6 +15,7 @@ import uvicorn
 
 from .app import create_app
 from .engine import GpuUnavailable, require_gpu_backend
+from .ggml_backends import BackendError
 from .model_files import ModelFileError, find_gguf
 from .request_ids import RequestIdFilter
 from .settings import Settings, SettingsError
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_gpu_backend(settings)
         find_gguf(settings)
-    except (GpuUnavailable, ModelFileError) as exc:
+    except (BackendError, GpuUnavailable, ModelFileError) as exc:
         print(f"decision_server: start-up stopped: {exc}", file=sys.stderr)
         return 2
 

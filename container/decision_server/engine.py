@@ -32,7 +32,7 @@ from decision_contract import (
 
 from . import model_files
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
-from .llama import LlamaContext, LlamaModel
+from .llama import LlamaContext, LlamaModel, init_backend
 from .prompt_cache import MIB, FinalOutput, PromptCache, PromptCacheStats
 from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
 from .scheduler import (
@@ -58,6 +58,7 @@ class GpuUnavailable(RuntimeError):
 def require_gpu_backend(settings: Settings) -> None:
     """Refuse GPU offload on a build without a GPU backend: llama.cpp would silently run on the
     CPU, many times slower than the endpoint was sized for."""
+    init_backend(settings.cpu_variant)  # before llama.cpp is asked anything (ggml_backends.py says why)
     if settings.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
         raise GpuUnavailable(
             f"SM_LLAMA_CPP_N_GPU_LAYERS={settings.n_gpu_layers} asks for GPU offload, but this llama.cpp "
@@ -78,6 +79,8 @@ class DecisionEngine:
         elif overrides:
             settings = Settings.from_env({}, **{**settings.model_dump(), **overrides})
         self.settings = settings
+        #: Which llama.cpp build and CPU kernels compute here (/ping and the benchmark report it).
+        self.llama_build = init_backend(settings.cpu_variant)
         require_gpu_backend(settings)
         self.model_file = model_files.resolve(settings)
         started = time.perf_counter()
@@ -130,6 +133,11 @@ class DecisionEngine:
                 int(settings.prompt_cache_mib * MIB), whole_only=self.sequence_copy == "state"),
         )
         self.scheduler.set_prefix(self._shared_prompt_prefix())
+        build = self.llama_build
+        log.info("llama.cpp CPU backend %s (%s; of %d variants: %s), features %s; backends %s",
+                 build.cpu_variant, "chosen for this CPU" if build.chosen_by == "score" else "DECISION_CPU_VARIANT",
+                 len(build.cpu_variants_available), ", ".join(build.cpu_variants_available) or "linked in",
+                 " ".join(build.cpu_features), ", ".join(build.backends))
         log.info(
             "loaded %s (%d bytes, sha256 %s) in %.2fs: n_ctx=%d threads=%d gpu_layers=%d parallel=%d "
             "sequence copy=%s (%s memory) shared prefix=%d tokens prompt cache=%s",

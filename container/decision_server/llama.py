@@ -18,6 +18,8 @@ from typing import Literal, Sequence
 import llama_cpp
 import numpy as np
 
+from . import ggml_backends
+
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -26,22 +28,25 @@ class LlamaError(RuntimeError):
     """llama.cpp refused a model, a context or a decode."""
 
 
-def _init_backend() -> None:
+def init_backend(cpu_variant: str | None = None) -> ggml_backends.LlamaBuild:
+    """ggml's backends (the CPU variant for this CPU first), then llama.cpp's own start-up."""
     global _backend_ready
     with _backend_lock:
+        # llama-cpp-python routes llama.cpp's log through this logger; its loading chatter
+        # (hundreds of lines per context) is noise in a server log, errors are kept.
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+        build = ggml_backends.load(cpu_variant)
         if not _backend_ready:
-            # llama-cpp-python routes llama.cpp's log through this logger; its loading chatter
-            # (hundreds of lines per context) is noise in a server log, errors are kept.
-            logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
             llama_cpp.llama_backend_init()
             _backend_ready = True
+        return build
 
 
 class LlamaModel:
     """A loaded GGUF: weights, vocabulary, metadata and the chat template."""
 
     def __init__(self, path: Path, *, n_gpu_layers: int = 0) -> None:
-        _init_backend()
+        init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = -1 if n_gpu_layers < 0 else n_gpu_layers
         model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)

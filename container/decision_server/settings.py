@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         "in the KV cache, so they do not slow fresh prompts. A cell costs 2 x layers x KV width x 2 "
         "bytes: about 23 KB on the embedded model, 128 KB on an 8B Llama with 8 KV heads.",
     )
+    cpu_variant: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.]+$", validation_alias=AliasChoices("DECISION_CPU_VARIANT", "cpu_variant"),
+        description="DECISION_CPU_VARIANT: the llama.cpp CPU backend variant to load (haswell, icelake, "
+        "sapphirerapids, ...; /ping lists this build's). Unset: the best one this CPU supports. For "
+        "benchmarks side by side, or to step around a variant that misbehaves on some machine.",
+    )
     unhealthy_after_failures: int = Field(
         3, ge=1, validation_alias=AliasChoices("DECISION_UNHEALTHY_AFTER_FAILURES", "unhealthy_after_failures"),
         description="DECISION_UNHEALTHY_AFTER_FAILURES: failed forward passes in a row after which /ping "

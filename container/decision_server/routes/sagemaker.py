@@ -16,6 +16,7 @@ from decision_contract import DecisionRequest, SingleDecisionResponse
 from .. import openapi
 from ..bodies import read_json
 from ..errors import BadRequest
+from ..ggml_backends import LlamaBuild
 from ..prompt_cache import PromptCacheStats
 from ..runtime import ModelRuntime
 from ..systemone.router import answer_invocation
@@ -37,6 +38,7 @@ class PingResponse(BaseModel):
     status: str = "ok"
     model: str
     prompt_cache: PromptCacheStats | None = None
+    llama_build: LlamaBuild | None = None
 
 
 _INVOCATION = {
@@ -66,7 +68,8 @@ def runtime_of(request: Request) -> ModelRuntime:
 )
 async def ping(request: Request) -> Response:
     engine = runtime_of(request).healthy()
-    return JSONResponse(PingResponse(model=engine.model_info.file, prompt_cache=engine.prompt_cache_stats()).model_dump())
+    return JSONResponse(PingResponse(model=engine.model_info.file, prompt_cache=engine.prompt_cache_stats(),
+                                     llama_build=engine.llama_build).model_dump())
 
 
 @router.post("/invocations", summary="Structured decision(s), a chat completion or System One questions", **_INVOCATION)
