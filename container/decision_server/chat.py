@@ -1,8 +1,8 @@
 """The OpenAI Chat Completions request the server accepts, the response it documents, and
 its SSE framing.
 
-Generation itself is llama-cpp-python's `create_chat_completion` (see engine.py); this
-module only validates the request and frames streamed chunks as llama-server does.
+Generation itself is `ChatWork` (chat_work.py), sampled in the scheduler's decode loop beside
+decisions; this module only validates the request and frames streamed chunks as llama-server does.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A decision is one forward pass over the readout prompt; the answer is the final-position
 logits of the option letters (and, when asked, the hidden state those logits are computed
 from). Requests of every kind go through the scheduler's decode loop, which evaluates many
-sequences in one forward pass (see scheduler.py); this module turns requests into work and
-work outputs into results.
+sequences in one forward pass (see scheduler.py); this module checks requests and turns them
+into work (decision_work.py, chat_work.py), which reads the outputs into results.
 """
 
 from __future__ import annotations
@@ -15,38 +15,21 @@ import time
 from typing import Any, Iterator, Sequence
 
 import llama_cpp
-import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from pydantic import ValidationError
 
-from decision_contract import (
-    BatchDecisionResponse,
-    BatchTiming,
-    Decision,
-    DecisionRequest,
-    DecisionResult,
-    DecisionTiming,
-    ModelInfo,
-    softmax,
-)
+from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, ModelInfo
 
 from . import model_files
+from .chat_work import ChatWork, SamplingOptions, chat_chunks
+from .decision_work import DecisionWork
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
 from .llama import LlamaContext, LlamaModel, init_backend
-from .prompt_cache import MIB, FinalOutput, PromptCache, PromptCacheStats
-from .readout import PROBE, PROMPT_VERSION, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
-from .scheduler import (
-    PREFIX_SEQUENCE,
-    ChatWork,
-    PrefillWork,
-    SamplingOptions,
-    Scheduler,
-    Stream,
-    Work,
-    letter_readout,
-    read_final_output,
-)
+from .prompt_cache import MIB, PromptCache, PromptCacheStats
+from .readout import PROBE, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
+from .scheduler import Scheduler
 from .settings import Settings
+from .work import PrefillWork
 
 log = logging.getLogger("decision_server.engine")
 
@@ -337,124 +320,3 @@ class DecisionEngine:
         if request.get("stream"):
             return chat_chunks(work)
         return work.future.result()
-
-
-def chat_chunks(work: ChatWork) -> Iterator[dict[str, Any]]:
-    """The chunks of a streaming chat as the worker produces them. Closing the generator (the
-    client went away) cancels the generation."""
-    try:
-        while True:
-            item = work.events.get()
-            if item is work.events.END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        if not work.done:
-            work.cancel()
-
-
-class DecisionWork(Work):
-    """A request's decisions: their common token prefix once (a stem sequence; all of the state
-    when they share one), then each question's suffix in a sequence copied from it, many in one decode."""
-
-    def __init__(self, engine: DecisionEngine, decisions: list[Decision], prompts: list[Prompt],
-                 tokenize_seconds: list[float], started: float) -> None:
-        super().__init__()
-        self.engine, self.decisions, self.prompts = engine, decisions, prompts
-        self.tokenize_seconds, self.started = tokenize_seconds, started
-        scheduler = engine.scheduler
-        lengths = [len(p.tokens) for p in prompts]
-        # The shared prefix is the longest common *token* prefix of the full prompts, so each
-        # decision sees exactly the tokens it would see alone; one token at least stays per
-        # decision so that its final position is evaluated after the copy.
-        self.shared_prefix = 0
-        if len(prompts) > 1:
-            self.shared_prefix = min(longest_common_prefix([p.tokens for p in prompts]), min(lengths) - 1)
-        self.reuse = scheduler.reusable(prompts[0].tokens, self.shared_prefix if len(prompts) > 1 else None)
-        by_state = scheduler.copy_by_state
-        self._stem: Stream | None = None
-        stem_source, stem_start = (PREFIX_SEQUENCE, self.reuse) if self.reuse else (None, 0)
-        if len(prompts) > 1 and self.shared_prefix > self.reuse:
-            self._stem = Stream(self, prompts[0].tokens[: self.shared_prefix], start=stem_start, source=stem_source,
-                                wants_output=False, index=-1)
-            self._stem.cost = self.shared_prefix if by_state else self.shared_prefix - self.reuse
-        self._stem_ready = self._stem is None
-        self._pending = list(range(len(decisions)))
-        self.results: list[DecisionResult | None] = [None] * len(decisions)
-        self.prefix_seconds = 0.0
-        # question streams: from the stem, or straight from the global prefix
-        copied = self.shared_prefix if self._stem is not None else self.reuse
-        self._costs = [n if by_state else n - copied for n in lengths]
-        stem_cost = self._stem.cost if self._stem is not None else 0
-        self.reservation = stem_cost + max(self._costs)
-
-    def first_streams(self) -> list[Stream]:
-        return [self._stem] if self._stem is not None else []
-
-    def next_stream(self) -> Stream | None:
-        if not self._stem_ready or not self._pending:
-            return None
-        index = self._pending.pop(0)
-        if self._stem is not None:
-            source, start = self._stem.sequence, self.shared_prefix
-        else:
-            source, start = (PREFIX_SEQUENCE, self.reuse) if self.reuse else (None, 0)
-        return Stream(self, self.prompts[index].tokens, start=start, source=source, index=index,
-                      wants_hidden=self.decisions[index].return_hidden_state, cost=self._costs[index])
-
-    def on_stream_done(self, stream: Stream) -> None:
-        self._stem_ready = True
-        self.prefix_seconds = time.perf_counter() - stream.started_at
-
-    answers_from_cache = True
-
-    def on_output(self, stream: Stream, ctx: LlamaContext, index: int, hidden: np.ndarray | None) -> bool:
-        # every letter's logit, so the cached output answers this prompt again whatever it is asked
-        stream.final = read_final_output(ctx.logits(index), self.engine.readout.letter_token_ids, hidden)
-        self.on_cached_output(stream, stream.final)
-        return True
-
-    def on_cached_output(self, stream: Stream, final: FinalOutput) -> None:
-        engine = self.engine
-        decision, prompt = self.decisions[stream.index], self.prompts[stream.index]
-        letter_ids = engine.readout.letter_token_ids[: len(decision.options)]
-        logits, mass = letter_readout(final, len(decision.options))
-        hidden = final.hidden if decision.return_hidden_state else None
-        forward = time.perf_counter() - stream.started_at
-        tokenize = self.tokenize_seconds[stream.index]
-        self.results[stream.index] = DecisionResult(
-            id=decision.id,
-            option_ids=decision.option_ids,
-            probabilities=softmax(logits, decision.temperature),
-            option_logits=logits,
-            temperature=decision.temperature,
-            input_tokens=len(prompt.tokens),
-            reused_prefix_tokens=stream.start,
-            allowed_token_mass=mass,
-            prompt_sha256=prompt.sha256,
-            prompt_version=PROMPT_VERSION,
-            model=engine.model_info,
-            timing=DecisionTiming(tokenize_seconds=tokenize, prefill_seconds=forward, total_seconds=tokenize + forward),
-            answer_token_ids=list(letter_ids),
-            full_vocab_argmax_id=final.argmax,
-            forward_seconds=forward,
-            total_seconds=time.perf_counter() - self.started,
-            hidden_state=hidden.tolist() if hidden is not None else None,
-        )
-
-    @property
-    def done(self) -> bool:
-        return all(result is not None for result in self.results)
-
-    def finish(self) -> None:
-        self.future.set_result(BatchDecisionResponse(
-            results=[r for r in self.results if r is not None],
-            timing=BatchTiming(
-                shared_prefix_tokens=self.shared_prefix,
-                shared_prefix_seconds=self.prefix_seconds,
-                total_seconds=time.perf_counter() - self.started,
-                batch_size=len(self.decisions),
-            ),
-        ))

@@ -6,19 +6,28 @@ instruction; a JSON user message with the evidence first (so a batch sharing one
 shares a token prefix); options lettered A…P by position, their ids never shown; the
 final-position logits of the letter tokens are the answer. Invariants are checked once,
 when the model loads, so a model whose letters are not single tokens never serves.
+
+The maths of the answer is here too: what is read at a decision's last position
+(`read_final_output`, kept by the prompt cache) and the option letters' logits and mass taken
+from it (`letter_readout`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from decision_contract import OPTION_LETTERS, Decision, DecisionOption
+
+from .errors import EngineFault
+from .prompt_cache import FinalOutput
 
 #: SemIf's name for this prompt, echoed in every result. The instruction and the user payload
 #: below are SemIf's `direct-options-v1` to the byte: any other wording changes `prompt_sha256`
@@ -165,3 +174,25 @@ def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
         if any(s[i] != token for s in sequences[1:]):
             return i
     return shortest
+
+
+def read_final_output(row: np.ndarray, letter_ids: Sequence[int], hidden: np.ndarray | None) -> FinalOutput:
+    """The letter logits at a position (every option letter's), the log-sum-exp of the whole
+    vocabulary's and its argmax. The one full-vocabulary temporary is the shifted exponent."""
+    letters = row[list(letter_ids)].astype(np.float64)
+    argmax = int(row.argmax())
+    peak = float(row[argmax])
+    shifted = row - np.float32(peak)
+    np.exp(shifted, out=shifted)
+    lse_vocab = peak + math.log(float(shifted.sum(dtype=np.float64)))
+    return FinalOutput(letters, lse_vocab, argmax, hidden)
+
+
+def letter_readout(final: FinalOutput, n_options: int) -> tuple[list[float], float]:
+    """The first `n_options` letters' logits and the share of next-token mass on them."""
+    letters = final.letter_logits[:n_options]
+    if not np.all(np.isfinite(letters)):
+        raise EngineFault("the model produced non-finite letter logits")
+    top = float(letters.max())
+    lse_letters = top + math.log(float(np.exp(letters - top).sum()))
+    return letters.tolist(), min(1.0, math.exp(lse_letters - final.lse_vocab))

@@ -441,7 +441,7 @@ def test_full_queue_is_503_retryable_with_retry_after(http, embedded_engine):
 
 def test_ping_turns_unhealthy_after_repeated_model_failures(http, embedded_engine):
     from decision_server.errors import EngineFault
-    from decision_server.scheduler import PrefillWork
+    from decision_server.work import PrefillWork
 
     # A token id past the vocabulary makes llama_decode itself fail: a real model failure.
     invalid = [embedded_engine.model.n_vocab + 7]
