@@ -113,7 +113,7 @@ review: $(STAMP)
 # REDRIVE_ARGS="--dlq-url … --dry-run".
 redrive: $(STAMP)
 	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
-	$(PY) -m decision_router.redrive $(DLQ) $(REDRIVE_ARGS)
+	$(PY) -m ops.redrive $(DLQ) $(REDRIVE_ARGS)
 
 # Schemathesis (every default check) against a real decision server on the embedded model: at
 # least 1000 generated requests across the routes. Junit report and server log in reports/fuzz/.

@@ -25,9 +25,10 @@ for root in ("contract", "functions", "."):
 
 from bench.stats import percentile
 from decision_contract import DecisionResult, ModelInfo
-from decision_router.items import parse_item
-from decision_router.judging import model_entry
-from decision_router.policies import POLICY_DIR, build_state, load_policy
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import model_entry
+from decision_router.domain.model_requests import build_state
+from decision_router.domain.policies import POLICY_DIR, load_policy
 
 DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
 

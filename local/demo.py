@@ -45,7 +45,7 @@ from local.cloudformation import REPO_ROOT, Stack
 
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview
-    from decision_router.records import DecisionEntry, DecisionRecord
+    from decision_router.domain.records import DecisionEntry, DecisionRecord
     from local.lambdas import BatchReport
 
 EVENTS = REPO_ROOT / "events"
@@ -89,8 +89,8 @@ class InputItem:
 
 def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) -> InputItem | None:
     """A raw event of a real source, or None when the object is not one."""
-    from decision_router.envelopes import unwrap_sns
-    from decision_router.webhooks import SOURCES
+    from decision_router.intake.tickets import sns_message
+    from decision_router.sources import TICKET_SOURCES
 
     if "detail-type" in data and "source" in data:
         detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
@@ -101,13 +101,17 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
         return InputItem(source, line, "incident", None, text, data, via="event",
                          name=f"{str(data['source']).removeprefix('aws.partner/')[:24]} {str(what)[:40]}")
     if data.get("Type") == "Notification" and "TopicArn" in data:
-        ticket = json.loads(unwrap_sns(text)) if unwrap_sns(text) != text else None
+        message = sns_message(data)
+        try:
+            ticket = json.loads(message) if message is not None else None
+        except ValueError:
+            ticket = None
         item_id = ticket.get("ticket_id") if isinstance(ticket, dict) else None
         return InputItem(source, line, "ticket", item_id if isinstance(item_id, str) else None, text,
                          ticket if isinstance(ticket, dict) else None, via="sns")
     webhook = ("zendesk" if str(data.get("type", "")).startswith("zen:event-type:")
                else "jira" if "webhookEvent" in data else None)
-    if webhook in SOURCES:
+    if webhook in TICKET_SOURCES:
         return InputItem(source, line, "ticket", None, text, data, via=f"webhook:{webhook}", name=f"{webhook} webhook")
     return None
 
@@ -115,7 +119,7 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
 def classify(source: str, text: str, line: int = 1) -> InputItem:
     """Tell a ticket from an incident by its id field; anything else is rejected with the reason.
     Validation proper is the intake's job: a bad ticket or incident still goes through it."""
-    from decision_router.items import ITEM_MODELS
+    from decision_router.domain.items import ITEM_MODELS
 
     try:
         data = json.loads(text)
@@ -381,7 +385,8 @@ class LocalPipeline:
     def _post_webhook(self, outcome: Outcome, progress: Progress) -> None:
         """A Zendesk or Jira webhook body: signed as that system signs it (with the secret the
         operator stored) and posted to the webhook function as API Gateway's HTTP API would."""
-        from decision_router.webhooks import MAPPERS, Unusable, sign
+        from decision_router.intake.webhooks import map_ticket, sign
+        from decision_router.sources.webhook import Unusable
         from local.lambdas import http_api_event
 
         system = outcome.item.via.removeprefix("webhook:")
@@ -403,7 +408,7 @@ class LocalPipeline:
             outcome.source_outcome, outcome.note = "ignored", answer["reason"]
         else:
             try:
-                mapped = MAPPERS[system](data, self.webhooks.env["WEBHOOK_DEFAULT_TIER"])
+                mapped = map_ticket(system, data, self.webhooks.env["WEBHOOK_DEFAULT_TIER"])
             except Unusable as error:  # the function queued it, so this cannot differ; say so if it does
                 raise RuntimeError(f"{outcome.item.source}: queued by the webhook, but {error}") from None
             ticket = mapped.model_dump(mode="json", exclude_none=True) if not isinstance(mapped, str) else None
@@ -414,8 +419,8 @@ class LocalPipeline:
     # ------------------------------------------------------------------------------ reading back
     def execution_arn(self, item: InputItem) -> str | None:
         """The ARN of the item's (first) execution; None when the item does not validate."""
-        from decision_router.items import InvalidItem, parse_item
-        from decision_router.records import execution_name
+        from decision_router.domain.items import InvalidItem, parse_item
+        from decision_router.domain.records import execution_name
 
         try:
             parsed = parse_item(item.kind, item.data)
@@ -426,7 +431,7 @@ class LocalPipeline:
 
     def _settle(self, outcomes: list[Outcome], timeout: float) -> None:
         """Wait until each started execution finished or asked for review; then read back."""
-        from decision_router.records import DecisionRecord
+        from decision_router.domain.records import DecisionRecord
 
         started = [o for o in outcomes if o.item.kind and o.item.item_id and not o.queues and not o.problem
                    and not o.source_outcome]
@@ -464,7 +469,7 @@ class LocalPipeline:
 
     def _collect_reviews(self) -> None:
         from decision_router.adapters.review import QueuedReview
-        from decision_router.review import PendingReview
+        from decision_router.review.completion import PendingReview
 
         # Received once and held (not deleted): the review function deletes what it completes.
         while messages := self.sqs.receive_message(QueueUrl=self.review_queue_url, MaxNumberOfMessages=10,
@@ -528,7 +533,7 @@ class LocalPipeline:
         """Answer a pending review through the real review function (accepting the model's
         suggestions; the policy's first option where there is none), wait for the workflow to
         finish, and read back where the item went. Returns the review function's answer."""
-        from decision_router.policies import load_policy
+        from decision_router.domain.policies import load_policy
 
         pending = self.pending_reviews.pop(outcome.item.item_id)
         review = pending.review
@@ -591,7 +596,7 @@ class LocalPipeline:
 
 def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
     """The intake's own validation message for an item (same parser as the handler)."""
-    from decision_router.items import InvalidItem, parse_item
+    from decision_router.domain.items import InvalidItem, parse_item
 
     try:
         parse_item(kind, data)
@@ -799,7 +804,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
-    from decision_router.items import ITEM_MODELS
+    from decision_router.domain.items import ITEM_MODELS
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -839,7 +844,7 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
                       outcome.record.policy.name, outcome.item.item_id) else "."), file=out)
             if len(pending) > 1:
                 print(f"{len(pending) - 1} review(s) still pending (in a deployment: python -m "
-                      "decision_router.review_cli list / complete).", file=out)
+                      "ops.review_cli list / complete).", file=out)
         if args.report:
             write_report(args.report, outcomes)
             print(f"\nReport: {args.report} (one JSON line per input line)", file=out)

@@ -105,7 +105,7 @@ def letters_policies(monkeypatch, tmp_path):
     stub endpoint answers through the letters."""
     import json
 
-    from decision_router import policies
+    from decision_router.domain import policies
 
     for path in policies.POLICY_DIR.glob("*.json"):
         raw = json.loads(path.read_text())

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
     for failure in failures:
         print(f"not scored: {failure}", file=sys.stderr)
 
-    from decision_router.policies import load_policy
+    from decision_router.domain.policies import load_policy
 
     by_question: dict[tuple[str, str], list[Example]] = defaultdict(list)
     for example in examples:

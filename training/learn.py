@@ -1,7 +1,7 @@
 """Fitting one policy question's head, and judging it against the alternatives on held-out folds.
 
 The head is one multinomial logistic regression (L2) over every signal the routing function
-has (decision_router.heads): TF-IDF word and character n-grams of the evidence, the item's
+has (decision_router.domain.heads): TF-IDF word and character n-grams of the evidence, the item's
 structured fields as indicators, the model's final hidden state and its letter logits. The
 model's two blocks are standardised and scaled by one `model_weight` against the lexical ones;
 C and that weight are chosen together by group k-fold cross-validation (out-of-fold log-loss),
@@ -42,8 +42,8 @@ from sklearn.pipeline import make_pipeline, make_union
 from threadpoolctl import threadpool_limits
 
 from bench.evaluate import metrics
-from decision_router.heads import FORMAT, Head
-from decision_router.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
+from decision_router.domain.heads import FORMAT, Head
+from decision_router.domain.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
 
 #: Inverse regularisation strengths tried by cross-validation.
 C_GRID = (3.0, 10.0, 30.0, 100.0)
@@ -186,7 +186,7 @@ class Linear:
     bias: np.ndarray
 
     def blocks(self, s: Signals) -> dict[str, Any]:
-        """The head file's blocks (decision_router.heads.Head), weights rounded for the file."""
+        """The head file's blocks (decision_router.domain.heads.Head), weights rounded for the file."""
         def rows(matrix: np.ndarray) -> list[list[float]]:
             return [[float(f"{v:.{WEIGHT_DIGITS}g}") for v in row] for row in matrix]
 
@@ -261,7 +261,7 @@ def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
 
 
 def routing_logits(head: Head, s: Signals, rows: Sequence[int]) -> np.ndarray:
-    """The head's logits as the routing function computes them (decision_router.heads)."""
+    """The head's logits as the routing function computes them (decision_router.domain.heads)."""
     return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist()) for i in rows])
 
 
@@ -554,7 +554,7 @@ def learning_curve(s: Signals, k: int, parts: Sequence[np.ndarray], C: float, mo
 
 def head_document(fit: QuestionFit, *, version: str, binding: dict[str, Any], data: list[str], fitted_on: date,
                   min_margin: float = 0.0) -> dict:
-    """The head file (decision_router.heads.Head)."""
+    """The head file (decision_router.domain.heads.Head)."""
     document = {
         "format": FORMAT,
         "version": version,

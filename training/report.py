@@ -27,8 +27,8 @@ from .learn import QuestionFit
 
 @dataclass
 class QuestionResult:
-    policy: Any  # decision_router.policies.Policy
-    question: Any  # decision_router.policies.Question
+    policy: Any  # decision_router.domain.policies.Policy
+    question: Any  # decision_router.domain.policies.Question
     fit: QuestionFit
     head: dict
     test: dict
@@ -60,8 +60,8 @@ def score_test(question: Any, head_document: dict, examples: Sequence[Example], 
     itself (`judging.model_entry`, at the thresholds written), and the text-only classifier and
     the hidden-state-only head fitted on the same training rows, each auto-routing at the
     threshold its own held-out folds chose. Also per language, where items declare one."""
-    from decision_router.heads import Head
-    from decision_router.judging import model_entry
+    from decision_router.domain.heads import Head
+    from decision_router.domain.judging import model_entry
 
     if not examples:
         return {}
@@ -109,7 +109,9 @@ READOUT_NAMES = {"letters": "letters (zero-shot)", "text_only": "TF-IDF + LR (te
 def policy_changes(results: Sequence[QuestionResult], write: bool) -> list[dict]:
     """Per policy: head files in where they win, out where they no longer do; the diff; written and
     loaded back through the policy validation unless `write` is false."""
-    from decision_router.policies import POLICY_DIR, format_policy, load_policy
+    from decision_router.domain.policies import POLICY_DIR, load_policy
+
+    from .policy_file import format_policy
 
     changes = []
     for name in sorted({r.policy.name for r in results}):

@@ -127,8 +127,8 @@ def _policy_route(observations: Sequence[Observation], temperature: float | None
                   min_confidence: float | None) -> PolicyRoute | None:
     """Auto-route share and error rate exactly as the pipeline decides (`judging.model_entry`),
     with the shipped policy question or with a proposed temperature / min_confidence."""
-    from decision_router.judging import model_entry
-    from decision_router.policies import load_policy
+    from decision_router.domain.judging import model_entry
+    from decision_router.domain.policies import load_policy
 
     first = observations[0]
     if first.case.kind != "policy":

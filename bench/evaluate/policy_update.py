@@ -1,7 +1,7 @@
 """Calibration flows into the pipeline: the fitted temperature and the recommended
 `min_confidence` of each policy question, as an exact change to the policy JSON file.
 
-The file is written in the policies' one layout (`decision_router.policies.format_policy`), so
+The file is written in the policies' one layout (`training.policy_file.format_policy`), so
 a change shows as exactly the lines whose values changed; the result must still load as a
 valid policy.
 """
@@ -50,14 +50,14 @@ class PolicyChange:
 
 
 def policy_path(name: str) -> Path:
-    from decision_router.policies import POLICY_DIR
+    from decision_router.domain.policies import POLICY_DIR
 
     text = str(name)
     return Path(text) if text.endswith(".json") or "/" in text else POLICY_DIR / f"{text}.json"
 
 
 def propose(name: str, changes: Mapping[str, QuestionChange]) -> PolicyChange:
-    from decision_router.policies import format_policy
+    from training.policy_file import format_policy
 
     path = policy_path(name)
     old_text = path.read_text(encoding="utf-8")
@@ -75,7 +75,7 @@ def propose(name: str, changes: Mapping[str, QuestionChange]) -> PolicyChange:
 
 def write(change: PolicyChange) -> None:
     """Write the calibrated policy, then load it back through the pipeline's validation."""
-    from decision_router.policies import load_policy
+    from decision_router.domain.policies import load_policy
 
     change.path.write_text(change.new_text, encoding="utf-8")
     load_policy(change.path)

@@ -1,0 +1,1 @@
+"""The incident intake function (template Handler: incident_intake.app.lambda_handler)."""

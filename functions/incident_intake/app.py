@@ -1,6 +1,6 @@
 """Incident intake (EventBridge): our own `Incident Reported` events on the decision bus, and the
 native sources' events from the default bus (CloudWatch alarms, AWS Health, GuardDuty, Security
-Hub) and the PagerDuty partner bus, correlated by incident (decision_router.incidents says what
+Hub) and the PagerDuty partner bus, correlated by incident (decision_router.intake.incidents says what
 becomes of each). Invoked asynchronously: a failure to route raises, so Lambda retries and then
 hands the event to the function's on-failure destination/DLQ; an event no retry can map is parked
 there at once with its reason. An unreachable endpoint sends the incident to review."""
@@ -8,8 +8,8 @@ there at once with its reason. An unreachable endpoint sends the incident to rev
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from decision_router.incidents import IncidentIntake
-from decision_router.intake import Intake
+from decision_router.intake.incidents import IncidentIntake
+from decision_router.intake.pipeline import Intake
 
 logger = Logger()
 metrics = Metrics()

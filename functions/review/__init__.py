@@ -1,0 +1,1 @@
+"""The review completion function (template Handler: review.app.lambda_handler)."""

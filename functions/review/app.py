@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
-from decision_router.review import ReviewCompletion, submit_review
+from decision_router.review.completion import ReviewCompletion, submit_review
 
 logger = Logger()
 tracer = Tracer()

@@ -4,7 +4,7 @@ needed to load them), and the JSON API under /api/ that the JWT authorizer guard
 The reviewer is whoever the verified token's claims name (API Gateway puts them in the event's
 requestContext); a name in the request body is refused. The task token never leaves this
 function: it is read from the review-queue message of the pending execution, and the answer is
-checked against the execution's own record (decision_router.review), as the review function does.
+checked against the execution's own record (decision_router.review.completion), as the review function does.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from decision_router import console
 from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTaskGone, ReviewTasks
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
-from decision_router.items import describe_errors
-from decision_router.policies import Policy, PolicyError, load_policy
-from decision_router.records import DecisionRecord
-from decision_router.review import InvalidReview, ReviewCompletion, submit_review
+from decision_router.domain.policies import Policy, PolicyError, load_policy
+from decision_router.domain.records import DecisionRecord
+from decision_router.review import console
+from decision_router.review.completion import InvalidReview, ReviewCompletion, submit_review
+from decision_router.validation import describe_errors
 
 logger = Logger()
 tracer = Tracer()

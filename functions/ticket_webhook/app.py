@@ -1,5 +1,5 @@
 """Ticket webhooks (API Gateway HTTP API, POST /webhooks/{source}): Zendesk, Jira and a generic
-JSON webhook. decision_router.webhooks verifies the HMAC signature and its time, maps the payload
+JSON webhook. decision_router.intake.webhooks verifies the HMAC signature and its time, maps the payload
 to a ticket and queues it for the ticket intake; 401 (nothing queued) when the signature is bad,
 missing or stale; 202 with `parked` and the reason when the payload lacks what the policy needs."""
 
@@ -16,7 +16,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.adapters.queues import Queue
 from decision_router.config import Settings
-from decision_router.webhooks import Unauthorized, WebhookIntake
+from decision_router.intake.webhooks import WebhookIntake
+from decision_router.sources.webhook import Unauthorized
 
 #: Seconds a fetched secret is reused before Secrets Manager is asked again (a rotated secret is picked up).
 SECRET_MAX_AGE = 300

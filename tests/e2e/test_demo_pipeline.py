@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from decision_router.policies import load_policy
+from decision_router.domain.policies import load_policy
 from local.cloudformation import REPO_ROOT
 from local.demo import EVENTS, classify, format_table, read_items, report_line, table_rows, write_report
 

@@ -217,7 +217,7 @@ def test_the_shipped_sets_load_without_errors(name):
 
 
 def test_the_pipelines_review_export_is_loadable_labelled_data():
-    from decision_router.review_cli import labelled_example
+    from decision_router.review.completion import labelled_example
 
     stored = {"policy_name": "incident", "item": json.dumps(INCIDENT), "answers": json.dumps({"priority": "P2", "team": "data"})}
     case = parse_row(json.dumps(labelled_example(stored)), "export.jsonl", 1)

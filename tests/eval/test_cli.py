@@ -18,7 +18,7 @@ GROUPS = {"support-ticket/queue", "incident/priority", "incident/team", "jevbenc
 
 
 def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
-    from decision_router.policies import POLICY_DIR
+    from decision_router.domain.policies import POLICY_DIR
 
     shipped = {p.name: p.read_text() for p in POLICY_DIR.glob("*.json")}
     out = tmp_path / "report"
@@ -69,7 +69,7 @@ def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
 
 
 def test_cli_over_http_with_bad_rows_and_policy_write(decision_server_url, tmp_path, capsys):
-    from decision_router.policies import POLICY_DIR, load_policy
+    from decision_router.domain.policies import POLICY_DIR, load_policy
 
     policy = tmp_path / "support-ticket.json"
     shutil.copy(POLICY_DIR / "support-ticket.json", policy)

@@ -61,7 +61,7 @@ def test_summary_by_hand():
 
 @pytest.fixture
 def policy_copy(tmp_path):
-    from decision_router.policies import POLICY_DIR
+    from decision_router.domain.policies import POLICY_DIR
 
     path = tmp_path / "incident.json"
     shutil.copy(POLICY_DIR / "incident.json", path)
@@ -85,7 +85,7 @@ def test_policy_change_edits_only_temperature_and_min_confidence(policy_copy):
     assert '+      "temperature": 1.835,' in change.diff
 
     policy_update.write(change)
-    from decision_router.policies import load_policy
+    from decision_router.domain.policies import load_policy
 
     team = load_policy(policy_copy).question("team")
     assert (team.temperature, team.thresholds.min_confidence) == (1.835, 0.35)

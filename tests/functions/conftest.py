@@ -88,13 +88,13 @@ def traces(monkeypatch) -> RecordingTracerProvider:
     """Every Tracer of the functions (the handlers' and the library's) records into one provider."""
     import decision_router.adapters.endpoint
     import decision_router.adapters.workflow
-    import decision_router.intake
+    import decision_router.intake.pipeline
     from incident_intake import app as incident_app
     from review import app as review_app
     from ticket_intake import app as ticket_app
 
     recorder = RecordingTracerProvider()
-    for module in (ticket_app, incident_app, review_app, decision_router.intake,
+    for module in (ticket_app, incident_app, review_app, decision_router.intake.pipeline,
                    decision_router.adapters.endpoint, decision_router.adapters.workflow):
         assert module.tracer.auto_patch is True  # boto3 calls (InvokeEndpoint, DynamoDB, StartExecution) traced too
         monkeypatch.setattr(module.tracer, "provider", recorder)
@@ -112,6 +112,6 @@ def policy_files_beside(directory: Path) -> None:
     files are resolved beside it."""
     import shutil
 
-    from decision_router.policies import POLICY_DIR
+    from decision_router.domain.policies import POLICY_DIR
 
     shutil.copytree(POLICY_DIR / "heads", directory / "heads", dirs_exist_ok=True)

@@ -9,19 +9,21 @@ import json
 
 import pytest
 
-from decision_router.items import parse_item
-from decision_router.policies import Policy, PolicyError, load_policy
-from decision_router.rules import apply_rules
-from decision_router.sources import (
+from decision_router.domain.items import parse_item
+from decision_router.domain.policies import Policy, PolicyError, load_policy
+from decision_router.domain.rules import apply_rules
+from decision_router.intake.incidents import IncidentOpened as Opened
+from decision_router.intake.incidents import native_outcomes
+from decision_router.sources import read_event
+from decision_router.sources.events import (
+    AnyEnvelope,
     Ignored,
     InvalidSourceEvent,
-    Opened,
     Resolved,
     SourceEventError,
     UnknownEvent,
-    adapt,
     incident_id,
-    parse_envelope,
+    read_envelope,
 )
 from tests.functions.conftest import EVENTS
 
@@ -34,7 +36,7 @@ def sample(name: str) -> dict:
 
 
 def outcome(event: dict):
-    (result,) = adapt(parse_envelope(event), TABLES)
+    (result,) = native_outcomes(*read_event(event), TABLES)
     return result
 
 
@@ -188,7 +190,7 @@ def test_a_source_event_missing_a_field_names_it_and_a_non_event_is_refused():
     with pytest.raises(InvalidSourceEvent, match="detail.title: Field required"):
         outcome(event)
     with pytest.raises(SourceEventError, match="not an EventBridge event: .*detail-type"):
-        parse_envelope({"AlarmName": "x"})
+        read_envelope(AnyEnvelope, {"AlarmName": "x"})
 
 
 # ------------------------------------------------------------------------ items and policy

@@ -25,7 +25,7 @@ from moto import mock_aws
 from decision_contract import BatchDecisionResponse, BatchTiming
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
-from decision_router.intake import Intake
+from decision_router.intake.pipeline import Intake
 from local.cloudformation import Stack
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext

@@ -22,12 +22,12 @@ from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecision
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.queues import Queue
 from decision_router.config import Settings
-from decision_router.envelopes import unwrap_sns
-from decision_router.incidents import IncidentIntake
-from decision_router.intake import Intake
-from decision_router.items import InvalidItem, parse_item
-from decision_router.policies import load_policy
-from decision_router.records import DecisionRecord, execution_name
+from decision_router.domain.items import InvalidItem, parse_item
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.intake.incidents import IncidentIntake
+from decision_router.intake.pipeline import Intake
+from decision_router.intake.tickets import TicketIntake, sns_message, ticket_json
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
 
@@ -118,6 +118,9 @@ def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> 
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
         monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
                                                              settings=Settings.from_env(env)))
+    if hasattr(app, "tickets"):  # so does the ticket handler's
+        monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics,
+                                                         settings=Settings.from_env(env)))
     return intake
 
 
@@ -318,7 +321,7 @@ def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_tr
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
-    assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.Intake.judge",
+    assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.pipeline.Intake.judge",
                                   "## decision_router.adapters.endpoint.DecisionEndpoint.decide",
                                   "## decision_router.adapters.workflow.WorkflowStarter.start"]
     traces.subsegments.clear()
@@ -504,7 +507,7 @@ def test_a_ticket_waits_while_the_endpoint_wakes_from_zero_then_is_routed(ticket
     hidden: list[dict] = []
     sqs.meta.events.register("before-parameter-build.sqs.ChangeMessageVisibility",
                              lambda params, **_: hidden.append(dict(params)))
-    monkeypatch.setitem(app.ticket_queues, url, Queue(url, client=sqs))
+    monkeypatch.setattr(app.tickets, "_ticket_queue", Queue(url, client=sqs))
     stub.no_capacity()
     stub.no_capacity()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -621,7 +624,7 @@ def eventbridge(detail: dict, detail_type: str = "Incident Reported") -> dict:
 @pytest.fixture
 def ticket_policy_with_head(monkeypatch, tmp_path):
     """The shipped policies, with a small head on the ticket queue bound to `HEAD_MODEL`."""
-    from decision_router import policies
+    from decision_router.domain import policies
     from tests.functions.test_heads import MODEL, head_for, install
 
     for path in policies.POLICY_DIR.glob("*.json"):
@@ -686,11 +689,13 @@ def sns_notification(message: str) -> str:
 
 def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_alone(ticket_data):
     ticket = json.dumps(ticket_data)
-    assert json.loads(unwrap_sns(sns_notification(ticket))) == ticket_data
-    assert unwrap_sns(ticket) == ticket and unwrap_sns("not json") == "not json"
+    assert ticket_json(sns_notification(ticket)) == ticket_data
+    assert ticket_json(ticket) == ticket_data
+    with pytest.raises(InvalidItem, match="invalid ticket \\(no usable id\\): Invalid JSON"):
+        ticket_json("not json")
     # Looks like a notification but lacks what SNS always sends: not unwrapped, so it fails as a ticket.
-    half = json.dumps({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"})
-    assert unwrap_sns(half) == half
+    half = {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"}
+    assert sns_message(half) is None and ticket_json(json.dumps(half)) == half
 
 
 def test_a_ticket_in_an_sns_envelope_is_routed(tickets, stack, context):

@@ -15,9 +15,10 @@ import pytest
 from moto import mock_aws
 
 from decision_router.config import Settings
-from decision_router.incidents import IncidentIntake
-from decision_router.intake import Intake
-from decision_router.records import DecisionRecord
+from decision_router.domain.records import DecisionRecord
+from decision_router.intake.incidents import IncidentIntake
+from decision_router.intake.pipeline import Intake
+from decision_router.intake.tickets import TicketIntake
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS
 
@@ -41,6 +42,8 @@ def use_intake(monkeypatch, stack, app, kind, function):
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
         monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
                                                              settings=Settings.from_env(env)))
+    if hasattr(app, "tickets"):  # so does the ticket handler's (its queues from the process environment)
+        monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
 
 
 def records(stack) -> dict[str, DecisionRecord]:

@@ -10,14 +10,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router import review_cli
 from decision_router.adapters.review import ReviewTaskGone
-from decision_router.items import parse_item
-from decision_router.judging import build_record, model_entry
-from decision_router.policies import load_policy
-from decision_router.records import DecisionRecord
-from decision_router.review import InvalidReview, ReviewCompletion, complete_review, submit_review
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import build_record, model_entry
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord
+from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
 from local.cloudformation import Stack
+from ops import review_cli
 from tests.functions.conftest import EVENTS, letters_only, make_result
 from tests.functions.test_intake_handlers import TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, body, make_intake
 

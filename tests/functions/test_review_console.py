@@ -19,12 +19,12 @@ import pytest
 from moto import mock_aws
 
 from decision_router.adapters.workflow import WorkflowStarter
-from decision_router.console import correction_name, pending_list, pending_summary, reviewer_from_claims
-from decision_router.items import parse_item
-from decision_router.judging import build_record, model_entry
-from decision_router.policies import load_policy
-from decision_router.records import DecisionRecord
-from decision_router.review import PendingReview, labelled_example
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import build_record, model_entry
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord
+from decision_router.review.completion import PendingReview, labelled_example
+from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack
 from local.console import http_event
 from local.lambdas import LocalFunction
@@ -335,8 +335,8 @@ def test_the_script_never_parses_text_as_html():
 def test_the_workflow_checks_a_correction_like_any_answer(stack):
     """A correction whose choice the record does not offer (here: pointed at the escalation
     queue) routes nothing: the workflow dead-letters it, as it does a foreign review answer."""
-    from decision_router.console import correction
-    from decision_router.records import Destination, ReviewChoice
+    from decision_router.domain.records import Destination, ReviewChoice
+    from decision_router.review.console import correction
 
     record = decided(stack, "ticket", TICKET, SURE_TICKET)
     fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, "alice@example.com")

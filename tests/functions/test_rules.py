@@ -1,6 +1,6 @@
-from decision_router.items import parse_item
-from decision_router.policies import load_policy
-from decision_router.rules import RuleHit, apply_rules
+from decision_router.domain.items import parse_item
+from decision_router.domain.policies import load_policy
+from decision_router.domain.rules import RuleHit, apply_rules
 from tests.functions.conftest import policy_files_beside
 
 
@@ -30,7 +30,7 @@ def test_billing_portal_ticket_goes_to_billing(ticket_data):
 def test_first_matching_rule_wins(tmp_path, ticket_data):
     import json
 
-    from decision_router.policies import POLICY_DIR
+    from decision_router.domain.policies import POLICY_DIR
     raw = json.loads((POLICY_DIR / "support-ticket.json").read_text())
     raw["rules"].append({"id": "enterprise-sales", "description": "x", "when": [
         {"field": "customer.tier", "in": ["enterprise", "pro"]}], "answers": {"queue": "sales"}})

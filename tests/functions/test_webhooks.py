@@ -17,7 +17,8 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from decision_router.webhooks import Unauthorized, verify
+from decision_router.intake.webhooks import verify
+from decision_router.sources.webhook import Unauthorized
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS
 from tests.functions.test_intake_handlers import (

@@ -13,11 +13,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.items import parse_item
-from decision_router.judging import review_choices
-from decision_router.policies import load_policy
-from decision_router.records import DecisionRecord, execution_name
-from decision_router.review import complete_review
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import review_choices
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.review.completion import complete_review
 from local.cloudformation import Stack
 
 ENDPOINT_NAME = "decision-endpoint"

@@ -17,11 +17,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from decision_router.incidents import IncidentIntake
-from decision_router.intake import Intake
-from decision_router.items import InvalidItem, parse_item
-from decision_router.policies import load_policy
-from decision_router.records import execution_name
+from decision_router.domain.items import InvalidItem, parse_item
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import execution_name
+from decision_router.intake.incidents import IncidentIntake
+from decision_router.intake.pipeline import Intake
+from decision_router.intake.tickets import TicketIntake
 from incident_intake import app as incident_app
 from review import app as review_app
 from ticket_intake import app as ticket_app
@@ -36,7 +37,10 @@ def wire(pipeline, monkeypatch, decision_server_url):
     """Give the process a function's environment from template.yaml (endpoint -> local server)."""
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", decision_server_url)
     # Handlers keep their AWS clients at module level: start each test with fresh ones.
-    monkeypatch.setattr(ticket_app, "intake", Intake("ticket", logger=ticket_app.logger, metrics=ticket_app.metrics))
+    ticket_intake = Intake("ticket", logger=ticket_app.logger, metrics=ticket_app.metrics)
+    monkeypatch.setattr(ticket_app, "intake", ticket_intake)
+    monkeypatch.setattr(ticket_app, "tickets", TicketIntake(ticket_intake, logger=ticket_app.logger,
+                                                            metrics=ticket_app.metrics))
     incident_intake = Intake("incident", logger=incident_app.logger, metrics=incident_app.metrics)
     monkeypatch.setattr(incident_app, "intake", incident_intake)
     monkeypatch.setattr(incident_app, "incidents", IncidentIntake(incident_intake, logger=incident_app.logger,

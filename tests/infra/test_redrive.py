@@ -1,5 +1,5 @@
 """Nothing routed is lost to a failure: a re-sent item whose earlier route failed is routed as a
-new execution, `python -m decision_router.redrive` re-routes what the dead-letter queues hold,
+new execution, `python -m ops.redrive` re-routes what the dead-letter queues hold,
 and an item is one item only for the same source, id and payload.
 
 The real intake handlers (endpoint answers from a botocore Stubber), the template's resources in
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from decision_router import redrive
+from ops import redrive
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import (
     PRIORITY_OPTIONS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from decision_router.errors import wake_up_wait
+from decision_router.domain.failures import wake_up_wait
 from local.cloudformation import Stack
 from tests.infra.test_template_properties import CPU, GPU
 

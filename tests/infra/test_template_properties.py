@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from decision_router.policies import POLICY_DIR, load_policy
+from decision_router.domain.policies import POLICY_DIR, load_policy
 from local.cloudformation import Stack, TemplateError
 
 INTERFACE_ENV = {  # README.md, "Function environment"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from decision_contract import softmax
-from decision_router.heads import Head
+from decision_router.domain.heads import Head
 from training import learn
 
 OPTIONS = ["billing", "account_access", "technical_fault", "how_to", "sales"]

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from decision_contract import BatchDecisionResponse, Decision, DecisionRequest, DecisionResult, SingleDecisionResponse
 
-from ..errors import NO_CAPACITY, EndpointFailure
+from ..domain.failures import NO_CAPACITY, EndpointFailure
 from . import AwsAdapter
 
 THROTTLING_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "ModelNotReadyException"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..records import ReviewAnswer
-from ..review import InvalidReview, PendingReview
+from ..domain.records import ReviewAnswer
+from ..review.completion import InvalidReview, PendingReview
 from . import AwsAdapter
 
 PEEK_SECONDS = 5

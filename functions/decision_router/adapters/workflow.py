@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools import Tracer
 
-from ..records import DecisionRecord, execution_name
+from ..domain.records import DecisionRecord, execution_name
 from . import AwsAdapter
 
 #: Execution statuses that mean the item was not routed by that execution.

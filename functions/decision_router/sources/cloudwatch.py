@@ -14,8 +14,20 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..policies import SeverityTable
-from . import Envelope, Ignored, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    Ignored,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
 
 SOURCE = "aws.cloudwatch"
 DETAIL_TYPE = "CloudWatch Alarm State Change"
@@ -65,7 +77,20 @@ class AlarmDetail(SourceModel):
     alarmTags: list[AlarmTag] = []
 
 
-def alarm_kind(config: Configuration) -> Literal["metric", "metric-math", "anomaly-detection", "composite"]:
+AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
+
+
+class AlarmEvidence(SourceEvidence):
+    """What an alarm says beside the incident (`evidence.namespace`, ... in a policy rule)."""
+
+    alarm_name: str | None = None
+    alarm_kind: AlarmKind | None = None
+    namespace: str | None = None
+    metric_name: str | None = None
+    dimensions: str | None = None
+
+
+def alarm_kind(config: Configuration) -> AlarmKind:
     if config.alarmRule:
         return "composite"
     expressions = [m.expression or "" for m in config.metrics]
@@ -74,8 +99,8 @@ def alarm_kind(config: Configuration) -> Literal["metric", "metric-math", "anoma
     return "metric-math" if any(expressions) else "metric"
 
 
-def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
-    detail: AlarmDetail = parse_detail(AlarmDetail, envelope)
+def adapt(envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceOutcome]:
+    detail = envelope.detail
     # resources[0] is the alarm ARN; the name alone is unique per account and region only.
     key = (envelope.resources[0] if envelope.resources
            else f"arn:aws:cloudwatch:{envelope.region}:{envelope.account}:alarm:{detail.alarmName}")
@@ -106,13 +131,12 @@ def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
         "severity": table.severity(label),
         "source": SOURCE,
         "reported_at": state.timestamp,
-        "evidence": {
-            "source_ref": key, "source_severity": label, "alarm_name": detail.alarmName, "alarm_kind": kind,
-            "namespace": metric.namespace if metric else None, "metric_name": metric.name if metric else None,
-            "dimensions": dimensions,
-        },
+        "evidence": build_evidence(
+            AlarmEvidence, envelope, source_ref=key, source_severity=label, alarm_name=detail.alarmName,
+            alarm_kind=kind, namespace=metric.namespace if metric else None,
+            metric_name=metric.name if metric else None, dimensions=dimensions),
     }
-    return [Opened(key, build_incident(data, envelope))]
+    return [Opened(key, data)]
 
 
 def _service(metric: Metric | None, alarm_name: str) -> str:
@@ -129,3 +153,6 @@ def _triggering_alarms(reason_data: str | None) -> list[str]:
         return []
     alarms = data.get("triggeringAlarms", []) if isinstance(data, dict) else []
     return [str(a.get("arn", "")).rsplit(":", 1)[-1] for a in alarms if isinstance(a, dict) and a.get("arn")]
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.cloudwatch", DETAIL_TYPE, AlarmDetail, adapt)

@@ -10,8 +10,19 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..policies import SeverityTable
-from . import Envelope, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
 
 SOURCE = "aws.guardduty"
 DETAIL_TYPE = "GuardDuty Finding"
@@ -53,12 +64,20 @@ class Finding(SourceModel):
     service: Service = Field(default_factory=Service)
 
 
+class GuardDutyEvidence(SourceEvidence):
+    """What a GuardDuty finding says beside the incident (`evidence.finding_type`, ...)."""
+
+    finding_type: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+
+
 def band(score: float) -> str:
     return next(name for lowest, name in BANDS if score >= lowest)
 
 
-def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
-    finding: Finding = parse_detail(Finding, envelope)
+def adapt(envelope: Envelope[Finding], table: SeverityTable) -> list[SourceOutcome]:
+    finding = envelope.detail
     key = finding.id
     if finding.service.archived:
         return [Resolved(key, SOURCE, f"GuardDuty finding {finding.type} was archived")]
@@ -76,9 +95,11 @@ def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
         "severity": table.severity(label),
         "source": SOURCE,
         "reported_at": finding.updatedAt or finding.createdAt,
-        "evidence": {
-            "source_ref": key, "source_severity": label, "source_score": finding.severity,
-            "finding_type": finding.type, "resource_type": resource.resourceType, "resource_id": resource_id,
-        },
+        "evidence": build_evidence(
+            GuardDutyEvidence, envelope, source_ref=key, source_severity=label, source_score=finding.severity,
+            finding_type=finding.type, resource_type=resource.resourceType, resource_id=resource_id),
     }
-    return [Opened(key, build_incident(data, envelope))]
+    return [Opened(key, data)]
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.guardduty", DETAIL_TYPE, Finding, adapt)

@@ -10,8 +10,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..policies import SeverityTable
-from . import Envelope, HttpTime, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    HttpTime,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
 
 SOURCE = "aws.health"
 DETAIL_TYPE = "AWS Health Event"
@@ -45,8 +57,19 @@ class HealthDetail(SourceModel):
     actionability: str | None = None
 
 
-def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
-    detail: HealthDetail = parse_detail(HealthDetail, envelope)
+class HealthEvidence(SourceEvidence):
+    """What an AWS Health event says beside the incident (`evidence.health_event_type`, ...)."""
+
+    health_event_type: str | None = None
+    health_category: str | None = None
+    health_scope: str | None = None
+    actionability: str | None = None
+    event_region: str | None = None
+    affected_entities: str | None = None
+
+
+def adapt(envelope: Envelope[HealthDetail], table: SeverityTable) -> list[SourceOutcome]:
+    detail = envelope.detail
     key = detail.eventArn
     if detail.statusCode == "closed":
         return [Resolved(key, SOURCE, f"Health event {detail.eventTypeCode} is closed")]
@@ -65,11 +88,13 @@ def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
         "severity": table.severity(detail.eventTypeCategory),
         "source": SOURCE,
         "reported_at": detail.lastUpdatedTime or detail.startTime,
-        "evidence": {
-            "source_ref": key, "source_severity": detail.eventTypeCategory,
-            "health_event_type": detail.eventTypeCode, "health_category": detail.eventTypeCategory,
-            "health_scope": detail.eventScopeCode, "actionability": detail.actionability, "event_region": region,
-            "affected_entities": shown or None,
-        },
+        "evidence": build_evidence(
+            HealthEvidence, envelope, source_ref=key, source_severity=detail.eventTypeCategory,
+            health_event_type=detail.eventTypeCode, health_category=detail.eventTypeCategory,
+            health_scope=detail.eventScopeCode, actionability=detail.actionability, event_region=region,
+            affected_entities=shown or None),
     }
-    return [Opened(key, build_incident(data, envelope))]
+    return [Opened(key, data)]
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.health", DETAIL_TYPE, HealthDetail, adapt)

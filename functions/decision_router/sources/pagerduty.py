@@ -12,8 +12,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..policies import SeverityTable
-from . import Envelope, Ignored, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    Ignored,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
 
 SOURCE = "pagerduty"
 PARTNER_PREFIX = "aws.partner/pagerduty.com/"
@@ -49,8 +61,16 @@ class WebhookDetail(SourceModel):
     incident: PdIncident
 
 
-def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
-    detail: WebhookDetail = parse_detail(WebhookDetail, envelope)
+class PagerDutyEvidence(SourceEvidence):
+    """What a PagerDuty incident says beside ours (`evidence.urgency`, ...)."""
+
+    pagerduty_service: str | None = None
+    urgency: str | None = None
+    pagerduty_priority: str | None = None
+
+
+def adapt(envelope: Envelope[WebhookDetail], table: SeverityTable) -> list[SourceOutcome]:
+    detail = envelope.detail
     pd = detail.incident
     key = pd.id
     if detail.event == "incident.resolve":
@@ -73,9 +93,11 @@ def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
         "severity": table.severity(label),
         "source": SOURCE,
         "reported_at": pd.created_at,
-        "evidence": {
-            "source_ref": key, "source_url": pd.html_url, "source_severity": label,
-            "pagerduty_service": service, "urgency": pd.urgency, "pagerduty_priority": priority,
-        },
+        "evidence": build_evidence(
+            PagerDutyEvidence, envelope, source_ref=key, source_url=pd.html_url, source_severity=label,
+            pagerduty_service=service, urgency=pd.urgency, pagerduty_priority=priority),
     }
-    return [Opened(key, build_incident(data, envelope))]
+    return [Opened(key, data)]
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, PARTNER_PREFIX, DETAIL_TYPE, WebhookDetail, adapt, partner=True)

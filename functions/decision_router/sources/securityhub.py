@@ -10,8 +10,19 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..policies import SeverityTable
-from . import Envelope, Opened, Resolved, SourceModel, SourceOutcome, build_incident, incident_id, parse_detail, text
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
 
 SOURCE = "aws.securityhub"
 DETAIL_TYPE = "Security Hub Findings - Imported"
@@ -65,12 +76,22 @@ def label(severity: FindingSeverity) -> str | None:
     return "INFORMATIONAL" if n == 0 else "LOW" if n < 40 else "MEDIUM" if n < 70 else "HIGH" if n < 90 else "CRITICAL"
 
 
-def adapt(envelope: Envelope, table: SeverityTable) -> list[SourceOutcome]:
-    detail: FindingsDetail = parse_detail(FindingsDetail, envelope)
-    return [_one(finding, envelope, table) for finding in detail.findings]
+class SecurityHubEvidence(SourceEvidence):
+    """What a Security Hub finding says beside the incident (`evidence.compliance_status`, ...)."""
+
+    finding_type: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+    record_state: str | None = None
+    workflow_status: str | None = None
+    compliance_status: str | None = None
 
 
-def _one(finding: Finding, envelope: Envelope, table: SeverityTable) -> SourceOutcome:
+def adapt(envelope: Envelope[FindingsDetail], table: SeverityTable) -> list[SourceOutcome]:
+    return [_one(finding, envelope, table) for finding in envelope.detail.findings]
+
+
+def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTable) -> SourceOutcome:
     key = finding.Id
     compliance = finding.Compliance.Status if finding.Compliance else None
     if finding.RecordState == "ARCHIVED" or finding.Workflow.Status in CLOSED_WORKFLOW or compliance == "PASSED":
@@ -90,11 +111,13 @@ def _one(finding: Finding, envelope: Envelope, table: SeverityTable) -> SourceOu
         "severity": table.severity(severity),
         "source": SOURCE,
         "reported_at": finding.UpdatedAt,
-        "evidence": {
-            "source_ref": key, "source_severity": severity, "finding_type": finding.Types[0] if finding.Types else None,
-            "resource_type": resource.Type if resource else None, "resource_id": resource.Id if resource else None,
-            "record_state": finding.RecordState, "workflow_status": finding.Workflow.Status,
-            "compliance_status": compliance,
-        },
+        "evidence": build_evidence(
+            SecurityHubEvidence, envelope, source_ref=key, source_severity=severity,
+            finding_type=finding.Types[0] if finding.Types else None,
+            resource_type=resource.Type if resource else None, resource_id=resource.Id if resource else None,
+            record_state=finding.RecordState, workflow_status=finding.Workflow.Status, compliance_status=compliance),
     }
-    return Opened(key, build_incident(data, envelope))
+    return Opened(key, data)
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.securityhub", DETAIL_TYPE, FindingsDetail, adapt)

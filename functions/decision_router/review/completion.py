@@ -15,9 +15,9 @@ from typing import Annotated, Any, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from .items import describe_errors
-from .policies import Policy, PolicyError, load_policy
-from .records import DecisionRecord, ReviewAnswer, ReviewChoice
+from ..domain.policies import Policy, PolicyError, load_policy
+from ..domain.records import DecisionRecord, ReviewAnswer, ReviewChoice
+from ..validation import describe_errors
 
 #: SendTaskSuccess accepts task tokens of 1-2048 characters.
 MAX_TASK_TOKEN = 2048

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from .policies import Policy
-from .records import CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
-from .review import InvalidReview, PendingReview, complete_review, labelled_example
+from ..domain.policies import Policy
+from ..domain.records import CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
+from .completion import InvalidReview, PendingReview, complete_review, labelled_example
 
 #: Claims a reviewer's name is read from, best first (Cognito ID tokens carry all three).
 NAME_CLAIMS = ("email", "cognito:username", "username", "sub")

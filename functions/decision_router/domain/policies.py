@@ -17,12 +17,15 @@ from typing import Annotated, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
-from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula, Decision, DecisionOption
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula
 
+from ..severity import SeverityTable
+from ..validation import describe_errors
 from .heads import Head, HeadFile, load_head, question_digest
-from .items import ITEM_MODELS, Item, ItemKind, Severity, describe_errors, field_annotation, field_value, literal_values
+from .items import ITEM_MODELS, Item, ItemKind, field_annotation, field_value, literal_values
 
-POLICY_DIR = Path(__file__).with_name("policies")
+#: The shipped policies (and their heads/), data beside the package.
+POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Target = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
@@ -148,20 +151,6 @@ class Rule(_Strict):
 
     def matches(self, item: Item) -> bool:
         return all(condition.holds(item) for condition in self.when)
-
-
-class SeverityTable(_Strict):
-    """How one native source's own severity becomes an incident's `severity` (sev1-sev4): data in
-    the policy, so an operator changes the mapping without code. The severity stays evidence; the
-    priority is still decided by the rules and the model."""
-
-    label: Text = Field(description="Which field of the source's event gives the label.")
-    labels: dict[str, Severity] = Field(description="The source's label (matched ignoring case) → severity.")
-    default: Severity = Field(description="When the source gives no label, or one not in `labels`.")
-
-    def severity(self, label: str | None) -> Severity:
-        wanted = (label or "").casefold()
-        return next((sev for name, sev in self.labels.items() if name.casefold() == wanted), self.default)
 
 
 class Policy(_Strict):
@@ -316,59 +305,3 @@ def check_targets(policy: Policy, known_targets: Iterable[str]) -> None:
             f"policy {policy.name!r}: unknown target(s) {', '.join(unknown)}; "
             f"configured destinations: {', '.join(sorted(known)) or 'none'}"
         )
-
-
-def build_state(policy: Policy, item: Item) -> dict[str, Any]:
-    """The evidence the model reads: a JSON object of the policy's item fields, in policy order."""
-    state: dict[str, Any] = {}
-    for entry in policy.state:
-        value = field_value(item, entry.field)
-        if value is None:
-            continue
-        if isinstance(value, str) and entry.max_chars is not None and len(value) > entry.max_chars:
-            value = value[: entry.max_chars - 14].rstrip() + " …[truncated]"
-        state[entry.key] = value if isinstance(value, (str, int, float, bool)) else str(value)
-    return state
-
-
-def build_decisions(policy: Policy, item: Item, questions: Iterable[str] | None = None) -> list[Decision]:
-    """One `Decision` per policy question (or per id in `questions`), all sharing one state,
-    so several questions about one item go to the endpoint as one batch."""
-    if item.kind != policy.item_kind:
-        raise TypeError(f"policy {policy.name!r} decides {policy.item_kind}s, got a {item.kind}")
-    wanted = None if questions is None else set(questions)
-    state = build_state(policy, item)
-    return [
-        Decision(
-            id=question.id,
-            state=state,
-            question=question.question,
-            options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
-            temperature=question.temperature,
-            return_hidden_state=question.learned_head is not None and question.learned_head.reads_hidden_state,
-        )
-        for question in policy.questions
-        if wanted is None or question.id in wanted
-    ]
-
-
-#: A JSON container shorter than this stays on one line in a policy file.
-_ONE_LINE = 100
-
-
-def format_policy(document: Any) -> str:
-    """A policy file's text, in the shipped files' layout: indented by two, containers that fit
-    stay on one line, and a head's weight rows take one line each (not one per number)."""
-
-    def dump(value: Any, depth: int) -> str:
-        flat = json.dumps(value, ensure_ascii=False)
-        numbers = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        if not isinstance(value, (dict, list)) or numbers or len(flat) + 2 * depth <= _ONE_LINE:
-            return flat
-        pad = "  " * (depth + 1)
-        if isinstance(value, dict):
-            items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {dump(v, depth + 1)}" for k, v in value.items()]
-            return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
-        return "[\n" + ",\n".join(pad + dump(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
-
-    return dump(document, 0) + "\n"

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from decision_contract import DecisionResult, confidence, softmax, top_two_margin
 
-from .errors import EndpointFailure
+from .failures import EndpointFailure
 from .items import Item
 from .lexical import State
 from .policies import Policy, Question, Thresholds

@@ -1,10 +1,10 @@
 """Reviewer CLI: list pending reviews, show one, complete one, export labelled examples.
 
-    python -m decision_router.review_cli list
-    python -m decision_router.review_cli show ticket-T-1003-1a2b3c4d
-    python -m decision_router.review_cli complete ticket-T-1003-1a2b3c4d --answer queue=technical_fault \
+    python -m ops.review_cli list
+    python -m ops.review_cli show ticket-T-1003-1a2b3c4d
+    python -m ops.review_cli complete ticket-T-1003-1a2b3c4d --answer queue=technical_fault \
         --reviewer alice@example.com --note "export bug"
-    python -m decision_router.review_cli export --out labelled.jsonl [--policy support-ticket]
+    python -m ops.review_cli export --out labelled.jsonl [--policy support-ticket]
 
 Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
 LABELLED_EXAMPLES_TABLE_NAME) or the flags. Completing goes through the same validation and
@@ -19,13 +19,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from .config import Settings
-from .policies import load_policy
-from .records import DecisionRecord
-from .review import InvalidReview, ReviewCompletion, labelled_example, submit_review
+from decision_router.config import Settings
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord
+from decision_router.review.completion import InvalidReview, ReviewCompletion, labelled_example, submit_review
 
 if TYPE_CHECKING:
-    from .adapters.review import QueuedReview, ReviewQueue
+    from decision_router.adapters.review import QueuedReview, ReviewQueue
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _queue(args: argparse.Namespace, settings: Settings) -> ReviewQueue:
-    from .adapters.review import ReviewQueue
+    from decision_router.adapters.review import ReviewQueue
 
     url = args.queue_url or settings.review_queue_url
     if not url:
@@ -108,7 +108,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 
 def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from .adapters.review import ReviewTaskGone, ReviewTasks
+    from decision_router.adapters.review import ReviewTaskGone, ReviewTasks
 
     queue = _queue(args, settings)
     queued = _find(queue, args.execution_name)
@@ -130,7 +130,7 @@ def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from .adapters.review import LabelledExamples
+    from decision_router.adapters.review import LabelledExamples
 
     table = args.table or settings.labelled_examples_table
     if not table:
@@ -159,7 +159,7 @@ def _answer(text: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m decision_router.review_cli", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.review_cli", description=__doc__.split("\n")[0])
     parser.add_argument("--queue-url", help="review queue (default: REVIEW_QUEUE_URL)")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="pending reviews with the model's suggestion and why")

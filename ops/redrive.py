@@ -1,8 +1,8 @@
 """Re-route what the dead-letter queues hold, as new routes: nothing parked there is lost.
 
-    python -m decision_router.redrive workflow  [--dlq-url URL] [--state-machine-arn ARN]
-    python -m decision_router.redrive tickets   [--dlq-url URL] [--queue-url URL]
-    python -m decision_router.redrive incidents [--dlq-url URL] [--bus NAME]
+    python -m ops.redrive workflow  [--dlq-url URL] [--state-machine-arn ARN]
+    python -m ops.redrive tickets   [--dlq-url URL] [--queue-url URL]
+    python -m ops.redrive incidents [--dlq-url URL] [--bus NAME]
     (each also takes --max N and --dry-run)
 
 workflow   Each record in the workflow DLQ starts a NEW execution with the same decision (the
@@ -33,8 +33,9 @@ from typing import Any, Callable, TextIO
 
 from pydantic import ValidationError
 
-from .items import InvalidItem, describe_errors, parse_item
-from .records import DecisionRecord
+from decision_router.domain.items import InvalidItem, parse_item
+from decision_router.domain.records import DecisionRecord
+from decision_router.validation import describe_errors
 
 INCIDENT_DETAIL_TYPE = "Incident Reported"
 
@@ -165,9 +166,9 @@ def redrive(queue, understand: Callable[[dict], Replay], *, limit: int, dry_run:
 
 
 def cmd_workflow(args, out: TextIO) -> int:
-    from .adapters.queues import Queue
-    from .adapters.review import AuditTrail
-    from .adapters.workflow import WorkflowStarter
+    from decision_router.adapters.queues import Queue
+    from decision_router.adapters.review import AuditTrail
+    from decision_router.adapters.workflow import WorkflowStarter
 
     workflow = WorkflowStarter(_required(args.state_machine_arn, "--state-machine-arn", "ROUTING_STATE_MACHINE_ARN"))
 
@@ -194,7 +195,7 @@ def cmd_workflow(args, out: TextIO) -> int:
 
 
 def cmd_tickets(args, out: TextIO) -> int:
-    from .adapters.queues import Queue
+    from decision_router.adapters.queues import Queue
 
     target = Queue(_required(args.queue_url, "--queue-url", "TICKET_QUEUE_URL"))
 
@@ -212,7 +213,7 @@ def cmd_tickets(args, out: TextIO) -> int:
 
 
 def cmd_incidents(args, out: TextIO) -> int:
-    from .adapters.queues import EventBus, Queue
+    from decision_router.adapters.queues import EventBus, Queue
 
     bus = EventBus(_required(args.bus, "--bus", "EVENT_BUS_NAME"))
 
@@ -237,7 +238,7 @@ def _required(value: str | None, flag: str, variable: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m decision_router.redrive", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m ops.redrive", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     commands = parser.add_subparsers(required=True, metavar="DLQ")
     specs = [

@@ -1,5 +1,7 @@
 """The intake flow shared by the ticket (SQS) and incident (EventBridge) functions:
-parse → judge once per item key → start the workflow → log and metrics. Its parts are built once,
+parse → judge once per item key → start the workflow → log and metrics. An item is validated
+once, and its decision record travels as one `DecisionRecord` from the judge to the workflow
+(the idempotency store keeps its JSON and gives the same record back for a duplicate). Its parts are built once,
 on the first item (`Intake.parts`), so importing a handler creates no AWS client and a broken
 policy/config fails loudly at the first invoke."""
 
@@ -21,12 +23,13 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
     IdempotencyPersistenceLayerError,
 )
+from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
-from .config import Settings
-from .items import InvalidItem, Item, parse_item
-from .policies import load_policy
-from .records import DecisionRecord
-from .router import Outcome, Router
+from ..config import Settings
+from ..domain.items import InvalidItem, Item, parse_item
+from ..domain.policies import load_policy
+from ..domain.records import DecisionRecord
+from ..domain.routing import Outcome, Router
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
@@ -41,6 +44,16 @@ WAITS_FOR_CAPACITY = {"ticket": True, "incident": False}
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
                      "review_queue_url", "policy_name")
 
+class StoredRecord(BaseIdempotencySerializer):
+    """How the idempotency store keeps a decision record: its JSON, validated back for a duplicate."""
+
+    def to_dict(self, data: DecisionRecord) -> dict:
+        return data.model_dump(mode="json")
+
+    def from_dict(self, data: dict) -> DecisionRecord:
+        return DecisionRecord.model_validate(data)
+
+
 # One Tracer configuration per process (Powertools shares it): the handler's, which patches boto3.
 tracer = Tracer()
 
@@ -51,7 +64,7 @@ class IntakeParts:
 
     router: Router
     #: Intake.judge, once per item key (Powertools idempotency on DynamoDB).
-    judge_once: Callable[..., dict]
+    judge_once: Callable[..., DecisionRecord]
 
 
 class Intake:
@@ -76,8 +89,8 @@ class Intake:
         return self.parts.router
 
     def _build(self) -> IntakeParts:
-        from .adapters.endpoint import DecisionEndpoint
-        from .adapters.workflow import WorkflowStarter
+        from ..adapters.endpoint import DecisionEndpoint
+        from ..adapters.workflow import WorkflowStarter
 
         s = (self._settings or Settings.from_env()).require(*REQUIRED_SETTINGS)
         policy = load_policy(s.policy_name, known_targets=s.destination_queues)
@@ -94,16 +107,17 @@ class Intake:
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
         # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
-                                         persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table))
+                                         persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table),
+                                         output_serializer=StoredRecord())
         return IntakeParts(router, judge_once)
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
-    def judge(self, item_key: str, item: Item, deadline: float | None) -> dict:
-        """The item's decision record (JSON), observed in logs and metrics; `item_key` is the
+    def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
+        """The item's decision record, observed in logs and metrics; `item_key` is the
         idempotency key."""
         record, seconds = self.router.judge(item, deadline=deadline)
         self._observe_decision(record, seconds)
-        return record.model_dump(mode="json")
+        return record
 
     def register(self, context: Any) -> None:
         self.idempotency.register_lambda_context(context)
@@ -113,15 +127,25 @@ class Intake:
         try:
             item = parse_item(self.kind, raw)
         except InvalidItem as error:
-            self.metrics.add_metric(name="InvalidItems", unit=MetricUnit.Count, value=1)
-            self.logger.error("invalid item", extra={"item_kind": self.kind, "item_id": error.item_id,
-                                                     "errors": error.errors})
+            self.invalid(error)
             raise
+        return self.route(item, context)
+
+    def invalid(self, error: InvalidItem) -> None:
+        """Count and log an item that failed validation."""
+        self.metrics.add_metric(name="InvalidItems", unit=MetricUnit.Count, value=1)
+        self.logger.error("invalid item", extra={"item_kind": self.kind, "item_id": error.item_id,
+                                                 "errors": error.errors})
+
+    def route(self, item: Item, context: Any = None) -> dict:
+        """Route one validated item; raises when the workflow cannot start."""
+        if item.kind != self.kind:
+            raise TypeError(f"this intake routes {self.kind}s, got a {item.kind}")
         deadline = None
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
         parts = self.parts  # built (and validated) before an idempotency record is taken
-        record = DecisionRecord.model_validate(self._judge_once(parts, item, deadline))
+        record = self._judge_once(parts, item, deadline)
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:
@@ -129,7 +153,7 @@ class Intake:
         self.logger.info("item routed" if started else "item already routed", extra=summary)
         return summary
 
-    def _judge_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> dict:
+    def _judge_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision, once per item key; decided without the idempotency store when the
         store cannot be used. The store saves a second model call for a duplicate; routing stays once
         per item without it (the execution is named after the item key). A lock left by an invocation

@@ -23,10 +23,11 @@ from typing import Mapping, Protocol, Sequence
 
 from decision_contract import Decision, DecisionResult
 
-from .errors import NO_CAPACITY, EndpointFailure, WaitingForCapacity
+from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .items import Item
 from .judging import build_record, error_entry, model_entry, rule_entry
-from .policies import Policy, build_decisions
+from .model_requests import build_decisions
+from .policies import Policy
 from .records import DecisionEntry, DecisionRecord
 from .rules import apply_rules
 

@@ -1,5 +1,7 @@
 """The incident intake's flow over every event it takes: our own `Incident Reported`, and the
-native sources' events (decision_router.sources) correlated in the open-incident store.
+native sources' events (decision_router.sources) correlated in the open-incident store. Each
+event is validated once (as its source's envelope), each incident it opens once, and the
+incident is routed as that value.
 
 What becomes of an event, always one of these (the handler returns it, logs it, counts it):
 - routed: a new incident, decided and handed to the routing workflow;
@@ -17,19 +19,58 @@ hands it to the on-failure destination (the same DLQ) with the error: nothing is
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
 
-from .config import Settings
-from .intake import Intake
-from .sources import Opened, Resolved, SourceEventError, SourceOutcome, adapt, parse_envelope
+from ..config import Settings
+from ..domain.items import Incident
+from ..severity import SeverityTable
+from ..sources import IncidentSource, read_event, unknown
+from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
+from ..validation import describe_errors
+from .pipeline import Intake
 
 OWN_DETAIL_TYPE = "Incident Reported"
 #: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
 #: an index: past this many, the review stays open and the resolution says so).
 MAX_REVIEWS_SCANNED = 100
+
+
+@dataclass(frozen=True)
+class IncidentOpened:
+    """A native source's event opens this incident (validated), correlated by `key`."""
+
+    key: str
+    incident: Incident
+
+
+IncidentOutcome = IncidentOpened | Resolved | Ignored
+
+
+def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
+                    tables: Mapping[str, SeverityTable]) -> list[IncidentOutcome]:
+    """What a native source's event (read by `sources.read_event`) means, one outcome per finding
+    it carries; UnknownEvent when no source maps it, InvalidSourceEvent when an incident it opens
+    is out of bounds (an empty title)."""
+    if source is None:
+        raise unknown(envelope, OWN_DETAIL_TYPE)
+    table = tables.get(source.name)
+    if table is None:
+        raise LookupError(f"the incident policy has no source_severity table for {source.name!r}")
+    return [_opened(outcome, envelope) if isinstance(outcome, Opened) else outcome
+            for outcome in source.adapt(envelope, table)]
+
+
+def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
+    try:
+        return IncidentOpened(opened.key, Incident.model_validate(opened.incident))
+    except ValidationError as error:
+        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
+                                 [f"incident.{line}" for line in describe_errors(error)]) from None
 
 
 class IncidentIntake:
@@ -50,7 +91,7 @@ class IncidentIntake:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from .adapters.open_incidents import OpenIncidents
+            from ..adapters.open_incidents import OpenIncidents
 
             self._store = OpenIncidents(self.settings.require("open_incidents_table").open_incidents_table)
         return self._store
@@ -58,29 +99,29 @@ class IncidentIntake:
     @property
     def dead_letters(self) -> Any:
         if self._dead_letters is None:
-            from .adapters.queues import Queue
+            from ..adapters.queues import Queue
 
             self._dead_letters = Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
         return self._dead_letters
 
     def handle(self, event: dict, context: Any = None) -> dict:
         try:
-            envelope = parse_envelope(event)
+            source, envelope = read_event(event)
         except SourceEventError as error:
             return self.park(event, error)
-        if envelope.detail_type == OWN_DETAIL_TYPE:
+        if source is None and envelope.detail_type == OWN_DETAIL_TYPE:
             summary = self.intake.handle(envelope.detail, context)
             return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
         try:
-            outcomes = adapt(envelope, self.intake.router.policy.source_severity)
+            outcomes = native_outcomes(source, envelope, self.intake.router.policy.source_severity)
         except SourceEventError as error:
             return self.park(event, error)
         results = [self._apply(outcome, envelope.id, context) for outcome in outcomes]
         return {"event_id": envelope.id, "source": envelope.source, "detail_type": envelope.detail_type,
                 "outcomes": results}
 
-    def _apply(self, outcome: SourceOutcome, delivery: str, context: Any) -> dict:
-        if isinstance(outcome, Opened):
+    def _apply(self, outcome: IncidentOutcome, delivery: str, context: Any) -> dict:
+        if isinstance(outcome, IncidentOpened):
             return self._open(outcome, delivery, context)
         if isinstance(outcome, Resolved):
             was = self.store.resolve(outcome.key, delivery, outcome.reason)
@@ -96,7 +137,7 @@ class IncidentIntake:
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
         return self._ignore(outcome.source, outcome.key, outcome.reason, touched=touched)
 
-    def _open(self, opened: Opened, delivery: str, context: Any) -> dict:
+    def _open(self, opened: IncidentOpened, delivery: str, context: Any) -> dict:
         incident = opened.incident
         claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source)
         base = {"key": opened.key, "incident_id": incident.incident_id}
@@ -109,13 +150,13 @@ class IncidentIntake:
             reason = "the incident is open: this event updates it and pages nobody again"
             self.logger.info("open incident updated", extra={**base, "delivery": delivery})
             return {**base, "outcome": "updated", "reason": reason}
-        summary = self.intake.handle(incident.model_dump(mode="json"), context)
+        summary = self.intake.route(incident, context)
         self.store.routed(opened.key, delivery, summary["execution_name"])
         return {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
 
     def _close_review(self, execution_name: str, reason: str) -> bool:
         """Close the review the incident's execution still waits for; False when it waits for none."""
-        from .adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
+        from ..adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
 
         if self.intake.router.workflow.status(execution_name) != "RUNNING":
             return False

@@ -18,6 +18,10 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ..severity import Severity
+from ..sources import Evidence
+from ..validation import describe_errors
+
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
@@ -25,7 +29,6 @@ Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9
 
 Tier = Literal["free", "pro", "enterprise"]
 Channel = Literal["email", "chat", "web", "billing-portal", "phone"]
-Severity = Literal["sev1", "sev2", "sev3", "sev4"]
 
 
 class _Strict(BaseModel):
@@ -93,49 +96,10 @@ class Ticket(Item):
     reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
 
 
-AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
-
-
-class Evidence(_Strict):
-    """What a native source said, kept beside the incident so a policy rule can name it
-    (`evidence.namespace`, `evidence.finding_type`, ...) and a reader can trace it back.
-    Each source fills the fields it has (decision_router.sources); the rest stay empty."""
-
-    source_ref: Name = Field(description="The source's own id: alarm ARN, Health event ARN, finding id, "
-                                         "PagerDuty incident id. Also the correlation key.")
-    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
-    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
-                                                          "source_severity table (e.g. HIGH, P2, issue).")
-    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
-    # CloudWatch alarms
-    alarm_name: str | None = None
-    alarm_kind: AlarmKind | None = None
-    namespace: str | None = None
-    metric_name: str | None = None
-    dimensions: str | None = None
-    # AWS Health
-    health_event_type: str | None = None
-    health_category: str | None = None
-    health_scope: str | None = None
-    actionability: str | None = None
-    event_region: str | None = None
-    affected_entities: str | None = None
-    # GuardDuty and Security Hub
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-    record_state: str | None = None
-    workflow_status: str | None = None
-    compliance_status: str | None = None
-    # PagerDuty
-    pagerduty_service: str | None = None
-    urgency: str | None = None
-    pagerduty_priority: str | None = None
-
-
 class Incident(Item):
     """An incident: the `detail` of an EventBridge `Incident Reported` event, or what a native
-    source's event maps to (decision_router.sources), its own fields kept as `evidence`."""
+    source's event maps to (decision_router.sources), its own fields kept as `evidence` (the
+    evidence model its source module declares)."""
 
     kind: ClassVar[str] = "incident"
     id_field: ClassVar[str] = "incident_id"
@@ -177,16 +141,6 @@ class InvalidItem(ValueError):
         super().__init__(f"invalid {where}: " + "; ".join(errors))
 
 
-def describe_errors(error: ValidationError) -> list[str]:
-    """Pydantic errors as 'field.path: reason' lines."""
-    lines = []
-    for e in error.errors(include_url=False):
-        loc = ".".join(str(part) for part in e["loc"])
-        message = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc}: {message}" if loc else message)
-    return lines
-
-
 def parse_item(kind: str, data: Any) -> Item:
     """Validate a ticket/incident from a dict or JSON text; raise InvalidItem naming the fields."""
     model = ITEM_MODELS[kind]
@@ -210,15 +164,26 @@ def _claimed_id(data: Any, id_field: str) -> str | None:
 
 
 def field_annotation(model: type[BaseModel], path: str) -> Any:
-    """The type annotation at a dotted field path; KeyError naming the bad part."""
+    """The type annotation at a dotted field path; KeyError naming the bad part. Through a union
+    of models (an incident's evidence: one model per source) a field of any of them counts."""
     current: Any = model
     for part in path.split("."):
-        fields = getattr(current, "model_fields", None)
-        if fields is None or part not in fields:
+        fields = _fields(current)
+        if part not in fields:
             known = ", ".join(sorted(fields)) if fields else "none (not an object)"
             raise KeyError(f"{path!r}: no field {part!r} (fields here: {known})")
-        current = _strip_optional(fields[part].annotation)
+        current = _strip_optional(fields[part])
     return current
+
+
+def _fields(annotation: Any) -> dict[str, Any]:
+    """Field name → annotation of a model, or of every model in a union (the first one to declare a name)."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    fields: dict[str, Any] = {}
+    for member in members:
+        for name, info in (getattr(member, "model_fields", None) or {}).items():
+            fields.setdefault(name, info.annotation)
+    return fields
 
 
 def literal_values(annotation: Any) -> tuple[Any, ...] | None:
@@ -227,12 +192,13 @@ def literal_values(annotation: Any) -> tuple[Any, ...] | None:
 
 
 def field_value(item: BaseModel, path: str) -> Any:
-    """The value at a dotted field path; None when a part on the way is empty (no evidence)."""
+    """The value at a dotted field path; None when a part on the way is empty (no evidence) or
+    does not have it (another source's evidence)."""
     value: Any = item
     for part in path.split("."):
         if value is None:
             return None
-        value = getattr(value, part)
+        value = getattr(value, part, None)
     return value
 
 

@@ -1,0 +1,132 @@
+"""The ticket intake's flow over each SQS record of the ticket queue: the body is parsed once,
+from its text to a `Ticket`, and routed; what cannot be routed now is parked or waits.
+
+- A body that is an SNS notification (SNS → SQS without raw message delivery wraps every message
+  in one: JSON with Type "Notification", TopicArn, Message, ...) carries the ticket as its
+  `Message` text; any other body is the ticket itself.
+- A ticket that fails validation can never succeed: it is parked in the ticket DLQ at once, the
+  reason in its message attributes (failure_kind, failure_reason, item_id, source_message_id).
+- An endpoint waking from zero instances: the ticket is hidden for `wake_up_wait` seconds
+  (ChangeMessageVisibility) and its record fails, so it is received and decided again later
+  instead of flooding review after every idle period.
+- Any other failure fails that record alone: SQS redelivers it and moves it to the DLQ after
+  maxReceiveCount; each failure is logged with the message id and the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser.models import SnsNotificationModel, SqsRecordModel
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from ..config import Settings
+from ..domain.failures import WaitingForCapacity, wake_up_wait
+from ..domain.items import InvalidItem, Ticket, parse_item
+from .pipeline import Intake
+
+
+def sns_message(data: Any) -> str | None:
+    """The Message of an SNS notification; None when `data` is none (a body that looks like a
+    notification but is none is validated, and parked, as a ticket)."""
+    if not (isinstance(data, dict) and data.get("Type") == "Notification" and "TopicArn" in data):
+        return None
+    try:
+        return str(SnsNotificationModel.model_validate(data).Message)
+    except ValidationError:
+        return None
+
+
+def _json(text: str) -> Any:
+    try:
+        return from_json(text)
+    except ValueError as error:
+        raise InvalidItem("ticket", None, [f"Invalid JSON: {error}"]) from None
+
+
+def ticket_json(body: str) -> Any:
+    """The ticket's JSON value in an SQS body: the SNS notification's Message, or the body."""
+    data = _json(body)
+    message = sns_message(data)
+    return data if message is None else _json(message)
+
+
+def parse_ticket(body: str) -> Ticket:
+    """The ticket an SQS body carries; InvalidItem names every bad field."""
+    return cast(Ticket, parse_item("ticket", ticket_json(body)))
+
+
+class TicketIntake:
+    def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
+                 dead_letters: Any = None, ticket_queue: Any = None):
+        """`settings`, `dead_letters` and `ticket_queue` replace what the environment would give (tests)."""
+        self.intake, self.logger, self.metrics = intake, logger, metrics
+        self._settings, self._dead_letters, self._ticket_queue = settings, dead_letters, ticket_queue
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.from_env()
+        return self._settings
+
+    @property
+    def dead_letters(self) -> Any:
+        if self._dead_letters is None:
+            from ..adapters.queues import Queue
+
+            self._dead_letters = Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
+        return self._dead_letters
+
+    @property
+    def ticket_queue(self) -> Any:
+        if self._ticket_queue is None:
+            from ..adapters.queues import Queue
+
+            self._ticket_queue = Queue(self.settings.require("ticket_queue_url").ticket_queue_url)
+        return self._ticket_queue
+
+    def handle(self, record: SqsRecordModel, context: Any = None) -> dict:
+        """Route the record's ticket; park it when invalid; raise so SQS receives it again otherwise."""
+        try:
+            ticket = parse_ticket(cast(str, record.body))  # SqsRecordModel's body is the message text
+        except InvalidItem as error:
+            self.intake.invalid(error)
+            self.park(record, error)
+            return {"item_id": error.item_id, "dead_lettered": True, "reason": str(error)}
+        try:
+            return self.intake.route(ticket, context)
+        except WaitingForCapacity as waiting:
+            self.wait_for_capacity(record, waiting)
+            raise
+        except Exception as error:
+            self.logger.exception("ticket failed; SQS redelivers it, then moves it to the ticket DLQ", extra={
+                "message_id": record.messageId, "receive_count": record.attributes.ApproximateReceiveCount,
+                "reason": f"{type(error).__name__}: {error}"})
+            raise
+
+    def wait_for_capacity(self, record: SqsRecordModel, waiting: WaitingForCapacity) -> None:
+        """Hide the ticket until the endpoint should be awake; the record then fails, so SQS receives
+        it again (if hiding fails, it comes back after the queue's own visibility timeout)."""
+        receives = int(record.attributes.ApproximateReceiveCount)
+        seconds = wake_up_wait(receives)
+        self.metrics.add_metric(name="WaitingForCapacity", unit=MetricUnit.Count, value=1)
+        try:
+            self.ticket_queue.hide(record.receiptHandle, seconds)
+        except Exception:
+            self.logger.exception("could not hide the waiting ticket; it comes back after the queue's visibility "
+                                  "timeout", extra={"message_id": record.messageId})
+        self.logger.warning("endpoint waking from zero instances; the ticket is received again later", extra={
+            "message_id": record.messageId, "receive_count": receives, "retry_in_seconds": seconds,
+            "reason": str(waiting)})
+
+    def park(self, record: SqsRecordModel, error: InvalidItem) -> None:
+        """Put an invalid ticket on the ticket DLQ with the reason (a failure here fails the record,
+        so SQS redelivers it: nothing is lost)."""
+        self.dead_letters.send(cast(str, record.body), {
+            "failure_kind": "invalid_item", "failure_reason": str(error), "item_id": error.item_id or "",
+            "source_message_id": record.messageId})
+        self.logger.warning("invalid ticket parked in the ticket DLQ", extra={
+            "message_id": record.messageId, "item_id": error.item_id, "reason": str(error)})

@@ -1,0 +1,191 @@
+"""What every native incident source shares: the EventBridge envelope, the outcomes an event
+maps to, the errors that park an event, and the helpers the source modules build incidents with.
+
+An event is validated once, as its source's envelope (`Envelope[Detail]`: the envelope with the
+detail of that source's model); a failure names the fields. A source module's `adapt` returns
+what the event means:
+
+- `Opened`: an incident is happening (an alarm went to ALARM, a finding is active, a page
+  triggered); `key` correlates every later event of the same incident (alarm ARN, Health event
+  ARN, finding id, PagerDuty incident id); `incident` holds the incident's fields, its
+  `evidence` an instance of the source's evidence model (the intake validates the incident).
+- `Resolved`: the incident behind `key` is over (OK, closed, archived, resolve).
+- `Ignored`: nothing to route (INSUFFICIENT_DATA, an acknowledgement); the reason is counted and
+  logged. With a key, an open incident of that key is still touched (its update count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Any, Callable, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+
+from ..severity import SeverityTable
+from ..validation import describe_errors
+
+
+class SourceEventError(ValueError):
+    """An event the intake cannot map; parked with this reason."""
+
+    failure_kind = "invalid_source_event"
+
+
+class UnknownEvent(SourceEventError):
+    failure_kind = "unknown_event"
+
+
+class InvalidSourceEvent(SourceEventError):
+    def __init__(self, source: str, detail_type: str, errors: list[str]):
+        self.errors = errors
+        super().__init__(f"{source} {detail_type!r} event: " + "; ".join(errors))
+
+
+@dataclass(frozen=True)
+class Opened:
+    key: str
+    incident: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    key: str
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ignored:
+    source: str
+    reason: str
+    key: str | None = None
+
+
+SourceOutcome = Opened | Resolved | Ignored
+
+
+class SourceModel(BaseModel):
+    """A source's payload: only the fields the mapping reads are declared; others are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+Detail = TypeVar("Detail")
+
+
+class Envelope(SourceModel, Generic[Detail]):
+    """The EventBridge envelope every source arrives in, with its source's detail."""
+
+    id: str
+    source: str
+    account: str = ""
+    time: datetime
+    region: str = ""
+    resources: list[str] = []
+    detail_type: str
+    detail: Detail
+
+    model_config = ConfigDict(extra="ignore", frozen=True, alias_generator=lambda n: n.replace("_", "-"),
+                              populate_by_name=True)
+
+
+class SourceEvidence(BaseModel):
+    """What every native source's evidence has; a source's module extends it with its own fields,
+    which a policy rule can name (`evidence.namespace`, `evidence.finding_type`, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source_ref: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)] = Field(
+        description="The source's own id: alarm ARN, Health event ARN, finding id, PagerDuty incident id. "
+                    "Also the correlation key.")
+    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
+    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
+                                                          "source_severity table (e.g. HIGH, P2, issue).")
+    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
+
+
+#: An envelope whose detail is not read yet (our own `Incident Reported`, an unmapped kind).
+AnyEnvelope = Envelope[dict[str, Any]]
+
+
+def read_envelope(model: type[Envelope[Any]], event: Any) -> Envelope[Any]:
+    """`event` validated once as `model`: a bad envelope is no EventBridge event; a bad detail
+    is an InvalidSourceEvent naming the detail's fields."""
+    try:
+        return model.model_validate(event)
+    except ValidationError as error:
+        errors = error.errors(include_url=False)
+        in_detail = [e for e in errors if len(e["loc"]) > 1 and e["loc"][0] == "detail"]
+        if len(in_detail) < len(errors):
+            raise SourceEventError("not an EventBridge event: " + "; ".join(describe_errors(error))) from None
+        raise InvalidSourceEvent(str(event.get("source")), str(event.get("detail-type")),
+                                 describe_errors(error)) from None
+
+
+def _rfc1123(value: Any) -> Any:
+    """AWS Health writes 'Fri, 27 Jan 2023 06:02:51 GMT' (RFC 1123), which ISO 8601 parsers refuse."""
+    if isinstance(value, str) and value[:3].isalpha() and "," in value[:5]:
+        try:
+            return parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"not an RFC 1123 time: {value!r}") from None
+    return value
+
+
+#: A time in ISO 8601 or RFC 1123 form.
+HttpTime = Annotated[datetime, BeforeValidator(_rfc1123)]
+
+MAX_ID = 128
+
+
+def incident_id(key: str) -> str:
+    """The incident id for a correlation key: the key itself when it fits `ItemId` (128), else
+    its start and a digest (Security Hub finding ids can be longer); the whole key stays in
+    `evidence.source_ref`."""
+    if len(key) <= MAX_ID:
+        return key
+    return f"{key[:MAX_ID - 17]}~{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+EvidenceModel = TypeVar("EvidenceModel", bound=SourceEvidence)
+
+
+def build_evidence(model: type[EvidenceModel], envelope: Envelope[Any], **fields: Any) -> EvidenceModel:
+    """The source's evidence of an incident; a value out of bounds names its field."""
+    try:
+        return model(**fields)
+    except ValidationError as error:
+        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
+                                 [f"incident.evidence.{line}" for line in describe_errors(error)]) from None
+
+
+def text(*parts: str | None) -> str:
+    """Lines of description, the empty ones left out."""
+    return "\n".join(p.strip() for p in parts if p and p.strip())
+
+
+@dataclass(frozen=True)
+class IncidentSource(Generic[Detail]):
+    """One native incident source as the intake's table declares it."""
+
+    name: str  #: the incident's `source`, and the policy's `source_severity` key
+    event_source: str  #: EventBridge `source`; a prefix when `partner` (a partner bus per account)
+    detail_type: str
+    detail: type[Detail]
+    adapt: Callable[[Envelope[Detail], SeverityTable], list[SourceOutcome]]
+    partner: bool = False
+
+    @property
+    def kind(self) -> str:
+        return f"{self.event_source} {self.detail_type!r}"
+
+    def maps(self, source: Any, detail_type: Any) -> bool:
+        if detail_type != self.detail_type or not isinstance(source, str):
+            return False
+        return source.startswith(self.event_source) if self.partner else source == self.event_source
+
+    def read(self, event: Any) -> Envelope[Detail]:
+        return read_envelope(Envelope[self.detail], event)  # type: ignore[name-defined]

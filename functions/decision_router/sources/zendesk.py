@@ -1,0 +1,51 @@
+"""Zendesk's `ticket.created` webhook. Signed in X-Zendesk-Webhook-Signature: base64 HMAC-SHA256
+of the X-Zendesk-Webhook-Signature-Timestamp header and the body; that timestamp is the time
+checked. The requester is the customer, a `tier-*` tag their tier, `via.channel` the channel."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from .webhook import TicketFields, TicketSource, Unauthorized, check_time, header, hmac_sha256, need, parse_time, same, tier
+
+NAME = "zendesk"
+SIGNATURE = "X-Zendesk-Webhook-Signature"
+TIMESTAMP = "X-Zendesk-Webhook-Signature-Timestamp"
+#: Zendesk's `via.channel` → the ticket's channel (any other channel arrives as web).
+CHANNELS = {"email": "email", "mail": "email", "web": "web", "web_form": "web", "web_widget": "web",
+            "chat": "chat", "chat_transcript": "chat", "native_messaging": "chat", "voice": "phone",
+            "phone_call_inbound": "phone", "phone_call_outbound": "phone"}
+
+
+def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> None:
+    signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
+    if not same(base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()), signature):
+        raise Unauthorized(f"{SIGNATURE} does not match the body")
+    check_time(parse_time(stamp, TIMESTAMP), now, max_skew)
+
+
+def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
+    stamp = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {SIGNATURE: base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()).decode(), TIMESTAMP: stamp}
+
+
+def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
+    """A ticket's fields from a `ticket.created` webhook; the reason text for another event type."""
+    kind = str(payload.get("type", ""))
+    if not kind.endswith("ticket.created"):
+        return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
+    detail = need(payload, "detail")
+    ticket_id = str(need(detail, "id", "detail."))
+    via = detail.get("via") if isinstance(detail.get("via"), Mapping) else {}
+    return {
+        "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
+        "body": need(detail, "description", "detail."),
+        "customer": {"id": str(need(detail, "requester_id", "detail.")), "tier": tier(detail.get("tags") or [], default_tier)},
+        "channel": CHANNELS.get(str(via.get("channel", "")).lower(), "web"), "created_at": need(detail, "created_at", "detail."),
+        "reference": {"system": NAME, "id": ticket_id},
+    }
+
+
+TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket)
