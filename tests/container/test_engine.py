@@ -16,11 +16,16 @@ from tests.conftest import queue_full
 
 pytestmark = pytest.mark.model
 
-#: Batched vs. alone, max |Δp| per option. A batch evaluates its questions' suffixes as several
-#: sequences in one decode, whose KV cells sit elsewhere in the unified cache than a lone
-#: decision's; the float sums then run in another order. Measured on the embedded model (states
-#: of 5–420 words, 4–10 questions): up to 0.034, same argmax unless the top two are within it.
-BATCH_TOLERANCE = 0.05
+#: Batched vs. alone (and a batch started from cached cells vs. a cold one), max |Δp| per option.
+#: A batch evaluates its questions' suffixes as several sequences in one decode, whose KV cells sit
+#: elsewhere in the unified cache than a lone decision's, and cached cells were computed in another
+#: batch shape; the float sums then run in another order, and on this 135M model the difference
+#: has a long tail. It depends on the kernels, so on the CPU variant the build loads. Measured with
+#: `python -m bench.batch_drift` (48 states x 4 questions, each batch cold, warm and alone): max 0.064,
+#: median 0.005 on the zen4 variant; max 0.056, median 0.006 on haswell (the AVX2 baseline), where
+#: this file's own shared-state batch drifts by 0.0503. The tolerance is 1.5 times the largest seen.
+#: The argmax agrees unless the top two are within it.
+BATCH_TOLERANCE = 0.1
 
 QUEUE_OPTIONS = [
     {"id": "billing", "description": "Billing: charges, refunds, invoices"},
