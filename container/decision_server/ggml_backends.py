@@ -33,7 +33,7 @@ _GGML_FILE = re.compile(r"/libggml\.so(\.\d+)*$")
 #: AMX-capable Xeon VM where a plain C program requesting the tile permission ran the instruction
 #: fine; the next variant down keeps every AVX-512 kernel (BF16, VNNI, VBMI).
 OPT_IN_VARIANTS = ("sapphirerapids",)
-#: The GPU backends the images build, loaded beside a CPU variant chosen by hand.
+#: The GPU backends the images build, loaded (where the build has them) beside the CPU variant.
 _GPU_BACKENDS = ("cuda",)
 
 
@@ -119,8 +119,10 @@ def _load(cpu_variant: str | None) -> LlamaBuild:
             if (LIB_DIR / f"libggml-{gpu}.so").exists():
                 lib.ggml_backend_load(str(LIB_DIR / f"libggml-{gpu}.so").encode())
         if not lib.ggml_backend_load(str(_variant_path(chosen)).encode()):
-            raise BackendError(f"DECISION_CPU_VARIANT={chosen}: this CPU lacks an instruction that variant needs "
-                               "(ggml scores it 0); leave the setting unset to get the best variant it supports")
+            why = (f"DECISION_CPU_VARIANT={chosen}: this CPU lacks an instruction that variant needs (ggml scores "
+                   "it 0); leave the setting unset to get the best variant it supports") if cpu_variant else \
+                f"ggml could not load the {chosen} CPU variant from {LIB_DIR}, the best this CPU scored"
+            raise BackendError(why)
     cpu = lib.ggml_backend_reg_by_name(b"CPU")
     if not cpu:
         raise BackendError(f"no CPU backend could be loaded from {LIB_DIR} (variants there: {', '.join(variants) or 'none'})")
