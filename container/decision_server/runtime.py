@@ -29,10 +29,6 @@ class ModelRuntime:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @property
-    def ready(self) -> bool:
-        return self._ready.is_set()
-
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._load, name="model-loader", daemon=True)

@@ -18,7 +18,7 @@ from ..engine import chat_chunks
 from ..errors import BadRequest, ChatDisabled
 from ..runtime import ModelRuntime
 from ..systemone.router import model_listing
-from .waiting import result_of
+from ..waiting import result_of
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 

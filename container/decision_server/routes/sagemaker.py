@@ -20,8 +20,8 @@ from ..ggml_backends import LlamaBuild
 from ..prompt_cache import PromptCacheStats
 from ..runtime import ModelRuntime
 from ..systemone.router import answer_invocation
+from ..waiting import result_of
 from .openai import chat_response
-from .waiting import result_of
 
 router = APIRouter(tags=["sagemaker"])
 

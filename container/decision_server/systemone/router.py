@@ -19,7 +19,7 @@ from .. import openapi
 from ..bodies import read_body
 from ..errors import BadRequest, ServerError, UnsupportedMediaType
 from ..request_ids import request_id_var
-from ..routes.waiting import result_of
+from ..waiting import result_of
 from .mapping import DEFAULT_CONFIDENCE_FORMULA, to_decisions, to_response
 from .models import SystemOneResponse
 from .parsing import SystemOneRequestError, decode_body, load_json, parse_request

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import Request
 
-from ..work import Work
+from .work import Work
 
 #: How often a waiting request checks that its client is still connected.
 POLL_SECONDS = 0.25
