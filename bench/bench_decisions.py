@@ -46,11 +46,11 @@ for part in (ROOT / "contract", ROOT / "container", ROOT):
         sys.path.insert(0, str(part))
 
 from bench import cost, cpu_variants, peer
-from bench.stats import percentile
 from decision_contract import Decision
 from decision_server.engine import DecisionEngine
 from decision_server.errors import Busy
 from decision_server.model_files import embedded_model_path
+from evaluation.stats import percentile
 
 SINGLE_TARGET = 1.15
 REPEAT_TARGET = 0.05  # × a cold decision

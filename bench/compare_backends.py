@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.evaluate.cases import load_file
-from bench.stats import percentile
+from evaluation.cases import load_file
+from evaluation.stats import percentile
 
 DEFAULT_DATA = ["bench/data/support-tickets.jsonl", "bench/data/incidents.jsonl"]
 

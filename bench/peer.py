@@ -24,9 +24,9 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from bench.llama_server import LlamaServer, unavailable
-from bench.stats import percentile
 from decision_contract import Decision
 from decision_server.readout import messages
+from evaluation.stats import percentile
 from local.services import DecisionContainer
 
 #: Targets against the stock server (CPU, one run).

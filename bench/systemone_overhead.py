@@ -20,11 +20,11 @@ import argparse
 import statistics
 import time
 
-from bench.stats import percentile
 from decision_server.engine import DecisionEngine
 from decision_server.model_files import embedded_model_path
 from decision_server.systemone import SystemOneRequest, parse_request, to_decisions, to_response
 from decision_server.systemone.router import answer
+from evaluation.stats import percentile
 
 STATE = {
     "ticket_id": "T-1042",

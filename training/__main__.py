@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.evaluate.cases import Case, load_file
-from bench.evaluate.runners import EngineRunner, HttpRunner
+from evaluation.cases import Case, load_file
+from evaluation.runners import EngineRunner, HttpRunner
 
 from . import learn, report
 from .features import Example, extract

@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.evaluate.cases import Case, RowError
-from bench.evaluate.runners import RunFailure, Runner
 from decision_contract import Decision, DecisionResult, ModelInfo
+from evaluation.cases import Case, RowError
+from evaluation.runners import RunFailure, Runner
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline, make_union
 from threadpoolctl import threadpool_limits
 
-from bench.evaluate import metrics
 from decision_router.domain.heads import FORMAT, Head
 from decision_router.domain.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
+from evaluation import metrics
 
 #: Inverse regularisation strengths tried by cross-validation.
 C_GRID = (3.0, 10.0, 30.0, 100.0)

@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from bench.evaluate import metrics
 from decision_contract import ModelInfo
+from evaluation import metrics
 
 from . import learn
 from .features import Example
@@ -110,8 +110,7 @@ def policy_changes(results: Sequence[QuestionResult], write: bool) -> list[dict]
     """Per policy: head files in where they win, out where they no longer do; the diff; written and
     loaded back through the policy validation unless `write` is false."""
     from decision_router.domain.policies import POLICY_DIR, load_policy
-
-    from .policy_file import format_policy
+    from evaluation.policy_file import format_policy
 
     changes = []
     for name in sorted({r.policy.name for r in results}):

@@ -27,11 +27,12 @@ for _sub in ("contract", "container", "functions", ""):
 
 from tqdm import tqdm
 
+from evaluation.cases import Case, RowError, RowWarning, load_file
+from evaluation.runners import EngineRunner, HttpRunner, Runner
+
 from . import decode, policy_update
 from . import report as reporting
-from .cases import Case, RowError, RowWarning, load_file
-from .evaluation import analyse, score_cases
-from .runners import EngineRunner, HttpRunner, Runner
+from .analysis import analyse, score_cases
 from .schema import DecodeComparison, EvalReport, PolicyChangeReport, RunInfo
 
 SHIPPED = [

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from decision_contract import OPTION_LETTERS, Decision
-
-from .metrics import summary
-from .runners import RunFailure, Runner
+from evaluation.metrics import summary
+from evaluation.runners import RunFailure, Runner
 
 #: Enough for a letter, a JSON answer such as {"answer": "B"}, or a short preamble before it.
 GENERATION_MAX_TOKENS = 8

@@ -1,7 +1,7 @@
 """Calibration flows into the pipeline: the fitted temperature and the recommended
 `min_confidence` of each policy question, as an exact change to the policy JSON file.
 
-The file is written in the policies' one layout (`training.policy_file.format_policy`), so
+The file is written in the policies' one layout (`evaluation.policy_file.format_policy`), so
 a change shows as exactly the lines whose values changed; the result must still load as a
 valid policy.
 """
@@ -57,7 +57,7 @@ def policy_path(name: str) -> Path:
 
 
 def propose(name: str, changes: Mapping[str, QuestionChange]) -> PolicyChange:
-    from training.policy_file import format_policy
+    from evaluation.policy_file import format_policy
 
     path = policy_path(name)
     old_text = path.read_text(encoding="utf-8")

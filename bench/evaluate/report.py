@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from .evaluation import finite
+from .analysis import finite
 from .schema import CalibrationGroup, EvalReport
 
 PLOTS = {

@@ -12,8 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from decision_contract import ModelInfo
-
-from .metrics import CalibrationScores, ReliabilityBin, TemperatureFit, ThresholdRow
+from evaluation.metrics import CalibrationScores, ReliabilityBin, TemperatureFit, ThresholdRow
 
 
 class _Part(BaseModel):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.compare_backends import _parse_overrides, compare
-from bench.evaluate.cases import load_file
+from evaluation.cases import load_file
 
 pytestmark = pytest.mark.model
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.evaluate.cases import load_file, parse_row
+from evaluation.cases import load_file, parse_row
 
 TICKET = {
     "ticket_id": "T-1",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.evaluate.__main__ import main
-from bench.evaluate.runners import EngineRunner
+from evaluation.runners import EngineRunner
 from tests.functions.conftest import policy_files_beside
 
 pytestmark = pytest.mark.model
@@ -41,7 +41,7 @@ def test_cli_in_process_on_the_shipped_sets(embedded_engine, tmp_path, capsys):
     # the engine's stated tolerance between a lone decision and one whose KV cells sat elsewhere
     # (a batch, a reused prefix); an exact repeat is identical only while the cache still holds it.
     row = next(r for r in report["rows"] if r["family"] == "support-ticket")
-    from bench.evaluate.cases import load_file
+    from evaluation.cases import load_file
 
     case = next(c for c in load_file(POLICY_DIR.parents[2] / "bench/data/support-tickets.jsonl", 2).cases if c.case_id == row["case"])
     again = embedded_engine.decide_one(case.decisions[0].decision)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.evaluate import metrics
+from evaluation import metrics
 
 # Three decisions with 3, 2 and 3 options. Predictions: 0 (right), 1 (wrong), 0 (wrong).
 PROBS = [[0.7, 0.2, 0.1], [0.4, 0.6], [0.5, 0.25, 0.25]]

@@ -17,10 +17,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from decision_contract import Decision, DecisionResult, softmax
+from evaluation import metrics
+from evaluation.cases import Case, RowError
+from evaluation.runners import RunFailure, Runner
 
-from . import metrics
-from .cases import Case, RowError
-from .runners import RunFailure, Runner
 from .schema import (
     Accuracy,
     CalibrationGroup,

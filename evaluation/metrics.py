@@ -13,8 +13,9 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from bench.stats import percentile
 from decision_contract import confidence, softmax
+
+from .stats import percentile
 
 Vectors = Sequence[Sequence[float]]
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Union
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -396,8 +396,3 @@ def _expected_option(expected: Expected, qtype: str, option_ids: list[str], deci
     known = option_ids + ([o.description for o in decision.options] if qtype == "score" else [])
     raise _Bad("expected", f"{expected!r} names no answer of this task (answers: {', '.join(map(str, known))})")
 
-
-def iter_decisions(cases: list[Case]) -> Iterator[tuple[Case, Labelled]]:
-    for case in cases:
-        for labelled in case.decisions:
-            yield case, labelled

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bench.stats import percentile
+from evaluation.stats import percentile
 
 
 def test_linear_interpolation_between_the_nearest_ranks_by_hand():
