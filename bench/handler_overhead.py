@@ -91,7 +91,7 @@ def measure(n: int, warmup: int = 10, *, in_process: bool = False) -> tuple[list
     web server: what the handler costs with AWS's own latency left out)."""
     from botocore.client import BaseClient
 
-    from local.demo import LocalPipeline
+    from local.pipeline import LocalPipeline
     from local.services import DEFAULT_REGION, FAKE_CREDENTIALS
 
     calls: dict[str, list[float]] = {}

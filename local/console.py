@@ -3,7 +3,8 @@ function, done by a loopback HTTP server, plus a local sign-in that needs no AWS
 
 - Routes, and which of them need a token, are read from template.yaml (the function's HttpApi
   events and the API's DefaultAuthorizer). A request becomes the HTTP API's payload 2.0 event and
-  the real handler (`review_console.app`, cold-started by `local.lambdas.LocalFunction`) answers it.
+  the real handler (`review_console.app`, cold-started in its own process by
+  `local.lambdas.LocalFunction`) answers it.
 - The JWT authorizer: a route that needs a token gets 401 without a valid one, as from API
   Gateway; a valid token's claims go into `requestContext.authorizer.jwt.claims`, as API Gateway
   puts them there, so the handler reads the reviewer exactly as it does in AWS.
@@ -158,12 +159,14 @@ class LocalTokens:
 class LocalConsole:
     """The console function behind a loopback HTTP server; a context manager."""
 
-    def __init__(self, stack: Stack, *, log: TextIO | None = None, port: int = 0):
+    def __init__(self, stack: Stack, *, log: TextIO | None = None, port: int = 0,
+                 overrides: dict[str, Any] | None = None):
+        """`overrides`: module attributes set in the function's process (`LocalFunction`; tests)."""
         # The handler is told the page signs in locally; everything else is the template's environment.
-        self.function = LocalFunction(stack, CONSOLE_FUNCTION, log=log, env={"CONSOLE_SIGN_IN": "local"})
+        self.function = LocalFunction(stack, CONSOLE_FUNCTION, log=log, env={"CONSOLE_SIGN_IN": "local"},
+                                      overrides=overrides)
         self.routes, jwt_config = template_routes(stack)
         self.tokens = LocalTokens(jwt_config["issuer"], list(jwt_config["audience"]), self.function.env["REVIEWER_GROUP"])
-        self._lock = threading.Lock()  # LocalFunction swaps os.environ per invoke: one at a time
         self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -190,8 +193,8 @@ class LocalConsole:
                     return 401, {"Content-Type": "application/json", "WWW-Authenticate": "Bearer"}, b'{"message":"Unauthorized"}'
             event = http_event(method, path, route_key=route.key, query=split.query, headers=headers, body=body,
                                path_parameters=parameters or None, claims=claims)
-            with self._lock:
-                response = self.function.invoke(event)
+            # One execution environment: requests wait for it in turn (Lambda would start more).
+            response = self.function.invoke(event)
             return _http_response(response)
         return 404, {"Content-Type": "application/json"}, b'{"message":"Not Found"}'
 
@@ -247,6 +250,7 @@ class LocalConsole:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.function.close()
 
     def __enter__(self) -> LocalConsole:
         return self.start()

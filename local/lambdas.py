@@ -1,24 +1,33 @@
-"""What the Lambda service does around the project's handlers, done in this process (there is no
-Lambda runtime here and moto cannot run our code without Docker).
+"""The template's functions on this machine, each execution environment a process of its own
+(there is no Lambda runtime here, and moto cannot run our code without Docker).
 
-- `LocalFunction`: a template function with its own freshly executed handler module (a cold
-  start) and the environment template.yaml gives it, invoked with a Lambda-shaped context.
-- `SqsEventSource`: the SQS event source mapping with ReportBatchItemFailures: receive up to
-  BatchSize messages, invoke, delete what succeeded, leave failures for redelivery. The queue's
-  RedrivePolicy (moto implements it) moves a message to the DLQ after maxReceiveCount receives.
-  Failures become visible again after `redelivery_seconds` (0 for the demo, so a bad ticket
-  reaches the DLQ in seconds; in AWS the queue's VisibilityTimeout, 1800 s). `drain` polls with
-  several execution environments at once (`LocalFunction.copy`), as Lambda scales a poller.
-- `invoke_async`: an asynchronous invoke (how EventBridge calls a function): 1 + the
-  EventInvokeConfig's MaximumRetryAttempts tries (after `retry_delays`; Lambda waits about 1 and
-  2 minutes), then the OnFailure destination gets Lambda's failure record.
+- `LocalFunction`: one `AWS::Serverless::Function` of template.yaml in one execution
+  environment: a worker process (`local.lambda_worker`) that was given the function's environment
+  (its own os.environ, module state and stdout, as Lambda gives each environment) and
+  cold-started the handler module. An invocation sends the event as JSON and gets the JSON result
+  back, or the handler's exception as `FunctionError` (its type, message and traceback). What the
+  function writes to stdout and stderr goes to `log` (CloudWatch Logs, in AWS). An invocation
+  past the template's Timeout is ended as Lambda ends it: the process is killed, the next
+  invocation cold-starts a new one. `copy` makes another execution environment of the function.
+- `FunctionPool`: several execution environments of one function, lent one invocation at a time.
 
-os.environ and stdout belong to the process, so invocations of one function may run at the same
-time (each copy has its own module state and metrics), while another function's invocations wait
-until they are done (`_ENVIRONMENTS`).
+Why processes: this process runs the moto server, whose Step Functions interpreter executes the
+routing workflow in its threads and builds a boto3 client per task, reading os.environ as it does.
+The workflow calls no function (its tasks are SQS, EventBridge and DynamoDB integrations; the
+review function answers its task token with SendTaskSuccess), but a function environment applied
+to this process's os.environ around an invocation could vanish while the interpreter read it (a
+workflow once failed with States.Runtime 'POWERTOOLS_METRICS_NAMESPACE'). Here it never changes.
 
-Everything is read from template.yaml (handlers, environments, batch sizes, retry counts,
-destinations) through `local.cloudformation.Stack`.
+Workers are forked from a server process that imported the heavy libraries once
+(`lambda_worker.PRELOAD`), so a cold start costs the handler's own imports. They stop on `close`,
+when the parent process exits, or when it dies (their connection closes; the kernel signals them).
+
+Under moto's in-process mock (`mock_aws`, which exists only in the process that started it) a
+function cannot reach AWS from another process: there it runs in this process instead, its
+environment applied around each invocation, one invocation in the process at a time.
+
+Everything is read from template.yaml (handlers, environments, timeouts, memory) through
+`local.cloudformation.Stack`; `local.event_sources` is what calls the functions.
 """
 
 from __future__ import annotations
@@ -27,80 +36,83 @@ import contextlib
 import importlib.util
 import itertools
 import json
+import multiprocessing
+import os
 import queue
+import sys
 import threading
 import time
-import traceback
-import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Sequence, TextIO
+import weakref
+from typing import Any, Iterator, Protocol, TextIO
 
 from local.cloudformation import Stack, TemplateError
+from local.lambda_worker import PRELOAD, LambdaContext, error_of, serve
 from local.services import patched_environ
 
+__all__ = ["AwsCallHook", "FunctionError", "FunctionPool", "LambdaContext", "LocalFunction"]
 
-@dataclass
-class LambdaContext:
-    """The context object a Python handler receives (the fields Powertools reads)."""
+#: How long past its Timeout an invocation may take before it is ended (this machine is shared).
+TIMEOUT_GRACE_SECONDS = 2.0
+#: How long a cold start may take (Lambda's init phase has 10 s; two busy cores need more).
+COLD_START_SECONDS = 120.0
+STOP_SECONDS = 5.0
 
-    function_name: str
-    memory_limit_in_mb: int
-    invoked_function_arn: str
-    timeout_seconds: float
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = ""
-    log_stream_name: str = ""
-    function_version: str = "$LATEST"
-    _started: float = field(default_factory=time.monotonic)
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
-
-
-class _Environments:
-    """One function's environment (os.environ, stdout) in this process at a time; any number of
-    invocations of that function share it."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._owner: str | None = None
-        self._users = 0
-        self._applied: contextlib.ExitStack | None = None
-
-    @contextlib.contextmanager
-    def of(self, function: LocalFunction) -> Iterator[None]:
-        with self._changed:
-            while self._owner not in (None, function.logical_id):
-                self._changed.wait()
-            if self._users == 0:
-                self._owner, self._applied = function.logical_id, contextlib.ExitStack()
-                self._applied.enter_context(function._runtime())
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._users -= 1
-                if self._users == 0 and self._applied is not None:
-                    self._applied.close()
-                    self._owner, self._applied = None, None
-                    self._changed.notify_all()
-
-
-_ENVIRONMENTS = _Environments()
 _COPIES = itertools.count(1)
+_LOG_LOCK = threading.Lock()  # every function's output goes to the log whole, one chunk at a time
+_IN_PROCESS = threading.RLock()  # in-process functions (under mock_aws) swap os.environ: one at a time
+_context: Any = None
+
+
+class FunctionError(Exception):
+    """The handler raised (or the invocation was ended): what Lambda reports as a function error.
+    str() is the exception's message; `error_type` its class name, `remote_traceback` its trace."""
+
+    def __init__(self, error_type: str, message: str, remote_traceback: str = ""):
+        super().__init__(message)
+        self.error_type, self.remote_traceback = error_type, remote_traceback
+
+
+class AwsCallHook(Protocol):
+    """Called, in this process, for each AWS request a function's invocation sends (the soak's faults)."""
+
+    def fault(self, service: str, operation: str, body: bytes) -> str | None:
+        """An error code to answer the request with instead of sending it."""
+
+    def dies_after(self, service: str, operation: str) -> bool:
+        """Whether the invocation dies right after this successful call."""
+
+
+def error_type(error: BaseException) -> str:
+    """The type name Lambda reports for a function error."""
+    return error.error_type if isinstance(error, FunctionError) else type(error).__name__
+
+
+def _multiprocessing() -> Any:
+    """The forkserver context: forking this process (threads: moto, HTTP servers) is unsafe."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def _in_process_mock_active() -> bool:
+    models = sys.modules.get("moto.core.models")
+    return bool(models is not None and getattr(models.MockAWS, "_nested_count", 0) > 0)
 
 
 class LocalFunction:
-    """One `AWS::Serverless::Function` of the template, run in this process: one execution
-    environment (`copy` makes another)."""
+    """One `AWS::Serverless::Function` of the template in one execution environment (`copy`
+    makes another). `env`: variables set on top of the template's (what a local run must tell the
+    function); it may change until an invocation, which sends it along. `overrides`: module
+    attributes set in the environment before the cold start ("package.module.NAME": value, for
+    tests). `aws_hook`: see `AwsCallHook`."""
 
     def __init__(self, stack: Stack, logical_id: str, *, log: TextIO | None = None, env: dict[str, str] | None = None,
-                 _copy: int = 0):
+                 overrides: dict[str, Any] | None = None, wait: bool = True):
         self.stack, self.logical_id, self.log = stack, logical_id, log
-        # `env`: variables set on top of the template's (what a local run must tell the function).
         self.env = {**stack.function_environment(logical_id), **(env or {})}
+        self.overrides = dict(overrides or {})
         self.name = stack.physical_name(logical_id)
         globals_ = stack.template.get("Globals", {}).get("Function", {})
         props = stack.properties(logical_id)
@@ -109,30 +121,35 @@ class LocalFunction:
         handler = props.get("Handler") or globals_.get("Handler")
         if not handler or "." not in handler:
             raise TemplateError(f"{logical_id}: Handler {handler!r} is not module.function")
-        module_name, self.handler_name = handler.rsplit(".", 1)
-        with _ENVIRONMENTS.of(self):
-            self.module = _cold_start(module_name, alias=f"_local_lambda_{logical_id}_{_copy}")
-        _own_metrics(self.module)
-        self.handler = getattr(self.module, self.handler_name)
+        self.module_name, self.handler_name = handler.rsplit(".", 1)
+        self.aws_hook: AwsCallHook | None = None
+        self._lock = threading.Lock()  # an execution environment serves one invocation at a time
+        self._environment: _Environment = (_InProcess(self) if _in_process_mock_active() else _Worker(self))
+        self._finalizer = weakref.finalize(self, self._environment.stop)
+        if wait:
+            self.wait_ready()
 
-    def copy(self) -> LocalFunction:
+    @property
+    def pid(self) -> int | None:
+        """The execution environment's process; None when it runs in this one (or is stopped)."""
+        process = getattr(self._environment, "process", None)
+        return process.pid if process is not None else None
+
+    def wait_ready(self) -> LocalFunction:
+        """Wait for the cold start; its exception (a bad setting, an import error) is raised here."""
+        self._environment.ready()
+        return self
+
+    def copy(self, *, wait: bool = True) -> LocalFunction:
         """Another execution environment of this function (its own cold start), sharing this one's
         environment variables (one dict: what is set on either applies to both)."""
-        twin = LocalFunction(self.stack, self.logical_id, log=self.log, env=self.env, _copy=next(_COPIES))
-        twin.env, twin.timeout = self.env, self.timeout
-        return twin
+        twin = LocalFunction(self.stack, self.logical_id, log=self.log, env=self.env, overrides=self.overrides, wait=False)
+        twin.env, twin.timeout, twin.aws_hook = self.env, self.timeout, self.aws_hook
+        return twin.wait_ready() if wait else twin
 
-    @contextlib.contextmanager
-    def _runtime(self) -> Iterator[None]:
-        """The function's environment; its stdout and stderr (Powertools JSON logs, EMF metrics,
-        warnings: what Lambda sends to CloudWatch Logs) to `log` when given."""
-        runtime_env = {"AWS_LAMBDA_FUNCTION_NAME": self.name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory)}
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(patched_environ({**self.env, **runtime_env}))
-            if self.log is not None:
-                stack.enter_context(contextlib.redirect_stdout(self.log))
-                stack.enter_context(contextlib.redirect_stderr(self.log))
-            yield
+    def runtime_env(self) -> dict[str, str]:
+        """The environment variables the function sees: the template's, `env`, Lambda's own."""
+        return {**self.env, "AWS_LAMBDA_FUNCTION_NAME": self.name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory)}
 
     def context(self) -> LambdaContext:
         arn = f"arn:aws:lambda:{self.stack.region}:{self.stack.account_id}:function:{self.name}"
@@ -140,9 +157,28 @@ class LocalFunction:
                              invoked_function_arn=arn, timeout_seconds=self.timeout)
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        """A synchronous invoke; the handler's exception propagates (a function error)."""
-        with _ENVIRONMENTS.of(self):
-            return self.handler(event, self.context())
+        """A synchronous invoke: the handler's result, or its exception (a function error, also
+        written to the log as the Lambda runtime writes it)."""
+        with self._lock:
+            try:
+                return self._environment.invoke(event)
+            except FunctionError as error:
+                self.write_output([("stderr", error.remote_traceback or f"{error.error_type}: {error}\n")])
+                raise
+
+    def write_output(self, chunks: list[tuple[str, str]]) -> None:
+        """What the function wrote, to `log`, or else to this process's stdout and stderr."""
+        if not chunks:
+            return
+        with _LOG_LOCK:
+            for stream, text in chunks:
+                target = self.log if self.log is not None else (sys.stderr if stream == "stderr" else sys.stdout)
+                target.write(text)
+            (self.log or sys.stdout).flush()
+
+    def close(self) -> None:
+        """Stop the execution environment (a later invoke would start a new one)."""
+        self._finalizer()
 
     def event_source(self, event_type: str) -> dict[str, Any]:
         """Properties of the function's only event of this type (SQS, EventBridgeRule, ...)."""
@@ -153,10 +189,158 @@ class LocalFunction:
         return found[0]
 
 
+class _Environment(Protocol):
+    def ready(self) -> None: ...
+    def invoke(self, event: dict[str, Any]) -> Any: ...
+    def stop(self) -> None: ...
+
+
+class _Worker:
+    """The execution environment as a worker process; started again after it was ended."""
+
+    def __init__(self, function: LocalFunction):
+        # Not the function itself: its finalizer must not keep it alive.
+        self.function = weakref.proxy(function)
+        self.process: Any = None
+        self.connection: Any = None
+        self.init_error: FunctionError | None = None
+        self._start()
+
+    def _start(self) -> None:
+        function = self.function
+        self.init_error = None
+        # This process's sys.path too: pytest puts the import roots there, not in PYTHONPATH.
+        setup = {"environ": dict(os.environ), "env": function.runtime_env(), "overrides": function.overrides,
+                 "module": function.module_name, "handler": function.handler_name, "sys_path": list(sys.path)}
+        context = _multiprocessing()
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=serve, args=(child, setup), daemon=True,
+                                       name=f"lambda-{function.logical_id}")
+        self.process.start()
+        child.close()  # ours is the only other end: the worker sees EOF when we go
+        self._ready = False
+
+    def ready(self) -> None:
+        if self._ready:
+            return
+        if not self.connection.poll(COLD_START_SECONDS):
+            self.stop(kill=True)
+            raise FunctionError("Runtime.InitTimeout", f"{self.function.logical_id}: no cold start in {COLD_START_SECONDS:.0f}s")
+        try:
+            _, output, error = self.connection.recv()
+        except EOFError:
+            raise FunctionError("Runtime.ExitError", f"{self.function.logical_id}: the runtime exited during its "
+                                f"cold start ({self._exit()})") from None
+        self.function.write_output(output)
+        self._ready = True
+        if error is not None:
+            self.init_error = FunctionError(error["type"], error["message"], error["traceback"])
+            raise self.init_error
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        if self.process is None:  # ended by a timeout or a crash: a new cold start
+            self._start()
+        self.ready()
+        if self.init_error is not None:
+            raise self.init_error
+        function = self.function
+        context = function.context()
+        request = {"event": json.dumps(event), "env": function.runtime_env(), "relay_aws": function.aws_hook is not None,
+                   "context": {"function_name": context.function_name, "memory_limit_in_mb": context.memory_limit_in_mb,
+                               "invoked_function_arn": context.invoked_function_arn,
+                               "timeout_seconds": context.timeout_seconds, "aws_request_id": context.aws_request_id}}
+        self.connection.send(("invoke", request))
+        deadline = time.monotonic() + function.timeout + TIMEOUT_GRACE_SECONDS
+        while True:
+            if not self.connection.poll(max(0.0, deadline - time.monotonic())):
+                self.stop(kill=True)  # as Lambda ends a timed-out environment
+                raise FunctionError("Sandbox.Timedout", f"RequestId: {context.aws_request_id} Error: Task timed out "
+                                    f"after {function.timeout:.2f} seconds")
+            try:
+                message = self.connection.recv()
+            except EOFError:
+                why = self._exit()
+                self.stop(kill=True)
+                raise FunctionError("Runtime.ExitError", f"RequestId: {context.aws_request_id} Error: Runtime exited "
+                                    f"({why})") from None
+            if message[0] == "ask":  # the worker waits for the hook's answer
+                _, method, args = message
+                self.connection.send(("answer", getattr(function.aws_hook, method)(*args)))
+                continue
+            _, output, result, error = message
+            function.write_output(output)
+            if error is not None:
+                raise FunctionError(error["type"], error["message"], error["traceback"])
+            return json.loads(result)
+
+    def _exit(self) -> str:
+        from local.services import exit_description
+
+        self.process.join(1)
+        code = self.process.exitcode
+        return exit_description(code) if code is not None else "still running"
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Ask the worker to stop (what it wrote last goes to the log); SIGKILL when it does not."""
+        process, connection, self.process = self.process, self.connection, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError, EOFError):
+            if kill:
+                process.kill()
+            else:
+                connection.send(("stop",))
+                if connection.poll(STOP_SECONDS):
+                    message = connection.recv()
+                    # The function may be gone (a finalizer at exit) and the log closed.
+                    with contextlib.suppress(ReferenceError, ValueError):
+                        self.function.write_output(message[1] if message[0] == "stopped" else [])
+        process.join(STOP_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_SECONDS)
+        connection.close()
+
+
+class _InProcess:
+    """The execution environment in this process (under moto's in-process mock): the handler
+    module executed anew under a private name, the environment applied around each invocation."""
+
+    def __init__(self, function: LocalFunction):
+        self.function = weakref.proxy(function)
+        with self.applied():
+            self.module = _cold_start(function.module_name, alias=f"_local_lambda_{function.logical_id}_{next(_COPIES)}")
+        _own_metrics(self.module)
+        self.handler = getattr(self.module, function.handler_name)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The function's environment; its stdout and stderr to `log` when given."""
+        with _IN_PROCESS, contextlib.ExitStack() as stack:
+            stack.enter_context(patched_environ(self.function.runtime_env()))
+            if self.function.log is not None:
+                stack.enter_context(contextlib.redirect_stdout(self.function.log))
+                stack.enter_context(contextlib.redirect_stderr(self.function.log))
+            yield
+
+    def ready(self) -> None:
+        pass
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        with self.applied():
+            try:
+                return self.handler(event, self.function.context())
+            except Exception as exc:
+                error = error_of(exc)
+                raise FunctionError(error["type"], error["message"], error["traceback"]) from exc
+
+    def stop(self) -> None:
+        pass
+
+
 def _cold_start(module_name: str, *, alias: str) -> Any:
     """Execute the handler module anew under a private name: module-level state (clients,
-    cached settings, processors) starts empty, as in a fresh Lambda execution environment,
-    and the real module in sys.modules is left alone."""
+    cached settings, processors) starts empty, and the real module in sys.modules is left alone."""
     spec = importlib.util.find_spec(module_name)
     if spec is None or spec.origin is None:
         raise TemplateError(f"handler module {module_name!r} not found (is functions/ on the path?)")
@@ -167,9 +351,8 @@ def _cold_start(module_name: str, *, alias: str) -> Any:
 
 
 def _own_metrics(module: Any) -> None:
-    """Give the module's Powertools Metrics their own store: Powertools keeps one per process (one
-    Lambda environment), and copies running at once here must not flush each other's metrics.
-    The provider stays (the handler's decorator is bound to it); its dicts are its own."""
+    """Give the module's Powertools Metrics their own store: Powertools keeps one per process, and
+    two functions in this one must not flush each other's metrics."""
     from aws_lambda_powertools import Metrics
 
     for metrics in [value for value in vars(module).values() if isinstance(value, Metrics)]:
@@ -183,10 +366,12 @@ def _own_metrics(module: Any) -> None:
 
 class FunctionPool:
     """Execution environments of one function (the first is the function itself), lent one
-    invocation at a time."""
+    invocation at a time. The copies cold-start together."""
 
     def __init__(self, function: LocalFunction, size: int):
-        self.functions = [function] + [function.copy() for _ in range(max(0, size - 1))]
+        self.functions = [function] + [function.copy(wait=False) for _ in range(max(0, size - 1))]
+        for each in self.functions:
+            each.wait_ready()
         self._free: queue.Queue[LocalFunction] = queue.Queue()
         for each in self.functions:
             self._free.put(each)
@@ -199,183 +384,6 @@ class FunctionPool:
         finally:
             self._free.put(function)
 
-
-def queue_url_for_arn(stack: Stack, arn: str) -> str:
-    """The URL of the template queue with this ARN."""
-    for logical_id in stack.of_type("AWS::SQS::Queue"):
-        if stack.get_att(logical_id, "Arn") == arn:
-            return stack.ref(logical_id)
-    raise TemplateError(f"no queue in the template has ARN {arn}")
-
-
-def queue_logical_id(stack: Stack, url: str) -> str | None:
-    for logical_id in stack.of_type("AWS::SQS::Queue"):
-        if stack.ref(logical_id) == url:
-            return logical_id
-    return None
-
-
-# --------------------------------------------------------------------------- SQS event source
-@dataclass
-class BatchReport:
-    messages: int
-    failed: int
-    seconds: float
-
-
-class SqsEventSource:
-    """The function's SQS event (queue, BatchSize, ReportBatchItemFailures) polled by hand."""
-
-    def __init__(self, function: LocalFunction, sqs: Any):
-        self.function, self.sqs = function, sqs
-        props = function.event_source("SQS")
-        stack = function.stack
-        self.queue_arn = stack.resolve(props["Queue"])
-        self.queue_url = queue_url_for_arn(stack, self.queue_arn)
-        self.batch_size = min(10, int(stack.resolve(props.get("BatchSize", 10))))
-        self.partial = "ReportBatchItemFailures" in props.get("FunctionResponseTypes", [])
-
-    def poll_once(self, function: LocalFunction | None = None, redelivery_seconds: int = 0) -> BatchReport | None:
-        """One batch: receive, invoke (`function`: one of this function's copies), settle. None when
-        the queue had nothing visible. A failed message is visible again after `redelivery_seconds`."""
-        function = function or self.function
-        messages = self.sqs.receive_message(
-            QueueUrl=self.queue_url, MaxNumberOfMessages=self.batch_size, AttributeNames=["All"],
-            MessageAttributeNames=["All"]).get("Messages", [])
-        if not messages:
-            return None
-        started = time.monotonic()
-        event = {"Records": [self._record(m) for m in messages]}
-        try:
-            response = function.invoke(event) or {}
-            failed_ids = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])} if self.partial else set()
-        except Exception:  # noqa: BLE001 - a function error: the whole batch is retried
-            if function.log is not None:
-                traceback.print_exc(file=function.log)
-            failed_ids = {m["MessageId"] for m in messages}
-        for message in messages:
-            if message["MessageId"] in failed_ids:
-                self.sqs.change_message_visibility(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"],
-                                                   VisibilityTimeout=redelivery_seconds)
-            else:
-                self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
-        return BatchReport(len(messages), len(failed_ids), time.monotonic() - started)
-
-    def in_queue(self) -> int:
-        """Messages visible or in flight (received, or waiting to be visible again)."""
-        attributes = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=[
-            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-    def drain(self, functions: Sequence[LocalFunction], *, redelivery_seconds: int = 0,
-              on_batch: Callable[[BatchReport], None] = lambda _: None) -> None:
-        """Poll with one thread per execution environment until the queue holds nothing, visible
-        or waiting to be redelivered (the DLQ takes what failed maxReceiveCount times)."""
-        busy = [0]
-        lock = threading.Lock()
-
-        def poller(function: LocalFunction) -> None:
-            while True:
-                with lock:
-                    busy[0] += 1
-                try:
-                    report = self.poll_once(function, redelivery_seconds)
-                finally:
-                    with lock:
-                        busy[0] -= 1
-                if report is not None:
-                    on_batch(report)
-                    continue
-                with lock:
-                    done = busy[0] == 0 and self.in_queue() == 0
-                if done:
-                    return
-                time.sleep(0.2)
-
-        threads = [threading.Thread(target=poller, args=(f,), name=f"sqs-poller-{i}", daemon=True)
-                   for i, f in enumerate(functions)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
-        """A Lambda SQS record from a ReceiveMessage result."""
-        return {
-            "messageId": message["MessageId"],
-            "receiptHandle": message["ReceiptHandle"],
-            "body": message["Body"],
-            "attributes": message.get("Attributes", {}),
-            "messageAttributes": {
-                name: {"stringValue": a.get("StringValue"), "binaryValue": a.get("BinaryValue"),
-                       "stringListValues": [], "binaryListValues": [], "dataType": a["DataType"]}
-                for name, a in message.get("MessageAttributes", {}).items()},
-            "md5OfBody": message["MD5OfBody"],
-            "eventSource": "aws:sqs",
-            "eventSourceARN": self.queue_arn,
-            "awsRegion": self.function.stack.region,
-        }
-
-
-# --------------------------------------------------------------------------- HTTP API
-def http_api_event(method: str, path: str, body: bytes, headers: dict[str, str], *,
-                   path_parameters: dict[str, str] | None = None) -> dict[str, Any]:
-    """The event API Gateway's HTTP API (payload format 2.0) gives a function for one request."""
-    return {
-        "version": "2.0", "routeKey": f"{method} {path}", "rawPath": path, "rawQueryString": "",
-        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in headers.items()}},
-        "pathParameters": path_parameters or {},
-        "requestContext": {"accountId": "123456789012", "apiId": "local", "domainName": "localhost",
-                           "domainPrefix": "local", "requestId": str(uuid.uuid4()), "routeKey": f"{method} {path}",
-                           "stage": "$default", "time": datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000"),
-                           "timeEpoch": int(time.time() * 1000),
-                           "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                                    "userAgent": "local.demo"}},
-        "body": body.decode("utf-8"), "isBase64Encoded": False,
-    }
-
-
-# --------------------------------------------------------------------------- async invoke
-@dataclass
-class AsyncResult:
-    ok: bool
-    attempts: int
-    response: Any = None
-    error: str | None = None
-    dead_letter_queue_url: str | None = None
-
-
-def invoke_async(function: LocalFunction, event: dict[str, Any], sqs: Any,
-                 retry_delays: Sequence[float] = ()) -> AsyncResult:
-    """Invoke as Lambda does for EventBridge: retry (the k-th retry after `retry_delays[k-1]`
-    seconds, the last delay for any further one), then hand the event to OnFailure."""
-    config = function.stack.resolve(function.stack.properties(function.logical_id).get("EventInvokeConfig", {}))
-    tries = 1 + int(config.get("MaximumRetryAttempts", 2))
-    error: BaseException | None = None
-    for attempt in range(1, tries + 1):
-        if attempt > 1 and retry_delays:
-            time.sleep(retry_delays[min(attempt - 2, len(retry_delays) - 1)])
-        try:
-            return AsyncResult(ok=True, attempts=attempt, response=function.invoke(event))
-        except Exception as exc:  # noqa: BLE001 - a function error: Lambda retries the event
-            error = exc
-            if function.log is not None:
-                traceback.print_exc(file=function.log)
-    assert error is not None
-    message = str(error)
-    destination = config.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
-    if not destination:
-        return AsyncResult(ok=False, attempts=tries, error=message)
-    url = queue_url_for_arn(function.stack, destination)
-    # Lambda's documented invocation record for an OnFailure destination.
-    record = {
-        "version": "1.0",
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "requestContext": {"requestId": str(uuid.uuid4()), "functionArn": function.context().invoked_function_arn + ":$LATEST",
-                           "condition": "RetriesExhausted", "approximateInvokeCount": tries},
-        "requestPayload": event,
-        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
-        "responsePayload": {"errorMessage": message, "errorType": type(error).__name__},
-    }
-    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(record))
-    return AsyncResult(ok=False, attempts=tries, error=message, dead_letter_queue_url=url)
+    def close(self) -> None:
+        for function in self.functions:
+            function.close()

@@ -12,7 +12,6 @@ in as a reviewer (local/console.py says how and why it is local only).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -20,7 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
-from local.demo import DEFAULT_ITEMS, LOG_DIR, LocalPipeline, _on_signal, _Terminated, read_items
+from local.items import DEFAULT_ITEMS, read_items
+from local.pipeline import LOG_DIR, LocalPipeline
+from local.services import Terminated, unwinding_on_signals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,24 +43,18 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threadi
     if missing:
         print("review: " + "; ".join(missing), file=sys.stderr)
         return 2
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-        previous.update({sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)})
     try:
-        return _run(args, out, stop or threading.Event())
+        with unwinding_on_signals():
+            return _run(args, out, stop or threading.Event())
     except KeyboardInterrupt:
         print("\nreview: stopped; every process it started has been stopped", file=out)
         return 0
-    except _Terminated as stopped:
+    except Terminated as stopped:
         print(f"\nreview: stopped by signal {stopped.args[0]}; every process it started has been stopped", file=out)
         return 0
     except Exception as error:  # noqa: BLE001 - the user gets one clear line, and the logs
         print(f"\nreview failed: {type(error).__name__}: {error}\n(logs: {args.log_dir})", file=sys.stderr)
         return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
@@ -80,7 +75,7 @@ def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
         progress(f"moto server on {moto.url}")
         cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
         lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
-        pipeline = LocalPipeline(log=lambda_log)
+        pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log))
         container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
         progress(f"routing {len(items)} item(s) as make demo does")
         outcomes = pipeline.run(items, progress)

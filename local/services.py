@@ -4,7 +4,8 @@
 
 Both are context managers; leaving the block stops what was started, also on an exception or
 Ctrl-C. The container is terminated, then killed after a grace period, and (on Linux) the kernel
-sends it SIGTERM if this process dies without cleaning up (SIGKILL, crash).
+sends it SIGTERM if this process dies without cleaning up (SIGKILL, crash). `unwinding_on_signals`
+turns SIGTERM and SIGHUP into an exception, so the command lines stop everything on them as on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -54,16 +56,6 @@ def _die_with_parent() -> Callable[[], None] | None:
         return None
     pr_set_pdeathsig = 1
     return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def exit_description(returncode: int) -> str:
@@ -237,3 +229,28 @@ def local_aws_environ(moto: MotoServer, decision_url: str) -> dict[str, str | No
         "MOTO_PORT": str(moto.port),
         "POWERTOOLS_TRACE_DISABLED": "1",  # no X-Ray daemon here
     }
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP: unwind like Ctrl-C so every `with` block stops what it started."""
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def unwinding_on_signals() -> Iterator[None]:
+    """For the block: Ctrl-C raises KeyboardInterrupt (even when started in the background, where
+    the shell ignores SIGINT), SIGTERM and SIGHUP raise `Terminated`. Python runs signal handlers
+    in the main thread only: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    previous.update({sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)})
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

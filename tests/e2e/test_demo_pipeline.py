@@ -28,7 +28,9 @@ import pytest
 
 from decision_router.domain.policies import load_policy
 from local.cloudformation import REPO_ROOT
-from local.demo import EVENTS, classify, format_table, read_items, report_line, table_rows, write_report
+from local.items import EVENTS, classify, read_items
+from local.outcomes import report_line, write_report
+from local.tables import format_table, table_rows
 
 from .conftest import UNUSED_ENDPOINT
 

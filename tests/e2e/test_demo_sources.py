@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from local.demo import classify, read_items, report_line
+from local.items import classify, read_items
+from local.outcomes import report_line
 from tests.e2e.conftest import UNUSED_ENDPOINT
 from tests.functions.conftest import EVENTS
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from local.console import LocalConsole, LocalTokens
-from local.demo import LocalPipeline
+from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
 from tests.functions.test_review_console import (
     INCIDENT,
@@ -58,8 +58,10 @@ def site(lambda_log, monkeypatch) -> Iterator[Site]:
     with ExitStack() as stack:
         moto = stack.enter_context(MotoServer())
         stack.enter_context(patched_environ(local_aws_environ(moto, UNUSED_ENDPOINT)))
-        pipeline = LocalPipeline(log=lambda_log)
-        console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log))
+        pipeline = stack.enter_context(LocalPipeline(log=lambda_log))
+        # The console function runs in its own process: the patch above is made there too.
+        console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log, overrides={
+            "decision_router.adapters.review.POLL_SECONDS": 0}))
         yield Site(pipeline, console)
 
 

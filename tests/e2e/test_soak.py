@@ -16,8 +16,9 @@ import sys
 import pytest
 
 from local.cloudformation import REPO_ROOT
-from local.demo import classify
-from local.soak import AwsFaults, Draws, build_inputs
+from local.faults import AwsFaults, Draws
+from local.items import classify
+from local.soak import build_inputs
 
 LAST_LINE = re.compile(r"soak: (\d+) inputs; routed (\d+), review (\d+), resolved (\d+), ignored (\d+), "
                        r"dead-lettered (\d+); lost (\d+); duplicated (\d+); ([\d.]+) items/s")

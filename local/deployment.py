@@ -1,0 +1,157 @@
+"""template.yaml's stack deployed on this machine: its resources created in the moto server
+boto3 points at, the functions that take the inputs started (each execution environment a
+process of its own, `local.lambdas`), and what the pipeline reads of it: queue names and
+URLs, the audit and labelled-example tables, draining a queue.
+
+`local.pipeline.LocalPipeline` is this plus `run`; `local.sending` and `local.settling` work on it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any, Self, TextIO
+
+from local.cloudformation import REPO_ROOT, Stack
+from local.event_sources import SqsEventSource, queue_logical_id, queue_url_for_arn
+from local.lambdas import FunctionPool, LocalFunction
+
+if TYPE_CHECKING:
+    from decision_router.adapters.review import QueuedReview
+
+ENDPOINT_NAME = "local-decision"
+LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service logs
+# The template's functions the pipeline runs (everything else is read from their properties).
+TICKET_FUNCTION = "TicketIntakeFunction"
+INCIDENT_FUNCTION = "IncidentIntakeFunction"
+REVIEW_FUNCTION = "ReviewCompletionFunction"
+WEBHOOK_FUNCTION = "TicketWebhookFunction"
+DEMO_REVIEWER = "demo-reviewer@example.com"
+#: The stand-in for PagerDuty's partner event bus (moto cannot create partner buses).
+PAGERDUTY_BUS = "pagerduty-demo"
+#: The signing secrets the demo's operator configured for the webhooks (stored in the stack's secret).
+DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-jira-webhook-secret"}
+
+
+class LocalDeployment:
+    """template.yaml's resources in the moto server boto3 points at, and the functions that take
+    the inputs. Construct it inside `local.services.local_aws_environ` (boto3 and the functions
+    read the endpoints then); `close` (or leaving the `with` block) stops the functions."""
+
+    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME, concurrency: int = 1):
+        """`concurrency`: execution environments per intake function (Lambda scaling out)."""
+        import boto3
+
+        self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
+                                            "PagerDutyEventBusName": PAGERDUTY_BUS}).create()
+        self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
+        self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
+        # Every execution environment cold-starts at once; each is waited for below.
+        self.tickets = LocalFunction(self.stack, TICKET_FUNCTION, log=log, wait=False)
+        self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log, wait=False)
+        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False)
+        self.webhooks = LocalFunction(self.stack, WEBHOOK_FUNCTION, log=log, wait=False)
+        self.ticket_pool = FunctionPool(self.tickets, concurrency)
+        self.incident_pool = FunctionPool(self.incidents, concurrency)
+        for function in (self.reviews, self.webhooks):
+            function.wait_ready()
+        self.ticket_source = SqsEventSource(self.tickets, self.sqs)
+        self.concurrency = concurrency
+        # What a rule delivered is read back from its stand-in queue: one put and read at a time.
+        self.bus_lock = threading.Lock()
+        self.pagerduty_bus = PAGERDUTY_BUS
+        env = self.tickets.env
+        self.destinations: dict[str, str] = json.loads(env["DESTINATION_QUEUES"])
+        self.review_queue_url = env["REVIEW_QUEUE_URL"]
+        self.state_machine_arn = env["ROUTING_STATE_MACHINE_ARN"]
+        self.audit_table = env["AUDIT_TABLE_NAME"]
+        self.labelled_table = env["LABELLED_EXAMPLES_TABLE_NAME"]
+        self.bus_name = env["EVENT_BUS_NAME"]
+        self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
+                                   if event["Type"] == "EventBridgeRule")
+        # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
+        bus_rules = [rule for rule in self.stack.of_type("AWS::Events::Rule")
+                     if self.stack.resolve(self.stack.properties(rule)).get("EventBusName") == self.stack.ref("DecisionBus")]
+        self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items() if rule in bus_rules]
+        # Every rule delivering to the incident intake: its own (decision bus) and the sources' rules.
+        function_arn = self.stack.get_att(INCIDENT_FUNCTION, "Arn")
+        self.incident_rules = [(INCIDENT_FUNCTION, self.incident_event)] + [
+            (rule, target["Id"]) for rule in self.stack.of_type("AWS::Events::Rule")
+            for target in self.stack.resolve(self.stack.properties(rule)).get("Targets", []) if target["Arn"] == function_arn]
+        secrets = boto3.client("secretsmanager")
+        secret_id = self.webhooks.env["WEBHOOK_SECRET_ARN"]
+        stored = json.loads(secrets.get_secret_value(SecretId=secret_id)["SecretString"])
+        self.webhook_secrets = {**stored, **DEMO_WEBHOOK_SECRETS}
+        secrets.put_secret_value(SecretId=secret_id, SecretString=json.dumps(self.webhook_secrets))
+        self.pending_reviews: dict[str, QueuedReview] = {}  # by item id
+        self.redelivery_seconds, self.retry_delays = 0, ()
+
+    @property
+    def functions(self) -> list[LocalFunction]:
+        """Every execution environment the pipeline started."""
+        return [*self.ticket_pool.functions, *self.incident_pool.functions, self.reviews, self.webhooks]
+
+    def close(self) -> None:
+        for function in self.functions:
+            function.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def summary(self) -> str:
+        count = {kind: len(self.stack.of_type(kind)) for kind in (
+            "AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Events::EventBus", "AWS::Serverless::StateMachine")}
+        rules = len(self.stack.of_type("AWS::Events::Rule")) + sum(
+            1 for f in self.stack.of_type("AWS::Serverless::Function")
+            for e in self.stack.properties(f).get("Events", {}).values() if e["Type"] in ("EventBridgeRule", "CloudWatchEvent"))
+        return (f"{count['AWS::SQS::Queue']} queues, {count['AWS::DynamoDB::Table']} tables, "
+                f"{count['AWS::Events::EventBus']} event bus, {rules} rule(s), "
+                f"{count['AWS::Serverless::StateMachine']} state machine (the real ASL)")
+
+    def audit(self, item_id: str) -> str | None:
+        rows = self.dynamodb.query(TableName=self.audit_table, KeyConditionExpression="item_id = :id",
+                                   ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
+        return ", ".join(row["outcome"]["S"] for row in rows) or None
+
+    def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
+        row = self.dynamodb.get_item(TableName=self.labelled_table, Key={
+            "policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")
+        return {key: value["S"] for key, value in row.items()} if row else None
+
+    # ------------------------------------------------------------------------------ queues
+    def state_machine_id(self) -> str:
+        return next(s for s in self.stack.of_type("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
+                    if self.stack.ref(s) == self.state_machine_arn)
+
+    def ticket_dead_letter_queue(self) -> str:
+        queue_id = queue_logical_id(self.stack, self.ticket_source.queue_url)
+        policy = self.stack.resolve(self.stack.properties(queue_id)["RedrivePolicy"])
+        return queue_url_for_arn(self.stack, policy["deadLetterTargetArn"])
+
+    def queue_name(self, url: str) -> str:
+        return queue_logical_id(self.stack, url) or url.rsplit("/", 1)[-1]
+
+    def drain_messages(self, url: str) -> list[dict[str, Any]]:
+        """Every message on the queue, received and deleted."""
+        found = []
+        while messages := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                   MessageAttributeNames=["All"]).get("Messages", []):
+            for message in messages:
+                found.append(message)
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return found
+
+    def drain_bodies(self, url: str) -> list[dict[str, Any]]:
+        """Messages on the queue (received and deleted), bodies parsed when JSON."""
+        found = []
+        for message in self.drain_messages(url):
+            try:
+                body = json.loads(message["Body"])
+            except json.JSONDecodeError:
+                body = {}
+            found.append({**body, "MessageId": message["MessageId"]} if isinstance(body, dict) else
+                         {"MessageId": message["MessageId"]})
+        return found
