@@ -5,8 +5,9 @@ GuardDuty, Security Hub, PagerDuty). Pure code, no AWS.
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
 `INCIDENT_SOURCE` entry that this table lists. What they share lives in `webhook` (tickets) and
-`events` (incidents). A new source is a module here, a line below, its template resources and a
-sample event.
+`events` (incidents). A new source is a module here, a line below (an incident source's evidence
+model in `Evidence` too), its template rule and a sample event: README.md, "Add a source"
+(tests/functions/test_source_registry.py holds every source in the tables to it).
 
 An incident event of a kind no source maps raises `UnknownEvent`; one that misses a field the
 mapping needs raises `InvalidSourceEvent` naming the fields. The intake parks both in its DLQ
