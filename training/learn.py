@@ -45,6 +45,8 @@ from decision_router.domain.heads import FORMAT, Head
 from decision_router.domain.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
 from evaluation import metrics
 
+from .thresholds import Readout, Targets, judge, option_thresholds, under_assigned
+
 #: Inverse regularisation strengths tried by cross-validation.
 C_GRID = (3.0, 10.0, 30.0, 100.0)
 #: Scales of the model's blocks (hidden state, letters) against the lexical ones; 0 = lexical only.
@@ -263,81 +265,6 @@ def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
 def routing_logits(head: Head, s: Signals, rows: Sequence[int]) -> np.ndarray:
     """The head's logits as the routing function computes them (decision_router.domain.heads)."""
     return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist()) for i in rows])
-
-
-# ----------------------------------------------------------------------------------- readouts
-@dataclass(frozen=True)
-class Readout:
-    """Out-of-fold view of one readout on the training examples."""
-
-    probabilities: list[np.ndarray]
-    accuracy: float
-    ece: float
-    log_loss: float
-    min_confidence: float | None  # lowest threshold meeting the target error; None: none does
-    auto_routed_share: float
-    auto_routed_accuracy: float | None
-    threshold_table: list[metrics.ThresholdRow]
-
-
-#: Thresholds tried, finer than the evaluation report's: calibrated heads are rarely near 1.0.
-THRESHOLDS = tuple(round(0.01 * i, 2) for i in range(101))
-
-
-def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
-          min_auto_routed: int) -> Readout:
-    scores = metrics.calibration_scores(probabilities, list(gold))
-    conf = metrics.confidences(probabilities, formula)
-    table = metrics.threshold_table(conf, metrics.correct(probabilities, list(gold)), THRESHOLDS)
-    chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
-    return Readout(
-        probabilities=probabilities, accuracy=scores.accuracy, ece=scores.ece, log_loss=scores.log_loss,
-        min_confidence=chosen.threshold if chosen else None,
-        auto_routed_share=chosen.share_auto_routed if chosen else 0.0,
-        auto_routed_accuracy=(1 - chosen.error_rate) if chosen else None, threshold_table=table,
-    )
-
-
-@dataclass(frozen=True)
-class Targets:
-    """What the thresholds must keep, from the policy question (`learning`)."""
-
-    max_error: float = 0.05
-    protected: tuple[int, ...] = ()  # option indices whose under-assignment is the costly mistake
-    max_under_assignment: float = 0.01
-    min_auto_routed: int = 5
-
-
-def under_assigned(predicted: np.ndarray, gold: np.ndarray, protected: Sequence[int]) -> np.ndarray:
-    """Where a protected gold answer got a later (less urgent) option: options are listed most urgent first."""
-    return np.isin(gold, list(protected)) & (predicted > gold)
-
-
-def option_thresholds(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, floor: float,
-                      targets: Targets) -> dict[int, float]:
-    """Per answered option, the lowest min_confidence (≥ floor) at which, among out-of-fold items
-    auto-assigned that option: the error rate is at most the target, and protected gold answers
-    assigned it are at most their share of the under-assignment budget. 1.0: never alone."""
-    P = np.array(probabilities)
-    predicted, conf = P.argmax(axis=1), metrics.confidences(probabilities, formula)
-    wrong = predicted != gold
-    under = under_assigned(predicted, gold, targets.protected)
-    n_protected = int(np.isin(gold, list(targets.protected)).sum())
-    can_under = [o for o in range(P.shape[1]) if any(p < o for p in targets.protected)]
-    budget = math.floor(targets.max_under_assignment * n_protected / max(1, len(can_under)))
-    out = {}
-    for option in range(P.shape[1]):
-        mine = np.flatnonzero(predicted == option)
-        chosen = 1.0
-        for t in sorted({float(c) for c in conf[mine] if c >= floor}):
-            auto = mine[conf[mine] >= t]
-            if len(auto) < targets.min_auto_routed:
-                break
-            if wrong[auto].mean() <= targets.max_error and under[auto].sum() <= budget:
-                chosen = t
-                break
-        out[option] = chosen
-    return out
 
 
 # ----------------------------------------------------------------------------------- one question
