@@ -319,8 +319,18 @@ async function exportExamples(event) {
   event.preventDefault();
   const policy = $("export-policy").value;
   try {
-    const response = await api(`/api/export${policy ? `?policy=${encodeURIComponent(policy)}` : ""}`, { raw: true });
-    const text = await response.text();
+    // The export comes in pages: each names the next in its X-Next-Page header.
+    let text = "";
+    let page = "";
+    do {
+      const query = new URLSearchParams();
+      if (policy) query.set("policy", policy);
+      if (page) query.set("page", page);
+      const search = query.toString();
+      const response = await api(`/api/export${search ? `?${search}` : ""}`, { raw: true });
+      text += await response.text();
+      page = response.headers.get("X-Next-Page") || "";
+    } while (page);
     const count = text.split("\n").filter(Boolean).length;
     const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
       download: "labelled-examples.jsonl" });
