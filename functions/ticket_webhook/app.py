@@ -60,7 +60,7 @@ def intake() -> WebhookIntake:
 
 
 def _json(status: int, body: dict) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+    return Response(status_code=int(status), content_type=content_types.APPLICATION_JSON, body=body)
 
 
 def raw_body(event: dict) -> bytes:
