@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import time
 from datetime import datetime, timezone
 
@@ -395,7 +396,8 @@ def requests(draw):
     return source, raw, {k.lower(): v for k, v in headers.items()}, encoded, valid
 
 
-FUZZ_EXAMPLES = 500
+#: 300 keeps `make test` quick; WEBHOOK_FUZZ_EXAMPLES=5000 runs a deeper fuzz.
+FUZZ_EXAMPLES = int(os.environ.get("WEBHOOK_FUZZ_EXAMPLES", "300"))
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
