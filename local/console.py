@@ -1,9 +1,11 @@
-"""The review console on this machine: what API Gateway's HTTP API does in front of the console
-function, done by a loopback HTTP server, plus a local sign-in that needs no AWS.
+"""The review console and the webhook API on this machine: what API Gateway's HTTP API does in
+front of a function, done by a loopback HTTP server (`LocalHttpApi`), plus, for the console, a
+local sign-in that needs no AWS (`LocalConsole`).
 
 - Routes, and which of them need a token, are read from template.yaml (the function's HttpApi
-  events and the API's DefaultAuthorizer). A request becomes the HTTP API's payload 2.0 event and
-  the real handler (`review_console.app`, cold-started in its own process by
+  events and the API's DefaultAuthorizer, if it has one). A request becomes the HTTP API's payload
+  2.0 event (a body that is not UTF-8 base64-encoded, as API Gateway does with binary bodies) and
+  the real handler (`review_console.app`, `ticket_webhook.app`, cold-started in its own process by
   `local.lambdas.LocalFunction`) answers it.
 - The JWT authorizer: a route that needs a token gets 401 without a valid one, as from API
   Gateway; a valid token's claims go into `requestContext.authorizer.jwt.claims`, as API Gateway
@@ -24,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 from local.cloudformation import Stack
@@ -62,8 +64,9 @@ class Route:
         return dict(zip(names, found.groups())) if found else None
 
 
-def template_routes(stack: Stack, function: str = CONSOLE_FUNCTION) -> tuple[list[Route], dict[str, Any]]:
-    """The function's HttpApi routes and the JWT configuration of the API's default authorizer."""
+def template_routes(stack: Stack, function: str = CONSOLE_FUNCTION) -> tuple[list[Route], dict[str, Any] | None]:
+    """The function's HttpApi routes and the JWT configuration of the API's default authorizer
+    (None for an API without one: every route open, as the webhook API's)."""
     routes, api_id = [], None
     for event in stack.properties(function).get("Events", {}).values():
         if event["Type"] != "HttpApi":
@@ -74,7 +77,9 @@ def template_routes(stack: Stack, function: str = CONSOLE_FUNCTION) -> tuple[lis
         routes.append(Route(props["Method"].upper(), props["Path"], needs_token=authorizer != "NONE"))
     if api_id is None:
         raise ValueError(f"{function} has no HttpApi events")
-    auth = stack.properties(api_id)["Auth"]
+    auth = stack.properties(api_id).get("Auth")
+    if not auth:
+        return sorted([Route(r.method, r.path, needs_token=False) for r in routes], key=lambda r: -len(r.path)), None
     jwt_config = stack.resolve(auth["Authorizers"][auth["DefaultAuthorizer"]]["JwtConfiguration"])
     # Longest paths first: /static/{name} before a catch-all.
     return sorted(routes, key=lambda r: -len(r.path)), jwt_config
@@ -88,7 +93,7 @@ def claim_text(value: Any) -> str:
 
 
 def http_event(method: str, path: str, *, route_key: str = "$default", query: str = "",
-               headers: dict[str, str] | None = None, body: str | None = None,
+               headers: dict[str, str] | None = None, body: str | bytes | None = None,
                path_parameters: dict[str, str] | None = None, claims: dict[str, Any] | None = None) -> dict[str, Any]:
     """An HTTP API payload 2.0 event as API Gateway sends it to a Lambda integration."""
     now = datetime.now(timezone.utc)
@@ -110,6 +115,13 @@ def http_event(method: str, path: str, *, route_key: str = "$default", query: st
         event["queryStringParameters"] = dict(parse_qsl(query, keep_blank_values=True))
     if path_parameters:
         event["pathParameters"] = path_parameters
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:  # as API Gateway passes a body it does not take for text
+            import base64
+
+            body, event["isBase64Encoded"] = base64.b64encode(body).decode(), True
     if body is not None:
         event["body"] = body
     return event
@@ -126,17 +138,24 @@ class LocalTokens:
         self.issuer, self.audience, self.group = issuer, audience, group
         self._key = OctKey.generate_key(256)
 
+    @staticmethod
+    def sub_of(username: str) -> str:
+        """The `sub` a local sign-in gives `username` (the same on every sign-in, as Cognito's)."""
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"local-reviewer:{username}"))
+
     def sign(self, username: str, *, groups: list[str] | None = None, seconds: int = TOKEN_SECONDS) -> str:
         from joserfc import jwt
 
         now = int(time.time())
         claims: dict[str, Any] = {
-            "sub": str(uuid.uuid5(uuid.NAMESPACE_URL, f"local-reviewer:{username}")), "iss": self.issuer,
+            "sub": self.sub_of(username), "iss": self.issuer,
             "aud": self.audience[0], "token_use": "id", "auth_time": now, "iat": now, "exp": now + seconds,
             "cognito:username": username, "cognito:groups": [self.group] if groups is None else groups,
         }
         if "@" in username:
-            claims["email"] = username
+            # As for a reviewer an administrator invited: the email is verified (the console shows
+            # and audits an email only then; everything is audited by `sub`).
+            claims["email"], claims["email_verified"] = username, True
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, claims, self._key)
 
     def verify(self, authorization: str | None) -> dict[str, Any] | None:
@@ -156,17 +175,16 @@ class LocalTokens:
         return dict(token.claims)
 
 
-class LocalConsole:
-    """The console function behind a loopback HTTP server; a context manager."""
+class LocalHttpApi:
+    """One function behind a loopback HTTP server, routed as its HTTP API in template.yaml routes
+    it; a context manager."""
 
-    def __init__(self, stack: Stack, *, log: TextIO | None = None, port: int = 0,
-                 overrides: dict[str, Any] | None = None):
+    def __init__(self, stack: Stack, function: str, *, log: TextIO | None = None, port: int = 0,
+                 env: dict[str, str] | None = None, overrides: dict[str, Any] | None = None):
         """`overrides`: module attributes set in the function's process (`LocalFunction`; tests)."""
-        # The handler is told the page signs in locally; everything else is the template's environment.
-        self.function = LocalFunction(stack, CONSOLE_FUNCTION, log=log, env={"CONSOLE_SIGN_IN": "local"},
-                                      overrides=overrides)
-        self.routes, jwt_config = template_routes(stack)
-        self.tokens = LocalTokens(jwt_config["issuer"], list(jwt_config["audience"]), self.function.env["REVIEWER_GROUP"])
+        self.function = LocalFunction(stack, function, log=log, env=env, overrides=overrides)
+        self.routes, self.jwt_config = template_routes(stack, function)
+        self.tokens: LocalTokens | None = None
         self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -176,37 +194,33 @@ class LocalConsole:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def handle(self, method: str, target: str, headers: dict[str, str], body: str | None) -> tuple[int, dict[str, str], bytes]:
+    def local_route(self, method: str, path: str, body: bytes | None) -> tuple[int, dict[str, str], bytes] | None:
+        """A route of this server alone (none here), answered before the template's."""
+        return None
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes | str | None) -> tuple[int, dict[str, str], bytes]:
         """One request, as API Gateway and Lambda would answer it."""
         split = urlsplit(target)
         path = split.path or "/"
-        if method == "POST" and path == "/local/sign-in":
-            return self._sign_in(body)
+        raw = body.encode("utf-8") if isinstance(body, str) else body
+        local = self.local_route(method, path, raw)
+        if local is not None:
+            return local
         for route in self.routes:
             parameters = route.match(method, path)
             if parameters is None:
                 continue
             claims = None
             if route.needs_token:
-                claims = self.tokens.verify(headers.get("authorization"))
+                claims = self.tokens.verify(headers.get("authorization")) if self.tokens else None
                 if claims is None:
                     return 401, {"Content-Type": "application/json", "WWW-Authenticate": "Bearer"}, b'{"message":"Unauthorized"}'
-            event = http_event(method, path, route_key=route.key, query=split.query, headers=headers, body=body,
+            event = http_event(method, path, route_key=route.key, query=split.query, headers=headers, body=raw,
                                path_parameters=parameters or None, claims=claims)
             # One execution environment: requests wait for it in turn (Lambda would start more).
             response = self.function.invoke(event)
             return _http_response(response)
         return 404, {"Content-Type": "application/json"}, b'{"message":"Not Found"}'
-
-    def _sign_in(self, body: str | None) -> tuple[int, dict[str, str], bytes]:
-        try:
-            username = str(json.loads(body or "{}").get("username", "")).strip()
-        except (json.JSONDecodeError, AttributeError):
-            username = ""
-        if not username:
-            return 400, {"Content-Type": "application/json"}, b'{"error":"username: give a name (e.g. an email address)"}'
-        token = self.tokens.sign(username)
-        return 200, {"Content-Type": "application/json", "Cache-Control": "no-store"}, json.dumps({"id_token": token}).encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         console = self
@@ -217,7 +231,7 @@ class LocalConsole:
                 if length > MAX_BODY:
                     self._send(413, {"Content-Type": "application/json"}, b'{"message":"Request Entity Too Large"}')
                     return
-                body = self.rfile.read(length).decode("utf-8", errors="replace") if length else None
+                body = self.rfile.read(length) if length else None
                 try:
                     headers = {name.lower(): value for name, value in self.headers.items()}
                     status, headers, payload = console.handle(self.command, self.path, headers, body)
@@ -240,8 +254,9 @@ class LocalConsole:
 
         return Handler
 
-    def start(self) -> LocalConsole:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="review-console", daemon=True)
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-api-{self.function.logical_id}",
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -252,11 +267,37 @@ class LocalConsole:
             self._thread.join(timeout=10)
         self.function.close()
 
-    def __enter__(self) -> LocalConsole:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
+
+
+class LocalConsole(LocalHttpApi):
+    """The console function behind a loopback HTTP server, with the local sign-in."""
+
+    def __init__(self, stack: Stack, *, log: TextIO | None = None, port: int = 0,
+                 overrides: dict[str, Any] | None = None):
+        # The handler is told the page signs in locally; everything else is the template's environment.
+        super().__init__(stack, CONSOLE_FUNCTION, log=log, port=port, env={"CONSOLE_SIGN_IN": "local"},
+                         overrides=overrides)
+        assert self.jwt_config is not None, "the console's API has a JWT authorizer in template.yaml"
+        self.tokens = LocalTokens(self.jwt_config["issuer"], list(self.jwt_config["audience"]),
+                                  self.function.env["REVIEWER_GROUP"])
+
+    def local_route(self, method: str, path: str, body: bytes | None) -> tuple[int, dict[str, str], bytes] | None:
+        return self._sign_in(body) if (method, path) == ("POST", "/local/sign-in") else None
+
+    def _sign_in(self, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+        try:
+            username = str(json.loads(body or b"{}").get("username", "")).strip()
+        except (ValueError, AttributeError):
+            username = ""
+        if not username:
+            return 400, {"Content-Type": "application/json"}, b'{"error":"username: give a name (e.g. an email address)"}'
+        token = self.tokens.sign(username)
+        return 200, {"Content-Type": "application/json", "Cache-Control": "no-store"}, json.dumps({"id_token": token}).encode()
 
 
 def _http_response(response: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:

@@ -30,7 +30,10 @@ DEMO_REVIEWER = "demo-reviewer@example.com"
 #: The stand-in for PagerDuty's partner event bus (moto cannot create partner buses).
 PAGERDUTY_BUS = "pagerduty-demo"
 #: The signing secrets the demo's operator configured for the webhooks (stored in the stack's secret).
-DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-jira-webhook-secret"}
+DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-jira-webhook-secret",
+                        "pagerduty": "demo-pagerduty-webhook-secret", "grafana": "demo-grafana-hmac-secret"}
+#: The rule that takes the incident webhooks' forwarded bodies to the incident intake.
+INCIDENT_WEBHOOK_RULE = "IncidentWebhookRule"
 
 
 class LocalDeployment:
@@ -70,11 +73,12 @@ class LocalDeployment:
         self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
                                    if event["Type"] == "EventBridgeRule")
         # The template's escalation rules page the on-call topic; here each delivers to a stand-in queue.
+        function_arn = self.stack.get_att(INCIDENT_FUNCTION, "Arn")
         bus_rules = [rule for rule in self.stack.of_type("AWS::Events::Rule")
-                     if self.stack.resolve(self.stack.properties(rule)).get("EventBusName") == self.stack.ref("DecisionBus")]
+                     if self.stack.resolve(self.stack.properties(rule)).get("EventBusName") == self.stack.ref("DecisionBus")
+                     and all(t["Arn"] != function_arn for t in self.stack.resolve(self.stack.properties(rule))["Targets"])]
         self.page_queues = [url for (rule, _), url in self.stack.rule_queues.items() if rule in bus_rules]
         # Every rule delivering to the incident intake: its own (decision bus) and the sources' rules.
-        function_arn = self.stack.get_att(INCIDENT_FUNCTION, "Arn")
         self.incident_rules = [(INCIDENT_FUNCTION, self.incident_event)] + [
             (rule, target["Id"]) for rule in self.stack.of_type("AWS::Events::Rule")
             for target in self.stack.resolve(self.stack.properties(rule)).get("Targets", []) if target["Arn"] == function_arn]
@@ -83,6 +87,7 @@ class LocalDeployment:
         stored = json.loads(secrets.get_secret_value(SecretId=secret_id)["SecretString"])
         self.webhook_secrets = {**stored, **DEMO_WEBHOOK_SECRETS}
         secrets.put_secret_value(SecretId=secret_id, SecretString=json.dumps(self.webhook_secrets))
+        self.incident_webhook_rule = next(rule for rule in self.incident_rules if rule[0] == INCIDENT_WEBHOOK_RULE)
         self.pending_reviews: dict[str, QueuedReview] = {}  # by item id
         self.redelivery_seconds, self.retry_delays = 0, ()
 

@@ -1,7 +1,9 @@
 """The lines of an items file, told apart: our own tickets and incidents, or raw events as their
-sources emit them (EventBridge events, SNS notifications holding a ticket, Zendesk / Jira webhook
-bodies). A line that is none of these is rejected with its reason; validation proper is the
-intake's job, so a ticket or incident that does not validate is still sent.
+sources emit them (EventBridge events, SNS notifications holding a ticket, Zendesk / Jira /
+PagerDuty / Grafana webhook bodies, bare or as {"headers": {...}, "body": {...}} with the headers
+their sender adds besides the signature, such as a delivery id). A line that is none of these is
+rejected with its reason; validation proper is the intake's job, so a ticket or incident that does
+not validate is still sent.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ class InputItem:
     text: str
     data: dict[str, Any] | None = None  # the item (a ticket inside an SNS notification or webhook: the ticket)
     rejected: str | None = None
-    via: str = "own"  # own | sns | event | webhook:zendesk | webhook:jira
+    via: str = "own"  # own | sns | event | webhook:<source> (zendesk, jira, pagerduty, grafana)
     name: str | None = None  # a short label for a raw event (its source and resource)
+    headers: dict[str, str] | None = None  # a webhook's headers besides its signature (e.g. its delivery id)
 
     @property
     def label(self) -> str:
@@ -39,7 +42,7 @@ class InputItem:
 def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) -> InputItem | None:
     """A raw event of a real source, or None when the object is not one."""
     from decision_router.intake.tickets import sns_message
-    from decision_router.sources import TICKET_SOURCES
+    from decision_router.sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
 
     if "detail-type" in data and "source" in data:
         detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
@@ -58,10 +61,22 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
         item_id = ticket.get("ticket_id") if isinstance(ticket, dict) else None
         return InputItem(source, line, "ticket", item_id if isinstance(item_id, str) else None, text,
                          ticket if isinstance(ticket, dict) else None, via="sns")
+    headers = None
+    if isinstance(data.get("headers"), dict) and isinstance(data.get("body"), dict):
+        headers = {str(k): str(v) for k, v in data["headers"].items()}
+        data = data["body"]
+    event = data.get("event") if isinstance(data.get("event"), dict) else {}
     webhook = ("zendesk" if str(data.get("type", "")).startswith("zen:event-type:")
-               else "jira" if "webhookEvent" in data else None)
+               else "jira" if "webhookEvent" in data
+               else "pagerduty" if "event_type" in event
+               else "grafana" if isinstance(data.get("alerts"), list) and "receiver" in data else None)
     if webhook in TICKET_SOURCES:
-        return InputItem(source, line, "ticket", None, text, data, via=f"webhook:{webhook}", name=f"{webhook} webhook")
+        return InputItem(source, line, "ticket", None, text, data, via=f"webhook:{webhook}", name=f"{webhook} webhook",
+                         headers=headers)
+    if webhook in INCIDENT_WEBHOOKS:
+        what = event.get("event_type") or data.get("status")
+        return InputItem(source, line, "incident", None, text, data, via=f"webhook:{webhook}",
+                         name=f"{webhook} webhook {str(what)[:30]}", headers=headers)
     return None
 
 
@@ -83,7 +98,7 @@ def classify(source: str, text: str, line: int = 1) -> InputItem:
     if len(kinds) != 1:
         fields = [model.id_field for model in ITEM_MODELS.values()]
         problem = (f"has both {' and '.join(fields)}" if kinds else f"has neither {' nor '.join(fields)}, and is no "
-                   "EventBridge event, SNS notification or Zendesk/Jira webhook")
+                   "EventBridge event, SNS notification or Zendesk/Jira/PagerDuty/Grafana webhook")
         return InputItem(source, line, None, None, text, data, rejected=f"{problem}: cannot tell what it is")
     kind = kinds[0]
     item_id = data[ITEM_MODELS[kind].id_field]

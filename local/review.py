@@ -3,10 +3,14 @@
     python -m local.review [--model path.gguf] [--items items.jsonl ...] [--port 8400]
 
 Routes the demo's items exactly as `make demo` does (decision container on the embedded model,
-moto server, template.yaml's resources, the real handlers and workflow), stops the decision
-container once every item is decided (answers and corrections need no model), and serves the
-console at a printed http://127.0.0.1 URL until Ctrl-C. Sign-in is local: any name signs you
-in as a reviewer (local/console.py says how and why it is local only).
+moto server, template.yaml's resources, the real handlers and workflow), then serves two APIs at
+printed http://127.0.0.1 URLs until Ctrl-C:
+
+- the review console. Sign-in is local: any name signs you in as a reviewer (local/console.py
+  says how and why it is local only);
+- the webhook API (POST /webhooks/{source}, the real webhook function), with the demo's signing
+  secrets printed, so a signed request sent with curl is verified, queued and routed (a ticket
+  the model doubts shows up in the console), or forwarded to the incident intake.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--items", type=Path, action="append",
                         help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
     parser.add_argument("--port", type=int, default=0, help="the console's port (default: a free one)")
+    parser.add_argument("--webhook-port", type=int, default=0, help="the webhook API's port (default: a free one)")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
     return parser
 
@@ -58,7 +63,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threadi
 
 
 def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
-    from local.console import LocalConsole
+    from local.console import LocalConsole, LocalHttpApi
+    from local.deployment import WEBHOOK_FUNCTION
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     began = time.monotonic()
@@ -82,14 +88,47 @@ def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
         waiting = sum(1 for o in outcomes if o.item.item_id in pipeline.pending_reviews)
         auto = sum(1 for o in outcomes if o.record is not None and o.record.route == "auto")
         pipeline.release_reviews()  # the demo holds them; the console shows them
-        container.stop()  # answers and corrections need no model
+        # The decision container keeps running: tickets sent to the webhook API are decided too.
         console = cleanup.enter_context(LocalConsole(pipeline.stack, log=lambda_log, port=args.port))
+        webhooks = cleanup.enter_context(LocalHttpApi(pipeline.stack, WEBHOOK_FUNCTION, log=lambda_log,
+                                                      port=args.webhook_port))
+        secrets = "\n".join(f"  {source:<10} {secret}" for source, secret in sorted(pipeline.webhook_secrets.items()))
         print(f"\n{waiting} review(s) pending, {auto} item(s) routed automatically (correctable).\n"
               f"Review console: {console.url}/\n"
-              "Sign in with any name (local sign-in: no AWS involved). Ctrl-C stops everything.\n", file=out, flush=True)
+              "Sign in with any name (local sign-in: no AWS involved).\n"
+              f"Webhook API:    {webhooks.url}/webhooks/{{source}}\n"
+              f"Signing secrets (this run's WebhookSecret):\n{secrets}\n"
+              "A signed POST is queued and routed here (README.md, \"Try the webhook API locally\").\n"
+              "Ctrl-C stops everything.\n", file=out, flush=True)
+        routing = threading.Thread(target=_route_webhooks, args=(pipeline, out, stop), name="webhook-routing", daemon=True)
+        routing.start()
         while not stop.wait(0.5):
             pass
+        routing.join(timeout=30)
     return 0
+
+
+def _route_webhooks(pipeline: LocalPipeline, out: TextIO, stop: threading.Event) -> None:
+    """What the webhook API hands on, taken as AWS would: the ticket queue drained by the ticket
+    intake (its SQS event source), the incident webhooks' events delivered by their rule."""
+    from local.items import InputItem
+    from local.outcomes import Outcome
+    from local.sending import deliver_to_incident_intake
+
+    def report(message: str) -> None:
+        print(f"webhook API: {message}", file=out, flush=True)
+
+    while not stop.wait(1.0):
+        pipeline.ticket_source.drain(pipeline.ticket_pool.functions, on_batch=lambda batch: report(
+            f"ticket intake took {batch.messages} queued ticket(s)" + (f", {batch.failed} failed" if batch.failed else "")
+            + " (see the console, or .demo/lambda.log)"))
+        with pipeline.bus_lock:
+            delivered = pipeline.stack.rule_events(*pipeline.incident_webhook_rule)
+        for event in delivered:
+            outcome = Outcome(InputItem("webhook", 0, "incident", None, "", event, via="webhook"))
+            deliver_to_incident_intake(pipeline, outcome, event, report)
+            if outcome.problem:
+                report(f"{event.get('detail-type')}: {outcome.problem}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """How each kind of input line is sent into the local pipeline, as its source sends it: tickets
 to the ticket queue (the SQS event source mapping then runs the ticket intake on batches), our
 incidents and raw EventBridge events onto the bus they arrive on (where the template's rules decide
-what reaches the incident intake, invoked asynchronously), and Zendesk / Jira webhook bodies,
-signed, to the webhook function as API Gateway's HTTP API would post them.
+what reaches the incident intake, invoked asynchronously), and Zendesk / Jira / PagerDuty / Grafana
+webhook bodies, signed, to the webhook function as API Gateway's HTTP API would post them (what it
+forwards to the bus then reaches the incident intake by the template's IncidentWebhookRule).
 
 Each sender fills in the line's `Outcome` with what it learnt on the way (a DLQ and its reason, a
 source outcome such as resolved or ignored, the execution a raw event started).
@@ -15,6 +16,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
 from local.event_sources import BatchReport, http_api_event, invoke_async
@@ -33,7 +35,7 @@ def send_all(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progr
     ticket queue, then the incidents and raw events (several at once, one per execution environment)."""
     webhooks = [o for o in outcomes if o.item.via.startswith("webhook:")]
     tickets = [o for o in outcomes if o.item.kind == "ticket" and o not in webhooks]
-    incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via != "event"]
+    incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via != "event" and o not in webhooks]
     events = [o for o in outcomes if o.item.via == "event"]
     for outcome in outcomes:
         if outcome.item.rejected:
@@ -130,6 +132,12 @@ def send_event(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) 
         outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
         return
     raw = {"version": "0", "account": pipeline.stack.account_id, "region": pipeline.stack.region, "resources": [], **event}
+    deliver_to_incident_intake(pipeline, outcome, raw, progress)
+
+
+def deliver_to_incident_intake(pipeline: LocalDeployment, outcome: Outcome, raw: dict[str, Any],
+                               progress: Progress) -> None:
+    """An event a rule delivered, to the incident intake as Lambda invokes it asynchronously."""
     with pipeline.incident_pool.borrowed() as function:
         result = invoke_async(function, raw, pipeline.sqs, pipeline.retry_delays)
     if not result.ok:
@@ -153,29 +161,46 @@ def send_event(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) 
     progress(f"{outcome.item.label}: {first['outcome']}" + (f" ({first['reason']})" if first.get("reason") else ""))
 
 
+def signed_now(system: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The body as its sender would send it now: Jira's `timestamp` and a PagerDuty event's
+    `occurred_at` are the times checked."""
+    data = dict(data)
+    if system == "jira":
+        data["timestamp"] = int(time.time() * 1000)
+    if system == "pagerduty" and isinstance(data.get("event"), dict):
+        data["event"] = {**data["event"], "occurred_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+    return data
+
+
 def post_webhook(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) -> None:
-    """A Zendesk or Jira webhook body: signed as that system signs it (with the secret the
-    operator stored) and posted to the webhook function as API Gateway's HTTP API would."""
+    """A Zendesk, Jira, PagerDuty or Grafana webhook body: signed as that system signs it (with the
+    secret the operator stored) and posted to the webhook function as API Gateway's HTTP API would;
+    what it forwards to the bus is then delivered by the template's rule."""
     from decision_router.intake.webhooks import map_ticket, sign
     from decision_router.sources.webhook import Unusable
 
     system = outcome.item.via.removeprefix("webhook:")
-    data = dict(outcome.item.data or {})
-    if system == "jira":
-        data["timestamp"] = int(time.time() * 1000)  # the time Jira signs: now
+    data = signed_now(system, outcome.item.data or {})
     body = json.dumps(data).encode()
-    headers = sign(system, body, pipeline.webhook_secrets[system], at=time.time())
+    headers = {**(outcome.item.headers or {}), **sign(system, body, pipeline.webhook_secrets[system], at=time.time())}
     response = pipeline.webhooks.invoke(http_api_event("POST", f"/webhooks/{system}", body, headers,
                                                        path_parameters={"source": system}))
     answer = json.loads(response["body"])
-    if response["statusCode"] != 202:
+    if answer.get("status") == "forwarded":
+        progress(f"{outcome.item.label}: webhook forwarded to the bus")
+        with pipeline.bus_lock:
+            delivered = pipeline.stack.rule_events(*pipeline.incident_webhook_rule)
+        for event in delivered:
+            deliver_to_incident_intake(pipeline, outcome, event, progress)
+        return
+    if response["statusCode"] not in (200, 202):
         why = f"the webhook answered {response['statusCode']}: {answer.get('reason')}"
         outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
     elif answer["status"] == "parked":
         outcome.problem = f"parked: {answer['reason']}"
         outcome.queues.append(pipeline.queue_name(pipeline.webhooks.env["DEAD_LETTER_QUEUE_URL"]))
-    elif answer["status"] == "ignored":
-        outcome.source_outcome, outcome.note = "ignored", answer["reason"]
+    elif answer["status"] in ("ignored", "duplicate"):
+        outcome.source_outcome, outcome.note = answer["status"], answer["reason"]
     else:
         try:
             mapped = map_ticket(system, data, pipeline.webhooks.env["WEBHOOK_DEFAULT_TIER"])

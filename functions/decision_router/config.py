@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN")
     webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", 300, ge=1)
     webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "free")
+    webhook_deliveries_table: str = _env("WEBHOOK_DELIVERIES_TABLE_NAME")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -2,7 +2,8 @@
 needed to load them), and the JSON API under /api/ that the JWT authorizer guards.
 
 The reviewer is whoever the verified token's claims name (API Gateway puts them in the event's
-requestContext); a name in the request body is refused. The task token never leaves this
+requestContext): audited by the token's `sub`, shown by the user pool's verified email (or the
+user name); a name in the request body is refused. The task token never leaves this
 function: it is read from the review-queue message of the pending execution, and the answer is
 checked against the execution's own record (decision_router.review.completion), as the review function does.
 """
@@ -86,7 +87,7 @@ def policy(name: str) -> Policy:
     return load_policy(name)
 
 
-def reviewer() -> str:
+def reviewer() -> console.Reviewer:
     """The signed-in reviewer, from the claims API Gateway's JWT authorizer verified."""
     claims = app.current_event.request_context.authorizer.jwt_claim
     return console.reviewer_from_claims(claims, settings().reviewer_group)
@@ -162,7 +163,8 @@ def page_config() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ reviews
 @app.get("/api/me")
 def me() -> dict[str, Any]:
-    return {"reviewer": reviewer()}
+    who = reviewer()
+    return {"reviewer": who.shown, "sub": who.sub, "username": who.username, "email": who.email}
 
 
 @app.get("/api/reviews")
@@ -207,7 +209,8 @@ def answer_review(name: str) -> dict[str, Any]:
     queued = queue.find(name)
     if queued is None:
         raise console.Conflict(f"{name} has no pending review message (answered a moment ago?)")
-    completion = ReviewCompletion(execution_name=name, task_token=queued.review.task_token, reviewer=who,
+    completion = ReviewCompletion(execution_name=name, task_token=queued.review.task_token, reviewer=who.sub,
+                                  reviewer_username=who.username, reviewer_email=who.email,
                                   answers=answer.answers, note=answer.note)
     try:
         output = submit_review(completion, record, tasks=tasks)
@@ -219,9 +222,10 @@ def answer_review(name: str) -> dict[str, Any]:
         raise
     queue.remove(queued.receipt_handle)
     chosen = output.chosen
-    logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who,
+    logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who.sub,
                                                           "target": chosen.destination.target})
-    return {"status": "answered", "execution_name": name, "item_id": record.item_id, "reviewer": who,
+    return {"status": "answered", "execution_name": name, "item_id": record.item_id, "reviewer": who.shown,
+            "reviewer_sub": who.sub,
             "answers": chosen.answers, "target": chosen.destination.target, "escalate": chosen.escalate}
 
 
@@ -235,7 +239,8 @@ def execution(name: str) -> dict[str, Any]:
     detail = json.loads(row["outcome_detail"]) if row and row.get("outcome_detail") else None
     return {"execution_name": name, "status": status, "item_id": given.get("item_id"),
             "outcome": row.get("outcome") if row else None, "target": (detail or {}).get("target"),
-            "reviewer": (detail or {}).get("reviewer"), "escalated": (detail or {}).get("escalated")}
+            "reviewer": console.audited_reviewer(detail) if detail else None,
+            "escalated": (detail or {}).get("escalated")}
 
 
 # ------------------------------------------------------------------------------ automatic routes
@@ -284,23 +289,28 @@ def correct(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{record.item_kind} {record.item_id} was already corrected "
                                f"(execution {corrected.correction.execution_name})")
     chosen = corrected.correction.chosen
-    logger.info("automatic route corrected", extra={"execution_name": name, "reviewer": who,
+    logger.info("automatic route corrected", extra={"execution_name": name, "reviewer": who.sub,
                                                     "target": chosen.destination.target})
     return {"status": "corrected", "execution_name": corrected.correction.execution_name, "item_id": record.item_id,
-            "reviewer": who, "answers": chosen.answers, "target": chosen.destination.target,
+            "reviewer": who.shown, "reviewer_sub": who.sub, "answers": chosen.answers, "target": chosen.destination.target,
             "escalate": chosen.escalate}
 
 
 # ------------------------------------------------------------------------------ export
 @app.get("/api/export")
 def export() -> Response:
-    """The labelled examples as `make fit REVIEWS=` reads them (review_cli export's lines)."""
+    """One page of the labelled examples as `make fit REVIEWS=` reads them (review_cli export's
+    lines): `?page=` the X-Next-Page header of the page before (absent on the last page)."""
     reviewer()
-    wanted = (app.current_event.query_string_parameters or {}).get("policy") or None
-    examples = console.labelled_examples(list(adapters()[3].scan()), wanted)
+    query = app.current_event.query_string_parameters or {}
+    wanted = query.get("policy") or None
+    rows, after = adapters()[3].page(console.EXPORT_PAGE_ROWS, console.read_page_token(query.get("page") or None))
+    examples = console.labelled_examples(rows, wanted)
     body = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples)
-    return Response(200, "application/x-ndjson; charset=utf-8", body,
-                    headers={"Content-Disposition": 'attachment; filename="labelled-examples.jsonl"'})
+    headers = {"Content-Disposition": 'attachment; filename="labelled-examples.jsonl"'}
+    if after:
+        headers["X-Next-Page"] = console.page_token(after)
+    return Response(200, "application/x-ndjson; charset=utf-8", body, headers=headers)
 
 
 @logger.inject_lambda_context

@@ -1,10 +1,18 @@
-"""Ticket webhooks (API Gateway HTTP API, POST /webhooks/{source}): Zendesk, Jira and a generic
-JSON webhook. decision_router.intake.webhooks verifies the HMAC signature and its time, maps the payload
-to a ticket and queues it for the ticket intake; 401 (nothing queued) when the signature is bad,
-missing or stale; 202 with `parked` and the reason when the payload lacks what the policy needs."""
+"""Webhooks (API Gateway HTTP API, POST /webhooks/{source}): Zendesk, Jira and a generic JSON
+webhook (tickets), PagerDuty V3 and Grafana alerting (incidents). decision_router.intake.webhooks
+verifies the signature and its time, records the delivery, and queues the ticket or forwards the
+incident to the event bus.
+
+Answers: 202 with the status (queued, forwarded, parked with the reason, ignored with the reason);
+200 `duplicate` for a delivery already accepted (nothing handed on again, counted); a 4xx with a
+short fixed reason for what is refused (401 for any failed verification, 413 too large, 400 not
+UTF-8 or not base64), nothing queued. No input makes it answer 5xx; only an AWS failure does
+(and the sender retries)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from http import HTTPStatus
 from typing import Any
 
@@ -14,10 +22,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from decision_router.adapters.queues import Queue
+from decision_router.adapters.deliveries import Deliveries
+from decision_router.adapters.queues import EventBus, Queue
 from decision_router.config import Settings
-from decision_router.intake.webhooks import WebhookIntake
-from decision_router.sources.webhook import Unauthorized
+from decision_router.intake.webhooks import Refused, WebhookIntake
 
 #: Seconds a fetched secret is reused before Secrets Manager is asked again (a rotated secret is picked up).
 SECRET_MAX_AGE = 300
@@ -33,7 +41,8 @@ def intake() -> WebhookIntake:
     """Built on the first request (no AWS client at import)."""
     global _intake
     if _intake is None:
-        s = Settings.from_env().require("ticket_queue_url", "dead_letter_queue_url", "webhook_secret_arn")
+        s = Settings.from_env().require("ticket_queue_url", "dead_letter_queue_url", "webhook_secret_arn",
+                                        "webhook_deliveries_table")
         # Its own provider (not Powertools' process-wide default): its client is made here, on first use.
         provider = parameters.SecretsProvider()
 
@@ -44,30 +53,44 @@ def intake() -> WebhookIntake:
             return value
 
         _intake = WebhookIntake(secrets=secrets, tickets=Queue(s.ticket_queue_url), dead_letters=Queue(s.dead_letter_queue_url),
+                                deliveries=Deliveries(s.webhook_deliveries_table),
+                                bus=EventBus(s.event_bus_name) if s.event_bus_name else None,
                                 max_skew_seconds=s.webhook_max_skew_seconds, default_tier=s.webhook_default_tier)
     return _intake
 
 
-def _json(status: HTTPStatus, body: dict) -> Response:
-    return Response(status_code=status.value, content_type=content_types.APPLICATION_JSON, body=body)
+def _json(status: int, body: dict) -> Response:
+    return Response(status_code=int(status), content_type=content_types.APPLICATION_JSON, body=body)
+
+
+def raw_body(event: dict) -> bytes:
+    """The request's bytes as the sender sent them: API Gateway base64-encodes a body it does not
+    take for text. Nothing decodes them to text here (the intake does, and refuses what is not UTF-8)."""
+    body = event.get("body") or ""
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise Refused(400, "body is not valid base64", "isBase64Encoded with a body that is not base64") from None
+    # A JSON event's text may hold lone surrogates: kept as the (invalid) bytes they stand for.
+    return body.encode("utf-8", "surrogatepass")
 
 
 @app.post("/webhooks/<source>")
 def receive(source: str) -> Response:
     event = app.current_event
-    raw = event.decoded_body or ""
-    body = raw.encode("utf-8") if isinstance(raw, str) else raw
     try:
-        received = intake().receive(source, dict(event.headers or {}), body)
-    except Unauthorized as error:
+        received = intake().receive(source, dict(event.headers or {}), raw_body(event.raw_event))
+    except Refused as refused:
         metrics.add_metric(name="WebhooksRefused", unit=MetricUnit.Count, value=1)
-        logger.warning("webhook refused", extra={"source": source, "reason": str(error)})
-        return _json(HTTPStatus.UNAUTHORIZED, {"message": "unauthorized", "reason": str(error)})
+        logger.warning("webhook refused", extra={"source": source[:64], "status": refused.status,
+                                                 "reason": refused.reason, "detail": str(refused)})
+        return _json(refused.status, {"message": HTTPStatus(refused.status).phrase.lower(), "reason": refused.reason})
     metrics.add_metric(name=f"Webhooks{received.status.capitalize()}", unit=MetricUnit.Count, value=1)
     result = {"status": received.status, "reason": received.reason or None,
               "ticket_id": received.ticket.ticket_id if received.ticket else None}
     logger.info(f"webhook {received.status}", extra={"source": source, **result})
-    return _json(HTTPStatus.ACCEPTED, result)
+    return _json(HTTPStatus.OK if received.status == "duplicate" else HTTPStatus.ACCEPTED, result)
 
 
 @logger.inject_lambda_context

@@ -31,7 +31,8 @@ from local.lambdas import LocalFunction
 from tests.functions.conftest import letters_only, make_result
 
 STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
-ALICE = {"sub": "a-1", "email": "alice@example.com", "cognito:username": "alice", "cognito:groups": ["reviewers"]}
+ALICE = {"sub": "a-1", "email": "alice@example.com", "email_verified": "true", "cognito:username": "alice",
+         "cognito:groups": ["reviewers"]}
 
 TICKET = {"ticket_id": "T-77", "subject": "Charged twice", "body": "Two charges of $49, refund one please.",
           "customer": {"id": "C-9", "tier": "pro"}, "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
@@ -116,12 +117,69 @@ def pending(stack: Stack, *records: DecisionRecord) -> list[str]:
 
 # ---------------------------------------------------------------------------- identity
 def test_the_reviewer_is_whoever_the_verified_claims_name():
-    assert reviewer_from_claims(ALICE, "reviewers") == "alice@example.com"
-    assert reviewer_from_claims({"cognito:username": "bob", "cognito:groups": "[admins reviewers]"}, "reviewers") == "bob"
+    alice = reviewer_from_claims(ALICE, "reviewers")
+    assert (alice.sub, alice.username, alice.email, alice.shown) == ("a-1", "alice", "alice@example.com", "alice@example.com")
+    bob = reviewer_from_claims({"sub": "b-2", "cognito:username": "bob", "cognito:groups": "[admins reviewers]"}, "reviewers")
+    assert (bob.sub, bob.email, bob.shown) == ("b-2", None, "bob")
+    # An access token names the user in `username`.
+    assert reviewer_from_claims({"sub": "c-3", "username": "carol", "cognito:groups": ["reviewers"]}, "reviewers").username == "carol"
     with pytest.raises(PermissionError, match="not in the 'reviewers' group"):
-        reviewer_from_claims({"email": "eve@example.com", "cognito:groups": "[viewers]"}, "reviewers")
+        reviewer_from_claims({"sub": "e-4", "email": "eve@example.com", "cognito:groups": "[viewers]"}, "reviewers")
     with pytest.raises(PermissionError, match="sign in first"):
         reviewer_from_claims({}, "reviewers")
+    with pytest.raises(PermissionError, match="no 'sub' claim"):
+        reviewer_from_claims({"email": "x@example.com", "email_verified": "true", "cognito:groups": ["reviewers"]}, "reviewers")
+
+
+# Attack: a reviewer who set their own email (Cognito's UpdateUserAttributes) signs as someone else.
+@pytest.mark.parametrize("verified", [None, "false", False, "no"])
+def test_attack_an_unverified_email_claim_names_nobody(verified):
+    claims = {"sub": "m-666", "cognito:username": "mallory", "email": "ceo@example.com", "cognito:groups": ["reviewers"]}
+    if verified is not None:
+        claims["email_verified"] = verified
+    who = reviewer_from_claims(claims, "reviewers")
+    assert (who.sub, who.email, who.shown) == ("m-666", None, "mallory")
+
+
+# Attack: a group whose name holds a comma is one group, not two.
+@pytest.mark.parametrize("groups", ["[admins,reviewers]", "[reviewers,x]", '["admins,reviewers"]', ["admins,reviewers"]])
+def test_attack_a_group_name_with_a_comma_is_not_split(groups):
+    with pytest.raises(PermissionError, match="not in the 'reviewers' group"):
+        reviewer_from_claims({"sub": "m-1", "cognito:groups": groups}, "reviewers")
+    assert reviewer_from_claims({"sub": "r-1", "cognito:groups": '["a,b", "reviewers"]'}, "reviewers").sub == "r-1"
+
+
+@pytest.mark.stack
+def test_attack_a_self_set_email_is_neither_shown_nor_audited(stack, console):
+    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+    mallory = {"sub": "m-666", "cognito:username": "mallory", "email": "ceo@example.com", "cognito:groups": ["reviewers"]}
+
+    response = console("POST", f"/api/reviews/{name}", claims=mallory, body={"answers": {"queue": "billing"}})
+
+    assert response["statusCode"] == 200 and response["json"]["reviewer"] == "mallory"
+    assert response["json"]["reviewer_sub"] == "m-666"
+    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "SUCCEEDED"
+    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"),
+                                              Key={"item_id": {"S": "T-77"}, "execution_name": {"S": name}})["Item"]
+    assert "ceo@example.com" not in json.dumps(audit)
+    detail = json.loads(audit["outcome_detail"]["S"])
+    assert detail["reviewer"] == "m-666" and detail["review"]["reviewer_username"] == "mallory"
+    assert detail["review"]["reviewer_email"] is None
+    example = boto3.client("dynamodb").get_item(TableName=stack.ref("LabelledExamplesTable"), Key={
+        "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
+    assert example["reviewer"]["S"] == "m-666" and "ceo@example.com" not in json.dumps(example)
+    assert console("GET", "/api/me", claims=mallory)["json"] == {"reviewer": "mallory", "sub": "m-666",
+                                                                 "username": "mallory", "email": None}
+
+
+def test_an_audit_row_from_before_reviewers_were_audited_by_sub_stays_readable():
+    from decision_router.review.console import audited_reviewer
+
+    assert audited_reviewer({"status": "reviewed", "reviewer": "alice@example.com",
+                             "review": {"execution_name": "x", "reviewer": "alice@example.com", "choice": "{}"}}) == "alice@example.com"
+    assert audited_reviewer({"reviewer": "a-1", "review": {"reviewer": "a-1", "reviewer_username": "alice",
+                                                           "reviewer_email": None}}) == "alice"
+    assert audited_reviewer({"reviewer": "a-1", "review": {"reviewer_email": "alice@example.com"}}) == "alice@example.com"
 
 
 @pytest.mark.stack
@@ -187,7 +245,7 @@ def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(stack, con
 
     assert response["statusCode"] == 200, response["body"]
     assert response["json"] == {"status": "answered", "execution_name": name, "item_id": "T-77",
-                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
+                                "reviewer": "alice@example.com", "reviewer_sub": "a-1", "answers": {"queue": "technical_fault"},
                                 "target": "technical-support", "escalate": False}
     assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "SUCCEEDED"
     (message,) = delivered(stack.ref("TechnicalSupportQueue"))
@@ -195,7 +253,8 @@ def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(stack, con
     audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"),
                                               Key={"item_id": {"S": "T-77"}, "execution_name": {"S": name}})["Item"]
     assert audit["outcome"]["S"] == "reviewed"
-    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
+    detail = json.loads(audit["outcome_detail"]["S"])
+    assert detail["reviewer"] == "a-1" and detail["review"]["reviewer_email"] == "alice@example.com"
     outcome = console("GET", f"/api/executions/{name}")["json"]
     assert outcome == {"execution_name": name, "status": "SUCCEEDED", "item_id": "T-77", "outcome": "reviewed",
                        "target": "technical-support", "reviewer": "alice@example.com", "escalated": False}
@@ -248,12 +307,12 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(stack, conso
     assert [m["item_id"] for m in delivered(stack.ref("SalesQueue"))] == ["T-77"]
     example = boto3.client("dynamodb").get_item(TableName=stack.ref("LabelledExamplesTable"), Key={
         "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
-    assert json.loads(example["answers"]["S"]) == {"queue": "sales"} and example["reviewer"]["S"] == "alice@example.com"
+    assert json.loads(example["answers"]["S"]) == {"queue": "sales"} and example["reviewer"]["S"] == "a-1"
     assert example["route_reason"]["S"].startswith("correction by alice@example.com of the automatic route to billing")
     audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"), Key={
         "item_id": {"S": "T-77"}, "execution_name": {"S": corrected}})["Item"]
     assert (audit["route"]["S"], audit["outcome"]["S"]) == ("correction", "reviewed")
-    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "alice@example.com"
+    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "a-1"
     (after,) = console("GET", "/api/routes")["json"]["routes"]
     assert after["corrected"]["target"] == "sales" and after["corrected"]["reviewer"] == "alice@example.com"
     twice = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "how_to"}})
@@ -284,6 +343,30 @@ def test_export_writes_what_review_cli_export_writes(stack, console):
     assert expected[0] == {"policy": "support-ticket", "item": json.loads(json.dumps(parse_item("ticket", TICKET).model_dump(mode="json"))),
                            "gold": {"queue": "billing"}}
     assert console("GET", "/api/export", query="policy=incident")["body"] == ""
+
+
+@pytest.mark.stack
+def test_export_comes_in_pages_each_naming_the_next(stack, console, monkeypatch):
+    """Attack (6 MB): the export is no longer one scan in one answer."""
+    table = stack.ref("LabelledExamplesTable")
+    for i in range(7):
+        boto3.client("dynamodb").put_item(TableName=table, Item={
+            "policy_name": {"S": "support-ticket"}, "item_id": {"S": f"T-{i}"}, "reviewer": {"S": "a-1"},
+            "item": {"S": json.dumps({**TICKET, "ticket_id": f"T-{i}"})}, "answers": {"S": '{"queue": "sales"}'}})
+    monkeypatch.setattr("decision_router.review.console.EXPORT_PAGE_ROWS", 3)  # the function runs in this process
+    lines, query, pages = [], "", 0
+    while True:
+        response = console("GET", "/api/export", query=query)
+        assert response["statusCode"] == 200
+        pages += 1
+        lines += response["body"].splitlines()
+        token = response["headers"].get("X-Next-Page")
+        if not token:
+            break
+        query = f"page={token}"
+    assert pages >= 3 and sorted(json.loads(line)["item"]["ticket_id"] for line in lines) == [f"T-{i}" for i in range(7)]
+    bad = console("GET", "/api/export", query="page=eyJ0YWJsZSI6IngifQ")
+    assert bad["statusCode"] == 400 and "not a page token" in bad["json"]["error"]
 
 
 # ---------------------------------------------------------------------------- the page
@@ -339,7 +422,7 @@ def test_the_workflow_checks_a_correction_like_any_answer(stack):
     from decision_router.review.console import correction
 
     record = decided(stack, "ticket", TICKET, SURE_TICKET)
-    fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, "alice@example.com")
+    fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, reviewer_from_claims(ALICE, "reviewers"))
     forged_choice = ReviewChoice(answers={"queue": "sales"}, escalate=False,
                                  destination=Destination(target="sales", queue_url=stack.ref("EscalationQueue")))
     forged = fixed.model_copy(update={"correction": fixed.correction.model_copy(update={"choice": forged_choice.wire()})})

@@ -1,7 +1,8 @@
 """Ticket webhooks through the real handler (Powertools HTTP API resolver) on the template's
 resources in moto (ticket queue, ticket DLQ, the signing secret in Secrets Manager): good
 signatures queue the ticket, and the ticket intake then routes it; bad, missing and replayed
-signatures get 401 with nothing queued; a payload without the needed text is parked with why."""
+signatures get 401 with nothing queued; a payload without the needed text is parked with why.
+The attacks on the webhook API, and its fuzz, are in test_webhook_attacks.py."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from tests.functions.test_intake_handlers import (
     ticket_event,
 )
 
-SECRETS = {"zendesk": "zendesk-signing-secret", "jira": "jira-webhook-secret", "generic": "our-own-secret"}
+SECRETS = {"zendesk": "zendesk-signing-secret", "jira": "jira-webhook-secret", "generic": "our-own-secret",
+           "pagerduty": "pagerduty-subscription-secret", "grafana": "grafana-hmac-secret"}
 
 
 def payload(name: str) -> dict:
@@ -89,6 +91,11 @@ def stack():
 
 @pytest.fixture
 def webhook(stack, monkeypatch):
+    return webhook_function(stack, monkeypatch)
+
+
+def webhook_function(stack, monkeypatch):
+    """The webhook handler's module, cold-started on the stack's environment."""
     from ticket_webhook import app
 
     for name, value in stack.function_environment("TicketWebhookFunction").items():
@@ -133,18 +140,17 @@ def test_a_bad_missing_or_replayed_signature_is_refused_and_nothing_is_queued(we
     headers = sign(source, raw, secret="someone-else" if attack == "bad" else None)
     if attack == "missing":
         headers = {}
-    if attack == "replayed":  # a request captured an hour ago, sent again unchanged
+    if attack == "replayed":  # a request captured two hours ago, sent again unchanged
         if source == "jira":
             old = json.loads(raw)
-            old["timestamp"] -= 3600 * 1000
+            old["timestamp"] -= 7200 * 1000
             raw = json.dumps(old).encode()
-        headers = sign(source, raw, at=time.time() - 3600)
+        headers = sign(source, raw, at=time.time() - 7200)
     if attack == "tampered":
         raw = raw.replace(b'"', b' "', 1)
     status, answer = call(webhook, source, raw, headers)
-    assert status == 401 and answer["message"] == "unauthorized"
-    expected = {"bad": "does not match", "tampered": "does not match", "missing": "missing", "replayed": "at most 300 s"}
-    assert expected[attack] in answer["reason"]
+    # One fixed reason, whatever failed: the answer says nothing of what is configured.
+    assert (status, answer) == (401, {"message": "unauthorized", "reason": "signature missing, invalid or expired"})
     assert queued(stack) == [] and queued(stack, "TicketDeadLetterQueue") == []
 
 
@@ -183,7 +189,7 @@ def test_other_events_are_acknowledged_and_ignored(webhook, stack):
 def test_an_unknown_source_is_refused(webhook, stack):
     raw = RAW["generic"]()
     status, answer = call(webhook, "servicenow", raw, sign("generic", raw))
-    assert status == 401 and "unknown webhook source 'servicenow'" in answer["reason"] and queued(stack) == []
+    assert status == 401 and answer["reason"] == "signature missing, invalid or expired" and queued(stack) == []
 
 
 @pytest.mark.stack

@@ -264,3 +264,60 @@ def test_stack_load_refuses_what_cloudformation_refuses():
     ):
         with pytest.raises(TemplateError, match=message):
             Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", **parameters})
+
+
+# ---------------------------------------------------------------------------- who may send, who answered
+def _numbers(mapping: dict) -> dict:
+    return {key: int(value) for key, value in mapping.items()}  # parameters resolve as text
+
+
+def test_the_webhook_api_is_throttled_and_its_function_capped_by_parameters():
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "WebhookThrottlingBurstLimit": "7",
+                                   "WebhookThrottlingRateLimit": "3", "WebhookReservedConcurrency": "4"})
+    assert _numbers(stack.resolve(stack.properties("WebhookApi")["DefaultRouteSettings"])) == {"ThrottlingBurstLimit": 7,
+                                                                                              "ThrottlingRateLimit": 3}
+    assert int(stack.resolve(stack.properties("TicketWebhookFunction")["ReservedConcurrentExecutions"])) == 4
+    defaults = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+    assert _numbers(defaults.resolve(defaults.properties("WebhookApi")["DefaultRouteSettings"])) == {
+        "ThrottlingBurstLimit": 50, "ThrottlingRateLimit": 20}
+    assert int(defaults.resolve(defaults.properties("TicketWebhookFunction")["ReservedConcurrentExecutions"])) == 10
+    unreserved = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "WebhookReservedConcurrency": "0"})
+    assert "ReservedConcurrentExecutions" not in unreserved.resolve(unreserved.properties("TicketWebhookFunction"))
+
+
+def test_deliveries_are_remembered_longer_than_any_window(stack):
+    from decision_router.adapters.deliveries import RECORD_SECONDS
+    from decision_router.sources.incident_webhooks import EVENT_WINDOW_SECONDS
+    from decision_router.sources.jira import RETRY_WINDOW_SECONDS
+
+    table = stack.properties("WebhookDeliveriesTable")
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert table["KeySchema"] == [{"AttributeName": "delivery_key", "KeyType": "HASH"}]
+    longest_skew = stack.template["Parameters"]["WebhookMaxSkewSeconds"]["MaxValue"]
+    assert RECORD_SECONDS > max(longest_skew, RETRY_WINDOW_SECONDS, EVENT_WINDOW_SECONDS)
+    env = stack.function_environment("TicketWebhookFunction")
+    assert env["WEBHOOK_DELIVERIES_TABLE_NAME"] == stack.ref("WebhookDeliveriesTable")
+
+
+def test_forwarded_incident_webhooks_reach_the_incident_intake_only_from_the_webhook_function(stack):
+    rule = stack.resolve(stack.properties("IncidentWebhookRule"))
+    assert rule["EventBusName"] == stack.ref("DecisionBus")
+    assert rule["EventPattern"] == {"source": ["decision-router.webhooks"]}
+    (target,) = rule["Targets"]
+    assert target["Arn"] == stack.get_att("IncidentIntakeFunction", "Arn")
+    assert target["DeadLetterConfig"]["Arn"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
+    deny = stack.resolve(stack.properties("DecisionBusWebhookEventsOnlyFromTheWebhookFunction"))["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"]["StringEquals"]["events:source"] == "decision-router.webhooks"
+    assert deny["Condition"]["ArnNotLike"]["aws:PrincipalArn"] == stack.get_att("TicketWebhookFunctionRole", "Arn")
+
+
+def test_a_reviewer_cannot_change_their_own_email_and_mfa_is_a_parameter():
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "ReviewerMfa": "ON"})
+    pool = stack.resolve(stack.properties("ReviewerUserPool"))
+    assert pool["UserAttributeUpdateSettings"] == {"AttributesRequireVerificationBeforeUpdate": ["email"]}
+    assert pool["MfaConfiguration"] == "ON" and pool["EnabledMfas"] == ["SOFTWARE_TOKEN_MFA"]
+    client = stack.resolve(stack.properties("ReviewConsoleUserPoolClient"))
+    assert "email" not in client["WriteAttributes"] and "email_verified" in client["ReadAttributes"]
+    off = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+    pool = off.resolve(off.properties("ReviewerUserPool"))
+    assert pool["MfaConfiguration"] == "OFF" and "EnabledMfas" not in pool

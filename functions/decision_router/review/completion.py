@@ -49,8 +49,9 @@ def answer_problems(policy: Policy, answers: Mapping[str, str], reviewer: str) -
 
 
 def complete_review(record: DecisionRecord, execution_name: str, answers: Mapping[str, str], reviewer: str, *,
-                    note: str | None = None) -> ReviewAnswer:
-    """The task output for a reviewer's answers to the pending `record`, or InvalidReview."""
+                    note: str | None = None, username: str | None = None, email: str | None = None) -> ReviewAnswer:
+    """The task output for a reviewer's answers to the pending `record`, or InvalidReview.
+    `username` and `email` (verified only) name the reviewer for people; `reviewer` is the audit's key."""
     try:
         policy = load_policy(record.policy.name)
     except PolicyError as error:
@@ -61,7 +62,7 @@ def complete_review(record: DecisionRecord, execution_name: str, answers: Mappin
     for wire in record.review.choices:
         if ReviewChoice.model_validate_json(wire).answers == dict(answers):
             return ReviewAnswer(execution_name=execution_name, reviewer=reviewer.strip(), choice=wire,
-                                note=(note or "").strip())
+                                note=(note or "").strip(), reviewer_username=username, reviewer_email=email)
     # The record was decided under another version of the policy: only its own choices count.
     raise InvalidReview(f"answers: {dict(answers)} is not one of the answers this review offers "
                         f"(policy {record.policy.name!r} version {record.policy.version})")
@@ -80,6 +81,10 @@ class ReviewCompletion(BaseModel):
     policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
                                                          "applies; refused when it is not the record's.")
     receipt_handle: str | None = Field(default=None, description="Review-queue message to delete once completed.")
+    reviewer_username: str | None = Field(default=None, max_length=256,
+                                          description="The console's reviewer's user name (the console sets it).")
+    reviewer_email: str | None = Field(default=None, max_length=256,
+                                       description="Their email, only when the user pool has it verified.")
 
     @classmethod
     def parse(cls, data: Any) -> "ReviewCompletion":
@@ -121,7 +126,8 @@ def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks
         raise InvalidReview(f"policy: {completion.policy!r} is not this review's policy "
                             f"({record.policy.name!r}, from the pending record)")
     output = complete_review(record, completion.execution_name, completion.answers, completion.reviewer,
-                             note=completion.note)
+                             note=completion.note, username=completion.reviewer_username,
+                             email=completion.reviewer_email)
     tasks.complete(completion.task_token, output)
     return output
 

@@ -9,6 +9,7 @@ option the pending record offers counts, and its destination comes from that rec
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, Mapping, Sequence
@@ -19,8 +20,10 @@ from ..domain.policies import Policy
 from ..domain.records import CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
 from .completion import InvalidReview, PendingReview, complete_review, labelled_example
 
-#: Claims a reviewer's name is read from, best first (Cognito ID tokens carry all three).
-NAME_CLAIMS = ("email", "cognito:username", "username", "sub")
+#: The claim naming a reviewer for good: Cognito's `sub` never changes and no user can set it.
+ID_CLAIM = "sub"
+#: The user name (an ID token's `cognito:username`, an access token's `username`); a user cannot change it either.
+USERNAME_CLAIMS = ("cognito:username", "username")
 GROUPS_CLAIM = "cognito:groups"
 #: The execution name of an item's correction derives from its key plus this (never its routing's name).
 CORRECTION_KEY_SUFFIX = "#correction"
@@ -38,6 +41,23 @@ class Conflict(RuntimeError):
     """The item is no longer in the state the request assumes (409): answered, corrected, gone."""
 
 
+class Reviewer(BaseModel):
+    """Who answers, from the verified token: `sub` is what the audit and the labelled examples
+    record; the email is kept only while the user pool says it is verified (a user may change an
+    unverified one at will)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sub: str
+    username: str
+    email: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How the console names the reviewer: the verified email, else the user name."""
+        return self.email or self.username
+
+
 class Answer(BaseModel):
     """What the console's page sends: the answers and a note, never who answers (the token says)."""
 
@@ -47,26 +67,46 @@ class Answer(BaseModel):
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
 
 
-def reviewer_from_claims(claims: Mapping[str, Any] | None, group: str) -> str:
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _verified(value: Any) -> bool:
+    # API Gateway hands every claim over as text: "true".
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def reviewer_from_claims(claims: Mapping[str, Any] | None, group: str) -> Reviewer:
     """Who is answering, from the verified token's claims only (never from the request body)."""
     if not claims:
         raise NotSignedIn("sign in first: the request carries no verified token")
     groups = _groups(claims.get(GROUPS_CLAIM))
     if group not in groups:
         raise NotAReviewer(f"you are signed in but not in the {group!r} group that may review")
-    for claim in NAME_CLAIMS:
-        value = claims.get(claim)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    raise NotSignedIn(f"the token names nobody (none of the claims {', '.join(NAME_CLAIMS)})")
+    sub = _text(claims.get(ID_CLAIM))
+    if not sub:
+        raise NotSignedIn(f"the token names nobody (no {ID_CLAIM!r} claim)")
+    username = next((_text(claims.get(c)) for c in USERNAME_CLAIMS if _text(claims.get(c))), sub)
+    email = _text(claims.get("email")) if _verified(claims.get("email_verified")) else ""
+    return Reviewer(sub=sub, username=username, email=email or None)
 
 
 def _groups(raw: Any) -> list[str]:
-    # API Gateway hands list claims to the function as text: "[reviewers admins]".
+    """The token's groups. API Gateway hands a list claim over as text, "[reviewers admins]":
+    split on spaces only (a group name has none, but may hold a comma: "a,reviewers" is one group).
+    A JSON list is read as one."""
     if isinstance(raw, list):
         return [str(g) for g in raw]
     if isinstance(raw, str):
-        return raw.strip("[]").replace(",", " ").split()
+        text = raw.strip()
+        if text.startswith("[\""):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, list):
+                return [str(g) for g in parsed]
+        return text.removeprefix("[").removesuffix("]").split()
     return []
 
 
@@ -194,7 +234,7 @@ def auto_route(row: Mapping[str, str], policy: Policy, later: Sequence[Mapping[s
     for other in later:
         if other.get("outcome") == "reviewed" and other.get("audited_at", "") > row.get("audited_at", ""):
             other_detail = json.loads(other.get("outcome_detail") or "{}")
-            corrected = {"target": other_detail.get("target"), "reviewer": other_detail.get("reviewer"),
+            corrected = {"target": other_detail.get("target"), "reviewer": audited_reviewer(other_detail),
                          "answers": other_detail.get("answers"), "execution_name": other.get("execution_name")}
     return AutoRoute(
         execution_name=row["execution_name"], item_kind=row.get("item_kind", ""), item_id=row["item_id"],
@@ -210,24 +250,59 @@ def correction_name(record: DecisionRecord) -> str:
     return execution_name(record.item_kind, record.item_id, record.item_key + CORRECTION_KEY_SUFFIX)
 
 
-def correction(record: DecisionRecord, original_execution: str, answers: Mapping[str, str], reviewer: str, *,
+def audited_reviewer(detail: Mapping[str, Any]) -> str | None:
+    """How an audit row's reviewer is shown. Rows written since reviewers are audited by `sub`
+    carry the answer's verified email or user name; older rows named the reviewer by the email the
+    token carried then, and are shown as they are."""
+    review = detail.get("review")
+    if not isinstance(review, Mapping):
+        review = {}
+    return review.get("reviewer_email") or review.get("reviewer_username") or detail.get("reviewer")
+
+
+def correction(record: DecisionRecord, original_execution: str, answers: Mapping[str, str], reviewer: Reviewer, *,
                note: str = "") -> CorrectedRecord:
     """The record that re-routes an automatically routed item by a reviewer's answers: checked
     against the record's own policy and choices, and refused when it would change nothing."""
     if record.route != "auto" or record.destination is None:
         raise InvalidReview(f"execution {original_execution!r} was not routed automatically: answer its review instead")
     name = correction_name(record)
-    answer = complete_review(record, name, answers, reviewer, note=note)
+    answer = complete_review(record, name, answers, reviewer.sub, note=note, username=reviewer.username,
+                             email=reviewer.email)
     decided = {d.question: d.option_id for d in record.decisions}
     if answer.chosen.answers == decided:
         raise InvalidReview(f"answers: {dict(answers)} is what the item was routed by; choose the right answer")
     chosen = answer.chosen
-    reason = (f"correction by {answer.reviewer} of the automatic route to {record.destination.target} "
+    reason = (f"correction by {reviewer.shown} of the automatic route to {record.destination.target} "
               f"(execution {original_execution}): now {chosen.destination.target}")
     fields = record.model_dump(exclude={"route", "route_reason", "destination", "escalate"})
     # Escalation comes from the corrected answer alone (the workflow pages when it escalates).
     return CorrectedRecord(**fields, route="correction", route_reason=reason, destination=None, escalate=False,
                            correction=answer)
+
+
+#: Rows of the labelled-examples table per export page (each a few KB: far below Lambda's 6 MB answer).
+EXPORT_PAGE_ROWS = 500
+#: The table's key attributes: all a page token may name.
+EXPORT_KEY = ("policy_name", "item_id")
+
+
+def page_token(key: Mapping[str, str]) -> str:
+    """The next page's token: the last row's key, as URL-safe base64 JSON."""
+    return base64.urlsafe_b64encode(json.dumps(dict(key), separators=(",", ":")).encode()).decode()
+
+
+def read_page_token(token: str | None) -> dict[str, str] | None:
+    """The key a page token names; InvalidReview (400) for anything that is not one we gave out."""
+    if not token:
+        return None
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError):
+        key = None
+    if not (isinstance(key, dict) and set(key) == set(EXPORT_KEY) and all(isinstance(v, str) and v for v in key.values())):
+        raise InvalidReview("page: not a page token of this export (use the X-Next-Page header of the page before)")
+    return key
 
 
 def labelled_examples(rows: Sequence[Mapping[str, str]], policy: str | None = None) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """Every source of items, in one declared table: the ticket webhooks (Zendesk, Jira, a generic
-JSON webhook) and the native incident sources on EventBridge (CloudWatch alarms, AWS Health,
+JSON webhook), the incident webhooks the webhook API verifies and forwards to the bus
+(PagerDuty V3, Grafana alerting: `incident_webhooks`) and the native incident sources on EventBridge (CloudWatch alarms, AWS Health,
 GuardDuty, Security Hub, PagerDuty). Pure code, no AWS.
 
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
@@ -18,13 +19,17 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from . import cloudwatch, generic, guardduty, health, jira, pagerduty, securityhub, zendesk
+from . import cloudwatch, generic, guardduty, health, incident_webhooks, jira, pagerduty, securityhub, zendesk
 from .events import AnyEnvelope, Envelope, IncidentSource, SourceEvidence, UnknownEvent, read_envelope
-from .webhook import TicketSource
+from .webhook import IncidentWebhook, TicketSource
 
 #: The ticket webhooks, by the name in their route (POST /webhooks/{source}).
 TICKET_SOURCES: dict[str, TicketSource] = {s.name: s for s in (zendesk.TICKET_SOURCE, jira.TICKET_SOURCE,
                                                                 generic.TICKET_SOURCE)}
+
+#: The incident webhooks on the same route: verified, then forwarded to the bus (not tickets).
+INCIDENT_WEBHOOKS: dict[str, IncidentWebhook] = {w.name: w for w in (incident_webhooks.PAGERDUTY_WEBHOOK,
+                                                                     incident_webhooks.GRAFANA_WEBHOOK)}
 
 #: The native incident sources, by the EventBridge source and detail-type they map.
 INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (

@@ -1,28 +1,35 @@
 """Jira's `jira:issue_created` webhook. Signed in X-Hub-Signature: `sha256=<hex>` HMAC-SHA256 of
-the body alone; the time checked is the body's `timestamp` (ms). The reporter is the customer, a
-`tier-*` label their tier; the issue's browse URL is kept in the ticket's reference."""
+the body alone; the time checked is the body's `timestamp` (ms), the time of the event, not of
+the delivery: Jira retries a failed delivery with the same body for up to half an hour (its
+retry policy says "up to 30 minutes, subject to change"), so a Jira body is accepted up to
+RETRY_WINDOW_SECONDS after its event, once: each delivery is recorded by its
+X-Atlassian-Webhook-Identifier (unchanged on retries) and by its signature. The reporter is the
+customer, a `tier-*` label their tier; the issue's browse URL is kept in the ticket's reference."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping
 
-from .webhook import TicketFields, TicketSource, Unauthorized, Unusable, check_time, header, hmac_sha256, need, same, tier
+from .webhook import TicketFields, TicketSource, Unauthorized, Unusable, check_time, header, hmac_sha256, need, same, tier, unix_time
 
 NAME = "jira"
 SIGNATURE = "X-Hub-Signature"
+DELIVERY = "X-Atlassian-Webhook-Identifier"
+#: How old a Jira body's event time may be: twice the half hour Jira says it retries for.
+RETRY_WINDOW_SECONDS = 3600
 
 
-def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> None:
+def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
     if not same("sha256=" + hmac_sha256(key, body).hexdigest(), header(headers, SIGNATURE)):
         raise Unauthorized(f"{SIGNATURE} does not match the body")
-    try:
-        stamp_ms = payload["timestamp"]
-        signed_at = datetime.fromtimestamp(int(stamp_ms) / 1000, timezone.utc)
-    except (ValueError, KeyError, TypeError):
-        raise Unauthorized("the signed Jira body carries no usable 'timestamp' (ms): replay cannot be ruled out") from None
-    check_time(signed_at, now, max_skew)
+    stamp_ms = payload.get("timestamp") if isinstance(payload, dict) else None
+    if isinstance(stamp_ms, bool) or not isinstance(stamp_ms, (int, float)):
+        raise Unauthorized("the signed Jira body carries no usable 'timestamp' (ms): replay cannot be ruled out")
+    signed_at = unix_time(stamp_ms, "the Jira body's timestamp", scale=1000)
+    check_time(signed_at, now, max_skew, max_age=max(max_skew, RETRY_WINDOW_SECONDS))
+    return body
 
 
 def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
@@ -53,4 +60,4 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     }
 
 
-TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket)
+TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))

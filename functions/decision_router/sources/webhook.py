@@ -2,10 +2,13 @@
 checks the source modules verify a request with, and the helpers that read a payload.
 
 Every request is signed with HMAC-SHA256 under its source's secret (one key per source in a
-Secrets Manager secret) and carries a time inside the allowed skew, so a captured request cannot
-be replayed later. A bad, missing or stale signature is refused (401) and nothing is queued. A
-verified payload that lacks what the policy needs (a subject, a body) is parked in the ticket DLQ
-with the reason, never guessed; one of another event type is acknowledged and ignored.
+Secrets Manager secret); where the source signs a time, it must be inside the allowed window.
+Each accepted delivery is recorded (its sender's delivery id and its signature), so a replay
+inside the window is acknowledged and not queued twice (decision_router.intake.webhooks). A bad,
+missing or stale signature is refused (401) and nothing is queued; the answer gives one fixed
+reason, the log the precise one. A verified payload that lacks what the policy needs (a subject,
+a body) is parked in the ticket DLQ with the reason, never guessed; one of another event type is
+acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ TIER_TAG = re.compile(r"^tier[-_:](free|pro|enterprise)$", re.IGNORECASE)
 
 
 class Unauthorized(Exception):
-    """The request is not proven to come from the source: 401, nothing queued."""
+    """The request is not proven to come from the source: 401, nothing queued. The message is
+    logged, never sent back (it may name what is configured)."""
 
 
 class Unusable(ValueError):
@@ -39,12 +43,37 @@ class TicketSource:
 
     name: str  #: the route's {source}
     #: Raise Unauthorized unless the body is signed by the secret, recently (headers, body, the body's
-    #: JSON value or None when it is not JSON, secret, now, max skew).
-    verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], None]
+    #: JSON value or None when it is not JSON, secret, now, max skew); else return the message the
+    #: signature covers (a delivery is recorded by it: a replay cannot change it and stay signed).
+    verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], bytes]
     #: The headers a sender attaches (body, secret, unix time).
     sign: Callable[[bytes, bytes, float], dict[str, str]]
     #: The ticket's fields from a verified payload, or the reason text for an event not routed.
     ticket: Callable[[Mapping[str, Any], str], TicketFields | str]
+    #: The header naming the delivery, unchanged on the sender's retries ("" when it sends none).
+    delivery_header: str = ""
+    #: The systems of `reference` this source may name, and the `ticket_id` prefixes it may use
+    #: (empty: any that is not another source's, decision_router.sources.claims).
+    owns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IncidentWebhook:
+    """An incident webhook source (PagerDuty, Grafana): verified like a ticket source, its body
+    forwarded unchanged to the event bus for the incident intake, never put on the ticket queue."""
+
+    name: str  #: the route's {source}
+    verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], bytes]
+    sign: Callable[[bytes, bytes, float], dict[str, str]]
+    #: The event's detail-type on the bus (its source is FORWARDED_SOURCE).
+    detail_type: str
+    #: Why a verified payload is not forwarded (a ping, another resource), or None to forward it.
+    skipped: Callable[[Any], str | None]
+    delivery_header: str = ""
+
+
+#: The EventBridge source of the incident webhooks' forwarded bodies.
+FORWARDED_SOURCE = "decision-router.webhooks"
 
 
 def hmac_sha256(key: bytes, message: bytes) -> hmac.HMAC:
@@ -61,21 +90,40 @@ def header(headers: Mapping[str, str], name: str) -> str:
 
 def same(expected: bytes | str, given: str) -> bool:
     expected_text = expected if isinstance(expected, str) else expected.decode()
-    return hmac.compare_digest(expected_text.encode(), given.encode())
+    # A header may carry any text (a lone surrogate too): compared as bytes, never an error.
+    return hmac.compare_digest(expected_text.encode(), given.encode("utf-8", "replace"))
 
 
-def check_time(signed_at: datetime, now: datetime, max_skew: int) -> None:
-    skew = abs((now - signed_at).total_seconds())
-    if skew > max_skew:
-        raise Unauthorized(f"request signed {skew:.0f} s from now; at most {max_skew} s allowed (replayed or clock skew)")
+def check_time(signed_at: datetime, now: datetime, max_skew: int, *, max_age: int | None = None) -> None:
+    """Refuse a time more than `max_skew` s ahead of now, or older than `max_age` s (default: max_skew)."""
+    age = (now - signed_at).total_seconds()
+    oldest = max_skew if max_age is None else max_age
+    if age > oldest or -age > max_skew:
+        raise Unauthorized(f"request signed {abs(age):.0f} s {'ago' if age > 0 else 'ahead'}; at most "
+                           f"{oldest if age > 0 else max_skew} s allowed (replayed or clock skew)")
+
+
+def unix_time(value: Any, what: str, *, scale: float = 1.0) -> datetime:
+    """A unix time (seconds, or what `scale` makes seconds of), or Unauthorized: never an
+    OverflowError or a year out of range from a signed 1e400."""
+    try:
+        number = float(value) / scale
+        return datetime.fromtimestamp(number, timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise Unauthorized(f"{what} is not a unix time: {str(value)[:40]!r}") from None
 
 
 def parse_time(text: str, what: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise Unauthorized(f"{what} is not an ISO 8601 time: {text!r}") from None
+        raise Unauthorized(f"{what} is not an ISO 8601 time: {text[:40]!r}") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def hex_signatures(header_value: str, prefix: str) -> list[str]:
+    """The `prefix<hex>` entries of a comma-separated signature header (several during a key rotation)."""
+    return [part.strip()[len(prefix):] for part in header_value.split(",") if part.strip().startswith(prefix)]
 
 
 def tier(tags: list[Any], default: str) -> str:

@@ -1,6 +1,7 @@
 """Zendesk's `ticket.created` webhook. Signed in X-Zendesk-Webhook-Signature: base64 HMAC-SHA256
 of the X-Zendesk-Webhook-Signature-Timestamp header and the body; that timestamp is the time
-checked. The requester is the customer, a `tier-*` tag their tier, `via.channel` the channel."""
+checked; each delivery is recorded by its X-Zendesk-Webhook-Id and its signature. The requester
+is the customer, a `tier-*` tag their tier, `via.channel` the channel."""
 
 from __future__ import annotations
 
@@ -13,17 +14,19 @@ from .webhook import TicketFields, TicketSource, Unauthorized, check_time, heade
 NAME = "zendesk"
 SIGNATURE = "X-Zendesk-Webhook-Signature"
 TIMESTAMP = "X-Zendesk-Webhook-Signature-Timestamp"
+DELIVERY = "X-Zendesk-Webhook-Id"
 #: Zendesk's `via.channel` → the ticket's channel (any other channel arrives as web).
 CHANNELS = {"email": "email", "mail": "email", "web": "web", "web_form": "web", "web_widget": "web",
             "chat": "chat", "chat_transcript": "chat", "native_messaging": "chat", "voice": "phone",
             "phone_call_inbound": "phone", "phone_call_outbound": "phone"}
 
 
-def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> None:
+def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
     signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
     if not same(base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()), signature):
         raise Unauthorized(f"{SIGNATURE} does not match the body")
     check_time(parse_time(stamp, TIMESTAMP), now, max_skew)
+    return stamp.encode() + body
 
 
 def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
@@ -48,4 +51,4 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     }
 
 
-TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket)
+TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))

@@ -67,7 +67,22 @@ async function cognito(target, body) {
   return data;
 }
 
+// A challenge Cognito answered the sign-in with: a first sign-in's new password, or the code of the
+// reviewer's authenticator app (ReviewerMfa); {name, session}.
 let challenge = null;
+
+function awaitsChallenge(data) {
+  if (data.ChallengeName === "NEW_PASSWORD_REQUIRED" || data.ChallengeName === "SOFTWARE_TOKEN_MFA") {
+    challenge = { name: data.ChallengeName, session: data.Session };
+    const code = data.ChallengeName === "SOFTWARE_TOKEN_MFA";
+    $("new-password-label").hidden = code;
+    $("mfa-code-label").hidden = !code;
+    say(code ? "Enter the code your authenticator app shows." : "Choose a new password to finish your first sign-in.");
+    return true;
+  }
+  if (!data.AuthenticationResult) throw new Error(`sign-in needs ${data.ChallengeName}, which this page does not support`);
+  return false;
+}
 
 async function signIn(event) {
   event.preventDefault();
@@ -83,27 +98,23 @@ async function signIn(event) {
       const data = await response.json();
       if (!response.ok) throw new Error(data.error || "sign-in failed");
       token = data.id_token;
-    } else if (challenge) {
-      const data = await cognito("RespondToAuthChallenge", {
-        ChallengeName: "NEW_PASSWORD_REQUIRED", ClientId: config.client_id, Session: challenge,
-        ChallengeResponses: { USERNAME: username, NEW_PASSWORD: $("new-password").value },
-      });
-      token = data.AuthenticationResult.IdToken;
     } else {
-      const data = await cognito("InitiateAuth", {
-        AuthFlow: "USER_PASSWORD_AUTH", ClientId: config.client_id,
-        AuthParameters: { USERNAME: username, PASSWORD: $("password").value },
-      });
-      if (data.ChallengeName === "NEW_PASSWORD_REQUIRED") {
-        challenge = data.Session;
-        $("new-password-label").hidden = false;
-        say("Choose a new password to finish your first sign-in.");
-        return;
-      }
-      if (!data.AuthenticationResult) throw new Error(`sign-in needs ${data.ChallengeName}, which this page does not support`);
+      const data = challenge
+        ? await cognito("RespondToAuthChallenge", {
+          ChallengeName: challenge.name, ClientId: config.client_id, Session: challenge.session,
+          ChallengeResponses: challenge.name === "SOFTWARE_TOKEN_MFA"
+            ? { USERNAME: username, SOFTWARE_TOKEN_MFA_CODE: $("mfa-code").value.trim() }
+            : { USERNAME: username, NEW_PASSWORD: $("new-password").value },
+        })
+        : await cognito("InitiateAuth", {
+          AuthFlow: "USER_PASSWORD_AUTH", ClientId: config.client_id,
+          AuthParameters: { USERNAME: username, PASSWORD: $("password").value },
+        });
+      if (awaitsChallenge(data)) return;
       token = data.AuthenticationResult.IdToken;
     }
     challenge = null;
+    $("mfa-code-label").hidden = true;
     sessionStorage.setItem(TOKEN, token);
     location.hash = location.hash && location.hash !== "#/sign-in" ? location.hash : "#/reviews";
     await route();
@@ -319,8 +330,18 @@ async function exportExamples(event) {
   event.preventDefault();
   const policy = $("export-policy").value;
   try {
-    const response = await api(`/api/export${policy ? `?policy=${encodeURIComponent(policy)}` : ""}`, { raw: true });
-    const text = await response.text();
+    // The export comes in pages: each names the next in its X-Next-Page header.
+    let text = "";
+    let page = "";
+    do {
+      const query = new URLSearchParams();
+      if (policy) query.set("policy", policy);
+      if (page) query.set("page", page);
+      const search = query.toString();
+      const response = await api(`/api/export${search ? `?${search}` : ""}`, { raw: true });
+      text += await response.text();
+      page = response.headers.get("X-Next-Page") || "";
+    } while (page);
     const count = text.split("\n").filter(Boolean).length;
     const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
       download: "labelled-examples.jsonl" });
