@@ -1,7 +1,8 @@
 """The lines of an items file, told apart: our own tickets and incidents, or raw events as their
 sources emit them (EventBridge events, SNS notifications holding a ticket or a CloudWatch alarm,
-CloudWatch's Lambda alarm actions, Zendesk / Jira webhook bodies). A line that is none of these is rejected with its reason; validation proper is the
-intake's job, so a ticket or incident that does not validate is still sent.
+CloudWatch's Lambda alarm actions, Zendesk / Jira webhook bodies). A line that is none of these
+is rejected with its reason; validation proper is the intake's job, so a ticket or incident that
+does not validate is still sent.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 #: Cron fields: (name, lowest, highest, names allowed in place of numbers).
-_CRON_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
+_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
                 ("month", 1, 12, {m: i for i, m in enumerate(
                     ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1)}),
                 ("day of week", 0, 7, {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}))
@@ -49,16 +49,12 @@ def cron_fields(expression: str) -> tuple[frozenset[int], ...]:
             span, _, step_text = piece.partition("/")
             try:
                 step = int(step_text) if step_text else 1
-                if span == "*":
-                    first, last = low, high
-                else:
-                    ends = [names.get(e.upper(), None) if e.upper() in names else int(e) for e in span.split("-")]
-                    first, last = (ends[0], ends[-1]) if len(ends) <= 2 else (None, None)
-                    if step_text and len(ends) == 1:
-                        last = high
+                ends = [low, high] if span == "*" else [names[e.upper()] if e.upper() in names else int(e)
+                                                        for e in span.split("-")]
             except ValueError:
                 raise ValueError(f"cron {expression!r}: {name} {piece!r} is not a number, range or step") from None
-            if first is None or last is None or step < 1 or not low <= first <= last <= high:
+            first, last = ends[0], (high if step_text and len(ends) == 1 else ends[-1])
+            if len(ends) > 2 or step < 1 or not low <= first <= last <= high:
                 raise ValueError(f"cron {expression!r}: {name} {piece!r} is out of {low}-{high}")
             allowed.update(range(first, last + 1, step))
         if name == "day of week" and 7 in allowed:

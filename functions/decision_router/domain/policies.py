@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
@@ -23,8 +23,8 @@ from ..severity import SeverityTable
 from ..validation import describe_errors
 from .conditions import Condition
 from .heads import Head, HeadFile, load_head, question_digest
+from .items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_values
 from .noise import NoiseControls
-from .items import ITEM_MODELS, Item, ItemKind, field_annotation, field_value, literal_values
 
 #: The shipped policies (and their heads/), data beside the package.
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"

@@ -36,8 +36,8 @@ from ..domain.items import Incident
 from ..domain.noise import aware, recent
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
-from ..sources.sns import notification
 from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
+from ..sources.sns import notification
 from ..validation import describe_errors
 from .pipeline import Intake
 
