@@ -85,6 +85,8 @@ def _alarm(data: dict[str, Any]) -> tuple[str, str] | None:
     envelope = cloudwatch_sns.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
     if envelope is not None:
         return "sns-alarm", str(envelope["detail"].get("AlarmName"))
+    if isinstance(data.get("Records"), list) and sns is not None:  # a Lambda SNS event: the incident intake gets it
+        return "sns-alarm", f"SNS message {str(sns.get('MessageId'))[:24]}"
     return None
 
 

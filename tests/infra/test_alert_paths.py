@@ -21,16 +21,12 @@ import boto3
 import pytest
 
 from tests.functions.test_intake_handlers import PRIORITY_OPTIONS, TEAM_OPTIONS, FakeLambdaContext, body
-from tests.infra.test_incident_sources_pipeline import (  # noqa: F401 - fixtures
-    confident,
-    incidents,
-    open_row,
-    pipeline,
-    sample,
-    settled,
-)
+from tests.infra import test_incident_sources_pipeline as native
+from tests.infra.test_incident_sources_pipeline import confident, open_row, sample, settled
 
 pytestmark = pytest.mark.stack
+#: The native sources' fixtures: the stack with every source on, the intake over a stub endpoint.
+pipeline, incidents = native.pipeline, native.incidents
 
 
 def put(pipeline, event: dict, rule: str, bus: str = "default") -> dict:
