@@ -226,7 +226,7 @@ class LambdaService:
     def __init__(self, app):
         self.app, self.invoked = app, []
 
-    def invoke(self, FunctionName, InvocationType, Payload):  # noqa: N803 - boto3's parameter names
+    def invoke(self, FunctionName, InvocationType, Payload):
         assert InvocationType == "Event"
         self.invoked.append(FunctionName)
         self.app.lambda_handler(json.loads(Payload), FakeLambdaContext())

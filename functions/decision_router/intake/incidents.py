@@ -22,6 +22,7 @@ hands it to the on-failure destination (the same DLQ) with the error: nothing is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -224,12 +225,12 @@ class IncidentIntake:
             reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
                       f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
             self.store.held(opened.key, delivery, reason, flapping="true")
-            return self._record_held(opened, "flapping", reason, {"opens": opens})
+            return self._record_held(opened, delivery, "flapping", reason, {"opens": opens})
         window = noise.window(incident, incident.reported_at)
         if window is not None and window.action == "suppress":
             reason = f"maintenance window {window.id!r} ({window.description}): recorded, not paged"
             self.store.held(opened.key, delivery, reason, window=window.id)
-            return self._record_held(opened, "suppressed", reason, {"window": window.id})
+            return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id})
         return None
 
     def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: dict) -> dict:
@@ -237,12 +238,13 @@ class IncidentIntake:
                   f"({len(joined['members'])} member(s)): it pages nobody again")
         self.store.held(opened.key, delivery, reason, group=group_key)
         self.store.add_member(joined["leader"], opened.key)
-        return self._record_held(opened, "grouped", reason, {
+        return self._record_held(opened, delivery, "grouped", reason, {
             "group": group_key, "leader": joined["leader"], "leader_incident_id": joined["leader_incident_id"],
             "members": joined["members"], "leader_execution_name": joined.get("execution_name")})
 
-    def _record_held(self, opened: IncidentOpened, outcome: str, reason: str, detail: dict) -> dict:
-        """An incident a noise control held: counted, logged, and audited with its own outcome."""
+    def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict) -> dict:
+        """An incident a noise control held: counted, logged, and audited with its own outcome (one
+        row per delivery, named after it, so a retried event writes the same row)."""
         from ..adapters.review import AuditTrail
 
         if self._audit is None:
@@ -250,7 +252,8 @@ class IncidentIntake:
         incident, policy = opened.incident, self.intake.router.policy
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         self._audit.write({
-            "item_id": incident.incident_id, "execution_name": f"{outcome}-{now}", "item_kind": "incident",
+            "item_id": incident.incident_id, "item_kind": "incident",
+            "execution_name": f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
             "outcome": outcome, "outcome_detail": json.dumps({"status": outcome, "reason": reason, **detail}),
             "route": "held", "route_reason": reason, "policy_name": policy.name, "policy_version": policy.version,
             "decisions": "[]", "item": incident.model_dump_json(), "decided_at": now, "audited_at": now})
