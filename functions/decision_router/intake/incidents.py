@@ -176,10 +176,14 @@ class IncidentIntake:
         at = _iso(incident.reported_at)
         opens = None
         if noise.flapping is not None:  # the recent openings of this key, this one included
-            row = self.store.get(opened.key)
-            earlier = ([o["S"] for o in row.get("opens", {}).get("L", [])]
-                       if row is not None and row["status"]["S"] == "resolved" else [])
-            opens = recent(earlier, incident.reported_at, noise.flapping.window_minutes) + [at]
+            row = self.store.get(opened.key) or {}
+            earlier = [o["S"] for o in row.get("opens", {}).get("L", [])]
+            if row.get("status", {}).get("S") == "resolved":
+                opens = recent(earlier, incident.reported_at, noise.flapping.window_minutes) + [at]
+            elif row.get("opened_by", {}).get("S") == delivery and earlier:
+                opens = earlier  # this delivery opened it and is retried: its count stands
+            else:
+                opens = [at]
         claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source,
                                  opens=opens)
         base = {"key": opened.key, "incident_id": incident.incident_id}
