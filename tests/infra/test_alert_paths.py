@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from datetime import datetime
 
 import boto3
@@ -170,6 +171,8 @@ def test_a_burst_of_related_alarms_pages_once_lists_its_members_and_resolves_wit
     assert [o["outcome"] for o in outcomes] == ["resolved"] * 5
     assert all("stays open" in o["reason"] for o in outcomes[:-1]) and "the group is resolved" in outcomes[-1]["reason"]
     assert outcomes[-1]["execution_name"] == leader["execution_name"]
+    (closed,) = [row for row in pipeline.audit(leader["incident_id"]) if row["outcome"] == "group_resolved"]
+    assert json.loads(closed["outcome_detail"])["members"] == sorted(r["key"] for r in results)
     # A new alarm after the group ended opens a new one.
     confident(stub)
     (fresh,) = handle(app, put(pipeline, alarm("checkout-api-5xx", minute=50), "CloudWatchAlarmRule"))
@@ -214,3 +217,34 @@ def test_a_maintenance_window_records_a_matching_incident_without_paging_but_nev
     stub.answer(body(TEAM_OPTIONS, [0, 6.0, 0, 0], decision_id="team"))
     (paged,) = handle(app, put(pipeline, critical, "IncidentWebhookRule", bus))
     assert paged["outcome"] == "routed" and paged["escalate"] is True
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]  # (and no execution thread outlives the test)
+
+
+def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_review(pipeline, incidents):
+    """The policy as an operator would edit it: the patching window sends to review instead."""
+    from decision_router.domain import policies
+
+    path = policies.POLICY_DIR / "incident.json"  # the test's copy (letters_policies)
+    raw = json.loads(path.read_text())
+    raw["noise"]["maintenance"][0]["action"] = "review"
+    path.write_text(json.dumps(raw))
+    app, stub = incidents
+    confident(stub)  # confident enough to route alone: the window still sends it to review
+    grafana = sample("grafana_alerting_webhook")
+    grafana["detail"]["alerts"] = grafana["detail"]["alerts"][1:]
+    grafana["detail"]["alerts"][0]["labels"]["service"] = "orders-db"
+    grafana["detail"]["alerts"][0]["startsAt"] = "2026-11-29T03:10:00Z"
+    (routed,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", pipeline.stack.ref("DecisionBus")))
+    assert routed["outcome"] == "routed" and routed["route"] == "review" and routed["window"] == "orders-db-sunday-patching"
+    assert "maintenance window 'orders-db-sunday-patching'" in routed["route_reason"] and routed["escalate"] is False
+    deadline, waiting = time.monotonic() + 30, []
+    while not waiting and time.monotonic() < deadline:  # the review request, left on the queue
+        waiting = pipeline.sqs.receive_message(QueueUrl=pipeline.env["REVIEW_QUEUE_URL"],
+                                               VisibilityTimeout=0).get("Messages", [])
+    assert "orders-db-sunday-patching" in waiting[0]["Body"]
+    assert pipeline.pages() == []
+    # The alert resolves: its review is closed, the workflow ends (and no execution thread outlives the test).
+    grafana["detail"]["alerts"][0]["status"] = "resolved"
+    (resolved,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", pipeline.stack.ref("DecisionBus")))
+    assert resolved["outcome"] == "resolved" and resolved["review_closed"] is True
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]

@@ -163,6 +163,12 @@ class IncidentIntake:
                 name = None if still else group.get("execution_name", {}).get("S")
                 reason += (f"; its group still has {len(still)} open member(s) and stays open" if still
                            else "; the last open member of its group: the group is resolved")
+                if not still and group:  # the grouped incident's own audit says who was in it
+                    members = sorted(group.get("members", {}).get("SS", []))
+                    self._write_audit(group.get("leader_incident_id", {}).get("S", outcome.key), delivery,
+                                      "group_resolved", f"every member of {group_key} is resolved",
+                                      {"group": group_key, "members": members, "execution_name": name},
+                                      json.dumps({"group": group_key, "members": members}))
             result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
                       "review_closed": bool(name) and self._close_review(name, outcome.reason)}
             self.logger.info("incident resolved", extra=result)
@@ -249,22 +255,27 @@ class IncidentIntake:
     def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict) -> dict:
         """An incident a noise control held: counted, logged, and audited with its own outcome (one
         row per delivery, named after it, so a retried event writes the same row)."""
-        from ..adapters.review import AuditTrail
-
-        if self._audit is None:
-            self._audit = AuditTrail(self.settings.require("audit_table").audit_table)
-        incident, policy = opened.incident, self.intake.router.policy
-        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        self._audit.write({
-            "item_id": incident.incident_id, "item_kind": "incident",
-            "execution_name": f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
-            "outcome": outcome, "outcome_detail": json.dumps({"status": outcome, "reason": reason, **detail}),
-            "route": "held", "route_reason": reason, "policy_name": policy.name, "policy_version": policy.version,
-            "decisions": "[]", "item": incident.model_dump_json(), "decided_at": now, "audited_at": now})
+        self._write_audit(opened.incident.incident_id, delivery, outcome, reason, detail,
+                          opened.incident.model_dump_json())
         self.metrics.add_metric(name=HELD_METRICS[outcome], unit=MetricUnit.Count, value=1)
         result = {"outcome": outcome, "reason": reason, **detail}
         self.logger.info("incident held by a noise control", extra={"key": opened.key, **result})
         return result
+
+    def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
+        """An audit row the intake writes itself (nothing was routed: no workflow audits it)."""
+        from ..adapters.review import AuditTrail
+
+        if self._audit is None:
+            self._audit = AuditTrail(self.settings.require("audit_table").audit_table)
+        policy = self.intake.router.policy
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        self._audit.write({
+            "item_id": item_id, "item_kind": "incident",
+            "execution_name": f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
+            "outcome": outcome, "outcome_detail": json.dumps({"status": outcome, "reason": reason, **detail}),
+            "route": "held", "route_reason": reason, "policy_name": policy.name, "policy_version": policy.version,
+            "decisions": "[]", "item": item, "decided_at": now, "audited_at": now})
 
     def _close_review(self, execution_name: str, reason: str) -> bool:
         """Close the review the incident's execution still waits for; False when it waits for none."""
