@@ -248,3 +248,23 @@ def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_re
     (resolved,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", pipeline.stack.ref("DecisionBus")))
     assert resolved["outcome"] == "resolved" and resolved["review_closed"] is True
     assert list(settled(pipeline).values()) == ["SUCCEEDED"]
+
+
+def test_a_group_leader_whose_route_failed_still_leads_its_group_on_the_retry(pipeline, incidents):
+    app, stub = incidents
+    confident(stub)
+    first = put(pipeline, alarm("checkout-api-5xx", minute=1), "CloudWatchAlarmRule")
+    definition = pipeline.sfn.describe_state_machine(stateMachineArn=pipeline.state_machine_arn)
+    pipeline.sfn.delete_state_machine(stateMachineArn=pipeline.state_machine_arn)
+    with pytest.raises(Exception, match="does not exist|StateMachineDoesNotExist"):
+        handle(app, first)
+    (member,) = handle(app, put(pipeline, alarm("checkout-api-latency", minute=2), "CloudWatchAlarmRule"))
+    assert member["outcome"] == "grouped"  # the group exists: its leader's page is on its way
+    pipeline.sfn.create_state_machine(name=definition["name"], definition=definition["definition"],
+                                      roleArn=definition["roleArn"])
+    (retried,) = handle(app, first)  # Lambda's retry
+    assert retried["outcome"] == "routed"
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]
+    group = open_row(pipeline, member["group"])
+    assert group["leader"]["S"] == retried["key"] and len(group["members"]["SS"]) == 2
+    assert group["execution_name"]["S"] == retried["execution_name"]

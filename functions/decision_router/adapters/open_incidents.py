@@ -140,10 +140,9 @@ class OpenIncidents(AwsAdapter):
                     Item={"incident_key": {"S": group_key}, "status": {"S": "open"}, "leader": {"S": member},
                           "leader_incident_id": {"S": incident_id}, "members": {"SS": [member]},
                           "open_members": {"SS": [member]}, "opened_at": {"S": at}, "until": {"S": until}},
-                    ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at "
-                                        "OR leader = :m",
+                    ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
                     ExpressionAttributeNames={"#s": "status", "#u": "until"},
-                    ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": at}, ":m": {"S": member}})
+                    ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": at}})
                 return {"leader": member, "leader_incident_id": incident_id, "members": [member], "is_leader": True}
             except self.client.exceptions.ConditionalCheckFailedException:
                 pass
@@ -157,9 +156,10 @@ class OpenIncidents(AwsAdapter):
                     ReturnValues="ALL_NEW")["Attributes"]
             except self.client.exceptions.ConditionalCheckFailedException:
                 continue  # it ended meanwhile: open a new one
+            # A retried leader (its routing failed) finds its own group: it still leads it.
             return {"leader": row["leader"]["S"], "leader_incident_id": row["leader_incident_id"]["S"],
                     "members": sorted(row["members"]["SS"]), "execution_name": row.get("execution_name", {}).get("S"),
-                    "is_leader": False}
+                    "is_leader": row["leader"]["S"] == member}
         raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
 
     def group_routed(self, group_key: str, execution_name: str) -> None:
