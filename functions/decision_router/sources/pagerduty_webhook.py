@@ -30,17 +30,12 @@ from .events import (
     incident_id,
     text,
 )
-from .pagerduty import SOURCE, PagerDutyEvidence
+from .pagerduty import SOURCE, PagerDutyEvidence, Priority, Service
 
 EVENT_SOURCE = "decision-router.webhooks"
 DETAIL_TYPE = "PagerDuty Webhook"
 OPENING = {"incident.triggered", "incident.reopened"}
 RESOLVING = {"incident.resolved"}
-
-
-class Reference(SourceModel):
-    id: str | None = None
-    summary: str | None = None
 
 
 class IncidentData(SourceModel):
@@ -53,8 +48,8 @@ class IncidentData(SourceModel):
     status: str | None = None
     incident_key: str | None = None
     urgency: str | None = None
-    priority: Reference | None = None
-    service: Reference | None = None
+    priority: Priority | None = None  # the references of PagerDuty's API, as on the partner bus
+    service: Service | None = None
     created_at: datetime | None = None
     html_url: str | None = None
     resolve_reason: Any = None
