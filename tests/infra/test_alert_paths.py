@@ -169,7 +169,7 @@ def test_a_burst_of_related_alarms_pages_once_lists_its_members_and_resolves_wit
     outcomes = [handle(app, put(pipeline, alarm(name, "OK", minute=30 + i), "CloudWatchAlarmRule"))[0]
                 for i, name in enumerate(names)]
     assert [o["outcome"] for o in outcomes] == ["resolved"] * 5
-    assert all("stays open" in o["reason"] for o in outcomes[:-1]) and "the group is resolved" in outcomes[-1]["reason"]
+    assert all("stays open" in o["reason"] for o in outcomes[:-1]) and "the group of 5 is resolved" in outcomes[-1]["reason"]
     assert outcomes[-1]["execution_name"] == leader["execution_name"]
     (closed,) = [row for row in pipeline.audit(leader["incident_id"]) if row["outcome"] == "group_resolved"]
     assert json.loads(closed["outcome_detail"])["members"] == sorted(r["key"] for r in results)

@@ -161,10 +161,11 @@ class IncidentIntake:
                 group = self.store.leave_group(group_key, outcome.key, delivery) or {}
                 still = sorted(group.get("open_members", {}).get("SS", []))
                 name = None if still else group.get("execution_name", {}).get("S")
-                reason += (f"; its group still has {len(still)} open member(s) and stays open" if still
-                           else "; the last open member of its group: the group is resolved")
-                if not still and group:  # the grouped incident's own audit says who was in it
-                    members = sorted(group.get("members", {}).get("SS", []))
+                members = sorted(group.get("members", {}).get("SS", []))
+                if still:
+                    reason += f"; its group still has {len(still)} open member(s) and stays open"
+                elif len(members) > 1:  # the grouped incident's own audit says who was in it
+                    reason += f"; the last open member of its group: the group of {len(members)} is resolved"
                     self._write_audit(group.get("leader_incident_id", {}).get("S", outcome.key), delivery,
                                       "group_resolved", f"every member of {group_key} is resolved",
                                       {"group": group_key, "members": members, "execution_name": name},
