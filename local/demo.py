@@ -15,10 +15,12 @@
 
 Items files hold one JSON object per line: tickets and/or incidents in our own shapes (told apart
 by `ticket_id` / `incident_id`), or raw events as their sources emit them: EventBridge events
-(CloudWatch alarms, AWS Health, GuardDuty, Security Hub, PagerDuty: put on the bus they arrive on,
-where the template's source rules decide what reaches the incident intake), SNS notifications
-holding a ticket (sent to the ticket queue as SNS would), and Zendesk / Jira webhook bodies
-(signed with the stack's webhook secret and posted to the webhook function). A line that is none
+(CloudWatch alarms, AWS Health, GuardDuty, Security Hub's ASFF and OCSF feeds, PagerDuty, and the
+PagerDuty / Grafana webhooks the webhook API forwards: put on the bus they arrive on, where the
+template's rules decide what reaches the incident intake), SNS notifications holding a ticket
+(sent to the ticket queue as SNS would) or a CloudWatch alarm, and CloudWatch's Lambda alarm
+actions (both handed to the incident intake as SNS and CloudWatch invoke it), and Zendesk / Jira
+webhook bodies (signed with the stack's webhook secret and posted to the webhook function). A line that is none
 of these is reported as rejected with its reason; one that fails validation goes through its
 intake and lands in that intake's DLQ.
 With --report, one JSON line per input line (in input order) says what became of it, for

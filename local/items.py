@@ -1,9 +1,9 @@
 """The lines of an items file, told apart: our own tickets and incidents, or raw events as their
-sources emit them (EventBridge events, SNS notifications holding a ticket, Zendesk / Jira /
-PagerDuty / Grafana webhook bodies, bare or as {"headers": {...}, "body": {...}} with the headers
-their sender adds besides the signature, such as a delivery id). A line that is none of these is
-rejected with its reason; validation proper is the intake's job, so a ticket or incident that does
-not validate is still sent.
+sources emit them (EventBridge events, SNS notifications holding a ticket or a CloudWatch alarm,
+CloudWatch's Lambda alarm actions, Zendesk / Jira / PagerDuty / Grafana webhook bodies, bare or as
+{"headers": {...}, "body": {...}} with the headers their sender adds besides the signature, such as
+a delivery id). A line that is none of these is rejected with its reason; validation proper is the
+intake's job, so a ticket or incident that does not validate is still sent.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class InputItem:
     text: str
     data: dict[str, Any] | None = None  # the item (a ticket inside an SNS notification or webhook: the ticket)
     rejected: str | None = None
-    via: str = "own"  # own | sns | event | webhook:<source> (zendesk, jira, pagerduty, grafana)
+    via: str = "own"  # own | sns | sns-alarm | event | alarm-action | webhook:<source> (zendesk, jira, pagerduty, grafana)
     name: str | None = None  # a short label for a raw event (its source and resource)
     headers: dict[str, str] | None = None  # a webhook's headers besides its signature (e.g. its delivery id)
 
@@ -52,6 +52,9 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
                 or (findings[0] or {}).get("Title") or incident.get("title") or data["detail-type"])
         return InputItem(source, line, "incident", None, text, data, via="event",
                          name=f"{str(data['source']).removeprefix('aws.partner/')[:24]} {str(what)[:40]}")
+    alarm = _alarm(data)
+    if alarm is not None:
+        return alarm_item(source, line, text, data, *alarm)
     if data.get("Type") == "Notification" and "TopicArn" in data:
         message = sns_message(data)
         try:
@@ -78,6 +81,31 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
         return InputItem(source, line, "incident", None, text, data, via=f"webhook:{webhook}",
                          name=f"{webhook} webhook {str(what)[:30]}", headers=headers)
     return None
+
+
+def _alarm(data: dict[str, Any]) -> tuple[str, str] | None:
+    """(via, alarm name) of a CloudWatch alarm that reaches the incident intake without
+    EventBridge: an SNS notification (a Lambda SNS event, or a bare notification) holding an alarm,
+    or a Lambda alarm action; None for anything else."""
+    from decision_router.sources import cloudwatch_action, cloudwatch_sns
+    from decision_router.sources.sns import notification
+
+    action = cloudwatch_action.unwrap(data)
+    if action is not None:
+        return "alarm-action", str(action["detail"].get("alarmName") or action["resources"][0])
+    sns = notification(data)
+    if sns is None and isinstance(data.get("Records"), list) and data["Records"]:  # several records: the first names it
+        sns = notification({"Records": data["Records"][:1]})
+    envelope = cloudwatch_sns.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
+    if envelope is not None:
+        return "sns-alarm", str(envelope["detail"].get("AlarmName"))
+    if isinstance(data.get("Records"), list) and sns is not None:  # a Lambda SNS event: the incident intake gets it
+        return "sns-alarm", f"SNS message {str(sns.get('MessageId'))[:24]}"
+    return None
+
+
+def alarm_item(source: str, line: int, text: str, data: dict[str, Any], via: str, name: str) -> InputItem:
+    return InputItem(source, line, "incident", None, text, data, via=via, name=f"{via} {name[:40]}")
 
 
 def classify(source: str, text: str, line: int = 1) -> InputItem:

@@ -58,8 +58,10 @@ class Outcome:
 def report_line(outcome: Outcome) -> dict[str, Any]:
     """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
     review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
-    resolved, updated or ignored (`reason` says why); `via` says how it came in; each decision says which readout gave the answer
-    (rule, letters, head) and whether it stood without a person (`auto`)."""
+    resolved, updated, ignored, or held by the policy's noise controls: grouped (joined an open
+    incident), flapping, suppressed (a maintenance window) (`reason` says why); `via` says how it
+    came in; each decision says which readout gave the answer (rule, letters, head) and whether it
+    stood without a person (`auto`)."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome

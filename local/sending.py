@@ -19,13 +19,14 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from local.event_sources import BatchReport, http_api_event, invoke_async
+from local.event_sources import AsyncResult, BatchReport, http_api_event, invoke_async
 from local.outcomes import Outcome
 
 if TYPE_CHECKING:
     from local.deployment import LocalDeployment
 
 INCIDENT_SOURCE = "local.demo"  # EventBridge `source` of the incidents the demo publishes
+WEBHOOK_EVENTS = "decision-router.webhooks"  # the webhook API forwards verified incident webhooks on the decision bus
 
 Progress = Callable[[str], None]
 
@@ -35,8 +36,8 @@ def send_all(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progr
     ticket queue, then the incidents and raw events (several at once, one per execution environment)."""
     webhooks = [o for o in outcomes if o.item.via.startswith("webhook:")]
     tickets = [o for o in outcomes if o.item.kind == "ticket" and o not in webhooks]
-    incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via != "event" and o not in webhooks]
-    events = [o for o in outcomes if o.item.via == "event"]
+    incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via == "own"]
+    raw = [o for o in outcomes if o.item.via == "event" or o.item.via in DIRECT_PATHS]  # in input order
     for outcome in outcomes:
         if outcome.item.rejected:
             progress(f"{outcome.item.source}: rejected, not sent: {outcome.item.rejected}")
@@ -46,7 +47,7 @@ def send_all(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progr
         send_tickets(pipeline, tickets, progress)
     with ThreadPoolExecutor(max_workers=pipeline.concurrency, thread_name_prefix="async-invoke") as pool:
         sent = [pool.submit(send_incident, pipeline, o, progress) for o in incidents]
-        sent += [pool.submit(send_event, pipeline, o, progress) for o in events]
+        sent += [pool.submit(send_event if o.item.via == "event" else send_direct, pipeline, o, progress) for o in raw]
         for future in sent:
             future.result()
 
@@ -115,7 +116,7 @@ def send_event(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) 
     EventBridge keeps it on every delivery, so a repeated line is a re-delivery)."""
     event = outcome.item.data or {}
     source, detail_type = str(event["source"]), str(event["detail-type"])
-    bus = (pipeline.bus_name if detail_type == "Incident Reported" else
+    bus = (pipeline.bus_name if detail_type == "Incident Reported" or source == WEBHOOK_EVENTS else
            pipeline.pagerduty_bus if source.startswith("aws.partner/pagerduty.com/") else "default")
     with pipeline.bus_lock:
         response = pipeline.events.put_events(Entries=[{
@@ -140,25 +141,62 @@ def deliver_to_incident_intake(pipeline: LocalDeployment, outcome: Outcome, raw:
     """An event a rule delivered, to the incident intake as Lambda invokes it asynchronously."""
     with pipeline.incident_pool.borrowed() as function:
         result = invoke_async(function, raw, pipeline.sqs, pipeline.retry_delays)
+    settle_invocation(pipeline, outcome, result, progress)
+
+
+#: How a raw line that is no EventBridge event reaches the incident intake, and the template
+#: resource without which it does not (its source parameter is off).
+DIRECT_PATHS = {"sns-alarm": ("IncidentAlarmTopicSubscription", "the SNS topic the incident intake is subscribed to"),
+                "alarm-action": ("AlarmActionPermission", "a CloudWatch alarm's Lambda action")}
+
+
+def send_direct(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) -> None:
+    """An SNS alarm notification or a Lambda alarm action: the incident intake invoked
+    asynchronously with what SNS (a Lambda subscription) or CloudWatch (an alarm action) gives it,
+    when the template subscribes it or lets alarms invoke it."""
+    data = outcome.item.data or {}
+    resource, path = DIRECT_PATHS[outcome.item.via]
+    if resource not in pipeline.stack.resources:
+        why = f"template.yaml has no {resource} ({path}): its source parameter is off"
+        outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
+        return
+    event = data
+    if outcome.item.via == "sns-alarm" and "Records" not in data:  # a bare notification, as a Lambda subscription gets it
+        topic = pipeline.stack.ref("IncidentAlarmTopic")
+        event = {"Records": [{"EventSource": "aws:sns", "EventVersion": "1.0",
+                              "EventSubscriptionArn": f"{topic}:local-demo", "Sns": data}]}
+    with pipeline.incident_pool.borrowed() as function:
+        result = invoke_async(function, event, pipeline.sqs, pipeline.retry_delays)
+    settle_invocation(pipeline, outcome, result, progress)
+
+
+def settle_invocation(pipeline: LocalDeployment, outcome: Outcome, result: AsyncResult, progress: Progress) -> None:
+    """What the incident intake answered for a raw line: its DLQ and reason, the execution it
+    started, or what else it did (resolved, updated, grouped, ignored, ...)."""
     if not result.ok:
         outcome.problem = f"intake failed {result.attempts}x: {result.error}"
         if result.dead_letter_queue_url:
             outcome.queues.append(pipeline.queue_name(result.dead_letter_queue_url))
         return
     answer = result.response or {}
-    if answer.get("outcome") == "dead_lettered":
-        outcome.problem = f"dead-lettered: {answer['reason']}"
+    answers = answer.get("records") or [answer]  # an SNS event: one answer per record
+    parked = [a for a in answers if a.get("outcome") == "dead_lettered"]
+    if parked:
+        outcome.problem = f"dead-lettered: {parked[0]['reason']}"
         outcome.queues.append(pipeline.queue_name(pipeline.incidents.env["DEAD_LETTER_QUEUE_URL"]))
         pipeline.drain_messages(pipeline.incidents.env["DEAD_LETTER_QUEUE_URL"])
-        progress(f"{outcome.item.label}: parked in the incident DLQ: {answer['reason']}")
+        progress(f"{outcome.item.label}: parked in the incident DLQ: {parked[0]['reason']}")
         return
-    first = (answer.get("outcomes") or [answer])[0]  # a Security Hub event may carry several findings
+    results = [r for a in answers for r in (a.get("outcomes") or [a])]  # an event may open several incidents
+    first = next((r for r in results if r["outcome"] == "routed"), results[0])
     if first["outcome"] == "routed":
         outcome.item = replace(outcome.item, item_id=first.get("incident_id") or first["item_id"])
         outcome.execution_arn = f"{pipeline.state_machine_arn.replace(':stateMachine:', ':execution:')}:{first['execution_name']}"
     else:
         outcome.source_outcome, outcome.note = first["outcome"], first.get("reason")
-    progress(f"{outcome.item.label}: {first['outcome']}" + (f" ({first['reason']})" if first.get("reason") else ""))
+    for each in results:
+        progress(f"{outcome.item.label}: {each['outcome']} {each.get('key') or ''}".rstrip()
+                 + (f" ({each['reason']})" if each.get("reason") else ""))
 
 
 def signed_now(system: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -148,7 +148,8 @@ def ledger_place(line: dict[str, Any]) -> str:
         return "dead-lettered"
     if kind in ("routed", "review", "resolved"):
         return kind
-    return "ignored"  # duplicate (routed once by its first line), updated, ignored, rejected: each with its reason
+    return "ignored"  # duplicate (routed once by its first line), updated, ignored, rejected, or held by a noise
+    # control (grouped, flapping, suppressed): each with its reason
 
 
 def logged_failures(log_path: Path) -> dict[str, str]:

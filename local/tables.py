@@ -84,7 +84,8 @@ def explain(outcomes: list[Outcome], model: Path | None) -> list[str]:
     if quiet:
         counts = ", ".join(f"{quiet.count(k)} {k}" for k in sorted(set(quiet)))
         lines.append(f"{len(quiet)} raw source event(s) routed nothing, as they should: {counts} "
-                     "(an OK resolves its open incident, a re-delivery is routed once, an update pages nobody again).")
+                     "(an OK resolves its open incident, a re-delivery is routed once, an update pages nobody again; "
+                     "grouped, flapping and suppressed: held by the policy's noise controls).")
     latencies = sorted(d.latency_seconds for d in entries if d.source == "model" and d.latency_seconds is not None)
     if latencies:
         lines.append(f"Model time per decision: median {latencies[len(latencies) // 2]:.2f}s, "

@@ -2,7 +2,7 @@
 
     python -m ops.redrive workflow  [--dlq-url URL] [--state-machine-arn ARN]
     python -m ops.redrive tickets   [--dlq-url URL] [--queue-url URL]
-    python -m ops.redrive incidents [--dlq-url URL] [--bus NAME]
+    python -m ops.redrive incidents [--dlq-url URL] [--bus NAME] [--function NAME] [--policy FILE]
     (each also takes --max N and --dry-run)
 
 workflow   Each record in the workflow DLQ starts a NEW execution with the same decision (the
@@ -13,13 +13,18 @@ workflow   Each record in the workflow DLQ starts a NEW execution with the same 
            (--audit-table), nothing else.
 tickets    Each ticket in the ticket DLQ goes back to the ticket queue; ticket intake decides it again.
 incidents  Each incident in the incident DLQ (Lambda's on-failure record, or EventBridge's
-           undelivered event) is put on the bus again as "Incident Reported".
+           undelivered event) is put on the bus again as "Incident Reported". A source's raw
+           event parked there (an unknown shape, a missing field: CloudWatch, SNS, Security Hub,
+           a forwarded webhook, ...) is sent to the incident intake again (asynchronous invoke,
+           --function), as its source sent it, once a source maps it under the policy (--policy;
+           the shipped one by default); until then it stays, with the reason.
 
 A message is deleted from its DLQ only once it was re-sent. A malformed message, or an item that
 would fail validation again, stays on its DLQ and is reported with the reason (exit status 1).
 Defaults come from the environment: WORKFLOW_DEAD_LETTER_QUEUE_URL, ROUTING_STATE_MACHINE_ARN,
-AUDIT_TABLE_NAME, TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME
-(the stack's outputs of the same names, see README.md).
+AUDIT_TABLE_NAME, TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME,
+INCIDENT_INTAKE_FUNCTION (the stack's outputs of the same names, see README.md; the function:
+IncidentIntakeFunctionArn).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Callable, TextIO
 from pydantic import ValidationError
 
 from decision_router.domain.items import InvalidItem, parse_item
+from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.validation import describe_errors
 
@@ -116,17 +122,27 @@ def dead_ticket(message: dict) -> tuple[str, str]:
     return ticket.item_id, reason
 
 
-def dead_incident(message: dict) -> tuple[str, str, dict, str]:
-    """An incident DLQ message: (source, incident id, detail, why it failed). Lambda's on-failure
-    destination record carries the event in `requestPayload`; a rule's DLQ gets the event itself."""
+def dead_event(message: dict) -> tuple[Any, str]:
+    """An incident DLQ message: (the event, why it failed). Lambda's on-failure destination record
+    carries the event in `requestPayload`; a rule's DLQ and the intake's own parking get the event itself."""
     body = _json(message["Body"])
     if isinstance(body, dict) and "requestPayload" in body:
-        event = body["requestPayload"]
         response = body.get("responsePayload") or {}
-        reason = response.get("errorMessage") or body.get("requestContext", {}).get("condition", "handler failed")
-    else:
-        event = body
-        reason = _attribute(message, "ERROR_MESSAGE") or "not delivered to incident intake"
+        return body["requestPayload"], (response.get("errorMessage")
+                                        or body.get("requestContext", {}).get("condition", "handler failed"))
+    reason = (_attribute(message, "failure_reason") or _attribute(message, "ERROR_MESSAGE")
+              or "not delivered to incident intake")
+    return body, reason
+
+
+def is_reported(event: Any) -> bool:
+    """Our own `Incident Reported` event (re-sent on the bus), as opposed to a source's raw event."""
+    return isinstance(event, dict) and event.get("detail-type") == INCIDENT_DETAIL_TYPE
+
+
+def dead_incident(message: dict) -> tuple[str, str, dict, str]:
+    """An `Incident Reported` of the incident DLQ: (source, incident id, detail, why it failed)."""
+    event, reason = dead_event(message)
     if not isinstance(event, dict) or not isinstance(event.get("detail"), dict):
         raise Unusable("no EventBridge event with a 'detail' object in it")
     try:
@@ -134,6 +150,25 @@ def dead_incident(message: dict) -> tuple[str, str, dict, str]:
     except InvalidItem as error:
         raise Unusable(f"still invalid, fix it before redriving: {error}") from None
     return str(event.get("source") or incident.origin), incident.item_id, event["detail"], reason
+
+
+def dead_source_event(message: dict, policy: Policy) -> tuple[str, Any, str]:
+    """A source's raw event of the incident DLQ (an unknown shape, a missing field: parked by the
+    intake), re-sent only once a source maps it under `policy`: (label, the event, why it failed).
+    Unusable, with the reason, while it would be parked again."""
+    from decision_router.intake.incidents import native_outcomes
+    from decision_router.sources import raw_events, read_event
+    from decision_router.sources.events import SourceEventError
+
+    event, reason = dead_event(message)
+    try:
+        for each in raw_events(event):
+            source, envelope = read_event(each)
+            native_outcomes(source, envelope, policy.source_severity)
+    except (SourceEventError, LookupError) as error:
+        raise Unusable(f"still not mapped, support the source or fix the policy before redriving: {error}") from None
+    label = (f"{envelope.source} {envelope.detail_type!r} event {envelope.id}")
+    return label, event, reason
 
 
 # ------------------------------------------------------------------------------ commands
@@ -213,12 +248,23 @@ def cmd_tickets(args, out: TextIO) -> int:
 
 
 def cmd_incidents(args, out: TextIO) -> int:
+    from decision_router.adapters.functions import AsyncFunction
     from decision_router.adapters.queues import EventBus, Queue
 
-    bus = EventBus(_required(args.bus, "--bus", "EVENT_BUS_NAME"))
+    policy = load_policy(args.policy or "incident")
 
     def understand(message: dict) -> Replay:
+        if not is_reported(dead_event(message)[0]):
+            label, event, why = dead_source_event(message, policy)
+            intake = AsyncFunction(_required(args.function, "--function", "INCIDENT_INTAKE_FUNCTION"))
+
+            def invoke() -> str:
+                intake.invoke(event)
+                return f"sent to {intake.name} again, as its source sent it"
+
+            return Replay(label, why, invoke)
         source, incident_id, detail, reason = dead_incident(message)
+        bus = EventBus(_required(args.bus, "--bus", "EVENT_BUS_NAME"))
 
         def send() -> str:
             bus.put(source, INCIDENT_DETAIL_TYPE, detail)
@@ -247,8 +293,11 @@ def _parser() -> argparse.ArgumentParser:
           ("--audit-table", "the audit table, for routed items whose audit is missing (default: AUDIT_TABLE_NAME)")]),
         ("tickets", cmd_tickets, "the ticket DLQ: back to the ticket queue",
          [("--queue-url", "ticket queue (default: TICKET_QUEUE_URL)")]),
-        ("incidents", cmd_incidents, "the incident DLQ: back on the bus as Incident Reported",
-         [("--bus", "the decision bus (default: EVENT_BUS_NAME)")]),
+        ("incidents", cmd_incidents, "the incident DLQ: Incident Reported back on the bus, source events "
+         "back to the incident intake once mapped",
+         [("--bus", "the decision bus (default: EVENT_BUS_NAME)"),
+          ("--function", "the incident intake, for source events (default: INCIDENT_INTAKE_FUNCTION)"),
+          ("--policy", "the incident policy file a source event must map under (default: the shipped one)")]),
     ]
     for name, run, text, options in specs:
         command = commands.add_parser(name, help=text)

@@ -20,6 +20,10 @@ class SeverityTable(BaseModel):
         description="Which field of the source's event gives the label.")
     labels: dict[str, Severity] = Field(description="The source's label (matched ignoring case) → severity.")
     default: Severity = Field(description="When the source gives no label, or one not in `labels`.")
+    correlate_by: Literal["alert", "group"] = Field(
+        "alert", description="A source that sends several alerts in one event (Grafana): `alert`, one incident "
+                             "per alert (its fingerprint); `group`, one incident per group the source sent them "
+                             "in (its groupKey), resolved when the whole group is. Other sources ignore it.")
 
     def severity(self, label: str | None) -> Severity:
         wanted = (label or "").casefold()

@@ -1,9 +1,11 @@
-"""Incident intake (EventBridge): our own `Incident Reported` events on the decision bus, and the
-native sources' events from the default bus (CloudWatch alarms, AWS Health, GuardDuty, Security
-Hub) and the PagerDuty partner bus, correlated by incident (decision_router.intake.incidents says what
-becomes of each). Invoked asynchronously: a failure to route raises, so Lambda retries and then
-hands the event to the function's on-failure destination/DLQ; an event no retry can map is parked
-there at once with its reason. An unreachable endpoint sends the incident to review."""
+"""Incident intake: our own `Incident Reported` events on the decision bus, the native sources'
+events from the default bus (CloudWatch alarms, AWS Health, GuardDuty, Security Hub's ASFF and
+OCSF feeds), the PagerDuty partner bus and the webhooks the webhook API forwards (PagerDuty V3,
+Grafana), CloudWatch alarms through SNS (a topic subscription) and as a Lambda alarm action,
+correlated by incident (decision_router.intake.incidents says what becomes of each). Invoked
+asynchronously: a failure to route raises, so Lambda retries and then hands the event to the
+function's on-failure destination/DLQ; an event no retry can map is parked there at once with its
+reason. An unreachable endpoint sends the incident to review."""
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext

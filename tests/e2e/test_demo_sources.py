@@ -66,3 +66,57 @@ def test_raw_source_lines_end_routed_resolved_ignored_duplicate_parked_or_reject
     assert "detail.resource" in report[6]["reason"] and outcomes[6].queues == ["IncidentDeadLetterQueue"]
     assert "detail.description is missing or empty" in report[7]["reason"]
     assert outcomes[7].queues == ["TicketDeadLetterQueue"]
+
+
+def sns_line(**message) -> str:
+    data = json.loads((EVENTS / "cloudwatch_alarm_sns.json").read_text())
+    record = data["Records"][0]["Sns"]
+    record["Message"] = json.dumps({**json.loads(record["Message"]), **message})
+    record["MessageId"] = f"sns-{len(message)}-{message.get('NewStateValue', 'x')}"
+    return json.dumps(data)
+
+
+def test_the_new_alert_shapes_are_told_apart():
+    assert [(i.kind, i.via) for i in read_items([EVENTS / "alerts.jsonl"])] == [
+        ("incident", "event"), ("incident", "sns-alarm"), ("incident", "event"), ("incident", "event"),
+        ("incident", "sns-alarm"), ("incident", "alarm-action"), ("incident", "event"), ("incident", "event"),
+        ("incident", "event"), ("incident", "event"), ("incident", "sns-alarm"), ("incident", "sns-alarm")]
+    bare = json.dumps(json.loads(sns_line())["Records"][0]["Sns"])  # as an HTTPS or SQS subscriber gets it
+    assert classify("f:1", bare).via == "sns-alarm"
+
+
+@pytest.mark.stack
+@pytest.mark.server  # the moto server
+def test_sns_alarms_alarm_actions_ocsf_and_forwarded_webhooks_end_where_they_should(local_pipeline, tmp_path):
+    pipeline = local_pipeline(UNUSED_ENDPOINT)
+    critical = line("securityhub_ocsf_finding", detail__findings__0__severity_id=5)  # P1 and security by rule
+    asff_of_it = line("securityhub_findings_imported", detail__findings__0__Id=json.loads(critical)["detail"][
+        "findings"][0]["finding_info"]["uid"])
+    suppressed = json.loads(line("grafana_alerting_webhook"))
+    suppressed["detail"]["alerts"] = suppressed["detail"]["alerts"][1:]
+    suppressed["detail"]["alerts"][0].update(startsAt="2026-11-29T02:45:00Z")
+    suppressed["detail"]["alerts"][0]["labels"]["service"] = "orders-db"
+    not_an_alarm = json.loads(sns_line())
+    not_an_alarm["Records"][0]["Sns"]["Message"] = "Deployment 1842 finished"
+    not_an_alarm = json.dumps(not_an_alarm)
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join([
+        critical,
+        asff_of_it,  # the same finding by the ASFF feed: one incident
+        sns_line(NewStateValue="INSUFFICIENT_DATA"),
+        sns_line(NewStateValue="OK"),  # nothing open
+        not_an_alarm,  # on the topic the incident intake is subscribed to: parked
+        line("cloudwatch_alarm_action", alarmData__state__value="INSUFFICIENT_DATA"),
+        line("pagerduty_webhook_v3_triggered", detail__event__event_type="incident.acknowledged"),
+        json.dumps(suppressed),
+    ]) + "\n")
+    outcomes = pipeline.run(read_items([items]))
+    report = [report_line(o) for o in outcomes]
+    assert [r["outcome"] for r in report] == ["routed", "updated", "ignored", "ignored", "dead_lettered",
+                                              "ignored", "ignored", "suppressed"]
+    assert report[0]["target"] == "security-oncall" and report[0]["escalated"] is True
+    assert "no open incident has this key" in report[3]["reason"]
+    assert "is not a CloudWatch alarm notification" in report[4]["reason"]
+    assert outcomes[4].queues == ["IncidentDeadLetterQueue"]
+    assert "incident.acknowledged" in report[6]["reason"]
+    assert "orders-db-sunday-patching" in report[7]["reason"]

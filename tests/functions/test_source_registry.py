@@ -15,7 +15,7 @@ import pytest
 
 from decision_router.domain.items import Incident, parse_item
 from decision_router.domain.policies import load_policy
-from decision_router.sources import INCIDENT_SOURCES, TICKET_SOURCES
+from decision_router.sources import INCIDENT_SOURCES, TICKET_SOURCES, raw_events
 from decision_router.sources.events import IncidentSource, Opened
 from decision_router.sources.webhook import TicketSource
 from tests.functions.conftest import EVENTS
@@ -35,10 +35,10 @@ def named(word: str, text: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])", text) is not None
 
 
-def opened_incidents(source: IncidentSource[Any], event: Any) -> list[Incident]:
-    if not (isinstance(event, dict) and source.maps(event.get("source"), event.get("detail-type"))):
-        return []
-    outcomes = source.adapt(source.read(event), TABLES[source.name])
+def opened_incidents(source: IncidentSource[Any], payload: Any) -> list[Incident]:
+    """What the source opens from a sample (an EventBridge event, an SNS event's records, a Lambda alarm action)."""
+    outcomes = [o for event in raw_events(payload) if source.takes(event)
+                for o in source.adapt(source.read(event), TABLES[source.name])]
     return [Incident.model_validate(o.incident) for o in outcomes if isinstance(o, Opened)]
 
 

@@ -152,10 +152,13 @@ def test_a_stack_whose_escalations_reach_nobody_is_refused():
 
 def test_the_on_call_gets_escalations_and_alarms_by_default():
     email = subscriptions({"OnCallEmail": "oncall@example.com"})
+    # IncidentAlarmTopic is a way in, not a notification: only the incident intake is subscribed.
+    assert {protocol for protocol, _ in email.pop("IncidentAlarmTopic")} == {"lambda"}
     assert email == {"EscalationTopic": {("email", "oncall@example.com")},
                      "AlarmTopic": {("email", "oncall@example.com")}}
     both = subscriptions({"OnCallEmail": "oncall@example.com", "AlarmEmail": "ops@example.com",
                           "OnCallWebhookUrl": "https://pager.example.com/hook"})
+    both.pop("IncidentAlarmTopic")
     assert both == {"EscalationTopic": {("email", "oncall@example.com"), ("https", "https://pager.example.com/hook")},
                     "AlarmTopic": {("email", "ops@example.com"), ("https", "https://pager.example.com/hook")}}
 

@@ -118,7 +118,8 @@ def test_alarm_routed_once_redelivery_duplicate_ok_resolves(pipeline, incidents)
     (resolved,) = app.lambda_handler(ok, FakeLambdaContext())["outcomes"]
     assert resolved["outcome"] == "resolved" and resolved["execution_name"] == routed["execution_name"]
     row = open_row(pipeline, routed["key"])
-    assert row["status"]["S"] == "resolved" and row["resolved_by"]["S"] == ok["id"]
+    # The delivery is the alarm's state change (the same whether it came by EventBridge, SNS or an alarm action).
+    assert row["status"]["S"] == "resolved" and row["resolved_by"]["S"] == f"{routed['key']}#OK@2026-11-29T12:00:00+00:00"
     (late,) = app.lambda_handler(ok, FakeLambdaContext())["outcomes"]  # the OK re-delivered
     assert late["outcome"] == "ignored" and "no open incident has this key" in late["reason"]
     assert len(settled(pipeline)) == 1 and len(stub.requests) == 1

@@ -216,3 +216,60 @@ def incident_data() -> dict:
             "description": "5xx responses from checkout-api rose to 23% after the deploy.",
             "service": "checkout-api", "severity": "sev2", "source": "cloudwatch",
             "reported_at": "2026-11-29T12:00:00Z"}
+
+
+# ------------------------------------------------------------------------ raw source events
+class LambdaService:
+    """Stands in for Lambda's asynchronous invoke (moto cannot run our function): the invoked
+    payload goes to the real incident-intake handler, as Lambda would hand it over."""
+
+    def __init__(self, app):
+        self.app, self.invoked = app, []
+
+    def invoke(self, FunctionName, InvocationType, Payload):
+        assert InvocationType == "Event"
+        self.invoked.append(FunctionName)
+        self.app.lambda_handler(json.loads(Payload), FakeLambdaContext())
+        return {"StatusCode": 202}
+
+
+def test_redrive_sends_a_parked_source_event_back_once_the_policy_maps_it(pipeline, incidents, tmp_path, capsys,
+                                                                           monkeypatch):
+    from decision_router.adapters.functions import AsyncFunction
+    from decision_router.domain.policies import POLICY_DIR
+    from tests.functions.conftest import EVENTS
+
+    app, stub = incidents
+    dlq = pipeline.stack.ref("IncidentDeadLetterQueue")
+    grafana = json.loads((EVENTS / "grafana_alerting_webhook.json").read_text())
+    # A deployment whose policy had no `grafana` table failed on this event: Lambda's on-failure record.
+    on_failure = {"version": "1.0", "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
+                  "requestPayload": grafana,
+                  "responsePayload": {"errorMessage": "the incident policy has no source_severity table for 'grafana'"}}
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(on_failure))
+    unknown = dict(grafana, **{"detail-type": "Grafana Something Else", "id": "unknown-1"})
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(unknown), MessageAttributes={
+        "failure_reason": {"DataType": "String", "StringValue": "not an incident event this intake maps"}})
+    raw = json.loads((POLICY_DIR / "incident.json").read_text())  # the letters-only copy the intake loads
+    del raw["source_severity"]["grafana"]
+    (tmp_path / "before").mkdir()
+    broken = tmp_path / "before" / "incident.json"
+    broken.write_text(json.dumps(raw))
+    lambda_service = LambdaService(app)
+    monkeypatch.setattr(AsyncFunction, "_new_client", lambda self: lambda_service)
+    function = ["--function", "decision-router-IncidentIntakeFunction"]
+
+    assert redrive.main(["incidents", "--dlq-url", dlq, *function, "--policy", str(broken)]) == 1  # not fixed yet
+    err = capsys.readouterr().err
+    assert "still not mapped" in err and "no source_severity table for 'grafana'" in err
+    assert lambda_service.invoked == []
+
+    stub.answer(body(TEAM_OPTIONS, [0, 0, 0, 6.0], decision_id="team"))  # sev1: P1 by rule
+    assert redrive.main(["incidents", "--dlq-url", dlq, *function]) == 1  # the shipped policy maps it
+    out, err = capsys.readouterr()
+    assert "sent to decision-router-IncidentIntakeFunction again" in out and "redriven 1, left 1" in out
+    assert "'Grafana Something Else' is not an incident event" in err  # still unknown: stays, with the reason
+    assert lambda_service.invoked == ["decision-router-IncidentIntakeFunction"]
+    assert list(executions(pipeline).values()) == ["SUCCEEDED"]  # routed (its second alert joined it)
+    (left,) = pipeline.messages(dlq)
+    assert left["id"] == "unknown-1"

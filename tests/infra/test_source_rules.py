@@ -18,6 +18,7 @@ SOURCES = {  # parameter -> (rule, its event's source, sample)
     "HealthEventSource": ("HealthEventRule", "aws.health", "aws_health_event"),
     "GuardDutyFindingSource": ("GuardDutyFindingRule", "aws.guardduty", "guardduty_finding"),
     "SecurityHubFindingSource": ("SecurityHubFindingRule", "aws.securityhub", "securityhub_findings_imported"),
+    "SecurityHubOcsfFindingSource": ("SecurityHubOcsfFindingRule", "aws.securityhub", "securityhub_ocsf_finding"),
     "PagerDutySource": ("PagerDutyRule", "aws.partner/pagerduty.com/", "pagerduty_incident_trigger"),
 }
 ALL_ON = {name: "true" for name in SOURCES} | {"PagerDutyEventBusName": "pagerduty-acme-router"}
@@ -91,6 +92,58 @@ def test_each_rule_matches_its_sources_samples_and_no_other():
         delivered = {rule: [(e["source"], e["detail-type"]) for e in stack.rule_events(rule, "IncidentIntake")]
                      for rule, _, _ in SOURCES.values()}
     assert {rule: len(found) for rule, found in delivered.items()} == {rule: 1 for rule, _, _ in SOURCES.values()}
+
+
+def test_the_security_hub_rules_match_their_own_detail_type_so_the_feeds_do_not_duplicate():
+    stack = load(**ALL_ON)
+    patterns = {rule: stack.resolve(stack.properties(rule))["EventPattern"]
+                for rule in ("SecurityHubFindingRule", "SecurityHubOcsfFindingRule")}
+    assert patterns == {"SecurityHubFindingRule": {"source": ["aws.securityhub"],
+                                                   "detail-type": ["Security Hub Findings - Imported"]},
+                        "SecurityHubOcsfFindingRule": {"source": ["aws.securityhub"],
+                                                       "detail-type": ["Findings Imported V2"]}}
+
+
+def test_the_incident_intake_is_subscribed_to_the_alarm_topic_and_alarms_may_invoke_it():
+    stack = load()
+    function = stack.get_att("IncidentIntakeFunction", "Arn")
+    subscription = stack.resolve(stack.properties("IncidentAlarmTopicSubscription"))
+    assert subscription == {"TopicArn": stack.ref("IncidentAlarmTopic"), "Protocol": "lambda", "Endpoint": function}
+    permission = stack.resolve(stack.properties("IncidentAlarmTopicPermission"))
+    assert permission["Principal"] == "sns.amazonaws.com" and permission["SourceArn"] == stack.ref("IncidentAlarmTopic")
+    action = stack.resolve(stack.properties("AlarmActionPermission"))
+    assert action["Principal"] == "lambda.alarms.cloudwatch.amazonaws.com"
+    assert action["SourceArn"].endswith(":alarm:*") and action["SourceAccount"] == stack.account_id
+    assert "ExistingAlarmTopicSubscription" not in stack.resources  # no topic named
+
+
+def test_an_existing_alarm_topic_is_subscribed_too_and_each_path_can_be_turned_off():
+    topic = "arn:aws:sns:us-east-1:123456789012:ops-alarms"
+    stack = load(ExistingAlarmTopicArn=topic)
+    assert stack.resolve(stack.properties("ExistingAlarmTopicSubscription"))["TopicArn"] == topic
+    assert stack.resolve(stack.properties("ExistingAlarmTopicPermission"))["SourceArn"] == topic
+    off = load(AlarmSnsSource="false", AlarmActionSource="false")
+    assert not {"IncidentAlarmTopic", "IncidentAlarmTopicSubscription", "IncidentAlarmTopicPermission",
+                "AlarmActionPermission"} & set(off.resources)
+
+
+@pytest.mark.stack
+def test_the_incident_webhook_rule_takes_forwarded_webhooks_on_the_decision_bus_only():
+    with mock_aws():
+        stack = load().create()
+        events = boto3.client("events")
+        bus = stack.ref("DecisionBus")
+        for name in ("pagerduty_webhook_v3_triggered", "grafana_alerting_webhook"):
+            event = json.loads((EVENTS / f"{name}.json").read_text())
+            entry = {"Source": event["source"], "DetailType": event["detail-type"], "Detail": json.dumps(event["detail"])}
+            events.put_events(Entries=[dict(entry, EventBusName=bus), dict(entry, EventBusName="default"),
+                                       dict(entry, EventBusName=bus, Source="someone.else")])
+        delivered = [(e["source"], e["detail-type"]) for e in stack.rule_events("IncidentWebhookRule", "IncidentIntake")]
+    assert sorted(delivered) == [("decision-router.webhooks", "Grafana Alerting Webhook"),
+                                 ("decision-router.webhooks", "PagerDuty Webhook")]
+    props = stack.resolve(stack.properties("IncidentWebhookRule"))
+    (target,) = props["Targets"]
+    assert target["DeadLetterConfig"]["Arn"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
 
 
 # ------------------------------------------------------------------------ write-back example

@@ -3,8 +3,11 @@ incidents are open, so a re-delivery is routed once, a new event of an open inci
 instead of paging again, and a resolution closes it.
 
 One row per key: status open|resolved, the delivery (EventBridge event id) that opened it,
-whether that opening was routed (and by which execution), every delivery seen while open, the
-update count and the resolution. A flap (ALARM, OK, ALARM) reopens the row as a new incident.
+whether that opening was routed (and by which execution) or held by a noise control (`held`:
+grouped, flapping, in a maintenance window), every delivery seen while open, the update count,
+the recent openings (`opens`, for flapping) and the resolution. A flap (ALARM, OK, ALARM) reopens
+the row as a new incident. A group of incidents (grouping) has a row of its own, keyed
+`group#<rule>#<digest>`: its leader (the routed incident), its members and those still open.
 """
 
 from __future__ import annotations
@@ -38,15 +41,18 @@ class OpenIncidents(AwsAdapter):
                                    ConsistentRead=True).get("Item")
         return row
 
-    def claim(self, key: str, delivery: str, *, incident_id: str, source: str) -> Claim:
-        """Open the incident of `key` with this delivery, or say why not."""
+    def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None) -> Claim:
+        """Open the incident of `key` with this delivery, or say why not. `opens`: the times it
+        opened recently, this one included (flapping is counted on them)."""
         for _ in range(MAX_RACES):
             try:
+                item = {"incident_key": {"S": key}, "status": {"S": "open"}, "opened_by": {"S": delivery},
+                        "deliveries": {"SS": [delivery]}, "routed": {"BOOL": False}, "updates": {"N": "0"},
+                        "incident_id": {"S": incident_id}, "source": {"S": source}, "opened_at": {"S": _now()}}
+                if opens:
+                    item["opens"] = {"L": [{"S": t} for t in opens]}
                 self.client.put_item(
-                    TableName=self.table_name,
-                    Item={"incident_key": {"S": key}, "status": {"S": "open"}, "opened_by": {"S": delivery},
-                          "deliveries": {"SS": [delivery]}, "routed": {"BOOL": False}, "updates": {"N": "0"},
-                          "incident_id": {"S": incident_id}, "source": {"S": source}, "opened_at": {"S": _now()}},
+                    TableName=self.table_name, Item=item,
                     # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
                     ConditionExpression="attribute_not_exists(incident_key) OR (#s = :resolved AND opened_by <> :d)",
                     ExpressionAttributeNames={"#s": "status"},
@@ -78,13 +84,21 @@ class OpenIncidents(AwsAdapter):
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
 
-    def routed(self, key: str, delivery: str, execution_name: str) -> None:
-        """The opening delivery was routed (by this execution)."""
+    def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None:
+        """The opening delivery was routed (by this execution), leading `group` when given."""
+        values = {":yes": {"BOOL": True}, ":name": {"S": execution_name}, ":d": {"S": delivery}}
+        if group:
+            values[":g"] = {"S": group}
         self.client.update_item(
             TableName=self.table_name, Key={"incident_key": {"S": key}},
-            UpdateExpression="SET routed = :yes, execution_name = :name",
-            ConditionExpression="opened_by = :d",
-            ExpressionAttributeValues={":yes": {"BOOL": True}, ":name": {"S": execution_name}, ":d": {"S": delivery}})
+            UpdateExpression="SET routed = :yes, execution_name = :name" + (", #g = :g" if group else ""),
+            ConditionExpression="opened_by = :d", ExpressionAttributeValues=values,
+            **({"ExpressionAttributeNames": {"#g": "group"}} if group else {}))
+
+    def add_member(self, key: str, member: str) -> None:
+        """List `member` on the incident it was grouped into."""
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
+                                UpdateExpression="ADD members :m", ExpressionAttributeValues={":m": {"SS": [member]}})
 
     def resolve(self, key: str, delivery: str, reason: str) -> dict[str, Any] | None:
         """Close the open incident of `key`; its row as it was (None when nothing was open)."""
@@ -100,3 +114,79 @@ class OpenIncidents(AwsAdapter):
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
         return response.get("Attributes")
+
+    def held(self, key: str, delivery: str, why: str, **fields: str) -> None:
+        """The opening delivery was held by a noise control (grouped, flapping, in a maintenance
+        window): nothing to route, so it counts as routed; `why` and `fields` say how."""
+        names = {f"#{k}": k for k in fields}
+        values = {f":{k}": {"S": v} for k, v in fields.items()}
+        sets = "".join(f", #{k} = :{k}" for k in fields)
+        extra = {"ExpressionAttributeNames": names} if names else {}
+        self.client.update_item(
+            TableName=self.table_name, Key={"incident_key": {"S": key}},
+            UpdateExpression=f"SET routed = :yes, held = :why{sets}", ConditionExpression="opened_by = :d",
+            ExpressionAttributeValues={":yes": {"BOOL": True}, ":why": {"S": why}, ":d": {"S": delivery}, **values},
+            **extra)
+
+    # ------------------------------------------------------------------ groups (grouping)
+    def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str) -> dict[str, Any]:
+        """Put `member` in the open group of `group_key`, or open the group with it (its leader)
+        when there is none, or the last one ended (resolved, or its window `until` passed `at`).
+        The group's row as it is now: `leader` says whether this member leads it."""
+        for _ in range(MAX_RACES):
+            try:
+                self.client.put_item(
+                    TableName=self.table_name,
+                    Item={"incident_key": {"S": group_key}, "status": {"S": "open"}, "leader": {"S": member},
+                          "leader_incident_id": {"S": incident_id}, "members": {"SS": [member]},
+                          "open_members": {"SS": [member]}, "opened_at": {"S": at}, "until": {"S": until}},
+                    ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
+                    ExpressionAttributeNames={"#s": "status", "#u": "until"},
+                    ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": at}})
+                return {"leader": member, "leader_incident_id": incident_id, "members": [member], "is_leader": True}
+            except self.client.exceptions.ConditionalCheckFailedException:
+                pass
+            try:
+                row = self.client.update_item(
+                    TableName=self.table_name, Key={"incident_key": {"S": group_key}},
+                    UpdateExpression="ADD members :m, open_members :m",
+                    ConditionExpression="#s = :open AND #u > :at",
+                    ExpressionAttributeNames={"#s": "status", "#u": "until"},
+                    ExpressionAttributeValues={":m": {"SS": [member]}, ":open": {"S": "open"}, ":at": {"S": at}},
+                    ReturnValues="ALL_NEW")["Attributes"]
+            except self.client.exceptions.ConditionalCheckFailedException:
+                continue  # it ended meanwhile: open a new one
+            # A retried leader (its routing failed) finds its own group: it still leads it.
+            return {"leader": row["leader"]["S"], "leader_incident_id": row["leader_incident_id"]["S"],
+                    "members": sorted(row["members"]["SS"]), "execution_name": row.get("execution_name", {}).get("S"),
+                    "is_leader": row["leader"]["S"] == member}
+        raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
+
+    def group_routed(self, group_key: str, execution_name: str) -> None:
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": group_key}},
+                                UpdateExpression="SET execution_name = :name",
+                                ExpressionAttributeValues={":name": {"S": execution_name}})
+
+    def leave_group(self, group_key: str, member: str, delivery: str) -> dict[str, Any] | None:
+        """Take `member` (resolved) off its group's open members; the group is resolved with its
+        last one. The group's row as it is now (None when the group is gone)."""
+        try:
+            row = self.client.update_item(
+                TableName=self.table_name, Key={"incident_key": {"S": group_key}},
+                UpdateExpression="DELETE open_members :m", ConditionExpression="attribute_exists(incident_key)",
+                ExpressionAttributeValues={":m": {"SS": [member]}}, ReturnValues="ALL_NEW")["Attributes"]
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return None
+        if not row.get("open_members", {}).get("SS") and row["status"]["S"] == "open":
+            try:
+                row = self.client.update_item(
+                    TableName=self.table_name, Key={"incident_key": {"S": group_key}},
+                    UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d",
+                    ConditionExpression="#s = :open AND attribute_not_exists(open_members)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
+                                               ":now": {"S": _now()}, ":d": {"S": delivery}},
+                    ReturnValues="ALL_NEW")["Attributes"]
+            except self.client.exceptions.ConditionalCheckFailedException:
+                return self.get(group_key)  # another member joined, or another resolution won
+        return row

@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
@@ -21,8 +21,10 @@ from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula
 
 from ..severity import SeverityTable
 from ..validation import describe_errors
+from .conditions import Condition
 from .heads import Head, HeadFile, load_head, question_digest
-from .items import ITEM_MODELS, Item, ItemKind, field_annotation, field_value, literal_values
+from .items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_values
+from .noise import NoiseControls
 
 #: The shipped policies (and their heads/), data beside the package.
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -122,25 +124,6 @@ class Question(_Strict):
         return any(option.target for option in self.options)
 
 
-class Condition(_Strict):
-    field: str
-    equals: str | int | float | bool | None = None
-    in_: list[str | int | float | bool] | None = Field(default=None, alias="in")
-
-    @model_validator(mode="after")
-    def _one_operator(self) -> "Condition":
-        if (self.equals is None) == (self.in_ is None):
-            raise ValueError("give exactly one of 'equals' or 'in'")
-        return self
-
-    @property
-    def values(self) -> list[Any]:
-        return [self.equals] if self.in_ is None else list(self.in_)
-
-    def holds(self, item: Item) -> bool:
-        return field_value(item, self.field) in self.values
-
-
 class Rule(_Strict):
     """Deterministic answers applied before the model when every condition holds."""
 
@@ -164,6 +147,9 @@ class Policy(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     source_severity: dict[Id, SeverityTable] = Field(
         default_factory=dict, description="Native incident source (aws.cloudwatch, pagerduty, ...) → its severity table.")
+    noise: NoiseControls = Field(
+        default_factory=NoiseControls, description="Grouping, flapping and maintenance windows of native-source "
+                                                   "incidents (an incident policy's only).")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":
@@ -203,6 +189,15 @@ class Policy(_Strict):
         routing = [q.id for q in self.questions if q.routes]
         if len(routing) != 1:
             problems.append(f"exactly one question must carry targets (the routing question); found {routing or 'none'}")
+        if not self.noise.empty and self.item_kind != "incident":
+            problems.append("noise: grouping, flapping and maintenance windows apply to incidents only")
+        problems += _duplicates("noise.grouping id", [g.id for g in self.noise.grouping])
+        problems += _duplicates("noise.maintenance id", [w.id for w in self.noise.maintenance])
+        for where, field in self.noise.fields():
+            try:
+                field_annotation(model, field)
+            except KeyError as error:
+                problems.append(f"{where}: {self.item_kind} has no field {error.args[0]}")
         problems += _duplicates("rule id", [r.id for r in self.rules])
         questions = {q.id: q for q in self.questions}
         for rule in self.rules:

@@ -10,6 +10,10 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
 - resolved: the source says the incident is over; its open-incident row is closed, and a review
   it still waits for is closed too (the workflow audits it as resolved_at_source);
 - ignored: nothing to route (INSUFFICIENT_DATA, an acknowledgement, a resolution of nothing open), with the reason;
+- grouped / flapping / suppressed: a new incident held by the policy's noise controls (it joins an
+  open incident of its group; its source keeps opening it; a maintenance window holds it): its row
+  records it, an audit row of that outcome says why, nobody is paged. A window whose action is
+  `review` routes the incident to review instead (outcome routed, with the window named);
 - dead_lettered: an event of a kind no adapter maps, or one missing what the mapping needs:
   parked in the incident DLQ at once with the precise reason (retrying cannot help).
 A failure to reach the store or start the workflow raises, so Lambda retries the event and then
@@ -18,8 +22,10 @@ hands it to the on-failure destination (the same DLQ) with the error: nothing is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from aws_lambda_powertools import Logger, Metrics
@@ -28,9 +34,11 @@ from pydantic import ValidationError
 
 from ..config import Settings
 from ..domain.items import Incident
+from ..domain.noise import aware, recent
 from ..severity import SeverityTable
-from ..sources import IncidentSource, read_event, unknown
+from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
+from ..sources.sns import notification
 from ..validation import describe_errors
 from .pipeline import Intake
 
@@ -38,6 +46,13 @@ OWN_DETAIL_TYPE = "Incident Reported"
 #: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
 #: an index: past this many, the review stays open and the resolution says so).
 MAX_REVIEWS_SCANNED = 100
+#: The metric counting each outcome of a noise control.
+HELD_METRICS = {"grouped": "IncidentsGrouped", "flapping": "IncidentsFlapping", "suppressed": "IncidentsSuppressed"}
+
+
+def _iso(at: datetime) -> str:
+    """One form for every time the store compares as text (UTC, milliseconds)."""
+    return aware(at).astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class IncidentOpened:
 
     key: str
     incident: Incident
+    delivery: str | None = None
 
 
 IncidentOutcome = IncidentOpened | Resolved | Ignored
@@ -67,7 +83,7 @@ def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
 
 def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
     try:
-        return IncidentOpened(opened.key, Incident.model_validate(opened.incident))
+        return IncidentOpened(opened.key, Incident.model_validate(opened.incident), opened.delivery)
     except ValidationError as error:
         raise InvalidSourceEvent(envelope.source, envelope.detail_type,
                                  [f"incident.{line}" for line in describe_errors(error)]) from None
@@ -81,6 +97,7 @@ class IncidentIntake:
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
         self._reviews: Any = None
         self._tasks: Any = None
+        self._audit: Any = None
 
     @property
     def settings(self) -> Settings:
@@ -105,6 +122,14 @@ class IncidentIntake:
         return self._dead_letters
 
     def handle(self, event: dict, context: Any = None) -> dict:
+        """One invocation: an EventBridge event, a Lambda alarm action, or an SNS event (each of
+        its records handled alone, their results under `records`)."""
+        deliveries = raw_events(event)
+        if len(deliveries) > 1:
+            return {"records": [self._handle_one(delivery, context) for delivery in deliveries]}
+        return self._handle_one(deliveries[0], context)
+
+    def _handle_one(self, event: Any, context: Any) -> dict:
         try:
             source, envelope = read_event(event)
         except SourceEventError as error:
@@ -116,7 +141,7 @@ class IncidentIntake:
             outcomes = native_outcomes(source, envelope, self.intake.router.policy.source_severity)
         except SourceEventError as error:
             return self.park(event, error)
-        results = [self._apply(outcome, envelope.id, context) for outcome in outcomes]
+        results = [self._apply(outcome, outcome.delivery or envelope.id, context) for outcome in outcomes]
         return {"event_id": envelope.id, "source": envelope.source, "detail_type": envelope.detail_type,
                 "outcomes": results}
 
@@ -130,7 +155,22 @@ class IncidentIntake:
                                     "(already resolved, or never opened here)")
             self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
             name = was.get("execution_name", {}).get("S")
-            result = {"outcome": "resolved", "key": outcome.key, "reason": outcome.reason, "execution_name": name,
+            reason = outcome.reason
+            group_key = was.get("group", {}).get("S")
+            if group_key:  # a grouped incident is over when every member is
+                group = self.store.leave_group(group_key, outcome.key, delivery) or {}
+                still = sorted(group.get("open_members", {}).get("SS", []))
+                name = None if still else group.get("execution_name", {}).get("S")
+                members = sorted(group.get("members", {}).get("SS", []))
+                if still:
+                    reason += f"; its group still has {len(still)} open member(s) and stays open"
+                elif len(members) > 1:  # the grouped incident's own audit says who was in it
+                    reason += f"; the last open member of its group: the group of {len(members)} is resolved"
+                    self._write_audit(group.get("leader_incident_id", {}).get("S", outcome.key), delivery,
+                                      "group_resolved", f"every member of {group_key} is resolved",
+                                      {"group": group_key, "members": members, "execution_name": name},
+                                      json.dumps({"group": group_key, "members": members}))
+            result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
                       "review_closed": bool(name) and self._close_review(name, outcome.reason)}
             self.logger.info("incident resolved", extra=result)
             return result
@@ -139,7 +179,20 @@ class IncidentIntake:
 
     def _open(self, opened: IncidentOpened, delivery: str, context: Any) -> dict:
         incident = opened.incident
-        claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source)
+        noise = self.intake.router.policy.noise
+        at = _iso(incident.reported_at)
+        opens = None
+        if noise.flapping is not None:  # the recent openings of this key, this one included
+            row = self.store.get(opened.key) or {}
+            earlier = [o["S"] for o in row.get("opens", {}).get("L", [])]
+            if row.get("status", {}).get("S") == "resolved":
+                opens = recent(earlier, incident.reported_at, noise.flapping.window_minutes) + [at]
+            elif row.get("opened_by", {}).get("S") == delivery and earlier:
+                opens = earlier  # this delivery opened it and is retried: its count stands
+            else:
+                opens = [at]
+        claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source,
+                                 opens=opens)
         base = {"key": opened.key, "incident_id": incident.incident_id}
         if claim == "duplicate":
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
@@ -150,9 +203,80 @@ class IncidentIntake:
             reason = "the incident is open: this event updates it and pages nobody again"
             self.logger.info("open incident updated", extra={**base, "delivery": delivery})
             return {**base, "outcome": "updated", "reason": reason}
-        summary = self.intake.route(incident, context)
-        self.store.routed(opened.key, delivery, summary["execution_name"])
-        return {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
+        held = self._held_by_noise(opened, delivery, opens)
+        if held is not None:
+            return {**base, **held}
+        window = noise.window(incident, incident.reported_at)
+        review = (f"maintenance window {window.id!r} ({window.description}): decided, and sent to review instead "
+                  "of paging" if window is not None else None)
+        group = noise.group(incident)
+        joined = None
+        if group is not None and window is None:
+            rule, group_key = group
+            joined = self.store.join_group(group_key, opened.key, at=at, incident_id=incident.incident_id,
+                                           until=_iso(incident.reported_at + timedelta(minutes=rule.window_minutes)))
+            if not joined["is_leader"]:
+                return {**base, **self._grouped(opened, delivery, rule.id, group_key, joined)}
+        summary = self.intake.route(incident, context, review_reason=review)
+        self.store.routed(opened.key, delivery, summary["execution_name"],
+                          group=group[1] if joined is not None and group is not None else None)
+        if joined is not None and group is not None:
+            self.store.group_routed(group[1], summary["execution_name"])
+        result = {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
+        if window is not None:
+            result["window"] = window.id
+        return result
+
+    def _held_by_noise(self, opened: IncidentOpened, delivery: str, opens: list[str] | None) -> dict | None:
+        """Flapping, or a maintenance window that suppresses: the incident is recorded (its row,
+        an audit row of its own outcome) and not routed. None when neither holds it."""
+        incident = opened.incident
+        noise = self.intake.router.policy.noise
+        if noise.flapping is not None and opens is not None and len(opens) > noise.flapping.max_opens:
+            reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
+                      f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
+            self.store.held(opened.key, delivery, reason, flapping="true")
+            return self._record_held(opened, delivery, "flapping", reason, {"opens": opens})
+        window = noise.window(incident, incident.reported_at)
+        if window is not None and window.action == "suppress":
+            reason = f"maintenance window {window.id!r} ({window.description}): recorded, not paged"
+            self.store.held(opened.key, delivery, reason, window=window.id)
+            return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id})
+        return None
+
+    def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: dict) -> dict:
+        reason = (f"grouped by {rule!r} into open incident {joined['leader_incident_id']} "
+                  f"({len(joined['members'])} member(s)): it pages nobody again")
+        self.store.held(opened.key, delivery, reason, group=group_key)
+        self.store.add_member(joined["leader"], opened.key)
+        return self._record_held(opened, delivery, "grouped", reason, {
+            "group": group_key, "leader": joined["leader"], "leader_incident_id": joined["leader_incident_id"],
+            "members": joined["members"], "leader_execution_name": joined.get("execution_name")})
+
+    def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict) -> dict:
+        """An incident a noise control held: counted, logged, and audited with its own outcome (one
+        row per delivery, named after it, so a retried event writes the same row)."""
+        self._write_audit(opened.incident.incident_id, delivery, outcome, reason, detail,
+                          opened.incident.model_dump_json())
+        self.metrics.add_metric(name=HELD_METRICS[outcome], unit=MetricUnit.Count, value=1)
+        result = {"outcome": outcome, "reason": reason, **detail}
+        self.logger.info("incident held by a noise control", extra={"key": opened.key, **result})
+        return result
+
+    def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
+        """An audit row the intake writes itself (nothing was routed: no workflow audits it)."""
+        from ..adapters.review import AuditTrail
+
+        if self._audit is None:
+            self._audit = AuditTrail(self.settings.require("audit_table").audit_table)
+        policy = self.intake.router.policy
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        self._audit.write({
+            "item_id": item_id, "item_kind": "incident",
+            "execution_name": f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
+            "outcome": outcome, "outcome_detail": json.dumps({"status": outcome, "reason": reason, **detail}),
+            "route": "held", "route_reason": reason, "policy_name": policy.name, "policy_version": policy.version,
+            "decisions": "[]", "item": item, "decided_at": now, "audited_at": now})
 
     def _close_review(self, execution_name: str, reason: str) -> bool:
         """Close the review the incident's execution still waits for; False when it waits for none."""
@@ -186,10 +310,13 @@ class IncidentIntake:
     def park(self, event: Any, error: SourceEventError) -> dict:
         """An event no retry can map: into the incident DLQ at once, the reason in its attributes
         (a failure to park raises, so Lambda retries and its on-failure destination keeps it)."""
-        event_id = event.get("id") if isinstance(event, dict) else None
+        sns = notification(event)
+        event_id = (sns.get("MessageId") if sns is not None
+                    else event.get("id") or event.get("alarmArn") if isinstance(event, dict) else None)
         self.dead_letters.send(json.dumps(event), {
             "failure_kind": error.failure_kind, "failure_reason": str(error), "event_id": str(event_id or ""),
-            "source": str(event.get("source", "")) if isinstance(event, dict) else ""})
+            "source": ("aws:sns" if sns is not None else str(event.get("source", "")) if isinstance(event, dict)
+                       else "")})
         self.metrics.add_metric(name="DeadLetteredEvents", unit=MetricUnit.Count, value=1)
         self.logger.warning("event parked in the incident DLQ", extra={"event_id": event_id, "reason": str(error)})
         return {"outcome": "dead_lettered", "event_id": event_id, "reason": str(error)}

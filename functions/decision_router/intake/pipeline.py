@@ -137,8 +137,9 @@ class Intake:
         self.logger.error("invalid item", extra={"item_kind": self.kind, "item_id": error.item_id,
                                                  "errors": error.errors})
 
-    def route(self, item: Item, context: Any = None) -> dict:
-        """Route one validated item; raises when the workflow cannot start."""
+    def route(self, item: Item, context: Any = None, *, review_reason: str | None = None) -> dict:
+        """Route one validated item; raises when the workflow cannot start. With `review_reason`
+        (a maintenance window's) it is decided as usual and sent to review, paging nobody."""
         if item.kind != self.kind:
             raise TypeError(f"this intake routes {self.kind}s, got a {item.kind}")
         deadline = None
@@ -146,6 +147,9 @@ class Intake:
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
         parts = self.parts  # built (and validated) before an idempotency record is taken
         record = self._judge_once(parts, item, deadline)
+        if review_reason is not None:
+            record = record.model_copy(update={"route": "review", "route_reason": review_reason,
+                                               "destination": None, "escalate": False})
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:

@@ -1,7 +1,7 @@
 """Every source of items, in one declared table: the ticket webhooks (Zendesk, Jira, a generic
-JSON webhook), the incident webhooks the webhook API verifies and forwards to the bus
-(PagerDuty V3, Grafana alerting: `incident_webhooks`) and the native incident sources on EventBridge (CloudWatch alarms, AWS Health,
-GuardDuty, Security Hub, PagerDuty). Pure code, no AWS.
+JSON webhook) and the native incident sources (CloudWatch alarms on EventBridge, through SNS and
+as a Lambda alarm action; AWS Health; GuardDuty; Security Hub's ASFF and OCSF feeds; PagerDuty on
+its partner bus and by webhook; Grafana alerting by webhook). Pure code, no AWS.
 
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
@@ -19,7 +19,23 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from . import cloudwatch, generic, guardduty, health, incident_webhooks, jira, pagerduty, securityhub, zendesk
+from . import (
+    cloudwatch,
+    cloudwatch_action,
+    cloudwatch_sns,
+    generic,
+    grafana,
+    guardduty,
+    health,
+    incident_webhooks,
+    jira,
+    pagerduty,
+    pagerduty_webhook,
+    securityhub,
+    securityhub_ocsf,
+    sns,
+    zendesk,
+)
 from .events import AnyEnvelope, Envelope, IncidentSource, SourceEvidence, UnknownEvent, read_envelope
 from .webhook import IncidentWebhook, TicketSource
 
@@ -33,8 +49,9 @@ INCIDENT_WEBHOOKS: dict[str, IncidentWebhook] = {w.name: w for w in (incident_we
 
 #: The native incident sources, by the EventBridge source and detail-type they map.
 INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (
-    cloudwatch.INCIDENT_SOURCE, health.INCIDENT_SOURCE, guardduty.INCIDENT_SOURCE,
-    securityhub.INCIDENT_SOURCE, pagerduty.INCIDENT_SOURCE,
+    cloudwatch.INCIDENT_SOURCE, cloudwatch_sns.INCIDENT_SOURCE, cloudwatch_action.INCIDENT_SOURCE,
+    health.INCIDENT_SOURCE, guardduty.INCIDENT_SOURCE, securityhub.INCIDENT_SOURCE, securityhub_ocsf.INCIDENT_SOURCE,
+    pagerduty.INCIDENT_SOURCE, pagerduty_webhook.INCIDENT_SOURCE, grafana.INCIDENT_SOURCE,
 )
 
 #: An incident's evidence: the common fields (an `Incident Reported` may carry them), or one
@@ -42,7 +59,8 @@ INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (
 #: accept its fields).
 Evidence = Union[
     SourceEvidence, cloudwatch.AlarmEvidence, health.HealthEvidence, guardduty.GuardDutyEvidence,
-    securityhub.SecurityHubEvidence, pagerduty.PagerDutyEvidence,
+    securityhub.SecurityHubEvidence, securityhub_ocsf.OcsfEvidence,
+    pagerduty.PagerDutyEvidence, grafana.GrafanaEvidence,
 ]
 
 
@@ -50,20 +68,35 @@ def known_kinds() -> list[str]:
     return [source.kind for source in INCIDENT_SOURCES]
 
 
+def raw_events(payload: Any) -> list[Any]:
+    """The deliveries one invocation carries: each record of a Lambda SNS event as a one-record
+    event of its own (each is a notification, parked or routed alone); any other payload as it is."""
+    records = payload.get("Records") if isinstance(payload, dict) else None
+    if isinstance(records, list) and records and all(sns.is_sns_record(r) for r in records):
+        return [{"Records": [record]} for record in records]
+    return [payload]
+
+
 def incident_source(event: Any) -> IncidentSource[Any] | None:
-    """The source that maps this raw event, looked up by its `source` and `detail-type`."""
+    """The source that maps this raw event: an EventBridge event by its `source` and
+    `detail-type`, another shape (an SNS notification, a Lambda alarm action) by the source that unwraps it."""
     if not isinstance(event, dict):
         return None
-    return next((s for s in INCIDENT_SOURCES if s.maps(event.get("source"), event.get("detail-type"))), None)
+    return next((s for s in INCIDENT_SOURCES if s.takes(event)), None)
 
 
 def read_event(event: Any) -> tuple[IncidentSource[Any] | None, Envelope[Any]]:
     """The event validated once: as its source's envelope when a source maps it, else as an
     envelope whose detail is not read yet (None for the source). SourceEventError names what is wrong."""
     source = incident_source(event)
-    if source is None:
-        return None, read_envelope(AnyEnvelope, event)
-    return source, source.read(event)
+    if source is not None:
+        return source, source.read(event)
+    notification = sns.notification(event)
+    if notification is not None:
+        raise UnknownEvent(f"SNS message {notification.get('MessageId')!r} on topic {notification.get('TopicArn')!r} "
+                           "is not a CloudWatch alarm notification (its Message is no JSON object with AlarmName, "
+                           "AlarmArn, NewStateValue and StateChangeTime); the incident intake maps no other SNS message")
+    return None, read_envelope(AnyEnvelope, event)
 
 
 def unknown(envelope: Envelope[Any], *also: str) -> UnknownEvent:

@@ -1,5 +1,6 @@
 """CloudWatch `Alarm State Change` (default bus, source aws.cloudwatch): metric, metric-math,
-anomaly-detection and composite alarms.
+anomaly-detection and composite alarms. The same alarms sent through SNS (`cloudwatch_sns`) or
+to a Lambda alarm action (`cloudwatch_action`) become the same `Alarm` and the same incident.
 
 ALARM opens an incident keyed by the alarm ARN; OK resolves it; INSUFFICIENT_DATA is ignored
 (the alarm cannot tell, which is no incident). CloudWatch sends no severity: the policy's table
@@ -9,8 +10,9 @@ maps the alarm's `severity` tag (sent in `alarmTags` when tag propagation is on)
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -90,56 +92,110 @@ class AlarmEvidence(SourceEvidence):
     dimensions: str | None = None
 
 
+@dataclass(frozen=True)
+class WatchedMetric:
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """One alarm state change as every path tells it (EventBridge, SNS, a Lambda alarm action):
+    the shapes differ, the incident does not."""
+
+    arn: str
+    name: str
+    state: str  # ALARM | OK | INSUFFICIENT_DATA
+    reason: str
+    changed_at: datetime
+    kind: AlarmKind
+    description: str | None = None
+    metrics: tuple[WatchedMetric, ...] = ()
+    expression: str | None = None
+    alarm_rule: str | None = None
+    triggering: tuple[str, ...] = ()  # a composite alarm's child alarms in ALARM, by name
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def delivery(self) -> str:
+        """The state change itself: the same on every path it is sent by, so an alarm notifying
+        EventBridge and SNS is one delivery (a late copy by the other path reopens nothing)."""
+        return f"{self.arn}#{self.state}@{self.changed_at.isoformat()}"
+
+
 def alarm_kind(config: Configuration) -> AlarmKind:
     if config.alarmRule:
         return "composite"
     expressions = [m.expression or "" for m in config.metrics]
-    if any(e.upper().startswith("ANOMALY_DETECTION_BAND") for e in expressions):
+    return kind_of(expressions, threshold_metric=None)
+
+
+def kind_of(expressions: list[str], threshold_metric: str | None) -> AlarmKind:
+    """A metric alarm's kind from its metric queries' expressions (and its ThresholdMetricId)."""
+    if threshold_metric or any(e.upper().startswith("ANOMALY_DETECTION_BAND") for e in expressions):
         return "anomaly-detection"
     return "metric-math" if any(expressions) else "metric"
+
+
+def from_detail(arn: str, detail: AlarmDetail) -> Alarm:
+    """The alarm of an EventBridge detail, or of a Lambda alarm action's alarmData (same shape)."""
+    config = detail.configuration
+    kind = alarm_kind(config)
+    return Alarm(
+        arn=arn, name=detail.alarmName, state=detail.state.value, reason=detail.state.reason,
+        changed_at=detail.state.timestamp, kind=kind, description=config.description,
+        metrics=tuple(WatchedMetric(m.metricStat.metric.namespace, m.metricStat.metric.name,
+                                    m.metricStat.metric.dimensions) for m in config.metrics if m.metricStat),
+        expression=next((m.expression for m in config.metrics if m.expression and m.returnData), None),
+        alarm_rule=config.alarmRule,
+        triggering=tuple(_triggering_alarms(detail.state.reasonData)) if kind == "composite" else (),
+        tags=tuple((t.key.casefold(), t.value) for t in detail.alarmTags))
+
+
+def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) -> list[SourceOutcome]:
+    """ALARM opens (keyed by the alarm ARN), OK resolves, INSUFFICIENT_DATA is ignored with the reason."""
+    key, delivery = alarm.arn, alarm.delivery
+    if alarm.state == "OK":
+        return [Resolved(key, SOURCE, f"alarm {alarm.name} is OK: {alarm.reason}", delivery)]
+    if alarm.state == "INSUFFICIENT_DATA":
+        return [Ignored(SOURCE, f"alarm {alarm.name} has INSUFFICIENT_DATA (no incident): {alarm.reason}", key,
+                        delivery)]
+    metric = alarm.metrics[0] if alarm.metrics else None
+    tags = dict(alarm.tags)
+    label = tags.get("severity")
+    service = tags.get("service") or _service(metric, alarm.name)
+    dimensions = ", ".join(f"{k}={v}" for m in alarm.metrics for k, v in m.dimensions.items()) or None
+    watched = (f"Metric {metric.namespace} {metric.name}" + (f" ({dimensions})" if dimensions else "")
+               if metric else None)
+    data = {
+        "incident_id": incident_id(key),
+        "title": f"CloudWatch alarm {alarm.name} is in ALARM",
+        "description": text(alarm.description, alarm.reason, watched,
+                            f"Expression {alarm.expression}" if alarm.expression else None,
+                            f"Alarm rule {alarm.alarm_rule}" if alarm.alarm_rule else None,
+                            f"Triggered by {', '.join(alarm.triggering)}" if alarm.triggering else None),
+        "service": service,
+        "severity": table.severity(label),
+        "source": SOURCE,
+        "reported_at": alarm.changed_at,
+        "evidence": build_evidence(
+            AlarmEvidence, envelope, source_ref=key, source_severity=label, alarm_name=alarm.name,
+            alarm_kind=alarm.kind, namespace=metric.namespace if metric else None,
+            metric_name=metric.name if metric else None, dimensions=dimensions),
+    }
+    return [Opened(key, data, delivery)]
 
 
 def adapt(envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceOutcome]:
     detail = envelope.detail
     # resources[0] is the alarm ARN; the name alone is unique per account and region only.
-    key = (envelope.resources[0] if envelope.resources
+    arn = (envelope.resources[0] if envelope.resources
            else f"arn:aws:cloudwatch:{envelope.region}:{envelope.account}:alarm:{detail.alarmName}")
-    state = detail.state
-    if state.value == "OK":
-        return [Resolved(key, SOURCE, f"alarm {detail.alarmName} is OK: {state.reason}")]
-    if state.value == "INSUFFICIENT_DATA":
-        return [Ignored(SOURCE, f"alarm {detail.alarmName} has INSUFFICIENT_DATA (no incident): {state.reason}", key)]
-    config = detail.configuration
-    metrics = [m.metricStat.metric for m in config.metrics if m.metricStat]
-    metric = metrics[0] if metrics else None
-    tags = {t.key.casefold(): t.value for t in detail.alarmTags}
-    label = tags.get("severity")
-    kind = alarm_kind(config)
-    service = tags.get("service") or _service(metric, detail.alarmName)
-    dimensions = ", ".join(f"{k}={v}" for m in metrics for k, v in m.dimensions.items()) or None
-    watched = (f"Metric {metric.namespace} {metric.name}" + (f" ({dimensions})" if dimensions else "")
-               if metric else None)
-    expression = next((f"Expression {m.expression}" for m in config.metrics if m.expression and m.returnData), None)
-    triggering = _triggering_alarms(state.reasonData) if kind == "composite" else []
-    data = {
-        "incident_id": incident_id(key),
-        "title": f"CloudWatch alarm {detail.alarmName} is in ALARM",
-        "description": text(config.description, state.reason, watched, expression,
-                            f"Alarm rule {config.alarmRule}" if config.alarmRule else None,
-                            f"Triggered by {', '.join(triggering)}" if triggering else None),
-        "service": service,
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": state.timestamp,
-        "evidence": build_evidence(
-            AlarmEvidence, envelope, source_ref=key, source_severity=label, alarm_name=detail.alarmName,
-            alarm_kind=kind, namespace=metric.namespace if metric else None,
-            metric_name=metric.name if metric else None, dimensions=dimensions),
-    }
-    return [Opened(key, data)]
+    return alarm_outcomes(from_detail(arn, detail), envelope, table)
 
 
-def _service(metric: Metric | None, alarm_name: str) -> str:
+def _service(metric: WatchedMetric | None, alarm_name: str) -> str:
     """A service name when the alarm carries no `service` tag: the metric's namespace (AWS/EC2),
     else the alarm's name (composite alarms watch no metric)."""
     return metric.namespace if metric else alarm_name[:200]

@@ -48,6 +48,9 @@ class InvalidSourceEvent(SourceEventError):
 class Opened:
     key: str
     incident: dict[str, Any]
+    #: The delivery this outcome counts as, when not the envelope's id: a change the source
+    #: sends by several paths (an alarm on EventBridge and SNS) is one delivery on all of them.
+    delivery: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Resolved:
     key: str
     source: str
     reason: str
+    delivery: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Ignored:
     source: str
     reason: str
     key: str | None = None
+    delivery: str | None = None
 
 
 SourceOutcome = Opened | Resolved | Ignored
@@ -177,6 +182,10 @@ class IncidentSource(Generic[Detail]):
     detail: type[Detail]
     adapt: Callable[[Envelope[Detail], SeverityTable], list[SourceOutcome]]
     partner: bool = False
+    #: A source whose raw payload is no EventBridge event (an SNS record, a Lambda alarm action):
+    #: the envelope it stands for, None when the payload is not this source's (SourceEventError
+    #: when it is, but cannot be read). The envelope's detail-type is then this source's own.
+    unwrap: Callable[[Any], dict[str, Any] | None] | None = None
 
     @property
     def kind(self) -> str:
@@ -187,5 +196,17 @@ class IncidentSource(Generic[Detail]):
             return False
         return source.startswith(self.event_source) if self.partner else source == self.event_source
 
+    def takes(self, event: Any) -> bool:
+        """This source maps the raw payload (an EventBridge event, or a shape it unwraps)."""
+        if self.unwrap is not None and not _is_event(event):
+            return self.unwrap(event) is not None
+        return isinstance(event, dict) and self.maps(event.get("source"), event.get("detail-type"))
+
     def read(self, event: Any) -> Envelope[Detail]:
+        if self.unwrap is not None and not _is_event(event):
+            event = self.unwrap(event)
         return read_envelope(Envelope[self.detail], event)  # type: ignore[name-defined]
+
+
+def _is_event(payload: Any) -> bool:
+    return isinstance(payload, dict) and "detail-type" in payload

@@ -1,5 +1,7 @@
-"""Security Hub Findings - Imported (default bus, source aws.securityhub): one ASFF finding per
-event (a list, each handled). An active finding opens an incident keyed by the finding `Id`; a
+"""Security Hub Findings - Imported (default bus, source aws.securityhub): the ASFF feed, which
+Security Hub CSPM still sends (the OCSF feed of the new Security Hub is `securityhub_ocsf`); one
+finding per event (a list, each handled). An active finding opens an incident keyed by the
+finding `Id` (`finding_key`: the key both feeds share); a
 new import of the same finding updates it; one that is archived, resolved, suppressed or whose
 compliance check now passes resolves it. The policy's table maps `Severity.Label`.
 """
@@ -91,8 +93,18 @@ def adapt(envelope: Envelope[FindingsDetail], table: SeverityTable) -> list[Sour
     return [_one(finding, envelope, table) for finding in envelope.detail.findings]
 
 
+def finding_key(uid: str) -> str:
+    """The open-incident key of a finding, shared by every feed that carries it: ASFF's `Id` and
+    OCSF's `finding_info.uid` are the same finding ARN when both Security Hub feeds are on, so
+    both imports are one incident. A GuardDuty finding is keyed by its id (the end of its ARN), as
+    GuardDuty's own events key it, so the finding is one incident whichever way it comes."""
+    if uid.startswith("arn:") and ":guardduty:" in uid and "/finding/" in uid:
+        return uid.rsplit("/finding/", 1)[1]
+    return uid
+
+
 def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTable) -> SourceOutcome:
-    key = finding.Id
+    key = finding_key(finding.Id)
     compliance = finding.Compliance.Status if finding.Compliance else None
     if finding.RecordState == "ARCHIVED" or finding.Workflow.Status in CLOSED_WORKFLOW or compliance == "PASSED":
         why = (f"record state {finding.RecordState}, workflow {finding.Workflow.Status}"
@@ -112,7 +124,7 @@ def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTa
         "source": SOURCE,
         "reported_at": finding.UpdatedAt,
         "evidence": build_evidence(
-            SecurityHubEvidence, envelope, source_ref=key, source_severity=severity,
+            SecurityHubEvidence, envelope, source_ref=finding.Id, source_severity=severity,
             finding_type=finding.Types[0] if finding.Types else None,
             resource_type=resource.Type if resource else None, resource_id=resource.Id if resource else None,
             record_state=finding.RecordState, workflow_status=finding.Workflow.Status, compliance_status=compliance),

@@ -1,0 +1,202 @@
+"""Noise controls, as policy data (a policy's `noise`): which native-source incidents join an open
+one instead of paging (grouping), which are held because their source keeps opening and resolving
+them (flapping), and which are recorded without a page during a maintenance window. Pure code: the
+intake (decision_router.intake.incidents) applies them with the open-incident store.
+
+Times are the incident's own (`reported_at`, the time its source says it happened), so an alert
+raised during a window is the window's even when it is delivered late, and a replayed burst groups
+as it happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from .conditions import Condition
+from .items import Item, field_value
+
+Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
+#: Cron fields: (name, lowest, highest, names allowed in place of numbers).
+_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
+                ("month", 1, 12, {m: i for i, m in enumerate(
+                    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1)}),
+                ("day of week", 0, 7, {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def cron_fields(expression: str) -> tuple[frozenset[int], ...]:
+    """The allowed values of each field of a 5-field cron expression (minute hour day-of-month
+    month day-of-week; `*`, lists, ranges, steps, JAN-DEC, SUN-SAT). ValueError names the bad field."""
+    parts = expression.split()
+    if len(parts) != 5:
+        raise ValueError(f"cron {expression!r}: 5 fields expected (minute hour day-of-month month day-of-week), "
+                         f"got {len(parts)}")
+    fields = []
+    for text, (name, low, high, names) in zip(parts, _CRON_FIELDS):
+        allowed: set[int] = set()
+        for piece in text.split(","):
+            span, _, step_text = piece.partition("/")
+            try:
+                step = int(step_text) if step_text else 1
+                ends = [low, high] if span == "*" else [names[e.upper()] if e.upper() in names else int(e)
+                                                        for e in span.split("-")]
+            except ValueError:
+                raise ValueError(f"cron {expression!r}: {name} {piece!r} is not a number, range or step") from None
+            first, last = ends[0], (high if step_text and len(ends) == 1 else ends[-1])
+            if len(ends) > 2 or step < 1 or not low <= first <= last <= high:
+                raise ValueError(f"cron {expression!r}: {name} {piece!r} is out of {low}-{high}")
+            allowed.update(range(first, last + 1, step))
+        if name == "day of week" and 7 in allowed:
+            allowed = (allowed - {7}) | {0}  # 7 is Sunday too
+        fields.append(frozenset(allowed))
+    return tuple(fields)
+
+
+def cron_matches(fields: tuple[frozenset[int], ...], at: datetime) -> bool:
+    minute, hour, day, month, weekday = fields
+    dow = (at.weekday() + 1) % 7  # cron: Sunday is 0
+    day_ok = at.day in day if len(weekday) == 7 else (dow in weekday if len(day) == 31 else
+                                                       at.day in day or dow in weekday)
+    return at.minute in minute and at.hour in hour and at.month in month and day_ok
+
+
+class MaintenanceWindow(_Strict):
+    """A scheduled window: from each time `cron` names for `duration_minutes`, or once from `start`
+    to `end`, in `time_zone`. Incidents matching every `when` condition that happen inside it are
+    recorded and not paged (`action: suppress`), or decided and sent to review (`action: review`).
+    A sev1 is never held unless `include_sev1`."""
+
+    id: Id
+    description: Text
+    cron: str | None = Field(None, description="5-field cron of each window's start, in time_zone")
+    duration_minutes: Minutes | None = None
+    start: datetime | None = Field(None, description="a one-off window's start (no offset: in time_zone)")
+    end: datetime | None = None
+    time_zone: str = "UTC"
+    when: list[Condition] = Field(default_factory=list, description="the incidents it holds (every condition)")
+    action: Literal["suppress", "review"] = "suppress"
+    include_sev1: bool = False
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Dublin)") from None
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            cron_fields(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> "MaintenanceWindow":
+        if (self.cron is None) == (self.start is None):
+            raise ValueError("give either cron (with duration_minutes) or start and end")
+        if self.cron is not None and self.duration_minutes is None:
+            raise ValueError("a cron window needs duration_minutes")
+        if self.start is not None and (self.end is None or self._local(self.end) <= self._local(self.start)):
+            raise ValueError("a start/end window needs an end after its start")
+        return self
+
+    def _local(self, at: datetime) -> datetime:
+        zone = ZoneInfo(self.time_zone)
+        return at.replace(tzinfo=zone) if at.tzinfo is None else at.astimezone(zone)
+
+    def active(self, at: datetime) -> bool:
+        """Whether `at` (an aware time) falls inside the window."""
+        local = self._local(at)
+        if self.start is not None and self.end is not None:
+            return self._local(self.start) <= local < self._local(self.end)
+        assert self.cron is not None and self.duration_minutes is not None
+        fields = cron_fields(self.cron)
+        minute = local.replace(second=0, microsecond=0)
+        # A window started at most duration_minutes ago (wall-clock minutes of the time zone).
+        return any(cron_matches(fields, (minute - timedelta(minutes=back)).astimezone(ZoneInfo(self.time_zone)))
+                   for back in range(self.duration_minutes))
+
+    def holds(self, item: Item) -> bool:
+        if getattr(item, "severity", None) == "sev1" and not self.include_sev1:
+            return False
+        return all(condition.holds(item) for condition in self.when)
+
+
+class Grouping(_Strict):
+    """Incidents whose `match` fields are equal, opened within `window_minutes` of the first, are
+    one incident: the first is routed (one page), the others join it as members; it is resolved
+    when every member is."""
+
+    id: Id
+    description: Text
+    match: list[str] = Field(min_length=1, description="the item fields that must be equal (service, evidence.alertname)")
+    window_minutes: Minutes
+    sources: list[str] = Field(default_factory=list, description="only incidents of these sources (empty: any)")
+
+    def group_key(self, item: Item) -> str | None:
+        """The key of the group the incident belongs to; None when it has no value for a field."""
+        if self.sources and getattr(item, "source", None) not in self.sources:
+            return None
+        values = [field_value(item, field) for field in self.match]
+        if any(v is None or v == "" for v in values):
+            return None
+        digest = hashlib.sha256(json.dumps(values, default=str).encode()).hexdigest()[:24]
+        return f"group#{self.id}#{digest}"
+
+
+class Flapping(_Strict):
+    """An incident of one source key that opens more than `max_opens` times within
+    `window_minutes` is flapping: the openings past that are held on it, not paged again."""
+
+    max_opens: int = Field(ge=1, le=100)
+    window_minutes: Minutes
+
+
+class NoiseControls(_Strict):
+    grouping: list[Grouping] = Field(default_factory=list, description="first match wins")
+    flapping: Flapping | None = None
+    maintenance: list[MaintenanceWindow] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.grouping or self.flapping or self.maintenance)
+
+    def fields(self) -> list[tuple[str, str]]:
+        """(where, field) of every field the controls name, for the policy's validation."""
+        named = [(f"noise.grouping {g.id!r} match", f) for g in self.grouping for f in g.match]
+        named += [(f"noise.maintenance {w.id!r} when", c.field) for w in self.maintenance for c in w.when]
+        return named
+
+    def window(self, item: Item, at: datetime) -> MaintenanceWindow | None:
+        return next((w for w in self.maintenance if w.holds(item) and w.active(at)), None)
+
+    def group(self, item: Item) -> tuple[Grouping, str] | None:
+        for rule in self.grouping:
+            key = rule.group_key(item)
+            if key is not None:
+                return rule, key
+        return None
+
+
+def aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
+def recent(times: list[str], at: datetime, minutes: int) -> list[str]:
+    """The ISO times of `times` within `minutes` before `at` (flapping's window)."""
+    since = aware(at) - timedelta(minutes=minutes)
+    return [t for t in times if aware(datetime.fromisoformat(t)) > since]

@@ -1,0 +1,144 @@
+"""Grafana alerting webhooks, as the webhook API forwards them once verified: on the decision
+bus, source `decision-router.webhooks`, detail-type `Grafana Alerting Webhook`, the detail
+Grafana's whole POST (`receiver, status, alerts[], groupKey, commonLabels, ...`). One POST
+carries every alert of a notification group, firing and resolved together.
+
+By default (`correlate_by: alert` in the policy's `grafana` table) each alert is an incident of
+its own, keyed by its `fingerprint` (stable for the alert's label set): a firing alert opens or
+updates it, a resolved one resolves it. With `correlate_by: group`, the group is one incident,
+keyed by `groupKey`: firing while any alert fires, resolved when the POST says the whole group
+is (`status: resolved`). The table maps the alerts' `severity` label.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from ..severity import SeverityTable
+from .events import (
+    Envelope,
+    IncidentSource,
+    Opened,
+    Resolved,
+    SourceEvidence,
+    SourceModel,
+    SourceOutcome,
+    build_evidence,
+    incident_id,
+    text,
+)
+
+SOURCE = "grafana"
+EVENT_SOURCE = "decision-router.webhooks"
+DETAIL_TYPE = "Grafana Alerting Webhook"
+#: Labels that name the failing service, in the order tried (else the alert's name).
+SERVICE_LABELS = ("service", "service_name", "app", "job", "namespace")
+
+
+class Alert(SourceModel):
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    startsAt: datetime
+    endsAt: datetime | None = None
+    fingerprint: str = Field(min_length=1)
+    generatorURL: str | None = None
+    values: dict[str, float] | None = None
+
+
+class Notification(SourceModel):
+    receiver: str = ""
+    status: Literal["firing", "resolved"]
+    alerts: list[Alert] = Field(min_length=1)
+    groupKey: str = Field(min_length=1)
+    commonLabels: dict[str, str] = {}
+    externalURL: str | None = None
+    title: str | None = None
+
+
+class GrafanaEvidence(SourceEvidence):
+    """What a Grafana alert says beside the incident (`evidence.alertname`, `evidence.labels`, ...)."""
+
+    alertname: str | None = None
+    labels: str | None = Field(None, description="The alert's labels, `name=value, ...` (the group's common ones "
+                                                 "for a group incident)")
+    group_key: str | None = None
+    receiver: str | None = None
+    alerts: int = Field(1, description="How many alerts the incident stands for (a group incident: all of the POST's)")
+
+
+def key_of(fingerprint: str) -> str:
+    return f"grafana:{fingerprint}"
+
+
+def _labels(labels: dict[str, str]) -> str | None:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+
+
+def _service(labels: dict[str, str]) -> str:
+    return next((labels[n] for n in SERVICE_LABELS if labels.get(n)), labels.get("alertname") or "grafana")[:200]
+
+
+def adapt(envelope: Envelope[Notification], table: SeverityTable) -> list[SourceOutcome]:
+    if table.correlate_by == "group":
+        return [_group(envelope, table)]
+    return [_alert(alert, envelope, table) for alert in envelope.detail.alerts]
+
+
+def _alert(alert: Alert, envelope: Envelope[Notification], table: SeverityTable) -> SourceOutcome:
+    key = key_of(alert.fingerprint)
+    name = alert.labels.get("alertname") or "Grafana alert"
+    if alert.status == "resolved":
+        return Resolved(key, SOURCE, f"Grafana alert {name} ({alert.fingerprint}) is resolved")
+    label = alert.labels.get("severity")
+    values = ", ".join(f"{k}={v:g}" for k, v in (alert.values or {}).items())
+    data = {
+        "incident_id": incident_id(key),
+        "title": (alert.annotations.get("summary") or f"Grafana alert {name} is firing")[:300],
+        "description": text(alert.annotations.get("description"), alert.annotations.get("summary"),
+                            f"Alert {name}: {_labels(alert.labels)}", f"Values {values}" if values else None,
+                            f"Runbook {alert.annotations['runbook_url']}" if alert.annotations.get("runbook_url") else None),
+        "service": _service(alert.labels),
+        "severity": table.severity(label),
+        "source": SOURCE,
+        "reported_at": alert.startsAt,
+        "evidence": build_evidence(
+            GrafanaEvidence, envelope, source_ref=key, source_url=alert.generatorURL or None, source_severity=label,
+            alertname=name, labels=_labels(alert.labels), group_key=envelope.detail.groupKey[:1000],
+            receiver=envelope.detail.receiver or None),
+    }
+    return Opened(key, data)
+
+
+def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutcome:
+    group = envelope.detail
+    key = f"grafana-group:{group.groupKey}"
+    common = group.commonLabels
+    firing = [a for a in group.alerts if a.status == "firing"]
+    name = common.get("alertname") or group.title or "Grafana alert group"
+    if group.status == "resolved" or not firing:
+        return Resolved(key, SOURCE, f"every alert of Grafana group {group.groupKey} is resolved")
+    # The group's common severity, else the worst of its firing alerts'.
+    label = common.get("severity") or min((a.labels.get("severity") for a in firing),
+                                          key=lambda name: table.severity(name))
+    data = {
+        "incident_id": incident_id(key),
+        "title": (group.title or f"Grafana: {len(firing)} alert(s) of {name} firing").strip()[:300],
+        "description": text(*(f"{a.labels.get('alertname', 'alert')}: {a.annotations.get('summary') or _labels(a.labels)}"
+                              for a in firing[:20])),
+        "service": _service(common) if common else _service(firing[0].labels),
+        "severity": table.severity(label),
+        "source": SOURCE,
+        "reported_at": min(a.startsAt for a in firing),
+        "evidence": build_evidence(
+            GrafanaEvidence, envelope, source_ref=key[:200], source_url=group.externalURL or None,
+            source_severity=label, alertname=common.get("alertname"), labels=_labels(common),
+            group_key=group.groupKey[:1000], receiver=group.receiver or None, alerts=len(group.alerts)),
+    }
+    return Opened(key, data)
+
+
+INCIDENT_SOURCE = IncidentSource(SOURCE, EVENT_SOURCE, DETAIL_TYPE, Notification, adapt)
