@@ -287,8 +287,8 @@ def test_the_webhook_api_is_throttled_and_its_function_capped_by_parameters():
 
 def test_deliveries_are_remembered_longer_than_any_window(stack):
     from decision_router.adapters.deliveries import RECORD_SECONDS
-    from decision_router.sources.incident_webhooks import EVENT_WINDOW_SECONDS
     from decision_router.sources.jira import RETRY_WINDOW_SECONDS
+    from decision_router.sources.pagerduty_webhook import EVENT_WINDOW_SECONDS
 
     table = stack.properties("WebhookDeliveriesTable")
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}

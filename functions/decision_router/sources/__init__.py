@@ -27,7 +27,6 @@ from . import (
     grafana,
     guardduty,
     health,
-    incident_webhooks,
     jira,
     pagerduty,
     pagerduty_webhook,
@@ -44,8 +43,7 @@ TICKET_SOURCES: dict[str, TicketSource] = {s.name: s for s in (zendesk.TICKET_SO
                                                                 generic.TICKET_SOURCE)}
 
 #: The incident webhooks on the same route: verified, then forwarded to the bus (not tickets).
-INCIDENT_WEBHOOKS: dict[str, IncidentWebhook] = {w.name: w for w in (incident_webhooks.PAGERDUTY_WEBHOOK,
-                                                                     incident_webhooks.GRAFANA_WEBHOOK)}
+INCIDENT_WEBHOOKS: dict[str, IncidentWebhook] = {w.name: w for w in (pagerduty_webhook.WEBHOOK, grafana.WEBHOOK)}
 
 #: The native incident sources, by the EventBridge source and detail-type they map.
 INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import generic, incident_webhooks, jira, zendesk
+from . import generic, grafana, jira, pagerduty, zendesk
 
 #: system → the only webhook source whose tickets may name it (as `reference.system` or as the
 #: `<system>-` prefix of `ticket_id`).
 SYSTEM_OWNERS: dict[str, str] = {
     zendesk.NAME: zendesk.NAME, jira.NAME: jira.NAME,
-    incident_webhooks.PAGERDUTY: incident_webhooks.PAGERDUTY, incident_webhooks.GRAFANA: incident_webhooks.GRAFANA,
+    pagerduty.SOURCE: pagerduty.SOURCE, grafana.SOURCE: grafana.SOURCE,
 }
 
 #: The write-back policy: system → the webhook sources whose routed tickets may be written back

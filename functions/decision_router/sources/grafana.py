@@ -8,12 +8,19 @@ its own, keyed by its `fingerprint` (stable for the alert's label set): a firing
 updates it, a resolved one resolves it. With `correlate_by: group`, the group is one incident,
 keyed by `groupKey`: firing while any alert fires, resolved when the POST says the whole group
 is (`status: resolved`). The table maps the alerts' `severity` label.
+
+The webhook API's half (`WEBHOOK`, Grafana 12.0+ with HMAC signing configured on the webhook
+contact point): `X-Grafana-Alerting-Signature`, lowercase-hex HMAC-SHA256 of the body, or of
+"<unix seconds>:<body>" when Grafana is set to send the time in TIMESTAMP (then that time is
+checked like any other). Without the time header, deliveries are told apart by their signature
+alone (a replay inside the delivery record's lifetime is acknowledged and not forwarded). An
+unsigned Grafana request is refused like any other: configure the HMAC secret.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import Field
 
@@ -30,10 +37,14 @@ from .events import (
     incident_id,
     text,
 )
+from .webhook import FORWARDED_SOURCE, IncidentWebhook, Unauthorized, check_time, header, hmac_sha256, same, unix_time
 
 SOURCE = "grafana"
-EVENT_SOURCE = "decision-router.webhooks"
 DETAIL_TYPE = "Grafana Alerting Webhook"
+GRAFANA_SIGNATURE = "X-Grafana-Alerting-Signature"
+GRAFANA_TIMESTAMP = "X-Grafana-Alerting-Signature-Timestamp"
+
+
 #: Labels that name the failing service, in the order tried (else the alert's name).
 SERVICE_LABELS = ("service", "service_name", "app", "job", "namespace")
 
@@ -141,4 +152,37 @@ def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutc
     return Opened(key, data)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, EVENT_SOURCE, DETAIL_TYPE, Notification, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, Notification, adapt)
+
+
+# ------------------------------------------------------------------ the webhook API's half
+def verify_grafana(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
+                   max_skew: int) -> bytes:
+    signature = header(headers, GRAFANA_SIGNATURE)
+    lowered = {k.lower(): v for k, v in headers.items()}
+    stamp = str(lowered.get(GRAFANA_TIMESTAMP.lower(), "")).strip()
+    signed = stamp.encode() + b":" + body if stamp else body
+    if not same(hmac_sha256(key, signed).hexdigest(), signature):
+        raise Unauthorized(f"{GRAFANA_SIGNATURE} does not match the body")
+    if stamp:
+        if not stamp.isdigit():
+            raise Unauthorized(f"{GRAFANA_TIMESTAMP} is not unix seconds")
+        check_time(unix_time(stamp, GRAFANA_TIMESTAMP), now, max_skew)
+    return signed
+
+
+def sign_grafana(body: bytes, key: bytes, at: float) -> dict[str, str]:
+    """As Grafana signs with a timestamp header configured (the demo's and tests' senders)."""
+    stamp = str(int(at))
+    return {GRAFANA_SIGNATURE: hmac_sha256(key, stamp.encode() + b":" + body).hexdigest(), GRAFANA_TIMESTAMP: stamp}
+
+
+def grafana_skipped(payload: Any) -> str | None:
+    """A notification without alerts is nothing to route."""
+    alerts = payload.get("alerts") if isinstance(payload, Mapping) else None
+    if not isinstance(alerts, list) or not alerts:
+        return "Grafana notification without alerts: nothing to forward"
+    return None
+
+
+WEBHOOK = IncidentWebhook(SOURCE, verify_grafana, sign_grafana, DETAIL_TYPE, grafana_skipped)

@@ -9,12 +9,19 @@ incident.triggered and incident.reopened open an incident keyed by the PagerDuty
 incident whichever way it comes); incident.resolved resolves it; the other incident.* events
 (acknowledged, escalated, priority_updated, ...) are counted on the open incident and ignored
 with their reason. The policy's `pagerduty` table maps the priority (P1-P5), else the urgency.
+
+The webhook API's half: `X-PagerDuty-Signature: v1=<hex>[,v1=<hex>...]`, lowercase-hex
+HMAC-SHA256 of the raw body; several entries while a secret is rotated, any one matching is
+enough. PagerDuty signs no time, so the time checked is the event's own `occurred_at` (PagerDuty
+retries for about 20 minutes: it may be up to EVENT_WINDOW_SECONDS old), and each delivery is
+recorded by its `X-Webhook-Id` (repeated on retries) and its signature. `pagey.ping` and every
+event whose `resource_type` is not `incident` are acknowledged and not forwarded (`WEBHOOK`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from ..severity import SeverityTable
 from .events import (
@@ -31,9 +38,15 @@ from .events import (
     text,
 )
 from .pagerduty import SOURCE, PagerDutyEvidence, Priority, Service
+from .webhook import FORWARDED_SOURCE, IncidentWebhook, Unauthorized, check_time, header, hex_signatures, hmac_sha256, parse_time, same
 
-EVENT_SOURCE = "decision-router.webhooks"
 DETAIL_TYPE = "PagerDuty Webhook"
+#: How old a PagerDuty event's `occurred_at` may be: PagerDuty retries for about 20 minutes.
+EVENT_WINDOW_SECONDS = 3600
+
+PAGERDUTY_SIGNATURE = "X-PagerDuty-Signature"
+PAGERDUTY_DELIVERY = "X-Webhook-Id"
+
 OPENING = {"incident.triggered", "incident.reopened"}
 RESOLVING = {"incident.resolved"}
 
@@ -108,4 +121,44 @@ def adapt(envelope: Envelope[WebhookBody], table: SeverityTable) -> list[SourceO
     return [Opened(key, data)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, EVENT_SOURCE, DETAIL_TYPE, WebhookBody, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, WebhookBody, adapt)
+
+
+# ------------------------------------------------------------------ the webhook API's half
+def _event(payload: Any) -> Mapping[str, Any]:
+    event = payload.get("event") if isinstance(payload, Mapping) else None
+    return event if isinstance(event, Mapping) else {}
+
+
+def verify_pagerduty(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
+                     max_skew: int) -> bytes:
+    given = hex_signatures(header(headers, PAGERDUTY_SIGNATURE), "v1=")
+    expected = hmac_sha256(key, body).hexdigest()
+    # Every entry is compared (no early exit): the time taken says nothing about which one matched.
+    matches = [same(expected, signature) for signature in given]
+    if not any(matches):
+        raise Unauthorized(f"no v1= entry of {PAGERDUTY_SIGNATURE} matches the body")
+    occurred = _event(payload).get("occurred_at")
+    if not isinstance(occurred, str):
+        raise Unauthorized("the signed PagerDuty body carries no event.occurred_at: replay cannot be ruled out")
+    check_time(parse_time(occurred, "event.occurred_at"), now, max_skew, max_age=max(max_skew, EVENT_WINDOW_SECONDS))
+    return body
+
+
+def sign_pagerduty(body: bytes, key: bytes, at: float) -> dict[str, str]:
+    return {PAGERDUTY_SIGNATURE: "v1=" + hmac_sha256(key, body).hexdigest()}
+
+
+def pagerduty_skipped(payload: Any) -> str | None:
+    """PagerDuty's ping and its non-incident events are acknowledged, not forwarded."""
+    event = _event(payload)
+    kind, resource = str(event.get("event_type", "")), str(event.get("resource_type", ""))
+    if kind == "pagey.ping":
+        return "PagerDuty ping (pagey.ping): acknowledged"
+    if resource != "incident":
+        return f"PagerDuty {kind or '(no event_type)'} on {resource or '(no resource_type)'}: only incident events are forwarded"
+    return None
+
+
+WEBHOOK = IncidentWebhook(SOURCE, verify_pagerduty, sign_pagerduty, DETAIL_TYPE, pagerduty_skipped,
+                          delivery_header=PAGERDUTY_DELIVERY)
