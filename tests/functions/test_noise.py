@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from decision_router.domain.items import parse_item
-from decision_router.domain.noise import MaintenanceWindow, cron_fields, cron_matches, recent
+from decision_router.domain.noise import MaintenanceWindow, recent
 from decision_router.domain.policies import PolicyError, load_policy
 
 POLICY = load_policy("incident")
@@ -35,8 +35,8 @@ def window(**fields) -> dict:
     ({"grouping": [{"id": "g", "description": "d", "match": ["servce"], "window_minutes": 5}]},
      "noise.grouping 'g' match: incident has no field 'servce'"),
     ({"maintenance": [window(cron="0 2 * * SUN")]}, "a cron window needs duration_minutes"),
-    ({"maintenance": [window(cron="0 25 * * *", duration_minutes=60)]}, "hour '25' is out of 0-23"),
-    ({"maintenance": [window(cron="0 2 * *", duration_minutes=60)]}, "5 fields expected"),
+    ({"maintenance": [window(cron="0 25 * * *", duration_minutes=60)]}, "cron '0 25 \\* \\* \\*': Bad hour"),
+    ({"maintenance": [window(cron="0 2 * *", duration_minutes=60)]}, "Wrong number of fields .5 fields: minute hour day-of-month month day-of-week."),
     ({"maintenance": [window(start="2026-12-01T02:00", end="2026-12-01T01:00")]}, "an end after its start"),
     ({"maintenance": [window(cron="0 2 * * *", duration_minutes=60, start="2026-12-01T02:00")]},
      "either cron .* or start and end"),
@@ -65,14 +65,19 @@ def test_noise_controls_are_refused_on_a_ticket_policy(tmp_path):
         load_policy(path)
 
 
-def test_cron_fields_steps_ranges_names_and_sunday_as_0_or_7():
-    minute, hour, day, month, weekday = cron_fields("*/15 9-17 * JAN,MAR MON-FRI")
-    assert minute == {0, 15, 30, 45} and hour == set(range(9, 18)) and month == {1, 3} and weekday == {1, 2, 3, 4, 5}
-    assert cron_fields("0 0 * * 7")[4] == cron_fields("0 0 * * SUN")[4] == {0}
+def test_a_cron_window_reads_steps_ranges_names_sunday_as_0_or_7_and_day_or_weekday():
+    def active(cron: str, at: datetime) -> bool:
+        return MaintenanceWindow.model_validate(window(cron=cron, duration_minutes=1)).active(at.replace(tzinfo=timezone.utc))
+
+    assert active("*/15 9-17 * JAN,MAR MON-FRI", datetime(2026, 1, 7, 9, 45))  # a Wednesday
+    assert not active("*/15 9-17 * JAN,MAR MON-FRI", datetime(2026, 1, 7, 9, 50))
+    assert not active("*/15 9-17 * JAN,MAR MON-FRI", datetime(2026, 2, 4, 9, 45))  # February
+    assert not active("*/15 9-17 * JAN,MAR MON-FRI", datetime(2026, 1, 10, 9, 45))  # a Saturday
     sunday_2am = datetime(2026, 11, 29, 2, 0)
-    assert cron_matches(cron_fields("0 2 * * SUN"), sunday_2am)
-    assert not cron_matches(cron_fields("0 2 * * MON"), sunday_2am)
-    assert cron_matches(cron_fields("0 2 1 * MON"), datetime(2026, 11, 30, 2, 0))  # day or weekday, as cron does
+    assert active("0 2 * * SUN", sunday_2am) and active("0 2 * * 0", sunday_2am) and active("0 2 * * 7", sunday_2am)
+    assert not active("0 2 * * MON", sunday_2am)
+    assert active("0 2 1 * MON", datetime(2026, 11, 30, 2, 0))  # day or weekday, as cron does
+    assert active("0 2 1 * MON", datetime(2026, 12, 1, 2, 0))  # a Tuesday, the 1st
 
 
 def test_a_cron_window_is_active_for_its_duration_in_its_time_zone_across_daylight_saving():

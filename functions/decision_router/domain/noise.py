@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from .conditions import Condition
@@ -24,51 +25,18 @@ from .items import Item, field_value
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
-#: Cron fields: (name, lowest, highest, names allowed in place of numbers).
-_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
-                ("month", 1, 12, {m: i for i, m in enumerate(
-                    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1)}),
-                ("day of week", 0, 7, {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}))
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def cron_fields(expression: str) -> tuple[frozenset[int], ...]:
-    """The allowed values of each field of a 5-field cron expression (minute hour day-of-month
-    month day-of-week; `*`, lists, ranges, steps, JAN-DEC, SUN-SAT). ValueError names the bad field."""
-    parts = expression.split()
-    if len(parts) != 5:
-        raise ValueError(f"cron {expression!r}: 5 fields expected (minute hour day-of-month month day-of-week), "
-                         f"got {len(parts)}")
-    fields = []
-    for text, (name, low, high, names) in zip(parts, _CRON_FIELDS):
-        allowed: set[int] = set()
-        for piece in text.split(","):
-            span, _, step_text = piece.partition("/")
-            try:
-                step = int(step_text) if step_text else 1
-                ends = [low, high] if span == "*" else [names[e.upper()] if e.upper() in names else int(e)
-                                                        for e in span.split("-")]
-            except ValueError:
-                raise ValueError(f"cron {expression!r}: {name} {piece!r} is not a number, range or step") from None
-            first, last = ends[0], (high if step_text and len(ends) == 1 else ends[-1])
-            if len(ends) > 2 or step < 1 or not low <= first <= last <= high:
-                raise ValueError(f"cron {expression!r}: {name} {piece!r} is out of {low}-{high}")
-            allowed.update(range(first, last + 1, step))
-        if name == "day of week" and 7 in allowed:
-            allowed = (allowed - {7}) | {0}  # 7 is Sunday too
-        fields.append(frozenset(allowed))
-    return tuple(fields)
-
-
-def cron_matches(fields: tuple[frozenset[int], ...], at: datetime) -> bool:
-    minute, hour, day, month, weekday = fields
-    dow = (at.weekday() + 1) % 7  # cron: Sunday is 0
-    day_ok = at.day in day if len(weekday) == 7 else (dow in weekday if len(day) == 31 else
-                                                       at.day in day or dow in weekday)
-    return at.minute in minute and at.hour in hour and at.month in month and day_ok
+def cron_problem(expression: str) -> str | None:
+    """Why `expression` is not a 5-field cron expression cronsim reads (minute hour day-of-month
+    month day-of-week), or None."""
+    try:
+        CronSim(expression, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    except CronSimError as error:
+        return f"cron {expression!r}: {error} (5 fields: minute hour day-of-month month day-of-week)"
+    return None
 
 
 class MaintenanceWindow(_Strict):
@@ -100,8 +68,9 @@ class MaintenanceWindow(_Strict):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        if value is not None:
-            cron_fields(value)
+        problem = cron_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -124,11 +93,11 @@ class MaintenanceWindow(_Strict):
         if self.start is not None and self.end is not None:
             return self._local(self.start) <= local < self._local(self.end)
         assert self.cron is not None and self.duration_minutes is not None
-        fields = cron_fields(self.cron)
+        # The latest start at or before this minute (cronsim steps back from just after it), in
+        # the window's time zone, daylight saving included; active for duration_minutes from it.
         minute = local.replace(second=0, microsecond=0)
-        # A window started at most duration_minutes ago (wall-clock minutes of the time zone).
-        return any(cron_matches(fields, (minute - timedelta(minutes=back)).astimezone(ZoneInfo(self.time_zone)))
-                   for back in range(self.duration_minutes))
+        start = next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True), None)
+        return start is not None and local < start + timedelta(minutes=self.duration_minutes)
 
     def holds(self, item: Item) -> bool:
         if getattr(item, "severity", None) == "sev1" and not self.include_sev1:
