@@ -598,11 +598,12 @@ _INTRINSICS: dict[str, Callable[[Stack, Any], Any]] = {
 
 # ------------------------------------------------------------------------------------- statelint
 def statelint_problems(stack: Stack | None = None) -> dict[str, list[str]]:
-    """statelint problems per state machine, after DefinitionSubstitutions (placeholders suffice)."""
+    """statelint problems per state machine, after DefinitionSubstitutions (placeholders suffice).
+    By default every state machine the template can create (the relearning one needs its image)."""
     from statelint.config import Config
     from statelint.linter import Linter
 
-    stack = stack or Stack.load()
+    stack = stack or Stack.load(parameters={"RelearningImageUri": "lint/relearning:latest"})
     return {
         logical_id: list(Linter.validate(stack.state_machine_definition(logical_id), Config()))
         for logical_id in stack.of_type(*_STATE_MACHINE_TYPES)

@@ -59,7 +59,7 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
     review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
     resolved, updated or ignored (`reason` says why); `via` says how it came in; each decision says which readout gave the answer
-    (rule, letters, head) and whether it stood without a person (`auto`)."""
+    (rule, letters, head), whether it stood without a person (`auto`) and the head that decided (`head_version`)."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome
@@ -84,7 +84,7 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         target = record.destination.target if record.destination else outcome.reviewed_target
     decisions = {} if record is None else {
         d.question: {"answer": d.option_id, "confidence": d.confidence, "readout": d.readout or d.source,
-                     "auto": record.route == "auto" and d.passed}
+                     "auto": record.route == "auto" and d.passed, "head_version": d.head_version}
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
             "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,

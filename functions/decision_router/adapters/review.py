@@ -179,3 +179,11 @@ class LabelledExamples(AwsAdapter):
         for page in self.client.get_paginator("scan").paginate(TableName=self.table_name):
             for row in page["Items"]:
                 yield _strings(row)
+
+    def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:
+        """Every labelled example of one policy (the table's partition for it)."""
+        paginator = self.client.get_paginator("query")
+        for page in paginator.paginate(TableName=self.table_name, KeyConditionExpression="policy_name = :p",
+                                       ExpressionAttributeValues={":p": {"S": policy_name}}):
+            for row in page["Items"]:
+                yield _strings(row)
