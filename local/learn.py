@@ -19,8 +19,9 @@ line per question: `{"question", "promoted", "reason", "current": {...}, "candid
 The figures before (FIRST) and after (THEN) are printed, with the judged heads' figures on the
 same newest labels.
 
-The shipped labelled sets train every candidate, as in the stack; their model signals are read
-from `make fit`'s cache (reports/fit/cache) when it has them, so only new items ask the model.
+In the stack the shipped labelled sets train every candidate with the reviews. Here they do when
+`make fit`'s signal cache (reports/fit/cache) holds their model signals, so only new items ask the
+model (--shipped yes: always, scoring them first; no: the reviews alone).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--then", type=Path, default=SAMPLES / "then.jsonl", help="items routed after relearning")
     p.add_argument("--report", type=Path, help="THEN's report lines, then one verdict line per question")
     p.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
+    p.add_argument("--shipped", choices=["auto", "yes", "no"], default="auto",
+                   help="train candidates on the shipped labelled sets too, as the stack does (auto: when make fit's "
+                        "signal cache has them; without it the embedded model scores ~1,100 items first)")
     p.add_argument("--log-dir", type=Path, default=LOG_DIR)
     return p
 
@@ -136,7 +140,12 @@ def _run(args: argparse.Namespace, answers: dict[str, dict[str, str]], progress:
         log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
         pipeline = cleanup.enter_context(LocalPipeline(log=log, parameters={
             **LOCAL_PARAMETERS, "HeadRefreshSeconds": "0", "RelearningMinNewLabels": "1"}))
-        relearning = LocalRelearning(pipeline.stack, log=log)
+        shipped = args.shipped == "yes" or (args.shipped == "auto" and any(FIT_CACHE.glob("*.npz")))
+        # RELEARNING_SHIPPED_SETS unset: the shipped sets (relearning.app.shipped_sets); empty: none.
+        relearning = LocalRelearning(pipeline.stack, log=log, env=None if shipped else {"RELEARNING_SHIPPED_SETS": ""})
+        if not shipped:
+            progress("candidates train on the reviews alone (no make fit signal cache; --shipped yes to score the "
+                     "shipped sets first)")
         cleanup.callback(relearning.close)
         container.wait_ready(on_wait=lambda s: progress(f"... loading the model ({s:.0f}s)"))
         progress("stack ready (relearning on, heads re-read before every item)")
@@ -182,7 +191,7 @@ def _seed_signals(pipeline: LocalPipeline) -> None:
 
     bucket = pipeline.tickets.env["HEAD_STORE_BUCKET"]
     s3 = boto3.client("s3")
-    for cache in sorted(FIT_CACHE.glob("*.npz")) if FIT_CACHE.is_dir() else []:
+    for cache in sorted(FIT_CACHE.glob("*.npz")):
         for policy in ("support-ticket", "incident"):
             s3.put_object(Bucket=bucket, Key=f"signals/{policy}/{cache.name}", Body=cache.read_bytes())
 
