@@ -34,7 +34,8 @@ class Clock:
 
 
 @pytest.fixture
-def store():
+def store(monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "ticket-intake")  # as in the routing function
     with mock_aws():
         stack = Stack.load().create(only=["HeadBucket", "HeadHistoryTable"])
         assert boto3.client("s3").get_bucket_versioning(Bucket=stack.ref("HeadBucket"))["Status"] == "Enabled"

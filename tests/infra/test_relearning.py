@@ -168,11 +168,16 @@ def test_too_few_labels_are_refused_with_the_reason(stack):
     assert not verdict["promoted"] and verdict["reason"].startswith("too few labels: 15 to fit on")
 
 
-def test_no_run_without_enough_new_labels(stack):
+def test_no_run_without_enough_new_labels_and_the_count_is_a_metric(stack, capsys):
     stack, store, env, relearning = stack
     rows = shipped_rows(5)
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
+    capsys.readouterr()
     run = relearning.run(POLICY)
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    accrued = [m for m in emitted if "LabelsSinceRelearning" in m]
+    assert accrued and accrued[0]["LabelsSinceRelearning"] in (5, [5]) and accrued[0]["policy"] == POLICY
+    assert accrued[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["policy", "question"]]
     assert run.status == "SUCCEEDED" and run.output["count"]["relearn"] is False
     assert "fit" not in run.output
     assert run.verdicts()[0]["reason"].startswith("relearning did not run: 5 new labels, at least 10")

@@ -32,8 +32,10 @@ class PointerSource(Protocol):
 
 
 def question_metric(name: str, policy: str, question: str, value: float = 1.0) -> None:
-    """One metric with the policy and question as its dimensions (EMF on stdout)."""
+    """One metric with exactly the policy and question as its dimensions (EMF on stdout): the
+    alarms and the dashboard name those two, whichever function emits it."""
     with single_metric(name=name, unit=MetricUnit.Count, value=value) as metric:
+        metric.service = ""  # no `service` dimension from POWERTOOLS_SERVICE_NAME
         metric.add_dimension(name="policy", value=policy)
         metric.add_dimension(name="question", value=question)
 
