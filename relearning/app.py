@@ -50,14 +50,14 @@ def job() -> Relearning:
     return _job
 
 
-def run_step(step: str, given: dict[str, Any]) -> dict[str, Any]:
-    """One step of the workflow for the policy `given` names."""
+def run_step(step: str, given: dict[str, Any], seconds_left: float | None = None) -> dict[str, Any]:
+    """One step of the workflow for the policy `given` names (`seconds_left`: the invocation's)."""
     relearning = job()
     policy = given["policy"]
     if step == "count":
         return relearning.count(policy, given.get("trigger", "labels"))
     if step == "collect":
-        return relearning.collect(policy)
+        return relearning.collect(policy, seconds_left)
     if step == "fit":
         return relearning.fit(policy, given["run"], given["collect"]["model"])
     if step == "promote":
@@ -72,7 +72,8 @@ def lambda_handler(event: dict, context: Any) -> dict:
         message = json.loads(record["body"])
         token = message["task_token"]
         try:
-            output = run_step(message["step"], message["input"])
+            left = context.get_remaining_time_in_millis() / 1000 if hasattr(context, "get_remaining_time_in_millis") else None
+            output = run_step(message["step"], message["input"], left)
         except Exception as error:
             logger.exception("relearning step failed", extra={"step": message.get("step")})
             states.send_task_failure(taskToken=token, error="RelearningStepFailed",

@@ -21,6 +21,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -40,9 +41,13 @@ from decision_router.review.completion import labelled_example
 from evaluation.cases import Case, case_from_row, load_file
 from evaluation.runners import RunFailure, Scored
 from training import gate
-from training.features import Example, extract
+from training.features import Example, FeatureCache, decision_key, extract
 from training.fitting import SHIPPED, TEST_SPLIT, fit_head
 
+#: Items asked of the endpoint between two saves of their signals.
+CHUNK = 50
+#: Time kept back from the function's deadline when collecting: a chunk, its save and the answer.
+COLLECT_MARGIN_SECONDS = 180.0
 #: The history table's row of a policy's runs (when the last one started).
 RUNS = "_runs"
 RUN = "relearning_run"
@@ -104,6 +109,15 @@ class EndpointSignals:
         pass
 
 
+class _NoEndpoint:
+    """A runner that asks nothing (the signals not kept yet are left for the next call)."""
+
+    description = "none"
+
+    def decide(self, decisions: list[Decision]) -> Scored:
+        raise RunFailure("not asked in this call (time is up): the next collect asks")
+
+
 class Relearning:
     """The steps of one policy's relearning run."""
 
@@ -158,8 +172,11 @@ class Relearning:
         sources.append(f"labelled examples table ({len(labelled)} reviews)")
         return cases, times, sources
 
-    def _examples(self, policy: Policy, model: ModelInfo | None) -> tuple[list[Example], dict[str, str], list[str],
-                                                                       ModelInfo, list[str]]:
+    def _examples(self, policy: Policy, model: ModelInfo | None, deadline: float | None = None
+                  ) -> tuple[list[Example], dict[str, str], list[str], ModelInfo, list[str], bool]:
+        """Every labelled example with its signals, asking the endpoint for those the kept signals
+        lack, CHUNK items at a time, each chunk kept in the bucket at once. Past `deadline`
+        (time.monotonic()) no further chunk starts: the last value says whether every item was asked."""
         cases, times, sources = self._cases(policy)
         if not cases:
             raise ValueError(f"policy {policy.name!r}: no labelled examples at all")
@@ -170,22 +187,36 @@ class Relearning:
         key = f"signals/{policy.name}/{model.sha256}.npz"
         shutil.rmtree(cache_dir, ignore_errors=True)
         cache_dir.mkdir(parents=True, exist_ok=True)
-        before = self.store.download(key, cache_file)
-        examples, failures = extract(runner, model, cases, cache_dir)
-        if cache_file.is_file() and cache_file.read_bytes() != before:
-            self.store.upload(key, cache_file)
-        return examples, times, sources, model, [str(f) for f in failures]
+        kept = self.store.download(key, cache_file)
+        cache = FeatureCache(cache_file)
+        pending = [c for c in cases if any(cache.get(decision_key(model.sha256, d.decision)) is None for d in c.decisions)]
+        complete = True
+        for start in range(0, len(pending), CHUNK):
+            if deadline is not None and start > 0 and time.monotonic() > deadline:  # one chunk at least
+                complete = False
+                break
+            extract(runner, model, pending[start:start + CHUNK], cache_dir)
+            if cache_file.is_file() and cache_file.read_bytes() != kept:
+                self.store.upload(key, cache_file)
+                kept = cache_file.read_bytes()
+        examples, failures = extract(_NoEndpoint(), model, cases, cache_dir) if not complete else \
+            extract(runner, model, cases, cache_dir)
+        return examples, times, sources, model, [str(f) for f in failures], complete
 
-    def collect(self, policy_name: str) -> dict[str, Any]:
+    def collect(self, policy_name: str, seconds_left: float | None = None) -> dict[str, Any]:
+        """The model's signals for every labelled example; within `seconds_left` (the function's
+        remaining time, less a margin) or `complete: false` (the workflow calls it again: what was
+        asked is kept)."""
         policy = load_policy(policy_name)
-        examples, times, _, model, failures = self._examples(policy, None)
+        deadline = None if seconds_left is None else time.monotonic() + seconds_left - COLLECT_MARGIN_SECONDS
+        examples, times, _, model, failures, complete = self._examples(policy, None, deadline)
         return {"policy": policy.name, "model": model.model_dump(mode="json"), "examples": len(examples),
-                "reviewed": len(times), "not_scored": failures[:20]}
+                "reviewed": len(times), "complete": complete, "not_scored": failures[:20]}
 
     # ------------------------------------------------------------------------------ fit
     def fit(self, policy_name: str, run: str, model: dict[str, Any]) -> dict[str, Any]:
         policy = load_policy(policy_name)
-        examples, times, sources, info, _ = self._examples(policy, ModelInfo.model_validate(model))
+        examples, times, sources, info, _, _ = self._examples(policy, ModelInfo.model_validate(model))
         self.store.audit(policy.name, RUNS, RUN, by=f"relearning:{run}", reason="fit and judge")
         verdicts = []
         for question in policy.questions:
