@@ -213,6 +213,9 @@ def _print_figures(out: TextIO, before: dict, after: dict, verdicts: list[dict[s
             line += (f"\n      accuracy {c['accuracy']:.3f} -> {n['accuracy']:.3f}, log loss {c['log_loss']:.3f} -> "
                      f"{n['log_loss']:.3f}, auto {c['auto_routed_share']:.0%} -> {n['auto_routed_share']:.0%} "
                      f"(wrong {c['auto_routed_error']:.1%} -> {n['auto_routed_error']:.1%})")
+        elif c:
+            line += (f"\n      head in service on the {c['decisions']} newest labels: accuracy {c['accuracy']:.3f}, "
+                     f"log loss {c['log_loss']:.3f}, auto {c['auto_routed_share']:.0%}")
         print(line, file=out)
 
 

@@ -80,11 +80,12 @@ def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInf
 def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_out: Sequence[Example],
           n_train: int, model: ModelInfo) -> Verdict:
     """Whether the candidate may replace the head in service, and why (not)."""
+    current = score(question, current_head, held_out, model) if held_out else {}
     if n_train < MIN_TRAIN:
-        return Verdict(False, f"too few labels: {n_train} to fit on, at least {MIN_TRAIN}", {}, {})
+        return Verdict(False, f"too few labels: {n_train} to fit on, at least {MIN_TRAIN}", current, {})
     if len(held_out) < MIN_HELD_OUT:
-        return Verdict(False, f"too few new labels to judge on: {len(held_out)} newest, at least {MIN_HELD_OUT}", {}, {})
-    current = score(question, current_head, held_out, model)
+        return Verdict(False, f"too few new labels to judge on: {len(held_out)} newest, at least {MIN_HELD_OUT}",
+                       current, {})
     candidate = score(question, candidate_head, held_out, model)
     if fit is not None and not fit.beats_chance:
         return Verdict(False, "the candidate does not beat always-the-commonest-answer on its own held-out folds "

@@ -68,7 +68,9 @@ def test_the_same_head_is_not_worse_than_itself():
 
 def test_too_few_labels_or_no_signal_are_refused_before_any_comparison():
     held = examples()
-    assert gate.judge(PRIORITY, None, None, None, held, 12, MODEL).reason == "too few labels: 12 to fit on, at least 40"
+    too_few = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, held, 12, MODEL)
+    assert too_few.reason == "too few labels: 12 to fit on, at least 40" and not too_few.candidate
+    assert too_few.current["head_version"] == PRIORITY.learned_head.version  # the head in service, still measured
     few = gate.judge(PRIORITY, None, None, None, held[:5], 400, MODEL)
     assert not few.promote and few.reason.startswith("too few new labels to judge on: 5 newest")
     noise = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, SimpleNamespace(beats_chance=False, chance_rate=0.3),
