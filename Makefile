@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive soak clean
+.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
@@ -22,6 +22,8 @@ help:
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
+	@echo "make learn  the relearning loop locally: route FIRST, answer its reviews from ANSWERS, relearn, route THEN (REPORT=out.jsonl)"
+	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
 
 venv: $(STAMP)
@@ -133,6 +135,19 @@ SEED ?= 7
 soak: $(STAMP)
 	$(PY) -m local.soak --n $(N) --faults $(FAULTS) --seed $(SEED) $(if $(STUB_SHARE),--stub-share $(STUB_SHARE)) \
 		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)")
+
+# The relearning loop on the local stack: route FIRST, answer the reviews it left from ANSWERS
+# through the review function, run the relearning workflow (promote or refuse, with reasons),
+# route THEN with the heads now in service. Defaults: the shipped sample files in events/learn/.
+learn: $(STAMP)
+	$(PY) -m local.learn $(if $(FIRST),--first "$(FIRST)") $(if $(ANSWERS),--answers "$(ANSWERS)") \
+		$(if $(THEN),--then "$(THEN)") $(if $(REPORT),--report "$(REPORT)") $(if $(MODEL),--model "$(MODEL)")
+
+# Put back the head a promotion replaced, in the deployed stack (audited; no deploy). The head
+# store's names come from the environment (HEAD_STORE_BUCKET, ...) or ROLLBACK_ARGS="--bucket ...".
+rollback: $(STAMP)
+	@test -n "$(POLICY)" -a -n "$(QUESTION)" || { echo "make rollback POLICY=... QUESTION=... REASON=..."; exit 2; }
+	$(PY) -m ops.heads rollback --policy "$(POLICY)" --question "$(QUESTION)" --reason "$(REASON)" $(ROLLBACK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak

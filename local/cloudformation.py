@@ -7,8 +7,8 @@ the environment a function would get in AWS, instead of repeating names in Pytho
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
 moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
-machines (DefinitionUri + DefinitionSubstitutions resolved) and Secrets Manager secrets
-(GenerateSecretString's key generated). Everything else (functions, IAM,
+machines (DefinitionUri + DefinitionSubstitutions resolved), Secrets Manager secrets
+(GenerateSecretString's key generated) and S3 buckets (versioning as declared). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
     stack = Stack.load(parameters={"ExistingEndpointName": "local-decision"})
@@ -31,7 +31,7 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -57,7 +57,10 @@ _REF_IS_NAME = (
     "AWS::Cognito::UserPool",  # the pool id
     "AWS::Cognito::UserPoolClient",  # the client id
     "AWS::Serverless::HttpApi",  # the API id
+    "AWS::S3::Bucket",
 )
+#: Function resources the local run can start: SAM's, and plain container-image functions.
+FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 
 
 class TemplateError(ValueError):
@@ -189,9 +192,12 @@ class Stack:
 
     def function_environment(self, logical_id: str) -> dict[str, str]:
         """The environment variables the function gets in AWS: Globals merged with its own."""
-        if logical_id not in self.of_type("AWS::Serverless::Function"):
-            raise TemplateError(f"{logical_id} is not an AWS::Serverless::Function in the template")
-        global_env = self.template.get("Globals", {}).get("Function", {}).get("Environment", {})
+        if logical_id not in self.of_type(*FUNCTION_TYPES):
+            raise TemplateError(f"{logical_id} is not a function (AWS::Serverless::Function or AWS::Lambda::Function) "
+                                "in the template")
+        serverless = self.template["Resources"][logical_id]["Type"] == "AWS::Serverless::Function"
+        # SAM's Globals apply to SAM functions only.
+        global_env = self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) if serverless else {}
         own_env = self.properties(logical_id).get("Environment", {})
         variables = {**global_env.get("Variables", {}), **own_env.get("Variables", {})}
         return {name: str(self.resolve(value)) for name, value in variables.items()}
@@ -295,6 +301,8 @@ class Stack:
             "AWS::Serverless::StateMachine": "Name",
             "AWS::StepFunctions::StateMachine": "StateMachineName",
             "AWS::Serverless::Function": "FunctionName",
+            "AWS::Lambda::Function": "FunctionName",
+            "AWS::S3::Bucket": "BucketName",
         }.get(spec["Type"])
         explicit = spec.get("Properties", {}).get(name_property) if name_property else None
         return str(self.resolve(explicit)) if explicit else f"{self.stack_name}-{logical_id}"
@@ -322,6 +330,11 @@ class Stack:
             arn = f"arn:aws:sns:{region}:{account}:{name}"
             self.refs[logical_id] = arn
             self.attributes.update({(logical_id, "TopicArn"): arn, (logical_id, "TopicName"): name})
+        elif kind == "AWS::S3::Bucket":
+            bucket = name.lower()  # S3 names are lower case
+            self.refs[logical_id] = bucket
+            self.attributes.update({(logical_id, "Arn"): f"arn:aws:s3:::{bucket}", (logical_id, "DomainName"):
+                                    f"{bucket}.s3.amazonaws.com"})
         elif kind in _STATE_MACHINE_TYPES:
             arn = f"arn:aws:states:{region}:{account}:stateMachine:{name}"
             self.refs[logical_id] = arn
@@ -345,13 +358,24 @@ class Stack:
         )
 
     # ------------------------------------------------------------------------------ creating
-    def create(self, client: Callable[[str], Any] | None = None) -> Stack:
+    def create(self, client: Callable[[str], Any] | None = None, only: Iterable[str] | None = None) -> Stack:
         """Create queues, buses, tables, state machines and rules; returns self.
 
         `client(service_name)` makes boto3 clients; by default `boto3.client(name, region_name=…)`,
-        which honours AWS_ENDPOINT_URL (moto server) and mock_aws().
+        which honours AWS_ENDPOINT_URL (moto server) and mock_aws(). `only`: create just these
+        resources (logical ids; a unit test's table or bucket), the rest stay placeholders.
         """
         client = client or self._default_client
+        if only is not None:
+            wanted = set(only)
+            for logical_id in wanted:
+                kind = self.template["Resources"][logical_id]["Type"]
+                creator = {"AWS::S3::Bucket": ("s3", self._create_bucket), "AWS::DynamoDB::Table": (
+                    "dynamodb", self._create_table), "AWS::SQS::Queue": ("sqs", self._create_queue)}.get(kind)
+                if creator is None:
+                    raise TemplateError(f"create(only=...): {logical_id} ({kind}) is created with the whole stack only")
+                creator[1](client(creator[0]), logical_id)
+            return self
         sqs, events, dynamodb, sfn = (client(name) for name in ("sqs", "events", "dynamodb", "stepfunctions"))
         for logical_id in self.of_type("AWS::Events::EventBus"):
             self._create_bus(events, logical_id)
@@ -359,6 +383,8 @@ class Stack:
             self._create_queue(sqs, logical_id)
         for logical_id in self.of_type("AWS::DynamoDB::Table"):
             self._create_table(dynamodb, logical_id)
+        for logical_id in self.of_type("AWS::S3::Bucket"):
+            self._create_bucket(client("s3"), logical_id)
         for logical_id in self.of_type("AWS::SecretsManager::Secret"):
             self._create_secret(client("secretsmanager"), logical_id)
         for logical_id in self.of_type(*_STATE_MACHINE_TYPES):
@@ -426,6 +452,18 @@ class Stack:
             )
         self.refs[logical_id] = name
         self.attributes.update({(logical_id, "Arn"): description["TableArn"], (logical_id, "Name"): name})
+
+    def _create_bucket(self, s3: Any, logical_id: str) -> None:
+        """The bucket, versioned when the template says so (rollback reads earlier versions)."""
+        props = self.resolve(self.properties(logical_id))
+        name = self.ref(logical_id)
+        request: dict[str, Any] = {"Bucket": name}
+        if self.region != "us-east-1":
+            request["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+        s3.create_bucket(**request)
+        status = props.get("VersioningConfiguration", {}).get("Status")
+        if status:
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": status})
 
     def _create_secret(self, secretsmanager: Any, logical_id: str) -> None:
         """SecretString as given, or GenerateSecretString's template with its key generated."""
@@ -560,11 +598,12 @@ _INTRINSICS: dict[str, Callable[[Stack, Any], Any]] = {
 
 # ------------------------------------------------------------------------------------- statelint
 def statelint_problems(stack: Stack | None = None) -> dict[str, list[str]]:
-    """statelint problems per state machine, after DefinitionSubstitutions (placeholders suffice)."""
+    """statelint problems per state machine, after DefinitionSubstitutions (placeholders suffice).
+    By default every state machine the template can create (the relearning one needs its image)."""
     from statelint.config import Config
     from statelint.linter import Linter
 
-    stack = stack or Stack.load()
+    stack = stack or Stack.load(parameters={"RelearningImageUri": "lint/relearning:latest"})
     return {
         logical_id: list(Linter.validate(stack.state_machine_definition(logical_id), Config()))
         for logical_id in stack.of_type(*_STATE_MACHINE_TYPES)

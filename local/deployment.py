@@ -41,12 +41,14 @@ class LocalDeployment:
     the inputs. Construct it inside `local.services.local_aws_environ` (boto3 and the functions
     read the endpoints then); `close` (or leaving the `with` block) stops the functions."""
 
-    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME, concurrency: int = 1):
-        """`concurrency`: execution environments per intake function (Lambda scaling out)."""
+    def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME, concurrency: int = 1,
+                 parameters: dict[str, str] | None = None):
+        """`concurrency`: execution environments per intake function (Lambda scaling out);
+        `parameters`: template parameters besides the local ones (e.g. RelearningImageUri)."""
         import boto3
 
         self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
-                                            "PagerDutyEventBusName": PAGERDUTY_BUS}).create()
+                                            "PagerDutyEventBusName": PAGERDUTY_BUS, **(parameters or {})}).create()
         self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
         self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
         # Every execution environment cold-starts at once; each is waited for below.

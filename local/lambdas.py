@@ -118,7 +118,9 @@ class LocalFunction:
         props = stack.properties(logical_id)
         self.timeout = float(stack.resolve(props.get("Timeout", globals_.get("Timeout", 3))))
         self.memory = int(stack.resolve(props.get("MemorySize", globals_.get("MemorySize", 128))))
-        handler = props.get("Handler") or globals_.get("Handler")
+        # A container-image function names its handler in ImageConfig.Command (the image's CMD).
+        command = props.get("ImageConfig", {}).get("Command") or [None]
+        handler = props.get("Handler") or command[0] or globals_.get("Handler")
         if not handler or "." not in handler:
             raise TemplateError(f"{logical_id}: Handler {handler!r} is not module.function")
         self.module_name, self.handler_name = handler.rsplit(".", 1)
@@ -184,6 +186,10 @@ class LocalFunction:
         """Properties of the function's only event of this type (SQS, EventBridgeRule, ...)."""
         found = [e["Properties"] for e in self.stack.properties(self.logical_id).get("Events", {}).values()
                  if e["Type"] == event_type]
+        if event_type == "SQS":  # a plain function's SQS event source is an EventSourceMapping of its own
+            found += [{**props, "Queue": props["EventSourceArn"]} for mapping in self.stack.of_type(
+                "AWS::Lambda::EventSourceMapping") if (props := self.stack.properties(mapping)).get("FunctionName")
+                == {"Ref": self.logical_id}]
         if len(found) != 1:
             raise TemplateError(f"{self.logical_id}: expected one {event_type} event, found {len(found)}")
         return found[0]
@@ -310,6 +316,10 @@ class _InProcess:
         self.function = weakref.proxy(function)
         with self.applied():
             self.module = _cold_start(function.module_name, alias=f"_local_lambda_{function.logical_id}_{next(_COPIES)}")
+            for path, value in function.overrides.items():  # on this environment's own copy of the handler module
+                module_name, _, attribute = path.rpartition(".")
+                setattr(self.module if module_name == function.module_name else importlib.import_module(module_name),
+                        attribute, value)
         _own_metrics(self.module)
         self.handler = getattr(self.module, function.handler_name)
 

@@ -60,8 +60,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
     resolved, updated, ignored, or held by the policy's noise controls: grouped (joined an open
     incident), flapping, suppressed (a maintenance window) (`reason` says why); `via` says how it
-    came in; each decision says which readout gave the answer (rule, letters, head) and whether it
-    stood without a person (`auto`)."""
+    came in; each decision says which readout gave the answer (rule, letters, head), whether it
+    stood without a person (`auto`) and the head that decided (`head_version`)."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome
@@ -86,7 +86,7 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         target = record.destination.target if record.destination else outcome.reviewed_target
     decisions = {} if record is None else {
         d.question: {"answer": d.option_id, "confidence": d.confidence, "readout": d.readout or d.source,
-                     "auto": record.route == "auto" and d.passed}
+                     "auto": record.route == "auto" and d.passed, "head_version": d.head_version}
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
             "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,

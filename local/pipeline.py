@@ -49,6 +49,7 @@ class LocalPipeline(LocalDeployment):
         """Make the held review messages visible again (for a reviewer tool such as the console)."""
         settling.release_reviews(self)
 
-    def complete_review(self, outcome: Outcome, reviewer: str = DEMO_REVIEWER, timeout: float = 60) -> dict[str, Any]:
+    def complete_review(self, outcome: Outcome, reviewer: str = DEMO_REVIEWER, timeout: float = 60,
+                        answers: dict[str, str] | None = None) -> dict[str, Any]:
         """Answer a pending review through the real review function; see `settling.complete_review`."""
-        return settling.complete_review(self, outcome, reviewer, timeout)
+        return settling.complete_review(self, outcome, reviewer, timeout, answers)

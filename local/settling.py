@@ -124,9 +124,10 @@ def read_back(pipeline: LocalDeployment, outcomes: list[Outcome]) -> None:
         outcome.audit = pipeline.audit(item_id)
 
 
-def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, timeout: float = 60) -> dict[str, Any]:
-    """Answer a pending review through the real review function (accepting the model's
-    suggestions; the policy's first option where there is none), wait for the workflow to
+def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, timeout: float = 60,
+                    answers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Answer a pending review through the real review function (`answers` where given, else the
+    model's suggestions; the policy's first option where there is none), wait for the workflow to
     finish, and read back where the item went. Returns the review function's answer."""
     from decision_router.domain.policies import load_policy
 
@@ -134,11 +135,12 @@ def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, 
     review = pending.review
     policy = load_policy(review.record.policy.name)
     suggested = {d.question: d.option_id for d in review.record.decisions if d.option_id}
-    answers = {q.id: suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
+    given = answers or {}
+    chosen = {q.id: given.get(q.id) or suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
     answer = pipeline.reviews.invoke({
         "task_token": review.task_token, "execution_name": review.execution_name,
-        "reviewer": reviewer,
-        "answers": answers, "note": "accepted the model's suggestion (make demo)",
+        "reviewer": reviewer, "answers": chosen,
+        "note": "answered from the answers file (make learn)" if given else "accepted the model's suggestion (make demo)",
         "receipt_handle": pending.receipt_handle})
     deadline = time.monotonic() + timeout
     while (status := pipeline.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]) == "RUNNING":

@@ -42,6 +42,7 @@ FLOORS: list[tuple[str, ...]] = [
     HANDLERS,
     ("evaluation", "ops", "local"),  # what the fitter and the evaluation share; operator tools; the local run
     ("training", "bench"),
+    ("relearning",),  # the relearning job and its function (a container image over training)
 ]
 
 #: Rooms that never import each other's (the first never imports the second).
@@ -49,7 +50,7 @@ NEVER = [
     ("decision_server", "decision_router"),
     ("decision_router", "decision_server"),
     *((shipped, tool) for shipped in ("decision_contract", "decision_server", "decision_router", *HANDLERS)
-      for tool in ("local", "bench", "training", "ops", "evaluation")),
+      for tool in ("local", "bench", "training", "ops", "evaluation", "relearning")),
 ]
 
 

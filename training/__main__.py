@@ -13,8 +13,6 @@ and log-loss) and beats always-the-commonest-answer; the diff is printed.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import shlex
 import sys
 import time
@@ -22,18 +20,14 @@ from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from evaluation.cases import Case, load_file
 from evaluation.runners import EngineRunner, HttpRunner
 
-from . import learn, report
+from . import report
 from .features import Example, extract
-
-REPO = Path(__file__).resolve().parents[1]
-SHIPPED = [REPO / "bench/data/support-tickets.jsonl", REPO / "bench/data/incidents.jsonl"]
-TEST_SPLIT = "test"
+from .fitting import REPO, SHIPPED, TEST_SPLIT, fit_head
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,24 +82,9 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         question = policy.question(question_id)
         train = [e for e in group if e.split != TEST_SPLIT]
         test = [e for e in group if e.split == TEST_SPLIT]
-        signals = learn.Signals.build(
-            [e.state for e in train], np.array([e.hidden for e in train]), [e.letter_logits for e in train],
-            np.array([e.gold for e in train]), [e.fold_group for e in train],
-            text_fields=[s.key for s in policy.state], categorical_fields=policy.categorical_keys)
-        goals = question.learning
-        targets = learn.Targets(
-            max_error=args.target_error if args.target_error is not None else goals.max_auto_error,
-            protected=tuple(question.option_ids.index(o) for o in goals.protect),
-            max_under_assignment=goals.max_under_assignment)
-        binding = {"question_sha256": policy.question_sha256(question), "model_sha256": model.sha256,
-                   "hidden_size": model.hidden_size, "prompt_version": train[0].prompt_version}
-        fit = learn.fit_question(f"{policy_name}/{question_id}", question.option_ids, signals, binding=binding,
-                                 formula=question.confidence_formula.value, folds=args.folds, seed=args.seed,
-                                 targets=targets, curve=not args.no_curve)
-        document = learn.head_document(fit, version="", binding=binding, data=sources,
-                                       fitted_on=fitted_on or date.today())
-        digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
-        document["version"] = f"{policy_name}.{question_id}.{document['fit']['fitted_on']}.{digest}"
+        fit, document = fit_head(policy, question, train, model, sources=sources, folds=args.folds, seed=args.seed,
+                                 target_error=args.target_error, curve=not args.no_curve,
+                                 fitted_on=fitted_on or date.today())
         results.append(report.QuestionResult(policy, question, fit, document,
                                              report.score_test(question, document, test, model, fit)))
 

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", 300, ge=1)
     webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "free")
     webhook_deliveries_table: str = _env("WEBHOOK_DELIVERIES_TABLE_NAME")
+    # The head store (relearning): unset, the heads shipped beside the policies decide.
+    head_store_bucket: str = _env("HEAD_STORE_BUCKET")
+    head_parameter_prefix: str = _env("HEAD_PARAMETER_PREFIX")
+    head_history_table: str = _env("HEAD_HISTORY_TABLE_NAME")
+    head_refresh_seconds: float = _env("HEAD_REFRESH_SECONDS", 120.0, ge=0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -107,7 +107,7 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     by_id = {r["item_id"]: r for r in report}
     assert by_id[RULE_TICKET]["outcome"] == "routed" and by_id[RULE_TICKET]["target"] == "billing"
     assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
-                                                         "auto": True}}
+                                                         "auto": True, "head_version": None}}
     assert by_id[SEV1_INCIDENT]["escalated"] is True
     assert by_id[SEV1_INCIDENT]["decisions"]["priority"]["readout"] == "rule"
     for row in report:

@@ -187,3 +187,11 @@ class LabelledExamples(AwsAdapter):
         response = self.client.scan(TableName=self.table_name, Limit=limit, **start)
         last = response.get("LastEvaluatedKey")
         return [_strings(row) for row in response["Items"]], (_strings(last) if last else None)
+
+    def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:
+        """Every labelled example of one policy (the table's partition for it)."""
+        paginator = self.client.get_paginator("query")
+        for page in paginator.paginate(TableName=self.table_name, KeyConditionExpression="policy_name = :p",
+                                       ExpressionAttributeValues={":p": {"S": policy_name}}):
+            for row in page["Items"]:
+                yield _strings(row)

@@ -227,17 +227,24 @@ def load_head(file: Path, sha256: str) -> Head:
         data = file.read_bytes()
     except OSError as error:
         raise ValueError(f"head file {file}: cannot read it ({error.strerror or error})") from None
+    return read_head(data, sha256, f"head file {file}", "the file changed since make fit wrote the policy")
+
+
+def read_head(data: bytes, sha256: str, where: str, changed: str = "the bytes are not the ones named",
+              named_by: str = "the policy's") -> Head:
+    """Check a head's bytes against the sha256 they are named by, and validate them: the one check
+    for a head shipped beside its policy and a head promoted into the head store. ValueError says
+    `where` and what is wrong (`named_by`: who named the digest; `changed`: why it would differ)."""
     if len(data) > MAX_HEAD_BYTES:
-        raise ValueError(f"head file {file}: {len(data)} bytes; at most {MAX_HEAD_BYTES}")
+        raise ValueError(f"{where}: {len(data)} bytes; at most {MAX_HEAD_BYTES}")
     actual = hashlib.sha256(data).hexdigest()
     if actual != sha256:
-        raise ValueError(f"head file {file}: sha256 {actual[:12]}… is not the policy's {sha256[:12]}… "
-                         "(the file changed since make fit wrote the policy)")
+        raise ValueError(f"{where}: sha256 {actual[:12]}… is not {named_by} {sha256[:12]}… ({changed})")
     try:
         return Head.model_validate_json(data)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"head file {file} is invalid: {problems}") from None
+        raise ValueError(f"{where} is invalid: {problems}") from None
 
 
 def question_digest(question_text: str, options: Sequence[tuple[str, str]], state_keys: Sequence[str]) -> str:

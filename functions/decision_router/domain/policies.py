@@ -174,14 +174,9 @@ class Policy(_Strict):
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
         for question in self.questions:
             head = question.learned_head
-            if head is None:
-                continue
-            where = f"question {question.id!r}: head file {question.head.file if question.head else '?'}"
-            if head.options != question.option_ids:
-                problems.append(f"{where}: options {head.options} are not the question's options {question.option_ids}")
-            elif head.question_sha256 != self.question_sha256(question):
-                problems.append(f"{where}: question_sha256 does not match the question's wording, options or "
-                                "evidence fields: the head was fitted on another prompt; refit it (make fit)")
+            if head is not None:
+                where = f"question {question.id!r}: head file {question.head.file if question.head else '?'}"
+                problems += [f"{where}: {p}" for p in self.head_problems(question, head)]
         combinations = math.prod(len(q.options) for q in self.questions)
         if combinations > MAX_REVIEW_CHOICES:
             problems.append(f"the questions' options combine into {combinations} complete answers; at most "
@@ -226,6 +221,27 @@ class Policy(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def head_problems(self, question: Question, head: Head) -> list[str]:
+        """Why `head` cannot decide `question` of this policy (its options, or the prompt it was
+        fitted on); empty when it is bound to them. The one check for a shipped head and a head
+        promoted into the head store."""
+        if head.options != question.option_ids:
+            return [f"options {head.options} are not the question's options {question.option_ids}"]
+        if head.question_sha256 != self.question_sha256(question):
+            return ["question_sha256 does not match the question's wording, options or evidence fields: "
+                    "the head was fitted on another prompt; refit it (make fit)"]
+        return []
+
+    def with_heads(self, heads: dict[str, Head | None]) -> "Policy":
+        """This policy with the given questions decided by these heads (None: the letters alone);
+        the other questions keep theirs. Checked by `head_problems` first (ValueError)."""
+        for question_id, head in heads.items():
+            problems = self.head_problems(self.question(question_id), head) if head is not None else []
+            if problems:
+                raise ValueError(f"question {question_id!r}: " + "; ".join(problems))
+        questions = [q.with_head(heads[q.id]) if q.id in heads else q for q in self.questions]
+        return self.model_copy(update={"questions": questions})
 
     @property
     def categorical_keys(self) -> list[str]:

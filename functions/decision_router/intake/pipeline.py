@@ -30,6 +30,7 @@ from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
 from ..domain.routing import Outcome, Router
+from .live_heads import LiveHeads, live_heads, question_metric
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
@@ -65,6 +66,8 @@ class IntakeParts:
     router: Router
     #: Intake.judge, once per item key (Powertools idempotency on DynamoDB).
     judge_once: Callable[..., DecisionRecord]
+    #: The heads in service from the head store (None: the shipped heads decide).
+    live: LiveHeads | None = None
 
 
 class Intake:
@@ -109,12 +112,15 @@ class Intake:
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
                                          persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table),
                                          output_serializer=StoredRecord())
-        return IntakeParts(router, judge_once)
+        return IntakeParts(router, judge_once, live_heads(policy, s, self.logger))
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision record, observed in logs and metrics; `item_key` is the
         idempotency key."""
+        live = self.parts.live
+        if live is not None:
+            self.router.policy = live.policy()  # a head promoted since is picked up here
         record, seconds = self.router.judge(item, deadline=deadline)
         self._observe_decision(record, seconds)
         return record
@@ -185,6 +191,10 @@ class Intake:
         if endpoint_seconds is not None:
             add(name="DecisionLatency", unit=MetricUnit.Milliseconds, value=endpoint_seconds * 1000)
         add(name="HeadDecisions", unit=MetricUnit.Count, value=sum(d.readout == "head" for d in record.decisions))
+        for decision in record.decisions:
+            if decision.source == "model":  # the share each question routes without a person
+                question_metric("QuestionAutoRouted" if decision.passed else "QuestionSentToReview",
+                                record.policy.name, decision.question)
         skipped = [d for d in record.decisions if d.head_skipped]
         add(name="HeadSkipped", unit=MetricUnit.Count, value=len(skipped))
         for decision in skipped:

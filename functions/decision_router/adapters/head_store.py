@@ -1,0 +1,145 @@
+"""The head store: promoted heads in a versioned S3 bucket, the version in service in one SSM
+parameter per policy question, and every change (promotion, rollback, relearning outcome) in
+the head history table (see domain/head_versions.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from ..domain.head_versions import HeadPointer, head_key, parameter_name, report_key
+from . import AwsAdapter
+
+#: Relearning outcomes in the history table (what the refusal alarm counts).
+PROMOTED, REFUSED = "relearning_promoted", "relearning_refused"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class HeadStore(AwsAdapter):
+    """Reads and changes which head decides a policy question in service."""
+
+    service = "s3"
+
+    def __init__(self, bucket: str, parameter_prefix: str, history_table: str, *, client: Any = None,
+                 ssm: Any = None, dynamodb: Any = None):
+        super().__init__(client)
+        self.bucket, self.prefix, self.history_table = bucket, parameter_prefix, history_table
+        self._ssm, self._dynamodb = ssm, dynamodb
+
+    @property
+    def ssm(self) -> Any:
+        if self._ssm is None:
+            self._ssm = boto3.client("ssm")
+        return self._ssm
+
+    @property
+    def dynamodb(self) -> Any:
+        if self._dynamodb is None:
+            self._dynamodb = boto3.client("dynamodb")
+        return self._dynamodb
+
+    # ------------------------------------------------------------------------- reading
+    def pointer(self, policy: str, question: str) -> HeadPointer | None:
+        """The head in service, or None when none was promoted (the shipped head decides).
+        Raises on an unreadable or malformed parameter (the caller keeps its head)."""
+        try:
+            value = self.ssm.get_parameter(Name=parameter_name(self.prefix, policy, question))["Parameter"]["Value"]
+        except self.ssm.exceptions.ParameterNotFound:
+            return None
+        return HeadPointer.model_validate_json(value)
+
+    def read(self, pointer: HeadPointer) -> bytes:
+        """The head's bytes, exactly the S3 version the pointer names."""
+        body = self.client.get_object(Bucket=pointer.bucket, Key=pointer.key, VersionId=pointer.s3_version)["Body"]
+        return bytes(body.read())
+
+    def history(self, policy: str, question: str, limit: int = 20) -> list[dict[str, str]]:
+        """The latest changes and relearning outcomes of a policy question, newest first."""
+        response = self.dynamodb.query(TableName=self.history_table, KeyConditionExpression="policy_question = :h",
+                                       ExpressionAttributeValues={":h": {"S": f"{policy}/{question}"}},
+                                       ScanIndexForward=False, Limit=limit)
+        return [{k: v["S"] for k, v in row.items() if "S" in v} for row in response["Items"]]
+
+    def refusals_in_a_row(self, policy: str, question: str) -> int:
+        """How many relearning runs in a row refused their candidate (since the last promotion)."""
+        count = 0
+        for row in self.history(policy, question, limit=50):
+            if row["action"] == REFUSED:
+                count += 1
+            elif row["action"] == PROMOTED:
+                break
+        return count
+
+    # ------------------------------------------------------------------------- the relearning job's objects
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def download(self, key: str, path: Path) -> bytes:
+        """The object's bytes written to `path` (b"" and no file when there is none)."""
+        try:
+            data = self.get(key)
+        except self.client.exceptions.NoSuchKey:
+            return b""
+        path.write_bytes(data)
+        return data
+
+    def upload(self, key: str, path: Path) -> None:
+        self.put(key, path.read_bytes())
+
+    # ------------------------------------------------------------------------- changing
+    def promote(self, policy: str, question: str, head: bytes, report: bytes, *, sha256: str, head_version: str,
+                by: str, reason: str) -> HeadPointer:
+        """Write the head (and its fit report) as new versions in the store and name it in service."""
+        version = self.client.put_object(Bucket=self.bucket, Key=head_key(policy, question), Body=head,
+                                         ContentType="application/json")["VersionId"]
+        self.client.put_object(Bucket=self.bucket, Key=report_key(policy, question), Body=report,
+                               ContentType="application/json", Metadata={"head-version": head_version})
+        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
+                              s3_version=version, sha256=sha256, head_version=head_version, at=now(), by=by,
+                              reason=reason, previous=self.pointer(policy, question))
+        self._set(pointer)
+        return pointer
+
+    def rollback(self, policy: str, question: str, *, by: str, reason: str) -> HeadPointer | None:
+        """Put back the head the one in service replaced (None: the shipped head decides again).
+        ValueError when nothing was promoted."""
+        current = self.pointer(policy, question)
+        if current is None:
+            raise ValueError(f"{policy}/{question}: no promoted head is in service (the shipped head decides); "
+                             "nothing to roll back")
+        previous = current.previous
+        if previous is None:
+            self.ssm.delete_parameter(Name=parameter_name(self.prefix, policy, question))
+            self.audit(policy, question, "rolled_back", by=by, reason=reason, came_from=current.head_version,
+                       went_to="shipped")
+            return None
+        restored = previous.model_copy(update={"action": "rolled_back", "at": now(), "by": by, "reason": reason})
+        self._set(restored, came_from=current.head_version)
+        return restored
+
+    def _set(self, pointer: HeadPointer, came_from: str | None = None) -> None:
+        self.ssm.put_parameter(Name=parameter_name(self.prefix, pointer.policy, pointer.question),
+                               Value=pointer.without_history().model_dump_json(), Type="String", Overwrite=True)
+        before = came_from or (pointer.previous.head_version if pointer.previous else "shipped")
+        self.audit(pointer.policy, pointer.question, pointer.action, by=pointer.by, reason=pointer.reason,
+                   came_from=before, went_to=pointer.head_version, details={"s3_version": pointer.s3_version,
+                                                                           "sha256": pointer.sha256})
+
+    def audit(self, policy: str, question: str, action: str, *, by: str, reason: str, came_from: str = "",
+              went_to: str = "", details: dict | None = None) -> None:
+        """One row of the head history table (every field a string)."""
+        row = {"policy_question": f"{policy}/{question}", "at": f"{now()}#{uuid.uuid4().hex[:8]}", "action": action, "by": by,
+               "reason": reason, "from_version": came_from, "to_version": went_to,
+               "details": json.dumps(details or {}, sort_keys=True)}
+        self.dynamodb.put_item(TableName=self.history_table, Item={k: {"S": v} for k, v in row.items()})

@@ -1,0 +1,68 @@
+"""Heads as versioned artifacts outside the code: which head decides a policy question in service.
+
+A head promoted by the relearning workflow is an object of the head store (a versioned S3
+bucket: `heads/<policy>/<question>.json`, its fit report beside it). Which version is in service
+is named in one place, a `HeadPointer` held in one SSM parameter per policy question
+(`<prefix>/<policy>/<question>`). No parameter means the head shipped beside the policy decides.
+The routing functions read the pointer every few minutes (`intake/live_heads.py`) and verify the
+object exactly as a shipped head is verified (sha256, then options and question digest).
+
+Each pointer names the one it replaced (`previous`), so a rollback puts that one back (or, when
+there is none, deletes the parameter: the shipped head decides again).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from .heads import Sha256
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+#: The artifacts' keys in the head store.
+HEADS_FOLDER = "heads"
+
+
+class HeadPointer(BaseModel):
+    """The head in service for one policy question: the object (bucket, key, S3 version), its
+    sha256 and the head's own version (what decision records name), and how it got there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Name
+    question: Name
+    bucket: Annotated[str, StringConstraints(min_length=3, max_length=63)]
+    key: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    s3_version: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    sha256: Sha256
+    head_version: Annotated[str, StringConstraints(min_length=1, max_length=80)]
+    action: Literal["promoted", "rolled_back"] = "promoted"
+    at: str = Field(description="When the pointer was set (ISO 8601, UTC).")
+    by: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    reason: Annotated[str, StringConstraints(max_length=2000)] = ""
+    previous: "HeadPointer | None" = Field(None, description="The pointer this one replaced; None: the shipped head.")
+
+    def without_history(self, depth: int = 4) -> "HeadPointer":
+        """This pointer with at most `depth` earlier pointers kept (an SSM parameter holds 4 KB
+        in the standard tier; the audit table keeps the whole history)."""
+        if self.previous is None:
+            return self
+        if depth <= 1:
+            return self.model_copy(update={"previous": None})
+        return self.model_copy(update={"previous": self.previous.without_history(depth - 1)})
+
+
+def parameter_name(prefix: str, policy: str, question: str) -> str:
+    """The SSM parameter that names the head in service for a policy question."""
+    return f"{prefix.rstrip('/')}/{policy}/{question}"
+
+
+def head_key(policy: str, question: str) -> str:
+    """The head store's key for a policy question's head (S3 keeps every version of it)."""
+    return f"{HEADS_FOLDER}/{policy}/{question}.json"
+
+
+def report_key(policy: str, question: str) -> str:
+    """The key of the fit report promoted with the head."""
+    return f"{HEADS_FOLDER}/{policy}/{question}.report.json"

@@ -1,0 +1,108 @@
+"""The heads in service, picked up from the head store without a deploy.
+
+Every `refresh_seconds` (HEAD_REFRESH_SECONDS, 2 minutes by default) the routing function reads
+each question's pointer (one SSM parameter per policy question, domain/head_versions.py). A new
+pointer's object is read and verified as a shipped head is (`heads.read_head`: size, sha256,
+schema; `Policy.head_problems`: options and question digest); only then does it decide. A
+pointer or object that cannot be read or verified leaves the head deciding before in service
+(the last good one, else the shipped one) and counts `HeadLoadFailed` (policy, question), which
+an alarm watches. No pointer: the shipped head decides (a rollback past the first promotion).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from ..domain.head_versions import HeadPointer
+from ..domain.heads import Head, read_head
+from ..domain.policies import Policy
+
+HEAD_LOAD_FAILED = "HeadLoadFailed"
+
+
+class PointerSource(Protocol):
+    def pointer(self, policy: str, question: str) -> HeadPointer | None: ...
+
+    def read(self, pointer: HeadPointer) -> bytes: ...
+
+
+def question_metric(name: str, policy: str, question: str, value: float = 1.0) -> None:
+    """One metric with exactly the policy and question as its dimensions (EMF on stdout): the
+    alarms and the dashboard name those two, whichever function emits it."""
+    with single_metric(name=name, unit=MetricUnit.Count, value=value) as metric:
+        metric.service = ""  # no `service` dimension from POWERTOOLS_SERVICE_NAME
+        metric.add_dimension(name="policy", value=policy)
+        metric.add_dimension(name="question", value=question)
+
+
+@dataclass
+class _InService:
+    sha256: str | None  # None: the shipped head (or the letters)
+    head: Head | None
+
+
+class LiveHeads:
+    """The shipped policy with the heads in service swapped in, re-read at most every `refresh_seconds`."""
+
+    def __init__(self, shipped: Policy, store: PointerSource, *, refresh_seconds: float, logger: Logger,
+                 clock: Callable[[], float] = time.monotonic):
+        self.shipped, self.store, self.refresh_seconds = shipped, store, refresh_seconds
+        self.logger, self.clock = logger, clock
+        self._in_service = {q.id: _InService(None, q.learned_head) for q in shipped.questions}
+        self._policy = shipped
+        self._checked: float | None = None
+
+    def policy(self) -> Policy:
+        """The policy to judge the next item with (re-checking the store when it is due)."""
+        now = self.clock()
+        if self._checked is None or now - self._checked >= self.refresh_seconds:
+            self._checked = now
+            if any([self._refresh(q.id) for q in self.shipped.questions]):
+                self._policy = self.shipped.with_heads({q: s.head for q, s in self._in_service.items()})
+        return self._policy
+
+    def _refresh(self, question: str) -> bool:
+        """Whether the question's head in service changed."""
+        current = self._in_service[question]
+        try:
+            pointer = self.store.pointer(self.shipped.name, question)
+            if pointer is None:
+                if current.sha256 is None:
+                    return False
+                self._in_service[question] = _InService(None, self.shipped.question(question).learned_head)
+                self.logger.info("shipped head back in service", extra={"question": question})
+                return True
+            if pointer.sha256 == current.sha256:
+                return False
+            where = f"head {pointer.head_version} (s3://{pointer.bucket}/{pointer.key} version {pointer.s3_version})"
+            head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
+                             changed="the object is not the one promoted")
+            problems = self.shipped.head_problems(self.shipped.question(question), head)
+            if problems:
+                raise ValueError(f"{where}: " + "; ".join(problems))
+            if head.version != pointer.head_version:
+                raise ValueError(f"{where}: the file says version {head.version!r}")
+        except Exception as error:  # noqa: BLE001 - any failure keeps the head in service
+            question_metric(HEAD_LOAD_FAILED, self.shipped.name, question)
+            self.logger.error("head in the store not loaded; the head in service keeps deciding", extra={
+                "question": question, "in_service": current.head.version if current.head else None,
+                "reason": f"{type(error).__name__}: {error}"})
+            return False
+        self._in_service[question] = _InService(pointer.sha256, head)
+        self.logger.info("head from the store in service", extra={"question": question, "head_version": head.version})
+        return True
+
+
+def live_heads(policy: Policy, settings: Any, logger: Logger) -> LiveHeads | None:
+    """The live heads for a function whose settings name a head store; None without one."""
+    if not settings.head_store_bucket or not settings.head_parameter_prefix:
+        return None
+    from ..adapters.head_store import HeadStore
+
+    store = HeadStore(settings.head_store_bucket, settings.head_parameter_prefix, settings.head_history_table)
+    return LiveHeads(policy, store, refresh_seconds=settings.head_refresh_seconds, logger=logger)

@@ -1,0 +1,89 @@
+"""`python -m ops.heads` (`make rollback`): the heads in service of a deployed stack.
+
+    python -m ops.heads status   --policy support-ticket --question queue
+    python -m ops.heads history  --policy support-ticket --question queue
+    python -m ops.heads rollback --policy support-ticket --question queue --reason "routes billing to sales"
+
+`rollback` puts back the head the one in service replaced (the shipped head when it was the
+first promotion); the routing functions pick it up within HEAD_REFRESH_SECONDS, no deploy. Every
+rollback is audited in the head history table: who (`--by`, default the AWS identity), when, from
+which version to which, and why. Where things are comes from the environment the functions get
+(HEAD_STORE_BUCKET, HEAD_PARAMETER_PREFIX, HEAD_HISTORY_TABLE_NAME: the stack's outputs
+HeadBucketName, HeadParameterPrefix, HeadHistoryTableName) or the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from decision_router.adapters.head_store import HeadStore
+from decision_router.domain.policies import PolicyError, load_policy
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ops.heads", description=__doc__.splitlines()[0])
+    p.add_argument("action", choices=["status", "history", "rollback"])
+    p.add_argument("--policy", required=True)
+    p.add_argument("--question", required=True)
+    p.add_argument("--reason", default="", help="why (kept in the audit; required for rollback)")
+    p.add_argument("--by", default=None, help="who rolls back (default: the caller's AWS identity)")
+    p.add_argument("--bucket", default=os.environ.get("HEAD_STORE_BUCKET", ""))
+    p.add_argument("--parameter-prefix", default=os.environ.get("HEAD_PARAMETER_PREFIX", ""))
+    p.add_argument("--history-table", default=os.environ.get("HEAD_HISTORY_TABLE_NAME", ""))
+    return p
+
+
+def caller() -> str:
+    import boto3
+
+    return str(boto3.client("sts").get_caller_identity()["Arn"])
+
+
+def main(argv: list[str] | None = None, store: HeadStore | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        policy = load_policy(args.policy)
+        policy.question(args.question)
+    except (PolicyError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if store is None:
+        missing = [flag for flag, value in (("--bucket / HEAD_STORE_BUCKET", args.bucket),
+                                            ("--parameter-prefix / HEAD_PARAMETER_PREFIX", args.parameter_prefix),
+                                            ("--history-table / HEAD_HISTORY_TABLE_NAME", args.history_table)) if not value]
+        if missing:
+            print(f"error: not set: {', '.join(missing)} (the stack's outputs name them)", file=sys.stderr)
+            return 2
+        store = HeadStore(args.bucket, args.parameter_prefix, args.history_table)
+    out: Any
+    if args.action == "status":
+        pointer = store.pointer(policy.name, args.question)
+        shipped = policy.question(args.question).learned_head
+        out = {"policy": policy.name, "question": args.question,
+               "in_service": pointer.model_dump(mode="json", exclude={"previous"}) if pointer else "shipped",
+               "shipped": shipped.version if shipped else "letters",
+               "would_roll_back_to": (pointer.previous.head_version if pointer and pointer.previous else
+                                      "shipped" if pointer else None)}
+    elif args.action == "history":
+        out = store.history(policy.name, args.question)
+    else:
+        if not args.reason.strip():
+            print("error: --reason: say why (it is kept in the audit)", file=sys.stderr)
+            return 2
+        try:
+            restored = store.rollback(policy.name, args.question, by=args.by or caller(), reason=args.reason.strip())
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        out = {"policy": policy.name, "question": args.question,
+               "in_service": restored.head_version if restored else "shipped"}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The relearning job and its Lambda function (a container image: scikit-learn, numpy, scipy)."""

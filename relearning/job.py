@@ -1,0 +1,296 @@
+"""The relearning job: what each step of the relearning workflow (statemachine/relearning.asl.json)
+does for one policy. The workflow hands each step to the relearning function (relearning/app.py)
+through its queue with a task token; the function answers with the step's output.
+
+- `count`: labels accrued since the last run, per question reviewers' agreement with the model's
+  suggestion and corrections of automatic routes (metrics), and whether enough have accrued.
+- `collect`: every labelled example (the policy's labelled-examples table and the shipped
+  labelled sets) with the model's signals (hidden state, letter logits), asked of the endpoint
+  only for examples that lack them, with the request the routing function sends; the signals
+  are kept in the head store (`signals/<model sha256>.npz`), so a rerun does not ask again.
+- `fit`: each question's head fitted with `make fit`'s code (training.fit_head) on the shipped
+  sets and the older reviews, judged against the head in service on the newest reviews
+  (training.gate); each candidate and its verdict written under `runs/<run>/`, each refusal
+  recorded with its reason.
+- `promote`: each candidate the gate passed written to the head store and named in service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from aws_lambda_powertools import Logger
+
+from decision_contract import Decision, ModelInfo
+from decision_router.adapters.endpoint import DecisionEndpoint
+from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
+from decision_router.adapters.review import LabelledExamples
+from decision_router.domain.failures import EndpointFailure
+from decision_router.domain.heads import Head, read_head
+from decision_router.domain.policies import Policy, load_policy
+from decision_router.intake.live_heads import question_metric
+from decision_router.review.completion import labelled_example
+from evaluation.cases import Case, case_from_row, load_file
+from evaluation.runners import RunFailure, Scored
+from training import gate
+from training.features import Example, FeatureCache, decision_key, extract
+from training.fitting import SHIPPED, TEST_SPLIT, fit_head
+
+#: Items asked of the endpoint between two saves of their signals.
+CHUNK = 50
+#: Time kept back from the function's deadline when collecting: a chunk, its save and the answer.
+COLLECT_MARGIN_SECONDS = 180.0
+#: The history table's row of a policy's runs (when the last one started).
+RUNS = "_runs"
+RUN = "relearning_run"
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A labelled examples table row as the fitter reads it, with its label time."""
+
+    case: Case
+    labelled_at: str
+    answers: dict[str, str]
+    suggested: dict[str, str]  # the model's answer per question, where the model answered
+    corrected_auto: bool  # the row is a correction of an automatic route
+
+
+def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[Labelled], list[str]]:
+    """The table's rows as cases (a row that does not parse is reported, never fatal)."""
+    found, problems = [], []
+    for number, row in enumerate(rows, start=1):
+        try:
+            case = case_from_row(labelled_example(row), "labelled-examples", number)
+            decisions = json.loads(row.get("model_decisions") or "[]")
+        except (ValueError, KeyError) as error:
+            problems.append(f"{row.get('item_id', '?')}: {error}")
+            continue
+        suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
+        found.append(Labelled(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
+                              (row.get("route_reason") or "").startswith("correction by")))
+    return found, problems
+
+
+class EndpointSignals:
+    """The decision endpoint as the fitter's runner (`evaluation.runners.Runner`): one request per
+    item, its decisions asking for the hidden state, as the routing function sends it."""
+
+    description = "SageMaker endpoint"
+
+    def __init__(self, endpoint: DecisionEndpoint, probe: Sequence[Decision]):
+        self.endpoint, self.probe = endpoint, list(probe)
+        self._model: ModelInfo | None = None
+
+    def decide(self, decisions: list[Decision]) -> Scored:
+        try:
+            results = self.endpoint.decide(decisions)
+        except EndpointFailure as failure:
+            raise RunFailure(str(failure)) from failure
+        return Scored([results[d.id] for d in decisions], 0.0)
+
+    def model_info(self) -> ModelInfo:
+        if self._model is None:
+            self._model = self.decide(self.probe).results[0].model
+        return self._model
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int) -> Any:
+        raise NotImplementedError("the relearning job only scores decisions")
+
+    def close(self) -> None:
+        pass
+
+
+class _NoEndpoint:
+    """A runner that asks nothing (the signals not kept yet are left for the next call)."""
+
+    description = "none"
+
+    def decide(self, decisions: list[Decision]) -> Scored:
+        raise RunFailure("not asked in this call (time is up): the next collect asks")
+
+
+class Relearning:
+    """The steps of one policy's relearning run."""
+
+    def __init__(self, store: HeadStore, labels: LabelledExamples, endpoint: Callable[[Sequence[Decision]], Any], *,
+                 shipped: Sequence[Path] = SHIPPED, min_new_labels: int = 200, work_dir: Path | None = None,
+                 logger: Logger | None = None, today: Callable[[], date] = date.today):
+        """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
+        may pass the in-process engine's)."""
+        self.store, self.labels, self.endpoint = store, labels, endpoint
+        self.shipped, self.min_new_labels = list(shipped), min_new_labels
+        self.work_dir = work_dir or Path(tempfile.gettempdir()) / "relearning"
+        self.logger = logger or Logger(service="relearning")
+        self.today = today
+
+    # ------------------------------------------------------------------------------ count
+    def count(self, policy_name: str, trigger: str = "labels") -> dict[str, Any]:
+        policy = load_policy(policy_name)
+        runs = self.store.history(policy.name, RUNS, limit=1)
+        since = runs[0]["at"] if runs else ""
+        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)))
+        new = [row for row in labelled if row.labelled_at > since]
+        question_metric("LabelsSinceRelearning", policy.name, "*", len(new))
+        for question in policy.questions:
+            suggested = [row for row in new if question.id in row.suggested and question.id in row.answers]
+            agreed = sum(row.suggested[question.id] == row.answers[question.id] for row in suggested)
+            if suggested:
+                question_metric("ReviewerAgreement", policy.name, question.id, agreed / len(suggested))
+            corrected = sum(row.corrected_auto and row.suggested.get(question.id) != row.answers.get(question.id)
+                            for row in new)
+            question_metric("CorrectionsOfAutomaticRoutes", policy.name, question.id, corrected)
+        enough = len(new) >= self.min_new_labels or (trigger == "schedule" and len(new) > 0)
+        return {"policy": policy.name, "new_labels": len(new), "labels": len(labelled), "since": since,
+                "min_new_labels": self.min_new_labels, "relearn": enough}
+
+    # ------------------------------------------------------------------------------ collect
+    def _cases(self, policy: Policy) -> tuple[list[Case], dict[str, str], list[str]]:
+        """The shipped sets' training rows and every reviewed row of the policy; the label time of
+        each reviewed case (by its `where`); the sources, for the fit report."""
+        cases: list[Case] = []
+        sources = []
+        for path in self.shipped:
+            loaded = load_file(path)
+            mine = [c for c in loaded.cases if c.kind == "policy" and c.family == policy.name and c.split != TEST_SPLIT]
+            if mine:
+                cases += mine
+                sources.append(path.name)
+        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)))
+        for problem in problems:
+            self.logger.warning("labelled example not used", extra={"problem": problem})
+        times = {row.case.where: row.labelled_at for row in labelled}
+        cases += [row.case for row in labelled]
+        sources.append(f"labelled examples table ({len(labelled)} reviews)")
+        return cases, times, sources
+
+    def _examples(self, policy: Policy, model: ModelInfo | None, deadline: float | None = None
+                  ) -> tuple[list[Example], dict[str, str], list[str], ModelInfo, list[str], bool]:
+        """Every labelled example with its signals, asking the endpoint for those the kept signals
+        lack, CHUNK items at a time, each chunk kept in the bucket at once. Past `deadline`
+        (time.monotonic()) no further chunk starts: the last value says whether every item was asked."""
+        cases, times, sources = self._cases(policy)
+        if not cases:
+            raise ValueError(f"policy {policy.name!r}: no labelled examples at all")
+        runner = self.endpoint([d.decision for d in cases[0].decisions])
+        model = model or runner.model_info()
+        cache_dir = self.work_dir / "signals"
+        cache_file = cache_dir / f"{model.sha256}.npz"
+        key = f"signals/{policy.name}/{model.sha256}.npz"
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        kept = self.store.download(key, cache_file)
+        cache = FeatureCache(cache_file)
+        pending = [c for c in cases if any(cache.get(decision_key(model.sha256, d.decision)) is None for d in c.decisions)]
+        complete = True
+        for start in range(0, len(pending), CHUNK):
+            if deadline is not None and start > 0 and time.monotonic() > deadline:  # one chunk at least
+                complete = False
+                break
+            extract(runner, model, pending[start:start + CHUNK], cache_dir)
+            if cache_file.is_file() and cache_file.read_bytes() != kept:
+                self.store.upload(key, cache_file)
+                kept = cache_file.read_bytes()
+        examples, failures = extract(_NoEndpoint(), model, cases, cache_dir) if not complete else \
+            extract(runner, model, cases, cache_dir)
+        return examples, times, sources, model, [str(f) for f in failures], complete
+
+    def collect(self, policy_name: str, seconds_left: float | None = None) -> dict[str, Any]:
+        """The model's signals for every labelled example; within `seconds_left` (the function's
+        remaining time, less a margin) or `complete: false` (the workflow calls it again: what was
+        asked is kept)."""
+        policy = load_policy(policy_name)
+        deadline = None if seconds_left is None else time.monotonic() + seconds_left - COLLECT_MARGIN_SECONDS
+        examples, times, _, model, failures, complete = self._examples(policy, None, deadline)
+        return {"policy": policy.name, "model": model.model_dump(mode="json"), "examples": len(examples),
+                "reviewed": len(times), "complete": complete, "not_scored": failures[:20]}
+
+    # ------------------------------------------------------------------------------ fit
+    def fit(self, policy_name: str, run: str, model: dict[str, Any]) -> dict[str, Any]:
+        policy = load_policy(policy_name)
+        examples, times, sources, info, _, _ = self._examples(policy, ModelInfo.model_validate(model))
+        self.store.audit(policy.name, RUNS, RUN, by=f"relearning:{run}", reason="fit and judge")
+        verdicts = []
+        for question in policy.questions:
+            mine = [e for e in examples if e.question == question.id]
+            reviewed = [(times[e.where], e) for e in mine if e.where in times]
+            older, newest = gate.held_out_slice(reviewed)
+            train = [e for e in mine if e.where not in times] + older
+            verdicts.append(self._judge(policy, question, train, newest, info, sources, run))
+        return {"policy": policy.name, "run": run, "promotable": any(v["promoted"] for v in verdicts),
+                "questions": verdicts}
+
+    def _judge(self, policy: Policy, question: Any, train: list[Example], held_out: list[Example], model: ModelInfo,
+               sources: list[str], run: str) -> dict[str, Any]:
+        current, in_service = self.head_in_service(policy, question.id)
+        fit = document = candidate = None
+        if len(train) >= gate.MIN_TRAIN and len(held_out) >= gate.MIN_HELD_OUT:
+            fit, document = fit_head(policy, question, train, model, sources=sources, curve=False,
+                                     fitted_on=self.today())
+            candidate = Head.model_validate(document)
+        verdict = gate.judge(question, current, candidate, fit, held_out, len(train), model)
+        out: dict[str, Any] = {"question": question.id, **verdict.as_dict(), "in_service": in_service}
+        if document is not None and candidate is not None:
+            data = json.dumps(document, sort_keys=True).encode()
+            key = f"runs/{run}/{policy.name}.{question.id}.json"
+            self.store.put(key, data)
+            self.store.put(key.replace(".json", ".report.json"), json.dumps(
+                {"verdict": verdict.as_dict(), "fit": document["fit"], "train": len(train),
+                 "held_out": len(held_out)}, sort_keys=True).encode())
+            out.update({"candidate_key": key, "head_version": candidate.version})
+        if not verdict.promote:
+            self.store.audit(policy.name, question.id, REFUSED, by=f"relearning:{run}", reason=verdict.reason,
+                             came_from=in_service, went_to=out.get("head_version", ""))
+            question_metric("RelearningRefused", policy.name, question.id)
+            question_metric("RelearningRefusalsInARow", policy.name, question.id,
+                            self.store.refusals_in_a_row(policy.name, question.id))
+        self.logger.info("relearning verdict", extra={k: v for k, v in out.items() if k != "candidate_key"})
+        return out
+
+    def head_in_service(self, policy: Policy, question_id: str) -> tuple[Head | None, str]:
+        """The head deciding the question now, as the routing functions load it (the store's, verified;
+        else the shipped one), and its version."""
+        shipped = policy.question(question_id).learned_head
+        try:
+            pointer = self.store.pointer(policy.name, question_id)
+            if pointer is not None:
+                head = read_head(self.store.read(pointer), pointer.sha256, f"head {pointer.head_version}",
+                                 named_by="the pointer's")
+                if not policy.head_problems(policy.question(question_id), head):
+                    return head, head.version
+        except Exception as error:  # noqa: BLE001 - the routers fall back the same way
+            self.logger.warning("head in the store unreadable; judging against the shipped head",
+                                extra={"question": question_id, "reason": str(error)})
+        return shipped, shipped.version if shipped else "letters"
+
+    # ------------------------------------------------------------------------------ promote
+    def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        policy = load_policy(policy_name)
+        promoted = []
+        for verdict in verdicts:
+            if not verdict.get("promoted"):
+                continue
+            data = self.store.get(verdict["candidate_key"])
+            report = self.store.get(verdict["candidate_key"].replace(".json", ".report.json"))
+            head = Head.model_validate_json(data)
+            problems = policy.head_problems(policy.question(verdict["question"]), head)
+            if problems:
+                raise ValueError(f"candidate {verdict['candidate_key']}: " + "; ".join(problems))
+            pointer = self.store.promote(policy.name, verdict["question"], data, report,
+                                         sha256=hashlib.sha256(data).hexdigest(), head_version=head.version,
+                                         by=f"relearning:{run}", reason=verdict["reason"])
+            self.store.audit(policy.name, verdict["question"], PROMOTED, by=f"relearning:{run}",
+                             reason=verdict["reason"], came_from=verdict.get("in_service", ""), went_to=head.version)
+            question_metric("RelearningPromoted", policy.name, verdict["question"])
+            question_metric("RelearningRefusalsInARow", policy.name, verdict["question"], 0)
+            promoted.append({"question": verdict["question"], "head_version": head.version,
+                             "s3_version": pointer.s3_version})
+        return {"policy": policy.name, "promoted": promoted}

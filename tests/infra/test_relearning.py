@@ -1,0 +1,190 @@
+"""The relearning workflow end to end: template.yaml's relearning state machine executed by moto,
+its steps taken from the relearning queue by the real relearning function (relearning/app.py,
+run as the local stack runs functions), the real fitter (training/) and gate, on the model
+signals of the embedded model.
+
+The one stand-in: the SageMaker endpoint cannot run under moto, so the model's signals come from
+the same decision engine the container serves, in this process (EngineRunner), with the requests
+the relearning function sends the endpoint.
+
+Labels are the shipped labelled tickets, written into the labelled-examples table as the routing
+workflow writes a reviewer's answer (oldest first); the newest quarter is what the gate judges on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from aws_lambda_powertools import Logger, Metrics
+from moto import mock_aws
+
+from decision_router.adapters.head_store import REFUSED, HeadStore
+from decision_router.adapters.review import LabelledExamples
+from decision_router.config import Settings
+from decision_router.domain.items import parse_item
+from decision_router.domain.policies import load_policy
+from decision_router.intake.pipeline import Intake
+from evaluation.runners import EngineRunner
+from local.cloudformation import Stack
+from local.relearning import LOCAL_PARAMETERS, LocalRelearning
+from relearning.job import Relearning
+from tests.functions.test_heads import head_for
+
+pytestmark = [pytest.mark.model, pytest.mark.stack]
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = "support-ticket"
+LABELS = 80  # 60 to fit on, the newest 20 to judge on
+
+
+def shipped_rows(n: int) -> list[dict]:
+    rows = [json.loads(line) for line in (REPO / "bench/data/support-tickets.jsonl").read_text().splitlines()[:n]]
+    return [r for r in rows if r.get("policy") == POLICY]
+
+
+def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
+    """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart."""
+    dynamodb = boto3.client("dynamodb")
+    for i, (row, gold) in enumerate(zip(rows, golds)):
+        item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
+                "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
+                "reviewer": "bob@example.com", "model_decisions": "[]", "route_reason": "queue: confidence low",
+                "execution_name": f"e-{i}", "labelled_at": f"2026-11-30T{i // 60:02d}:{i % 60:02d}:00Z"}
+        dynamodb.put_item(TableName=table, Item={k: {"S": v} for k, v in item.items()})
+
+
+class EngineEndpoint:
+    """The routing function's endpoint port over the in-process engine (see the module docstring)."""
+
+    def __init__(self, engine):
+        self.runner = EngineRunner(engine)
+
+    def decide(self, decisions, *, deadline=None):
+        return {r.id: r for r in self.runner.decide(list(decisions)).results}
+
+
+@pytest.fixture(scope="module")
+def signals(tmp_path_factory) -> Path:
+    """The model signals already asked for (shared by the tests: a rerun does not ask again)."""
+    return tmp_path_factory.mktemp("signals") / "cache.npz"
+
+
+@pytest.fixture
+def stack(embedded_engine, tmp_path, signals):
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", **LOCAL_PARAMETERS}).create()
+        env = stack.function_environment("RelearningFunction")
+        store = HeadStore(env["HEAD_STORE_BUCKET"], env["HEAD_PARAMETER_PREFIX"], env["HEAD_HISTORY_TABLE_NAME"])
+        model = embedded_engine.model_info.sha256
+        if signals.is_file():
+            store.put(f"signals/{POLICY}/{model}.npz", signals.read_bytes())
+        job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
+                         lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
+                         work_dir=tmp_path / "work")
+        relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
+        yield stack, store, env, relearning
+        try:
+            signals.write_bytes(store.get(f"signals/{POLICY}/{model}.npz"))
+        except Exception:  # noqa: BLE001 - nothing was scored
+            pass
+
+
+def know_nothing_head() -> bytes:
+    """A head in service that knows nothing: every option equally likely, never routing alone."""
+    policy = load_policy(POLICY)
+    question = policy.question("queue")
+    head = head_for(policy, question, model=False, version="know-nothing")
+    head.pop("categorical")
+    head["text"]["weights"] = [[0.0] * len(head["text"]["terms"]) for _ in question.options]
+    head["thresholds"] = {"min_confidence": 1.0, "min_margin": 0.0}
+    return json.dumps(head).encode()
+
+
+def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, embedded_engine):
+    stack, store, env, relearning = stack
+    rows = shipped_rows(LABELS + 10)[:LABELS]
+    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
+    data = know_nothing_head()
+    import hashlib
+    store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
+                  by="test", reason="a head that knows nothing")
+
+    # The routing function, built once, its heads re-read before each item.
+    intake_env = {**stack.function_environment("TicketIntakeFunction"), "HEAD_REFRESH_SECONDS": "0"}
+    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"),
+                    settings=Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    ticket = parse_item("ticket", rows[-1]["item"])
+    before = intake.judge(ticket.key, ticket, None)
+    assert before.decisions[0].head_version == "know-nothing" and before.route == "review"
+
+    run = relearning.run(POLICY)
+    assert run.status == "SUCCEEDED", run.error
+    [verdict] = run.output["fit"]["questions"]
+    assert verdict["promoted"], verdict["reason"]
+    assert verdict["current"]["head_version"] == "know-nothing"
+    assert verdict["candidate"]["accuracy"] > verdict["current"]["accuracy"]
+    assert verdict["candidate"]["log_loss"] < verdict["current"]["log_loss"]
+    assert run.output["promote"]["promoted"][0]["head_version"] == verdict["head_version"]
+    pointer = store.pointer(POLICY, "queue")
+    assert pointer.head_version == verdict["head_version"] and pointer.previous.head_version == "know-nothing"
+    assert store.history(POLICY, "queue")[0]["action"] == "relearning_promoted"
+
+    after = intake.judge(ticket.key, ticket, None)  # the same function, no restart, no deploy
+    assert after.decisions[0].head_version == verdict["head_version"]
+    assert after.decisions[0].readout == "head"
+
+
+def test_a_head_fitted_on_shuffled_labels_is_refused_and_the_head_in_service_stays(stack, monkeypatch):
+    stack, store, env, relearning = stack
+    # every collect call out of time after its first chunk: the workflow calls it again for the rest
+    monkeypatch.setattr("relearning.job.COLLECT_MARGIN_SECONDS", 10_000.0)
+    rows = shipped_rows(LABELS + 10)[:LABELS]
+    golds = [r["gold"] for r in rows]
+    older = golds[:-20]
+    shuffled = older[7:] + older[:7]  # every older label moved to another ticket; the newest stay true
+    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, shuffled + golds[-20:])
+
+    kept = store.client.list_objects_v2(Bucket=store.bucket, Prefix="signals/").get("KeyCount", 0)
+    run = relearning.run(POLICY)
+    assert run.status == "SUCCEEDED", run.error
+    history = relearning.sfn.get_execution_history(executionArn=run.execution_arn, maxResults=1000)["events"]
+    collects = [e for e in history if e.get("stateEnteredEventDetails", {}).get("name") == "CollectSignals"]
+    # 80 labels, 50 asked a call; signals an earlier test kept are not asked again (one call)
+    assert len(collects) == (1 if kept else 2)
+    [verdict] = run.output["fit"]["questions"]
+    assert not verdict["promoted"]
+    assert "promote" not in run.output
+    assert verdict["current"]["head_version"] == load_policy(POLICY).question("queue").learned_head.version
+    assert verdict["reason"].startswith(("worse than the head in service", "the candidate does not beat"))
+    assert store.pointer(POLICY, "queue") is None  # the shipped head keeps deciding
+    refusal = store.history(POLICY, "queue")[0]
+    assert refusal["action"] == REFUSED and refusal["reason"] == verdict["reason"]
+    assert store.refusals_in_a_row(POLICY, "queue") == 1
+
+
+def test_too_few_labels_are_refused_with_the_reason(stack):
+    stack, store, env, relearning = stack
+    rows = shipped_rows(30)[:30]
+    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
+    run = relearning.run(POLICY)
+    assert run.status == "SUCCEEDED", run.error
+    [verdict] = run.output["fit"]["questions"]
+    assert not verdict["promoted"] and verdict["reason"].startswith("too few labels: 15 to fit on")
+
+
+def test_no_run_without_enough_new_labels_and_the_count_is_a_metric(stack, capsys):
+    stack, store, env, relearning = stack
+    rows = shipped_rows(5)
+    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
+    capsys.readouterr()
+    run = relearning.run(POLICY)
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    accrued = [m for m in emitted if "LabelsSinceRelearning" in m]
+    assert accrued and accrued[0]["LabelsSinceRelearning"] in (5, [5]) and accrued[0]["policy"] == POLICY
+    assert accrued[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["policy", "question"]]
+    assert run.status == "SUCCEEDED" and run.output["count"]["relearn"] is False
+    assert "fit" not in run.output
+    assert run.verdicts()[0]["reason"].startswith("relearning did not run: 5 new labels, at least 10")

@@ -1,0 +1,46 @@
+"""Fitting one policy question's head into its head file's document: what `make fit` writes
+beside the policy and what the relearning workflow promotes into the head store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import learn
+from .features import Example
+
+REPO = Path(__file__).resolve().parents[1]
+#: The shipped labelled sets (the relearning image carries them at the same place).
+SHIPPED = [REPO / "bench/data/support-tickets.jsonl", REPO / "bench/data/incidents.jsonl"]
+#: Rows of this split are never fitted on.
+TEST_SPLIT = "test"
+
+
+def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, sources: list[str], folds: int = 5,
+             seed: int = 0, target_error: float | None = None, curve: bool = True,
+             fitted_on: date) -> tuple[learn.QuestionFit, dict]:
+    """One policy question's head fitted on `train` and its head file's document (versioned by its
+    own content): what `make fit` writes and what the relearning workflow promotes."""
+    signals = learn.Signals.build(
+        [e.state for e in train], np.array([e.hidden for e in train]), [e.letter_logits for e in train],
+        np.array([e.gold for e in train]), [e.fold_group for e in train],
+        text_fields=[s.key for s in policy.state], categorical_fields=policy.categorical_keys)
+    goals = question.learning
+    targets = learn.Targets(
+        max_error=target_error if target_error is not None else goals.max_auto_error,
+        protected=tuple(question.option_ids.index(o) for o in goals.protect),
+        max_under_assignment=goals.max_under_assignment)
+    binding = {"question_sha256": policy.question_sha256(question), "model_sha256": model.sha256,
+               "hidden_size": model.hidden_size, "prompt_version": train[0].prompt_version}
+    fit = learn.fit_question(f"{policy.name}/{question.id}", question.option_ids, signals, binding=binding,
+                             formula=question.confidence_formula.value, folds=folds, seed=seed,
+                             targets=targets, curve=curve)
+    document = learn.head_document(fit, version="", binding=binding, data=sources, fitted_on=fitted_on)
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
+    document["version"] = f"{policy.name}.{question.id}.{document['fit']['fitted_on']}.{digest}"
+    return fit, document
