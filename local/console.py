@@ -24,12 +24,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self, TextIO
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from local.cloudformation import Stack
+from local.event_sources import http_event
 from local.lambdas import LocalFunction
 from local.services import LOOPBACK
 
@@ -83,48 +83,6 @@ def template_routes(stack: Stack, function: str = CONSOLE_FUNCTION) -> tuple[lis
     jwt_config = stack.resolve(auth["Authorizers"][auth["DefaultAuthorizer"]]["JwtConfiguration"])
     # Longest paths first: /static/{name} before a catch-all.
     return sorted(routes, key=lambda r: -len(r.path)), jwt_config
-
-
-def claim_text(value: Any) -> str:
-    """API Gateway hands every claim to the function as text; a list as '[a b]'."""
-    if isinstance(value, list):
-        return "[" + " ".join(str(v) for v in value) + "]"
-    return str(value)
-
-
-def http_event(method: str, path: str, *, route_key: str = "$default", query: str = "",
-               headers: dict[str, str] | None = None, body: str | bytes | None = None,
-               path_parameters: dict[str, str] | None = None, claims: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An HTTP API payload 2.0 event as API Gateway sends it to a Lambda integration."""
-    now = datetime.now(timezone.utc)
-    headers = {k.lower(): v for k, v in (headers or {}).items()}
-    context: dict[str, Any] = {
-        "accountId": "123456789012", "apiId": "local", "domainName": "127.0.0.1", "domainPrefix": "local",
-        "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": LOOPBACK,
-                 "userAgent": headers.get("user-agent", "")},
-        "requestId": str(uuid.uuid4()), "routeKey": route_key, "stage": "$default",
-        "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"), "timeEpoch": int(now.timestamp() * 1000),
-    }
-    if claims is not None:
-        context["authorizer"] = {"jwt": {"claims": {k: claim_text(v) for k, v in claims.items()}, "scopes": None}}
-    event: dict[str, Any] = {
-        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": query,
-        "headers": headers, "requestContext": context, "isBase64Encoded": False,
-    }
-    if query:
-        event["queryStringParameters"] = dict(parse_qsl(query, keep_blank_values=True))
-    if path_parameters:
-        event["pathParameters"] = path_parameters
-    if isinstance(body, bytes):
-        try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError:  # as API Gateway passes a body it does not take for text
-            import base64
-
-            body, event["isBase64Encoded"] = base64.b64encode(body).decode(), True
-    if body is not None:
-        event["body"] = body
-    return event
 
 
 class LocalTokens:

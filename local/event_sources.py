@@ -9,7 +9,8 @@
 - `invoke_async`: an asynchronous invoke (how EventBridge calls a function): 1 + the
   EventInvokeConfig's MaximumRetryAttempts tries (after `retry_delays`; Lambda waits about 1 and
   2 minutes), then the OnFailure destination gets Lambda's failure record.
-- `http_api_event`: what API Gateway's HTTP API gives a function for one request.
+- `http_event`: what API Gateway's HTTP API gives a function for one request (a console or
+  webhook route; text, or bytes that are not UTF-8 as base64, as API Gateway passes them).
 
 Batch sizes, retry counts and destinations are read from template.yaml.
 """
@@ -24,9 +25,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
+from urllib.parse import parse_qsl
 
 from local.cloudformation import Stack, TemplateError
 from local.lambdas import LocalFunction, error_type
+from local.services import LOOPBACK
 
 
 def queue_url_for_arn(stack: Stack, arn: str) -> str:
@@ -150,21 +153,44 @@ def _base64(value: bytes | None) -> str | None:
 
 
 # --------------------------------------------------------------------------- HTTP API
-def http_api_event(method: str, path: str, body: bytes, headers: dict[str, str], *,
-                   path_parameters: dict[str, str] | None = None) -> dict[str, Any]:
-    """The event API Gateway's HTTP API (payload format 2.0) gives a function for one request."""
-    return {
-        "version": "2.0", "routeKey": f"{method} {path}", "rawPath": path, "rawQueryString": "",
-        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in headers.items()}},
-        "pathParameters": path_parameters or {},
-        "requestContext": {"accountId": "123456789012", "apiId": "local", "domainName": "localhost",
-                           "domainPrefix": "local", "requestId": str(uuid.uuid4()), "routeKey": f"{method} {path}",
-                           "stage": "$default", "time": datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S +0000"),
-                           "timeEpoch": int(time.time() * 1000),
-                           "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                                    "userAgent": "local.demo"}},
-        "body": body.decode("utf-8"), "isBase64Encoded": False,
+def claim_text(value: Any) -> str:
+    """API Gateway hands every claim to the function as text; a list as '[a b]'."""
+    if isinstance(value, list):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def http_event(method: str, path: str, *, route_key: str = "$default", query: str = "",
+               headers: dict[str, str] | None = None, body: str | bytes | None = None,
+               path_parameters: dict[str, str] | None = None, claims: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An HTTP API payload 2.0 event as API Gateway sends it to a Lambda integration."""
+    now = datetime.now(timezone.utc)
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    context: dict[str, Any] = {
+        "accountId": "123456789012", "apiId": "local", "domainName": "127.0.0.1", "domainPrefix": "local",
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": LOOPBACK,
+                 "userAgent": headers.get("user-agent", "")},
+        "requestId": str(uuid.uuid4()), "routeKey": route_key, "stage": "$default",
+        "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"), "timeEpoch": int(now.timestamp() * 1000),
     }
+    if claims is not None:
+        context["authorizer"] = {"jwt": {"claims": {k: claim_text(v) for k, v in claims.items()}, "scopes": None}}
+    event: dict[str, Any] = {
+        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": query,
+        "headers": headers, "requestContext": context, "isBase64Encoded": False,
+    }
+    if query:
+        event["queryStringParameters"] = dict(parse_qsl(query, keep_blank_values=True))
+    if path_parameters:
+        event["pathParameters"] = path_parameters
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:  # as API Gateway passes a body it does not take for text
+            body, event["isBase64Encoded"] = base64.b64encode(body).decode(), True
+    if body is not None:
+        event["body"] = body
+    return event
 
 
 # --------------------------------------------------------------------------- async invoke

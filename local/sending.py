@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from local.event_sources import AsyncResult, BatchReport, http_api_event, invoke_async
+from local.event_sources import AsyncResult, BatchReport, http_event, invoke_async
 from local.outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -221,8 +221,9 @@ def post_webhook(pipeline: LocalDeployment, outcome: Outcome, progress: Progress
     data = signed_now(system, outcome.item.data or {})
     body = json.dumps(data).encode()
     headers = {**(outcome.item.headers or {}), **sign(system, body, pipeline.webhook_secrets[system], at=time.time())}
-    response = pipeline.webhooks.invoke(http_api_event("POST", f"/webhooks/{system}", body, headers,
-                                                       path_parameters={"source": system}))
+    response = pipeline.webhooks.invoke(http_event("POST", f"/webhooks/{system}", route_key="POST /webhooks/{source}",
+                                                   headers={"Content-Type": "application/json", **headers}, body=body,
+                                                   path_parameters={"source": system}))
     answer = json.loads(response["body"])
     if answer.get("status") == "forwarded":
         progress(f"{outcome.item.label}: webhook forwarded to the bus")

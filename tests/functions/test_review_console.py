@@ -3,7 +3,7 @@ the real routing workflow executing: pending reviews listed oldest first with th
 answers checked against the execution's own record and delivered, the reviewer taken from the
 token's claims only, corrections of automatic routes, the export, and the page's headers.
 
-Events are HTTP API payload 2.0 events as `local.console.http_event` builds them (the local
+Events are HTTP API payload 2.0 events as `local.event_sources.http_event` builds them (the local
 gateway's own builder); the claims are what API Gateway's JWT authorizer would pass on."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from decision_router.domain.records import DecisionRecord
 from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack
-from local.console import http_event
+from local.event_sources import http_event
 from local.lambdas import LocalFunction
 from tests.functions.conftest import letters_only, make_result
 
