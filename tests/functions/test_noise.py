@@ -129,14 +129,3 @@ def test_the_shipped_policy_groups_flaps_and_has_a_window():
     noise = POLICY.noise
     assert noise.grouping[0].window_minutes == 10 and noise.flapping is not None
     assert noise.maintenance[0].time_zone == "Europe/Dublin" and noise.maintenance[0].action == "suppress"
-
-
-def test_a_sev1_joins_no_group_unless_the_rule_says_so(incident_data):
-    """A critical that follows a lower alert of the same service must page, not become a member."""
-    (rule,) = POLICY.noise.grouping
-    low = parse_item("incident", dict(incident_data, source="aws.cloudwatch", severity="sev4"))
-    critical = parse_item("incident", dict(incident_data, source="aws.cloudwatch", severity="sev1",
-                                           incident_id="other", title="Healthy host count is 0"))
-    assert rule.group_key(low) is not None and rule.group_key(critical) is None
-    opted_in = rule.model_copy(update={"include_sev1": True})
-    assert opted_in.group_key(critical) == opted_in.group_key(low)

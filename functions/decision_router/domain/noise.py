@@ -115,14 +115,9 @@ class Grouping(_Strict):
     match: list[str] = Field(min_length=1, description="the item fields that must be equal (service, evidence.alertname)")
     window_minutes: Minutes
     sources: list[str] = Field(default_factory=list, description="only incidents of these sources (empty: any)")
-    include_sev1: bool = Field(False, description="group sev1 incidents too (by default a sev1 always pages on its own)")
 
     def group_key(self, item: Item) -> str | None:
-        """The key of the group the incident belongs to; None when it has no value for a field.
-        A sev1 joins no group unless `include_sev1`: a member is never paged, and a critical that
-        follows a lower alert of the same service must page."""
-        if getattr(item, "severity", None) == "sev1" and not self.include_sev1:
-            return None
+        """The key of the group the incident belongs to; None when it has no value for a field."""
         if self.sources and getattr(item, "source", None) not in self.sources:
             return None
         values = [field_value(item, field) for field in self.match]
