@@ -87,6 +87,35 @@ def workflow_record(message: dict) -> tuple[DecisionRecord, str]:
     return record, f"{body.get('execution_name', '?')} failed with {reason}"
 
 
+def check_against_execution(message: dict, workflow: Any) -> None:
+    """A workflow DLQ message is redriven only as the workflow wrote it: it names an execution of
+    this routing workflow whose input is the message's record, which FAILED (a failed route) or
+    SUCCEEDED with the message's outcome (a missing audit row). Anyone who may send to the queue
+    could write any other message: Unusable, with the difference."""
+    from decision_router.adapters.workflow import ExecutionNotRunning
+
+    body = _json(message["Body"])
+    name, arn = body.get("execution_name"), body.get("execution_arn")
+    if not isinstance(name, str) or arn != workflow.execution_arn(name):
+        raise Unusable(f"names no execution of this routing workflow (execution_arn {arn!r}, "
+                       f"execution_name {name!r}): not written by it, not redriven")
+    try:
+        status, given, output = workflow.ended(name)
+    except ExecutionNotRunning as error:
+        raise Unusable(f"{error}: not written by the workflow, not redriven") from None
+    if given != body.get("record"):
+        raise Unusable(f"its record differs from the input of execution {name}: not redriven")
+    if body.get("audit_missing"):
+        ended_with = output.get("outcome") if isinstance(output, dict) else None
+        claimed = body.get("outcome")
+        # The execution's outcome is the message's, plus what the workflow adds after it (answers).
+        if (status != "SUCCEEDED" or not isinstance(ended_with, dict) or not isinstance(claimed, dict)
+                or any(ended_with.get(k) != v for k, v in claimed.items())):
+            raise Unusable(f"its outcome is not the one execution {name} ({status}) ended with: not written")
+    elif status not in ("FAILED", "TIMED_OUT", "ABORTED"):
+        raise Unusable(f"execution {name} is {status}, not failed: nothing to redrive")
+
+
 def missing_audit_row(message: dict) -> dict[str, str] | None:
     """The audit row the workflow could not write for an item it routed (a workflow DLQ message
     with `audit_missing`), field for field as its WriteAuditRecord state writes it; None for a
@@ -210,11 +239,13 @@ def cmd_workflow(args, out: TextIO) -> int:
     def understand(message: dict) -> Replay:
         record, reason = workflow_record(message)
         row = missing_audit_row(message)
+        check_against_execution(message, workflow)
         if row is not None:
             audit = AuditTrail(_required(args.audit_table, "--audit-table", "AUDIT_TABLE_NAME"))
 
             def write() -> str:
-                audit.write(row)
+                if not audit.write(row):
+                    return f"its audit row ({row['execution_name']}) exists already: left as it is; removed"
                 return f"routed by execution {row['execution_name']}; its audit row ({row['outcome']}) written"
 
             return Replay(f"{record.item_kind} {record.item_id}", f"{reason} (only the audit)", write)

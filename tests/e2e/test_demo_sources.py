@@ -121,3 +121,24 @@ def test_sns_alarms_alarm_actions_ocsf_and_forwarded_webhooks_end_where_they_sho
     assert outcomes[4].queues == ["IncidentDeadLetterQueue"]
     assert "incident.acknowledged" in report[6]["reason"]
     assert "orders-db-sunday-patching" in report[7]["reason"]
+
+
+@pytest.mark.stack
+@pytest.mark.server  # the moto server
+def test_a_critical_alarm_after_a_low_alarm_of_its_service_pages(local_pipeline, tmp_path):
+    """`make demo ITEMS=…` as a new user tries it: a warning, then its critical two minutes on."""
+    pipeline = local_pipeline(UNUSED_ENDPOINT)
+
+    def alarm(name: str, severity: str, minute: int) -> str:
+        return line("cloudwatch_alarm_state_change", id=f"{name}-1", resources=[
+            f"arn:aws:cloudwatch:eu-west-1:123456789012:alarm:{name}"], detail__alarmName=name,
+            detail__state__timestamp=f"2026-11-29T12:{minute:02d}:00.000+0000",
+            detail__alarmTags=[{"key": "severity", "value": severity}, {"key": "service", "value": "checkout"}])
+
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join([alarm("checkout-latency", "low", 1), alarm("checkout-healthy-hosts-0", "critical", 3),
+                                alarm("checkout-5xx", "medium", 4)]) + "\n")
+    report = [report_line(o) for o in pipeline.run(read_items([items]))]
+    assert report[1]["outcome"] in ("routed", "review") and report[1]["escalated"] is True, report[1]
+    assert report[1]["decisions"]["priority"]["answer"] == "P1"
+    assert report[2]["outcome"] == "grouped" and "checkout-healthy-hosts-0" in report[2]["reason"], report[2]

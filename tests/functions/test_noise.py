@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from decision_router.domain.items import parse_item
-from decision_router.domain.noise import MaintenanceWindow, recent
+from decision_router.domain.noise import Flapping, Grouping, MaintenanceWindow, recent
 from decision_router.domain.policies import PolicyError, load_policy
 
 POLICY = load_policy("incident")
@@ -129,3 +129,19 @@ def test_the_shipped_policy_groups_flaps_and_has_a_window():
     noise = POLICY.noise
     assert noise.grouping[0].window_minutes == 10 and noise.flapping is not None
     assert noise.maintenance[0].time_zone == "Europe/Dublin" and noise.maintenance[0].action == "suppress"
+
+
+def test_grouping_never_holds_a_member_more_severe_than_its_leader_nor_a_sev1():
+    rule = Grouping(id="storm", description="d", match=["service"], window_minutes=10)
+    assert rule.holds("sev4", "sev2") and rule.holds("sev2", "sev2")
+    assert not rule.holds("sev1", "sev4") and not rule.holds("sev2", "sev3")
+    assert not rule.holds("sev1", "sev1")  # each critical pages
+    assert rule.model_copy(update={"include_sev1": True}).holds("sev1", "sev1")
+    # A group row kept before leaders' severity was: the leader ranks as sev1, so no sev1 is held.
+    assert rule.holds("sev3", None) and not rule.holds("sev1", None)
+
+
+def test_flapping_holds_a_sev1_only_where_the_policy_says_so():
+    flapping = Flapping(max_opens=3, window_minutes=60)
+    assert flapping.applies("sev2") and not flapping.applies("sev1")
+    assert Flapping(max_opens=3, window_minutes=60, include_sev1=True).applies("sev1")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 import boto3
 import pytest
@@ -179,6 +179,60 @@ def test_a_burst_of_related_alarms_pages_once_lists_its_members_and_resolves_wit
     assert fresh["outcome"] == "routed"
 
 
+def tagged(event: dict, severity: str) -> dict:
+    for tag in event["detail"]["alarmTags"]:
+        if tag["key"] == "severity":
+            tag["value"] = severity
+    return event
+
+
+def test_a_critical_after_a_low_alarm_of_its_service_pages_and_leads_the_group(pipeline, incidents):
+    """A warning before its critical is how outages often start: grouping must never hold the critical."""
+    app, stub = incidents
+    confident(stub, priority_logits=(0, 0, 0, 6.0))  # the low alarm: P4, no page
+    (low,) = handle(app, put(pipeline, tagged(alarm("checkout-api-latency", minute=1), "low"), "CloudWatchAlarmRule"))
+    assert low["outcome"] == "routed" and low["escalate"] is False
+    settled(pipeline)
+    pages = len(pipeline.pages())
+    stub.answer(body(TEAM_OPTIONS, [0, 0, 0, 6.0], decision_id="team"))  # critical: sev1, P1 by rule
+    critical = tagged(alarm("checkout-api-healthy-hosts", minute=3), "critical")
+    (paged,) = handle(app, put(pipeline, critical, "CloudWatchAlarmRule"))
+    assert paged["outcome"] == "routed" and paged["escalate"] is True
+    assert "more severe (sev1) than the leader" in paged["reason"]
+    settled(pipeline)
+    assert len(pipeline.pages()) == pages + 1
+    # From now on the critical leads: a high alarm of the service joins it and pages nobody.
+    (member,) = handle(app, put(pipeline, alarm("checkout-api-5xx", minute=4), "CloudWatchAlarmRule"))
+    assert member["outcome"] == "grouped" and member["leader"] == paged["key"]
+    # A second critical of the service pages too (sev1 is held only where the rule includes sev1).
+    stub.answer(body(TEAM_OPTIONS, [0, 0, 0, 6.0], decision_id="team"))
+    (again,) = handle(app, put(pipeline, tagged(alarm("checkout-api-down", minute=5), "critical"),
+                                "CloudWatchAlarmRule"))
+    assert again["outcome"] == "routed" and again["escalate"] is True
+    # The group is over when all four are resolved; its last resolution names the last leader's run.
+    outcomes = [handle(app, put(pipeline, alarm(name, "OK", minute=30 + i), "CloudWatchAlarmRule"))[0]
+                for i, name in enumerate(("checkout-api-latency", "checkout-api-healthy-hosts", "checkout-api-5xx",
+                                          "checkout-api-down"))]
+    assert [o["outcome"] for o in outcomes] == ["resolved"] * 4
+    assert "the group of 4 is resolved" in outcomes[-1]["reason"]
+    assert outcomes[-1]["execution_name"] == again["execution_name"]
+
+
+def test_untagged_alarms_of_two_databases_are_two_services(pipeline, incidents):
+    app, stub = incidents
+    results = []
+    for i, db in enumerate(("reporting-db", "payments-db")):
+        event = alarm(f"{db}-cpu", minute=i)
+        event["detail"]["alarmTags"] = [{"key": "severity", "value": "high"}]
+        metric = event["detail"]["configuration"]["metrics"][0]["metricStat"]["metric"]
+        metric.update(namespace="AWS/RDS", dimensions={"DBInstanceIdentifier": db})
+        confident(stub)
+        results += handle(app, put(pipeline, event, "CloudWatchAlarmRule"))
+    assert [r["outcome"] for r in results] == ["routed", "routed"]  # one namespace, two groups
+    groups = {open_row(pipeline, r["key"])["group"]["S"] for r in results}
+    assert len(groups) == 2
+
+
 def test_an_alarm_that_keeps_flapping_is_held_past_the_policys_limit(pipeline, incidents):
     app, stub = incidents
     for _ in range(3):
@@ -218,6 +272,63 @@ def test_a_maintenance_window_records_a_matching_incident_without_paging_but_nev
     (paged,) = handle(app, put(pipeline, critical, "IncidentWebhookRule", bus))
     assert paged["outcome"] == "routed" and paged["escalate"] is True
     assert list(settled(pipeline).values()) == ["SUCCEEDED"]  # (and no execution thread outlives the test)
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 11, 29, hour, minute, tzinfo=timezone.utc)  # a Sunday; Dublin is on UTC in winter
+
+
+def test_a_window_holds_an_incident_until_it_ends_and_the_next_delivery_routes_it(pipeline, incidents):
+    """Grafana repeats a firing alert with its first startsAt: the repeat after the window pages."""
+    app, stub = incidents
+    bus = pipeline.stack.ref("DecisionBus")
+    grafana = sample("grafana_alerting_webhook")
+    grafana["detail"]["alerts"] = grafana["detail"]["alerts"][1:]
+    alert = grafana["detail"]["alerts"][0]
+    alert["labels"].update(service="orders-db", severity="error")
+    alert["startsAt"] = "2026-11-29T03:55:00Z"  # inside the shipped Sunday 02:00-04:00 window
+    app.incidents.clock = lambda: at(3, 56)
+    (held,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", bus))
+    assert held["outcome"] == "suppressed" and "until 2026-11-29T04:00:00.000+00:00" in held["reason"]
+    assert stub.requests == []
+    confident(stub)
+    app.incidents.clock = lambda: at(8)  # Grafana's repeat, four hours on
+    (routed,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", bus))
+    assert routed["outcome"] == "routed" and "window ended while it was still open" in routed["reason"]
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"] and len(stub.requests) == 1
+    app.incidents.clock = lambda: at(12)
+    (again,) = handle(app, put(pipeline, grafana, "IncidentWebhookRule", bus))
+    assert again["outcome"] == "updated" and len(settled(pipeline)) == 1
+    resolved = copy.deepcopy(grafana)
+    resolved["detail"]["alerts"][0]["status"] = "resolved"
+    (closed,) = handle(app, put(pipeline, resolved, "IncidentWebhookRule", bus))
+    assert closed["outcome"] == "resolved" and closed["execution_name"] == routed["execution_name"]
+
+
+def test_the_schedule_routes_an_alarm_still_open_when_its_window_ends(pipeline, incidents):
+    """CloudWatch sends nothing more while an alarm stays in ALARM: the template's sweep routes it."""
+    app, stub = incidents
+    event = alarm("orders-db-writes", minute=0, service="orders-db")
+    event["detail"]["state"]["timestamp"] = "2026-11-29T03:50:00.000+0000"
+    app.incidents.clock = lambda: at(3, 50)
+    (held,) = handle(app, put(pipeline, event, "CloudWatchAlarmRule"))
+    assert held["outcome"] == "suppressed"
+    schedule = pipeline.stack.template["Resources"]["IncidentIntakeFunction"]["Properties"]["Events"][
+        "HeldIncidentSweep"]
+    assert schedule["Type"] == "Schedule" and schedule["Properties"]["Schedule"] == "rate(5 minutes)"
+    tick = {"version": "0", "id": "tick-1", "detail-type": "Scheduled Event", "source": "aws.events",
+            "account": "123456789012", "time": "2026-11-29T03:55:00Z", "region": "eu-west-1",
+            "resources": ["arn:aws:events:eu-west-1:123456789012:rule/sweep"], "detail": {}}
+    assert app.lambda_handler(tick, FakeLambdaContext())["outcomes"] == []  # the window still lasts
+    confident(stub)
+    app.incidents.clock = lambda: at(4, 5)
+    swept = app.lambda_handler({**tick, "id": "tick-2"}, FakeLambdaContext())
+    assert [o["outcome"] for o in swept["outcomes"]] == ["routed"] and swept["outcomes"][0]["key"] == held["key"]
+    assert app.lambda_handler({**tick, "id": "tick-3"}, FakeLambdaContext())["outcomes"] == []  # routed once
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]
+    (ok,) = handle(app, put(pipeline, alarm("orders-db-writes", "OK", minute=30, service="orders-db"),
+                            "CloudWatchAlarmRule"))
+    assert ok["outcome"] == "resolved" and ok["execution_name"] == swept["outcomes"][0]["execution_name"]
 
 
 def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_review(pipeline, incidents):

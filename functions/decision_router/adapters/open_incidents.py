@@ -128,22 +128,67 @@ class OpenIncidents(AwsAdapter):
             ExpressionAttributeValues={":yes": {"BOOL": True}, ":why": {"S": why}, ":d": {"S": delivery}, **values},
             **extra)
 
+    def release(self, key: str, now: str) -> bool:
+        """Take the hold of a maintenance window off the open incident of `key` once its window
+        ended (`held_until` at or before `now`) and it is not routed yet: True when the caller should
+        route it. The hold stays until `released` names the execution, so a routing that fails is
+        retried by the next delivery; two at once start one execution (it is named after the item)."""
+        try:
+            self.client.update_item(
+                TableName=self.table_name, Key={"incident_key": {"S": key}},
+                UpdateExpression="SET released_at = :now",
+                ConditionExpression="#s = :open AND held_until <= :now AND attribute_not_exists(execution_name)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}})
+            return True
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def expired_holds(self, now: str) -> list[dict[str, Any]]:
+        """The open incidents a maintenance window held whose window ended by `now`, not routed
+        yet (the sweep routes them: a source such as CloudWatch sends nothing more while an alarm
+        stays in ALARM)."""
+        rows, start = [], None
+        while True:
+            page = self.client.scan(
+                TableName=self.table_name, ConsistentRead=True,
+                FilterExpression="#s = :open AND held_until <= :now AND attribute_not_exists(execution_name)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}},
+                **({"ExclusiveStartKey": start} if start else {}))
+            rows += page.get("Items", [])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return rows
+
+    def released(self, key: str, execution_name: str) -> None:
+        """The incident whose hold was released was routed (by this execution)."""
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
+                                UpdateExpression="SET execution_name = :name, held = :why",
+                                ExpressionAttributeValues={":name": {"S": execution_name},
+                                                           ":why": {"S": "held by a maintenance window until it "
+                                                                         "ended; then routed"}})
+
     # ------------------------------------------------------------------ groups (grouping)
-    def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str) -> dict[str, Any]:
+    def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,
+                   severity: str) -> dict[str, Any]:
         """Put `member` in the open group of `group_key`, or open the group with it (its leader)
         when there is none, or the last one ended (resolved, or its window `until` passed `at`).
-        The group's row as it is now: `leader` says whether this member leads it."""
+        The group's row as it is now: `is_leader` says whether this member leads it, and
+        `leader_severity` how severe its leader is (None on a row written before it was kept)."""
         for _ in range(MAX_RACES):
             try:
                 self.client.put_item(
                     TableName=self.table_name,
                     Item={"incident_key": {"S": group_key}, "status": {"S": "open"}, "leader": {"S": member},
                           "leader_incident_id": {"S": incident_id}, "members": {"SS": [member]},
-                          "open_members": {"SS": [member]}, "opened_at": {"S": at}, "until": {"S": until}},
+                          "open_members": {"SS": [member]}, "opened_at": {"S": at}, "until": {"S": until},
+                          "leader_severity": {"S": severity}},
                     ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
                     ExpressionAttributeNames={"#s": "status", "#u": "until"},
                     ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": at}})
-                return {"leader": member, "leader_incident_id": incident_id, "members": [member], "is_leader": True}
+                return {"leader": member, "leader_incident_id": incident_id, "members": [member], "is_leader": True,
+                        "leader_severity": severity}
             except self.client.exceptions.ConditionalCheckFailedException:
                 pass
             try:
@@ -159,8 +204,17 @@ class OpenIncidents(AwsAdapter):
             # A retried leader (its routing failed) finds its own group: it still leads it.
             return {"leader": row["leader"]["S"], "leader_incident_id": row["leader_incident_id"]["S"],
                     "members": sorted(row["members"]["SS"]), "execution_name": row.get("execution_name", {}).get("S"),
-                    "is_leader": row["leader"]["S"] == member}
+                    "is_leader": row["leader"]["S"] == member,
+                    "leader_severity": row.get("leader_severity", {}).get("S")}
         raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
+
+    def lead_group(self, group_key: str, member: str, *, incident_id: str, severity: str) -> None:
+        """Make `member` (already in the group) its leader: it is more severe than the leader
+        was, so it is routed, and the group's resolution closes its review."""
+        self.client.update_item(
+            TableName=self.table_name, Key={"incident_key": {"S": group_key}},
+            UpdateExpression="SET leader = :m, leader_incident_id = :id, leader_severity = :sev REMOVE execution_name",
+            ExpressionAttributeValues={":m": {"S": member}, ":id": {"S": incident_id}, ":sev": {"S": severity}})
 
     def group_routed(self, group_key: str, execution_name: str) -> None:
         self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": group_key}},

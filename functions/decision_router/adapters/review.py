@@ -152,9 +152,15 @@ class AuditTrail(AwsAdapter):
                                      ExpressionAttributeValues={":i": {"S": item_id}})
         return [_strings(row) for row in response["Items"]]
 
-    def write(self, row: dict[str, str]) -> None:
-        """Write one row (every field a string), as the workflow's audit state does."""
-        self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.items()})
+    def write(self, row: dict[str, str]) -> bool:
+        """Write one row (every field a string), as the workflow's audit state does, only where
+        none is: an audit row is never rewritten. False when it exists already (a retry's)."""
+        try:
+            self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.items()},
+                                 ConditionExpression="attribute_not_exists(item_id)")
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def row(self, item_id: str, execution_name: str) -> dict[str, str] | None:
         found = self.client.get_item(TableName=self.table_name, Key={

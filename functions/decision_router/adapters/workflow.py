@@ -71,6 +71,16 @@ class WorkflowStarter(AwsAdapter):
             raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
         return described["status"], json.loads(described["input"])
 
+    def ended(self, name: str) -> tuple[str, Any, Any]:
+        """(status, input, output) of the named execution, input and output as JSON values (the
+        output None until it ends well); ExecutionNotRunning when there is none."""
+        try:
+            described = self.client.describe_execution(executionArn=self.execution_arn(name))
+        except self.client.exceptions.ExecutionDoesNotExist:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
+        output = described.get("output")
+        return described["status"], json.loads(described["input"]), json.loads(output) if output else None
+
     def status(self, name: str) -> str | None:
         """The named execution's status; None when there is none."""
         try:

@@ -99,22 +99,52 @@ class MaintenanceWindow(_Strict):
         start = next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True), None)
         return start is not None and local < start + timedelta(minutes=self.duration_minutes)
 
+    def ends(self, at: datetime) -> datetime:
+        """When the occurrence of the window that `at` falls in ends (`at` inside it)."""
+        if self.end is not None:
+            return self._local(self.end)
+        assert self.cron is not None and self.duration_minutes is not None
+        minute = self._local(at).replace(second=0, microsecond=0)
+        start = next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True))
+        return start + timedelta(minutes=self.duration_minutes)
+
     def holds(self, item: Item) -> bool:
         if getattr(item, "severity", None) == "sev1" and not self.include_sev1:
             return False
         return all(condition.holds(item) for condition in self.when)
 
 
+def severity_rank(severity: str | None) -> int:
+    """1 for sev1 (the most severe) to 4; an unknown severity ranks as the most severe, so that
+    a comparison with it never holds a page."""
+    return int(severity[3:]) if severity in SEVERITIES else 1
+
+
+SEVERITIES = ("sev1", "sev2", "sev3", "sev4")
+
+
 class Grouping(_Strict):
     """Incidents whose `match` fields are equal, opened within `window_minutes` of the first, are
     one incident: the first is routed (one page), the others join it as members; it is resolved
-    when every member is."""
+    when every member is. A member more severe than the group's leader is never held: it is
+    routed (it pages) and leads the group from then on. A sev1 is never held unless
+    `include_sev1`, so each critical pages."""
 
     id: Id
     description: Text
     match: list[str] = Field(min_length=1, description="the item fields that must be equal (service, evidence.alertname)")
     window_minutes: Minutes
     sources: list[str] = Field(default_factory=list, description="only incidents of these sources (empty: any)")
+    include_sev1: bool = Field(False, description="whether a sev1 may be held as a member of a sev1 leader's group "
+                                                   "(by default every sev1 pages)")
+
+    def holds(self, severity: str | None, leader_severity: str | None) -> bool:
+        """Whether a member of `severity` is held in a group whose leader has `leader_severity`:
+        never when it is more severe than the leader (its page would be lost), nor a sev1 unless
+        the rule includes sev1."""
+        if severity_rank(severity) < severity_rank(leader_severity):
+            return False
+        return severity_rank(severity) > 1 or self.include_sev1
 
     def group_key(self, item: Item) -> str | None:
         """The key of the group the incident belongs to; None when it has no value for a field."""
@@ -133,6 +163,11 @@ class Flapping(_Strict):
 
     max_opens: int = Field(ge=1, le=100)
     window_minutes: Minutes
+    include_sev1: bool = Field(False, description="whether a flapping sev1 is held too (by default each opening "
+                                                   "of a sev1 pages)")
+
+    def applies(self, severity: str | None) -> bool:
+        return severity_rank(severity) > 1 or self.include_sev1
 
 
 class NoiseControls(_Strict):
@@ -151,6 +186,7 @@ class NoiseControls(_Strict):
         return named
 
     def window(self, item: Item, at: datetime) -> MaintenanceWindow | None:
+        """The window that holds `item`, which happened `at` (the hold lasts until `ends(at)`)."""
         return next((w for w in self.maintenance if w.holds(item) and w.active(at)), None)
 
     def group(self, item: Item) -> tuple[Grouping, str] | None:

@@ -26,7 +26,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -43,6 +43,8 @@ from ..validation import describe_errors
 from .pipeline import Intake
 
 OWN_DETAIL_TYPE = "Incident Reported"
+#: The schedule's event (EventBridge Scheduler's and a rule's `Scheduled Event`): sweep the holds.
+SWEEP = ("aws.events", "Scheduled Event")
 #: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
 #: an index: past this many, the review stays open and the resolution says so).
 MAX_REVIEWS_SCANNED = 100
@@ -91,9 +93,11 @@ def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
 
 class IncidentIntake:
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 store: Any = None, dead_letters: Any = None):
-        """`settings`, `store` and `dead_letters` replace what the environment would give (tests)."""
+                 store: Any = None, dead_letters: Any = None, clock: Callable[[], datetime] | None = None):
+        """`settings`, `store` and `dead_letters` replace what the environment would give (tests);
+        `clock` gives the delivery's time (a maintenance window's hold ends with its window)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
         self._reviews: Any = None
         self._tasks: Any = None
@@ -134,6 +138,8 @@ class IncidentIntake:
             source, envelope = read_event(event)
         except SourceEventError as error:
             return self.park(event, error)
+        if source is None and (envelope.source, envelope.detail_type) == SWEEP:
+            return self.sweep_holds(context)
         if source is None and envelope.detail_type == OWN_DETAIL_TYPE:
             summary = self.intake.handle(envelope.detail, context)
             return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
@@ -194,6 +200,11 @@ class IncidentIntake:
         claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source,
                                  opens=opens)
         base = {"key": opened.key, "incident_id": incident.incident_id}
+        now = self.clock()
+        if claim in ("duplicate", "update") and noise.maintenance:
+            released = self._release_hold(opened, delivery, now, context)
+            if released is not None:
+                return {**base, **released}
         if claim == "duplicate":
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
             self.logger.info("re-delivered event of an incident already routed", extra={**base, "delivery": delivery})
@@ -210,13 +221,22 @@ class IncidentIntake:
         review = (f"maintenance window {window.id!r} ({window.description}): decided, and sent to review instead "
                   "of paging" if window is not None else None)
         group = noise.group(incident)
-        joined = None
+        joined, took_over_from = None, None
         if group is not None and window is None:
             rule, group_key = group
             joined = self.store.join_group(group_key, opened.key, at=at, incident_id=incident.incident_id,
-                                           until=_iso(incident.reported_at + timedelta(minutes=rule.window_minutes)))
+                                           until=_iso(incident.reported_at + timedelta(minutes=rule.window_minutes)),
+                                           severity=incident.severity)
             if not joined["is_leader"]:
-                return {**base, **self._grouped(opened, delivery, rule.id, group_key, joined)}
+                if rule.holds(incident.severity, joined.get("leader_severity")):
+                    return {**base, **self._grouped(opened, delivery, rule.id, group_key, joined)}
+                # Holding it would lose its page: it is routed, and leads the group from now on.
+                self.store.lead_group(group_key, opened.key, incident_id=incident.incident_id,
+                                      severity=incident.severity)
+                took_over_from = joined["leader_incident_id"]
+                self.logger.info("incident more severe than its group's leader: routed, and now leads the group",
+                                 extra={**base, "group": group_key, "was_led_by": joined["leader_incident_id"],
+                                        "leader_severity": joined.get("leader_severity")})
         summary = self.intake.route(incident, context, review_reason=review)
         self.store.routed(opened.key, delivery, summary["execution_name"],
                           group=group[1] if joined is not None and group is not None else None)
@@ -225,22 +245,54 @@ class IncidentIntake:
         result = {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
         if window is not None:
             result["window"] = window.id
+        if took_over_from is not None:
+            result["reason"] = (f"more severe ({incident.severity}) than the leader {took_over_from} of its group "
+                                "under noise.grouping: paged, and leads the group from now on")
         return result
+
+    def sweep_holds(self, context: Any = None) -> dict:
+        """Route every open incident whose maintenance window has ended (the template's schedule
+        calls this every few minutes), so a hold never outlasts its window by more than that."""
+        now = self.clock()
+        results = []
+        for row in self.store.expired_holds(_iso(now)):
+            opened = IncidentOpened(row["incident_key"]["S"], Incident.model_validate_json(row["held_item"]["S"]))
+            released = self._release_hold(opened, "sweep", now, context)
+            if released is not None:
+                results.append({"key": opened.key, "incident_id": opened.incident.incident_id, **released})
+        return {"outcome": "swept", "reason": f"{len(results)} incident(s) held by a window that ended: routed",
+                "outcomes": results}
+
+    def _release_hold(self, opened: IncidentOpened, delivery: str, now: datetime, context: Any) -> dict | None:
+        """A later delivery of an incident a maintenance window held, once the window is over:
+        routed now (it pages as it would have), once; None when there is no such hold."""
+        if not self.store.release(opened.key, _iso(now)):
+            return None
+        summary = self.intake.route(opened.incident, context)
+        self.store.released(opened.key, summary["execution_name"])
+        reason = "its maintenance window ended while it was still open: routed now"
+        self.logger.info("held incident released", extra={"key": opened.key, "delivery": delivery})
+        self.metrics.add_metric(name="IncidentsReleased", unit=MetricUnit.Count, value=1)
+        return {**summary, "outcome": "routed", "reason": reason}
 
     def _held_by_noise(self, opened: IncidentOpened, delivery: str, opens: list[str] | None) -> dict | None:
         """Flapping, or a maintenance window that suppresses: the incident is recorded (its row,
         an audit row of its own outcome) and not routed. None when neither holds it."""
         incident = opened.incident
         noise = self.intake.router.policy.noise
-        if noise.flapping is not None and opens is not None and len(opens) > noise.flapping.max_opens:
+        if (noise.flapping is not None and opens is not None and len(opens) > noise.flapping.max_opens
+                and noise.flapping.applies(incident.severity)):
             reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
                       f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
             self.store.held(opened.key, delivery, reason, flapping="true")
             return self._record_held(opened, delivery, "flapping", reason, {"opens": opens})
         window = noise.window(incident, incident.reported_at)
         if window is not None and window.action == "suppress":
-            reason = f"maintenance window {window.id!r} ({window.description}): recorded, not paged"
-            self.store.held(opened.key, delivery, reason, window=window.id)
+            until = window.ends(incident.reported_at)
+            reason = (f"maintenance window {window.id!r} ({window.description}): recorded, not paged while the "
+                      f"window lasts (until {_iso(until)}); a delivery after that routes it if it is still open")
+            self.store.held(opened.key, delivery, reason, window=window.id, held_until=_iso(until),
+                            held_item=incident.model_dump_json())
             return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id})
         return None
 

@@ -196,9 +196,13 @@ def adapt(envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceO
 
 
 def _service(metric: WatchedMetric | None, alarm_name: str) -> str:
-    """A service name when the alarm carries no `service` tag: the metric's namespace (AWS/EC2),
-    else the alarm's name (composite alarms watch no metric)."""
-    return metric.namespace if metric else alarm_name[:200]
+    """A service name when the alarm carries no `service` tag: the metric's namespace with its
+    dimensions (`AWS/RDS DBInstanceIdentifier=payments-db`), so that alarms of two databases are
+    two services (grouping matches on it), else the alarm's name (composite alarms watch no metric)."""
+    if metric is None:
+        return alarm_name[:200]
+    dimensions = ",".join(f"{k}={v}" for k, v in sorted(metric.dimensions.items()))
+    return f"{metric.namespace} {dimensions}"[:200] if dimensions else metric.namespace
 
 
 def _triggering_alarms(reason_data: str | None) -> list[str]:
