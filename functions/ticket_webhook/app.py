@@ -3,12 +3,12 @@ webhook (tickets), PagerDuty V3 and Grafana alerting (incidents). decision_route
 verifies the signature and its time, records the delivery, and queues the ticket or forwards the
 incident to the event bus.
 
-Answers: 202 with the status (queued, forwarded, parked with the reason, ignored with the reason);
-200 `duplicate` for a delivery already accepted (nothing handed on again, counted); 409
-`in_progress` with Retry-After for a delivery another invocation is handing on right now (see
-IN_PROGRESS); a 4xx with a short fixed reason for what is refused (401 for any failed
-verification, 413 too large, 400 not UTF-8 or not base64), nothing queued. No input makes it
-answer 5xx; only an AWS failure does (and the sender retries)."""
+Answers, each naming its `status`: 202 with the status (queued, forwarded, parked with the
+reason, ignored with the reason); 200 `duplicate` for a delivery already accepted (nothing handed
+on again, counted); 409 `in_progress` with Retry-After for a delivery another invocation is
+handing on right now (see IN_PROGRESS); a 4xx `refused` with a short fixed reason for what is
+refused (401 for any failed verification, 413 too large, 400 not UTF-8 or not base64), nothing
+queued. No input makes it answer 5xx; only an AWS failure does (and the sender retries)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def receive(source: str) -> Response:
         metrics.add_metric(name="WebhooksRefused", unit=MetricUnit.Count, value=1)
         logger.warning("webhook refused", extra={"source": source[:64], "status": refused.status,
                                                  "reason": refused.reason, "detail": str(refused)})
-        return _json(refused.status, {"message": HTTPStatus(refused.status).phrase.lower(), "reason": refused.reason})
+        return _json(refused.status, {"status": "refused", "message": HTTPStatus(refused.status).phrase.lower(),
+                                      "reason": refused.reason})
     metrics.add_metric(name="Webhooks" + received.status.title().replace("_", ""), unit=MetricUnit.Count, value=1)
     result = {"status": received.status, "reason": received.reason or None,
               "ticket_id": received.ticket.ticket_id if received.ticket else None}

@@ -32,7 +32,7 @@ from tests.functions.test_webhooks import EVENTS, RAW, SECRETS, call, request, s
 
 pytestmark = pytest.mark.stack
 
-UNAUTHORIZED = {"message": "unauthorized", "reason": "signature missing, invalid or expired"}
+UNAUTHORIZED = {"status": "refused", "message": "unauthorized", "reason": "signature missing, invalid or expired"}
 
 
 def sample(name: str) -> dict:
@@ -275,9 +275,10 @@ def test_the_write_back_policy_names_zendesk_tickets_from_zendesk_only():
 def test_attack_a_base64_body_that_is_not_utf8_gets_400_without_a_key(webhook, stack):
     event = request("zendesk", b"{}", {})
     event |= {"body": base64.b64encode(b"\xff\xfe{\x80}").decode(), "isBase64Encoded": True}
-    assert invoke(webhook, event) == (400, {"message": "bad request", "reason": "body is not UTF-8"})
+    assert invoke(webhook, event) == (400, {"status": "refused", "message": "bad request", "reason": "body is not UTF-8"})
     event |= {"body": "not base64 at all!", "isBase64Encoded": True}
-    assert invoke(webhook, event) == (400, {"message": "bad request", "reason": "body is not valid base64"})
+    assert invoke(webhook, event) == (400, {"status": "refused", "message": "bad request",
+                                                 "reason": "body is not valid base64"})
     assert queued(stack) == []
 
 
@@ -361,8 +362,8 @@ def test_a_mapping_that_fails_on_a_body_parks_it_with_the_cause(webhook, stack, 
 def test_attack_an_oversized_body_is_refused_before_anything_reads_it(webhook, stack):
     data = json.loads(RAW["generic"]()) | {"body": "x" * (MAX_BODY_BYTES + 1)}
     raw = json.dumps(data).encode()
-    assert call(webhook, "generic", raw, sign("generic", raw)) == (413, {"message": "request entity too large",
-                                                                          "reason": "body too large"})
+    assert call(webhook, "generic", raw, sign("generic", raw)) == (413, {"status": "refused", "message": "request entity too large",
+                                                                         "reason": "body too large"})
     assert queued(stack) == [] and queued(stack, "TicketDeadLetterQueue") == []
 
 
