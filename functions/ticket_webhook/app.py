@@ -3,11 +3,12 @@ webhook (tickets), PagerDuty V3 and Grafana alerting (incidents). decision_route
 verifies the signature and its time, records the delivery, and queues the ticket or forwards the
 incident to the event bus.
 
-Answers: 202 with the status (queued, forwarded, parked with the reason, ignored with the reason);
-200 `duplicate` for a delivery already accepted (nothing handed on again, counted); a 4xx with a
-short fixed reason for what is refused (401 for any failed verification, 413 too large, 400 not
-UTF-8 or not base64), nothing queued. No input makes it answer 5xx; only an AWS failure does
-(and the sender retries)."""
+Answers, each naming its `status`: 202 with the status (queued, forwarded, parked with the
+reason, ignored with the reason); 200 `duplicate` for a delivery already accepted (nothing handed
+on again, counted); 409 `in_progress` with Retry-After for a delivery another invocation is
+handing on right now (see IN_PROGRESS); a 4xx `refused` with a short fixed reason for what is
+refused (401 for any failed verification, 413 too large, 400 not UTF-8 or not base64), nothing
+queued. No input makes it answer 5xx; only an AWS failure does (and the sender retries)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ from decision_router.intake.webhooks import Refused, WebhookIntake
 
 #: Seconds a fetched secret is reused before Secrets Manager is asked again (a rotated secret is picked up).
 SECRET_MAX_AGE = 300
+#: The answer to a delivery whose twin is being handed on (its claim's lease still runs): 409
+#: Conflict, which every sender retries (Zendesk retries a 409 up to three times, and a 429 or 503
+#: only with a Retry-After under a minute; Jira retries 408, 409, 425, 429 and 5xx; PagerDuty any
+#: non-2xx), and a 4xx, so no input makes this function answer 5xx. Retry-After says when the
+#: lease runs out: by then the twin is done (the retry is a duplicate) or dead (the retry takes over).
+IN_PROGRESS = HTTPStatus.CONFLICT
 
 logger = Logger()
 metrics = Metrics()
@@ -85,11 +92,15 @@ def receive(source: str) -> Response:
         metrics.add_metric(name="WebhooksRefused", unit=MetricUnit.Count, value=1)
         logger.warning("webhook refused", extra={"source": source[:64], "status": refused.status,
                                                  "reason": refused.reason, "detail": str(refused)})
-        return _json(refused.status, {"message": HTTPStatus(refused.status).phrase.lower(), "reason": refused.reason})
-    metrics.add_metric(name=f"Webhooks{received.status.capitalize()}", unit=MetricUnit.Count, value=1)
+        return _json(refused.status, {"status": "refused", "message": HTTPStatus(refused.status).phrase.lower(),
+                                      "reason": refused.reason})
+    metrics.add_metric(name="Webhooks" + received.status.title().replace("_", ""), unit=MetricUnit.Count, value=1)
     result = {"status": received.status, "reason": received.reason or None,
               "ticket_id": received.ticket.ticket_id if received.ticket else None}
     logger.info(f"webhook {received.status}", extra={"source": source, **result})
+    if received.status == "in_progress":
+        return Response(status_code=int(IN_PROGRESS), content_type=content_types.APPLICATION_JSON, body=result,
+                        headers={"Retry-After": str(received.retry_after)})
     return _json(HTTPStatus.OK if received.status == "duplicate" else HTTPStatus.ACCEPTED, result)
 
 

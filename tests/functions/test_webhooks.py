@@ -150,7 +150,7 @@ def test_a_bad_missing_or_replayed_signature_is_refused_and_nothing_is_queued(we
         raw = raw.replace(b'"', b' "', 1)
     status, answer = call(webhook, source, raw, headers)
     # One fixed reason, whatever failed: the answer says nothing of what is configured.
-    assert (status, answer) == (401, {"message": "unauthorized", "reason": "signature missing, invalid or expired"})
+    assert (status, answer) == (401, {"status": "refused", "message": "unauthorized", "reason": "signature missing, invalid or expired"})
     assert queued(stack) == [] and queued(stack, "TicketDeadLetterQueue") == []
 
 

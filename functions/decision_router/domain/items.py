@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import types
+from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -26,6 +27,18 @@ ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, m
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")]
+
+
+def _in_utc(at: datetime) -> datetime:
+    try:
+        at.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+23:59: before year 1 in UTC, which every reader converts to
+        raise PydanticCustomError("datetime_out_of_range", "the time is out of range once converted to UTC") from None
+    return at
+
+
+#: A time with its zone that converts to UTC (what the records, windows and sorting compare).
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 Tier = Literal["free", "pro", "enterprise"]
 Channel = Literal["email", "chat", "web", "billing-portal", "phone"]
@@ -91,7 +104,7 @@ class Ticket(Item):
     body: Text
     customer: Customer
     channel: Channel
-    created_at: AwareDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
+    created_at: UtcDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
     reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
 
@@ -112,7 +125,7 @@ class Incident(Item):
     service: Name
     severity: Severity = Field(description="As reported by the monitoring source; not the routed priority.")
     source: Name
-    reported_at: AwareDatetime
+    reported_at: UtcDatetime
     evidence: Evidence | None = Field(None, description="The native source's own fields (none for Incident Reported).")
 
 

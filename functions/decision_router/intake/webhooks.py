@@ -8,13 +8,18 @@ What is refused, before anything is queued (`Refused`: a 4xx with one short, fix
 precise reason is logged, never sent, since it may name what is configured):
 - a body over MAX_BODY_BYTES (413), or not UTF-8 (400);
 - an unknown source, a source without a signing key, a bad or missing signature, a signed time
-  outside its window (401, all with the same reason).
+  missing or outside its window (401, all with the same reason).
 
-What is acknowledged (2xx) and not handed on: a delivery already accepted (`duplicate`: its
+What is acknowledged (2xx) and not handed on: a delivery already handed on (`duplicate`: its
 signed message or its sender's delivery id was seen; the sender stops retrying); an event of
-another type (`ignored`). A verified payload that cannot be handed on (not JSON, nested deeper
-than MAX_DEPTH, a number out of range, a field the policy needs missing, a ticket claiming another
-source's system, too large for the queue or the bus) is parked in the webhook DLQ with the reason.
+another type (`ignored`). A delivery another invocation is handing on right now (`in_progress`)
+is answered with a retryable status and the seconds to wait: its claim is a lease, so if that
+invocation dies before handing it on, the retry takes the delivery over.
+
+A verified payload that cannot be handed on (not JSON, nested deeper than MAX_DEPTH, a number out
+of range, a field the policy needs missing, a field of another JSON type than its source sends,
+a ticket claiming another source's system, too large for the queue or the bus) is parked in the
+webhook DLQ with the reason.
 """
 
 from __future__ import annotations
@@ -60,9 +65,10 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Received:
-    status: str  # queued | forwarded | parked | ignored | duplicate
+    status: str  # queued | forwarded | parked | ignored | duplicate | in_progress
     reason: str = ""
     ticket: Ticket | None = None
+    retry_after: int = 0  #: in_progress: the seconds after which the sender's retry is answered
 
 
 Scheme = TicketSource | IncidentWebhook
@@ -158,7 +164,14 @@ def map_ticket(source: str, payload: Any, default_tier: str) -> Ticket | str:
     source's system among them)."""
     if not isinstance(payload, dict):
         raise Unusable(f"the body is a JSON {type(payload).__name__}, not an object")
-    fields = ticket_source(source).ticket(payload, default_tier)
+    try:
+        fields = ticket_source(source).ticket(payload, default_tier)
+    except Unusable:
+        raise
+    except (TypeError, AttributeError, ValueError, LookupError) as error:
+        # A source's Shape names a field of the wrong type; anything it misses still parks the
+        # body with the cause (never a 500 the sender retries for ever).
+        raise Unusable(f"the {source} mapping cannot read this body: {type(error).__name__}: {str(error)[:200]}") from None
     if isinstance(fields, str):
         return fields
     problem = claim_problem(source, fields)
@@ -197,10 +210,23 @@ class Bus(Protocol):
     def put(self, source: str, detail_type: str, detail: dict) -> None: ...
 
 
-class DeliveryRecord(Protocol):
-    def claim(self, keys: list[str], source: str) -> str | None: ...
+class Claimed(Protocol):
+    @property
+    def state(self) -> str: ...  # new | done | pending
 
-    def forget(self, keys: list[str]) -> None: ...
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def retry_after(self) -> int: ...
+
+
+class DeliveryRecord(Protocol):
+    def claim(self, keys: list[str], source: str) -> Claimed: ...
+
+    def done(self, keys: list[str], token: str, source: str) -> None: ...
+
+    def forget(self, keys: list[str], token: str) -> None: ...
 
 
 class WebhookIntake:
@@ -230,14 +256,19 @@ class WebhookIntake:
         except Unauthorized as error:
             raise Refused(401, UNAUTHORIZED, str(error)) from None
         keys = delivery_keys(source, found, headers, signed)
-        seen = self.deliveries.claim(keys, source)
-        if seen is not None:
+        claim = self.deliveries.claim(keys, source)
+        if claim.state == "done":
             return Received("duplicate", f"{source} delivery already accepted: acknowledged, not handed on again")
+        if claim.state == "pending":
+            return Received("in_progress", f"{source} delivery is being handed on by another request: retry later",
+                            retry_after=claim.retry_after)
         try:
-            return self._hand_on(source, found, text, payload, unusable)
+            received = self._hand_on(source, found, text, payload, unusable)
         except Exception:
-            self.deliveries.forget(keys)  # not handed on: the sender's retry must get through
+            self.deliveries.forget(keys, claim.token)  # not handed on: the sender's retry must get through
             raise
+        self.deliveries.done(keys, claim.token, source)
+        return received
 
     def _hand_on(self, source: str, found: Scheme, text: str, payload: Any, unusable: Unusable | None) -> Received:
         try:

@@ -10,11 +10,13 @@ keyed by `groupKey`: firing while any alert fires, resolved when the POST says t
 is (`status: resolved`). The table maps the alerts' `severity` label.
 
 The webhook API's half (`WEBHOOK`, Grafana 12.0+ with HMAC signing configured on the webhook
-contact point): `X-Grafana-Alerting-Signature`, lowercase-hex HMAC-SHA256 of the body, or of
-"<unix seconds>:<body>" when Grafana is set to send the time in TIMESTAMP (then that time is
-checked like any other). Without the time header, deliveries are told apart by their signature
-alone (a replay inside the delivery record's lifetime is acknowledged and not forwarded). An
-unsigned Grafana request is refused like any other: configure the HMAC secret.
+contact point): `X-Grafana-Alerting-Signature`, lowercase-hex HMAC-SHA256 of
+"<unix seconds>:<body>", the time in X-Grafana-Alerting-Signature-Timestamp (set it as the
+contact point's timestamp header), checked like any other signed time. A request without that
+header is refused (401) even when its signature of the body alone is right: such a signature
+carries no time, so a captured request would verify for ever, and once the delivery record's
+row has expired it would be forwarded again (a stale "resolved" resolving a reopened incident).
+An unsigned Grafana request is refused like any other: configure the HMAC secret.
 """
 
 from __future__ import annotations
@@ -161,13 +163,16 @@ def verify_grafana(headers: Mapping[str, str], body: bytes, payload: Any, key: b
     signature = header(headers, GRAFANA_SIGNATURE)
     lowered = {k.lower(): v for k, v in headers.items()}
     stamp = str(lowered.get(GRAFANA_TIMESTAMP.lower(), "")).strip()
-    signed = stamp.encode() + b":" + body if stamp else body
+    if not stamp:
+        # A signature of the body alone has no time window: a captured request replays for ever.
+        raise Unauthorized(f"missing {GRAFANA_TIMESTAMP} header: a signature without a signed time cannot rule out "
+                           "a replay (set it as the contact point's timestamp header)")
+    signed = stamp.encode() + b":" + body
     if not same(hmac_sha256(key, signed).hexdigest(), signature):
-        raise Unauthorized(f"{GRAFANA_SIGNATURE} does not match the body")
-    if stamp:
-        if not stamp.isdigit():
-            raise Unauthorized(f"{GRAFANA_TIMESTAMP} is not unix seconds")
-        check_time(unix_time(stamp, GRAFANA_TIMESTAMP), now, max_skew)
+        raise Unauthorized(f"{GRAFANA_SIGNATURE} does not match the timestamp and body")
+    if not stamp.isdigit():
+        raise Unauthorized(f"{GRAFANA_TIMESTAMP} is not unix seconds")
+    check_time(unix_time(stamp, GRAFANA_TIMESTAMP), now, max_skew)
     return signed
 
 

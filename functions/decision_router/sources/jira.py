@@ -12,13 +12,54 @@ import re
 from datetime import datetime
 from typing import Any, Mapping
 
-from .webhook import TicketFields, TicketSource, Unauthorized, Unusable, check_time, header, hmac_sha256, need, same, tier, unix_time
+from pydantic import Field
+
+from .webhook import (
+    Identifier,
+    Shape,
+    TicketFields,
+    TicketSource,
+    Unauthorized,
+    Unusable,
+    check_shape,
+    check_time,
+    header,
+    hmac_sha256,
+    need,
+    same,
+    tier,
+    unix_time,
+)
 
 NAME = "jira"
 SIGNATURE = "X-Hub-Signature"
 DELIVERY = "X-Atlassian-Webhook-Identifier"
 #: How old a Jira body's event time may be: twice the half hour Jira says it retries for.
 RETRY_WINDOW_SECONDS = 3600
+
+
+class Reporter(Shape):
+    accountId: Identifier = None
+    key: Identifier = None
+    name: Identifier = None
+    emailAddress: Identifier = None
+
+
+class Fields(Shape):
+    """The parts of `issue.fields` the mapping reads, by JSON type (the text fields the ticket validates)."""
+
+    reporter: Reporter | None = None
+    labels: list[Any] | None = None
+
+
+class Issue(Shape):
+    key: Identifier = None
+    self_url: str | None = Field(None, alias="self")
+    fields: Fields | None = None
+
+
+class IssueCreated(Shape):
+    issue: Issue | None = None
 
 
 def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
@@ -42,9 +83,10 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     event = str(payload.get("webhookEvent", ""))
     if event != "jira:issue_created":
         return f"Jira event {event or '(no webhookEvent)'}: only jira:issue_created is routed"
+    check_shape(IssueCreated, payload)
     issue = need(payload, "issue")
     fields = need(issue, "fields", "issue.")
-    reporter = fields.get("reporter") if isinstance(fields.get("reporter"), Mapping) else {}
+    reporter = fields.get("reporter") or {}
     customer = reporter.get("accountId") or reporter.get("key") or reporter.get("name") or reporter.get("emailAddress")
     if not customer:
         raise Unusable("issue.fields.reporter has no accountId, key or name: the ticket's customer is unknown")

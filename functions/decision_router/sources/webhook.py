@@ -7,8 +7,9 @@ Each accepted delivery is recorded (its sender's delivery id and its signature),
 inside the window is acknowledged and not queued twice (decision_router.intake.webhooks). A bad,
 missing or stale signature is refused (401) and nothing is queued; the answer gives one fixed
 reason, the log the precise one. A verified payload that lacks what the policy needs (a subject,
-a body) is parked in the ticket DLQ with the reason, never guessed; one of another event type is
-acknowledged and ignored.
+a body), or whose field has another JSON type than the source sends (checked against the
+source's `Shape`), is parked in the ticket DLQ with the reason, never guessed; one of another
+event type is acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import hmac
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Annotated, Any, Callable, Mapping
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 #: A tag or label naming the customer's tier: tier-pro, tier_pro or tier:pro.
 TIER_TAG = re.compile(r"^tier[-_:](free|pro|enterprise)$", re.IGNORECASE)
@@ -126,7 +129,65 @@ def hex_signatures(header_value: str, prefix: str) -> list[str]:
     return [part.strip()[len(prefix):] for part in header_value.split(",") if part.strip().startswith(prefix)]
 
 
+def json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type (what a sender sent, in its own words)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__
+
+
+def _identifier(value: Any) -> Any:
+    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"is a JSON {json_kind(value)}, not a string or an integer")
+
+
+#: An id a source sends as a string or an integer (kept as sent; the mapping makes it text).
+Identifier = Annotated[Any, AfterValidator(_identifier)]
+
+#: What each pydantic type error expects, in JSON's words.
+EXPECTED = {"dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+            "list_type": "an array", "string_type": "a string", "int_type": "an integer", "bool_type": "a boolean"}
+
+
+class Shape(BaseModel):
+    """The JSON types of the parts of a payload a source's mapping reads (other keys are allowed
+    and not read): a body whose field has another type is parked naming the field and what it
+    is, instead of failing in the mapping. Strict: nothing is coerced."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, populate_by_name=True)
+
+
+def check_shape(model: type[Shape], payload: Any, where: str = "") -> None:
+    """Unusable (naming the first field at fault, `where` + its path) unless `payload` has the
+    JSON types `model` declares."""
+    try:
+        model.model_validate(payload)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        path = where + ".".join(str(part) for part in first["loc"])
+        expected = EXPECTED.get(first["type"])
+        if expected:
+            why = f"is a JSON {json_kind(first.get('input'))}, not {expected}"
+        elif first["type"] == "value_error":
+            why = str(first.get("ctx", {}).get("error", first["msg"]))
+        else:
+            why = first["msg"][:200]
+        raise Unusable(f"{path or 'the body'} {why}: the ticket cannot be mapped from it") from None
+
+
 def tier(tags: list[Any], default: str) -> str:
+    """The tier a `tier-*` tag names, else `default`. `tags` is a list (the source's Shape checks it)."""
+    if not isinstance(tags, list):
+        raise Unusable(f"the tags are a JSON {json_kind(tags)}, not an array")
     for tag in tags:
         match = TIER_TAG.match(str(tag))
         if match:

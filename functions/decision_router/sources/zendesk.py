@@ -9,7 +9,21 @@ import base64
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from .webhook import TicketFields, TicketSource, Unauthorized, check_time, header, hmac_sha256, need, parse_time, same, tier
+from .webhook import (
+    Identifier,
+    Shape,
+    TicketFields,
+    TicketSource,
+    Unauthorized,
+    check_shape,
+    check_time,
+    header,
+    hmac_sha256,
+    need,
+    parse_time,
+    same,
+    tier,
+)
 
 NAME = "zendesk"
 SIGNATURE = "X-Zendesk-Webhook-Signature"
@@ -19,6 +33,23 @@ DELIVERY = "X-Zendesk-Webhook-Id"
 CHANNELS = {"email": "email", "mail": "email", "web": "web", "web_form": "web", "web_widget": "web",
             "chat": "chat", "chat_transcript": "chat", "native_messaging": "chat", "voice": "phone",
             "phone_call_inbound": "phone", "phone_call_outbound": "phone"}
+
+
+class Via(Shape):
+    channel: str | None = None
+
+
+class Detail(Shape):
+    """The parts of `detail` the mapping reads, by JSON type (the text fields the ticket validates)."""
+
+    id: Identifier = None
+    requester_id: Identifier = None
+    tags: list[Any] | None = None
+    via: Via | None = None
+
+
+class TicketCreated(Shape):
+    detail: Detail | None = None
 
 
 def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
@@ -39,9 +70,10 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     kind = str(payload.get("type", ""))
     if not kind.endswith("ticket.created"):
         return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
+    check_shape(TicketCreated, payload)
     detail = need(payload, "detail")
     ticket_id = str(need(detail, "id", "detail."))
-    via = detail.get("via") if isinstance(detail.get("via"), Mapping) else {}
+    via = detail.get("via") or {}
     return {
         "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
         "body": need(detail, "description", "detail."),
