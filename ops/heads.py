@@ -6,8 +6,10 @@
 
 `rollback` puts back the head the one in service replaced (the shipped head when it was the
 first promotion); the routing functions pick it up within HEAD_REFRESH_SECONDS, no deploy. Every
-rollback is audited in the head history table: who (`--by`, default the AWS identity), when, from
-which version to which, and why. Where things are comes from the environment the functions get
+rollback is audited in the head history table: who (`--by`, free text, default the AWS identity,
+and always beside it `caller_arn`, the caller's ARN as STS GetCallerIdentity answers it), when,
+from which version to which, and why. A rollback while a promotion or another rollback of the
+same question is under way is refused (exit 1), nothing changed. Where things are comes from the environment the functions get
 (HEAD_STORE_BUCKET, HEAD_PARAMETER_PREFIX, HEAD_HISTORY_TABLE_NAME: the stack's outputs
 HeadBucketName, HeadParameterPrefix, HeadHistoryTableName) or the flags.
 """
@@ -30,7 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True)
     p.add_argument("--question", required=True)
     p.add_argument("--reason", default="", help="why (kept in the audit; required for rollback)")
-    p.add_argument("--by", default=None, help="who rolls back (default: the caller's AWS identity)")
+    p.add_argument("--by", default=None, help="who rolls back, in words (default: the caller's AWS identity; "
+                                             "the caller's ARN is audited beside it either way)")
     p.add_argument("--bucket", default=os.environ.get("HEAD_STORE_BUCKET", ""))
     p.add_argument("--parameter-prefix", default=os.environ.get("HEAD_PARAMETER_PREFIX", ""))
     p.add_argument("--history-table", default=os.environ.get("HEAD_HISTORY_TABLE_NAME", ""))
@@ -74,13 +77,15 @@ def main(argv: list[str] | None = None, store: HeadStore | None = None) -> int:
         if not args.reason.strip():
             print("error: --reason: say why (it is kept in the audit)", file=sys.stderr)
             return 2
+        arn = caller()
+        by = (args.by or "").strip() or arn
         try:
-            restored = store.rollback(policy.name, args.question, by=args.by or caller(), reason=args.reason.strip())
-        except ValueError as error:
+            restored = store.rollback(policy.name, args.question, by=by, reason=args.reason.strip(), caller=arn)
+        except ValueError as error:  # nothing promoted, or another change under way (HeadChangeInProgress)
             print(f"error: {error}", file=sys.stderr)
             return 1
         out = {"policy": policy.name, "question": args.question,
-               "in_service": restored.head_version if restored else "shipped"}
+               "in_service": restored.head_version if restored else "shipped", "by": by, "caller_arn": arn}
     print(json.dumps(out, indent=2))
     return 0
 

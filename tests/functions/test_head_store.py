@@ -1,20 +1,22 @@
 """Heads outside the code: promoted into the head store (versioned S3 bucket + one SSM parameter
 per policy question, both template.yaml's, in moto), picked up by the routing functions' live
 heads without a restart, verified as shipped heads are, a bad artifact left unused with its
-metric, and rollback (the ops CLI) audited."""
+metric, a pointer naming any other object than its question's in the head store refused the same
+way, promotions and rollbacks one at a time, and rollback (the ops CLI) audited with the caller's ARN."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import boto3
 import pytest
 from aws_lambda_powertools import Logger
 from moto import mock_aws
 
-from decision_router.adapters.head_store import HeadStore
-from decision_router.domain.head_versions import head_key
+from decision_router.adapters.head_store import HeadChangeInProgress, HeadStore
+from decision_router.domain.head_versions import HeadPointer, head_key
 from decision_router.domain.policies import load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED, LiveHeads
 from local.cloudformation import Stack
@@ -146,3 +148,131 @@ def test_the_cli_names_what_is_missing():
                            "--parameter-prefix", "/p", "--history-table", "t"]) == 2
     assert heads_cli.main(["status", "--policy", POLICY, "--question", "queue", "--bucket", "",
                            "--parameter-prefix", "", "--history-table", ""]) == 2
+
+
+# ------------------------------------------------------------------------- where a pointer may point
+def point_at(store: HeadStore, bucket: str, key: str, data: bytes, version: str) -> None:
+    """Write the question's parameter by hand, as anyone allowed ssm:PutParameter on it could."""
+    s3_version = boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=data)["VersionId"]
+    pointer = HeadPointer(policy=POLICY, question="queue", bucket=bucket, key=key, s3_version=s3_version,
+                          sha256=hashlib.sha256(data).hexdigest(), head_version=version, at="2026-12-01T00:00:00Z",
+                          by="someone")
+    store.ssm.put_parameter(Name=f"{PREFIX}/{POLICY}/queue", Overwrite=True, Type="String",
+                            Value=pointer.model_dump_json())
+
+
+def test_a_pointer_naming_another_bucket_is_refused_counted_and_the_last_good_head_kept(store, capsys):
+    clock = Clock()
+    heads = live(store, clock, refresh=0)
+    promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+    # a well-formed head (right options, right question digest, sha256 matching) in a bucket of the writer's choosing
+    boto3.client("s3").create_bucket(Bucket="someone-elses-bucket")
+    boto3.client("s3").put_bucket_versioning(Bucket="someone-elses-bucket",
+                                             VersioningConfiguration={"Status": "Enabled"})
+    point_at(store, "someone-elses-bucket", head_key(POLICY, "queue"), head_bytes("planted"), "planted")
+    capsys.readouterr()
+    assert in_service(heads) == "store-v1"
+    (metric,) = emitted(capsys, HEAD_LOAD_FAILED)
+    assert (metric["policy"], metric["question"]) == (POLICY, "queue")
+    with pytest.raises(ValueError, match="not the head store"):
+        store.read(store.pointer(POLICY, "queue"))
+
+
+def test_a_pointer_naming_another_key_of_the_head_store_is_refused(store, capsys):
+    clock = Clock()
+    heads = live(store, clock, refresh=0)
+    promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+    # e.g. a candidate the gate refused, kept under runs/, or another question's head
+    for key in ("runs/some-run/support-ticket.queue.json", head_key(POLICY, "other")):
+        point_at(store, store.bucket, key, head_bytes("refused-candidate"), "refused-candidate")
+        capsys.readouterr()
+        assert in_service(heads) == "store-v1"
+        assert emitted(capsys, HEAD_LOAD_FAILED)
+    # the pointer put right again: picked up
+    promote(store, "store-v2")
+    assert in_service(heads) == "store-v2"
+
+
+# ------------------------------------------------------------------------- one change at a time
+def second_writer(store: HeadStore) -> HeadStore:
+    """Another process writing the same head store (its own clients)."""
+    return HeadStore(store.bucket, store.prefix, store.history_table)
+
+
+def during_pointer_write(store: HeadStore, action) -> list:
+    """Run `action` while `store` is about to write the pointer (between its read and its write)."""
+    results: list = []
+
+    def hook(**_kwargs):
+        if not results:
+            try:
+                results.append(action())
+            except Exception as error:  # noqa: BLE001 - the test looks at it
+                results.append(error)
+
+    store.ssm.meta.events.register("before-call.ssm.PutParameter", hook)
+    return results
+
+
+def test_a_rollback_racing_a_promotion_is_refused_and_no_update_is_lost(store):
+    promote(store, "store-v1")
+    promote(store, "store-v2")
+    other = second_writer(store)
+    raced = during_pointer_write(store, lambda: other.rollback(POLICY, "queue", by="ops", reason="bad head"))
+    promote(store, "store-v3")
+    (error,) = raced
+    assert isinstance(error, HeadChangeInProgress)
+    assert "another change is under way (promote by test" in str(error) and "nothing was changed" in str(error)
+    pointer = store.pointer(POLICY, "queue")
+    assert (pointer.head_version, pointer.previous.head_version) == ("store-v3", "store-v2")
+    # once the promotion is done, the rollback goes through and puts back what it replaced
+    assert other.rollback(POLICY, "queue", by="ops", reason="bad head").head_version == "store-v2"
+    assert [r["action"] for r in store.history(POLICY, "queue")] == ["rolled_back", "promoted", "promoted", "promoted"]
+
+
+def test_two_promotions_at_once_one_is_refused(store):
+    promote(store, "store-v1")
+    other = second_writer(store)
+    raced = during_pointer_write(store, lambda: promote(other, "store-b"))
+    promote(store, "store-a")
+    assert isinstance(raced[0], HeadChangeInProgress)
+    pointer = store.pointer(POLICY, "queue")
+    assert (pointer.head_version, pointer.previous.head_version) == ("store-a", "store-v1")
+
+
+def test_a_lock_left_by_a_dead_writer_lapses(store):
+    promote(store, "store-v1")
+    lock = {"policy_question": {"S": f"lock#{POLICY}/queue"}, "at": {"S": "lock"}}
+    item = {**lock, "owner": {"S": "dead"}, "action": {"S": "promote"}, "by": {"S": "relearning:x"},
+            "since": {"S": "2026-12-01T00:00:00Z"}}
+    store.dynamodb.put_item(TableName=store.history_table, Item={**item, "expires": {"N": str(int(time.time()) + 60)}})
+    with pytest.raises(HeadChangeInProgress, match="promote by relearning:x"):
+        promote(store, "store-v2")
+    store.dynamodb.put_item(TableName=store.history_table, Item={**item, "expires": {"N": str(int(time.time()) - 1)}})
+    assert promote(store, "store-v2").head_version == "store-v2"
+    # released after the change; the lock row is no history row
+    assert "Item" not in store.dynamodb.get_item(TableName=store.history_table, Key=lock)
+    assert all(r["policy_question"] == f"{POLICY}/queue" for r in store.history(POLICY, "queue"))
+
+
+def test_the_cli_refuses_a_rollback_while_a_change_is_under_way(store, capsys):
+    promote(store, "store-v1")
+    args = ["rollback", "--policy", POLICY, "--question", "queue", "--reason", "bad head"]
+    raced = during_pointer_write(store, lambda: heads_cli.main(args, store=second_writer(store)))
+    promote(store, "store-v2")
+    assert raced == [1]
+    assert "another change is under way" in capsys.readouterr().err
+    assert store.pointer(POLICY, "queue").head_version == "store-v2"
+
+
+def test_the_cli_audits_the_callers_arn_beside_the_name_given(store, capsys):
+    promote(store, "store-v1")
+    arn = boto3.client("sts").get_caller_identity()["Arn"]
+    assert heads_cli.main(["rollback", "--policy", POLICY, "--question", "queue", "--by", "someone else",
+                           "--reason", "bad head"], store=store) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["by"], out["caller_arn"]) == ("someone else", arn)
+    (row, *_) = store.history(POLICY, "queue")
+    assert (row["action"], row["by"], row["caller_arn"]) == ("rolled_back", "someone else", arn)

@@ -1,22 +1,36 @@
 """The head store: promoted heads in a versioned S3 bucket, the version in service in one SSM
 parameter per policy question, and every change (promotion, rollback, relearning outcome) in
-the head history table (see domain/head_versions.py)."""
+the head history table (see domain/head_versions.py).
+
+A promotion or rollback of one policy question holds that question's change lock while it reads
+the pointer in service and writes the next one: a conditional row of the head history table
+(`lock#<policy>/<question>`, apart from the question's history rows). A second writer meanwhile
+gets `HeadChangeInProgress` instead of writing a pointer built on the one the first replaces (a
+lost update). A writer that dies holding the lock leaves it for LOCK_SECONDS at most."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import boto3
 
-from ..domain.head_versions import HeadPointer, head_key, parameter_name, report_key
+from ..domain.head_versions import HeadPointer, head_key, parameter_name, pointer_problems, report_key
 from . import AwsAdapter
 
 #: Relearning outcomes in the history table (what the refusal alarm counts).
 PROMOTED, REFUSED = "relearning_promoted", "relearning_refused"
+#: How long a change lock holds at most (a change takes seconds; a dead writer's lock then lapses).
+LOCK_SECONDS = 300
+
+
+class HeadChangeInProgress(ValueError):
+    """Another promotion or rollback of the same policy question holds its change lock."""
 
 
 def now() -> str:
@@ -57,7 +71,11 @@ class HeadStore(AwsAdapter):
         return HeadPointer.model_validate_json(value)
 
     def read(self, pointer: HeadPointer) -> bytes:
-        """The head's bytes, exactly the S3 version the pointer names."""
+        """The head's bytes, exactly the S3 version the pointer names. ValueError for a pointer
+        naming another bucket or another key than its question's in this head store."""
+        problems = pointer_problems(pointer, bucket=self.bucket, policy=pointer.policy, question=pointer.question)
+        if problems:
+            raise ValueError(f"pointer of {pointer.policy}/{pointer.question} " + "; ".join(problems))
         body = self.client.get_object(Bucket=pointer.bucket, Key=pointer.key, VersionId=pointer.s3_version)["Body"]
         return bytes(body.read())
 
@@ -99,47 +117,84 @@ class HeadStore(AwsAdapter):
 
     # ------------------------------------------------------------------------- changing
     def promote(self, policy: str, question: str, head: bytes, report: bytes, *, sha256: str, head_version: str,
-                by: str, reason: str) -> HeadPointer:
-        """Write the head (and its fit report) as new versions in the store and name it in service."""
-        version = self.client.put_object(Bucket=self.bucket, Key=head_key(policy, question), Body=head,
-                                         ContentType="application/json")["VersionId"]
-        self.client.put_object(Bucket=self.bucket, Key=report_key(policy, question), Body=report,
-                               ContentType="application/json", Metadata={"head-version": head_version})
-        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
-                              s3_version=version, sha256=sha256, head_version=head_version, at=now(), by=by,
-                              reason=reason, previous=self.pointer(policy, question))
-        self._set(pointer)
+                by: str, reason: str, caller: str = "") -> HeadPointer:
+        """Write the head (and its fit report) as new versions in the store and name it in service.
+        `caller`: the AWS identity making the change (its ARN), audited beside `by`.
+        HeadChangeInProgress while another change of the question is under way."""
+        with self.changing(policy, question, "promote", by):
+            version = self.client.put_object(Bucket=self.bucket, Key=head_key(policy, question), Body=head,
+                                             ContentType="application/json")["VersionId"]
+            self.client.put_object(Bucket=self.bucket, Key=report_key(policy, question), Body=report,
+                                   ContentType="application/json", Metadata={"head-version": head_version})
+            pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
+                                  s3_version=version, sha256=sha256, head_version=head_version, at=now(), by=by,
+                                  reason=reason, previous=self.pointer(policy, question))
+            self._set(pointer, caller=caller)
         return pointer
 
-    def rollback(self, policy: str, question: str, *, by: str, reason: str) -> HeadPointer | None:
+    def rollback(self, policy: str, question: str, *, by: str, reason: str, caller: str = "") -> HeadPointer | None:
         """Put back the head the one in service replaced (None: the shipped head decides again).
-        ValueError when nothing was promoted."""
-        current = self.pointer(policy, question)
-        if current is None:
-            raise ValueError(f"{policy}/{question}: no promoted head is in service (the shipped head decides); "
-                             "nothing to roll back")
-        previous = current.previous
-        if previous is None:
-            self.ssm.delete_parameter(Name=parameter_name(self.prefix, policy, question))
-            self.audit(policy, question, "rolled_back", by=by, reason=reason, came_from=current.head_version,
-                       went_to="shipped")
-            return None
-        restored = previous.model_copy(update={"action": "rolled_back", "at": now(), "by": by, "reason": reason})
-        self._set(restored, came_from=current.head_version)
+        ValueError when nothing was promoted; HeadChangeInProgress while another change of the
+        question is under way."""
+        with self.changing(policy, question, "rollback", by):
+            current = self.pointer(policy, question)
+            if current is None:
+                raise ValueError(f"{policy}/{question}: no promoted head is in service (the shipped head decides); "
+                                 "nothing to roll back")
+            previous = current.previous
+            if previous is None:
+                self.ssm.delete_parameter(Name=parameter_name(self.prefix, policy, question))
+                self.audit(policy, question, "rolled_back", by=by, reason=reason, came_from=current.head_version,
+                           went_to="shipped", caller=caller)
+                return None
+            restored = previous.model_copy(update={"action": "rolled_back", "at": now(), "by": by, "reason": reason})
+            self._set(restored, came_from=current.head_version, caller=caller)
         return restored
 
-    def _set(self, pointer: HeadPointer, came_from: str | None = None) -> None:
+    @contextmanager
+    def changing(self, policy: str, question: str, action: str, by: str) -> Iterator[None]:
+        """Hold the question's change lock for the block (a conditional PutItem; released after).
+        HeadChangeInProgress when another writer holds it."""
+        key = {"policy_question": {"S": f"lock#{policy}/{question}"}, "at": {"S": "lock"}}
+        owner, started = uuid.uuid4().hex, int(time.time())
+        try:
+            self.dynamodb.put_item(
+                TableName=self.history_table, Item={**key, "owner": {"S": owner}, "action": {"S": action},
+                                                    "by": {"S": by}, "since": {"S": now()},
+                                                    "expires": {"N": str(started + LOCK_SECONDS)}},
+                ConditionExpression="attribute_not_exists(policy_question) OR expires < :now",
+                ExpressionAttributeValues={":now": {"N": str(started)}}, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except self.dynamodb.exceptions.ConditionalCheckFailedException as error:
+            held = {k: v.get("S", v.get("N", "")) for k, v in error.response.get("Item", {}).items()}
+            raise HeadChangeInProgress(
+                f"{policy}/{question}: another change is under way ({held.get('action', '?')} by "
+                f"{held.get('by', '?')} since {held.get('since', '?')}); nothing was changed: look at the head "
+                "in service (ops.heads status) and try again") from None
+        try:
+            yield
+        finally:
+            try:
+                self.dynamodb.delete_item(TableName=self.history_table, Key=key, ConditionExpression="#o = :me",
+                                          ExpressionAttributeNames={"#o": "owner"},
+                                          ExpressionAttributeValues={":me": {"S": owner}})
+            except self.dynamodb.exceptions.ConditionalCheckFailedException:
+                pass  # it lapsed and another writer holds it now: theirs to release
+
+    def _set(self, pointer: HeadPointer, came_from: str | None = None, caller: str = "") -> None:
         self.ssm.put_parameter(Name=parameter_name(self.prefix, pointer.policy, pointer.question),
                                Value=pointer.without_history().model_dump_json(), Type="String", Overwrite=True)
         before = came_from or (pointer.previous.head_version if pointer.previous else "shipped")
         self.audit(pointer.policy, pointer.question, pointer.action, by=pointer.by, reason=pointer.reason,
-                   came_from=before, went_to=pointer.head_version, details={"s3_version": pointer.s3_version,
-                                                                           "sha256": pointer.sha256})
+                   came_from=before, went_to=pointer.head_version, caller=caller,
+                   details={"s3_version": pointer.s3_version, "sha256": pointer.sha256})
 
     def audit(self, policy: str, question: str, action: str, *, by: str, reason: str, came_from: str = "",
-              went_to: str = "", details: dict | None = None) -> None:
-        """One row of the head history table (every field a string)."""
+              went_to: str = "", details: dict | None = None, caller: str = "") -> None:
+        """One row of the head history table (every field a string). `by` is what the writer
+        says it is; `caller`, when given, the AWS identity (ARN) that made the call."""
         row = {"policy_question": f"{policy}/{question}", "at": f"{now()}#{uuid.uuid4().hex[:8]}", "action": action, "by": by,
                "reason": reason, "from_version": came_from, "to_version": went_to,
                "details": json.dumps(details or {}, sort_keys=True)}
+        if caller:
+            row["caller_arn"] = caller
         self.dynamodb.put_item(TableName=self.history_table, Item={k: {"S": v} for k, v in row.items()})

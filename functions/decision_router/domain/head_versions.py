@@ -9,6 +9,9 @@ object exactly as a shipped head is verified (sha256, then options and question 
 
 Each pointer names the one it replaced (`previous`), so a rollback puts that one back (or, when
 there is none, deletes the parameter: the shipped head decides again).
+
+A pointer is trusted only for the object it may name: the head store's own bucket and the
+question's own key (`pointer_problems`); anything else is refused as a bad head is.
 """
 
 from __future__ import annotations
@@ -66,3 +69,17 @@ def head_key(policy: str, question: str) -> str:
 def report_key(policy: str, question: str) -> str:
     """The key of the fit report promoted with the head."""
     return f"{HEADS_FOLDER}/{policy}/{question}.report.json"
+
+
+def pointer_problems(pointer: HeadPointer, *, bucket: str, policy: str, question: str) -> list[str]:
+    """Why the pointer may not name the head in service of `policy`/`question` in the head store
+    `bucket` (empty: it may). A pointer naming another bucket, another key or another question
+    would serve whatever object its writer chose."""
+    problems = []
+    if pointer.bucket != bucket:
+        problems.append(f"names bucket {pointer.bucket!r}, not the head store {bucket!r}")
+    if pointer.key != head_key(policy, question):
+        problems.append(f"names key {pointer.key!r}, not {head_key(policy, question)!r}")
+    if (pointer.policy, pointer.question) != (policy, question):
+        problems.append(f"is the pointer of {pointer.policy}/{pointer.question}, not of {policy}/{question}")
+    return problems

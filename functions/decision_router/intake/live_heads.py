@@ -4,7 +4,9 @@ Every `refresh_seconds` (HEAD_REFRESH_SECONDS, 2 minutes by default) the routing
 each question's pointer (one SSM parameter per policy question, domain/head_versions.py). A new
 pointer's object is read and verified as a shipped head is (`heads.read_head`: size, sha256,
 schema; `Policy.head_problems`: options and question digest); only then does it decide. A
-pointer or object that cannot be read or verified leaves the head deciding before in service
+pointer may name only the head store's own bucket and the question's own key there
+(`head_versions.pointer_problems`): whoever could write the parameter could otherwise serve any
+object they can put anywhere. A pointer or object that cannot be read or verified leaves the head deciding before in service
 (the last good one, else the shipped one) and counts `HeadLoadFailed` (policy, question), which
 an alarm watches. No pointer: the shipped head decides (a rollback past the first promotion).
 """
@@ -18,7 +20,7 @@ from typing import Any, Callable, Protocol
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..domain.head_versions import HeadPointer
+from ..domain.head_versions import HeadPointer, pointer_problems
 from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
 
@@ -26,6 +28,8 @@ HEAD_LOAD_FAILED = "HeadLoadFailed"
 
 
 class PointerSource(Protocol):
+    bucket: str  # the head store's bucket: the only one a pointer may name
+
     def pointer(self, policy: str, question: str) -> HeadPointer | None: ...
 
     def read(self, pointer: HeadPointer) -> bytes: ...
@@ -77,9 +81,12 @@ class LiveHeads:
                 self._in_service[question] = _InService(None, self.shipped.question(question).learned_head)
                 self.logger.info("shipped head back in service", extra={"question": question})
                 return True
+            where = f"head {pointer.head_version} (s3://{pointer.bucket}/{pointer.key} version {pointer.s3_version})"
+            misplaced = pointer_problems(pointer, bucket=self.store.bucket, policy=self.shipped.name, question=question)
+            if misplaced:
+                raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
             if pointer.sha256 == current.sha256:
                 return False
-            where = f"head {pointer.head_version} (s3://{pointer.bucket}/{pointer.key} version {pointer.s3_version})"
             head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
                              changed="the object is not the one promoted")
             problems = self.shipped.head_problems(self.shipped.question(question), head)
