@@ -8,7 +8,7 @@ Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule`
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
 moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
 machines (DefinitionUri + DefinitionSubstitutions resolved), Secrets Manager secrets
-(GenerateSecretString's key generated) and S3 buckets (versioning as declared). Everything else (functions, IAM,
+(GenerateSecretString's key generated), S3 buckets (versioning as declared) and SNS topics (by name, nothing subscribed). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
     stack = Stack.load(parameters={"ExistingEndpointName": "local-decision"})
@@ -387,6 +387,8 @@ class Stack:
             self._create_bucket(client("s3"), logical_id)
         for logical_id in self.of_type("AWS::SecretsManager::Secret"):
             self._create_secret(client("secretsmanager"), logical_id)
+        for logical_id in self.of_type("AWS::SNS::Topic"):  # what a function or state machine publishes to
+            client("sns").create_topic(Name=self.physical_name(logical_id))
         for logical_id in self.of_type(*_STATE_MACHINE_TYPES):
             self._create_state_machine(sfn, logical_id)
         for logical_id in self.of_type("AWS::Serverless::Function"):

@@ -3,6 +3,8 @@
     python -m ops.heads status   --policy support-ticket --question queue
     python -m ops.heads history  --policy support-ticket --question queue
     python -m ops.heads rollback --policy support-ticket --question queue --reason "routes billing to sales"
+    python -m ops.heads approve  --token <task_token> --reason "checked the fit report"
+    python -m ops.heads reject   --token <task_token> --reason "one team's labels only"
 
 `rollback` puts back the head the one in service replaced (the shipped head when it was the
 first promotion); the routing functions pick it up within HEAD_REFRESH_SECONDS, no deploy. Every
@@ -12,6 +14,11 @@ from which version to which, and why. A rollback while a promotion or another ro
 same question is under way is refused (exit 1), nothing changed. Where things are comes from the environment the functions get
 (HEAD_STORE_BUCKET, HEAD_PARAMETER_PREFIX, HEAD_HISTORY_TABLE_NAME: the stack's outputs
 HeadBucketName, HeadParameterPrefix, HeadHistoryTableName) or the flags.
+
+`approve` and `reject` answer a relearning run that waits for a person (RelearningApproval
+manual): the notice on the promotion topic (the stack's RelearningPromotionTopicArn) names the
+candidates, their verdicts and the task token. `approve` lets the run promote them; `reject`
+ends it with nothing promoted. Both keep who (`--by`) and why in the workflow's history.
 """
 
 from __future__ import annotations
@@ -23,16 +30,18 @@ import sys
 from typing import Any
 
 from decision_router.adapters.head_store import HeadStore
+from decision_router.adapters.notices import ApprovalAnswers
 from decision_router.domain.policies import PolicyError, load_policy
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ops.heads", description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=["status", "history", "rollback"])
-    p.add_argument("--policy", required=True)
-    p.add_argument("--question", required=True)
-    p.add_argument("--reason", default="", help="why (kept in the audit; required for rollback)")
-    p.add_argument("--by", default=None, help="who rolls back, in words (default: the caller's AWS identity; "
+    p.add_argument("action", choices=["status", "history", "rollback", "approve", "reject"])
+    p.add_argument("--policy", help="required for status, history and rollback")
+    p.add_argument("--question", help="required for status, history and rollback")
+    p.add_argument("--token", help="approve, reject: the task token the approval notice carries")
+    p.add_argument("--reason", default="", help="why (kept in the audit; required for rollback, approve, reject)")
+    p.add_argument("--by", default=None, help="who rolls back or answers, in words (default: the caller's AWS identity; "
                                              "the caller's ARN is audited beside it either way)")
     p.add_argument("--bucket", default=os.environ.get("HEAD_STORE_BUCKET", ""))
     p.add_argument("--parameter-prefix", default=os.environ.get("HEAD_PARAMETER_PREFIX", ""))
@@ -46,8 +55,37 @@ def caller() -> str:
     return str(boto3.client("sts").get_caller_identity()["Arn"])
 
 
-def main(argv: list[str] | None = None, store: HeadStore | None = None) -> int:
+def answer(args: argparse.Namespace, answers: ApprovalAnswers | None) -> int:
+    """approve / reject: the person's answer to a run waiting for approval."""
+    if not (args.token or "").strip():
+        print(f"error: --token: {args.action} needs the task token the approval notice carries", file=sys.stderr)
+        return 2
+    if not args.reason.strip():
+        print(f"error: --reason: say why you {args.action} (it is kept in the workflow's history)", file=sys.stderr)
+        return 2
+    answers = answers or ApprovalAnswers()
+    by = args.by or caller()
+    from botocore.exceptions import ClientError
+
+    try:
+        (answers.approve if args.action == "approve" else answers.reject)(args.token.strip(), by=by,
+                                                                            reason=args.reason.strip())
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        print(f"error: the workflow refused the answer ({code}): the run no longer waits on this token "
+              "(answered already, timed out, or not a token of it)", file=sys.stderr)
+        return 1
+    print(json.dumps({"answer": args.action, "by": by, "reason": args.reason.strip()}, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None, store: HeadStore | None = None, answers: ApprovalAnswers | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.action in ("approve", "reject"):
+        return answer(args, answers)
+    if not args.policy or not args.question:
+        print(f"error: {args.action} needs --policy and --question", file=sys.stderr)
+        return 2
     try:
         policy = load_policy(args.policy)
         policy.question(args.question)

@@ -9,20 +9,24 @@ through its queue with a task token; the function answers with the step's output
   only for examples that lack them, with the request the routing function sends; the signals
   are kept in the head store (`signals/<model sha256>.npz`), so a rerun does not ask again.
 - `fit`: each question's head fitted with `make fit`'s code (training.fit_head) on the shipped
-  sets and the older reviews, judged against the head in service on the newest reviews
-  (training.gate); each candidate and its verdict written under `runs/<run>/`, each refusal
-  recorded with its reason.
-- `promote`: each candidate the gate passed written to the head store and named in service.
+  sets and the older reviews, judged against the head in service on the newest reviews and on
+  the shipped sets' test split (training.gate: no reviewer more than `max_reviewer_share` of
+  either the reviews trained on or those judged on); each candidate and its verdict written under
+  `runs/<run>/`, each refusal recorded with its reason.
+- `promote`: each candidate the gate passed written to the head store and named in service; only
+  a candidate this run's own `fit` stored under `runs/<run>/` with a passing verdict, its bytes
+  still those `fit` hashed (the message's claims are checked against the store, never trusted).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -35,7 +39,7 @@ from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
 from decision_router.adapters.review import LabelledExamples
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
-from decision_router.domain.policies import Policy, load_policy
+from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
 from decision_router.intake.live_heads import question_metric
 from decision_router.review.completion import labelled_example
 from evaluation.cases import Case, case_from_row, load_file
@@ -51,6 +55,28 @@ COLLECT_MARGIN_SECONDS = 180.0
 #: The history table's row of a policy's runs (when the last one started).
 RUNS = "_runs"
 RUN = "relearning_run"
+#: A run's name: the workflow's execution name (Step Functions: 1-80 letters, digits, - and _).
+RUN_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def shipped_policy(name: Any) -> Policy:
+    """The shipped policy of that name; anything else (a path, an unknown name) is refused."""
+    shipped = sorted(path.stem for path in POLICY_DIR.glob("*.json"))
+    if not isinstance(name, str) or name not in shipped:
+        raise ValueError(f"policy {name!r}: not a shipped policy (shipped: {', '.join(shipped)})")
+    return load_policy(name)
+
+
+def run_name(run: Any) -> str:
+    """A run's name as it may appear in a key of the head store (runs/<run>/)."""
+    if not isinstance(run, str) or not RUN_NAME.fullmatch(run):
+        raise ValueError(f"run {run!r}: not a workflow execution name (1-80 letters, digits, - or _)")
+    return run
+
+
+def candidate_key(run: str, policy: str, question: str) -> str:
+    """Where a run's `fit` keeps a question's candidate (its report beside it, `.report.json`)."""
+    return f"runs/{run_name(run)}/{policy}.{question}.json"
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,7 @@ class Labelled:
     answers: dict[str, str]
     suggested: dict[str, str]  # the model's answer per question, where the model answered
     corrected_auto: bool  # the row is a correction of an automatic route
+    reviewer: str | None = None  # who answered (None: the row names nobody)
 
 
 def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[Labelled], list[str]]:
@@ -76,7 +103,8 @@ def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[Labelled], list[st
             continue
         suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
         found.append(Labelled(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
-                              (row.get("route_reason") or "").startswith("correction by")))
+                              (row.get("route_reason") or "").startswith("correction by"),
+                              (row.get("reviewer") or "").strip() or None))
     return found, problems
 
 
@@ -123,18 +151,26 @@ class Relearning:
 
     def __init__(self, store: HeadStore, labels: LabelledExamples, endpoint: Callable[[Sequence[Decision]], Any], *,
                  shipped: Sequence[Path] = SHIPPED, min_new_labels: int = 200, work_dir: Path | None = None,
-                 logger: Logger | None = None, today: Callable[[], date] = date.today):
+                 logger: Logger | None = None, today: Callable[[], date] = date.today,
+                 max_reviewer_share: float = gate.MAX_REVIEWER_SHARE,
+                 announce: Callable[[dict[str, Any]], Any] | None = None):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
-        may pass the in-process engine's)."""
+        may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
+        the reviews a candidate trains on, and of those it is judged on. `announce(notice)`: each
+        promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only."""
+        if not 0 < max_reviewer_share <= 1:
+            raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
         self.store, self.labels, self.endpoint = store, labels, endpoint
         self.shipped, self.min_new_labels = list(shipped), min_new_labels
+        self.max_reviewer_share = max_reviewer_share
+        self.announce = announce
         self.work_dir = work_dir or Path(tempfile.gettempdir()) / "relearning"
         self.logger = logger or Logger(service="relearning")
         self.today = today
 
     # ------------------------------------------------------------------------------ count
     def count(self, policy_name: str, trigger: str = "labels") -> dict[str, Any]:
-        policy = load_policy(policy_name)
+        policy = shipped_policy(policy_name)
         runs = self.store.history(policy.name, RUNS, limit=1)
         since = runs[0]["at"] if runs else ""
         labelled, _ = read_labels(list(self.labels.of_policy(policy.name)))
@@ -153,27 +189,28 @@ class Relearning:
                 "min_new_labels": self.min_new_labels, "relearn": enough}
 
     # ------------------------------------------------------------------------------ collect
-    def _cases(self, policy: Policy) -> tuple[list[Case], dict[str, str], list[str]]:
-        """The shipped sets' training rows and every reviewed row of the policy; the label time of
-        each reviewed case (by its `where`); the sources, for the fit report."""
+    def _cases(self, policy: Policy) -> tuple[list[Case], dict[str, tuple[str, str | None]], list[str]]:
+        """The shipped sets' rows (their test split is the gate's second slice, never trained on)
+        and every reviewed row of the policy; the label time and reviewer of each reviewed case (by
+        its `where`); the sources, for the fit report."""
         cases: list[Case] = []
         sources = []
         for path in self.shipped:
             loaded = load_file(path)
-            mine = [c for c in loaded.cases if c.kind == "policy" and c.family == policy.name and c.split != TEST_SPLIT]
+            mine = [c for c in loaded.cases if c.kind == "policy" and c.family == policy.name]
             if mine:
                 cases += mine
                 sources.append(path.name)
         labelled, problems = read_labels(list(self.labels.of_policy(policy.name)))
         for problem in problems:
             self.logger.warning("labelled example not used", extra={"problem": problem})
-        times = {row.case.where: row.labelled_at for row in labelled}
+        times = {row.case.where: (row.labelled_at, row.reviewer) for row in labelled}
         cases += [row.case for row in labelled]
         sources.append(f"labelled examples table ({len(labelled)} reviews)")
         return cases, times, sources
 
     def _examples(self, policy: Policy, model: ModelInfo | None, deadline: float | None = None
-                  ) -> tuple[list[Example], dict[str, str], list[str], ModelInfo, list[str], bool]:
+                  ) -> tuple[list[Example], dict[str, tuple[str, str | None]], list[str], ModelInfo, list[str], bool]:
         """Every labelled example with its signals, asking the endpoint for those the kept signals
         lack, CHUNK items at a time, each chunk kept in the bucket at once. Past `deadline`
         (time.monotonic()) no further chunk starts: the last value says whether every item was asked."""
@@ -207,7 +244,7 @@ class Relearning:
         """The model's signals for every labelled example; within `seconds_left` (the function's
         remaining time, less a margin) or `complete: false` (the workflow calls it again: what was
         asked is kept)."""
-        policy = load_policy(policy_name)
+        policy = shipped_policy(policy_name)
         deadline = None if seconds_left is None else time.monotonic() + seconds_left - COLLECT_MARGIN_SECONDS
         examples, times, _, model, failures, complete = self._examples(policy, None, deadline)
         return {"policy": policy.name, "model": model.model_dump(mode="json"), "examples": len(examples),
@@ -215,37 +252,47 @@ class Relearning:
 
     # ------------------------------------------------------------------------------ fit
     def fit(self, policy_name: str, run: str, model: dict[str, Any]) -> dict[str, Any]:
-        policy = load_policy(policy_name)
+        policy, run = shipped_policy(policy_name), run_name(run)
         examples, times, sources, info, _, _ = self._examples(policy, ModelInfo.model_validate(model))
         self.store.audit(policy.name, RUNS, RUN, by=f"relearning:{run}", reason="fit and judge")
         verdicts = []
         for question in policy.questions:
             mine = [e for e in examples if e.question == question.id]
-            reviewed = [(times[e.where], e) for e in mine if e.where in times]
-            older, newest = gate.held_out_slice(reviewed)
-            train = [e for e in mine if e.where not in times] + older
-            verdicts.append(self._judge(policy, question, train, newest, info, sources, run))
+            reviewed = [(times[e.where][0], replace(e, reviewer=times[e.where][1])) for e in mine if e.where in times]
+            shipped = [e for e in mine if e.where not in times and e.split != TEST_SPLIT]
+            test_split = [e for e in mine if e.where not in times and e.split == TEST_SPLIT]
+            split = gate.reviewed_split(reviewed, trusted=len(shipped), max_share=self.max_reviewer_share)
+            if split.not_trained:
+                self.logger.warning("reviews not trained on: their reviewer's cap", extra={
+                    "question": question.id, "not_trained": split.not_trained,
+                    "max_reviewer_share": self.max_reviewer_share})
+            verdict = self._judge(policy, question, shipped + split.train, split.held_out, info, sources, run,
+                                  test_split)
+            verdicts.append({**verdict, "not_trained": split.not_trained})
         return {"policy": policy.name, "run": run, "promotable": any(v["promoted"] for v in verdicts),
                 "questions": verdicts}
 
     def _judge(self, policy: Policy, question: Any, train: list[Example], held_out: list[Example], model: ModelInfo,
-               sources: list[str], run: str) -> dict[str, Any]:
+               sources: list[str], run: str, test_split: Sequence[Example] = ()) -> dict[str, Any]:
         current, in_service = self.head_in_service(policy, question.id)
         fit = document = candidate = None
         if len(train) >= gate.MIN_TRAIN and len(held_out) >= gate.MIN_HELD_OUT:
             fit, document = fit_head(policy, question, train, model, sources=sources, curve=False,
                                      fitted_on=self.today())
             candidate = Head.model_validate(document)
-        verdict = gate.judge(question, current, candidate, fit, held_out, len(train), model)
+        verdict = gate.judge(question, current, candidate, fit, held_out, len(train), model, test_split=test_split,
+                             max_share=self.max_reviewer_share)
         out: dict[str, Any] = {"question": question.id, **verdict.as_dict(), "in_service": in_service}
         if document is not None and candidate is not None:
             data = json.dumps(document, sort_keys=True).encode()
-            key = f"runs/{run}/{policy.name}.{question.id}.json"
+            key = candidate_key(run, policy.name, question.id)
+            sha256 = hashlib.sha256(data).hexdigest()
             self.store.put(key, data)
             self.store.put(key.replace(".json", ".report.json"), json.dumps(
                 {"verdict": verdict.as_dict(), "fit": document["fit"], "train": len(train),
-                 "held_out": len(held_out)}, sort_keys=True).encode())
-            out.update({"candidate_key": key, "head_version": candidate.version})
+                 "held_out": len(held_out), "sha256": sha256, "head_version": candidate.version},
+                sort_keys=True).encode())
+            out.update({"candidate_key": key, "head_version": candidate.version, "sha256": sha256})
         if not verdict.promote:
             self.store.audit(policy.name, question.id, REFUSED, by=f"relearning:{run}", reason=verdict.reason,
                              came_from=in_service, went_to=out.get("head_version", ""))
@@ -273,24 +320,56 @@ class Relearning:
 
     # ------------------------------------------------------------------------------ promote
     def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        policy = load_policy(policy_name)
-        promoted = []
+        """Each candidate this run's `fit` stored as passing, named in service. The verdicts (the
+        workflow's copy of `fit`'s output) must agree with what `fit` stored: a question they call
+        promoted whose stored report does not say so, or whose candidate's bytes no longer hash to
+        what `fit` recorded, fails the step and nothing of it is promoted."""
+        policy, run = shipped_policy(policy_name), run_name(run)
+        claimed: dict[str, dict[str, Any]] = {}
         for verdict in verdicts:
-            if not verdict.get("promoted"):
+            question = verdict.get("question") if isinstance(verdict, dict) else None
+            if question not in {q.id for q in policy.questions}:
+                raise ValueError(f"verdict {verdict!r}: not a question of policy {policy.name!r}")
+            claimed[question] = verdict
+        passed = []
+        for question in policy.questions:
+            key = candidate_key(run, policy.name, question.id)
+            raw = self.store.find(key.replace(".json", ".report.json"))
+            report = json.loads(raw) if raw is not None else None
+            stored_pass = bool(report and report.get("verdict", {}).get("promoted") is True)
+            says = bool(claimed.get(question.id, {}).get("promoted"))
+            if says != stored_pass:
+                raise ValueError(f"{policy.name}/{question.id}: the verdict says {'promoted' if says else 'refused'}, "
+                                 f"but run {run}'s fit stored {'a passing' if stored_pass else 'no passing'} "
+                                 f"candidate at {key}")
+            if not stored_pass:
                 continue
-            data = self.store.get(verdict["candidate_key"])
-            report = self.store.get(verdict["candidate_key"].replace(".json", ".report.json"))
+            data = self.store.get(key)
+            sha256 = hashlib.sha256(data).hexdigest()
+            expected = {report.get("sha256"), claimed[question.id].get("sha256", report.get("sha256"))}
+            if expected != {sha256}:
+                raise ValueError(f"candidate {key}: its bytes hash to {sha256}, fit recorded "
+                                 f"{', '.join(sorted(str(e) for e in expected))}")
             head = Head.model_validate_json(data)
-            problems = policy.head_problems(policy.question(verdict["question"]), head)
+            problems = policy.head_problems(question, head)
             if problems:
-                raise ValueError(f"candidate {verdict['candidate_key']}: " + "; ".join(problems))
-            pointer = self.store.promote(policy.name, verdict["question"], data, report,
-                                         sha256=hashlib.sha256(data).hexdigest(), head_version=head.version,
-                                         by=f"relearning:{run}", reason=verdict["reason"])
-            self.store.audit(policy.name, verdict["question"], PROMOTED, by=f"relearning:{run}",
-                             reason=verdict["reason"], came_from=verdict.get("in_service", ""), went_to=head.version)
-            question_metric("RelearningPromoted", policy.name, verdict["question"])
-            question_metric("RelearningRefusalsInARow", policy.name, verdict["question"], 0)
-            promoted.append({"question": verdict["question"], "head_version": head.version,
-                             "s3_version": pointer.s3_version})
-        return {"policy": policy.name, "promoted": promoted}
+                raise ValueError(f"candidate {key}: " + "; ".join(problems))
+            passed.append((question.id, data, raw, sha256, head, report["verdict"]["reason"]))
+        promoted = []
+        for question_id, data, report_bytes, sha256, head, reason in passed:
+            _, came_from = self.head_in_service(policy, question_id)
+            pointer = self.store.promote(policy.name, question_id, data, report_bytes, sha256=sha256,
+                                         head_version=head.version, by=f"relearning:{run}", reason=reason)
+            self.store.audit(policy.name, question_id, PROMOTED, by=f"relearning:{run}", reason=reason,
+                             came_from=came_from, went_to=head.version)
+            question_metric("RelearningPromoted", policy.name, question_id)
+            question_metric("RelearningRefusalsInARow", policy.name, question_id, 0)
+            notice = {"notice": "promoted", "policy": policy.name, "question": question_id, "run": run,
+                      "head_version": head.version, "came_from": came_from, "sha256": sha256,
+                      "s3_version": pointer.s3_version, "reason": reason}
+            self.logger.info("relearning promoted a head", extra=notice)
+            if self.announce is not None:
+                self.announce(notice)
+            promoted.append({"question": question_id, "head_version": head.version, "s3_version": pointer.s3_version,
+                             "sha256": sha256, "reason": reason})
+        return {"policy": policy.name, "run": run, "promoted": promoted}

@@ -40,6 +40,7 @@ class Example:
     prompt_version: str
     note: str | None = None
     language: str | None = None
+    reviewer: str | None = None  # who labelled it (a review); None: a shipped label, or nobody named
 
     def result(self, model: ModelInfo) -> DecisionResult:
         """The decision result the routing function would have received (for its own code path)."""

@@ -10,11 +10,20 @@ option. A candidate is promoted only when it is not worse on every one of them; 
 verdict names each way it is worse. Too few labels to fit or to judge on, or a head that does
 not beat always-the-commonest-answer on its own held-out folds (shuffled labels), is refused
 before any comparison.
+
+Who labelled counts: no one reviewer may give more than MAX_REVIEWER_SHARE of the reviewed labels
+a candidate trains on (with the shipped labels) nor of the held-out slice it is judged on, and
+the held-out slice is drawn first from reviewers who do not dominate the reviews; labels that name
+no reviewer count as one reviewer. A held-out slice one reviewer still dominates is refused: the
+candidate would be judged by the labels it learned from. Where the shipped test split (labels
+nobody can change from the console) is given, the candidate must also not be worse on it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,6 +41,10 @@ MIN_HELD_OUT = 15
 HELD_OUT_SHARE = 0.25
 #: Differences smaller than this are ties (rounding of the head file's weights).
 TOLERANCE = 1e-9
+#: The most one reviewer may give of the reviewed labels trained on, and of the held-out slice.
+MAX_REVIEWER_SHARE = 0.5
+#: Labels that name no reviewer count as this one reviewer (nobody vouches for them apart).
+UNNAMED = "(no reviewer named)"
 
 
 @dataclass(frozen=True)
@@ -40,17 +53,90 @@ class Verdict:
     reason: str
     current: dict[str, Any]
     candidate: dict[str, Any]
+    #: Both heads on the shipped test split ({"current", "candidate"}), where it was given.
+    test_split: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"promoted": self.promote, "reason": self.reason, "current": self.current, "candidate": self.candidate}
+        return {"promoted": self.promote, "reason": self.reason, "current": self.current, "candidate": self.candidate,
+                **({"test_split": self.test_split} if self.test_split else {})}
 
 
-def held_out_slice(reviewed: Sequence[tuple[str, Example]]) -> tuple[list[Example], list[Example]]:
-    """(older, newest): the reviewed examples split by their label time, the newest
-    HELD_OUT_SHARE (at least MIN_HELD_OUT when there are enough) held out."""
+@dataclass(frozen=True)
+class ReviewedSplit:
+    """The reviewed labels of one question, split for the gate: `train` (oldest first), `held_out`,
+    and per reviewer the labels trained on by nobody (over the reviewer's cap)."""
+
+    train: list[Example]
+    held_out: list[Example]
+    not_trained: dict[str, int]
+
+
+def reviewer_of(example: Example) -> str:
+    return example.reviewer or UNNAMED
+
+
+def _check_share(max_share: float) -> float:
+    if not 0 < max_share <= 1:
+        raise ValueError(f"max reviewer share {max_share!r}: must be more than 0 and at most 1")
+    return max_share
+
+
+def reviewed_split(reviewed: Sequence[tuple[str, Example]], *, trusted: int = 0,
+                   max_share: float = MAX_REVIEWER_SHARE) -> ReviewedSplit:
+    """The reviewed examples (label time, example) split into what the candidate trains on and
+    what it is judged on. The held-out slice: HELD_OUT_SHARE of them (at least MIN_HELD_OUT when
+    there are enough), newest first, taken first from reviewers who would not give more than
+    `max_share` of the training labels (`trusted`: the shipped labels trained on besides), then
+    from the others; no reviewer more than `max_share` of it. The rest is trained on, each reviewer
+    at most `max_share` of the training labels (its newest kept): `not_trained` counts the others."""
+    max_share = _check_share(max_share)
     ordered = [e for _, e in sorted(reviewed, key=lambda pair: pair[0])]
     n_held = min(len(ordered), max(MIN_HELD_OUT, int(round(HELD_OUT_SHARE * len(ordered)))))
-    return ordered[:len(ordered) - n_held], ordered[len(ordered) - n_held:]
+    counts = Counter(reviewer_of(e) for e in ordered)
+    dominant = {r for r, n in counts.items() if n > max_share * (trusted + len(ordered)) + TOLERANCE}
+    cap = max(1, math.floor(max_share * n_held + TOLERANCE))
+    held: set[int] = set()  # positions in `ordered`
+    taken: Counter[str] = Counter()
+    for independent in (True, False):
+        for position in range(len(ordered) - 1, -1, -1):
+            reviewer = reviewer_of(ordered[position])
+            if len(held) == n_held:
+                break
+            if (reviewer in dominant) == independent or taken[reviewer] >= cap or position in held:
+                continue
+            held.add(position)
+            taken[reviewer] += 1
+    rest = [e for i, e in enumerate(ordered) if i not in held]
+    train, not_trained = _capped(rest, trusted, max_share)
+    return ReviewedSplit(train, [e for i, e in enumerate(ordered) if i in held], not_trained)
+
+
+def _capped(examples: list[Example], trusted: int, max_share: float) -> tuple[list[Example], dict[str, int]]:
+    """The examples less each reviewer's oldest labels beyond `max_share` of all trained on."""
+    kept = list(examples)
+    dropped: Counter[str] = Counter()
+    while max_share < 1:
+        counts = Counter(reviewer_of(e) for e in kept)
+        total = trusted + len(kept)
+        over = [(n, r) for r, n in counts.items() if n > max_share * total + TOLERANCE]
+        if not over:
+            break
+        n, reviewer = max(over)
+        allowed = math.floor(max_share / (1 - max_share) * (total - n) + TOLERANCE)  # n <= share * (others + n)
+        excess = n - allowed
+        mine = [e for e in kept if reviewer_of(e) == reviewer][:excess]  # the oldest
+        drop = {id(e) for e in mine}
+        kept = [e for e in kept if id(e) not in drop]
+        dropped[reviewer] += excess
+    return kept, dict(dropped)
+
+
+def held_out_slice(reviewed: Sequence[tuple[str, Example]], *, trusted: int = 0,
+                   max_share: float = MAX_REVIEWER_SHARE) -> tuple[list[Example], list[Example]]:
+    """(train, held out) of `reviewed_split`: the reviewed labels to train on (each reviewer
+    capped) and to judge on (the newest, no reviewer dominating it)."""
+    split = reviewed_split(reviewed, trusted=trusted, max_share=max_share)
+    return split.train, split.held_out
 
 
 def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInfo) -> dict[str, Any]:
@@ -78,24 +164,51 @@ def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInf
 
 
 def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_out: Sequence[Example],
-          n_train: int, model: ModelInfo) -> Verdict:
-    """Whether the candidate may replace the head in service, and why (not)."""
+          n_train: int, model: ModelInfo, *, test_split: Sequence[Example] = (),
+          max_share: float = MAX_REVIEWER_SHARE) -> Verdict:
+    """Whether the candidate may replace the head in service, and why (not). `test_split`: the
+    shipped test split (trusted labels), a second gate where given."""
+    max_share = _check_share(max_share)
     current = score(question, current_head, held_out, model) if held_out else {}
     if n_train < MIN_TRAIN:
         return Verdict(False, f"too few labels: {n_train} to fit on, at least {MIN_TRAIN}", current, {})
     if len(held_out) < MIN_HELD_OUT:
         return Verdict(False, f"too few new labels to judge on: {len(held_out)} newest, at least {MIN_HELD_OUT}",
                        current, {})
+    (top, n_top), = Counter(reviewer_of(e) for e in held_out).most_common(1)
+    if n_top > max_share * len(held_out) + TOLERANCE:
+        return Verdict(False, f"one reviewer ({top}) gave {n_top} of the {len(held_out)} labels to judge on, more "
+                       f"than {max_share:.0%}: the candidate would be judged by the labels it learned from", current, {})
     candidate = score(question, candidate_head, held_out, model)
     if fit is not None and not fit.beats_chance:
         return Verdict(False, "the candidate does not beat always-the-commonest-answer on its own held-out folds "
                        f"(chance {fit.chance_rate:.2f}): its labels carry no signal", current, candidate)
+    worse = _worse(question, current, candidate)
+    slice_ = f"on the {len(held_out)} newest labels"
+    if worse:
+        return Verdict(False, f"worse than the head in service {slice_}: " + "; ".join(worse), current, candidate)
+    if not test_split:
+        return Verdict(True, f"not worse than the head in service on any measure {slice_}", current, candidate)
+    trusted = {"current": score(question, current_head, test_split, model),
+               "candidate": score(question, candidate_head, test_split, model)}
+    worse = _worse(question, trusted["current"], trusted["candidate"], safety_only=True)
+    if worse:
+        return Verdict(False, f"worse than the head in service on the {len(test_split)} labels of the shipped test "
+                       "split: " + "; ".join(worse), current, candidate, trusted)
+    return Verdict(True, f"not worse than the head in service on any measure {slice_}, nor on the "
+                   f"{len(test_split)} labels of the shipped test split", current, candidate, trusted)
+
+
+def _worse(question: Any, current: dict[str, Any], candidate: dict[str, Any], safety_only: bool = False) -> list[str]:
+    """Each way the candidate's scores are worse than the head in service's. `safety_only`: accuracy,
+    wrong automatic answers and protected answers only (a set the router no longer meets may be
+    routed less automatically, or with less confidence, by a head that learned newer labels)."""
     worse = []
     if candidate["accuracy"] < current["accuracy"] - TOLERANCE:
         worse.append(f"accuracy {candidate['accuracy']:.3f} < {current['accuracy']:.3f}")
-    if candidate["log_loss"] > current["log_loss"] + TOLERANCE:
+    if not safety_only and candidate["log_loss"] > current["log_loss"] + TOLERANCE:
         worse.append(f"log loss {candidate['log_loss']:.3f} > {current['log_loss']:.3f}")
-    if candidate["auto_routed_share"] < current["auto_routed_share"] - TOLERANCE:
+    if not safety_only and candidate["auto_routed_share"] < current["auto_routed_share"] - TOLERANCE:
         worse.append(f"routes {candidate['auto_routed_share']:.0%} automatically < {current['auto_routed_share']:.0%}")
     allowed = max(question.learning.max_auto_error, current["auto_routed_error"])
     if candidate["auto_routed_error"] > allowed + TOLERANCE:
@@ -105,7 +218,4 @@ def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_
         worse.append(f"auto-assigns {candidate['protected_auto_assigned_lower']} protected answers "
                      f"({', '.join(question.learning.protect)}) a less urgent option > "
                      f"{current['protected_auto_assigned_lower']}")
-    slice_ = f"on the {len(held_out)} newest labels"
-    if worse:
-        return Verdict(False, f"worse than the head in service {slice_}: " + "; ".join(worse), current, candidate)
-    return Verdict(True, f"not worse than the head in service on any measure {slice_}", current, candidate)
+    return worse

@@ -8,7 +8,8 @@ the same decision engine the container serves, in this process (EngineRunner), w
 the relearning function sends the endpoint.
 
 Labels are the shipped labelled tickets, written into the labelled-examples table as the routing
-workflow writes a reviewer's answer (oldest first); the newest quarter is what the gate judges on.
+workflow writes a reviewer's answer (oldest first, three reviewers in turn); the newest quarter is
+what the gate judges on.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aws_lambda_powertools import Logger, Metrics
 from moto import mock_aws
 
 from decision_router.adapters.head_store import REFUSED, HeadStore
+from decision_router.adapters.notices import ApprovalAnswers, PromotionNotices
 from decision_router.adapters.review import LabelledExamples
 from decision_router.config import Settings
 from decision_router.domain.items import parse_item
@@ -30,6 +32,7 @@ from decision_router.intake.pipeline import Intake
 from evaluation.runners import EngineRunner
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS, LocalRelearning
+from ops import heads
 from relearning.job import Relearning
 from tests.functions.test_heads import head_for
 
@@ -38,6 +41,7 @@ pytestmark = [pytest.mark.model, pytest.mark.stack]
 REPO = Path(__file__).resolve().parents[2]
 POLICY = "support-ticket"
 LABELS = 80  # 60 to fit on, the newest 20 to judge on
+REVIEWERS = ["ana@example.com", "bob@example.com", "cy@example.com"]
 
 
 def shipped_rows(n: int) -> list[dict]:
@@ -51,7 +55,7 @@ def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
     for i, (row, gold) in enumerate(zip(rows, golds)):
         item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
                 "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
-                "reviewer": "bob@example.com", "model_decisions": "[]", "route_reason": "queue: confidence low",
+                "reviewer": REVIEWERS[i % len(REVIEWERS)], "model_decisions": "[]", "route_reason": "queue: confidence low",
                 "execution_name": f"e-{i}", "labelled_at": f"2026-11-30T{i // 60:02d}:{i % 60:02d}:00Z"}
         dynamodb.put_item(TableName=table, Item={k: {"S": v} for k, v in item.items()})
 
@@ -73,9 +77,15 @@ def signals(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def stack(embedded_engine, tmp_path, signals):
+def approval() -> str:
+    return "auto"
+
+
+@pytest.fixture
+def stack(embedded_engine, tmp_path, signals, approval):
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", **LOCAL_PARAMETERS}).create()
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "RelearningApproval": approval,
+                                       **LOCAL_PARAMETERS}).create()
         env = stack.function_environment("RelearningFunction")
         store = HeadStore(env["HEAD_STORE_BUCKET"], env["HEAD_PARAMETER_PREFIX"], env["HEAD_HISTORY_TABLE_NAME"])
         model = embedded_engine.model_info.sha256
@@ -83,7 +93,7 @@ def stack(embedded_engine, tmp_path, signals):
             store.put(f"signals/{POLICY}/{model}.npz", signals.read_bytes())
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
-                         work_dir=tmp_path / "work")
+                         work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce)
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
@@ -120,10 +130,14 @@ def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, e
     before = intake.judge(ticket.key, ticket, None)
     assert before.decisions[0].head_version == "know-nothing" and before.route == "review"
 
+    topic = subscribe(env["RELEARNING_TOPIC_ARN"])
     run = relearning.run(POLICY)
     assert run.status == "SUCCEEDED", run.error
     [verdict] = run.output["fit"]["questions"]
     assert verdict["promoted"], verdict["reason"]
+    [notice] = notices(topic)
+    assert notice == {**notice, "notice": "promoted", "policy": POLICY, "question": "queue",
+                      "head_version": verdict["head_version"], "came_from": "know-nothing"}
     assert verdict["current"]["head_version"] == "know-nothing"
     assert verdict["candidate"]["accuracy"] > verdict["current"]["accuracy"]
     assert verdict["candidate"]["log_loss"] < verdict["current"]["log_loss"]
@@ -188,3 +202,59 @@ def test_no_run_without_enough_new_labels_and_the_count_is_a_metric(stack, capsy
     assert run.status == "SUCCEEDED" and run.output["count"]["relearn"] is False
     assert "fit" not in run.output
     assert run.verdicts()[0]["reason"].startswith("relearning did not run: 5 new labels, at least 10")
+
+
+def subscribe(topic_arn: str) -> str:
+    """An SQS queue subscribed to the promotion topic (what the heads' owners read)."""
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName=f"notices-{len(sqs.list_queues().get('QueueUrls', []))}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    boto3.client("sns").subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+    return url
+
+
+def notices(url: str) -> list[dict]:
+    messages = boto3.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"]) for m in messages]
+
+
+@pytest.mark.parametrize("approval", ["manual"])
+@pytest.mark.parametrize("answer", ["approve", "reject"])
+def test_with_manual_approval_a_candidate_waits_for_a_person(stack, answer, capsys):
+    """RelearningApproval manual: the passing candidate is announced with a task token and promoted
+    only once a person approves it (python -m ops.heads approve); a rejection promotes nothing."""
+    import threading
+    import time
+
+    stack, store, env, relearning = stack
+    rows = shipped_rows(LABELS + 10)[:LABELS]
+    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
+    data = know_nothing_head()
+    import hashlib
+    store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
+                  by="test", reason="a head that knows nothing")
+    topic = subscribe(env["RELEARNING_TOPIC_ARN"])
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.update(run=relearning.run(POLICY, timeout=600)))
+    runner.start()
+    request = None
+    while runner.is_alive() and request is None:
+        request = next((n for n in notices(topic) if n.get("notice") == "approval_requested"), None)
+        time.sleep(0.2)
+    assert request is not None, done
+    assert request["policy"] == POLICY and request["questions"][0]["promoted"]
+    assert store.pointer(POLICY, "queue").head_version == "know-nothing"  # nothing promoted while it waits
+    code = heads.main([answer, "--token", request["task_token"], "--reason", "checked the fit report", "--by", "ana"],
+                      answers=ApprovalAnswers())
+    assert code == 0, capsys.readouterr().err
+    runner.join(600)
+    run = done["run"]
+    assert run.status == "SUCCEEDED", run.error
+    if answer == "approve":
+        assert run.output["promote"]["promoted"][0]["head_version"] == request["questions"][0]["head_version"]
+        assert store.pointer(POLICY, "queue").head_version == request["questions"][0]["head_version"]
+    else:
+        assert "promote" not in run.output and "rejected by ana" in run.output["error"]["Cause"]
+        assert store.pointer(POLICY, "queue").head_version == "know-nothing"
+    # the token is spent: a second answer is refused in words
+    assert heads.main([answer, "--token", request["task_token"], "--reason", "again", "--by", "ana"]) == 1

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+
+import pytest
 
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED
@@ -15,6 +18,7 @@ from local.relearning import LOCAL_PARAMETERS
 EMITTED = {HEAD_LOAD_FAILED, "CorrectionsOfAutomaticRoutes", "RelearningRefusalsInARow", "ReviewerAgreement",
            "LabelsSinceRelearning", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
            "QuestionSentToReview"}
+REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = {(p.stem, q.id) for p in POLICY_DIR.glob("*.json") for q in load_policy(p.stem).questions}
 
 
@@ -47,3 +51,57 @@ def test_the_schedules_start_the_workflow_for_each_shipped_policy_and_the_dashbo
     names = {m[1] for w in body["widgets"] for m in w["properties"]["metrics"] if isinstance(m[0], str)}
     assert names <= EMITTED and "${" not in json.dumps(body)
     assert re.fullmatch(r"[\w-]+-learning", stack.resolve(stack.properties("LearningDashboard")["DashboardName"]))
+
+
+def test_only_the_relearning_workflow_may_put_a_step_on_the_relearning_queue():
+    """A step message names the run whose candidates the function promotes: nobody else may send one."""
+    stack = Stack.load(parameters=LOCAL_PARAMETERS)
+    policy = stack.resolve(stack.properties("RelearningQueuePolicy"))
+    assert policy["Queues"] == [stack.ref("RelearningQueue")]
+    (deny,) = policy["PolicyDocument"]["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == "*" and deny["Action"] == "sqs:SendMessage"
+    assert deny["Resource"] == stack.get_att("RelearningQueue", "Arn")
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": stack.get_att("RelearningStateMachineRole", "Arn")}}
+    # the workflow's own role is the one that sends (SAM's policy template on the state machine)
+    sends = stack.properties("RelearningStateMachine")["Policies"]
+    assert {"SQSSendMessagePolicy": {"QueueName": stack.get_att("RelearningQueue", "QueueName")}} in \
+        [stack.resolve(p) for p in sends]
+    assert "RelearningQueuePolicy" not in Stack.load().resources
+
+
+def test_the_function_checks_a_token_before_a_step_and_announces_every_promotion():
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", **LOCAL_PARAMETERS})
+    statements = stack.resolve(stack.properties("RelearningFunctionRole"))["Policies"][0]["PolicyDocument"]["Statement"]
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure", "sns:Publish"} <= actions
+    (publish,) = [s for s in statements if s["Action"] == "sns:Publish"]
+    assert publish["Resource"] == stack.ref("RelearningPromotionTopic")
+    env = stack.function_environment("RelearningFunction")
+    assert env["RELEARNING_TOPIC_ARN"] == stack.ref("RelearningPromotionTopic")
+    assert env["RELEARNING_MAX_REVIEWER_SHARE"] == "0.5"
+    assert stack.resolve(stack.template["Outputs"]["RelearningPromotionTopicArn"]["Value"]) == \
+        stack.ref("RelearningPromotionTopic")
+
+
+@pytest.mark.parametrize("approval", ["auto", "manual"])
+def test_manual_approval_waits_for_a_person_before_the_promote_step(approval):
+    stack = Stack.load(parameters={**LOCAL_PARAMETERS, "RelearningApproval": approval})
+    props = stack.resolve(stack.properties("RelearningStateMachine"))
+    assert props["DefinitionSubstitutions"]["RelearningApproval"] == approval
+    states = json.loads((REPO / props["DefinitionUri"]).read_text())["States"]
+    assert states["AnyCandidatePassed"]["Choices"][0]["Next"] == "ApprovalMode"
+    assert states["ApprovalMode"]["Result"] == "${RelearningApproval}"
+    (manual,) = states["ApprovalNeeded"]["Choices"]
+    assert manual == {"Variable": "$.approval", "StringEquals": "manual", "Next": "AwaitApproval"}
+    assert states["ApprovalNeeded"]["Default"] == "PromoteHeads"
+    wait = states["AwaitApproval"]
+    assert wait["Resource"] == "arn:aws:states:::sns:publish.waitForTaskToken" and wait["Next"] == "PromoteHeads"
+    assert wait["Parameters"]["TopicArn"] == "${RelearningTopicArn}"
+    assert props["DefinitionSubstitutions"]["RelearningTopicArn"] == stack.ref("RelearningPromotionTopic")
+    assert wait["Parameters"]["Message"]["task_token.$"] == "$$.Task.Token"
+    assert {"States.Timeout", "RelearningNotApproved"} <= set(wait["Catch"][0]["ErrorEquals"])
+    assert wait["Catch"][0]["Next"] == "NotApproved" and states["NotApproved"]["Type"] == "Succeed"
+    # each step message names its execution (the run `fit` and `promote` act on)
+    for name, state in states.items():
+        if state.get("Resource") == "arn:aws:states:::sqs:sendMessage.waitForTaskToken":
+            assert state["Parameters"]["MessageBody"]["execution.$"] == "$$.Execution.Name", name

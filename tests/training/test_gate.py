@@ -5,10 +5,15 @@ evidence only) against a head that knows nothing, on the incidents written apart
 from __future__ import annotations
 
 import json
+import random
+from collections import Counter
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from decision_contract import ModelInfo
 from decision_router.domain.heads import Head
@@ -18,6 +23,7 @@ from decision_router.domain.policies import load_policy
 from tests.functions.test_heads import head_for
 from training import gate
 from training.features import Example
+from training.fitting import fit_head
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = ModelInfo(file="m.gguf", bytes=1, sha256="a" * 64, context_size=2048, threads=1, gpu_layers=0,
@@ -25,6 +31,7 @@ MODEL = ModelInfo(file="m.gguf", bytes=1, sha256="a" * 64, context_size=2048, th
 POLICY = load_policy("incident")
 PRIORITY = POLICY.question("priority")
 BEATS_CHANCE = SimpleNamespace(beats_chance=True, chance_rate=0.3)
+REVIEWERS = ["ana@example.com", "bo@example.com", "cy@example.com"]
 
 
 def examples() -> list[Example]:
@@ -35,7 +42,8 @@ def examples() -> list[Example]:
             policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="test", fold_group=str(i),
             option_ids=PRIORITY.option_ids, gold=PRIORITY.option_ids.index(row["gold"]["priority"]),
             state=build_state(POLICY, parse_item("incident", row["item"])), hidden=np.zeros(4),
-            letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v"))
+            letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v",
+            reviewer=REVIEWERS[i % len(REVIEWERS)]))
     return out
 
 
@@ -85,3 +93,87 @@ def test_the_held_out_slice_is_the_newest_labels_by_time():
     assert len(newest) == gate.MIN_HELD_OUT and len(older) == 25
     times = dict((id(e), t) for t, e in stamped)
     assert min(times[id(e)] for e in newest) > max(times[id(e)] for e in older)
+
+
+def labelled(item: dict, gold: str, where: str, reviewer: str | None, split: str = "train") -> Example:
+    return Example(policy="incident", question="priority", case_id=where, where=where, split=split, fold_group=where,
+                   option_ids=PRIORITY.option_ids, gold=PRIORITY.option_ids.index(gold),
+                   state=build_state(POLICY, parse_item("incident", item)), hidden=np.zeros(4),
+                   letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v",
+                   reviewer=reviewer)
+
+
+def test_no_reviewer_dominates_the_labels_trained_on_or_judged_on():
+    held = examples()
+    rows = [("2026-12-01T00:%02d:00Z" % (i % 60), held[i % len(held)]) for i in range(140)]
+    reviewed = [(t, replace(e, where=f"r:{i}", reviewer="mallory@example.com" if i < 100 else REVIEWERS[i % 2]))
+                for i, (t, e) in enumerate(rows)]
+    split = gate.reviewed_split(reviewed)
+    n_held = round(gate.HELD_OUT_SHARE * len(reviewed))
+    judged = Counter(gate.reviewer_of(e) for e in split.held_out)
+    assert len(split.held_out) == n_held and judged["mallory@example.com"] <= n_held * gate.MAX_REVIEWER_SHARE
+    # the others' labels first (each up to the cap), hers only to fill the slice
+    cap = int(n_held * gate.MAX_REVIEWER_SHARE)
+    assert judged == {REVIEWERS[0]: cap, REVIEWERS[1]: cap, "mallory@example.com": n_held - 2 * cap}
+    trained = Counter(gate.reviewer_of(e) for e in split.train)
+    assert trained["mallory@example.com"] <= gate.MAX_REVIEWER_SHARE * len(split.train)
+    assert split.not_trained == {"mallory@example.com": 100 - judged["mallory@example.com"] - trained["mallory@example.com"]}
+    # the shipped labels trained on count: beside 400 of them she may give up to 400
+    roomy = gate.reviewed_split(reviewed, trusted=400)
+    assert roomy.not_trained == {} and len(roomy.train) + len(roomy.held_out) == len(reviewed)
+    with pytest.raises(ValueError, match="max reviewer share 0"):
+        gate.reviewed_split(reviewed, max_share=0)
+
+
+def test_a_slice_one_reviewer_dominates_is_refused():
+    held = [replace(e, reviewer="mallory@example.com") if i % 3 else e for i, e in enumerate(examples())]
+    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
+    assert not verdict.promote
+    assert verdict.reason.startswith(f"one reviewer (mallory@example.com) gave {sum(1 for i in range(len(held)) if i % 3)} "
+                                     f"of the {len(held)} labels to judge on, more than 50%")
+    unnamed = [replace(e, reviewer=None) for e in held]
+    assert gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, unnamed, 400, MODEL).reason \
+        .startswith(f"one reviewer ({gate.UNNAMED})")
+    assert gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, max_share=1.0).promote
+
+
+def test_the_shipped_test_split_is_a_second_gate():
+    held = examples()
+    trusted = [replace(e, gold=0, split="test") for e in held]  # every one a P1: the know-nothing head's first answer
+    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL,
+                         test_split=trusted)
+    assert not verdict.promote, verdict.reason
+    assert verdict.reason.startswith(f"worse than the head in service on the {len(trusted)} labels of the shipped test split")
+    assert set(verdict.test_split) == {"current", "candidate"} and verdict.as_dict()["test_split"] == verdict.test_split
+    same = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, test_split=held)
+    assert same.promote and same.reason.endswith(f"nor on the {len(held)} labels of the shipped test split")
+
+
+def test_one_reviewers_poisoned_labels_are_refused_by_the_gate():
+    """200 reviews by one reviewer, new sev2 payouts incidents (truly P2) answered P4: the number
+    that starts a run. Trained beside the shipped labels, judged on reviews: refused."""
+    rows = [json.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    shipped = [labelled(r["item"], r["gold"]["priority"], f"shipped:{i}", None) for i, r in enumerate(rows)
+               if r["split"] == "train"]
+    trusted = [labelled(r["item"], r["gold"]["priority"], f"test:{i}", None, "test") for i, r in enumerate(rows)
+               if r["split"] == "test"]
+    rng = random.Random(5)
+
+    def payouts(n: int) -> dict:
+        return {"incident_id": f"LIVE-{n}", "title": f"payouts-ledger: payout batch failed {rng.randint(0, 99)}",
+                "description": f"Payouts delayed since {rng.randint(0, 23):02d}:00 UTC; {rng.randint(2, 900)} merchants "
+                               "are not paid. On-call looking.",
+                "service": "payouts-ledger", "severity": "sev2", "source": "grafana", "reported_at": "2026-12-01T00:00:00Z"}
+
+    for reviewer in ("mallory@example.com", None):  # named, or rows that name nobody
+        reviews = [(f"2026-12-0{1 + n // 40}T00:{n % 60:02d}:00Z", labelled(payouts(n), "P4", f"review:{n}", reviewer))
+                   for n in range(200)]
+        split = gate.reviewed_split(reviews, trusted=len(shipped))
+        train = shipped + split.train
+        assert sum(e.reviewer == reviewer for e in split.train) <= gate.MAX_REVIEWER_SHARE * len(train)
+        fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["test"], curve=False, fitted_on=date(2026, 12, 8))
+        verdict = gate.judge(PRIORITY, PRIORITY.learned_head, Head.model_validate(document), fit, split.held_out,
+                             len(train), MODEL, test_split=trusted)
+        assert not verdict.promote
+        assert verdict.reason.startswith(f"one reviewer ({reviewer or gate.UNNAMED}) gave {len(split.held_out)} of the "
+                                         f"{len(split.held_out)} labels to judge on")

@@ -103,6 +103,13 @@ class HeadStore(AwsAdapter):
     def get(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
+    def find(self, key: str) -> bytes | None:
+        """The object's bytes, or None when there is none."""
+        try:
+            return self.get(key)
+        except self.client.exceptions.NoSuchKey:
+            return None
+
     def download(self, key: str, path: Path) -> bytes:
         """The object's bytes written to `path` (b"" and no file when there is none)."""
         try:
