@@ -44,8 +44,13 @@ def test_an_enabled_source_has_its_rule_target_dead_letter_queue_and_permission(
     permission = stack.resolve(stack.properties(f"{rule}Permission"))
     assert permission["SourceArn"] == stack.get_att(rule, "Arn") and permission["Principal"] == "events.amazonaws.com"
     # The rule may hand undeliverable events to the incident DLQ.
-    (statement,) = stack.resolve(stack.properties("IncidentDeadLetterQueuePolicy"))["PolicyDocument"]["Statement"]
+    statements = stack.resolve(stack.properties("IncidentDeadLetterQueuePolicy"))["PolicyDocument"]["Statement"]
+    (statement,) = [s for s in statements if s["Effect"] == "Allow"]
     assert stack.get_att(rule, "Arn") in statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+    # Nobody else may: the redrive re-sends what the queue holds.
+    (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+    assert deny["Action"] == "sqs:SendMessage" and deny["Principal"] == "*"
+    assert deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == stack.get_att("IncidentIntakeFunctionRole", "Arn")
 
 
 @pytest.mark.parametrize("parameter", sorted(SOURCES))
