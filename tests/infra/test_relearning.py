@@ -113,14 +113,21 @@ def know_nothing_head() -> bytes:
     return json.dumps(head).encode()
 
 
-def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, embedded_engine):
-    stack, store, env, relearning = stack
+def labelled_behind_a_head_that_knows_nothing(store, env) -> list[dict]:
+    """Reviews to learn from (returned), and a head in service that a candidate fitted on them beats."""
+    import hashlib
+
     rows = shipped_rows(LABELS + 10)[:LABELS]
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
     data = know_nothing_head()
-    import hashlib
     store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
                   by="test", reason="a head that knows nothing")
+    return rows
+
+
+def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, embedded_engine):
+    stack, store, env, relearning = stack
+    rows = labelled_behind_a_head_that_knows_nothing(store, env)
 
     # The routing function, built once, its heads re-read before each item.
     intake_env = {**stack.function_environment("TicketIntakeFunction"), "HEAD_REFRESH_SECONDS": "0"}
@@ -227,12 +234,7 @@ def test_with_manual_approval_a_candidate_waits_for_a_person(stack, answer, caps
     import time
 
     stack, store, env, relearning = stack
-    rows = shipped_rows(LABELS + 10)[:LABELS]
-    write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
-    data = know_nothing_head()
-    import hashlib
-    store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
-                  by="test", reason="a head that knows nothing")
+    labelled_behind_a_head_that_knows_nothing(store, env)
     topic = subscribe(env["RELEARNING_TOPIC_ARN"])
     done: dict = {}
     runner = threading.Thread(target=lambda: done.update(run=relearning.run(POLICY, timeout=600)))

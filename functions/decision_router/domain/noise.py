@@ -92,20 +92,24 @@ class MaintenanceWindow(_Strict):
         local = self._local(at)
         if self.start is not None and self.end is not None:
             return self._local(self.start) <= local < self._local(self.end)
-        assert self.cron is not None and self.duration_minutes is not None
-        # The latest start at or before this minute (cronsim steps back from just after it), in
-        # the window's time zone, daylight saving included; active for duration_minutes from it.
-        minute = local.replace(second=0, microsecond=0)
-        start = next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True), None)
+        assert self.duration_minutes is not None
+        start = self._latest_start(local)
         return start is not None and local < start + timedelta(minutes=self.duration_minutes)
+
+    def _latest_start(self, local: datetime) -> datetime | None:
+        """A cron window's latest start at or before `local`'s minute (cronsim steps back from
+        just after it), in the window's time zone, daylight saving included."""
+        assert self.cron is not None
+        minute = local.replace(second=0, microsecond=0)
+        return next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True), None)
 
     def ends(self, at: datetime) -> datetime:
         """When the occurrence of the window that `at` falls in ends (`at` inside it)."""
         if self.end is not None:
             return self._local(self.end)
-        assert self.cron is not None and self.duration_minutes is not None
-        minute = self._local(at).replace(second=0, microsecond=0)
-        start = next(CronSim(self.cron, minute + timedelta(seconds=1), reverse=True))
+        assert self.duration_minutes is not None
+        start = self._latest_start(self._local(at))
+        assert start is not None, "ends() is asked only of a time inside the window"
         return start + timedelta(minutes=self.duration_minutes)
 
     def holds(self, item: Item) -> bool:
