@@ -46,7 +46,7 @@ def head_document(n: int, *, model_sha256: str | None = None, hidden_size: int |
     }
     if model_sha256 is not None:
         document.update(model_sha256=model_sha256, hidden_size=hidden_size, prompt_version=prompt_version,
-                        hidden={"weights": [[0.001 * ((i + j) % 7 - 3) for j in range(hidden_size or 0)] for i in range(n)]})
+                        hidden={"weights": [[1e-5 * ((i + j) % 7 - 3) for j in range(hidden_size or 0)] for i in range(n)]})
     if letters:
         document.update(model_sha256=model_sha256 or "0" * 64, prompt_version=prompt_version,
                         letters={"weights": [[0.0] * n for _ in range(n)]})
