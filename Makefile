@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo review browser bench eval fit lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo review browser bench eval fit fit-history bench-public lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
@@ -19,6 +19,8 @@ help:
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
+	@echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir   a policy + head + report from a labelled export"
+	@echo "make bench-public [LIMIT=N]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
@@ -93,6 +95,7 @@ bench: $(STAMP)
 		|| echo "==> xllamacpp did not install: the benchmark runs without the llama-server peer"
 	$(PY) bench/bench_decisions.py $(BENCH_ARGS)
 	$(PY) bench/bench_heads.py
+	$(PY) bench/bench_many_options.py
 	$(PY) bench/handler_overhead.py
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
@@ -105,6 +108,20 @@ eval: $(STAMP)
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
 fit: $(STAMP)
 	$(PY) -m training $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
+
+# A policy from a labelled export (CSV or JSONL): one question whose options are the labels seen,
+# its head, predictions on TEST and a report (training/history.py). TEXT may name several fields
+# (comma-separated); MIN_EXAMPLES (10) and RARE=merge|review (review) say what becomes of rare labels;
+# MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
+fit-history: $(STAMP)
+	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [MODEL=...]"; exit 2; }
+	$(PY) -m training.history --data "$(DATA)" --test "$(TEST)" --text "$(TEXT)" --label "$(LABEL)" --out "$(OUT)" \
+		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(HISTORY_ARGS)
+
+# Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
+# bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).
+bench-public: $(STAMP)
+	$(PY) bench/public_run.py $(if $(LIMIT),--limit $(LIMIT)) $(if $(MODEL),--model "$(MODEL)")
 
 # The review console over the demo's pending reviews (local sign-in); MODEL=… ITEMS=… as for demo.
 review: $(STAMP)

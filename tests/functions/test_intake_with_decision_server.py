@@ -100,3 +100,30 @@ def test_incident_batch_through_the_real_container(monkeypatch, stack, embedded_
     priority, team = record.decisions
     assert set(priority.probabilities) == {"P1", "P2", "P3", "P4"}
     assert set(team.probabilities) == {"platform", "data", "security", "application"}
+
+
+def test_a_150_option_ticket_question_routes_through_the_real_container(monkeypatch, stack, embedded_engine, tmp_path):
+    """The endpoint is asked the signals decision (two options, inside the 16-letter contract) and
+    the head answers from the real model's hidden state and the ticket's words."""
+    from tests.functions.many_options import install
+    from tests.functions.test_intake_handlers import FakeLambdaContext
+    from ticket_intake import app
+
+    model = embedded_engine.model_info
+    policy = install(tmp_path, 150, model_sha256=model.sha256, hidden_size=model.hidden_size)
+    env = dict(stack.function_environment("TicketIntakeFunction"), POLICY_NAME=str(policy))
+    intake = Intake("ticket", logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env))
+    monkeypatch.setattr(app, "intake", intake)
+    monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
+    event = json.loads((EVENTS / "ticket_batch.json").read_text())
+    ticket = json.loads(event["Records"][0]["body"])
+    ticket.update(ticket_id="T-150", subject="intent137 again", body="Please handle intent137 for my account.")
+    event["Records"] = [dict(event["Records"][0], body=json.dumps(ticket))]
+    assert app.lambda_handler(event, FakeLambdaContext()) == {"batchItemFailures": []}
+    record = records(stack)["T-150"]
+    (decision,) = record.decisions
+    assert (decision.source, decision.readout, decision.option_id) == ("model", "head", "intent137")
+    assert decision.model.sha256 == model.sha256 and decision.letter_probabilities is None
+    assert len(decision.probabilities) == 150 and record.route == "auto"
+    assert record.destination.target == "technical-support"  # intent137: targets cycle over the five ticket queues
+    assert len(record.review.choices) == 150

@@ -14,8 +14,10 @@ from typing import Mapping, Sequence
 from decision_contract import DecisionResult, confidence, softmax, top_two_margin
 
 from .failures import EndpointFailure
+from .heads import Head
 from .items import Item
 from .lexical import State
+from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
@@ -51,7 +53,13 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     model's hidden state and letters) when the question has one that fits the endpoint's model,
     else by the letters recalibrated with the policy's temperature.
 
+    A question with more options than letters was asked its signals decision: its head alone
+    answers (over the evidence and the hidden state); where the head cannot read this endpoint's
+    answer (another model), nothing can, and the item goes to review with the reason.
+
     Raises EndpointFailure(kind='bad_response') when the result does not answer this question."""
+    if question.many_options:
+        return _many_options_entry(question, result, state)
     if result.option_ids != question.option_ids:
         raise EndpointFailure("bad_response", f"question {question.id!r}: endpoint answered options "
                               f"{result.option_ids}, expected {question.option_ids}")
@@ -61,12 +69,7 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     letters = softmax(logits, question.temperature)
     head, skipped = question.learned_head, None
     if head is not None:
-        skipped = head.mismatch(result.model, result.prompt_version)
-        if skipped is None and head.reads_hidden_state:
-            if result.hidden_state is None or not all(math.isfinite(v) for v in result.hidden_state):
-                skipped = "the endpoint returned no hidden state"
-            elif len(result.hidden_state) != head.hidden_size:
-                skipped = f"hidden state of {len(result.hidden_state)} values; the head reads {head.hidden_size}"
+        skipped = _head_skipped(head, result)
     applied = head if skipped is None else None
     if applied is not None:
         if state is None:
@@ -109,6 +112,59 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
         prompt_sha256=result.prompt_sha256,
         latency_seconds=result.timing.total_seconds,
     )
+
+
+def _head_skipped(head: Head, result: DecisionResult) -> str | None:
+    """Why `head` cannot read this result (another model, no hidden state), or None."""
+    skipped = head.mismatch(result.model, result.prompt_version)
+    if skipped is None and head.reads_hidden_state:
+        if result.hidden_state is None or not all(math.isfinite(v) for v in result.hidden_state):
+            skipped = "the endpoint returned no hidden state"
+        elif len(result.hidden_state) != head.hidden_size:
+            skipped = f"hidden state of {len(result.hidden_state)} values; the head reads {head.hidden_size}"
+    return skipped
+
+
+def _many_options_entry(question: Question, result: DecisionResult, state: State | None) -> DecisionEntry:
+    if result.option_ids != SIGNAL_OPTION_IDS:
+        raise EndpointFailure("bad_response", f"question {question.id!r}: endpoint answered options "
+                              f"{result.option_ids}, expected its signals decision's {SIGNAL_OPTION_IDS}")
+    head = question.learned_head
+    skipped = "the question has no head" if head is None else _head_skipped(head, result)
+    if head is None or skipped is not None:
+        return DecisionEntry(
+            question=question.id, source="model", readout=None, option_id=None, head_skipped=skipped,
+            confidence_formula=question.confidence_formula.value, temperature=question.temperature,
+            thresholds=question.thresholds, passed=False, model=result.model, prompt_sha256=result.prompt_sha256,
+            reasons=[f"head not applied ({skipped}); the letters cannot answer a question with "
+                     f"{len(question.options)} options"], latency_seconds=result.timing.total_seconds)
+    if state is None:
+        raise ValueError(f"question {question.id!r}: its head reads the evidence; pass the decision's state")
+    probabilities = head.probabilities(state, result.hidden_state, None)
+    top, second = _top_two(probabilities)
+    thresholds = Thresholds(min_confidence=head.thresholds.min_confidence_for(question.options[top].id),
+                            min_margin=head.thresholds.min_margin, min_allowed_token_mass=0.0)
+    conf = confidence(probabilities, question.confidence_formula)
+    margin = top_two_margin(probabilities)
+    tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
+    reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie)
+    by_option = dict(zip(question.option_ids, probabilities))
+    return DecisionEntry(
+        question=question.id, source="model", readout="head", option_id=question.options[top].id,
+        probabilities=by_option, letter_probabilities=None, head_probabilities=by_option,
+        head_version=head.version, confidence=conf, confidence_formula=question.confidence_formula.value,
+        margin=margin, allowed_token_mass=result.allowed_token_mass, temperature=head.temperature,
+        thresholds=thresholds, passed=not reasons, reasons=reasons, model=result.model,
+        prompt_sha256=result.prompt_sha256, latency_seconds=result.timing.total_seconds,
+    )
+
+
+def _top_two(probabilities: Sequence[float]) -> tuple[int, int]:
+    """The two most probable options' positions, option order on ties, in one pass (no sort:
+    the cost stays linear in the options)."""
+    top = max(range(len(probabilities)), key=probabilities.__getitem__)
+    second = max((i for i in range(len(probabilities)) if i != top), key=probabilities.__getitem__)
+    return top, second
 
 
 def rule_entry(question: Question, hit: RuleHit) -> DecisionEntry:

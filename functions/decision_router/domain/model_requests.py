@@ -1,5 +1,12 @@
 """What the decision model is asked about an item: the evidence (the decision `state`) built
-from the item fields a policy names, and one `Decision` per question of the policy."""
+from the item fields a policy names, and one `Decision` per question of the policy.
+
+A question with more options than the endpoint has letters (more than 16) is not offered its
+options: the endpoint's contract letters at most 16, and the model's letters could not read out
+a 77th. It is asked a signals decision instead (`signals_decision`): the same evidence and the
+question's criterion with two fixed options, whatever the number of options, so its prompt and
+its cost are the same at 17 options and at 200. The question's learned head answers from the
+model's hidden state of that forward pass and the evidence's text (judging.model_entry)."""
 
 from __future__ import annotations
 
@@ -8,7 +15,39 @@ from typing import Any, Iterable
 from decision_contract import Decision, DecisionOption
 
 from .items import Item, field_value
-from .policies import Policy
+from .policies import Policy, Question
+
+#: The options of a many-option question's request: fixed, so the prompt does not grow with the
+#: question's options and a head's hidden states always come from the same prompt. The head reads
+#: the hidden state at the answer position; these letters' logits decide nothing.
+SIGNAL_OPTIONS = (
+    DecisionOption(id="known", description="The evidence matches one of the answers this criterion has."),
+    DecisionOption(id="unknown", description="The evidence matches none of them."),
+)
+SIGNAL_OPTION_IDS = [option.id for option in SIGNAL_OPTIONS]
+
+
+def signals_decision(question: Question, state: Any) -> Decision:
+    """The request of a question with more options than letters: its criterion over the evidence,
+    with SIGNAL_OPTIONS, the hidden state asked for when its head reads it."""
+    head = question.learned_head
+    return Decision(id=question.id, state=state, question=question.question, options=list(SIGNAL_OPTIONS),
+                    return_hidden_state=head is not None and head.reads_hidden_state)
+
+
+def question_decision(question: Question, state: Any) -> Decision:
+    """What the endpoint is asked for one question: its options lettered (at most 16), or, for a
+    question with more options than letters, its signals decision."""
+    if question.many_options:
+        return signals_decision(question, state)
+    return Decision(
+        id=question.id,
+        state=state,
+        question=question.question,
+        options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
+        temperature=question.temperature,
+        return_hidden_state=question.learned_head is not None and question.learned_head.reads_hidden_state,
+    )
 
 
 def build_state(policy: Policy, item: Item) -> dict[str, Any]:
@@ -31,15 +70,4 @@ def build_decisions(policy: Policy, item: Item, questions: Iterable[str] | None 
         raise TypeError(f"policy {policy.name!r} decides {policy.item_kind}s, got a {item.kind}")
     wanted = None if questions is None else set(questions)
     state = build_state(policy, item)
-    return [
-        Decision(
-            id=question.id,
-            state=state,
-            question=question.question,
-            options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
-            temperature=question.temperature,
-            return_hidden_state=question.learned_head is not None and question.learned_head.reads_hidden_state,
-        )
-        for question in policy.questions
-        if wanted is None or question.id in wanted
-    ]
+    return [question_decision(question, state) for question in policy.questions if wanted is None or question.id in wanted]

@@ -17,7 +17,7 @@ from typing import Annotated, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
-from decision_contract import MAX_OPTIONS, MIN_OPTIONS, ConfidenceFormula
+from decision_contract import MAX_OPTIONS, MIN_OPTIONS, OPTION_LETTERS, ConfidenceFormula
 
 from ..severity import SeverityTable
 from ..validation import describe_errors
@@ -33,7 +33,10 @@ Target = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 #: A review offers every complete answer (the product of the questions' options) in the record.
-MAX_REVIEW_CHOICES = 128
+MAX_REVIEW_CHOICES = 256
+#: Options one question may declare. Up to MAX_OPTIONS (the endpoint's letters A…P) the letters
+#: can answer it; beyond, only a learned head can (the endpoint is asked for its signals only).
+MAX_QUESTION_OPTIONS = 256
 
 
 class PolicyError(ValueError):
@@ -78,7 +81,8 @@ class Learning(_Strict):
 class Question(_Strict):
     id: Id
     question: Text
-    options: list[Option] = Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)
+    options: list[Option] = Field(min_length=MIN_OPTIONS, max_length=MAX_QUESTION_OPTIONS, description=(
+        f"Up to {MAX_OPTIONS} options the letters can answer; more (up to {MAX_QUESTION_OPTIONS}) need a learned head."))
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="Calibration: softmax(logits / temperature).")
     confidence_formula: ConfidenceFormula = ConfidenceFormula.NORMALIZED_PEAK
     thresholds: Thresholds = Field(description="For the letter readout.")
@@ -112,6 +116,12 @@ class Question(_Strict):
     @property
     def option_ids(self) -> list[str]:
         return [option.id for option in self.options]
+
+    @property
+    def many_options(self) -> bool:
+        """More options than the endpoint has letters: the endpoint is asked for the model's
+        signals only (model_requests.signals_decision) and the head alone answers."""
+        return len(self.options) > MAX_OPTIONS
 
     def option(self, option_id: str) -> Option:
         for option in self.options:
@@ -173,6 +183,11 @@ class Policy(_Strict):
                 missing = [o.id for o in question.options if not o.target]
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
         for question in self.questions:
+            if question.many_options and question.head is None:
+                problems.append(
+                    f"question {question.id!r}: {len(question.options)} options, more than the {MAX_OPTIONS} letters "
+                    f"(A…{OPTION_LETTERS[-1]}) the endpoint labels options with, so the letters cannot answer it; "
+                    "such a question needs a learned head (\"head\": a file written by make fit-history)")
             head = question.learned_head
             if head is not None:
                 where = f"question {question.id!r}: head file {question.head.file if question.head else '?'}"
@@ -228,6 +243,9 @@ class Policy(_Strict):
         promoted into the head store."""
         if head.options != question.option_ids:
             return [f"options {head.options} are not the question's options {question.option_ids}"]
+        if question.many_options and head.letters is not None:
+            return [f"the head reads the letters, but a question with {len(question.options)} options gets no letter "
+                    f"per option (at most {MAX_OPTIONS}); refit it without the letters block (make fit-history)"]
         if head.question_sha256 != self.question_sha256(question):
             return ["question_sha256 does not match the question's wording, options or evidence fields: "
                     "the head was fitted on another prompt; refit it (make fit)"]

@@ -198,6 +198,9 @@ class Intake:
         skipped = [d for d in record.decisions if d.head_skipped]
         add(name="HeadSkipped", unit=MetricUnit.Count, value=len(skipped))
         for decision in skipped:
-            # never a head on the wrong model: the letters decided; refit the head for this model
-            self.logger.warning("head not applied; the letters decided", extra={
+            # never a head on the wrong model: the letters decided (a question with more options
+            # than letters has none: it goes to review); refit the head for this model
+            message = ("head not applied; the letters decided" if decision.option_id is not None
+                       else "head not applied; the letters cannot answer this question, sent to review")
+            self.logger.warning(message, extra={
                 "item_id": record.item_id, "question": decision.question, "reason": decision.head_skipped})

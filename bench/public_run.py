@@ -1,0 +1,157 @@
+"""`make bench-public`: Banking77 and CLINC150 through `make fit-history`, and the scoreboard.
+
+    python bench/public_run.py                   # the full sets; the table in bench/public/RESULTS.md
+    python bench/public_run.py --limit 40        # a slice: 40 training items of the first 5 labels per set
+
+Each set is written as DATA and TEST files (reports/public/<set>/), then routed through the
+command a user runs (`python -m training.history`, as a subprocess: the benchmarks never import
+the fitter), and its `report.json` read back. CLINC150's out-of-scope training queries are not
+used; its out-of-scope test queries are in TEST, right only when sent to review (see
+bench/public/README.md). The table puts our head beside the text classifier fitted in the same run
+and the figures published for these sets; a slice writes its table beside its runs, never over
+bench/public/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLIC = REPO / "bench/public"
+SETS = ("banking77", "clinc150")
+#: A slice takes this many training items per label.
+PER_LABEL = 8
+#: Published or measured elsewhere (bench/public/README.md, the sets' own README): not run here.
+PUBLISHED = {
+    "banking77": [
+        ("text classifier, measured apart on this kind of machine (TF-IDF + LR, C=10)", "91.3 %", "–", "–", "84.8 %", "–"),
+        ("ModernBERT-base fine-tuned (model card)", "94.0 %", "–", "–", "–", "–"),
+        ("frozen ModernBERT + linear probe (model card)", "89.5 %", "–", "–", "–", "–"),
+    ],
+    "clinc150": [
+        ("text classifier, measured apart on this kind of machine (TF-IDF + LR, C=10), in scope", "92.5 %", "–", "–", "–",
+         "70.0 % caught at 3.8 % of in-scope sent to review (top probability < 0.2)"),
+    ],
+}
+
+
+def banking77() -> tuple[list[dict], list[dict]]:
+    def read(name: str) -> list[dict]:
+        with (PUBLIC / "banking77" / name).open(newline="", encoding="utf-8") as handle:
+            return [{"text": row["text"], "label": row["category"]} for row in csv.DictReader(handle)]
+
+    return read("train.csv"), read("test.csv")
+
+
+def clinc150() -> tuple[list[dict], list[dict]]:
+    data = json.loads((PUBLIC / "clinc150/data_full.json").read_text(encoding="utf-8"))
+    train = [{"text": text, "label": label} for text, label in data["train"]]  # oos_train: not used
+    test = [{"text": text, "label": label} for text, label in data["test"] + data["oos_test"]]
+    return train, test
+
+
+def sliced(train: list[dict], test: list[dict], limit: int, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """`limit` training items, PER_LABEL of each of the first labels (sorted), and half as many
+    test items of those labels, plus a few out-of-scope test items where the set has them."""
+    labels = sorted({row["label"] for row in train})[:max(2, limit // PER_LABEL)]
+    rng = random.Random(seed)
+    keep_train, keep_test = [], []
+    for label in labels:
+        mine = [row for row in train if row["label"] == label]
+        keep_train += rng.sample(mine, min(len(mine), max(2, limit // len(labels))))
+        theirs = [row for row in test if row["label"] == label]
+        keep_test += rng.sample(theirs, min(len(theirs), max(1, limit // (2 * len(labels)))))
+    oos = [row for row in test if row["label"] not in {r["label"] for r in train}]
+    keep_test += rng.sample(oos, min(len(oos), max(1, limit // 16))) if oos else []
+    return keep_train, keep_test
+
+
+def write(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: Path | None) -> dict:
+    train, test = {"banking77": banking77, "clinc150": clinc150}[name]()
+    if limit:
+        train, test = sliced(train, test, limit)
+    folder = out / name
+    data, held = write(folder / "train.jsonl", train), write(folder / "test.jsonl", test)
+    command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(held), "--text", "text",
+               "--label", "label", "--out", str(folder / "fit"), "--name", name,
+               "--min-examples", "2" if limit else "10"]
+    command += ["--model", model] if model else []
+    command += ["--cache", str(cache)] if cache is not None else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / p) for p in ("contract", "container", "functions", ".")))
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=env, cwd=REPO)
+    report = json.loads((folder / "fit/report.json").read_text())
+    report["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def table(reports: dict[str, dict], limit: int | None, seconds: float) -> str:
+    lines = ["# Public scoreboard (`make bench-public`)", ""]
+    what = f"a slice (LIMIT={limit})" if limit else "the full sets"
+    lines += [f"Made by `make bench-public` on {what}, on this repository's machine, in {seconds / 60:.0f} min. "
+              "Data: Banking77 (Casanueva et al., 2020, CC BY 4.0) and CLINC150 (Larson et al., 2019, CC BY 3.0); see "
+              "`bench/public/README.md`. Accuracy counts an out-of-scope item right only when it is sent to review; "
+              "macro-F1 and ECE are over in-scope items; *answered* is the share routed automatically at the threshold "
+              "chosen for 97 % precision on a held-out fifth of the training set, with the precision it reached on test.", ""]
+    lines += ["| set | options | readout | accuracy | macro-F1 | ECE | answered (precision) | out-of-scope caught / in-scope to review |",
+              "|---|---:|---|---:|---:|---:|---:|---|"]
+    for name, report in reports.items():
+        for label, figures in (("**our head** (text + hidden state)" if report["head"]["reads_model"] else "**our head** (text)", report),
+                               ("text classifier, same run (TF-IDF + LR)", report["baseline"])):
+            oos = figures.get("out_of_scope")
+            lines.append(f"| {name} | {report['options']} | {label} | {pct(figures['accuracy'])} | {pct(figures['macro_f1'])} | "
+                         f"{pct(figures['ece'])} | {pct(figures['auto_share'])} ({pct(figures['auto_precision'])}) | "
+                         + (f"{pct(oos['caught'])} / {pct(oos['in_scope_sent_to_review'])}" if oos else "–") + " |")
+        lines.append(f"| {name} | {report['options']} | letters | do not apply: more options than the endpoint's 16 letters | | | | |"
+                     if report["options"] > 16 else f"| {name} | {report['options']} | letters | not measured here | | | | |")
+        for label, accuracy, f1, ece, answered, oos_text in PUBLISHED.get(name, []) if not limit else []:
+            lines.append(f"| {name} | {report['options']} | {label} | {accuracy} | {f1} | {ece} | {answered} | {oos_text} |")
+    lines += ["", "| set | training items | test items | head model weight | head terms | scoring s | fitting s | total s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, report in reports.items():
+        lines.append(f"| {name} | {report['n_train']} | {report['n_test']} | {report['head']['model_weight']} | "
+                     f"{report['holdout']['terms']} | {report['seconds']['scoring']} | {report['seconds']['fitting']} | "
+                     f"{report['wall_seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--limit", type=int, help="a slice: this many training items per set")
+    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: banking77, clinc150")
+    p.add_argument("--model", help="GGUF (default: the embedded model)")
+    p.add_argument("--out", type=Path, default=REPO / "reports/public")
+    p.add_argument("--results", type=Path, help="the table (default: bench/public/RESULTS.md, a slice's beside its runs)")
+    p.add_argument("--cache", type=Path, help="signal cache folder (default: fit-history's, ~/.cache/decision-router/signals)")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    reports = {name: run_set(name, args.out, args.limit, args.model, args.cache) for name in args.sets.split(",")}
+    text = table(reports, args.limit, time.perf_counter() - started)
+    results = args.results or (args.out / "RESULTS.md" if args.limit else PUBLIC / "RESULTS.md")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(text, encoding="utf-8")
+    print(text)
+    print(f"wrote {results}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

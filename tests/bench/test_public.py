@@ -1,0 +1,36 @@
+"""make bench-public on a LIMIT slice: both public sets through make fit-history with the real
+embedded model, the scoreboard written beside the runs, within the time make test allows."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from bench import public_run
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+
+def test_a_limit_slice_of_both_public_sets_runs_through_fit_history_and_writes_the_table(tmp_path):
+    started = time.perf_counter()
+    assert public_run.main(["--limit", "16", "--out", str(tmp_path), "--cache", str(tmp_path / "cache")]) == 0
+    assert time.perf_counter() - started < 180
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "Casanueva et al., 2020, CC BY 4.0" in table and "Larson et al., 2019, CC BY 3.0" in table
+    for name in ("banking77", "clinc150"):
+        report = json.loads((tmp_path / name / "fit/report.json").read_text())
+        assert report["n_train"] == 16 and report["options"] == 2
+        assert {"accuracy", "macro_f1", "ece", "auto_share", "auto_precision"} <= set(report["baseline"])
+        assert f"| {name} | 2 | **our head**" in table
+    clinc = json.loads((tmp_path / "clinc150/fit/report.json").read_text())
+    assert clinc["out_of_scope"]["items"] == 1  # oos_test queries are in TEST; oos_train is not used
+
+
+def test_clinc150_leaves_its_out_of_scope_training_queries_out():
+    train, test = public_run.clinc150()
+    assert len(train) == 15000 and "oos" not in {row["label"] for row in train}
+    assert sum(row["label"] == "oos" for row in test) == 1000 and len(test) == 5500
+    train, test = public_run.banking77()
+    assert (len(train), len(test), len({row["label"] for row in train})) == (10003, 3080, 77)

@@ -1,0 +1,169 @@
+"""make fit-history: a labelled export becomes a policy the router loads, a head, predictions and a
+report. The model's signals come from a small deterministic runner here (a hidden state drawn from
+the evidence's words), so the test needs no GGUF; tests/bench/test_public.py runs the real model."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+
+import numpy as np
+import pytest
+
+from decision_contract import DecisionResult, ModelInfo, softmax
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import model_entry
+from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
+from decision_router.domain.policies import load_policy
+from evaluation.runners import Scored
+from training import history
+
+MODEL = ModelInfo(file="words.gguf", bytes=1, sha256="a" * 64, context_size=2048, threads=1, gpu_layers=0,
+                  llama_cpp_python_version="test", hidden_size=16)
+WORDS = ["card", "refund", "transfer", "pin", "atm", "cash", "fee", "limit", "exchange", "top", "up", "lost", "stolen",
+         "declined", "pending", "verify", "identity", "account", "close", "app", "phone", "country", "rate", "charge"]
+
+
+class WordRunner:
+    """A runner whose hidden state is a fixed projection of the evidence's words (what the test
+    needs of a model: a signal that depends on the text, the same every time)."""
+
+    description = "word runner"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def model_info(self) -> ModelInfo:
+        return MODEL
+
+    def decide(self, decisions) -> Scored:
+        self.calls += len(decisions)
+        results = []
+        for d in decisions:
+            text = json.dumps(d.state).lower()
+            hidden = np.zeros(16)
+            for word in text.replace('"', " ").split():
+                seed = int(hashlib.sha256(word.encode()).hexdigest()[:8], 16)
+                hidden += np.random.default_rng(seed).normal(size=16)
+            logits = [0.0] * len(d.options)
+            results.append(DecisionResult(
+                id=d.id, option_ids=d.option_ids, probabilities=softmax(logits), option_logits=logits, temperature=1.0,
+                input_tokens=10, allowed_token_mass=0.5, prompt_sha256="0" * 64, prompt_version="direct-options-v1",
+                model=MODEL, timing={"tokenize_seconds": 0, "prefill_seconds": 0, "total_seconds": 0},
+                hidden_state=hidden.tolist()))
+        return Scored(results, 0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def export(n_labels: int, per_label: int, seed: int, extra: dict[str, int] | None = None) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    counts = {f"intent_{i:02d}": per_label for i in range(n_labels)} | (extra or {})
+    for label, count in counts.items():
+        i = int(label.rsplit("_", 1)[-1]) if label[-1].isdigit() else 99
+        own = [WORDS[i % len(WORDS)], WORDS[(3 * i + 1) % len(WORDS)], f"topic{i}"]
+        for _ in range(count):
+            words = [rng.choice(own) for _ in range(4)] + [rng.choice(WORDS) for _ in range(3)]
+            rng.shuffle(words)
+            rows.append({"subject": " ".join(words[:3]), "body": " ".join(words[3:]), "label": label})
+    rng.shuffle(rows)
+    return rows
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_csv(path, rows):
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def run(tmp_path, argv, runner=None):
+    runner = runner or WordRunner()
+    code = history.main([*argv, "--cache", str(tmp_path / "cache"), "--no-progress"], runner=runner)
+    return code, runner
+
+
+def test_an_export_of_twenty_labels_becomes_a_policy_the_router_loads_with_its_report(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", export(20, 24, 1))
+    test_rows = export(20, 4, 2) + [{"subject": "weather", "body": "what is the weather in paris", "label": "unknown_thing"}]
+    test = write_csv(tmp_path / "test.csv", test_rows)
+    out = tmp_path / "out"
+    code, runner = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                                  "--out", str(out)])
+    assert code == 0
+    policy = load_policy(out / "policy.json")  # the routing function's own loader
+    question = policy.questions[0]
+    assert question.many_options and len(question.options) == 20 and question.learned_head is not None
+    assert [s.field for s in policy.state] == ["subject", "body"]
+    report = json.loads((out / "report.json").read_text())
+    for key in ("n_train", "n_test", "options", "accuracy", "macro_f1", "ece", "auto_share", "auto_precision"):
+        assert key in report, key
+    assert set(report["baseline"]) >= {"accuracy", "auto_share", "auto_precision"}
+    assert (report["n_train"], report["n_test"], report["options"]) == (480, 81, 20)
+    assert report["accuracy"] > 0.6 and report["baseline"]["accuracy"] > 0.6
+    assert report["out_of_scope"]["items"] == 1
+    lines = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(lines) == 81 and all(set(line) == {"text", "gold", "answer", "confidence", "auto"} for line in lines)
+    assert lines[-1]["gold"] == "unknown_thing"
+
+    # the written policy routes a ticket through the routing function's own request and judging
+    item = parse_item("ticket", {"ticket_id": "T-1", "subject": "card topic0 card", "body": "card topic0",
+                                 "customer": {"id": "C", "tier": "pro"}, "channel": "email", "created_at": "2026-12-01T00:00:00Z"})
+    (decision,) = build_decisions(policy, item)
+    assert decision.option_ids == SIGNAL_OPTION_IDS
+    entry = model_entry(question, runner.decide([decision]).results[0], decision.state)
+    assert entry.readout == "head" and entry.option_id == "intent_00"
+
+    # a second run scores nothing again: the signals are cached per model
+    code, again = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                                 "--out", str(tmp_path / "again")])
+    assert code == 0 and again.calls == 0
+    assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / MODEL.sha256]
+
+
+@pytest.mark.parametrize("mode", ["merge", "review"])
+def test_rare_labels_are_reported_and_merged_or_left_to_review(tmp_path, mode):
+    rows = export(4, 20, 3, extra={"rare_a": 3, "rare_b": 2})
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 3, 4, extra={"rare_a": 2}))
+    out = tmp_path / mode
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label", "--out", str(out),
+                             "--min-examples", "5", "--rare", mode])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["rare"] == {"min_examples": 5, "mode": mode, "labels": {"rare_a": 3, "rare_b": 2}}
+    options = load_policy(out / "policy.json").questions[0].option_ids
+    if mode == "merge":
+        assert options[-1] == "other" and len(options) == 5 and report["n_train"] == 85
+    else:
+        assert "other" not in options and len(options) == 4 and report["n_train"] == 80
+        assert report["out_of_scope"]["items"] == 2  # the rare label's test items must go to review
+
+
+def test_a_missing_field_is_named_with_its_file_and_line(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": "a b", "label": "x"}, {"text": "", "label": "y"}])
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(train), "--text", "text", "--label", "label", "--out",
+                             str(tmp_path / "o")])
+    assert code == 2
+    assert f"{train}:2: field 'text' is missing or empty" in capsys.readouterr().err
+    test = write_csv(tmp_path / "t.csv", [{"body": "a", "group": "x"}])
+    code, _ = run(tmp_path, ["--data", str(test), "--test", str(test), "--text", "text", "--label", "group", "--out",
+                             str(tmp_path / "o")])
+    assert code == 2 and "no column 'text' (columns: body, group)" in capsys.readouterr().err
+
+
+def test_option_ids_and_targets_are_made_valid_and_unique():
+    ids = history.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
+    assert ids == {"Billing & Refunds": "Billing_Refunds", "billing_refunds": "billing_refunds", "__x": "x",
+                   "Kündigung": "K_ndigung"}
+    assert history.target_of("Billing_Refunds") == "billing-refunds"
