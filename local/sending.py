@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
+from local.cloudwatch import play_alarm_states
 from local.event_sources import AsyncResult, BatchReport, http_event, invoke_async
 from local.outcomes import Outcome
 
@@ -116,6 +117,7 @@ def send_event(pipeline: LocalDeployment, outcome: Outcome, progress: Progress) 
     EventBridge keeps it on every delivery, so a repeated line is a re-delivery)."""
     event = outcome.item.data or {}
     source, detail_type = str(event["source"]), str(event["detail-type"])
+    play_alarm_states(event)
     bus = (pipeline.bus_name if detail_type == "Incident Reported" or source == WEBHOOK_EVENTS else
            pipeline.pagerduty_bus if source.startswith("aws.partner/pagerduty.com/") else "default")
     with pipeline.bus_lock:
@@ -161,6 +163,7 @@ def send_direct(pipeline: LocalDeployment, outcome: Outcome, progress: Progress)
         outcome.item, outcome.problem = replace(outcome.item, rejected=why), f"rejected: {why}"
         return
     event = data
+    play_alarm_states(data)
     if outcome.item.via == "sns-alarm" and "Records" not in data:  # a bare notification, as a Lambda subscription gets it
         topic = pipeline.stack.ref("IncidentAlarmTopic")
         event = {"Records": [{"EventSource": "aws:sns", "EventVersion": "1.0",

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import boto3
 import pytest
 
+from local.cloudwatch import play_alarm_states
 from tests.functions.test_intake_handlers import PRIORITY_OPTIONS, TEAM_OPTIONS, FakeLambdaContext, body
 from tests.infra import test_incident_sources_pipeline as native
 from tests.infra.test_incident_sources_pipeline import confident, open_row, sample, settled
@@ -31,7 +32,9 @@ pipeline, incidents = native.pipeline, native.incidents
 
 
 def put(pipeline, event: dict, rule: str, bus: str = "default") -> dict:
-    """Put the event on its bus; return it as the template's `rule` delivers it to the intake."""
+    """Put the event on its bus; return it as the template's `rule` delivers it to the intake
+    (an alarm's state set first, as CloudWatch sets it before it sends the event)."""
+    play_alarm_states(event)
     entry = {"Source": event["source"], "DetailType": event["detail-type"], "Detail": json.dumps(event["detail"]),
              "Resources": event.get("resources", []), "Time": datetime.fromisoformat(event["time"]),
              "EventBusName": bus}
@@ -41,6 +44,7 @@ def put(pipeline, event: dict, rule: str, bus: str = "default") -> dict:
 
 
 def handle(app, event: dict) -> list[dict]:
+    play_alarm_states(event)
     answer = app.lambda_handler(event, FakeLambdaContext())
     return [r for a in answer.get("records", [answer]) for r in a.get("outcomes", [a])]
 
@@ -81,6 +85,48 @@ def test_an_alarm_notifying_eventbridge_and_sns_is_one_incident_and_ok_by_either
     (late,) = handle(app, sns_of(by_bus))
     assert late["outcome"] == "duplicate"
     assert len(settled(pipeline)) == 1 and len(stub.requests) == 1
+
+
+def forged_ok(name: str, minute: int, account: str = "123456789012") -> dict:
+    """An "OK" for alarm `name` that CloudWatch did not send: published to the alarm topic by
+    someone else (nothing plays CloudWatch's part, so the alarm keeps its state)."""
+    ok = alarm(name, "OK", minute=minute)
+    ok["resources"] = [f"arn:aws:cloudwatch:eu-west-1:{account}:alarm:{name}"]
+    return sns_of(ok)
+
+
+def test_an_ok_that_cloudwatch_does_not_confirm_leaves_the_incident_open(pipeline, incidents):
+    app, stub = incidents
+    confident(stub)
+    (routed,) = handle(app, put(pipeline, alarm("payments-api-5xx", minute=1, service="payments-api"),
+                                "CloudWatchAlarmRule"))
+    forged = forged_ok("payments-api-5xx", minute=2)
+    answer = app.lambda_handler(forged, FakeLambdaContext())  # (not `handle`: nobody plays CloudWatch)
+    (refused,) = [o for a in answer.get("records", [answer]) for o in a.get("outcomes", [a])]
+    assert refused["outcome"] == "ignored" and "CloudWatch says the alarm is ALARM now" in refused["reason"]
+    assert open_row(pipeline, routed["key"])["status"]["S"] == "open"
+    # A forged OK put straight into the intake (as a redrive of the incident DLQ would) fares the same.
+    ok = alarm("payments-api-5xx", "OK", minute=3, service="payments-api")
+    (direct,) = app.lambda_handler(ok, FakeLambdaContext())["outcomes"]
+    assert direct["outcome"] == "ignored" and open_row(pipeline, routed["key"])["status"]["S"] == "open"
+    # An alarm CloudWatch does not know is never confirmed either.
+    (unknown,) = app.lambda_handler(alarm("no-such-alarm", "OK", minute=4), FakeLambdaContext())["outcomes"]
+    assert "CloudWatch says there is no such alarm" in unknown["reason"]
+    # When CloudWatch does say OK, the same message resolves it.
+    (resolved,) = handle(app, forged)
+    assert resolved["outcome"] == "resolved" and resolved["execution_name"] == routed["execution_name"]
+
+
+def test_an_ok_of_another_accounts_alarm_is_taken_as_it_comes(pipeline, incidents):
+    """This account cannot ask about another account's alarm (the bus policy says who may put its events)."""
+    app, stub = incidents
+    confident(stub)
+    other = alarm("shared-db-cpu", minute=1)
+    other["resources"] = ["arn:aws:cloudwatch:eu-west-1:210987654321:alarm:shared-db-cpu"]
+    (routed,) = app.lambda_handler(other, FakeLambdaContext())["outcomes"]
+    answer = app.lambda_handler(forged_ok("shared-db-cpu", minute=5, account="210987654321"), FakeLambdaContext())
+    (resolved,) = [o for a in answer.get("records", [answer]) for o in a.get("outcomes", [a])]
+    assert routed["outcome"] == "routed" and resolved["outcome"] == "resolved"
 
 
 def test_a_lambda_alarm_action_is_routed_and_an_sns_message_that_is_no_alarm_is_parked(pipeline, incidents):

@@ -17,6 +17,7 @@ import pytest
 from moto import mock_aws
 
 from local.cloudformation import Stack
+from local.cloudwatch import play_alarm_states
 from tests.functions.conftest import EVENTS, make_result
 from tests.functions.test_intake_handlers import (
     PRIORITY_OPTIONS,
@@ -63,7 +64,9 @@ def sample(name: str) -> dict:
 
 
 def deliver(pipeline: Pipeline, event: dict) -> dict:
-    """Put the event on the bus its source uses; return it as the template's rule delivers it."""
+    """Put the event on the bus its source uses; return it as the template's rule delivers it
+    (an alarm's state set first, as CloudWatch sets it before it sends the event)."""
+    play_alarm_states(event)
     source = "pagerduty" if event["source"].startswith("aws.partner/pagerduty.com/") else event["source"]
     entry = {"Source": event["source"], "DetailType": event["detail-type"], "Detail": json.dumps(event["detail"]),
              "Resources": event.get("resources", []), "Time": datetime.fromisoformat(event["time"])}
@@ -130,8 +133,9 @@ def test_a_flapping_alarm_is_two_incidents_and_a_late_copy_of_the_first_opens_no
     confident(stub)
     confident(stub, team_logits=(6.0, 0, 0, 0))
     first = deliver(pipeline, alarm("ALARM", minute=1))
-    flap = [first, deliver(pipeline, alarm("OK", minute=6)), deliver(pipeline, alarm("ALARM", minute=9))]
-    outcomes = [app.lambda_handler(event, FakeLambdaContext())["outcomes"][0]["outcome"] for event in flap]
+    outcomes = [app.lambda_handler(event, FakeLambdaContext())["outcomes"][0]["outcome"]
+                for event in (first, deliver(pipeline, alarm("OK", minute=6)))]
+    outcomes += [app.lambda_handler(deliver(pipeline, alarm("ALARM", minute=9)), FakeLambdaContext())["outcomes"][0]["outcome"]]
     assert outcomes == ["routed", "resolved", "routed"]
     executions = settled(pipeline)
     assert sorted(executions.values()) == ["SUCCEEDED", "SUCCEEDED"]  # two incidents, each routed once

@@ -26,6 +26,7 @@ from moto import mock_aws
 
 from decision_router.adapters.endpoint import DecisionEndpoint
 from local.cloudformation import Stack
+from local.cloudwatch import play_alarm_states
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import FakeLambdaContext, batch_body, make_intake
 from tests.infra.conftest import ENDPOINT_NAME
@@ -134,6 +135,7 @@ def test_no_noise_control_swallows_a_page_or_outlasts_its_window(intake, alarms,
             event["id"] = f"gf-{n}-{i}"
         else:
             event["id"] = f"cw-{n}-{i}"
+        play_alarm_states(event)  # CloudWatch sets the alarm's state before it sends the event
         answer = intake.lambda_handler(event, FakeLambdaContext())
         (outcome,) = [o for a in answer.get("records", [answer]) for o in a.get("outcomes", [a])]
         key, what = outcome.get("key"), outcome["outcome"]

@@ -37,6 +37,7 @@ from ..domain.items import Incident
 from ..domain.noise import aware, recent
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
+from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
 from ..sources.sns import notification
 from ..validation import describe_errors
@@ -93,12 +94,14 @@ def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
 
 class IncidentIntake:
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 store: Any = None, dead_letters: Any = None, clock: Callable[[], datetime] | None = None):
+                 store: Any = None, dead_letters: Any = None, clock: Callable[[], datetime] | None = None,
+                 alarm_states: Any = None):
         """`settings`, `store` and `dead_letters` replace what the environment would give (tests);
         `clock` gives the delivery's time (a maintenance window's hold ends with its window)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
+        self._alarm_states = alarm_states
         self._reviews: Any = None
         self._tasks: Any = None
         self._audit: Any = None
@@ -116,6 +119,14 @@ class IncidentIntake:
 
             self._store = OpenIncidents(self.settings.require("open_incidents_table").open_incidents_table)
         return self._store
+
+    @property
+    def alarm_states(self) -> Any:
+        if self._alarm_states is None:
+            from ..adapters.alarm_states import AlarmStates
+
+            self._alarm_states = AlarmStates()
+        return self._alarm_states
 
     @property
     def dead_letters(self) -> Any:
@@ -155,6 +166,10 @@ class IncidentIntake:
         if isinstance(outcome, IncidentOpened):
             return self._open(outcome, delivery, context)
         if isinstance(outcome, Resolved):
+            refused = self._unconfirmed(outcome)
+            if refused is not None:
+                touched = self.store.touch(outcome.key, delivery)
+                return self._ignore(outcome.source, outcome.key, refused, touched=touched)
             was = self.store.resolve(outcome.key, delivery, outcome.reason)
             if was is None:
                 return self._ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
@@ -182,6 +197,24 @@ class IncidentIntake:
             return result
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
         return self._ignore(outcome.source, outcome.key, outcome.reason, touched=touched)
+
+    def _unconfirmed(self, outcome: Resolved) -> str | None:
+        """Why an alarm's "OK" does not resolve its incident (None: it does). CloudWatch is asked
+        for the alarm's state now: only CloudWatch can say an alarm is OK, and the message that
+        says so may come from whoever can publish to the topic or write to a dead-letter queue.
+        An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
+        policy says who may put those)."""
+        if parse_alarm_arn(outcome.key) is None:
+            return None
+        state = self.alarm_states.state_of(outcome.key)
+        if state in ("OK", "elsewhere"):
+            return None
+        self.metrics.add_metric(name="UnconfirmedResolutions", unit=MetricUnit.Count, value=1)
+        now = ("there is no such alarm" if state == "missing" else f"the alarm is {state} now")
+        self.logger.warning("an alarm's OK that CloudWatch does not confirm; the incident stays open",
+                            extra={"key": outcome.key, "cloudwatch_state": state})
+        return (f"{outcome.reason}; not resolved: CloudWatch says {now}, and an OK resolves an alarm's "
+                "incident only when CloudWatch confirms it")
 
     def _open(self, opened: IncidentOpened, delivery: str, context: Any) -> dict:
         incident = opened.incident

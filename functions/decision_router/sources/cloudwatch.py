@@ -153,6 +153,14 @@ def from_detail(arn: str, detail: AlarmDetail) -> Alarm:
         tags=tuple((t.key.casefold(), t.value) for t in detail.alarmTags))
 
 
+def parse_alarm_arn(arn: str) -> tuple[str, str, str] | None:
+    """(region, account, alarm name) of `arn:<partition>:cloudwatch:<region>:<account>:alarm:<name>`."""
+    parts = arn.split(":", 6)
+    if len(parts) != 7 or parts[0] != "arn" or parts[2] != "cloudwatch" or parts[5] != "alarm" or not parts[6]:
+        return None
+    return parts[3], parts[4], parts[6]
+
+
 def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) -> list[SourceOutcome]:
     """ALARM opens (keyed by the alarm ARN), OK resolves, INSUFFICIENT_DATA is ignored with the reason."""
     key, delivery = alarm.arn, alarm.delivery

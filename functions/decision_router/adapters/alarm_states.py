@@ -1,0 +1,52 @@
+"""CloudWatch's word on an alarm's state: an "OK" resolves an alarm's incident only when
+CloudWatch itself says the alarm is OK now, so an OK written by anyone else (a publisher on the
+alarm topic, a message put in a dead-letter queue and redriven) cannot close a real incident."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import boto3
+
+from ..sources.cloudwatch import parse_alarm_arn
+from . import AwsAdapter
+
+#: OK/ALARM/INSUFFICIENT_DATA: CloudWatch's state now; missing: no such alarm in its account and
+#: region (deleted, or never there); elsewhere: an alarm of another account, which this account
+#: cannot ask about.
+AlarmState = Literal["OK", "ALARM", "INSUFFICIENT_DATA", "missing", "elsewhere"]
+
+
+class AlarmStates(AwsAdapter):
+    """DescribeAlarms in the alarm's own region (one client per region, made on first use)."""
+
+    service = "cloudwatch"
+
+    def __init__(self, client: Any = None, sts: Any = None):
+        super().__init__(client)
+        self._regional: dict[str, Any] = {}
+        self._sts, self._account = sts, None
+
+    @property
+    def account(self) -> str:
+        if self._account is None:
+            self._account = (self._sts or boto3.client("sts")).get_caller_identity()["Account"]
+        return self._account
+
+    def _in(self, region: str) -> Any:
+        if self._client is not None:
+            return self._client
+        if region not in self._regional:
+            self._regional[region] = boto3.client(self.service, region_name=region)
+        return self._regional[region]
+
+    def state_of(self, arn: str) -> AlarmState:
+        parsed = parse_alarm_arn(arn)
+        if parsed is None:
+            return "missing"
+        region, account, name = parsed
+        if account != self.account:
+            return "elsewhere"
+        found = self._in(region).describe_alarms(AlarmNames=[name], AlarmTypes=["MetricAlarm", "CompositeAlarm"])
+        alarms = found.get("MetricAlarms", []) + found.get("CompositeAlarms", [])
+        return alarms[0]["StateValue"] if alarms else "missing"
