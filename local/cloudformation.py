@@ -6,9 +6,10 @@ the environment a function would get in AWS, instead of repeating names in Pytho
 
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
-moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and point-in-time recovery included) and state
-machines (DefinitionUri + DefinitionSubstitutions resolved), Secrets Manager secrets
-(GenerateSecretString's key generated), S3 buckets (versioning as declared) and SNS topics (by name, nothing subscribed). Everything else (functions, IAM,
+moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and
+point-in-time recovery included) and state machines (DefinitionUri + DefinitionSubstitutions
+resolved), Secrets Manager secrets (GenerateSecretString's key generated), S3 buckets (versioning
+as declared) and SNS topics (by name, nothing subscribed). Everything else (functions, IAM,
 alarms, SageMaker, logs) is only named: a Ref to it resolves to a stable placeholder.
 
     stack = Stack.load(parameters={"ExistingEndpointName": "local-decision"})

@@ -55,7 +55,8 @@ def test_a_signed_zendesk_request_is_queued_and_an_unsigned_one_refused(served):
     assert json.loads(message["Body"])["ticket_id"] == "zendesk-48213"
     assert post(api, "zendesk", body, signed).json()["status"] == "duplicate"
     assert post(api, "zendesk", body, {}).status_code == 401
-    assert post(api, "zendesk", b"\xff\xfe not utf-8", {}).json() == {"status": "refused", "message": "bad request", "reason": "body is not UTF-8"}
+    assert post(api, "zendesk", b"\xff\xfe not utf-8", {}).json() == {
+        "status": "refused", "message": "bad request", "reason": "body is not UTF-8"}
     assert httpx.get(f"{api.url}/webhooks/zendesk").status_code == 404  # POST is the only route
     assert pipeline.drain_messages(pipeline.stack.ref("TicketQueue")) == []
 

@@ -315,7 +315,8 @@ def test_an_sns_event_of_several_records_is_one_delivery_per_record():
 def test_a_lambda_alarm_action_maps_as_the_eventbridge_alarm_does():
     (opened,) = outcomes_of(sample("cloudwatch_alarm_action"))
     assert opened.key == "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:orders-db-cpu-anomaly"
-    assert opened.incident.evidence.alarm_kind == "anomaly-detection" and opened.incident.service == "AWS/RDS DBInstanceIdentifier=orders-primary"
+    assert opened.incident.evidence.alarm_kind == "anomaly-detection"
+    assert opened.incident.service == "AWS/RDS DBInstanceIdentifier=orders-primary"
     action = sample("cloudwatch_alarm_action")
     action["alarmData"]["state"]["value"] = "OK"
     assert isinstance(outcomes_of(action)[0], Resolved)

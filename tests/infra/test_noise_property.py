@@ -14,14 +14,15 @@ not run."""
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import boto3
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from decision_router.adapters.endpoint import DecisionEndpoint
@@ -53,9 +54,10 @@ def answering_endpoint() -> DecisionEndpoint:
                                [6.0] + [0.0] * (len(d["options"]) - 1)) for d in decisions]
         raw = batch_body(*results) if "decisions" in request else json.dumps(
             {"result": json.loads(results[0].model_dump_json())}).encode()
+        import io
+
         from botocore.awsrequest import AWSResponse
         from botocore.response import StreamingBody
-        import io
         http = AWSResponse("https://stub", 200, {}, None)
         return http, {"Body": StreamingBody(io.BytesIO(raw), len(raw)), "ContentType": "application/json",
                       "ResponseMetadata": {"HTTPStatusCode": 200}}

@@ -25,12 +25,13 @@ class AlarmStates(AwsAdapter):
     def __init__(self, client: Any = None, sts: Any = None):
         super().__init__(client)
         self._regional: dict[str, Any] = {}
-        self._sts, self._account = sts, None
+        self._sts, self._account = sts, ""
 
     @property
     def account(self) -> str:
-        if self._account is None:
-            self._account = (self._sts or boto3.client("sts")).get_caller_identity()["Account"]
+        """This account (STS GetCallerIdentity needs no permission), asked once."""
+        if not self._account:
+            self._account = str((self._sts or boto3.client("sts")).get_caller_identity()["Account"])
         return self._account
 
     def _in(self, region: str) -> Any:
