@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from decision_router.domain.items import InvalidItem, parse_item
 from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.records import DecisionRecord
+from decision_router.intake.tickets import parse_ticket
 from decision_router.validation import describe_errors
 
 INCIDENT_DETAIL_TYPE = "Incident Reported"
@@ -144,7 +145,7 @@ def missing_audit_row(message: dict) -> dict[str, str] | None:
 def dead_ticket(message: dict) -> tuple[str, str]:
     """A ticket DLQ message: (ticket id, why it failed). Raises Unusable when it would fail again."""
     try:
-        ticket = parse_item("ticket", message["Body"])
+        ticket = parse_ticket(message["Body"])  # as the intake reads it: bare, or in an SNS notification
     except InvalidItem as error:
         raise Unusable(f"still invalid, fix it before redriving: {error}") from None
     reason = _attribute(message, "failure_reason") or "failed intake (redelivered until maxReceiveCount)"

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from ops import redrive
-from tests.functions.conftest import make_result
+from tests.functions.conftest import EVENTS, make_result
 from tests.functions.test_intake_handlers import (
     PRIORITY_OPTIONS,
     TEAM_OPTIONS,
@@ -174,6 +174,18 @@ def test_redrive_returns_dead_lettered_tickets_to_the_ticket_queue(pipeline, tic
     (still,) = pipeline.messages(dlq)
     assert still["ticket_id"] == "T-BAD"
     assert "channel" in capsys.readouterr().err
+
+
+def test_a_dead_lettered_ticket_in_an_sns_notification_is_redriven_as_the_intake_reads_it(pipeline, ticket, capsys):
+    dlq, queue = pipeline.stack.ref("TicketDeadLetterQueue"), pipeline.stack.ref("TicketQueue")
+    wrapped = json.loads(json.loads((EVENTS / "ticket_sns_envelope.json").read_text())["Records"][0]["body"])
+    wrapped["Message"] = json.dumps(dict(ticket, ticket_id="T-SNS"))
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(wrapped))
+
+    assert redrive.main(["tickets", "--dlq-url", dlq, "--queue-url", queue]) == 0
+
+    (back,) = pipeline.messages(queue)
+    assert back["Message"] == wrapped["Message"] and not pipeline.messages(dlq)
 
 
 def test_redrive_puts_dead_lettered_incidents_back_on_the_bus(pipeline, incident_data, capsys):
