@@ -14,6 +14,7 @@ DOCS_TEMPLATE points the generator at another template (the tests build from a c
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -62,6 +63,12 @@ def cell(value: Any) -> str:
     return text.replace("|", "\\|")
 
 
+def prose(value: Any) -> str:
+    """Plain text (a template's or a model's description) as a table cell: no HTML, no Markdown."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
+
+
 def code(value: Any) -> str:
     text = str(value)
     return f"`{text}`" if text != "" else '`""`'
@@ -99,7 +106,7 @@ def parameters_table(template: dict[str, Any], source: str) -> list[str]:
     for name, p in parameters.items():
         default = code(p["Default"]) if "Default" in p else "*required*"
         rows.append(f"| <a id=\"{name}\"></a>`{name}` | {p.get('Type', '')} | {cell(default)} | {cell(allowed(p))} "
-                    f"| {cell(p['Description'])} |")
+                    f"| {prose(p['Description'])} |")
     return rows
 
 
@@ -169,9 +176,9 @@ def settings_table(model: type, label: str) -> tuple[list[str], set[str]]:
         names.add(variable)
         description = field.description.removeprefix(f"{variable}: ")
         if also:
-            description += " Also read as " + ", ".join(f"`{a}`" for a in also) + " (ours wins where both are set)."
+            description += " Also read as " + ", ".join(also) + " (ours wins where both are set)."
         rows.append(f"| <a id=\"{variable}\"></a>`{variable}` | `{cell(type_name(field.annotation))}` | {cell(default_of(field))} "
-                    f"| {cell(constraints(field))} | {cell(description)} |")
+                    f"| {cell(constraints(field))} | {prose(description)} |")
     return rows, names
 
 
@@ -245,7 +252,7 @@ def alarms_page(template_path: Path) -> str:
     for name, resource in alarms.items():
         condition = resource.get("Condition")
         created = f"when `{condition}`" if condition else "always"
-        rows.append(f"| <a id=\"{name}\"></a>`{name}` | {created} | {cell(resource['Properties']['AlarmDescription'])} |")
+        rows.append(f"| <a id=\"{name}\"></a>`{name}` | {created} | {prose(resource['Properties']['AlarmDescription'])} |")
     dashboards = [k for k, r in resources.items() if r.get("Type") == "AWS::CloudWatch::Dashboard"]
     return "\n".join([
         "# Alarms and dashboards",
@@ -311,4 +318,5 @@ def main() -> None:
         page.write(container_api_page(document))
 
 
-main()
+if __name__ in ("__main__", "<run_path>"):  # run by mkdocs-gen-files (runpy), not on import
+    main()

@@ -241,7 +241,7 @@ class Settings(BaseSettings):
         return sorted(k for k in environ if k.startswith(("SM_LLAMA_CPP_", "SEMIF_")) and k not in known)
 
     def env_documentation(self) -> list[tuple[str, str, str]]:
-        """(variable, default, description) for every setting: the README table's source."""
+        """(variable, default, description) for every setting: the configuration reference's source."""
         rows = []
         for field in type(self).model_fields.values():
             default = field.get_default(call_default_factory=True)
