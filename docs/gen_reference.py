@@ -70,8 +70,9 @@ def prose(value: Any) -> str:
 
 
 def code(value: Any) -> str:
-    text = str(value)
-    return f"`{text}`" if text != "" else '`""`'
+    """A value as inline code that neither the table nor Markdown reads into (HTML, entities)."""
+    text = html.escape(str(value), quote=False) if str(value) != "" else '""'
+    return "<code>" + "".join(f"&#{ord(c)};" if c in "|[]*_\\`" else c for c in text) + "</code>"
 
 
 # --- template.yaml ------------------------------------------------------------------------------
@@ -102,11 +103,11 @@ def parameters_table(template: dict[str, Any], source: str) -> list[str]:
     missing = [f"{source} parameter {name!r}" for name, p in parameters.items() if not str(p.get("Description", "")).strip()]
     if missing:
         raise MissingDescription(missing)
-    rows = ["| parameter | type | default | allowed | description |", "|---|---|---|---|---|"]
+    rows = ["| parameter | type | default | description |", "|---|---|---|---|"]
     for name, p in parameters.items():
         default = code(p["Default"]) if "Default" in p else "*required*"
-        rows.append(f"| <a id=\"{name}\"></a>`{name}` | {p.get('Type', '')} | {cell(default)} | {cell(allowed(p))} "
-                    f"| {prose(p['Description'])} |")
+        limits = f" <br>Allowed: {allowed(p)}" if allowed(p) else ""
+        rows.append(f"| <a id=\"{name}\"></a>`{name}` | {p.get('Type', '')} | {default} | {prose(p['Description'])}{limits} |")
     return rows
 
 
@@ -144,7 +145,7 @@ def constraints(field: Any) -> str:
             if getattr(item, attribute, None) is not None:
                 parts.append(f"{symbol} {getattr(item, attribute)}")
         if getattr(item, "pattern", None):
-            parts.append(f"pattern `{item.pattern}`")
+            parts.append(f"pattern {code(item.pattern)}")
     return ", ".join(parts)
 
 
@@ -169,7 +170,7 @@ def settings_table(model: type, label: str) -> tuple[list[str], set[str]]:
     missing = [f"{label} setting {name!r}" for name, f in model.model_fields.items() if not (f.description or "").strip()]
     if missing:
         raise MissingDescription(missing)
-    rows = ["| variable | type | default | constraints | description |", "|---|---|---|---|---|"]
+    rows = ["| variable | type | default | description |", "|---|---|---|---|"]
     names: set[str] = set()
     for field in model.model_fields.values():
         variable, *also = aliases(field)
@@ -177,8 +178,9 @@ def settings_table(model: type, label: str) -> tuple[list[str], set[str]]:
         description = field.description.removeprefix(f"{variable}: ")
         if also:
             description += " Also read as " + ", ".join(also) + " (ours wins where both are set)."
-        rows.append(f"| <a id=\"{variable}\"></a>`{variable}` | `{cell(type_name(field.annotation))}` | {cell(default_of(field))} "
-                    f"| {cell(constraints(field))} | {prose(description)} |")
+        limits = f" <br>Allowed: {constraints(field)}" if constraints(field) else ""
+        rows.append(f"| <a id=\"{variable}\"></a>`{variable}` | {code(type_name(field.annotation))} | {cell(default_of(field))} "
+                    f"| {prose(description)}{limits} |")
     return rows, names
 
 
@@ -196,6 +198,10 @@ def configuration_page(template_path: Path) -> str:
     other = ["| variable | default | description |", "|---|---|---|"]
     other += [f"| `{name}` | {cell(default)} | {cell(text)} |" for name, (default, text) in OTHER_VARIABLES.items()]
     lines = [
+        "---",
+        "hide: [toc]",
+        "---",
+        "",
         "# Configuration reference",
         "",
         "!!! note \"Generated\"",

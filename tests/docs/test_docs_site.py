@@ -75,20 +75,21 @@ def test_the_configuration_reference_lists_every_parameter_and_variable_with_its
     rows = table_rows((site / "reference/configuration/index.html").read_text(encoding="utf-8"))
     template = Stack.load(parameters={"ExistingEndpointName": "e"}).template
     for name, parameter in template["Parameters"].items():
-        kind, default, _, description = rows[name][1:]
+        kind, default, description = rows[name][1:]
+        description = description.split(" Allowed: ")[0]
         assert kind == parameter["Type"], name
         assert default == (str(parameter["Default"]) or '""') if "Default" in parameter else default == "required", name
         assert description == " ".join(str(parameter["Description"]).split()), name
     for field in FunctionSettings.model_fields.values():
-        assert rows[str(field.validation_alias)][4] == field.description
+        assert rows[str(field.validation_alias)][3].split(" Allowed: ")[0] == field.description
     for variable, default, description in ContainerSettings.from_env({}).env_documentation():
         documented = rows[variable][2]
         if variable == "SM_LLAMA_CPP_THREADS":  # the machine's CPUs
             assert documented == "The CPUs available to the process"
         else:
             assert documented == ("unset" if default == "None" else default), (variable, default)
-        assert rows[variable][4].startswith(description.removeprefix(f"{variable}: ")), variable
-    assert rows["SM_LLAMA_CPP_THREADS"][4].endswith("Also read as SEMIF_THREADS (ours wins where both are set).")
+        assert rows[variable][3].startswith(description.removeprefix(f"{variable}: ")), variable
+    assert rows["SM_LLAMA_CPP_THREADS"][3].endswith("Also read as SEMIF_THREADS (ours wins where both are set). Allowed: ≥ 1")
 
 
 @pytest.mark.server

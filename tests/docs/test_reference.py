@@ -26,7 +26,7 @@ def test_a_settings_field_without_a_description_is_refused_by_name():
 def test_a_settings_field_is_one_row_with_its_type_default_and_constraints():
     rows, names = settings_table(Described, "test")
     assert names == {"KNOB"}
-    assert rows[2] == '| <a id="KNOB"></a>`KNOB` | `int` | `3` | ≥ 1 | how far it turns. |'
+    assert rows[2] == '| <a id="KNOB"></a>`KNOB` | <code>int</code> | <code>3</code> | how far it turns. <br>Allowed: ≥ 1 |'
 
 
 def test_a_parameter_without_a_description_is_refused_by_name():
@@ -37,7 +37,8 @@ def test_a_parameter_without_a_description_is_refused_by_name():
 
 def test_descriptions_are_plain_text_in_the_table():
     template = {"Parameters": {"Bus": {"Type": "String", "Default": "", "AllowedValues": ["", "x"],
+                                       "AllowedPattern": "^(a|b)$",
                                        "Description": "aws.partner/<subdomain>-<name>, *.gguf | more"}}}
     row = parameters_table(template, "t.yaml")[2]
-    assert row == ('| <a id="Bus"></a>`Bus` | String | `""` | `""`, `x` | '
-                   '&lt;subdomain&gt;-&lt;name&gt;, \\*.gguf \\| more |').replace("&lt;subdomain", "aws.partner/&lt;subdomain")
+    assert row == ('| <a id="Bus"></a>`Bus` | String | <code>""</code> | aws.partner/&lt;subdomain&gt;-&lt;name&gt;, \\*.gguf \\| more '
+                   '<br>Allowed: <code>""</code>, <code>x</code>; pattern <code>^(a&#124;b)$</code> |')
