@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo review browser bench eval fit fit-history bench-public lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
@@ -21,6 +21,7 @@ help:
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir   a policy + head + report from a labelled export"
 	@echo "make bench-public [LIMIT=N]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
+	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
@@ -77,6 +78,13 @@ test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 demo: $(STAMP)
 	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(REPORT),--report "$(REPORT)")
 
+# The documentation site (mkdocs.yml): docs/ plus the pages docs/gen_reference.py writes from
+# template.yaml, the settings models and the container's OpenAPI document; strict, into site/.
+export NO_MKDOCS_2_WARNING := 1
+export DISABLE_MKDOCS_2_WARNING := true
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 # ruff and mypy read their settings from pyproject.toml.
 lint: $(STAMP) $(SAM_STAMP)
 	$(VENV)/bin/ruff check .
@@ -127,8 +135,8 @@ bench-public: $(STAMP)
 review: $(STAMP)
 	$(PY) -m local.review $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
 
-# Re-route what a dead-letter queue of the deployed stack holds, as new routes (README: "When
-# something fails"). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
+# Re-route what a dead-letter queue of the deployed stack holds, as new routes
+# (docs/operations/redrive.md). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
 # REDRIVE_ARGS="--dlq-url … --dry-run".
 redrive: $(STAMP)
 	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
@@ -167,4 +175,4 @@ rollback: $(STAMP)
 	$(PY) -m ops.heads rollback --policy "$(POLICY)" --question "$(QUESTION)" --reason "$(REASON)" $(ROLLBACK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak
+	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak site

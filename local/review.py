@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
               "Sign in with any name (local sign-in: no AWS involved).\n"
               f"Webhook API:    {webhooks.url}/webhooks/{{source}}\n"
               f"Signing secrets (this run's WebhookSecret):\n{secrets}\n"
-              "A signed POST is queued and routed here (README.md, \"Try the webhook API locally\").\n"
+              "A signed POST is queued and routed here (docs/sources/index.md, \"Try the webhook API locally\").\n"
               "Ctrl-C stops everything.\n", file=out, flush=True)
         routing = threading.Thread(target=_route_webhooks, args=(pipeline, out, stop), name="webhook-routing", daemon=True)
         routing.start()

@@ -23,7 +23,7 @@ A message is deleted from its DLQ only once it was re-sent. A malformed message,
 would fail validation again, stays on its DLQ and is reported with the reason (exit status 1).
 Defaults come from the environment: WORKFLOW_DEAD_LETTER_QUEUE_URL, ROUTING_STATE_MACHINE_ARN,
 AUDIT_TABLE_NAME, TICKET_DEAD_LETTER_QUEUE_URL, TICKET_QUEUE_URL, INCIDENT_DEAD_LETTER_QUEUE_URL, EVENT_BUS_NAME,
-INCIDENT_INTAKE_FUNCTION (the stack's outputs of the same names, see README.md; the function:
+INCIDENT_INTAKE_FUNCTION (the stack's outputs of the same names, see docs/operations/redrive.md; the function:
 IncidentIntakeFunctionArn).
 """
 

@@ -40,7 +40,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("decision_router.adapters",),
     ("decision_router.intake",),
     HANDLERS,
-    ("evaluation", "ops", "local"),  # what the fitter and the evaluation share; operator tools; the local run
+    ("evaluation", "ops", "local", "docs"),  # what the fitter and the evaluation share; operator tools; the local run; the site's generator
     ("training", "bench"),
     ("relearning",),  # the relearning job and its function (a container image over training)
 ]

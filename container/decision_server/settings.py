@@ -18,7 +18,7 @@ from decision_contract import MAX_OPTIONS, MIN_OPTIONS
 
 
 def _default_threads() -> int:
-    # The CPUs this process may run on (cgroup/affinity aware), not the host's count.
+    """The CPUs available to the process (cgroup/affinity aware), not the host's count."""
     return max(1, len(os.sched_getaffinity(0)))
 
 
@@ -36,33 +36,39 @@ class Settings(BaseSettings):
     # --- the DLC's surface --------------------------------------------------------------
     model: Path | None = Field(
         None, validation_alias=AliasChoices("SM_LLAMA_CPP_MODEL", "model", "model_path"),
-        description="SM_LLAMA_CPP_MODEL: explicit GGUF file.",
+        description="SM_LLAMA_CPP_MODEL: explicit GGUF path (wins over the directory).",
     )
     model_dir: Path = Field(
         Path("/opt/ml/model"), validation_alias=AliasChoices("SM_LLAMA_CPP_MODEL_DIR", "model_dir"),
-        description="SM_LLAMA_CPP_MODEL_DIR: searched for a single *.gguf up to two levels deep.",
+        description="SM_LLAMA_CPP_MODEL_DIR: searched for the single *.gguf up to two levels deep (a split model "
+        "counts once, by its first shard). Several: start-up error listing them. Directory present but no "
+        "GGUF: start-up error. Directory absent: the embedded model.",
     )
     ctx_size: int = Field(
         8192, ge=64, validation_alias=AliasChoices("SM_LLAMA_CPP_CTX_SIZE", "ctx_size", "n_ctx"),
-        description="SM_LLAMA_CPP_CTX_SIZE: llama context size (tokens), shared by all parallel sequences.",
+        description="SM_LLAMA_CPP_CTX_SIZE: llama context size (n_ctx): KV cells shared by all parallel sequences; "
+        "must be at least DECISION_MAX_PROMPT_TOKENS.",
     )
     threads: int = Field(
         default_factory=_default_threads, ge=1,
         validation_alias=AliasChoices("SM_LLAMA_CPP_THREADS", "SEMIF_THREADS", "threads", "n_threads"),
-        description="SM_LLAMA_CPP_THREADS: CPU threads for prefill and generation.",
+        description="SM_LLAMA_CPP_THREADS: n_threads and n_threads_batch, CPU threads for prefill and generation.",
     )
     n_gpu_layers: int = Field(
         0, ge=-1, validation_alias=AliasChoices("SM_LLAMA_CPP_N_GPU_LAYERS", "SEMIF_N_GPU_LAYERS", "n_gpu_layers"),
-        description="SM_LLAMA_CPP_N_GPU_LAYERS: layers offloaded to the GPU (-1 or 999: all).",
+        description="SM_LLAMA_CPP_N_GPU_LAYERS: n_gpu_layers, layers offloaded to the GPU (-1 or 999: all; CUDA "
+        "image). Start-up stops when offload is asked for and the llama.cpp build has no GPU backend.",
     )
     batch_size: int = Field(
         512, ge=1, validation_alias=AliasChoices("SM_LLAMA_CPP_BATCH_SIZE", "batch_size", "n_batch"),
-        description="SM_LLAMA_CPP_BATCH_SIZE: tokens per llama_decode call during prefill.",
+        description="SM_LLAMA_CPP_BATCH_SIZE: n_batch (= n_ubatch): tokens per decode step, shared by all sequences.",
     )
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto", validation_alias=AliasChoices("SM_LLAMA_CPP_FLASH_ATTN", "flash_attn"),
         description="SM_LLAMA_CPP_FLASH_ATTN: flash attention (on|off|auto, as llama-server's --flash-attn); "
-        "auto lets llama.cpp turn it on wherever the device supports it (CPU and GPU).",
+        "auto lets llama.cpp turn it on wherever the device has the kernels (CPU and GPU). It matters for "
+        "batches: it skips the KV cells of the other sequences, so a batch of 8 on one state costs 1.04x the "
+        "ideal on 2 CPU threads (1.09x with it off).",
     )
 
     @field_validator("flash_attn", "decision_chat", mode="before")
@@ -83,14 +89,14 @@ class Settings(BaseSettings):
 
     port: int = Field(
         8080, ge=1, le=65535, validation_alias=AliasChoices("SM_LLAMA_CPP_PORT", "SEMIF_PORT", "port"),
-        description="SM_LLAMA_CPP_PORT: HTTP port.",
+        description="SM_LLAMA_CPP_PORT: HTTP port (--port overrides).",
     )
 
     # --- decision limits -----------------------------------------------------------------
     max_options: int = Field(
         MAX_OPTIONS, ge=MIN_OPTIONS, le=MAX_OPTIONS,
         validation_alias=AliasChoices("DECISION_MAX_OPTIONS", "max_options"),
-        description="DECISION_MAX_OPTIONS: options per decision (letters A…P allow at most 16).",
+        description="DECISION_MAX_OPTIONS: options per decision (2 to 16; the letters A…P allow at most 16).",
     )
     max_decisions: int = Field(
         64, ge=1, le=1024,
@@ -138,13 +144,16 @@ class Settings(BaseSettings):
         "and evaluates only the rest, and the very same decision again is answered without a forward "
         "pass (least recently used evicted first); 0 switches the cache off. Cached prompts do not stay "
         "in the KV cache, so they do not slow fresh prompts. A cell costs 2 x layers x KV width x 2 "
-        "bytes: about 23 KB on the embedded model, 128 KB on an 8B Llama with 8 KV heads.",
+        "bytes: about 23 KB on the embedded model (512 MiB is about 70 prompts of 300 tokens), 128 KB on an "
+        "8B Llama with 8 KV heads (about 13 such prompts).",
     )
     cpu_variant: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.]+$", validation_alias=AliasChoices("DECISION_CPU_VARIANT", "cpu_variant"),
         description="DECISION_CPU_VARIANT: the llama.cpp CPU backend variant to load (haswell, icelake, "
-        "sapphirerapids, ...; /ping lists this build's). Unset: the best one this CPU supports. For "
-        "benchmarks side by side, or to step around a variant that misbehaves on some machine.",
+        "zen4, sapphirerapids, ...; /ping's llama_build.cpu_variants_available lists this build's). Unset: the "
+        "best variant this CPU supports, by ggml's own score, AMX left out (see the llama.cpp build). Set it "
+        "for a side-by-side benchmark, to try AMX, or to step around a variant that misbehaves; a variant "
+        "this CPU cannot run stops start-up with a message.",
     )
     unhealthy_after_failures: int = Field(
         3, ge=1, validation_alias=AliasChoices("DECISION_UNHEALTHY_AFTER_FAILURES", "unhealthy_after_failures"),
@@ -154,16 +163,18 @@ class Settings(BaseSettings):
     # --- chat (the DLC's OpenAI-compatible path) ------------------------------------------
     decision_chat: Literal["on", "off"] = Field(
         "on", validation_alias=AliasChoices("DECISION_CHAT", "decision_chat"),
-        description="DECISION_CHAT: chat completions on this endpoint (on|off); off answers chat requests 403.",
+        description="DECISION_CHAT: chat completions on this endpoint (on|off); off answers /v1/chat/completions "
+        "and messages bodies 403 chat_disabled.",
     )
     chat_max_tokens: int = Field(
         512, ge=1, validation_alias=AliasChoices("CHAT_DEFAULT_MAX_TOKENS", "chat_max_tokens"),
         description="CHAT_DEFAULT_MAX_TOKENS: completion tokens when a chat request gives no max_tokens "
-        "(unset: 512, or CHAT_MAX_TOKENS when that is lower).",
+        "(unset: 512, or CHAT_MAX_TOKENS when that is lower); above CHAT_MAX_TOKENS is a start-up error.",
     )
     chat_max_tokens_cap: int = Field(
         512, ge=1, validation_alias=AliasChoices("CHAT_MAX_TOKENS", "chat_max_tokens_cap"),
-        description="CHAT_MAX_TOKENS: most completion tokens a chat request may ask for; more is a 400.",
+        description="CHAT_MAX_TOKENS: most completion tokens a chat request may ask for (max_tokens, "
+        "max_completion_tokens); more is a 400 naming the setting; published as the schema's maximum.",
     )
     log_level: str = Field(
         "INFO", pattern="^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$",
@@ -230,7 +241,7 @@ class Settings(BaseSettings):
         return sorted(k for k in environ if k.startswith(("SM_LLAMA_CPP_", "SEMIF_")) and k not in known)
 
     def env_documentation(self) -> list[tuple[str, str, str]]:
-        """(variable, default, description) for every setting: the README table's source."""
+        """(variable, default, description) for every setting: the configuration reference's source."""
         rows = []
         for field in type(self).model_fields.values():
             default = field.get_default(call_default_factory=True)

@@ -1,5 +1,5 @@
-"""Function settings from the environment variables that template.yaml sets (README.md,
-"Function environment", lists them). Each handler asks only for what it uses."""
+"""Function settings from the environment variables that template.yaml sets (the documentation
+site's configuration reference is generated from these fields). Each handler asks only for what it uses."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ class ConfigError(RuntimeError):
     """A missing or malformed environment variable; raised at cold start, naming the variable."""
 
 
-def _env(variable: str, default: Any = "", **constraints: Any) -> Any:
-    return Field(default, validation_alias=variable, description=f"Environment variable {variable}.", **constraints)
+def _env(variable: str, description: str, default: Any = "", **constraints: Any) -> Any:
+    return Field(default, validation_alias=variable, description=description, **constraints)
 
 
 class Settings(BaseSettings):
@@ -24,39 +24,54 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True, env_ignore_empty=True)
 
-    endpoint_name: str = _env("DECISION_ENDPOINT_NAME")
+    endpoint_name: str = _env("DECISION_ENDPOINT_NAME", "The SageMaker endpoint that decides.")
     # Set when the stack created a scale-to-zero endpoint: the model is this inference component.
-    inference_component_name: str = _env("ENDPOINT_INFERENCE_COMPONENT_NAME")
-    state_machine_arn: str = _env("ROUTING_STATE_MACHINE_ARN")
-    idempotency_table: str = _env("IDEMPOTENCY_TABLE_NAME")
+    inference_component_name: str = _env("ENDPOINT_INFERENCE_COMPONENT_NAME",
+        "The inference component every request names (EndpointScaleToZero=true); empty otherwise.")
+    state_machine_arn: str = _env("ROUTING_STATE_MACHINE_ARN", "The routing workflow the intakes start.")
+    idempotency_table: str = _env("IDEMPOTENCY_TABLE_NAME", "Powertools idempotency table: one decision per item key, kept a day.")
     # NoDecode: the validator below parses the JSON, so its errors name the variable.
     destination_queues: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias="DESTINATION_QUEUES",
-        description="Environment variable DESTINATION_QUEUES: JSON object of policy target → queue URL.")
-    review_queue_url: str = _env("REVIEW_QUEUE_URL")
-    review_timeout_seconds: int = _env("REVIEW_TIMEOUT_SECONDS", 86400, ge=1)
-    policy_name: str = _env("POLICY_NAME")
-    endpoint_read_timeout_seconds: float = _env("ENDPOINT_READ_TIMEOUT_SECONDS", 70.0, ge=1)
-    endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS", 4, ge=1)
-    audit_table: str = _env("AUDIT_TABLE_NAME")
-    labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME")
-    event_bus_name: str = _env("EVENT_BUS_NAME")
-    dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL")
+        description="JSON object mapping each policy target to its queue URL.")
+    review_queue_url: str = _env("REVIEW_QUEUE_URL", "The review queue: items waiting for a person, with their task token.")
+    review_timeout_seconds: int = _env("REVIEW_TIMEOUT_SECONDS",
+        "How long a review may wait before the item goes to the escalation queue and pages the on-call.", 86400, ge=1)
+    policy_name: str = _env("POLICY_NAME", "The policy a function applies (a shipped policy's name, or a policy file's path).")
+    endpoint_read_timeout_seconds: float = _env("ENDPOINT_READ_TIMEOUT_SECONDS", "Endpoint client read timeout, per attempt.", 70.0, ge=1)
+    endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS",
+        "Endpoint calls per decision, the first included (retries with capped exponential backoff and full jitter).", 4, ge=1)
+    audit_table: str = _env("AUDIT_TABLE_NAME", "The audit table: one record per outcome.")
+    labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME",
+        "Completed reviews, stored as labelled examples (what make fit and relearning read).")
+    event_bus_name: str = _env("EVENT_BUS_NAME",
+        "The custom decision bus (incident webhooks are forwarded to it; Item Routed and Item Escalated go on it).")
+    dead_letter_queue_url: str = _env("DEAD_LETTER_QUEUE_URL",
+        "Where an item no retry can fix is parked at once, with the reason "
+        "(ticket intake and webhooks: the ticket DLQ; incident intake: the incident DLQ).")
     # The review console: who may review, and how its page signs people in.
-    reviewer_group: str = _env("REVIEWER_GROUP", "reviewers")
-    user_pool_client_id: str = _env("USER_POOL_CLIENT_ID")
-    console_sign_in: str = _env("CONSOLE_SIGN_IN", "cognito", pattern="^(cognito|local)$")
-    open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME")
-    ticket_queue_url: str = _env("TICKET_QUEUE_URL")
-    webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN")
-    webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", 300, ge=1)
-    webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "free")
-    webhook_deliveries_table: str = _env("WEBHOOK_DELIVERIES_TABLE_NAME")
+    reviewer_group: str = _env("REVIEWER_GROUP", "Review console: the Cognito group whose members may review (matched whole).", "reviewers")
+    user_pool_client_id: str = _env("USER_POOL_CLIENT_ID", "Review console: the page's Cognito app client.")
+    console_sign_in: str = _env("CONSOLE_SIGN_IN",
+        "Review console sign-in: cognito, or local under make review.", "cognito", pattern="^(cognito|local)$")
+    open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME",
+        "Incident intake: the open incidents of the native sources, by source key.")
+    ticket_queue_url: str = _env("TICKET_QUEUE_URL",
+        "Webhooks: where tickets go; ticket intake: the queue a ticket waiting for a waking endpoint is hidden in.")
+    webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN", "Webhooks: the secret holding each source's signing key.")
+    webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", "Webhooks: how far a signed time may be from now.", 300, ge=1)
+    webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "Webhooks: the customer tier when no tier tag or label is present.", "free")
+    webhook_deliveries_table: str = _env("WEBHOOK_DELIVERIES_TABLE_NAME",
+        "Webhooks: the record of accepted deliveries (a replay or retry is acknowledged once).")
     # The head store (relearning): unset, the heads shipped beside the policies decide.
-    head_store_bucket: str = _env("HEAD_STORE_BUCKET")
-    head_parameter_prefix: str = _env("HEAD_PARAMETER_PREFIX")
-    head_history_table: str = _env("HEAD_HISTORY_TABLE_NAME")
-    head_refresh_seconds: float = _env("HEAD_REFRESH_SECONDS", 120.0, ge=0)
+    head_store_bucket: str = _env("HEAD_STORE_BUCKET",
+        "Head store: the versioned S3 bucket of promoted heads; unset, the heads shipped beside the policies decide.")
+    head_parameter_prefix: str = _env("HEAD_PARAMETER_PREFIX",
+        "Head store: the SSM parameter prefix naming the head in service per policy question.")
+    head_history_table: str = _env("HEAD_HISTORY_TABLE_NAME",
+        "Head store: the history of promotions, refusals and rollbacks (and each question's change lock).")
+    head_refresh_seconds: float = _env("HEAD_REFRESH_SECONDS",
+        "How often the routing functions look for a newly promoted head.", 120.0, ge=0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -1,5 +1,5 @@
 """The real HTTP server (uvicorn on loopback) over the real embedded model: success paths,
-every error case container/README.md lists ("Endpoints"), request ids, and a real boto3 sagemaker-runtime client."""
+every error case docs/container/index.md lists ("Endpoints"), request ids, and a real boto3 sagemaker-runtime client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every source in the tables of decision_router.sources has what README.md's "Add a source"
+"""Every source in the tables of decision_router.sources has what docs/sources/add-a-source.md
 asks for: a sample in events/ that it really maps (an incident source: an event that opens an
 incident, whose evidence keeps its model through the record's JSON; a ticket webhook: a body
 named after the source that maps to a valid ticket), and a test in tests/functions/ that names

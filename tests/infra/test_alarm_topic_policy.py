@@ -110,9 +110,9 @@ def test_the_policy_goes_with_the_topic():
         on.template["Resources"]["IncidentAlarmTopic"]["Condition"]
 
 
-def test_the_readme_gives_the_same_policy_for_an_existing_topic():
+def test_the_docs_give_the_same_policy_for_an_existing_topic():
     stack = Stack.load(parameters={"ExistingEndpointName": "e"})
-    readme = (stack.template_dir / "README.md").read_text()
+    readme = (stack.template_dir / "docs" / "security.md").read_text()
     start = readme.index("--attribute-value '") + len("--attribute-value '")
     document = json.loads(readme[start:readme.index("'", start)])
     template = stack.resolve(stack.properties("IncidentAlarmTopicPolicy"))["PolicyDocument"]

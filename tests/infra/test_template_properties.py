@@ -10,7 +10,7 @@ import pytest
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from local.cloudformation import Stack, TemplateError
 
-INTERFACE_ENV = {  # README.md, "Function environment"
+INTERFACE_ENV = {  # docs: the configuration reference, "Function environment"
     "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
     "REVIEW_QUEUE_URL", "REVIEW_TIMEOUT_SECONDS", "ENDPOINT_READ_TIMEOUT_SECONDS", "ENDPOINT_MAX_ATTEMPTS",
     "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL", "AUDIT_TABLE_NAME",

@@ -41,7 +41,7 @@ IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
 #: are urgent and go to review at once, the reason saying the endpoint is waking up (so does any
 #: other kind, as for every endpoint failure).
 WAITS_FOR_CAPACITY = {"ticket": True, "incident": False}
-#: What the intake needs from the environment (README.md, "Function environment").
+#: What the intake needs from the environment (docs: the configuration reference, "Function environment").
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
                      "review_queue_url", "policy_name")
 

@@ -7,7 +7,7 @@ Each source is one module: the models of its event (unknown fields ignored: sour
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
 `INCIDENT_SOURCE` entry that this table lists. What they share lives in `webhook` (tickets) and
 `events` (incidents). A new source is a module here, a line below (an incident source's evidence
-model in `Evidence` too), its template rule and a sample event: README.md, "Add a source"
+model in `Evidence` too), its template rule and a sample event: docs/sources/add-a-source.md
 (tests/functions/test_source_registry.py holds every source in the tables to it).
 
 An incident event of a kind no source maps raises `UnknownEvent`; one that misses a field the

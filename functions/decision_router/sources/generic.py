@@ -1,5 +1,5 @@
 """The generic JSON webhook, for your own senders: the body is a ticket in the router's own shape
-(README: Ticket). Signed in X-Signature: `sha256=<hex>` HMAC-SHA256 of "<timestamp>.<body>", the
+(docs/sources/generic-webhook.md). Signed in X-Signature: `sha256=<hex>` HMAC-SHA256 of "<timestamp>.<body>", the
 timestamp (unix seconds) in X-Signature-Timestamp, which is the time checked. Its deliveries are
 told apart by their signature. It may not pose as another source: a `ticket_id` or a
 `reference.system` that another source owns is parked (decision_router.sources.claims)."""
