@@ -68,7 +68,9 @@ def answering_endpoint() -> DecisionEndpoint:
 
 @pytest.fixture(scope="module")
 def intake():
-    with mock_aws(), pytest.MonkeyPatch.context() as mp:
+    # The workflow is not run (what is checked is what the intake decides): an execution left
+    # running in moto's background thread would otherwise finish into the next module's stack.
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}), pytest.MonkeyPatch.context() as mp:
         from incident_intake import app
 
         stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME}).create()

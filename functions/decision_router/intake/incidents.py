@@ -204,8 +204,8 @@ class IncidentIntake:
         says so may come from whoever can publish to the topic or write to a dead-letter queue.
         An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
         policy says who may put those)."""
-        if parse_alarm_arn(outcome.key) is None:
-            return None
+        if parse_alarm_arn(outcome.key) is None or (self.store.get(outcome.key) or {}).get("status", {}).get("S") != "open":
+            return None  # no alarm, or nothing open to resolve (said as such below)
         state = self.alarm_states.state_of(outcome.key)
         if state in ("OK", "elsewhere"):
             return None
