@@ -109,9 +109,15 @@ def test_an_ok_that_cloudwatch_does_not_confirm_leaves_the_incident_open(pipelin
     ok = alarm("payments-api-5xx", "OK", minute=3, service="payments-api")
     (direct,) = app.lambda_handler(ok, FakeLambdaContext())["outcomes"]
     assert direct["outcome"] == "ignored" and open_row(pipeline, routed["key"])["status"]["S"] == "open"
-    # An alarm CloudWatch does not know is never confirmed either.
-    (unknown,) = app.lambda_handler(alarm("no-such-alarm", "OK", minute=4), FakeLambdaContext())["outcomes"]
+    # An open incident whose alarm CloudWatch does not know is never resolved by an OK either
+    # (its ALARM is handed over without playing CloudWatch, so no such alarm exists in moto).
+    confident(stub)
+    (opened,) = app.lambda_handler(alarm("no-such-alarm", minute=4, service="ledger"), FakeLambdaContext())["outcomes"]
+    (unknown,) = app.lambda_handler(alarm("no-such-alarm", "OK", minute=5, service="ledger"),
+                                    FakeLambdaContext())["outcomes"]
+    assert opened["outcome"] == "routed" and unknown["outcome"] == "ignored"
     assert "CloudWatch says there is no such alarm" in unknown["reason"]
+    assert open_row(pipeline, opened["key"])["status"]["S"] == "open"
     # When CloudWatch does say OK, the same message resolves it.
     (resolved,) = handle(app, forged)
     assert resolved["outcome"] == "resolved" and resolved["execution_name"] == routed["execution_name"]
