@@ -122,9 +122,9 @@ fit: $(STAMP)
 # (comma-separated); MIN_EXAMPLES (10) and RARE=merge|review (review) say what becomes of rare labels;
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
 fit-history: $(STAMP)
-	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [MODEL=...]"; exit 2; }
+	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [TARGETS=map.json] [MODEL=...]"; exit 2; }
 	$(PY) -m training.history --data "$(DATA)" --test "$(TEST)" --text "$(TEXT)" --label "$(LABEL)" --out "$(OUT)" \
-		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(HISTORY_ARGS)
+		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(if $(TARGETS),--targets "$(TARGETS)") $(HISTORY_ARGS)
 
 # Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
 # bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).

@@ -20,6 +20,9 @@ and the label field named on the command line, becomes:
   compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression C=10), fitted in the
   same run on the same split, its threshold chosen the same way.
 
+Each option routes to a destination of its own, named after its label, unless `--targets` maps
+the labels onto the deployment's destination keys (`DESTINATION_QUEUES`; `"*"`: every other label).
+
 TEXT may name several comma-separated fields: the first is the ticket's subject and the others,
 one a paragraph, its body (one field: the body). A TEST item whose gold label is not an option (out
 of scope) is right only when it is not routed automatically; the report counts those apart too.
@@ -36,7 +39,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import re
 import sys
 import time
@@ -180,14 +182,37 @@ def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Voca
 
 
 # ----------------------------------------------------------------------------------- the policy
-def raw_policy(name: str, fields: Sequence[str], label: str, vocab: Vocabulary, max_error: float) -> dict[str, Any]:
+def read_targets(path: Path, vocab: Vocabulary) -> dict[str, str]:
+    """`--targets`: a JSON object label → destination key (a queue the deployment knows); `"*"`
+    names the destination of every label the file does not name. Without a `"*"`, every option
+    must be named; a label that is no option is refused too (a typo would route nothing)."""
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise HistoryError(f"--targets {path}: cannot read it ({error.strerror or error})") from None
+    except json.JSONDecodeError as error:
+        raise HistoryError(f"--targets {path}: not JSON ({error})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
+        raise HistoryError(f"--targets {path}: must be a JSON object of label → destination key (non-empty text)")
+    unknown = sorted(set(mapping) - set(vocab.options) - {"*"})
+    if unknown:
+        raise HistoryError(f"--targets {path}: {len(unknown)} label(s) that are no option: {', '.join(unknown[:10])}")
+    missing = [o for o in vocab.options if o not in mapping]
+    if missing and "*" not in mapping:
+        raise HistoryError(f"--targets {path}: {len(missing)} option(s) without a destination and no \"*\": "
+                           + ", ".join(missing[:10]))
+    return {o: mapping.get(o, mapping.get("*", "")) for o in vocab.options}
+
+
+def raw_policy(name: str, fields: Sequence[str], label: str, vocab: Vocabulary, max_error: float,
+               targets: dict[str, str] | None = None) -> dict[str, Any]:
     if len(fields) == 1:
         state = [{"key": _key(fields[0]), "field": "body", "max_chars": BODY_CHARS}]
     else:
         state = [{"key": _key(fields[0]), "field": "subject", "max_chars": SUBJECT_CHARS},
                  {"key": _key("_".join(fields[1:])), "field": "body", "max_chars": BODY_CHARS}]
     question_id = _key(label)
-    options = [{"id": vocab.ids[o], "target": target_of(vocab.ids[o]),
+    options = [{"id": vocab.ids[o], "target": (targets or {}).get(o) or target_of(vocab.ids[o]),
                 "description": (f"Any of the {len(vocab.merged)} labels too rare to learn alone" if o == MERGED and vocab.merged
                                 else o)[:2000]} for o in vocab.options]
     return {
@@ -421,6 +446,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rare", choices=("merge", "review"), default="review",
                    help=f"merge rare labels into one option {MERGED!r}, or leave them out so their items go to review")
     p.add_argument("--max-error", type=float, default=0.03, help="share of automatic answers allowed wrong (0.03: 97 %% precision)")
+    p.add_argument("--targets", type=Path, help="JSON object label → destination key (\"*\": every other label); "
+                   "default: each label its own destination, named after it")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead")
@@ -455,7 +482,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
             f"({'merged into ' + repr(MERGED) if args.rare == 'merge' else 'left to review'}): "
             + ", ".join(f"{label} ({n})" for label, n in vocab.rare.items()))
     name = args.name or _key(args.out.resolve().name).lower()[:64]
-    raw = raw_policy(name, fields, args.label, vocab, args.max_error)
+    targets = read_targets(args.targets, vocab) if args.targets else None
+    raw = raw_policy(name, fields, args.label, vocab, args.max_error, targets)
     question = question_of(raw)
     train_rows = [r for r in train_rows if vocab.option_of(r[args.label]) is not None]
     gold = np.array([vocab.options.index(vocab.option_of(r[args.label])) for r in train_rows])

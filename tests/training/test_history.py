@@ -163,6 +163,25 @@ def test_a_missing_field_is_named_with_its_file_and_line(tmp_path, capsys):
     assert code == 2 and "no column 'text' (columns: body, group)" in capsys.readouterr().err
 
 
+def test_targets_map_the_labels_onto_the_deployments_destinations(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 12, 5))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 2, 6))
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"intent_00": "billing", "intent_01": "billing", "*": "product-help"}))
+    argv = ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label"]
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "mapped"), "--targets", str(targets)])
+    assert code == 0
+    policy = load_policy(tmp_path / "mapped/policy.json", known_targets=["billing", "product-help"])
+    assert [o.target for o in policy.questions[0].options] == ["billing", "billing", "product-help", "product-help"]
+
+    targets.write_text(json.dumps({"intent_00": "billing", "intnet_01": "sales"}))
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "typo"), "--targets", str(targets)])
+    assert code == 2 and "1 label(s) that are no option: intnet_01" in capsys.readouterr().err
+    targets.write_text(json.dumps({"intent_00": "billing"}))
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "partial"), "--targets", str(targets)])
+    assert code == 2 and 'option(s) without a destination and no "*": intent_01, intent_02, intent_03' in capsys.readouterr().err
+
+
 def test_option_ids_and_targets_are_made_valid_and_unique():
     ids = history.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
     assert ids == {"Billing & Refunds": "Billing_Refunds", "billing_refunds": "billing_refunds", "__x": "x",
