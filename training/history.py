@@ -339,7 +339,7 @@ def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Se
 
 def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, gold: np.ndarray,
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
-        seed: int, data: list[str], say: Callable[[str], None]) -> Fitted:
+        seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
@@ -351,7 +351,7 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     held = np.sort(order[:max(1, int(round(HOLDOUT * n)))])
     fit_rows = np.setdiff1d(np.arange(n), held)
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
-    max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]))
+    max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -448,6 +448,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-error", type=float, default=0.03, help="share of automatic answers allowed wrong (0.03: 97 %% precision)")
     p.add_argument("--targets", type=Path, help="JSON object label → destination key (\"*\": every other label); "
                    "default: each label its own destination, named after it")
+    p.add_argument("--max-terms", type=int, help="at most this many text terms in the head (a smaller file, a faster "
+                   "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead")
@@ -513,7 +515,7 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
 
     fitting = time.perf_counter()
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,
-                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say)
+                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms)
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out
