@@ -339,7 +339,8 @@ def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Se
 
 def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, gold: np.ndarray,
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
-        seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None) -> Fitted:
+        seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None,
+        model_weight: float | None = None) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
@@ -357,13 +358,14 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         warnings.simplefilter("ignore", ConvergenceWarning)
         space = learn.Space.fit(s, fit_rows, max_terms=max_terms)
         losses, held_logits = {}, {}
-        for weight in MODEL_WEIGHTS:
+        weights = MODEL_WEIGHTS if model_weight is None else (model_weight,)
+        for weight in weights:
             started = time.perf_counter()
             linear = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
             held_logits[weight] = learn.numpy_logits(linear, s, held)
             losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(gold[held]), 1.0)
             say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
-        weight = min(MODEL_WEIGHTS, key=lambda w: (round(losses[w], 9), w))
+        weight = min(weights, key=lambda w: (round(losses[w], 9), w))
         temperature = metrics.fit_temperature(list(held_logits[weight]), list(gold[held])).temperature
         readout = judge(learn._softmax_rows(held_logits[weight], temperature), gold[held], formula, max_error, 5)
         started = time.perf_counter()
@@ -450,6 +452,8 @@ def parser() -> argparse.ArgumentParser:
                    "default: each label its own destination, named after it")
     p.add_argument("--max-terms", type=int, help="at most this many text terms in the head (a smaller file, a faster "
                    "cold start; default: as many as the head's size limit allows)")
+    p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
+                   help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead")
@@ -515,7 +519,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
 
     fitting = time.perf_counter()
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,
-                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms)
+                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms,
+                 model_weight=args.model_weight)
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out

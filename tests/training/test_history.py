@@ -182,6 +182,19 @@ def test_targets_map_the_labels_onto_the_deployments_destinations(tmp_path, caps
     assert code == 2 and 'option(s) without a destination and no "*": intent_01, intent_02, intent_03' in capsys.readouterr().err
 
 
+def test_a_fixed_model_weight_of_zero_fits_the_text_alone(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 12, 7))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 2, 8))
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label",
+                             "--out", str(tmp_path / "text"), "--model-weight", "0"])
+    assert code == 0
+    report = json.loads((tmp_path / "text/report.json").read_text())
+    assert report["head"]["model_weight"] == 0.0 and not report["head"]["reads_model"]
+    assert list(report["holdout"]["log_loss"]) == ["0.0"]
+    head = load_policy(tmp_path / "text/policy.json").questions[0].learned_head
+    assert head.hidden is None and head.model_sha256 is None
+
+
 def test_option_ids_and_targets_are_made_valid_and_unique():
     ids = history.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
     assert ids == {"Billing & Refunds": "Billing_Refunds", "billing_refunds": "billing_refunds", "__x": "x",
