@@ -140,4 +140,7 @@ def test_escape_clears_the_filter_and_a_filter_matching_nothing_chooses_nothing(
     page.keyboard.press("Escape")  # clears the filter, stays on the item
     assert page.locator(".pick-option:visible").count() == OPTIONS
     assert page.input_value("#pick-intent") == "" and page.locator("fieldset.picker").is_visible()
+    page.keyboard.press("Escape")  # on an empty filter: back to the list, as anywhere on the page
+    page.wait_for_selector(f'tr[data-name="{name}"]')
+    assert page.evaluate("location.hash") == "#/reviews"
     assert page.problems == []

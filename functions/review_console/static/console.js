@@ -312,7 +312,8 @@ async function followExecution(name, verb, result) {
 function onKey(event) {
   if ($("view-item").hidden || !current) return;
   if (event.target instanceof HTMLTextAreaElement) return; // typing a note
-  if (event.target instanceof Element && event.target.closest(".picker")) return; // the picker's own keys
+  // The picker's own keys (Esc on its empty filter goes back, as anywhere).
+  if (event.key !== "Escape" && event.target instanceof Element && event.target.closest(".picker")) return;
   if (event.key === "Escape") { location.hash = $("back").getAttribute("href"); return; }
   if (event.key === "Enter") { event.preventDefault(); $("answer-form").requestSubmit(); return; }
   const input = current.keys.get(event.key.toLowerCase());
