@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Literal, Sequence
 
-from decision_contract import softmax
 from pydantic import BaseModel, ConfigDict, Field
+
+from decision_contract import softmax
 
 from .heads import Head
 from .items import Item
