@@ -106,3 +106,16 @@ def test_the_one_line_names_the_noise_controls():
                                                             flapping_opens=2, flapping_max=3))
     assert why.line() == "head → P2; group by-service led by INC-1, opened 2x (flapping above 3)"
     assert NoiseTrace(window="deploys", window_action="review").line() == "window deploys (review)"
+
+
+def test_the_decided_probabilities_save_recounting_and_give_the_same_effects(head_policy, ticket_data):
+    head = head_policy.questions[0].learned_head
+    state = build_state(head_policy, parse_item("ticket", {**ticket_data, "subject": "Charged twice"}))
+    decided = head.probabilities(state, HIDDEN_STATE, LETTERS)
+    recounted, _ = field_effects(head, state, HIDDEN_STATE, LETTERS, 2)
+    reused, _ = field_effects(head, state, HIDDEN_STATE, LETTERS, 2, decided)
+    assert [f.field for f in reused] == [f.field for f in recounted]
+    for a, b in zip(reused, recounted):
+        assert a.without == pytest.approx(b.without, abs=1e-12) and a.effect == pytest.approx(b.effect, abs=1e-12)
+    # the head knows "channel=email" and "customer_tier=pro": leaving either out moves the answer
+    assert all(abs(f.effect) > 1e-6 for f in reused if f.field in ("channel", "customer_tier"))

@@ -211,6 +211,12 @@ class Head(_Strict):
                     logits = [z + w for z, w in zip(logits, self._categorical_columns[found])]
         return logits
 
+    def indicator_logits(self, indicator: str) -> tuple[float, ...] | None:
+        """The categorical block's weights (one per option) of a `key=value` indicator, or None
+        when the head does not know it."""
+        found = self._categories.get(indicator)
+        return None if found is None else self._categorical_columns[found]
+
     def model_logits(self, hidden: Sequence[float] | None = None,
                      letter_logits: Sequence[float] | None = None) -> list[float]:
         """The blocks read from the model (hidden state, letters) alone, from zero."""

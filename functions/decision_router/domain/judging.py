@@ -264,8 +264,9 @@ def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state:
             head = question.learned_head
             if entry.readout == "head" and head is not None and result is not None and state is not None:
                 letters = None if question.many_options or head.letters is None else result.option_logits
+                decided = [(entry.head_probabilities or {}).get(o, 0.0) for o in question.option_ids]
                 why.fields, why.fields_note = field_effects(head, state, result.hidden_state, letters,
-                                                            question.option_ids.index(entry.option_id or ""))
+                                                            question.option_ids.index(entry.option_id or ""), decided)
             else:
                 why.fields_note = "the letters decided: a field's effect would need another model call"
         elif entry.source == "endpoint_error":

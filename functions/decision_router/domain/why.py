@@ -14,6 +14,7 @@ field means to the whole answer, cheap enough to compute for every decision.
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -150,21 +151,39 @@ def evidence_fields(head: Head) -> list[str]:
 
 
 def field_effects(head: Head, state: State, hidden: Sequence[float] | None, letter_logits: Sequence[float] | None,
-                  chosen: int) -> tuple[list[FieldEffect] | None, str | None]:
+                  chosen: int, decided: Sequence[float] | None = None) -> tuple[list[FieldEffect] | None, str | None]:
     """The chosen option's probability change with each evidence field left out, scored by the
     head alone: its lexical part recomputed without the field, the model's part (hidden state,
-    letters) computed once and kept. Largest |effect| first, at most MAX_FIELDS; or None and why."""
+    letters) computed once and kept. Largest |effect| first, at most MAX_FIELDS; or None and why.
+
+    `decided`, the head's probabilities of the decision (in `options` order), saves recounting
+    the text for a field the text block does not read: the head's logits are its temperature
+    times their logarithms up to a constant (softmax ignores it), less the field's indicator."""
     if not isinstance(state, dict):
         return None, "the evidence is free text: no fields to leave out"
     fields = [f for f in evidence_fields(head) if state.get(f) is not None]
     if not fields:
         return None, "the head reads none of the evidence's fields"
-    model = head.model_logits(hidden, letter_logits)
-    with_all = softmax([a + b for a, b in zip(head.lexical_logits(state), model)], head.temperature)[chosen]
+    text_fields = set(head.text.fields) if head.text else set()
+    model: list[float] | None = None
+    full: list[float] | None = None
+    if decided is not None and all(p > 0.0 for p in decided):
+        full = [head.temperature * math.log(p) for p in decided]
+    else:
+        model = head.model_logits(hidden, letter_logits)
+        full = [a + b for a, b in zip(head.lexical_logits(state), model)]
+    with_all = softmax(full, head.temperature)[chosen]
     effects = []
     for field in fields:
-        without = {k: v for k, v in state.items() if k != field}
-        p = softmax([a + b for a, b in zip(head.lexical_logits(without), model)], head.temperature)[chosen]
+        if field not in text_fields:  # a category only: its indicator's weights come off
+            column = head.indicator_logits(f"{field}={state[field]}")
+            logits = full if column is None else [z - w for z, w in zip(full, column)]
+        else:
+            if model is None:
+                model = head.model_logits(hidden, letter_logits)
+            without = {k: v for k, v in state.items() if k != field}
+            logits = [a + b for a, b in zip(head.lexical_logits(without), model)]
+        p = softmax(logits, head.temperature)[chosen]
         effects.append(FieldEffect(field=field, without=p, effect=with_all - p))
     effects.sort(key=lambda e: -abs(e.effect))
     return effects[:MAX_FIELDS], None
