@@ -142,3 +142,10 @@ def test_a_critical_alarm_after_a_low_alarm_of_its_service_pages(local_pipeline,
     assert report[1]["outcome"] in ("routed", "review") and report[1]["escalated"] is True, report[1]
     assert report[1]["decisions"]["priority"]["answer"] == "P1"
     assert report[2]["outcome"] == "grouped" and "checkout-healthy-hosts-0" in report[2]["reason"], report[2]
+    # each decision's reason names the noise controls: the first alarm leads its group; the
+    # critical took the group over from it (and leads it now)
+    first, critical = (report[n]["decisions"]["priority"]["why"]["noise"] for n in (0, 1))
+    assert first["group_leader"] == report[0]["item_id"] and first["took_over_from"] is None
+    assert critical["grouping"] == first["grouping"] is not None
+    assert (critical["group_leader"], critical["took_over_from"]) == (report[1]["item_id"], report[0]["item_id"])
+    assert report[1]["decisions"]["team"]["why"]["noise"] == critical
