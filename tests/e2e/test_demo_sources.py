@@ -59,8 +59,10 @@ def test_raw_source_lines_end_routed_resolved_ignored_duplicate_parked_or_reject
                                               "rejected", "dead_lettered", "dead_lettered"]
     routed = report[0]
     assert routed["target"] == "security-oncall" and routed["escalated"] is True
+    why = routed["decisions"]["priority"].pop("why")
     assert routed["decisions"]["priority"] == {"answer": "P1", "confidence": None, "readout": "rule", "auto": True,
                                                   "head_version": None}
+    assert why["readout"] == "rule" and [r["rule"] for r in why["rules"] if r["fired"]] == [why["rule"]]
     assert "handled already" in report[1]["reason"]
     assert "INSUFFICIENT_DATA" in report[3]["reason"] and "no open incident has this key" in report[4]["reason"]
     assert "no rule of template.yaml takes 'aws.cloudwatch' 'CloudWatch Alarm Configuration Change'" in report[5]["reason"]
