@@ -151,3 +151,8 @@ def test_a_critical_alarm_after_a_low_alarm_of_its_service_pages(local_pipeline,
     assert critical["grouping"] == first["grouping"] is not None
     assert (critical["group_leader"], critical["took_over_from"]) == (report[1]["item_id"], report[0]["item_id"])
     assert report[1]["decisions"]["team"]["why"]["noise"] == critical
+    # the held alarm has no decision: its audit row says which control held it, and in whose group
+    (held,) = [row for row in pipeline.dynamodb.scan(TableName=pipeline.audit_table)["Items"]
+               if row["outcome"]["S"] == "grouped"]
+    assert json.loads(held["outcome_detail"]["S"])["why"] == {
+        "grouping": critical["grouping"], "group_leader": report[1]["item_id"], "held": "grouped"}
