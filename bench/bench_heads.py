@@ -5,8 +5,10 @@
 For every shipped policy question with a head: the routing function's own judging
 (`judging.model_entry`) of labelled items' evidence, once with the head and once with the
 letters alone, on the same endpoint answers (a hidden state of the head's width; the values do
-not change the cost). Reports the median and p95 per item of each, the head's extra cost, and
-the policy load (head files read and checked), which a Lambda container pays once.
+not change the cost), and once with the head and its reason (`judging.explain`: the rules, the
+thresholds, each evidence field left out and scored by the head). Reports the median and p95 per
+item of each, the head's extra cost, the reason's cost against the head's judging, and the policy
+load (head files read and checked), which a Lambda container pays once.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ for root in ("contract", "functions", "."):
 
 from decision_contract import DecisionResult, ModelInfo
 from decision_router.domain.items import parse_item
-from decision_router.domain.judging import model_entry
+from decision_router.domain.judging import explain, model_entry
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from evaluation.stats import percentile
@@ -77,14 +79,27 @@ def main(argv: list[str] | None = None) -> int:
                     model_entry(q, answer, state)
                     samples.append((time.perf_counter() - t0) * 1000)
                 timings[label] = samples
+            samples = []
+            for item, state, answer in zip(items, states, answers):
+                parsed = parse_item(policy.item_kind, item)
+                t0 = time.perf_counter()
+                entry = model_entry(question, answer, state)
+                explain(policy, parsed, [entry], state, {question.id: answer})
+                samples.append((time.perf_counter() - t0) * 1000)
+            timings["why"] = samples
             head_p50, letters_p50 = statistics.median(timings["head"]), statistics.median(timings["letters"])
+            why_p50 = statistics.median(timings["why"])
             rows.append((f"{name}/{question.id}", letters_p50, head_p50, percentile(timings["head"], 0.95),
-                         head_p50 - letters_p50, len(states)))
-    print(f"{'question':28} {'letters p50':>12} {'head p50':>10} {'head p95':>10} {'head adds':>10} {'items':>6}")
-    for name, letters_p50, head_p50, head_p95, extra, n in rows:
-        print(f"{name:28} {letters_p50:10.3f}ms {head_p50:8.3f}ms {head_p95:8.3f}ms {extra:8.3f}ms {n:6d}")
+                         head_p50 - letters_p50, why_p50, why_p50 / head_p50, len(states)))
+    print(f"{'question':28} {'letters p50':>12} {'head p50':>10} {'head p95':>10} {'head adds':>10} "
+          f"{'+why p50':>10} {'x head':>7} {'items':>6}")
+    for name, letters_p50, head_p50, head_p95, extra, why_p50, ratio, n in rows:
+        print(f"{name:28} {letters_p50:10.3f}ms {head_p50:8.3f}ms {head_p95:8.3f}ms {extra:8.3f}ms "
+              f"{why_p50:8.3f}ms {ratio:6.2f}x {n:6d}")
     worst = max((r[3] for r in rows), default=0.0)
     print(f"head: p95 {worst:.2f} ms per item at most (target <= 5 ms)")
+    print(f"head and its reason: at most {max((r[6] for r in rows), default=0.0):.2f}x the head's judging alone "
+          "(model time excluded)")
     return 0
 
 

@@ -61,7 +61,10 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     resolved, updated, ignored, or held by the policy's noise controls: grouped (joined an open
     incident), flapping, suppressed (a maintenance window) (`reason` says why); `via` says how it
     came in; each decision says which readout gave the answer (rule, letters, head), whether it
-    stood without a person (`auto`) and the head that decided (`head_version`)."""
+    stood without a person (`auto`), the head that decided (`head_version`) and the reason (`why`:
+    the decision's trace, decision_router.domain.why). Per item, `similar` (the nearest resolved
+    items' ids, nearest first) is [] and `linked` (the open incident a ticket is linked to) null:
+    the pipeline keeps no similar items nor links yet."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome
@@ -86,11 +89,12 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         target = record.destination.target if record.destination else outcome.reviewed_target
     decisions = {} if record is None else {
         d.question: {"answer": d.option_id, "confidence": d.confidence, "readout": d.readout or d.source,
-                     "auto": record.route == "auto" and d.passed, "head_version": d.head_version}
+                     "auto": record.route == "auto" and d.passed, "head_version": d.head_version,
+                     "why": d.why.model_dump(mode="json") if d.why is not None else None}
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
             "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,
-            "escalated": outcome.escalated, "decisions": decisions}
+            "escalated": outcome.escalated, "decisions": decisions, "similar": [], "linked": None}
 
 
 def write_report(path: Path, outcomes: list[Outcome]) -> None:

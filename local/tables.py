@@ -1,5 +1,5 @@
 """The demo's printed report: one table row per decision of each item (who decided, the top
-option, the confidence against its minimum, where the item ended up) and a few lines that explain
+option, the confidence against its minimum, the decision's reason in one line, where the item ended up) and a few lines that explain
 the numbers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _decision_cells(decision: DecisionEntry) -> list[str]:
-    """decided by (question: readout), top option (p), confidence vs its minimum."""
+    """decided by (question: readout), top option (p), confidence vs its minimum, why (the trace's line)."""
     option = decision.option_id or "-"
     readout: str
     if decision.source == "model":
@@ -34,7 +34,8 @@ def _decision_cells(decision: DecisionEntry) -> list[str]:
         top, check, readout = f"{option} (rule {decision.rule})", "rule", "rule"
     else:
         top, check, readout = "-", "endpoint error", "endpoint error"
-    return [f"{decision.question}: {readout}", top, check]
+    why = decision.why.line() if decision.why is not None else "-"
+    return [f"{decision.question}: {readout}", top, check, why]
 
 
 def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
@@ -45,7 +46,7 @@ def table_rows(outcomes: list[Outcome]) -> list[list[str]]:
             where += " + escalated"
         decisions: list[DecisionEntry | None] = [*outcome.record.decisions] if outcome.record else []
         for index, decision in enumerate(decisions or [None]):
-            cells = _decision_cells(decision) if decision else ["-", "-", "-"]
+            cells = _decision_cells(decision) if decision else ["-", "-", "-", "-"]
             first = index == 0
             rows.append([outcome.item.label if first else "", *cells,
                          outcome.route if first else "", where if first else "",
@@ -59,7 +60,7 @@ def _audit_cell(outcome: Outcome) -> str:
     return "after review" if outcome.status == "RUNNING" and outcome.route == "review" else "-"
 
 
-HEADERS = ["item", "decided by", "top option (p)", "confidence vs min", "route", "ended up in", "audit",
+HEADERS = ["item", "decided by", "top option (p)", "confidence vs min", "why", "route", "ended up in", "audit",
            "why (review / rejection)"]
 
 

@@ -106,8 +106,19 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert [r["line"] for r in report] == [1, 2, 3]
     by_id = {r["item_id"]: r for r in report}
     assert by_id[RULE_TICKET]["outcome"] == "routed" and by_id[RULE_TICKET]["target"] == "billing"
+    rule_why = by_id[RULE_TICKET]["decisions"]["queue"].pop("why")
     assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
                                                          "auto": True, "head_version": None}}
+    assert rule_why["readout"] == "rule" and rule_why["rule"] == "billing-portal-to-billing"
+    assert by_id[RULE_TICKET]["similar"] == [] and by_id[RULE_TICKET]["linked"] is None
+    # the incident's team question: read by a head (its evidence fields scored) or the letters (its
+    # thresholds compared), the reason in the report as the record has it
+    team_why = by_id[SEV1_INCIDENT]["decisions"]["team"]["why"]
+    team = incident["team"]
+    assert team_why["readout"] == team.readout and team_why["option"] == team.option_id
+    assert {c["name"]: c["value"] for c in team_why["checks"]}["confidence"] == team.confidence
+    assert (team_why["fields"] is not None) == (team.readout == "head")
+    assert f"team: {team.readout}" in table and team.why.line() in table
     assert by_id[SEV1_INCIDENT]["escalated"] is True
     assert by_id[SEV1_INCIDENT]["decisions"]["priority"]["readout"] == "rule"
     for row in report:

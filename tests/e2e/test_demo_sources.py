@@ -59,8 +59,10 @@ def test_raw_source_lines_end_routed_resolved_ignored_duplicate_parked_or_reject
                                               "rejected", "dead_lettered", "dead_lettered"]
     routed = report[0]
     assert routed["target"] == "security-oncall" and routed["escalated"] is True
+    why = routed["decisions"]["priority"].pop("why")
     assert routed["decisions"]["priority"] == {"answer": "P1", "confidence": None, "readout": "rule", "auto": True,
                                                   "head_version": None}
+    assert why["readout"] == "rule" and [r["rule"] for r in why["rules"] if r["fired"]] == [why["rule"]]
     assert "handled already" in report[1]["reason"]
     assert "INSUFFICIENT_DATA" in report[3]["reason"] and "no open incident has this key" in report[4]["reason"]
     assert "no rule of template.yaml takes 'aws.cloudwatch' 'CloudWatch Alarm Configuration Change'" in report[5]["reason"]
@@ -142,3 +144,15 @@ def test_a_critical_alarm_after_a_low_alarm_of_its_service_pages(local_pipeline,
     assert report[1]["outcome"] in ("routed", "review") and report[1]["escalated"] is True, report[1]
     assert report[1]["decisions"]["priority"]["answer"] == "P1"
     assert report[2]["outcome"] == "grouped" and "checkout-healthy-hosts-0" in report[2]["reason"], report[2]
+    # each decision's reason names the noise controls: the first alarm leads its group; the
+    # critical took the group over from it (and leads it now)
+    first, critical = (report[n]["decisions"]["priority"]["why"]["noise"] for n in (0, 1))
+    assert first["group_leader"] == report[0]["item_id"] and first["took_over_from"] is None
+    assert critical["grouping"] == first["grouping"] is not None
+    assert (critical["group_leader"], critical["took_over_from"]) == (report[1]["item_id"], report[0]["item_id"])
+    assert report[1]["decisions"]["team"]["why"]["noise"] == critical
+    # the held alarm has no decision: its audit row says which control held it, and in whose group
+    (held,) = [row for row in pipeline.dynamodb.scan(TableName=pipeline.audit_table)["Items"]
+               if row["outcome"]["S"] == "grouped"]
+    assert json.loads(held["outcome_detail"]["S"])["why"] == {
+        "grouping": critical["grouping"], "group_leader": report[1]["item_id"], "held": "grouped"}

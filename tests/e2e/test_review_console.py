@@ -111,6 +111,15 @@ def test_a_reviewer_answers_by_keyboard_and_the_item_reaches_its_queue_with_the_
     page.wait_for_selector("#questions fieldset")
     assert page.is_checked('input[name="q-queue"][value="billing"]'), "the suggestion is preselected"
     assert page.inner_text("#item-fields").count("Two charges of $49") == 1
+    # the reason in one line; in full on request
+    why = page.locator('details.why[data-why="queue"]')
+    assert why.locator("summary").inner_text().startswith("why: letters → billing (conf ")
+    assert not why.locator("dl").is_visible()
+    why.locator("summary").click()
+    full = why.locator("dl").inner_text()
+    assert "billing-portal-to-billing: no match" in full and "confidence" in full and "< " in full
+    assert "another model call" in full
+    why.locator("summary").click()  # closed again; the keys below answer the question
 
     page.keyboard.press("3")  # the third option: technical_fault
     assert page.is_checked('input[name="q-queue"][value="technical_fault"]')

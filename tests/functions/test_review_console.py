@@ -20,7 +20,7 @@ from moto import mock_aws
 
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.items import parse_item
-from decision_router.domain.judging import build_record, model_entry
+from decision_router.domain.judging import build_record, explain, model_entry
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.review.completion import PendingReview, labelled_example
@@ -44,8 +44,9 @@ def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]])
     """A record built by the real routing code from model answers with these option logits."""
     policy = letters_only(load_policy("incident" if kind == "incident" else "support-ticket"))
     env = stack.function_environment("TicketIntakeFunction")
-    entries = [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions]
-    return build_record(policy, parse_item(kind, data), entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
+    item = parse_item(kind, data)
+    entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions])
+    return build_record(policy, item, entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
                         review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
 
 
@@ -234,6 +235,11 @@ def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_toke
     billing = queue["options"][0]
     assert billing["probability"] == pytest.approx(billing["letters"]) and billing["head"] is None
     assert billing["target"] == "billing" and "confidence" in view["reason"]
+    # the reason: one line, and in full (the thresholds the letters' answer was compared with)
+    assert queue["why"].startswith("letters → billing (conf ") and "0/1 rules matched" in queue["why"]
+    checks = {c["name"]: c for c in queue["why_detail"]["checks"]}
+    assert checks["confidence"]["value"] == pytest.approx(queue["confidence"]) and not checks["confidence"]["passed"]
+    assert queue["why_detail"]["rules"] == [{"rule": "billing-portal-to-billing", "matched": False, "fired": False}]
     assert console("GET", "/api/reviews/ticket-nothing-0")["statusCode"] == 409
 
 

@@ -193,6 +193,11 @@ class Head(_Strict):
         # Column by column (a term's weights for every option at once) and row sums done in C
         # (math.fsum over map): the same sums in the same order as a plain loop, a few times
         # faster, so a 150-option head costs the routing function about a millisecond or two.
+        return self._add_model(self.lexical_logits(state), hidden, letter_logits)
+
+    def lexical_logits(self, state: State) -> list[float]:
+        """The bias and the blocks read from the evidence (text, categories): what changes when
+        an evidence field is left out (why.py)."""
         logits = list(self.bias)
         if self.text is not None:
             counts = term_counts(evidence_text(state, self.text.fields), self.text.word_ngrams, self.text.char_ngrams)
@@ -204,6 +209,21 @@ class Head(_Strict):
                 found = self._categories.get(indicator)
                 if found is not None:
                     logits = [z + w for z, w in zip(logits, self._categorical_columns[found])]
+        return logits
+
+    def indicator_logits(self, indicator: str) -> tuple[float, ...] | None:
+        """The categorical block's weights (one per option) of a `key=value` indicator, or None
+        when the head does not know it."""
+        found = self._categories.get(indicator)
+        return None if found is None else self._categorical_columns[found]
+
+    def model_logits(self, hidden: Sequence[float] | None = None,
+                     letter_logits: Sequence[float] | None = None) -> list[float]:
+        """The blocks read from the model (hidden state, letters) alone, from zero."""
+        return self._add_model([0.0] * len(self.options), hidden, letter_logits)
+
+    def _add_model(self, logits: list[float], hidden: Sequence[float] | None,
+                   letter_logits: Sequence[float] | None) -> list[float]:
         if self.hidden is not None:
             if hidden is None or len(hidden) != self.hidden_size:
                 raise ValueError(f"hidden state has {len(hidden or [])} values; the head reads {self.hidden_size}")
@@ -212,6 +232,7 @@ class Head(_Strict):
             if letter_logits is None or len(letter_logits) != len(self.options):
                 raise ValueError(f"letter logits have {len(letter_logits or [])} values; the head reads {len(self.options)}")
             centred = centre(letter_logits)
+            logits = list(logits)
             for o, row in enumerate(self.letters.weights):
                 logits[o] += math.fsum(w * z for w, z in zip(row, centred))
         return logits

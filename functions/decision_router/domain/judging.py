@@ -21,6 +21,7 @@ from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
+from .why import Why, field_effects, rule_checks, threshold_checks
 
 ALL_MET = "all thresholds met"
 
@@ -242,3 +243,33 @@ def build_record(
                           choices=[choice.wire() for choice in review_choices(policy, destinations)]),
         decided_at=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
+
+
+def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state: State | None = None,
+            results: Mapping[str, DecisionResult] | None = None) -> list[DecisionEntry]:
+    """Each entry with its reason (`why`): the rules that answer its question, evaluated; the
+    readout and the thresholds compared; for a head, the evidence fields that moved its answer
+    (why.field_effects: the head alone over the endpoint's one answer, no second model call)."""
+    explained = []
+    for entry in entries:
+        question = policy.question(entry.question)
+        rules, fired = rule_checks(policy, item, question.id)
+        why = Why(rules=rules, rule=fired if entry.source == "rule" else None,
+                  readout=entry.readout, option=entry.option_id)
+        if entry.source == "model" and entry.confidence is not None and entry.margin is not None:
+            t = entry.thresholds
+            why.checks = threshold_checks(entry.confidence, entry.margin, entry.allowed_token_mass, t.min_confidence,
+                                          t.min_margin, t.min_allowed_token_mass)
+            result = (results or {}).get(question.id)
+            head = question.learned_head
+            if entry.readout == "head" and head is not None and result is not None and state is not None:
+                letters = None if question.many_options or head.letters is None else result.option_logits
+                decided = [(entry.head_probabilities or {}).get(o, 0.0) for o in question.option_ids]
+                why.fields, why.fields_note = field_effects(head, state, result.hidden_state, letters,
+                                                            question.option_ids.index(entry.option_id or ""), decided)
+            else:
+                why.fields_note = "the letters decided: a field's effect would need another model call"
+        elif entry.source == "endpoint_error":
+            why.fields_note = "the endpoint gave no answer"
+        explained.append(entry.model_copy(update={"why": why}))
+    return explained

@@ -14,6 +14,7 @@ from decision_contract import ModelInfo
 
 from .items import ItemKind
 from .policies import Thresholds
+from .why import Why
 
 Source = Literal["rule", "model", "endpoint_error"]
 #: What produced the decision: a rule, the option letters' logits, or a learned head over the
@@ -57,6 +58,7 @@ class DecisionEntry(_Record):
     model: ModelInfo | None = None
     prompt_sha256: str | None = None
     latency_seconds: float | None = None
+    why: Why | None = Field(None, description="The reason for the decision (why.py); null on records from before it.")
 
 
 class PolicyRef(_Record):

@@ -25,7 +25,7 @@ from decision_contract import Decision, DecisionResult
 
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .items import Item
-from .judging import build_record, error_entry, model_entry, rule_entry
+from .judging import build_record, error_entry, explain, model_entry, rule_entry
 from .model_requests import build_decisions
 from .policies import Policy
 from .records import DecisionEntry, DecisionRecord
@@ -74,7 +74,7 @@ class Router:
         hits = apply_rules(self.policy, item)
         entries: list[DecisionEntry] = [rule_entry(self.policy.question(q), hit) for q, hit in hits.items()]
         pending = [q for q in self.policy.questions if q.id not in hits]
-        seconds = None
+        seconds, state, results = None, None, None
         if pending:
             started = time.perf_counter()
             try:
@@ -87,6 +87,7 @@ class Router:
                     raise WaitingForCapacity(failure) from failure
                 entries = [e for e in entries if e.source == "rule"] + [error_entry(q, failure) for q in pending]
             seconds = time.perf_counter() - started
+        entries = explain(self.policy, item, entries, state, results)
         record = build_record(self.policy, item, entries, destinations=self.destinations,
                               review_queue_url=self.review_queue_url,
                               review_timeout_seconds=self.review_timeout_seconds)

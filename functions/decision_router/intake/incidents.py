@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from ..config import Settings
 from ..domain.items import Incident
 from ..domain.noise import aware, recent
+from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.cloudwatch import parse_alarm_arn
@@ -270,7 +271,16 @@ class IncidentIntake:
                 self.logger.info("incident more severe than its group's leader: routed, and now leads the group",
                                  extra={**base, "group": group_key, "was_led_by": joined["leader_incident_id"],
                                         "leader_severity": joined.get("leader_severity")})
-        summary = self.intake.route(incident, context, review_reason=review)
+        trace = NoiseTrace(
+            grouping=group[0].id if joined is not None and group is not None else None,
+            group_leader=(incident.incident_id if joined is not None and (joined["is_leader"] or took_over_from)
+                          else None),
+            took_over_from=took_over_from, window=window.id if window is not None else None,
+            window_action=window.action if window is not None else None,
+            flapping_opens=len(opens) if opens is not None and noise.flapping is not None else None,
+            flapping_max=noise.flapping.max_opens if opens is not None and noise.flapping is not None else None)
+        summary = self.intake.route(incident, context, review_reason=review,
+                                    noise=trace if trace != NoiseTrace() else None)
         self.store.routed(opened.key, delivery, summary["execution_name"],
                           group=group[1] if joined is not None and group is not None else None)
         if joined is not None and group is not None:
@@ -318,7 +328,8 @@ class IncidentIntake:
             reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
                       f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
             self.store.held(opened.key, delivery, reason, flapping="true")
-            return self._record_held(opened, delivery, "flapping", reason, {"opens": opens})
+            return self._record_held(opened, delivery, "flapping", reason, {"opens": opens}, NoiseTrace(
+                flapping_opens=len(opens), flapping_max=noise.flapping.max_opens, held="flapping"))
         window = noise.window(incident, incident.reported_at)
         if window is not None and window.action == "suppress":
             until = window.ends(incident.reported_at)
@@ -326,7 +337,8 @@ class IncidentIntake:
                       f"window lasts (until {_iso(until)}); a delivery after that routes it if it is still open")
             self.store.held(opened.key, delivery, reason, window=window.id, held_until=_iso(until),
                             held_item=incident.model_dump_json())
-            return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id})
+            return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id}, NoiseTrace(
+                window=window.id, window_action=window.action, held="suppressed"))
         return None
 
     def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: dict) -> dict:
@@ -336,12 +348,16 @@ class IncidentIntake:
         self.store.add_member(joined["leader"], opened.key)
         return self._record_held(opened, delivery, "grouped", reason, {
             "group": group_key, "leader": joined["leader"], "leader_incident_id": joined["leader_incident_id"],
-            "members": joined["members"], "leader_execution_name": joined.get("execution_name")})
+            "members": joined["members"], "leader_execution_name": joined.get("execution_name")},
+            NoiseTrace(grouping=rule, group_leader=joined["leader_incident_id"], held="grouped"))
 
-    def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict) -> dict:
+    def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict,
+                     trace: NoiseTrace) -> dict:
         """An incident a noise control held: counted, logged, and audited with its own outcome (one
-        row per delivery, named after it, so a retried event writes the same row)."""
-        self._write_audit(opened.incident.incident_id, delivery, outcome, reason, detail,
+        row per delivery, named after it, so a retried event writes the same row) and its reason
+        (`why`: the noise control that held it)."""
+        self._write_audit(opened.incident.incident_id, delivery, outcome, reason,
+                          {**detail, "why": trace.model_dump(mode="json", exclude_none=True)},
                           opened.incident.model_dump_json())
         self.metrics.add_metric(name=HELD_METRICS[outcome], unit=MetricUnit.Count, value=1)
         result = {"outcome": outcome, "reason": reason, **detail}

@@ -30,6 +30,7 @@ from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
 from ..domain.routing import Outcome, Router
+from ..domain.why import NoiseTrace, Why
 from .live_heads import LiveHeads, live_heads, question_metric
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
@@ -143,9 +144,11 @@ class Intake:
         self.logger.error("invalid item", extra={"item_kind": self.kind, "item_id": error.item_id,
                                                  "errors": error.errors})
 
-    def route(self, item: Item, context: Any = None, *, review_reason: str | None = None) -> dict:
+    def route(self, item: Item, context: Any = None, *, review_reason: str | None = None,
+              noise: NoiseTrace | None = None) -> dict:
         """Route one validated item; raises when the workflow cannot start. With `review_reason`
-        (a maintenance window's) it is decided as usual and sent to review, paging nobody."""
+        (a maintenance window's) it is decided as usual and sent to review, paging nobody. `noise`
+        (the noise controls the incident met) joins each decision's reason."""
         if item.kind != self.kind:
             raise TypeError(f"this intake routes {self.kind}s, got a {item.kind}")
         deadline = None
@@ -156,6 +159,9 @@ class Intake:
         if review_reason is not None:
             record = record.model_copy(update={"route": "review", "route_reason": review_reason,
                                                "destination": None, "escalate": False})
+        if noise is not None:
+            record = record.model_copy(update={"decisions": [
+                d.model_copy(update={"why": (d.why or Why()).model_copy(update={"noise": noise})}) for d in record.decisions]})
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:

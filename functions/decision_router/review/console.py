@@ -188,8 +188,8 @@ def ranked_options(question_options: Sequence[Any], entry: DecisionEntry | None)
 
 def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]]:
     """Per question of the policy: the options with the deciding readout's probabilities (and the
-    letters' beside the head's), the options ranked best first, the rule that fired, and the
-    suggestion to preselect."""
+    letters' beside the head's), the options ranked best first, the rule that fired, the
+    suggestion to preselect, and the decision's reason: in one line (`why`) and in full (`why_detail`)."""
     entries = {d.question: d for d in record.decisions}
     rules = {rule.id: rule.description for rule in policy.rules}
     questions = []
@@ -208,6 +208,8 @@ def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]
             "error": entry.error.message if entry and entry.error else None,
             "options": _option_rows(question.options, entry),
             "ranked": ranked_options(question.options, entry),
+            "why": entry.why.line() if entry and entry.why else None,
+            "why_detail": entry.why.model_dump(mode="json") if entry and entry.why else None,
         })
     return questions
 

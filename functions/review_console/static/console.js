@@ -212,7 +212,8 @@ function questionBlock(question, index, keys) {
     if (question.confidence !== null) meta.push(`confidence ${question.confidence.toFixed(2)} (needs ${question.min_confidence.toFixed(2)})`);
     if (question.head_skipped) meta.push(`head not used: ${question.head_skipped}`);
   }
-  const qmeta = el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · "));
+  const qmeta = el("div", {}, el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · ")),
+    whyBlock(question));
   if (question.options.length >= PICKER_MIN_OPTIONS) {
     return pickerBlock(question, `${question.id}: ${question.question}`, qmeta, nextAfter);
   }
@@ -235,6 +236,28 @@ function questionBlock(question, index, keys) {
       probs);
   });
   return el("fieldset", {}, el("legend", {}, `${question.id}: ${question.question}`), qmeta, options);
+}
+
+// The decision's reason: its one line, and in full on request (the rules, the thresholds compared,
+// the evidence fields that moved a head's answer, the noise controls an incident met).
+function whyBlock(question) {
+  const why = question.why_detail;
+  if (!why) return null;
+  const rows = [];
+  const add = (name, value) => rows.push(el("dt", {}, name), el("dd", {}, value));
+  add("readout", `${why.readout || "none"} → ${why.option || "–"}`);
+  if (why.rules.length) add("rules", why.rules.map((r) => `${r.rule}: ${r.fired ? "fired" : r.matched ? "matched" : "no match"}`).join("; "));
+  for (const check of why.checks) {
+    add(check.name, `${check.value.toFixed(3)} ${check.passed ? "≥" : "<"} ${check.threshold.toFixed(3)}`);
+  }
+  if (why.fields) {
+    add("fields", why.fields.map((f) => `${f.field} ${f.effect >= 0 ? "+" : ""}${f.effect.toFixed(3)} (without it ${f.without.toFixed(3)})`).join("; "));
+  } else if (why.fields_note) add("fields", why.fields_note);
+  if (why.noise) {
+    add("noise", Object.entries(why.noise).filter(([, v]) => v !== null).map(([k, v]) => `${k} ${v}`).join("; ") || "none applied");
+  }
+  return el("details", { class: "why", "data-why": question.id },
+    el("summary", {}, `why: ${question.why}`), el("dl", {}, rows));
 }
 
 // After a many-option question's picker chose: on to the next question's picker, else to Submit.

@@ -1,0 +1,75 @@
+"""How often an item's nearest resolved item has its gold answer, on the shipped labelled sets.
+
+    python bench/nearest_neighbour.py
+
+The resolved items are the train split, the items asked about the test split (fit on train,
+report on test). The vector is the evidence's TF-IDF over the shipped head's own vocabulary
+(`Head.text`, the lexical block the routing function computes anyway), compared by cosine: the
+text alone, no model. The hidden state the heads read would be the other vector to try; no
+cached hidden states ship with the repository, and scoring the sets again is a long model run,
+so that comparison is not made here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for root in ("contract", "functions", "."):
+    sys.path.insert(0, str(REPO / root))
+
+from decision_router.domain.items import parse_item  # noqa: E402
+from decision_router.domain.lexical import evidence_text, term_counts, tfidf  # noqa: E402
+from decision_router.domain.model_requests import build_state  # noqa: E402
+from decision_router.domain.policies import load_policy  # noqa: E402
+
+DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
+
+
+def vector(head, state) -> dict[int, float]:
+    text = head.text
+    v = tfidf(term_counts(evidence_text(state, text.fields), text.word_ngrams, text.char_ngrams),
+              head._index, text.idf)
+    norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+    return {k: x / norm for k, x in v.items()}
+
+
+def cosine(a: dict[int, float], b: dict[int, float]) -> float:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(x * b.get(k, 0.0) for k, x in a.items())
+
+
+def item_vector(head, policy, row: dict) -> dict[int, float]:
+    return vector(head, build_state(policy, parse_item(policy.item_kind, row["item"])))
+
+
+def gold(row: dict, question: str) -> str:
+    """A row's gold answer: one per question, or the routing question's alone as plain text."""
+    return row["gold"][question] if isinstance(row["gold"], dict) else row["gold"]
+
+
+def main() -> int:
+    print(f"{'policy/question':26} {'nearest = gold':>15} {'majority class':>15} {'test items':>10}")
+    for name, path in DATA.items():
+        policy = load_policy(name)
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for question in policy.questions:
+            head = question.learned_head
+            if head is None or head.text is None:
+                continue
+            train = [(item_vector(head, policy, r), gold(r, question.id)) for r in rows if r["split"] == "train"]
+            test = [(item_vector(head, policy, r), gold(r, question.id)) for r in rows if r["split"] == "test"]
+            hits = sum(max(train, key=lambda t: cosine(v, t[0]))[1] == gold for v, gold in test)
+            answers = [g for _, g in train]
+            majority = max(set(answers), key=answers.count)
+            base = sum(g == majority for _, g in test)
+            print(f"{name + '/' + question.id:26} {hits / len(test):14.1%} {base / len(test):14.1%} {len(test):10d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

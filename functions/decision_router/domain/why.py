@@ -1,0 +1,189 @@
+"""The reason for a decision (`Why`), carried by each decision of a record (`DecisionEntry.why`):
+the rules evaluated for its question and the one that fired, the noise controls that applied to
+an incident, the readout that decided and each threshold it was compared with, and, for a head,
+the evidence fields that moved its answer most.
+
+A field's effect is the change in the chosen option's probability when the field is left out of
+the evidence, scored by the head alone: no second model call. A head reads the model's hidden
+state and the lexical features (word and character n-grams, categories) of the evidence's text
+(heads.py); leaving a field out recomputes the lexical part without it and keeps the hidden state
+(and the letters) of the one forward pass unchanged, although the model read that field too. So
+the effect is the field's share through the head's lexical blocks only: a lower bound on what the
+field means to the whole answer, cheap enough to compute for every decision.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from decision_contract import softmax
+
+from .heads import Head
+from .items import Item
+from .lexical import State
+from .policies import Policy
+
+#: Fields kept in a trace, the largest effects first (a policy's evidence has a handful).
+MAX_FIELDS = 8
+
+
+class _Why(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class RuleCheck(_Why):
+    """A rule that answers the question, evaluated against the item (file order)."""
+
+    rule: str
+    matched: bool
+    fired: bool = Field(description="It answered the question (the first rule that matched).")
+
+
+class Check(_Why):
+    """One threshold the deciding readout's answer was compared with."""
+
+    name: Literal["confidence", "margin", "allowed_token_mass"]
+    value: float
+    threshold: float
+    passed: bool
+
+
+class FieldEffect(_Why):
+    """The chosen option's probability with one evidence field left out (lexical part recomputed,
+    hidden state unchanged), and its change: `effect` = with − without (> 0: the field supported
+    the answer)."""
+
+    field: str
+    without: float
+    effect: float
+
+
+class NoiseTrace(_Why):
+    """The noise controls an incident met before it was decided (or held)."""
+
+    grouping: str | None = Field(None, description="The grouping rule whose group the incident is in.")
+    group_leader: str | None = Field(None, description="The incident id leading that group (itself when it leads).")
+    took_over_from: str | None = Field(None, description="The leader it replaced, being more severe.")
+    window: str | None = Field(None, description="The maintenance window that held it.")
+    window_action: str | None = None
+    flapping_opens: int | None = Field(None, description="Openings of its key within the flapping window.")
+    flapping_max: int | None = None
+    held: str | None = Field(None, description="grouped | flapping | suppressed when a control held it (no decision).")
+
+    def line(self) -> str:
+        parts = []
+        if self.grouping is not None:
+            parts.append(f"group {self.grouping} led by {self.group_leader}"
+                         + (f" (took over from {self.took_over_from})" if self.took_over_from else ""))
+        if self.window is not None:
+            parts.append(f"window {self.window} ({self.window_action})")
+        if self.flapping_opens is not None:
+            parts.append(f"opened {self.flapping_opens}x (flapping above {self.flapping_max})")
+        if self.held is not None:
+            parts.append(f"held: {self.held}")
+        return ", ".join(parts) or "no noise control applied"
+
+
+class Why(_Why):
+    rules: list[RuleCheck] = Field(default_factory=list, description="The rules that answer this question.")
+    rule: str | None = Field(None, description="The rule that fired.")
+    readout: Literal["rule", "letters", "head"] | None = Field(None, description="What decided; null: nothing could.")
+    option: str | None = None
+    checks: list[Check] = Field(default_factory=list)
+    fields: list[FieldEffect] | None = Field(None, description="A head's evidence fields, largest effect first.")
+    fields_note: str | None = Field(None, description="Why there are no field effects, when there are none.")
+    noise: NoiseTrace | None = None
+
+    def line(self) -> str:
+        """The trace in one line, as the console and the demo table show it."""
+        if self.readout == "rule":
+            head = f"rule {self.rule} → {self.option}"
+        elif self.readout is None:
+            head = "not decided"
+        else:
+            head = f"{self.readout} → {self.option}"
+            compared = [f"{c.name[:4]} {c.value:.2f}{'≥' if c.passed else '<'}{c.threshold:.2f}" for c in self.checks
+                        if c.name != "allowed_token_mass" or not c.passed]
+            if compared:
+                head += " (" + ", ".join(compared) + ")"
+        parts = [head]
+        if self.fields:
+            parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in self.fields[:2]))
+        if self.readout != "rule" and self.rules:
+            parts.append(f"{sum(r.matched for r in self.rules)}/{len(self.rules)} rules matched")
+        if self.noise is not None:
+            parts.append(self.noise.line())
+        return "; ".join(parts)
+
+
+def rule_checks(policy: Policy, item: Item, question: str) -> tuple[list[RuleCheck], str | None]:
+    """Each rule answering `question`, evaluated as rules.apply_rules does (file order, the first
+    match answers), and the id of the one that fired."""
+    checks, fired = [], None
+    for rule in policy.rules:
+        if question not in rule.answers:
+            continue
+        matched = rule.matches(item)
+        first = matched and fired is None
+        if first:
+            fired = rule.id
+        checks.append(RuleCheck(rule=rule.id, matched=matched, fired=first))
+    return checks, fired
+
+
+def threshold_checks(confidence: float, margin: float, mass: float | None, min_confidence: float,
+                     min_margin: float, min_mass: float) -> list[Check]:
+    """The comparisons judging.threshold_reasons makes (a value at its threshold passes)."""
+    checks = [Check(name="confidence", value=confidence, threshold=min_confidence, passed=confidence >= min_confidence),
+              Check(name="margin", value=margin, threshold=min_margin, passed=margin >= min_margin)]
+    if mass is not None and min_mass > 0:
+        checks.append(Check(name="allowed_token_mass", value=mass, threshold=min_mass, passed=mass >= min_mass))
+    return checks
+
+
+def evidence_fields(head: Head) -> list[str]:
+    """The state keys a head's lexical blocks read, in order."""
+    named = (head.text.fields if head.text else []) + (head.categorical.fields if head.categorical else [])
+    return list(dict.fromkeys(named))
+
+
+def field_effects(head: Head, state: State, hidden: Sequence[float] | None, letter_logits: Sequence[float] | None,
+                  chosen: int, decided: Sequence[float] | None = None) -> tuple[list[FieldEffect] | None, str | None]:
+    """The chosen option's probability change with each evidence field left out, scored by the
+    head alone: its lexical part recomputed without the field, the model's part (hidden state,
+    letters) computed once and kept. Largest |effect| first, at most MAX_FIELDS; or None and why.
+
+    `decided`, the head's probabilities of the decision (in `options` order), saves recounting
+    the text for a field the text block does not read: the head's logits are its temperature
+    times their logarithms up to a constant (softmax ignores it), less the field's indicator."""
+    if not isinstance(state, dict):
+        return None, "the evidence is free text: no fields to leave out"
+    fields = [f for f in evidence_fields(head) if state.get(f) is not None]
+    if not fields:
+        return None, "the head reads none of the evidence's fields"
+    text_fields = set(head.text.fields) if head.text else set()
+    model: list[float] | None = None
+    full: list[float] | None = None
+    if decided is not None and all(p > 0.0 for p in decided):
+        full = [head.temperature * math.log(p) for p in decided]
+    else:
+        model = head.model_logits(hidden, letter_logits)
+        full = [a + b for a, b in zip(head.lexical_logits(state), model)]
+    with_all = softmax(full, head.temperature)[chosen]
+    effects = []
+    for field in fields:
+        if field not in text_fields:  # a category only: its indicator's weights come off
+            column = head.indicator_logits(f"{field}={state[field]}")
+            logits = full if column is None else [z - w for z, w in zip(full, column)]
+        else:
+            if model is None:
+                model = head.model_logits(hidden, letter_logits)
+            without = {k: v for k, v in state.items() if k != field}
+            logits = [a + b for a, b in zip(head.lexical_logits(without), model)]
+        p = softmax(logits, head.temperature)[chosen]
+        effects.append(FieldEffect(field=field, without=p, effect=with_all - p))
+    effects.sort(key=lambda e: -abs(e.effect))
+    return effects[:MAX_FIELDS], None

@@ -1,0 +1,121 @@
+"""The reason for a decision (domain/why.py, judging.explain): rules, readout and thresholds, and a
+head's evidence fields scored by the head alone (hidden state unchanged)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decision_router.domain.items import parse_item
+from decision_router.domain.judging import explain, model_entry, rule_entry
+from decision_router.domain.model_requests import build_state
+from decision_router.domain.policies import POLICY_DIR, load_policy
+from decision_router.domain.rules import apply_rules
+from decision_router.domain.why import NoiseTrace, Why, field_effects
+from tests.functions.conftest import make_result
+from tests.functions.test_heads import HIDDEN, head_for, install, result_with_hidden
+
+HIDDEN_STATE = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0]
+LETTERS = [2.0, 0.0, 1.0, 0.0, -1.0]
+
+
+@pytest.fixture
+def head_policy(tmp_path):
+    policy = load_policy("support-ticket")
+    raw = json.loads((POLICY_DIR / "support-ticket.json").read_text())
+    return install(tmp_path, raw, head_for(policy, policy.questions[0]))
+
+
+def test_a_head_decision_names_its_readout_thresholds_and_the_fields_that_moved_it(head_policy, ticket_data):
+    question = head_policy.questions[0]
+    ticket = parse_item("ticket", {**ticket_data, "subject": "Charged twice", "body": "charged twice, password"})
+    state = build_state(head_policy, ticket)
+    result = result_with_hidden(question, HIDDEN_STATE, letters=LETTERS)
+    [entry] = explain(head_policy, ticket, [model_entry(question, result, state)], state, {question.id: result})
+    why = entry.why
+    assert why is not None and why.readout == "head" and why.option == entry.option_id
+    # the thresholds compared are the ones the entry was judged by, with its own values
+    checks = {c.name: c for c in why.checks}
+    assert set(checks) == {"confidence", "margin"}  # a head has no letter-mass check
+    assert checks["confidence"].value == entry.confidence
+    assert checks["confidence"].threshold == entry.thresholds.min_confidence
+    assert checks["margin"].value == entry.margin and checks["margin"].threshold == entry.thresholds.min_margin
+    assert all(c.passed for c in why.checks) == entry.passed
+    # each field's effect is the head's probability of the chosen option with the field left out,
+    # the hidden state and the letters unchanged: recomputed here through the head's public method
+    head, chosen = question.learned_head, question.option_ids.index(entry.option_id)
+    assert {f.field for f in why.fields} == {"subject", "message", "channel", "customer_tier"}
+    for effect in why.fields:
+        without = {k: v for k, v in state.items() if k != effect.field}
+        expected = head.probabilities(without, HIDDEN_STATE, LETTERS)[chosen]
+        assert effect.without == pytest.approx(expected, abs=1e-12)
+        assert effect.effect == pytest.approx(entry.probabilities[entry.option_id] - expected, abs=1e-12)
+    assert [abs(f.effect) for f in why.fields] == sorted((abs(f.effect) for f in why.fields), reverse=True)
+    assert any(abs(f.effect) > 1e-3 for f in why.fields)
+    # the only rule answers the queue question and does not match an email ticket
+    assert [(r.rule, r.matched, r.fired) for r in why.rules] == [("billing-portal-to-billing", False, False)]
+
+
+def test_a_head_splits_into_its_lexical_and_model_parts_exactly(head_policy, ticket_data):
+    head = head_policy.questions[0].learned_head
+    state = build_state(head_policy, parse_item("ticket", ticket_data))
+    whole = head.logits(state, HIDDEN_STATE, LETTERS)
+    parts = [a + b for a, b in zip(head.lexical_logits(state), head.model_logits(HIDDEN_STATE, LETTERS))]
+    assert parts == pytest.approx(whole, abs=1e-12)
+    assert head.model_logits(HIDDEN_STATE, LETTERS) != [0.0] * len(head.options)
+    with pytest.raises(ValueError, match="hidden state has 3 values"):
+        head.model_logits([0.0] * 3, LETTERS)
+
+
+def test_a_field_the_head_cannot_read_moves_nothing_and_free_text_has_no_fields(head_policy, ticket_data):
+    head = head_policy.questions[0].learned_head
+    state = build_state(head_policy, parse_item("ticket", {**ticket_data, "channel": "chat"}))
+    effects, note = field_effects(head, state, [0.0] * HIDDEN, LETTERS, 0)
+    # "channel=chat" is no indicator the head knows: leaving the channel out changes nothing
+    assert note is None and {f.field: f.effect for f in effects}["channel"] == 0.0
+    assert field_effects(head, "charged twice", [0.0] * HIDDEN, LETTERS, 0) == (
+        None, "the evidence is free text: no fields to leave out")
+
+
+def test_a_rule_decision_and_a_letters_decision_say_so(ticket_data):
+    policy = load_policy("support-ticket")
+    question = policy.questions[0]
+    portal = parse_item("ticket", {**ticket_data, "channel": "billing-portal"})
+    hit = apply_rules(policy, portal)["queue"]
+    [ruled] = explain(policy, portal, [rule_entry(question, hit)])
+    assert ruled.why.readout == "rule" and ruled.why.rule == "billing-portal-to-billing" and ruled.why.rules[0].fired
+    assert ruled.why.line() == "rule billing-portal-to-billing → billing"
+
+    ticket = parse_item("ticket", ticket_data)
+    stripped = policy.model_copy(update={"questions": [question.model_copy(update={"learned_head": None})]})
+    plain = stripped.questions[0]
+    result = make_result("queue", plain.option_ids, [3.0, 0.0, 0.0, 0.0, 0.0], mass=0.2)
+    [entry] = explain(stripped, ticket, [model_entry(plain, result)], build_state(stripped, ticket), {"queue": result})
+    why = entry.why
+    assert why.readout == "letters" and why.fields is None and "another model call" in why.fields_note
+    mass = next(c for c in why.checks if c.name == "allowed_token_mass")
+    assert (mass.value, mass.threshold, mass.passed) == (0.2, plain.thresholds.min_allowed_token_mass,
+                                                         0.2 >= plain.thresholds.min_allowed_token_mass)
+    assert why.line().startswith(f"letters → {entry.option_id} (conf ")
+    assert "0/1 rules matched" in why.line()
+
+
+def test_the_one_line_names_the_noise_controls():
+    why = Why(readout="head", option="P2", noise=NoiseTrace(grouping="by-service", group_leader="INC-1",
+                                                            flapping_opens=2, flapping_max=3))
+    assert why.line() == "head → P2; group by-service led by INC-1, opened 2x (flapping above 3)"
+    assert NoiseTrace(window="deploys", window_action="review").line() == "window deploys (review)"
+
+
+def test_the_decided_probabilities_save_recounting_and_give_the_same_effects(head_policy, ticket_data):
+    head = head_policy.questions[0].learned_head
+    state = build_state(head_policy, parse_item("ticket", {**ticket_data, "subject": "Charged twice"}))
+    decided = head.probabilities(state, HIDDEN_STATE, LETTERS)
+    recounted, _ = field_effects(head, state, HIDDEN_STATE, LETTERS, 2)
+    reused, _ = field_effects(head, state, HIDDEN_STATE, LETTERS, 2, decided)
+    assert [f.field for f in reused] == [f.field for f in recounted]
+    for a, b in zip(reused, recounted):
+        assert a.without == pytest.approx(b.without, abs=1e-12) and a.effect == pytest.approx(b.effect, abs=1e-12)
+    # the head knows "channel=email" and "customer_tier=pro": leaving either out moves the answer
+    assert all(abs(f.effect) > 1e-6 for f in reused if f.field in ("channel", "customer_tier"))
