@@ -378,9 +378,9 @@ class Relearning:
         for question in policy.questions:
             key = candidate_key(run, policy.name, question.id)
             raw = self.store.find(key.replace(".json", ".report.json"))
-            report = json.loads(raw) if raw is not None else None
-            stored_pass = bool(report and report.get("verdict", {}).get("promoted") is True)
-            reason = report["verdict"]["reason"] if stored_pass and report else ""
+            report: dict[str, Any] = json.loads(raw) if raw is not None else {}
+            stored_pass = report.get("verdict", {}).get("promoted") is True
+            reason = report["verdict"]["reason"] if stored_pass else ""
             if stored_pass and shadowed:
                 judged = self.store.find(shadow_verdict_key(run, policy.name, question.id))
                 shadow = json.loads(judged) if judged is not None else {}
@@ -392,7 +392,7 @@ class Relearning:
                 raise ValueError(f"{policy.name}/{question.id}: the verdict says {'promoted' if says else 'refused'}, "
                                  f"but run {run}'s {stage} stored {'a passing' if stored_pass else 'no passing'} "
                                  f"candidate at {key}")
-            if not stored_pass or raw is None or report is None:
+            if not stored_pass or raw is None:
                 continue
             data = self.store.get(key)
             sha256 = hashlib.sha256(data).hexdigest()
