@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:
 .PHONY: help venv unit test demo review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
 
 help:
-	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… REPORT=out.jsonl optional)"
+	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
 	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (under a minute)"
 	@echo "make test   the whole test suite (what CI runs)"
 	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops)"
@@ -74,9 +74,10 @@ test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m pytest
 
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
-# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets, incidents and raw source events (events/sources.jsonl).
+# MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets, incidents and raw source events (events/sources.jsonl);
+# POLICY=policy.json has the intake of its item kind apply that policy (events/many-options/: 150 intents).
 demo: $(STAMP)
-	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(REPORT),--report "$(REPORT)")
+	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(POLICY),--policy "$(POLICY)") $(if $(REPORT),--report "$(REPORT)")
 
 # The documentation site (mkdocs.yml): docs/ plus the pages docs/gen_reference.py writes from
 # template.yaml, the settings models and the container's OpenAPI document; strict, into site/.
@@ -122,9 +123,9 @@ fit: $(STAMP)
 # (comma-separated); MIN_EXAMPLES (10) and RARE=merge|review (review) say what becomes of rare labels;
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
 fit-history: $(STAMP)
-	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [MODEL=...]"; exit 2; }
+	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [TARGETS=map.json] [MODEL=...]"; exit 2; }
 	$(PY) -m training.history --data "$(DATA)" --test "$(TEST)" --text "$(TEXT)" --label "$(LABEL)" --out "$(OUT)" \
-		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(HISTORY_ARGS)
+		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(if $(TARGETS),--targets "$(TARGETS)") $(HISTORY_ARGS)
 
 # Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
 # bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).

@@ -1,6 +1,6 @@
 """`make demo`: the whole Decision Router on this machine, no AWS account, no network.
 
-    python -m local.demo [--model path.gguf] [--items items.jsonl ...] [--report out.jsonl] [--no-review]
+    python -m local.demo [--model path.gguf] [--items items.jsonl ...] [--policy policy.json ...] [--report out.jsonl] [--no-review]
 
 1. Starts the decision container (`python -m decision_server`, embedded SmolLM2-135M unless
    --model) and a moto server, each on a free loopback port.
@@ -23,6 +23,10 @@ actions (both handed to the incident intake as SNS and CloudWatch invoke it), an
 webhook bodies (signed with the stack's webhook secret and posted to the webhook function). A line that is none
 of these is reported as rejected with its reason; one that fails validation goes through its
 intake and lands in that intake's DLQ.
+With --policy, the intake of the policy's item kind applies that policy file instead of the shipped
+one (as its POLICY_NAME would in a deployment): e.g. `events/many-options/policy.json`, a question
+of 150 intents answered by its head (`make demo POLICY=events/many-options/policy.json
+ITEMS=events/many-options/tickets.jsonl`); its targets must be the stack's destinations.
 With --report, one JSON line per input line (in input order) says what became of it, for
 scripts: see `local.outcomes.report_line`. Every process started is stopped on success, failure,
 Ctrl-C and SIGTERM.
@@ -34,6 +38,7 @@ This module is the command line only: the pipeline is the library `local.pipelin
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from contextlib import ExitStack
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from local.cloudformation import REPO_ROOT
+from local.deployment import ENDPOINT_NAME, TICKET_FUNCTION
 from local.items import DEFAULT_ITEMS, InputItem, read_items
 from local.outcomes import write_report
 from local.pipeline import DEMO_REVIEWER, LOG_DIR, LocalPipeline
@@ -55,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
     parser.add_argument("--items", type=Path, action="append",
                         help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
+    parser.add_argument("--policy", type=Path, action="append",
+                        help="a policy file the intake of its item kind applies instead of the shipped one (repeatable)")
     parser.add_argument("--report", type=Path, help="write one JSON line per input line: what became of it")
     parser.add_argument("--no-review", action="store_true", help="do not complete a pending review")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
@@ -72,9 +80,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     problems = [f"--items {p}: no such file" for p in (args.items or []) if not p.is_file()]
     if args.model is not None and not args.model.is_file():
         problems.insert(0, f"--model {args.model}: no such file")
+    policies, policy_problems = read_policies(args.policy or [])
+    problems += policy_problems
     if problems:
         print("demo: " + "; ".join(problems), file=sys.stderr)
         return 2
+    args.policies = policies
     items = read_items(args.items or DEFAULT_ITEMS)
     if not items:
         print("demo: no items to route (the items files are empty)", file=sys.stderr)
@@ -94,6 +105,34 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 1
 
 
+def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
+    """item kind → the policy file's absolute path, and what is wrong with the files: each loaded by
+    the routing function's own loader, checked against the stack's destinations, one per kind."""
+    from decision_router.domain.policies import PolicyError, load_policy
+    from local.cloudformation import Stack
+
+    destinations: list[str] | None = None
+    policies: dict[str, str] = {}
+    problems = []
+    for path in paths:
+        if not path.is_file():
+            problems.append(f"--policy {path}: no such file")
+            continue
+        if destinations is None:
+            stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
+            destinations = sorted(json.loads(stack.function_environment(TICKET_FUNCTION)["DESTINATION_QUEUES"]))
+        try:
+            policy = load_policy(path.resolve(), known_targets=destinations)
+        except PolicyError as error:
+            problems.append(f"--policy {path}: {error}")
+            continue
+        if policy.item_kind in policies:
+            problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")
+            continue
+        policies[policy.item_kind] = str(path.resolve())
+    return policies, problems
+
+
 def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
     from decision_router.domain.items import ITEM_MODELS
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
@@ -108,8 +147,10 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         progress(f"moto server on {moto.url} (Step Functions executes definitions)")
         cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
         lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
-        pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log))  # its functions stop first
+        pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log, policies=args.policies))  # its functions stop first
         progress(f"created from template.yaml: {pipeline.summary()}")
+        for kind, path in args.policies.items():
+            progress(f"the {kind} intake applies {Path(path).relative_to(REPO_ROOT) if Path(path).is_relative_to(REPO_ROOT) else path}")
         loaded = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
         progress(f"decision container ready: model loaded and warmed up {loaded:.1f}s after start")
         kinds = " and ".join(f"{sum(1 for i in items if i.kind == kind)} {kind}(s)" for kind in ITEM_MODELS)

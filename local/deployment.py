@@ -9,7 +9,10 @@ URLs, the audit and labelled-example tables, draining a queue.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TextIO
 
 from local.cloudformation import REPO_ROOT, Stack
@@ -18,6 +21,7 @@ from local.lambdas import FunctionPool, LocalFunction
 
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview
+    from decision_router.domain.policies import Policy
 
 ENDPOINT_NAME = "local-decision"
 LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service logs
@@ -36,15 +40,48 @@ DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-
 INCIDENT_WEBHOOK_RULE = "IncidentWebhookRule"
 
 
+def install_policies(folder: Path, policies: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """The shipped policies and heads copied into `folder`, plus each policy file of `policies`
+    (item kind → path) as `<its name>.json` with the head files it names beside it; the folder and
+    item kind → policy name. ValueError for an unknown kind, a policy of another kind, or a policy
+    or head file that would replace a shipped one."""
+    from decision_router.domain.policies import POLICY_DIR, load_policy
+
+    unknown = sorted(set(policies) - {"ticket", "incident"})
+    if unknown:
+        raise ValueError(f"policies: no intake for item kind(s) {', '.join(unknown)} (ticket, incident)")
+    shutil.copytree(POLICY_DIR, folder, dirs_exist_ok=True)
+    names = {}
+    for kind, path in policies.items():
+        source = Path(path).resolve()
+        policy = load_policy(source)
+        if policy.item_kind != kind:
+            raise ValueError(f"policy file {source} decides {policy.item_kind}s, not {kind}s")
+        raw = json.loads(source.read_text(encoding="utf-8"))
+        files = [source] + [source.parent / q["head"]["file"] for q in raw["questions"] if q.get("head")]
+        targets = [folder / f"{policy.name}.json"] + [folder / q["head"]["file"] for q in raw["questions"] if q.get("head")]
+        for src, dst in zip(files, targets):
+            if dst.exists():
+                raise ValueError(f"policy file {source}: {dst.relative_to(folder)} is shipped already (rename the policy)")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+        names[kind] = policy.name
+    return folder, names
+
+
 class LocalDeployment:
     """template.yaml's resources in the moto server boto3 points at, and the functions that take
     the inputs. Construct it inside `local.services.local_aws_environ` (boto3 and the functions
     read the endpoints then); `close` (or leaving the `with` block) stops the functions."""
 
     def __init__(self, *, log: TextIO | None = None, endpoint_name: str = ENDPOINT_NAME, concurrency: int = 1,
-                 parameters: dict[str, str] | None = None):
+                 parameters: dict[str, str] | None = None, policies: dict[str, str] | None = None):
         """`concurrency`: execution environments per intake function (Lambda scaling out);
-        `parameters`: template parameters besides the local ones (e.g. RelearningImageUri)."""
+        `parameters`: template parameters besides the local ones (e.g. RelearningImageUri);
+        `policies`: item kind (`ticket`, `incident`) → a policy file its intake applies instead of
+        the template's. As a deployment would ship it, it is installed beside the shipped
+        policies (a policies folder of this run's own, `install_policies`), where every function
+        that resolves a record's policy by name (the intakes, the review function) finds it."""
         import boto3
 
         self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
@@ -52,9 +89,15 @@ class LocalDeployment:
         self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
         self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
         # Every execution environment cold-starts at once; each is waited for below.
-        self.tickets = LocalFunction(self.stack, TICKET_FUNCTION, log=log, wait=False)
-        self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log, wait=False)
-        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False)
+        self._policy_folder = tempfile.TemporaryDirectory(prefix="decision-router-policies-") if policies else None
+        self.policy_dir, names = (install_policies(Path(self._policy_folder.name), policies) if self._policy_folder and policies
+                                  else (None, {}))
+        overrides = {"decision_router.domain.policies.POLICY_DIR": self.policy_dir} if self.policy_dir else None
+        self.tickets = LocalFunction(self.stack, TICKET_FUNCTION, log=log, wait=False, overrides=overrides,
+                                     env={"POLICY_NAME": names["ticket"]} if "ticket" in names else None)
+        self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log, wait=False, overrides=overrides,
+                                       env={"POLICY_NAME": names["incident"]} if "incident" in names else None)
+        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False, overrides=overrides)
         self.webhooks = LocalFunction(self.stack, WEBHOOK_FUNCTION, log=log, wait=False)
         self.ticket_pool = FunctionPool(self.tickets, concurrency)
         self.incident_pool = FunctionPool(self.incidents, concurrency)
@@ -101,6 +144,14 @@ class LocalDeployment:
     def close(self) -> None:
         for function in self.functions:
             function.close()
+        if self._policy_folder is not None:
+            self._policy_folder.cleanup()
+
+    def load_policy(self, name: str) -> "Policy":
+        """A record's policy by its name, as this deployment's functions resolve it."""
+        from decision_router.domain.policies import load_policy
+
+        return load_policy(self.policy_dir / f"{name}.json" if self.policy_dir else name)
 
     def __enter__(self) -> Self:
         return self

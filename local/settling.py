@@ -129,11 +129,9 @@ def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, 
     """Answer a pending review through the real review function (`answers` where given, else the
     model's suggestions; the policy's first option where there is none), wait for the workflow to
     finish, and read back where the item went. Returns the review function's answer."""
-    from decision_router.domain.policies import load_policy
-
     pending = pipeline.pending_reviews.pop(outcome.item.item_id)
     review = pending.review
-    policy = load_policy(review.record.policy.name)
+    policy = pipeline.load_policy(review.record.policy.name)
     suggested = {d.question: d.option_id for d in review.record.decisions if d.option_id}
     given = answers or {}
     chosen = {q.id: given.get(q.id) or suggested.get(q.id) or q.option_ids[0] for q in policy.questions}

@@ -20,6 +20,9 @@ and the label field named on the command line, becomes:
   compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression C=10), fitted in the
   same run on the same split, its threshold chosen the same way.
 
+Each option routes to a destination of its own, named after its label, unless `--targets` maps
+the labels onto the deployment's destination keys (`DESTINATION_QUEUES`; `"*"`: every other label).
+
 TEXT may name several comma-separated fields: the first is the ticket's subject and the others,
 one a paragraph, its body (one field: the body). A TEST item whose gold label is not an option (out
 of scope) is right only when it is not routed automatically; the report counts those apart too.
@@ -36,7 +39,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import re
 import sys
 import time
@@ -180,14 +182,37 @@ def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Voca
 
 
 # ----------------------------------------------------------------------------------- the policy
-def raw_policy(name: str, fields: Sequence[str], label: str, vocab: Vocabulary, max_error: float) -> dict[str, Any]:
+def read_targets(path: Path, vocab: Vocabulary) -> dict[str, str]:
+    """`--targets`: a JSON object label → destination key (a queue the deployment knows); `"*"`
+    names the destination of every label the file does not name. Without a `"*"`, every option
+    must be named; a label that is no option is refused too (a typo would route nothing)."""
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise HistoryError(f"--targets {path}: cannot read it ({error.strerror or error})") from None
+    except json.JSONDecodeError as error:
+        raise HistoryError(f"--targets {path}: not JSON ({error})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
+        raise HistoryError(f"--targets {path}: must be a JSON object of label → destination key (non-empty text)")
+    unknown = sorted(set(mapping) - set(vocab.options) - {"*"})
+    if unknown:
+        raise HistoryError(f"--targets {path}: {len(unknown)} label(s) that are no option: {', '.join(unknown[:10])}")
+    missing = [o for o in vocab.options if o not in mapping]
+    if missing and "*" not in mapping:
+        raise HistoryError(f"--targets {path}: {len(missing)} option(s) without a destination and no \"*\": "
+                           + ", ".join(missing[:10]))
+    return {o: mapping.get(o, mapping.get("*", "")) for o in vocab.options}
+
+
+def raw_policy(name: str, fields: Sequence[str], label: str, vocab: Vocabulary, max_error: float,
+               targets: dict[str, str] | None = None) -> dict[str, Any]:
     if len(fields) == 1:
         state = [{"key": _key(fields[0]), "field": "body", "max_chars": BODY_CHARS}]
     else:
         state = [{"key": _key(fields[0]), "field": "subject", "max_chars": SUBJECT_CHARS},
                  {"key": _key("_".join(fields[1:])), "field": "body", "max_chars": BODY_CHARS}]
     question_id = _key(label)
-    options = [{"id": vocab.ids[o], "target": target_of(vocab.ids[o]),
+    options = [{"id": vocab.ids[o], "target": (targets or {}).get(o) or target_of(vocab.ids[o]),
                 "description": (f"Any of the {len(vocab.merged)} labels too rare to learn alone" if o == MERGED and vocab.merged
                                 else o)[:2000]} for o in vocab.options]
     return {
@@ -314,7 +339,8 @@ def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Se
 
 def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, gold: np.ndarray,
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
-        seed: int, data: list[str], say: Callable[[str], None]) -> Fitted:
+        seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None,
+        model_weight: float | None = None) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
@@ -326,19 +352,20 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     held = np.sort(order[:max(1, int(round(HOLDOUT * n)))])
     fit_rows = np.setdiff1d(np.arange(n), held)
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
-    max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]))
+    max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         space = learn.Space.fit(s, fit_rows, max_terms=max_terms)
         losses, held_logits = {}, {}
-        for weight in MODEL_WEIGHTS:
+        weights = MODEL_WEIGHTS if model_weight is None else (model_weight,)
+        for weight in weights:
             started = time.perf_counter()
             linear = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
             held_logits[weight] = learn.numpy_logits(linear, s, held)
             losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(gold[held]), 1.0)
             say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
-        weight = min(MODEL_WEIGHTS, key=lambda w: (round(losses[w], 9), w))
+        weight = min(weights, key=lambda w: (round(losses[w], 9), w))
         temperature = metrics.fit_temperature(list(held_logits[weight]), list(gold[held])).temperature
         readout = judge(learn._softmax_rows(held_logits[weight], temperature), gold[held], formula, max_error, 5)
         started = time.perf_counter()
@@ -421,6 +448,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rare", choices=("merge", "review"), default="review",
                    help=f"merge rare labels into one option {MERGED!r}, or leave them out so their items go to review")
     p.add_argument("--max-error", type=float, default=0.03, help="share of automatic answers allowed wrong (0.03: 97 %% precision)")
+    p.add_argument("--targets", type=Path, help="JSON object label → destination key (\"*\": every other label); "
+                   "default: each label its own destination, named after it")
+    p.add_argument("--max-terms", type=int, help="at most this many text terms in the head (a smaller file, a faster "
+                   "cold start; default: as many as the head's size limit allows)")
+    p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
+                   help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead")
@@ -455,7 +488,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
             f"({'merged into ' + repr(MERGED) if args.rare == 'merge' else 'left to review'}): "
             + ", ".join(f"{label} ({n})" for label, n in vocab.rare.items()))
     name = args.name or _key(args.out.resolve().name).lower()[:64]
-    raw = raw_policy(name, fields, args.label, vocab, args.max_error)
+    targets = read_targets(args.targets, vocab) if args.targets else None
+    raw = raw_policy(name, fields, args.label, vocab, args.max_error, targets)
     question = question_of(raw)
     train_rows = [r for r in train_rows if vocab.option_of(r[args.label]) is not None]
     gold = np.array([vocab.options.index(vocab.option_of(r[args.label])) for r in train_rows])
@@ -485,7 +519,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
 
     fitting = time.perf_counter()
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,
-                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say)
+                 max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms,
+                 model_weight=args.model_weight)
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out

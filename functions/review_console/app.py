@@ -40,7 +40,8 @@ app = APIGatewayHttpResolver()
 STATIC = Path(__file__).parent / "static"
 #: The only files served, with their types (nothing else under static/ is reachable).
 ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8",
-          "console.svg": "image/svg+xml"}
+          "console.svg": "image/svg+xml",
+          "picker.js": "text/javascript; charset=utf-8"}  # the option picker of a question with many options
 RECENT_ROUTES = 25
 
 

@@ -110,3 +110,23 @@ def test_an_answer_to_other_options_than_the_signals_decision_is_a_bad_response(
     policy = load_policy(install(tmp_path, 20))
     with pytest.raises(EndpointFailure, match="expected its signals decision's"):
         model_entry(policy.questions[0], make_result("intent", ["intent0", "intent1"], [1.0, 0.0]), {"message": "x"})
+
+
+def test_the_console_lists_a_many_option_question_best_first_by_the_head(tmp_path):
+    from decision_router.review.console import decision_view
+
+    policy = load_policy(install(tmp_path, 150, model_sha256=MODEL_INFO.sha256, hidden_size=8))
+    item = ticket("intent97, intent42 or intent3")
+    (decision,) = build_decisions(policy, item)
+    entry = model_entry(policy.questions[0], signals_result([0.0] * 8), decision.state)
+    record = build_record(policy, item, [entry], destinations=DESTINATIONS, review_queue_url="https://sqs/review",
+                          review_timeout_seconds=60)
+    (view,) = decision_view(record, policy)
+    ranked = view["ranked"]
+    assert sorted(ranked) == sorted(policy.questions[0].option_ids)
+    chances = [entry.probabilities[o] for o in ranked]
+    assert chances == sorted(chances, reverse=True), "best first"
+    assert set(ranked[:3]) == {"intent97", "intent42", "intent3"} and ranked[0] == view["suggested"]
+    # equal probabilities keep the policy's order
+    rest = ranked[3:]
+    assert rest == [o for o in policy.questions[0].option_ids if o in rest]

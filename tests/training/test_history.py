@@ -1,6 +1,7 @@
 """make fit-history: a labelled export becomes a policy the router loads, a head, predictions and a
-report. The model's signals come from a small deterministic runner here (a hidden state drawn from
-the evidence's words), so the test needs no GGUF; tests/bench/test_public.py runs the real model."""
+report. Most tests take the model's signals from a small deterministic runner (a hidden state drawn
+from the evidence's words), so they need no GGUF; one (marked `model`) scores a tiny slice of real
+queries with the embedded model, and tests/bench/test_public.py runs both public sets."""
 
 from __future__ import annotations
 
@@ -162,8 +163,116 @@ def test_a_missing_field_is_named_with_its_file_and_line(tmp_path, capsys):
     assert code == 2 and "no column 'text' (columns: body, group)" in capsys.readouterr().err
 
 
+def test_targets_map_the_labels_onto_the_deployments_destinations(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 12, 5))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 2, 6))
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"intent_00": "billing", "intent_01": "billing", "*": "product-help"}))
+    argv = ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label"]
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "mapped"), "--targets", str(targets)])
+    assert code == 0
+    policy = load_policy(tmp_path / "mapped/policy.json", known_targets=["billing", "product-help"])
+    assert [o.target for o in policy.questions[0].options] == ["billing", "billing", "product-help", "product-help"]
+
+    targets.write_text(json.dumps({"intent_00": "billing", "intnet_01": "sales"}))
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "typo"), "--targets", str(targets)])
+    assert code == 2 and "1 label(s) that are no option: intnet_01" in capsys.readouterr().err
+    targets.write_text(json.dumps({"intent_00": "billing"}))
+    code, _ = run(tmp_path, [*argv, "--out", str(tmp_path / "partial"), "--targets", str(targets)])
+    assert code == 2 and 'option(s) without a destination and no "*": intent_01, intent_02, intent_03' in capsys.readouterr().err
+
+
+def test_a_fixed_model_weight_of_zero_fits_the_text_alone(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 12, 7))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 2, 8))
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label",
+                             "--out", str(tmp_path / "text"), "--model-weight", "0"])
+    assert code == 0
+    report = json.loads((tmp_path / "text/report.json").read_text())
+    assert report["head"]["model_weight"] == 0.0 and not report["head"]["reads_model"]
+    assert list(report["holdout"]["log_loss"]) == ["0.0"]
+    head = load_policy(tmp_path / "text/policy.json").questions[0].learned_head
+    assert head.hidden is None and head.model_sha256 is None
+
+
 def test_option_ids_and_targets_are_made_valid_and_unique():
     ids = history.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
     assert ids == {"Billing & Refunds": "Billing_Refunds", "billing_refunds": "billing_refunds", "__x": "x",
                    "Kündigung": "K_ndigung"}
     assert history.target_of("Billing_Refunds") == "billing-refunds"
+
+
+class CountingRunner:
+    """The real embedded engine in this process (evaluation.runners.EngineRunner), counting the
+    decisions it is asked."""
+
+    def __init__(self, engine) -> None:
+        from evaluation.runners import EngineRunner
+
+        self.runner, self.calls = EngineRunner(engine), 0
+        self.description = self.runner.description
+
+    def model_info(self) -> ModelInfo:
+        return self.runner.model_info()
+
+    def decide(self, decisions) -> Scored:
+        self.calls += len(decisions)
+        return self.runner.decide(decisions)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def clinc150_slice(labels: int, per_label: int, offset: int) -> list[dict]:
+    """`per_label` queries of each of the first `labels` CLINC150 intents (the shipped copy, real text)."""
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[2] / "bench/public/clinc150/data_full.json").read_text())
+    by_label: dict[str, list[str]] = {}
+    for text, label in data["train"]:
+        by_label.setdefault(label, []).append(text)
+    return [{"text": text, "label": label} for label in sorted(by_label)[:labels]
+            for text in by_label[label][offset:offset + per_label]]
+
+
+@pytest.mark.model
+def test_the_real_model_scores_a_tiny_export_and_the_head_it_writes_reads_that_model(tmp_path, embedded_engine):
+    """17 intents (one more than the letters) of real queries, 2 each to fit and 1 each to test:
+    every item scored by the embedded model, the head bound to it, and a ticket routed by the
+    written policy through the same engine answered by that head."""
+    train = write_jsonl(tmp_path / "train.jsonl", clinc150_slice(17, 2, 0))
+    test = write_jsonl(tmp_path / "test.jsonl", clinc150_slice(17, 1, 50))
+    out = tmp_path / "out"
+    runner = CountingRunner(embedded_engine)
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "text", "--label", "label",
+                             "--out", str(out), "--min-examples", "2"], runner=runner)
+    assert code == 0 and runner.calls == 34 + 17
+    model = embedded_engine.model_info
+    policy = load_policy(out / "policy.json")
+    question = policy.questions[0]
+    head = question.learned_head
+    assert question.many_options and len(question.options) == 17
+    assert head.model_sha256 == model.sha256 and head.hidden_size == model.hidden_size and head.hidden is not None
+    report = json.loads((out / "report.json").read_text())
+    assert (report["n_train"], report["n_test"], report["options"]) == (34, 17, 17)
+    assert 0.0 <= report["accuracy"] <= 1.0 and 0.0 <= report["baseline"]["accuracy"] <= 1.0
+    lines = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [line["gold"] for line in lines] == [row["label"] for row in clinc150_slice(17, 1, 50)]
+
+    item = parse_item("ticket", {"ticket_id": "T-1", "subject": "x", "body": lines[0]["text"], "customer": {"id": "C", "tier": "pro"},
+                                 "channel": "email", "created_at": "2026-12-01T00:00:00Z"})
+    (decision,) = build_decisions(policy, item)
+    result = runner.decide([decision]).results[0]
+    assert len(result.hidden_state) == model.hidden_size
+    entry = model_entry(question, result, decision.state)
+    assert entry.readout == "head" and entry.head_skipped is None and entry.option_id in question.option_ids
+
+    # the same export again: every signal comes from the cache, under the model's sha256
+    again = CountingRunner(embedded_engine)
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "text", "--label", "label",
+                             "--out", str(tmp_path / "again"), "--min-examples", "2"], runner=again)
+    assert code == 0 and again.calls == 0
+    assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / model.sha256]
+    first, second = (json.loads((folder / "report.json").read_text()) for folder in (out, tmp_path / "again"))
+    figures = ("accuracy", "macro_f1", "ece", "auto_share", "auto_precision", "baseline")
+    assert [first[k] for k in figures] == [second[k] for k in figures]

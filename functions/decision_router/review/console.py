@@ -177,9 +177,19 @@ def _option_rows(question_options: Sequence[Any], entry: DecisionEntry | None) -
              "letters": letters.get(option.id), "head": head.get(option.id)} for option in question_options]
 
 
+def ranked_options(question_options: Sequence[Any], entry: DecisionEntry | None) -> list[str]:
+    """The question's option ids best first by the deciding readout's probability (the head's, for a
+    question with many options), the policy's order on ties and where nothing was read: what the
+    console's option picker lists first."""
+    probabilities = (entry.probabilities if entry else None) or {}
+    order = sorted(enumerate(question_options), key=lambda pair: (-(probabilities.get(pair[1].id) or 0.0), pair[0]))
+    return [option.id for _, option in order]
+
+
 def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]]:
     """Per question of the policy: the options with the deciding readout's probabilities (and the
-    letters' beside the head's), the rule that fired, and the suggestion to preselect."""
+    letters' beside the head's), the options ranked best first, the rule that fired, and the
+    suggestion to preselect."""
     entries = {d.question: d for d in record.decisions}
     rules = {rule.id: rule.description for rule in policy.rules}
     questions = []
@@ -197,6 +207,7 @@ def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]
             "head_skipped": entry.head_skipped if entry else None,
             "error": entry.error.message if entry and entry.error else None,
             "options": _option_rows(question.options, entry),
+            "ranked": ranked_options(question.options, entry),
         })
     return questions
 

@@ -1,6 +1,8 @@
 // The review console's page logic. Every text that comes from an item, a record or the API is
 // put into the page with textContent (through el()); nothing is parsed as HTML.
 
+import { PICKER_MIN_OPTIONS, pickerBlock, pickerFilter } from "./picker.js";
+
 const $ = (id) => document.getElementById(id);
 const TOKEN = "decision-router.id-token";
 // One row of keys per question: the first question's options answer to 1 2 3 …, the next to q w e …
@@ -210,6 +212,10 @@ function questionBlock(question, index, keys) {
     if (question.confidence !== null) meta.push(`confidence ${question.confidence.toFixed(2)} (needs ${question.min_confidence.toFixed(2)})`);
     if (question.head_skipped) meta.push(`head not used: ${question.head_skipped}`);
   }
+  const qmeta = el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · "));
+  if (question.options.length >= PICKER_MIN_OPTIONS) {
+    return pickerBlock(question, `${question.id}: ${question.question}`, qmeta, nextAfter);
+  }
   const options = question.options.map((option, i) => {
     const key = row[i] || "";
     const input = el("input", { type: "radio", name: `q-${question.id}`, value: option.id,
@@ -228,9 +234,14 @@ function questionBlock(question, index, keys) {
         el("small", {}, option.description, option.target ? ` → ${option.target}` : "", option.escalate ? " (escalates)" : "")),
       probs);
   });
-  return el("fieldset", {}, el("legend", {}, `${question.id}: ${question.question}`),
-    el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · ")),
-    options);
+  return el("fieldset", {}, el("legend", {}, `${question.id}: ${question.question}`), qmeta, options);
+}
+
+// After a many-option question's picker chose: on to the next question's picker, else to Submit.
+function nextAfter(question) {
+  const later = current.questions.slice(current.questions.findIndex((q) => q.id === question.id) + 1);
+  const next = later.map((q) => pickerFilter($("questions"), q.id)).find(Boolean);
+  (next || $("submit")).focus();
 }
 
 async function showItem(task, name) {
@@ -250,7 +261,9 @@ async function showItem(task, name) {
   $("note").value = "";
   $("submit").disabled = false;
   current = { task, name, item_id: data.item_id, questions: data.questions, keys };
-  $("submit").focus();
+  // A question with many options starts with its picker's filter box; otherwise the keys answer.
+  const picker = data.questions.map((q) => pickerFilter($("questions"), q.id)).find(Boolean);
+  (picker || $("submit")).focus();
 }
 
 async function submitAnswer(event) {
@@ -299,6 +312,8 @@ async function followExecution(name, verb, result) {
 function onKey(event) {
   if ($("view-item").hidden || !current) return;
   if (event.target instanceof HTMLTextAreaElement) return; // typing a note
+  // The picker's own keys (Esc on its empty filter goes back, as anywhere).
+  if (event.key !== "Escape" && event.target instanceof Element && event.target.closest(".picker")) return;
   if (event.key === "Escape") { location.hash = $("back").getAttribute("href"); return; }
   if (event.key === "Enter") { event.preventDefault(); $("answer-form").requestSubmit(); return; }
   const input = current.keys.get(event.key.toLowerCase());
