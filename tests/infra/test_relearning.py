@@ -82,7 +82,13 @@ def approval() -> str:
 
 
 @pytest.fixture
-def stack(embedded_engine, tmp_path, signals, approval):
+def shadow_items() -> int:
+    """Live items a candidate answers in shadow before it is judged (0: judged at once)."""
+    return 0
+
+
+@pytest.fixture
+def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "RelearningApproval": approval,
                                        **LOCAL_PARAMETERS}).create()
@@ -93,7 +99,8 @@ def stack(embedded_engine, tmp_path, signals, approval):
             store.put(f"signals/{POLICY}/{model}.npz", signals.read_bytes())
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
-                         work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce)
+                         work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
+                         shadow_items=shadow_items, shadow_check_seconds=1, signals_dir=tmp_path / "none-shipped")
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
