@@ -9,7 +9,8 @@ One file per model, named by the GGUF's sha256 (`bench/data/signals/<sha256>.npz
 model is another finds no file and asks its endpoint as before. Each row is keyed as `make fit`'s
 cache keys it (`features.decision_key`: the model's sha256 and the decision's content), so a
 changed prompt, question or item simply finds no row. The format is compact: the hidden state in
-float16 (its values are far inside float16's range; the rounding is below what a head reads), the
+float16 (its values are far inside float16's range; the rounding moves a head's probabilities
+slightly, which can tip a verdict taken on a handful of labels, never the sets' figures), the
 letter logits in float32, one index per prompt version.
 """
 
@@ -60,8 +61,9 @@ def read(path: Path, model_sha256: str) -> dict[str, tuple[np.ndarray, np.ndarra
         keys, hidden, n_options = data["keys"], data["hidden"], data["n_options"]
         logits, mass, versions, version = data["logits"], data["mass"], data["versions"], data["version"]
     ends = np.cumsum(n_options.astype(np.int64))
+    # numpy's bytes type drops trailing NUL bytes: a key ending in 00 is padded back to 32 bytes
     starts = ends - n_options
-    return {bytes(k).hex(): (hidden[i].astype(np.float32), logits[starts[i]:ends[i]].astype(np.float64),
+    return {bytes(k).ljust(32, b"\0").hex(): (hidden[i].astype(np.float32), logits[starts[i]:ends[i]].astype(np.float64),
                              float(mass[i]), str(versions[version[i]]))
             for i, k in enumerate(keys)}
 
