@@ -8,7 +8,8 @@ import json
 import pytest
 
 from decision_router.domain.policies import load_policy
-from local.learn import SAMPLES, read_answers
+from local.learn import SAMPLES, main, read_answers
+from local.relearning import RelearningRun
 
 
 def test_bad_answers_lines_are_named(tmp_path):
@@ -28,3 +29,30 @@ def test_the_samples_answer_items_of_first_with_options_of_their_policy():
     for given in answers.values():
         assert all(option in incident.question(q).option_ids for q, option in given.items())
     assert (SAMPLES / "then.jsonl").read_text().strip()
+
+
+def test_a_verdict_line_says_what_the_gate_and_the_shadow_decided():
+    fit = {"questions": [
+        {"question": "team", "promoted": True, "reason": "not worse on any measure", "current": {"accuracy": 0.5},
+         "candidate": {"accuracy": 0.7}},
+        {"question": "priority", "promoted": False, "reason": "worse on log loss", "current": {}, "candidate": {}}]}
+    shadow = {"items": 5, "agreed": 4, "reviewed": 0}
+    judged = {"questions": [{"question": "team", "promoted": True, "reason": "shadowed 5 items", "shadow": shadow}]}
+    run = RelearningRun("incident", "arn", "SUCCEEDED", {"fit": fit, "shadow_judged": judged,
+                                                          "promote": {"promoted": [{"question": "team"}]}}, None, 1.0)
+    team, priority = run.verdicts()
+    assert team == {**team, "promoted": True, "shadow": shadow,
+                    "reason": "not worse on any measure; in shadow: shadowed 5 items"}
+    assert priority == {**priority, "promoted": False, "shadow": None, "reason": "worse on log loss"}
+
+    refused = {"questions": [{**judged["questions"][0], "promoted": False, "reason": "too few shadowed items: 2"}]}
+    [team, _] = RelearningRun("incident", "arn", "SUCCEEDED", {"fit": fit, "shadow_judged": refused}, None, 1.0).verdicts()
+    assert not team["promoted"] and team["reason"].endswith("in shadow: too few shadowed items: 2")
+
+    [team, _] = RelearningRun("incident", "arn", "FAILED", {"fit": fit}, "States.Timeout", 1.0).verdicts()
+    assert not team["promoted"] and team["reason"].endswith("not judged in shadow: States.Timeout")
+
+
+def test_a_negative_shadow_count_is_refused(capsys):
+    assert main(["--shadow-items", "-1"]) == 2
+    assert "--shadow-items -1: must be 0 or more" in capsys.readouterr().err
