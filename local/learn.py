@@ -6,8 +6,10 @@
    the real functions), with relearning on and the routing functions re-reading the head store
    before every item (HeadRefreshSeconds=0).
 2. Routes FIRST. Each item that reached review is answered through the review function (the path
-   a reviewer's answer takes) with its line of ANSWERS (`{"item_id", "answers": {question: option}}`;
-   questions left out take the model's suggestion); an item without a line stays pending.
+   a reviewer's answer takes) with its line of ANSWERS (`{"item_id", "answers": {question: option},
+   "reviewer"?}`; questions left out take the model's suggestion; the samples are answered by three
+   reviewers, as a team would: one reviewer alone may give at most half of what a candidate is
+   judged on); an item without a line stays pending.
    Lines for items that did not reach review are not used.
 3. Runs the relearning workflow (statemachine/relearning.asl.json, executed by moto; its steps by
    the real relearning function) for every policy that got answers: fit, judge against the head
@@ -57,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m local.learn", description=__doc__.splitlines()[0])
     p.add_argument("--first", type=Path, default=SAMPLES / "first.jsonl", help="items routed before relearning")
     p.add_argument("--answers", type=Path, default=SAMPLES / "answers.jsonl",
-                   help='reviewers\' answers: {"item_id", "answers": {question: option}} per line')
+                   help='reviewers\' answers: {"item_id", "answers": {question: option}, "reviewer"?} per line')
     p.add_argument("--then", type=Path, default=SAMPLES / "then.jsonl", help="items routed after relearning")
     p.add_argument("--report", type=Path, help="THEN's report lines, then one verdict line per question")
     p.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
@@ -72,7 +74,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def read_answers(path: Path) -> dict[str, dict[str, str]]:
     """item id -> answers; a bad line is an error naming its line and field."""
-    answers: dict[str, dict[str, str]] = {}
+    return {item_id: given for item_id, (given, _) in read_answer_lines(path).items()}
+
+
+def read_answer_lines(path: Path) -> dict[str, tuple[dict[str, str], str]]:
+    """item id -> (answers, who answered: the line's `reviewer`, REVIEWER if it has none); a bad
+    line is an error naming its line and field."""
+    answers: dict[str, tuple[dict[str, str], str]] = {}
     for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not text.strip():
             continue
@@ -85,7 +93,10 @@ def read_answers(path: Path) -> dict[str, dict[str, str]]:
         given = row.get("answers")
         if not isinstance(given, dict) or not given or not all(isinstance(v, str) for v in given.values()):
             raise ValueError(f"{path.name}:{number}: answers: an object of question -> option id is required")
-        answers[row["item_id"]] = given
+        reviewer = row.get("reviewer", REVIEWER)
+        if not isinstance(reviewer, str) or not reviewer.strip():
+            raise ValueError(f"{path.name}:{number}: reviewer: a non-empty string is required when given")
+        answers[row["item_id"]] = (given, reviewer)
     return answers
 
 
@@ -122,7 +133,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         print("learn: " + "; ".join(problems), file=sys.stderr)
         return 2
     try:
-        answers = read_answers(args.answers)
+        answers = read_answer_lines(args.answers)
         with unwinding_on_signals():
             return _run(args, answers, progress, out)
     except ValueError as error:
@@ -139,7 +150,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 1
 
 
-def _run(args: argparse.Namespace, answers: dict[str, dict[str, str]], progress: Callable[[str], None],
+def _run(args: argparse.Namespace, answers: dict[str, tuple[dict[str, str], str]], progress: Callable[[str], None],
          out: TextIO) -> int:
     from decision_server.model_files import embedded_model_path
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
@@ -169,7 +180,8 @@ def _run(args: argparse.Namespace, answers: dict[str, dict[str, str]], progress:
         for outcome in first:
             item_id = outcome.item.item_id
             if item_id in answers and item_id in pipeline.pending_reviews and outcome.status == "RUNNING":
-                pipeline.complete_review(outcome, REVIEWER, answers=answers[item_id])
+                given, reviewer = answers[item_id]
+                pipeline.complete_review(outcome, reviewer, answers=given)
                 policy = outcome.record.policy.name if outcome.record else "?"
                 answered[policy] = answered.get(policy, 0) + 1
         progress(f"FIRST routed ({len(first)} lines); reviews answered: "

@@ -4,18 +4,20 @@ the shipped samples it runs on by default fit together (every answer names an it
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
 from decision_router.domain.policies import load_policy
-from local.learn import SAMPLES, main, read_answers
+from local.learn import SAMPLES, main, read_answer_lines, read_answers
 from local.relearning import RelearningRun
 
 
 def test_bad_answers_lines_are_named(tmp_path):
     path = tmp_path / "answers.jsonl"
     for text, problem in [("{", "answers.jsonl:1: not JSON"), ('{"answers": {"team": "data"}}', "item_id"),
-                          ('{"item_id": "X", "answers": {}}', "answers: an object")]:
+                          ('{"item_id": "X", "answers": {}}', "answers: an object"),
+                          ('{"item_id": "X", "answers": {"team": "data"}, "reviewer": ""}', "answers.jsonl:1: reviewer")]:
         path.write_text(text + "\n")
         with pytest.raises(ValueError, match=problem):
             read_answers(path)
@@ -25,6 +27,9 @@ def test_the_samples_answer_items_of_first_with_options_of_their_policy():
     answers = read_answers(SAMPLES / "answers.jsonl")
     first = [json.loads(line) for line in (SAMPLES / "first.jsonl").read_text().splitlines()]
     assert set(answers) == {item["incident_id"] for item in first}
+    # answered by a team: no reviewer gives more than half of what a candidate is judged on
+    reviewers = Counter(reviewer for _, reviewer in read_answer_lines(SAMPLES / "answers.jsonl").values())
+    assert len(reviewers) >= 3 and max(reviewers.values()) <= len(answers) / 2
     incident = load_policy("incident")
     for given in answers.values():
         assert all(option in incident.question(q).option_ids for q, option in given.items())

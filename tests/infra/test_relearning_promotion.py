@@ -161,9 +161,10 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     key = store_candidate(store, "relearn-support-ticket-new", data, promoted=True)
     store.put(key, route_everything_alone())  # replaced after fit judged it
     with pytest.raises(ValueError, match="its bytes hash to"):
-        relearning.promote(POLICY, "relearn-support-ticket-new", claim)
+        relearning.shadow(POLICY, "relearn-support-ticket-new", claim)
     with pytest.raises(ValueError, match="the verdict says refused"):
-        relearning.promote(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
+        relearning.shadow(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
+    assert store.shadow_pointer(POLICY, QUESTION) is None
     nothing_promoted(store, env)
 
     store.put(key, data)
@@ -175,6 +176,13 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     assert store.shadow_pointer(POLICY, QUESTION).sha256 == shadowing["questions"][0]["sha256"]
     judged = relearning.judge_shadow(POLICY, "relearn-support-ticket-new")  # 0 shadowed items asked for
     assert judged["ready"] and judged["promotable"] and store.shadow_pointer(POLICY, QUESTION) is None
+    store.put(key, route_everything_alone())  # replaced after its shadow was judged
+    with pytest.raises(ValueError, match="its bytes hash to"):
+        relearning.promote(POLICY, "relearn-support-ticket-new", claim)
+    with pytest.raises(ValueError, match="the verdict says refused"):
+        relearning.promote(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
+    assert store.pointer(POLICY, QUESTION) is None  # the shipped head keeps deciding
+    store.put(key, data)
     out = relearning.promote(POLICY, "relearn-support-ticket-new", claim)
     assert [p["head_version"] for p in out["promoted"]] == ["support-ticket.queue.relearned"]
     pointer = store.pointer(POLICY, QUESTION)
