@@ -170,7 +170,7 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     store.put(key, data)
     with pytest.raises(ValueError, match="fit and judge_shadow stored no passing candidate"):
         relearning.promote(POLICY, "relearn-support-ticket-new", claim)  # not yet judged in shadow
-    with pytest.raises(ValueError, match="run relearn-support-ticket-new's fit stored no passing"):
+    with pytest.raises(ValueError, match="the verdict says refused, but run relearn-support-ticket-new's fit stored a passing"):
         relearning.shadow(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
     shadowing = relearning.shadow(POLICY, "relearn-support-ticket-new", claim)
     assert store.shadow_pointer(POLICY, QUESTION).sha256 == shadowing["questions"][0]["sha256"]
