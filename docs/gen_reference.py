@@ -47,6 +47,12 @@ OTHER_VARIABLES = {
     "RELEARNING_TOPIC_ARN": ("", "Relearning function: the topic every promotion is announced on."),
     "RELEARNING_SHIPPED_SETS": ("the shipped sets", "Relearning function: comma-separated labelled sets, relative to the "
                                 "code's root; empty: none (the reviews alone). Not set by the template."),
+    "RELEARNING_SHADOW_ITEMS": ("`200`", "Relearning function: live items a candidate the gate passed answers in "
+                                "shadow before it is judged (template parameter RelearningShadowItems; 0: at once)."),
+    "RELEARNING_SHADOW_TIMEOUT_SECONDS": ("`604800`", "Relearning function: how long a candidate may serve in shadow "
+                                          "to reach its items; then it is refused (RelearningShadowTimeoutSeconds)."),
+    "RELEARNING_SHADOW_CHECK_SECONDS": ("`900`", "Relearning function: how often the workflow looks at the shadow's "
+                                        "counts (RelearningShadowCheckSeconds)."),
 }
 
 

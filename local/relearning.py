@@ -38,15 +38,27 @@ class RelearningRun:
         """One line per question: promoted or not, why, and both heads' figures on the newest labels."""
         fit = self.output.get("fit")
         if fit:
-            return [{"policy": self.policy, "question": v["question"], "promoted": v["promoted"], "reason": v["reason"],
-                     "current": v["current"], "candidate": v["candidate"]} for v in fit["questions"]]
+            judged = {v["question"]: v for v in (self.output.get("shadow_judged") or {}).get("questions", [])}
+            promoted = {p["question"] for p in (self.output.get("promote") or {}).get("promoted", [])}
+            out = []
+            for v in fit["questions"]:
+                line = {"policy": self.policy, "question": v["question"], "promoted": v["question"] in promoted,
+                        "reason": v["reason"], "current": v["current"], "candidate": v["candidate"], "shadow": None}
+                shadow = judged.get(v["question"])
+                if shadow is not None:  # the gate passed it: its shadow's verdict decided
+                    line["reason"] = f"{v['reason']}; in shadow: {shadow['reason']}"
+                    line["shadow"] = shadow["shadow"]
+                elif v["promoted"]:  # the gate passed it, the run ended before its shadow was judged
+                    line["reason"] = f"{v['reason']}; not judged in shadow: {self.error or self.status}"
+                out.append(line)
+            return out
         count = self.output.get("count", {})
         reason = (f"relearning did not run: {count['new_labels']} new labels, at least {count['min_new_labels']}"
                   if count else f"relearning failed: {self.error or self.status}")
         from decision_router.domain.policies import load_policy
 
         return [{"policy": self.policy, "question": q.id, "promoted": False, "reason": reason, "current": {},
-                 "candidate": {}} for q in load_policy(self.policy).questions]
+                 "candidate": {}, "shadow": None} for q in load_policy(self.policy).questions]
 
 
 class LocalRelearning:
@@ -66,8 +78,11 @@ class LocalRelearning:
         self.state_machine_arn = stack.ref(RELEARNING_STATE_MACHINE)
 
     def run(self, policy: str, trigger: str = "labels", timeout: float = 3600,
-            progress: Callable[[str], None] = lambda _: None) -> RelearningRun:
-        """Start one run for `policy` and serve its steps until it ends."""
+            progress: Callable[[str], None] = lambda _: None,
+            while_waiting: Callable[[], bool] = lambda: False) -> RelearningRun:
+        """Start one run for `policy` and serve its steps until it ends. `while_waiting()` is
+        called whenever no step is waiting to be served (while a candidate serves in shadow, the
+        caller may route live items then); it returns whether it did anything."""
         started = time.monotonic()
         name = f"relearn-{policy}-{int(time.time())}-{next(_RUNS)}"
         arn = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
@@ -81,7 +96,7 @@ class LocalRelearning:
                 break
             if time.monotonic() - started > timeout:
                 raise TimeoutError(f"relearning {policy} still running after {timeout:.0f}s")
-            if report is None:
+            if report is None and not while_waiting():
                 time.sleep(0.2)
         output = json.loads(described.get("output") or "{}")
         error = None

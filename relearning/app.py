@@ -3,9 +3,10 @@ from its queue (SQS event source, one message at a time) and answers each step's
 its output (SendTaskSuccess) or its failure (SendTaskFailure, error `RelearningStepFailed`, the
 cause in words). A step that fails is never retried by SQS: the workflow decides (its Catch).
 
-Message: `{"step": "count"|"collect"|"fit"|"promote", "task_token", "execution", "input": {...}}`
-(`execution`: the workflow's execution name, the run whose candidates `fit` keeps and `promote`
-names in service). Before any step runs, its task token is checked with the workflow
+Message: `{"step": "count"|"collect"|"fit"|"shadow"|"judge_shadow"|"promote", "task_token",
+"execution", "input": {...}}` (`execution`: the workflow's execution name, the run whose
+candidates `fit` keeps, `shadow` serves in shadow, `judge_shadow` judges and `promote` names in
+service). Before any step runs, its task token is checked with the workflow
 (SendTaskHeartbeat): a message whose token the workflow is not waiting on (made up, or its task
 timed out) runs nothing and answers nothing; it is logged. The queue takes messages from the
 workflow's role only (template.yaml, RelearningQueuePolicy).
@@ -42,7 +43,7 @@ class StepMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: Literal["count", "collect", "fit", "promote"]
+    step: Literal["count", "collect", "fit", "shadow", "judge_shadow", "promote"]
     task_token: str = Field(min_length=1, max_length=1024)
     execution: str | None = Field(default=None, min_length=1, max_length=80)
     input: dict[str, Any]
@@ -94,6 +95,9 @@ def job() -> Relearning:
                           shipped=shipped_sets(), min_new_labels=int(os.environ.get("RELEARNING_MIN_NEW_LABELS", "200")),
                           max_reviewer_share=float(os.environ.get("RELEARNING_MAX_REVIEWER_SHARE", "0.5")),
                           announce=PromotionNotices(os.environ.get("RELEARNING_TOPIC_ARN", "")).announce,
+                          shadow_items=int(os.environ.get("RELEARNING_SHADOW_ITEMS", "0")),
+                          shadow_timeout_seconds=float(os.environ.get("RELEARNING_SHADOW_TIMEOUT_SECONDS", "604800")),
+                          shadow_check_seconds=int(os.environ.get("RELEARNING_SHADOW_CHECK_SECONDS", "900")),
                           logger=logger)
     return _job
 
@@ -101,22 +105,26 @@ def job() -> Relearning:
 def run_step(step: str, given: dict[str, Any], seconds_left: float | None = None,
              execution: str | None = None) -> dict[str, Any]:
     """One step of the workflow for the policy `given` names (`seconds_left`: the invocation's).
-    `fit` and `promote` act on the run named `execution` (the workflow's execution name)."""
+    `fit`, `shadow`, `judge_shadow` and `promote` act on the run named `execution` (the workflow's execution name)."""
     relearning = job()
     policy = given["policy"]
     if step == "count":
         return relearning.count(policy, given.get("trigger", "labels"))
     if step == "collect":
         return relearning.collect(policy, seconds_left)
-    if step in ("fit", "promote"):
+    if step in ("fit", "shadow", "judge_shadow", "promote"):
         if execution is None:
             raise ValueError(f"step {step!r}: the message names no execution (the run it belongs to)")
         if given.get("run", execution) != execution:
             raise ValueError(f"step {step!r}: input names run {given.get('run')!r}, the execution is {execution!r}")
         if step == "fit":
             return relearning.fit(policy, execution, given["collect"]["model"])
-        return relearning.promote(policy, execution, given["fit"]["questions"])
-    raise ValueError(f"step {step!r}: not a relearning step (count, collect, fit, promote)")
+        if step == "shadow":
+            return relearning.shadow(policy, execution, given["fit"]["questions"])
+        if step == "judge_shadow":
+            return relearning.judge_shadow(policy, execution)
+        return relearning.promote(policy, execution, given["shadow_judged"]["questions"])
+    raise ValueError(f"step {step!r}: not a relearning step (count, collect, fit, shadow, judge_shadow, promote)")
 
 
 @logger.inject_lambda_context

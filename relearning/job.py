@@ -13,9 +13,21 @@ through its queue with a task token; the function answers with the step's output
   the shipped sets' test split (training.gate: no reviewer more than `max_reviewer_share` of
   either the reviews trained on or those judged on); each candidate and its verdict written under
   `runs/<run>/`, each refusal recorded with its reason.
-- `promote`: each candidate the gate passed written to the head store and named in service; only
-  a candidate this run's own `fit` stored under `runs/<run>/` with a passing verdict, its bytes
-  still those `fit` hashed (the message's claims are checked against the store, never trusted).
+- `shadow`: each candidate the gate passed serves in shadow (domain/shadow.py): named in its
+  question's shadow pointer, the routing functions answer every live item with it beside the head
+  in service and count its agreement and, where a reviewer answers, which of the two was right.
+  Only a candidate this run's own `fit` stored as passing, its bytes re-hashed (as `promote`).
+- `judge_shadow`: not ready until every shadow answered `shadow_items` items or
+  `shadow_timeout_seconds` have passed (the workflow waits and asks again); then each shadow is
+  judged (at least `shadow_items` items, no worse precision on the reviewed ones than the head in
+  service), its verdict stored under `runs/<run>/`, and the shadow ended.
+- `promote`: each candidate the gate and its shadow passed written to the head store and named in
+  service; only a candidate this run's own `fit` stored under `runs/<run>/` with a passing verdict
+  and whose shadow this run's `judge_shadow` stored as passing, its bytes still those `fit` hashed
+  (the message's claims are checked against the store, never trusted).
+
+The model's signals for the shipped sets start from those shipped for the model, where there are
+(training/shipped_signals.py: `bench/data/signals/<model sha256>.npz`).
 """
 
 from __future__ import annotations
@@ -37,14 +49,16 @@ from decision_contract import Decision, ModelInfo
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
 from decision_router.adapters.review import LabelledExamples
+from decision_router.adapters.shadow_tally import ShadowTally
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
+from decision_router.domain.shadow import ShadowCounts, shadow_verdict
 from decision_router.intake.live_heads import question_metric
 from decision_router.review.completion import labelled_example
 from evaluation.cases import Case, case_from_row, load_file
 from evaluation.runners import RunFailure, Scored
-from training import gate
+from training import gate, shipped_signals
 from training.features import Example, FeatureCache, decision_key, extract
 from training.fitting import SHIPPED, TEST_SPLIT, fit_head
 
@@ -77,6 +91,16 @@ def run_name(run: Any) -> str:
 def candidate_key(run: str, policy: str, question: str) -> str:
     """Where a run's `fit` keeps a question's candidate (its report beside it, `.report.json`)."""
     return f"runs/{run_name(run)}/{policy}.{question}.json"
+
+
+def shadow_start_key(run: str, policy: str) -> str:
+    """Where a run's `shadow` keeps when its candidates began to serve in shadow, and which."""
+    return f"runs/{run_name(run)}/{policy}.shadow.json"
+
+
+def shadow_verdict_key(run: str, policy: str, question: str) -> str:
+    """Where a run's `judge_shadow` keeps a question's shadow verdict (what `promote` requires)."""
+    return f"runs/{run_name(run)}/{policy}.{question}.shadow-verdict.json"
 
 
 @dataclass(frozen=True)
@@ -153,13 +177,27 @@ class Relearning:
                  shipped: Sequence[Path] = SHIPPED, min_new_labels: int = 200, work_dir: Path | None = None,
                  logger: Logger | None = None, today: Callable[[], date] = date.today,
                  max_reviewer_share: float = gate.MAX_REVIEWER_SHARE,
-                 announce: Callable[[dict[str, Any]], Any] | None = None):
+                 announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
+                 shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
+                 clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
         the reviews a candidate trains on, and of those it is judged on. `announce(notice)`: each
-        promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only."""
+        promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only.
+        `shadow_items`: the live items each candidate must answer in shadow before it is judged
+        again; `shadow_timeout_seconds`: how long the workflow waits for them (then the candidate
+        is refused), looking every `shadow_check_seconds`. `tally`: the shadow heads' counts (default: the head store's history table).
+        `signals_dir`: the shipped signals (training/shipped_signals.py)."""
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
+        if shadow_items < 0 or shadow_timeout_seconds <= 0 or shadow_check_seconds < 1:
+            raise ValueError(f"shadow_items {shadow_items!r} must be 0 or more, shadow_timeout_seconds "
+                             f"{shadow_timeout_seconds!r} more than 0, shadow_check_seconds {shadow_check_seconds!r} "
+                             "at least 1")
+        self.shadow_items, self.shadow_timeout_seconds = shadow_items, shadow_timeout_seconds
+        self.shadow_check_seconds = shadow_check_seconds
+        self.tally = tally or ShadowTally(store.history_table)
+        self.clock, self.signals_dir = clock, signals_dir
         self.store, self.labels, self.endpoint = store, labels, endpoint
         self.shipped, self.min_new_labels = list(shipped), min_new_labels
         self.max_reviewer_share = max_reviewer_share
@@ -226,6 +264,10 @@ class Relearning:
         cache_dir.mkdir(parents=True, exist_ok=True)
         kept = self.store.download(key, cache_file)
         cache = FeatureCache(cache_file)
+        seeded = shipped_signals.seed(cache, model.sha256, self.signals_dir)
+        if seeded:
+            cache.save()
+            self.logger.info("model signals shipped for this model used", extra={"decisions": seeded})
         pending = [c for c in cases if any(cache.get(decision_key(model.sha256, d.decision)) is None for d in c.decisions)]
         complete = True
         for start in range(0, len(pending), CHUNK):
@@ -318,13 +360,14 @@ class Relearning:
                                 extra={"question": question_id, "reason": str(error)})
         return shipped, shipped.version if shipped else "letters"
 
-    # ------------------------------------------------------------------------------ promote
-    def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Each candidate this run's `fit` stored as passing, named in service. The verdicts (the
-        workflow's copy of `fit`'s output) must agree with what `fit` stored: a question they call
-        promoted whose stored report does not say so, or whose candidate's bytes no longer hash to
-        what `fit` recorded, fails the step and nothing of it is promoted."""
-        policy, run = shipped_policy(policy_name), run_name(run)
+    # ------------------------------------------------------------------------------ shadow
+    def _passing(self, policy: Policy, run: str, verdicts: Sequence[dict[str, Any]], *, shadowed: bool
+                 ) -> list[tuple[str, bytes, bytes, str, Head, str]]:
+        """The candidates this run's `fit` stored as passing (and, with `shadowed`, whose shadow
+        this run's `judge_shadow` stored as passing): (question, head bytes, report bytes, sha256,
+        head, reason). The verdicts (the workflow's copy of a step's output) must agree with what
+        the store holds: a question they call passing that the store does not, or one whose
+        candidate's bytes no longer hash to what `fit` recorded, fails the step."""
         claimed: dict[str, dict[str, Any]] = {}
         for verdict in verdicts:
             question = verdict.get("question") if isinstance(verdict, dict) else None
@@ -335,14 +378,21 @@ class Relearning:
         for question in policy.questions:
             key = candidate_key(run, policy.name, question.id)
             raw = self.store.find(key.replace(".json", ".report.json"))
-            report = json.loads(raw) if raw is not None else None
-            stored_pass = bool(report and report.get("verdict", {}).get("promoted") is True)
+            report: dict[str, Any] = json.loads(raw) if raw is not None else {}
+            stored_pass = report.get("verdict", {}).get("promoted") is True
+            reason = report["verdict"]["reason"] if stored_pass else ""
+            if stored_pass and shadowed:
+                judged = self.store.find(shadow_verdict_key(run, policy.name, question.id))
+                shadow = json.loads(judged) if judged is not None else {}
+                stored_pass = shadow.get("promoted") is True and shadow.get("sha256") == report.get("sha256")
+                reason = f"{reason}; in shadow: {shadow.get('reason', '')}"
             says = bool(claimed.get(question.id, {}).get("promoted"))
+            stage = "fit and judge_shadow" if shadowed else "fit"
             if says != stored_pass:
                 raise ValueError(f"{policy.name}/{question.id}: the verdict says {'promoted' if says else 'refused'}, "
-                                 f"but run {run}'s fit stored {'a passing' if stored_pass else 'no passing'} "
+                                 f"but run {run}'s {stage} stored {'a passing' if stored_pass else 'no passing'} "
                                  f"candidate at {key}")
-            if not stored_pass:
+            if not stored_pass or raw is None:
                 continue
             data = self.store.get(key)
             sha256 = hashlib.sha256(data).hexdigest()
@@ -354,7 +404,82 @@ class Relearning:
             problems = policy.head_problems(question, head)
             if problems:
                 raise ValueError(f"candidate {key}: " + "; ".join(problems))
-            passed.append((question.id, data, raw, sha256, head, report["verdict"]["reason"]))
+            passed.append((question.id, data, raw, sha256, head, reason))
+        return passed
+
+    def shadow(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Each candidate this run's `fit` stored as passing named its question's shadow: the
+        routing functions answer with it beside the head in service from their next refresh."""
+        policy, run = shipped_policy(policy_name), run_name(run)
+        passed = self._passing(policy, run, verdicts, shadowed=False)
+        started = self.clock()
+        shadowing = [{"question": q, "head_version": head.version, "sha256": sha256} for q, _, _, sha256, head, _ in passed]
+        self.store.put(shadow_start_key(run, policy.name), json.dumps(
+            {"started_at": started, "questions": shadowing}, sort_keys=True).encode())
+        for question_id, data, _, sha256, head, reason in passed:
+            self.store.shadow(policy.name, question_id, data, sha256=sha256, head_version=head.version,
+                              by=f"relearning:{run}", reason=reason)
+            question_metric("ShadowStarted", policy.name, question_id)
+            self.logger.info("candidate serving in shadow", extra={"question": question_id,
+                                                                   "head_version": head.version})
+        return {"policy": policy.name, "run": run, "started_at": started, "min_items": self.shadow_items,
+                "timeout_seconds": self.shadow_timeout_seconds, "check_seconds": self.shadow_check_seconds,
+                "questions": shadowing}
+
+    def judge_shadow(self, policy_name: str, run: str) -> dict[str, Any]:
+        """`ready: false` while a shadow has answered fewer than `shadow_items` items and the
+        shadow period lasts; then each shadow judged (domain/shadow.py `shadow_verdict`), its
+        verdict stored for `promote`, the shadow ended and each refusal recorded with its reason."""
+        policy, run = shipped_policy(policy_name), run_name(run)
+        raw = self.store.find(shadow_start_key(run, policy.name))
+        if raw is None:
+            raise ValueError(f"run {run}: no candidate of {policy.name} serves in shadow (its shadow step stored none)")
+        started = json.loads(raw)
+        waited = self.clock() - float(started["started_at"])
+        timed_out = waited >= self.shadow_timeout_seconds
+        counts: dict[str, ShadowCounts] = {}
+        for shadowed in started["questions"]:
+            tally = self.tally.counts(policy.name, shadowed["question"], shadowed["sha256"])
+            counts[shadowed["question"]] = tally
+            figures = tally.figures()
+            for metric, value in (("ShadowAgreement", figures["agreement"]),
+                                  ("ShadowPrecision", figures["shadow_precision"]),
+                                  ("ServicePrecision", figures["service_precision"])):
+                if value is not None:
+                    question_metric(metric, policy.name, shadowed["question"], value)
+        if not timed_out and any(c.items < self.shadow_items for c in counts.values()):
+            return {"ready": False, "waited_seconds": round(waited), "min_items": self.shadow_items,
+                    "shadowed": {q: c.items for q, c in counts.items()}}
+        verdicts = []
+        for shadowed in started["questions"]:
+            question_id, tally = shadowed["question"], counts[shadowed["question"]]
+            ok, reason = shadow_verdict(tally, self.shadow_items, timed_out=timed_out)
+            self.store.put(shadow_verdict_key(run, policy.name, question_id), json.dumps(
+                {"promoted": ok, "reason": reason, "sha256": shadowed["sha256"], "counts": tally.figures(),
+                 "waited_seconds": round(waited)}, sort_keys=True).encode())
+            self.store.end_shadow(policy.name, question_id, by=f"relearning:{run}", reason=reason)
+            if not ok:
+                self.store.audit(policy.name, question_id, REFUSED, by=f"relearning:{run}",
+                                 reason=f"in shadow: {reason}", went_to=shadowed["head_version"])
+                question_metric("RelearningRefused", policy.name, question_id)
+                question_metric("RelearningRefusalsInARow", policy.name, question_id,
+                                self.store.refusals_in_a_row(policy.name, question_id))
+            self.logger.info("shadow judged", extra={"question": question_id, "promoted": ok, "reason": reason,
+                                                     **tally.figures()})
+            verdicts.append({"question": question_id, "promoted": ok, "reason": reason,
+                             "head_version": shadowed["head_version"], "sha256": shadowed["sha256"],
+                             "shadow": tally.figures()})
+        return {"ready": True, "policy": policy.name, "run": run, "promotable": any(v["promoted"] for v in verdicts),
+                "waited_seconds": round(waited), "min_items": self.shadow_items, "questions": verdicts}
+
+    # ------------------------------------------------------------------------------ promote
+    def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Each candidate this run's `fit` stored as passing and its `judge_shadow` stored as
+        passing in shadow, named in service. The verdicts (the workflow's copy of `judge_shadow`'s
+        output) must agree with what the store holds (`_passing`): otherwise the step fails and
+        nothing of it is promoted."""
+        policy, run = shipped_policy(policy_name), run_name(run)
+        passed = self._passing(policy, run, verdicts, shadowed=True)
         promoted = []
         for question_id, data, report_bytes, sha256, head, reason in passed:
             _, came_from = self.head_in_service(policy, question_id)

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
+from decision_router.intake.shadow_reviews import count_review
 from decision_router.review.completion import ReviewCompletion, submit_review
 
 logger = Logger()
@@ -29,6 +30,7 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     if completion.receipt_handle and settings.review_queue_url:
         ReviewQueue(settings.review_queue_url).remove(completion.receipt_handle)
     chosen = output.chosen
+    count_review(record, chosen.answers, settings.head_history_table, logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,
               "note": output.note, **chosen.model_dump(mode="json")}
     logger.info("review completed", extra=result)

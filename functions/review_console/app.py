@@ -28,6 +28,7 @@ from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStart
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, PolicyError, load_policy
 from decision_router.domain.records import DecisionRecord
+from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview, ReviewCompletion, submit_review
 from decision_router.validation import describe_errors
@@ -223,6 +224,7 @@ def answer_review(name: str) -> dict[str, Any]:
         raise
     queue.remove(queued.receipt_handle)
     chosen = output.chosen
+    count_review(record, chosen.answers, settings().head_history_table, logger)
     logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who.sub,
                                                           "target": chosen.destination.target})
     return {"status": "answered", "execution_name": name, "item_id": record.item_id, "reviewer": who.shown,
@@ -290,6 +292,7 @@ def correct(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{record.item_kind} {record.item_id} was already corrected "
                                f"(execution {corrected.correction.execution_name})")
     chosen = corrected.correction.chosen
+    count_review(record, chosen.answers, settings().head_history_table, logger)  # once: the start is named
     logger.info("automatic route corrected", extra={"execution_name": name, "reviewer": who.sub,
                                                     "target": chosen.destination.target})
     return {"status": "corrected", "execution_name": corrected.correction.execution_name, "item_id": record.item_id,

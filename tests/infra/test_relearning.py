@@ -82,7 +82,13 @@ def approval() -> str:
 
 
 @pytest.fixture
-def stack(embedded_engine, tmp_path, signals, approval):
+def shadow_items() -> int:
+    """Live items a candidate answers in shadow before it is judged (0: judged at once)."""
+    return 0
+
+
+@pytest.fixture
+def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "RelearningApproval": approval,
                                        **LOCAL_PARAMETERS}).create()
@@ -93,7 +99,8 @@ def stack(embedded_engine, tmp_path, signals, approval):
             store.put(f"signals/{POLICY}/{model}.npz", signals.read_bytes())
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
-                         work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce)
+                         work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
+                         shadow_items=shadow_items, shadow_check_seconds=1, signals_dir=tmp_path / "none-shipped")
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
@@ -156,6 +163,40 @@ def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, e
     after = intake.judge(ticket.key, ticket, None)  # the same function, no restart, no deploy
     assert after.decisions[0].head_version == verdict["head_version"]
     assert after.decisions[0].readout == "head"
+
+
+@pytest.mark.parametrize("shadow_items", [3])
+def test_a_passing_candidate_serves_in_shadow_on_live_items_before_it_is_promoted(stack, embedded_engine, shadow_items):
+    stack, store, env, relearning = stack
+    rows = labelled_behind_a_head_that_knows_nothing(store, env)
+    intake_env = {**stack.function_environment("TicketIntakeFunction"), "HEAD_REFRESH_SECONDS": "0"}
+    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"),
+                    settings=Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    live = [parse_item("ticket", {**row["item"], "ticket_id": f"LIVE-{i}"}) for i, row in enumerate(rows[-5:])]
+    seen = []
+
+    def live_traffic() -> bool:  # while the workflow waits, items arrive and are routed
+        shadow = store.shadow_pointer(POLICY, "queue")
+        if shadow is None or not live:
+            return False
+        ticket = live.pop(0)
+        record = intake.judge(ticket.key, ticket, None)
+        seen.append((record.decisions[0].head_version, record.shadow["queue"].sha256, shadow.sha256))
+        return True
+
+    run = relearning.run(POLICY, while_waiting=live_traffic)
+    assert run.status == "SUCCEEDED", run.error
+    [judged] = run.output["shadow_judged"]["questions"]
+    assert judged["promoted"], judged["reason"]
+    # judged once it had enough (an item may arrive while the workflow waits to look again)
+    assert judged["shadow"]["items"] == len(seen) >= shadow_items
+    assert judged["reason"].startswith(f"shadowed {len(seen)} items")  # none reviewed
+    # the head in service decided each live item; the candidate answered beside it, counted by its sha256
+    assert all(decided == "know-nothing" and answered == serving == judged["sha256"] for decided, answered, serving in seen)
+    assert store.shadow_pointer(POLICY, "queue") is None  # the shadow ended
+    assert store.pointer(POLICY, "queue").head_version == judged["head_version"]
+    [verdict] = run.verdicts()
+    assert verdict["promoted"] and f"in shadow: shadowed {len(seen)} items" in verdict["reason"]
 
 
 def test_a_head_fitted_on_shuffled_labels_is_refused_and_the_head_in_service_stays(stack, monkeypatch):

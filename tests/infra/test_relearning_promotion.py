@@ -1,7 +1,7 @@
 """Who can get a head promoted. The relearning function takes its steps from the relearning queue:
 a message that names a `promote` step must not promote anything unless the workflow waits on its
-task token, and even then only a candidate the same run's `fit` stored as passing, with the bytes
-`fit` hashed. Real handler, real job and head store, template.yaml's resources in moto (Step
+task token, and even then only a candidate the same run's `fit` stored as passing and its
+`judge_shadow` judged in shadow, with the bytes `fit` hashed. Real handler, real job and head store, template.yaml's resources in moto (Step
 Functions executing the real ASL, so task tokens are checked as in AWS)."""
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def route_everything_alone() -> bytes:
 def forged_promote(token: str, execution: str | None, key: str) -> dict:
     message = {"step": "promote", "task_token": token,
                "input": {"policy": POLICY, "run": execution or "anything",
-                         "fit": {"questions": [{"question": QUESTION, "promoted": True, "candidate_key": key,
-                                                "reason": "not worse on any measure", "in_service": "shipped"}]}}}
+                         "shadow_judged": {"questions": [{"question": QUESTION, "promoted": True, "candidate_key": key,
+                                                          "reason": "not worse on any measure"}]}}}
     if execution is not None:
         message["execution"] = execution
     return message
@@ -144,7 +144,7 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     claim = [{"question": QUESTION, "promoted": True}]
     store_candidate(store, OLD_RUN, route_everything_alone(), promoted=False)
 
-    with pytest.raises(ValueError, match=f"run {OLD_RUN}'s fit stored no passing candidate"):
+    with pytest.raises(ValueError, match=f"run {OLD_RUN}'s fit and judge_shadow stored no passing candidate"):
         relearning.promote(POLICY, OLD_RUN, claim)  # a refused candidate, whatever the message says
     with pytest.raises(ValueError, match="stored no passing candidate"):
         relearning.promote(POLICY, "relearn-support-ticket-new", claim)  # a run that stored nothing
@@ -161,11 +161,27 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     key = store_candidate(store, "relearn-support-ticket-new", data, promoted=True)
     store.put(key, route_everything_alone())  # replaced after fit judged it
     with pytest.raises(ValueError, match="its bytes hash to"):
+        relearning.shadow(POLICY, "relearn-support-ticket-new", claim)
+    with pytest.raises(ValueError, match="the verdict says refused"):
+        relearning.shadow(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
+    assert store.shadow_pointer(POLICY, QUESTION) is None
+    nothing_promoted(store, env)
+
+    store.put(key, data)
+    with pytest.raises(ValueError, match="fit and judge_shadow stored no passing candidate"):
+        relearning.promote(POLICY, "relearn-support-ticket-new", claim)  # not yet judged in shadow
+    with pytest.raises(ValueError, match="the verdict says refused, but run relearn-support-ticket-new's fit stored a passing"):
+        relearning.shadow(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
+    shadowing = relearning.shadow(POLICY, "relearn-support-ticket-new", claim)
+    assert store.shadow_pointer(POLICY, QUESTION).sha256 == shadowing["questions"][0]["sha256"]
+    judged = relearning.judge_shadow(POLICY, "relearn-support-ticket-new")  # 0 shadowed items asked for
+    assert judged["ready"] and judged["promotable"] and store.shadow_pointer(POLICY, QUESTION) is None
+    store.put(key, route_everything_alone())  # replaced after its shadow was judged
+    with pytest.raises(ValueError, match="its bytes hash to"):
         relearning.promote(POLICY, "relearn-support-ticket-new", claim)
     with pytest.raises(ValueError, match="the verdict says refused"):
         relearning.promote(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
-    nothing_promoted(store, env)
-
+    assert store.pointer(POLICY, QUESTION) is None  # the shipped head keeps deciding
     store.put(key, data)
     out = relearning.promote(POLICY, "relearn-support-ticket-new", claim)
     assert [p["head_version"] for p in out["promoted"]] == ["support-ticket.queue.relearned"]

@@ -17,7 +17,7 @@ from local.relearning import LOCAL_PARAMETERS
 
 EMITTED = {HEAD_LOAD_FAILED, "CorrectionsOfAutomaticRoutes", "RelearningRefusalsInARow", "ReviewerAgreement",
            "LabelsSinceRelearning", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
-           "QuestionSentToReview"}
+           "QuestionSentToReview", "ShadowItems", "ShadowAgreed", "ShadowPrecision", "ServicePrecision"}
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = {(p.stem, q.id) for p in POLICY_DIR.glob("*.json") for q in load_policy(p.stem).questions}
 
@@ -79,6 +79,7 @@ def test_the_function_checks_a_token_before_a_step_and_announces_every_promotion
     env = stack.function_environment("RelearningFunction")
     assert env["RELEARNING_TOPIC_ARN"] == stack.ref("RelearningPromotionTopic")
     assert env["RELEARNING_MAX_REVIEWER_SHARE"] == "0.5"
+    assert (env["RELEARNING_SHADOW_ITEMS"], env["RELEARNING_SHADOW_CHECK_SECONDS"]) == ("200", "900")
     assert stack.resolve(stack.template["Outputs"]["RelearningPromotionTopicArn"]["Value"]) == \
         stack.ref("RelearningPromotionTopic")
 
@@ -89,7 +90,12 @@ def test_manual_approval_waits_for_a_person_before_the_promote_step(approval):
     props = stack.resolve(stack.properties("RelearningStateMachine"))
     assert props["DefinitionSubstitutions"]["RelearningApproval"] == approval
     states = json.loads((REPO / props["DefinitionUri"]).read_text())["States"]
-    assert states["AnyCandidatePassed"]["Choices"][0]["Next"] == "ApprovalMode"
+    # the gate's candidates serve in shadow first; only a shadow judged promotable reaches approval
+    assert states["AnyCandidatePassed"]["Choices"][0]["Next"] == "ShadowCandidates"
+    assert states["ShadowCandidates"]["Next"] == "WaitForShadowedItems" == states["ShadowJudged"]["Choices"][0]["Next"]
+    assert states["WaitForShadowedItems"]["Next"] == "JudgeShadow" and states["JudgeShadow"]["Next"] == "ShadowJudged"
+    assert {"Variable": "$.shadow_judged.promotable", "BooleanEquals": True, "Next": "ApprovalMode"} in \
+        states["ShadowJudged"]["Choices"] and states["EveryShadowRefused"]["Type"] == "Succeed"
     assert states["ApprovalMode"]["Result"] == "${RelearningApproval}"
     (manual,) = states["ApprovalNeeded"]["Choices"]
     assert manual == {"Variable": "$.approval", "StringEquals": "manual", "Next": "AwaitApproval"}

@@ -20,7 +20,15 @@ from typing import Any, Iterator
 
 import boto3
 
-from ..domain.head_versions import HeadPointer, head_key, parameter_name, pointer_problems, report_key
+from ..domain.head_versions import (
+    HeadPointer,
+    head_key,
+    parameter_name,
+    pointer_problems,
+    report_key,
+    shadow_key,
+    shadow_parameter_name,
+)
 from . import AwsAdapter
 
 #: Relearning outcomes in the history table (what the refusal alarm counts).
@@ -70,10 +78,19 @@ class HeadStore(AwsAdapter):
             return None
         return HeadPointer.model_validate_json(value)
 
+    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None:
+        """The candidate serving in shadow, or None when none is. Raises as `pointer` does."""
+        try:
+            value = self.ssm.get_parameter(Name=shadow_parameter_name(self.prefix, policy, question))["Parameter"]["Value"]
+        except self.ssm.exceptions.ParameterNotFound:
+            return None
+        return HeadPointer.model_validate_json(value)
+
     def read(self, pointer: HeadPointer) -> bytes:
         """The head's bytes, exactly the S3 version the pointer names. ValueError for a pointer
         naming another bucket or another key than its question's in this head store."""
-        problems = pointer_problems(pointer, bucket=self.bucket, policy=pointer.policy, question=pointer.question)
+        problems = pointer_problems(pointer, bucket=self.bucket, policy=pointer.policy, question=pointer.question,
+                                    shadow=pointer.action == "shadow")
         if problems:
             raise ValueError(f"pointer of {pointer.policy}/{pointer.question} " + "; ".join(problems))
         body = self.client.get_object(Bucket=pointer.bucket, Key=pointer.key, VersionId=pointer.s3_version)["Body"]
@@ -138,6 +155,33 @@ class HeadStore(AwsAdapter):
                                   reason=reason, previous=self.pointer(policy, question))
             self._set(pointer, caller=caller)
         return pointer
+
+    def shadow(self, policy: str, question: str, head: bytes, *, sha256: str, head_version: str, by: str,
+               reason: str) -> HeadPointer:
+        """Write a candidate as the question's shadow head (a new version of its shadow key) and
+        name it in its shadow pointer: the routing functions answer with it beside the head in
+        service. HeadChangeInProgress while another change of the question is under way."""
+        with self.changing(policy, question, "shadow", by):
+            version = self.client.put_object(Bucket=self.bucket, Key=shadow_key(policy, question), Body=head,
+                                             ContentType="application/json")["VersionId"]
+            pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=shadow_key(policy, question),
+                                  s3_version=version, sha256=sha256, head_version=head_version, action="shadow",
+                                  at=now(), by=by, reason=reason)
+            self.ssm.put_parameter(Name=shadow_parameter_name(self.prefix, policy, question),
+                                   Value=pointer.model_dump_json(), Type="String", Overwrite=True)
+            self.audit(policy, question, "shadow_started", by=by, reason=reason, went_to=head_version,
+                       details={"s3_version": version, "sha256": sha256})
+        return pointer
+
+    def end_shadow(self, policy: str, question: str, *, by: str, reason: str) -> None:
+        """No candidate serves in shadow for the question any more (nothing when none did)."""
+        with self.changing(policy, question, "end shadow", by):
+            current = self.shadow_pointer(policy, question)
+            if current is None:
+                return
+            self.ssm.delete_parameter(Name=shadow_parameter_name(self.prefix, policy, question))
+            self.audit(policy, question, "shadow_ended", by=by, reason=reason, came_from=current.head_version,
+                       details={"sha256": current.sha256})
 
     def rollback(self, policy: str, question: str, *, by: str, reason: str, caller: str = "") -> HeadPointer | None:
         """Put back the head the one in service replaced (None: the shipped head decides again).

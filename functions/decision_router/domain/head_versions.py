@@ -10,6 +10,10 @@ object exactly as a shipped head is verified (sha256, then options and question 
 Each pointer names the one it replaced (`previous`), so a rollback puts that one back (or, when
 there is none, deletes the parameter: the shipped head decides again).
 
+A candidate serving in shadow (domain/shadow.py) has a pointer of its own beside the one in
+service (`shadow_parameter_name`, its object at `shadow_key`): the routing functions apply it
+beside the head in service and record its answers; it decides nothing.
+
 A pointer is trusted only for the object it may name: the head store's own bucket and the
 question's own key (`pointer_problems`); anything else is refused as a bad head is.
 """
@@ -40,7 +44,7 @@ class HeadPointer(BaseModel):
     s3_version: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
     sha256: Sha256
     head_version: Annotated[str, StringConstraints(min_length=1, max_length=80)]
-    action: Literal["promoted", "rolled_back"] = "promoted"
+    action: Literal["promoted", "rolled_back", "shadow"] = "promoted"
     at: str = Field(description="When the pointer was set (ISO 8601, UTC).")
     by: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     reason: Annotated[str, StringConstraints(max_length=2000)] = ""
@@ -61,6 +65,16 @@ def parameter_name(prefix: str, policy: str, question: str) -> str:
     return f"{prefix.rstrip('/')}/{policy}/{question}"
 
 
+def shadow_parameter_name(prefix: str, policy: str, question: str) -> str:
+    """The SSM parameter that names the candidate serving in shadow for a policy question."""
+    return f"{parameter_name(prefix, policy, question)}.shadow"
+
+
+def shadow_key(policy: str, question: str) -> str:
+    """The head store's key for a policy question's shadow head (S3 keeps every version of it)."""
+    return f"{HEADS_FOLDER}/{policy}/{question}.shadow.json"
+
+
 def head_key(policy: str, question: str) -> str:
     """The head store's key for a policy question's head (S3 keeps every version of it)."""
     return f"{HEADS_FOLDER}/{policy}/{question}.json"
@@ -71,15 +85,19 @@ def report_key(policy: str, question: str) -> str:
     return f"{HEADS_FOLDER}/{policy}/{question}.report.json"
 
 
-def pointer_problems(pointer: HeadPointer, *, bucket: str, policy: str, question: str) -> list[str]:
+def pointer_problems(pointer: HeadPointer, *, bucket: str, policy: str, question: str,
+                     shadow: bool = False) -> list[str]:
     """Why the pointer may not name the head in service of `policy`/`question` in the head store
     `bucket` (empty: it may). A pointer naming another bucket, another key or another question
     would serve whatever object its writer chose."""
     problems = []
     if pointer.bucket != bucket:
         problems.append(f"names bucket {pointer.bucket!r}, not the head store {bucket!r}")
-    if pointer.key != head_key(policy, question):
-        problems.append(f"names key {pointer.key!r}, not {head_key(policy, question)!r}")
+    key = shadow_key(policy, question) if shadow else head_key(policy, question)
+    if pointer.key != key:
+        problems.append(f"names key {pointer.key!r}, not {key!r}")
     if (pointer.policy, pointer.question) != (policy, question):
         problems.append(f"is the pointer of {pointer.policy}/{pointer.question}, not of {policy}/{question}")
+    if shadow != (pointer.action == "shadow"):
+        problems.append(f"says {pointer.action!r}, not {'a shadow' if shadow else 'a head in service'}")
     return problems

@@ -61,6 +61,18 @@ class DecisionEntry(_Record):
     why: Why | None = Field(None, description="The reason for the decision (why.py); null on records from before it.")
 
 
+class ShadowAnswer(_Record):
+    """What a candidate head serving in shadow answered a question (domain/shadow.py): it decides
+    nothing; the head in service's entry in `decisions` routed the item."""
+
+    head_version: str
+    sha256: str = Field(description="The shadow head's sha256 (its tally in the head history table is keyed by it).")
+    option_id: str
+    confidence: float | None = None
+    passed: bool = Field(description="Whether the shadow head would have routed this answer automatically.")
+    agrees: bool = Field(description="The same option as the head in service's answer.")
+
+
 class PolicyRef(_Record):
     name: str
     version: str
@@ -136,6 +148,8 @@ class DecisionRecord(_Record):
     review: ReviewSpec
     decided_at: str
     announce: Announcement | None = Field(None, description="Derived from the rest on validation (Item Routed).")
+    shadow: dict[str, ShadowAnswer] = Field(default_factory=dict, description=(
+        "question → the answer of the candidate head serving in shadow beside the head in service, if any."))
 
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":

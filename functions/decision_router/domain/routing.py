@@ -24,12 +24,14 @@ from typing import Mapping, Protocol, Sequence
 from decision_contract import Decision, DecisionResult
 
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
+from .heads import Head
 from .items import Item
 from .judging import build_record, error_entry, explain, model_entry, rule_entry
 from .model_requests import build_decisions
-from .policies import Policy
-from .records import DecisionEntry, DecisionRecord
+from .policies import Policy, Question
+from .records import DecisionEntry, DecisionRecord, ShadowAnswer
 from .rules import apply_rules
+from .shadow import shadow_answer
 
 
 class Endpoint(Protocol):
@@ -40,6 +42,14 @@ class Workflow(Protocol):
     def start(self, record: DecisionRecord) -> tuple[str, bool]: ...
 
     def status(self, name: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ShadowHead:
+    """A candidate head serving in shadow for one question (domain/shadow.py), and its sha256."""
+
+    head: Head
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -66,22 +76,29 @@ class Router:
         self.wait_for_capacity = wait_for_capacity
         self.destinations = dict(destinations)
         self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
+        #: question → the candidate head answering beside the head in service (decides nothing).
+        self.shadows: dict[str, ShadowHead] = {}
 
     def judge(self, item: Item, *, deadline: float | None = None) -> tuple[DecisionRecord, float | None]:
         """The item's decision record: rule answers first, the endpoint for the remaining
         questions (one request), each answer judged against its thresholds; and the endpoint's
-        round trip in seconds (None when rules answered everything)."""
+        round trip in seconds (None when rules answered everything). A question with a shadow
+        head gets its answer in the record's `shadow` too (the same request; it decides nothing)."""
         hits = apply_rules(self.policy, item)
         entries: list[DecisionEntry] = [rule_entry(self.policy.question(q), hit) for q, hit in hits.items()]
         pending = [q for q in self.policy.questions if q.id not in hits]
         seconds, state, results = None, None, None
+        shadows: dict[str, ShadowAnswer] = {}
         if pending:
             started = time.perf_counter()
             try:
-                decisions = build_decisions(self.policy, item, [q.id for q in pending])
+                decisions = [self._with_shadow_signals(d) for d in
+                             build_decisions(self.policy, item, [q.id for q in pending])]
                 results = self.endpoint.decide(decisions, deadline=deadline)
                 state = decisions[0].state  # every question reads the same evidence
-                entries += [model_entry(q, results[q.id], state) for q in pending]
+                answered = [model_entry(q, results[q.id], state) for q in pending]
+                entries += answered
+                shadows = self._shadow_answers(pending, answered, results, state)
             except EndpointFailure as failure:
                 if failure.kind == NO_CAPACITY and self.wait_for_capacity:
                     raise WaitingForCapacity(failure) from failure
@@ -91,7 +108,33 @@ class Router:
         record = build_record(self.policy, item, entries, destinations=self.destinations,
                               review_queue_url=self.review_queue_url,
                               review_timeout_seconds=self.review_timeout_seconds)
+        if shadows:
+            record = record.model_copy(update={"shadow": shadows})
         return record, seconds
+
+    def _with_shadow_signals(self, decision: Decision) -> Decision:
+        """The question's request, asking for the hidden state too when its shadow head reads it."""
+        shadow = self.shadows.get(decision.id)
+        if shadow is None or decision.return_hidden_state or not shadow.head.reads_hidden_state:
+            return decision
+        return decision.model_copy(update={"return_hidden_state": True})
+
+    def _shadow_answers(self, pending: Sequence[Question], answered: Sequence[DecisionEntry],
+                        results: Mapping[str, DecisionResult], state: object) -> dict[str, ShadowAnswer]:
+        """Each shadow head's answer beside the deciding one; a shadow that fails is left out (it
+        must never change what the item gets)."""
+        out = {}
+        for question, deciding in zip(pending, answered):
+            shadow = self.shadows.get(question.id)
+            if shadow is None:
+                continue
+            try:
+                answer = shadow_answer(question, shadow.head, shadow.sha256, results[question.id], state, deciding)
+            except Exception:  # noqa: BLE001 - the shadow decides nothing; the record says it did not answer
+                answer = None
+            if answer is not None:
+                out[question.id] = answer
+        return out
 
     def route(self, item: Item, *, deadline: float | None = None) -> Outcome:
         record, seconds = self.judge(item, deadline=deadline)

@@ -23,6 +23,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from ..domain.head_versions import HeadPointer, pointer_problems
 from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
+from ..domain.routing import ShadowHead
 
 HEAD_LOAD_FAILED = "HeadLoadFailed"
 
@@ -31,6 +32,8 @@ class PointerSource(Protocol):
     bucket: str  # the head store's bucket: the only one a pointer may name
 
     def pointer(self, policy: str, question: str) -> HeadPointer | None: ...
+
+    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None: ...
 
     def read(self, pointer: HeadPointer) -> bytes: ...
 
@@ -60,6 +63,7 @@ class LiveHeads:
         self._in_service = {q.id: _InService(None, q.learned_head) for q in shipped.questions}
         self._policy = shipped
         self._checked: float | None = None
+        self._shadows: dict[str, ShadowHead] = {}
 
     def policy(self) -> Policy:
         """The policy to judge the next item with (re-checking the store when it is due)."""
@@ -68,7 +72,45 @@ class LiveHeads:
             self._checked = now
             if any([self._refresh(q.id) for q in self.shipped.questions]):
                 self._policy = self.shipped.with_heads({q: s.head for q, s in self._in_service.items()})
+            for q in self.shipped.questions:
+                self._refresh_shadow(q.id)
         return self._policy
+
+    def shadows(self) -> dict[str, ShadowHead]:
+        """The candidates serving in shadow, per question (as of the last `policy()`)."""
+        return dict(self._shadows)
+
+    def _refresh_shadow(self, question: str) -> None:
+        """The question's shadow head, verified as a head in service is; none where there is no
+        shadow pointer, or it cannot be read or verified (counted as `HeadLoadFailed` too)."""
+        current = self._shadows.get(question)
+        try:
+            pointer = self.store.shadow_pointer(self.shipped.name, question)
+            if pointer is None:
+                if self._shadows.pop(question, None) is not None:
+                    self.logger.info("shadow head ended", extra={"question": question})
+                return
+            if current is not None and pointer.sha256 == current.sha256:
+                return
+            where = f"shadow head {pointer.head_version} (s3://{pointer.bucket}/{pointer.key} version {pointer.s3_version})"
+            misplaced = pointer_problems(pointer, bucket=self.store.bucket, policy=self.shipped.name, question=question,
+                                         shadow=True)
+            if misplaced:
+                raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
+            head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
+                             changed="the object is not the one named")
+            problems = self.shipped.head_problems(self.shipped.question(question), head)
+            if problems:
+                raise ValueError(f"{where}: " + "; ".join(problems))
+        except Exception as error:  # noqa: BLE001 - a shadow decides nothing: it is left out
+            self._shadows.pop(question, None)
+            question_metric(HEAD_LOAD_FAILED, self.shipped.name, question)
+            self.logger.error("shadow head not loaded; no shadow for the question", extra={
+                "question": question, "reason": f"{type(error).__name__}: {error}"})
+            return
+        self._shadows[question] = ShadowHead(head, pointer.sha256)
+        self.logger.info("shadow head serving beside the head in service",
+                         extra={"question": question, "head_version": head.version})
 
     def _refresh(self, question: str) -> bool:
         """Whether the question's head in service changed."""

@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
+from ..adapters.shadow_tally import ShadowTally
 from ..config import Settings
 from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.policies import load_policy
@@ -69,6 +70,8 @@ class IntakeParts:
     judge_once: Callable[..., DecisionRecord]
     #: The heads in service from the head store (None: the shipped heads decide).
     live: LiveHeads | None = None
+    #: Where the shadow heads' answers are counted (None: no head store, no shadow).
+    tally: ShadowTally | None = None
 
 
 class Intake:
@@ -113,7 +116,9 @@ class Intake:
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
                                          persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table),
                                          output_serializer=StoredRecord())
-        return IntakeParts(router, judge_once, live_heads(policy, s, self.logger))
+        live = live_heads(policy, s, self.logger)
+        tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None
+        return IntakeParts(router, judge_once, live, tally)
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
@@ -122,9 +127,32 @@ class Intake:
         live = self.parts.live
         if live is not None:
             self.router.policy = live.policy()  # a head promoted since is picked up here
+            self.router.shadows = live.shadows()  # and a candidate serving in shadow
         record, seconds = self.router.judge(item, deadline=deadline)
         self._observe_decision(record, seconds)
+        self._count_shadow(record)
         return record
+
+    def _count_shadow(self, record: DecisionRecord) -> None:
+        """Each shadow head's answer counted once per item (this runs inside the once-per-key
+        judgement), with its agreement; a question whose shadow could not answer is counted apart.
+        A tally that cannot be written is logged: the item is routed all the same."""
+        tally = self.parts.tally
+        policy = record.policy.name
+        model_answered = {d.question for d in record.decisions if d.source == "model"}
+        for question in sorted(set(self.router.shadows) & model_answered - set(record.shadow)):
+            question_metric("ShadowNotAnswered", policy, question)
+        for question, answer in record.shadow.items():
+            question_metric("ShadowItems", policy, question)
+            question_metric("ShadowAgreed", policy, question, float(answer.agrees))
+            if tally is None:
+                continue
+            try:
+                tally.add(policy, question, answer.sha256, items=1, agreed=int(answer.agrees))
+            except Exception as error:  # noqa: BLE001 - the shadow decides nothing; the item goes on
+                question_metric("ShadowTallyFailed", policy, question)
+                self.logger.error("shadow answer not counted", extra={
+                    "item_id": record.item_id, "question": question, "reason": f"{type(error).__name__}: {error}"})
 
     def register(self, context: Any) -> None:
         self.idempotency.register_lambda_context(context)

@@ -1,0 +1,126 @@
+"""Shadow heads' bookkeeping: the router records a shadow head's answer beside the one that
+decides (and nothing else changes), a reviewer's answer counts for the head it agrees with, the
+tallies add up in the head history table (moto), and the verdict needs N items and no worse
+precision on the reviewed ones."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.adapters.shadow_tally import ShadowTally
+from decision_router.domain.heads import Head
+from decision_router.domain.items import parse_item
+from decision_router.domain.policies import load_policy
+from decision_router.domain.routing import Router, ShadowHead
+from decision_router.domain.shadow import ShadowCounts, review_tally, shadow_verdict
+from tests.functions.conftest import letters_only
+from tests.functions.test_heads import head_for, result_with_hidden
+
+
+class Endpoint:
+    """The endpoint port answering every request with the same letters and hidden state (the
+    shadow's bookkeeping is under test here, not the model); it keeps the requests."""
+
+    def __init__(self, question):
+        self.question, self.requests = question, []
+
+    def decide(self, decisions, *, deadline=None):
+        self.requests.append(list(decisions))
+        return {d.id: result_with_hidden(self.question, [0.1] * 8, letters=[3.0, 0.0, 0.0, 0.0, 0.0]) for d in decisions}
+
+
+def router(policy, endpoint):
+    return Router(policy, endpoint, workflow=None, destinations={t: f"https://sqs/{t}" for t in policy.targets},
+                  review_queue_url="https://sqs/review", review_timeout_seconds=60)
+
+
+def shadow_head(policy, question, option: int, *, model: bool) -> ShadowHead:
+    bias = [0.0] * len(question.options)
+    bias[option] = 9.0  # the candidate answers this option whatever it reads
+    return ShadowHead(Head.model_validate(head_for(policy, question, model=model, bias=bias, version="candidate-1")),
+                      "c" * 64)
+
+
+@pytest.fixture
+def ticket(ticket_data):
+    return parse_item("ticket", ticket_data)
+
+
+def test_the_shadow_answers_beside_the_head_in_service_and_changes_nothing_else(ticket):
+    policy = letters_only(load_policy("support-ticket"))
+    question = policy.questions[0]
+    plain = router(policy, Endpoint(question)).judge(ticket)[0]
+    endpoint = Endpoint(question)
+    shadowed = router(policy, endpoint)
+    shadowed.shadows = {question.id: shadow_head(policy, question, 3, model=True)}
+    record = shadowed.judge(ticket)[0]
+    # the head in service (the letters) decided exactly as without a shadow
+    assert record.model_dump(exclude={"shadow", "decided_at"}) == plain.model_dump(exclude={"shadow", "decided_at"})
+    assert plain.shadow == {}
+    answer = record.shadow[question.id]
+    assert (answer.head_version, answer.sha256, answer.option_id) == ("candidate-1", "c" * 64, question.option_ids[3])
+    assert answer.agrees is False and record.decisions[0].option_id == question.option_ids[0]
+    # a shadow that reads the hidden state has it asked for, though the letters decide
+    assert endpoint.requests[0][0].return_hidden_state is True
+    agreeing = router(policy, Endpoint(question))
+    agreeing.shadows = {question.id: shadow_head(policy, question, 0, model=False)}
+    assert agreeing.judge(ticket)[0].shadow[question.id].agrees is True
+
+
+def test_a_shadow_that_cannot_read_the_answer_is_left_out(ticket):
+    """Another model answered (the head is bound to its model): no shadow answer is recorded."""
+    policy = letters_only(load_policy("support-ticket"))
+    question = policy.questions[0]
+    shadowed = router(policy, Endpoint(question))
+    head = head_for(policy, question, bias=[9.0, 0, 0, 0, 0], version="candidate-1", model_sha256="b" * 64)
+    shadowed.shadows = {question.id: ShadowHead(Head.model_validate(head), "c" * 64)}
+    assert shadowed.judge(ticket)[0].shadow == {}
+
+
+def test_a_reviewer_answer_counts_for_the_head_it_agrees_with(ticket):
+    policy = letters_only(load_policy("support-ticket"))
+    question = policy.questions[0]
+    shadowed = router(policy, Endpoint(question))
+    shadowed.shadows = {question.id: shadow_head(policy, question, 3, model=False)}
+    record = shadowed.judge(ticket)[0]
+    served, candidate, other = question.option_ids[0], question.option_ids[3], question.option_ids[1]
+    assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": candidate}).items()} == {"queue": [True, False]}
+    assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": served}).items()} == {"queue": [False, True]}
+    assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": other}).items()} == {"queue": [False, False]}
+    assert review_tally(record, {}) == {}
+
+
+@pytest.mark.parametrize("counts, min_items, promoted, says", [
+    (ShadowCounts(items=9), 10, False, "too few shadowed items: 9, at least 10"),
+    (ShadowCounts(items=10, agreed=7), 10, True, "none reviewed"),
+    (ShadowCounts(items=10, reviewed=4, shadow_right=3, service_right=3), 10, True, "no worse"),
+    (ShadowCounts(items=10, reviewed=4, shadow_right=2, service_right=3), 10, False, "0.500 < 0.750"),
+    (ShadowCounts(items=0), 0, True, "shadowed 0 items"),
+])
+def test_the_verdict_needs_n_items_and_no_worse_precision_on_the_reviewed(counts, min_items, promoted, says):
+    ok, reason = shadow_verdict(counts, min_items)
+    assert ok is promoted and says in reason
+    assert "the shadow period ended with 3" in shadow_verdict(ShadowCounts(items=3), 10, timed_out=True)[1]
+
+
+def test_the_tallies_add_up_per_shadow_head():
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName="history", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "policy_question", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "policy_question", "AttributeType": "S"},
+                                  {"AttributeName": "at", "AttributeType": "S"}])
+        tally = ShadowTally("history", client=boto3.client("dynamodb", region_name="us-east-1"))
+        assert tally.counts("incident", "team", "a" * 64) == ShadowCounts()
+        for agreed in (1, 1, 0):
+            tally.add("incident", "team", "a" * 64, items=1, agreed=agreed)
+        tally.add("incident", "team", "a" * 64, reviewed=1, shadow_right=1, service_right=0)
+        tally.add("incident", "team", "b" * 64, items=1, agreed=0)  # another candidate: counted apart
+        counts = tally.counts("incident", "team", "a" * 64)
+        assert counts == ShadowCounts(items=3, agreed=2, reviewed=1, shadow_right=1, service_right=0)
+        assert counts.figures()["agreement"] == pytest.approx(2 / 3, abs=1e-4)
+        assert tally.counts("incident", "team", "b" * 64).items == 1
+        with pytest.raises(ValueError, match="name one or more"):
+            tally.add("incident", "team", "a" * 64, wrong=1)

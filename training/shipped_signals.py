@@ -1,0 +1,125 @@
+"""The embedded model's signals for the shipped labelled sets, shipped with the code, so a
+relearning run (the local one of `make learn`, or a stack's first) trains on the shipped sets
+without asking the model for them first (about an hour on two CPU cores).
+
+    python -m training.shipped_signals              # score what the file lacks, then write it
+    python -m training.shipped_signals --check      # say what it holds, write nothing
+
+One file per model, named by the GGUF's sha256 (`bench/data/signals/<sha256>.npz`): a run whose
+model is another finds no file and asks its endpoint as before. Each row is keyed as `make fit`'s
+cache keys it (`features.decision_key`: the model's sha256 and the decision's content), so a
+changed prompt, question or item simply finds no row. The format is compact: the hidden state in
+float16 (its values are far inside float16's range; the rounding moves a head's probabilities
+slightly, which can tip a verdict taken on a handful of labels, never the sets' figures), the
+letter logits in float32, one index per prompt version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.cases import load_file
+
+from .features import FeatureCache, decision_key, extract
+from .fitting import REPO, SHIPPED
+
+#: Where the shipped signals are, one file per model (its GGUF's sha256).
+SIGNALS_DIR = REPO / "bench/data/signals"
+
+
+def signals_path(model_sha256: str, directory: Path = SIGNALS_DIR) -> Path:
+    return directory / f"{model_sha256}.npz"
+
+
+def write(path: Path, model_sha256: str, rows: dict[str, tuple[np.ndarray, np.ndarray, float, str]]) -> None:
+    """The rows (FeatureCache's: hidden state, letter logits, allowed-token mass, prompt version)
+    in the compact format."""
+    keys = sorted(rows)
+    versions = sorted({rows[k][3] for k in keys})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        path, model_sha256=np.str_(model_sha256),
+        keys=np.array([bytes.fromhex(k) for k in keys], dtype="S32"),
+        hidden=np.array([rows[k][0] for k in keys], dtype=np.float16),
+        n_options=np.array([len(rows[k][1]) for k in keys], dtype=np.uint8),
+        logits=np.concatenate([np.asarray(rows[k][1], dtype=np.float32) for k in keys]),
+        mass=np.array([rows[k][2] for k in keys], dtype=np.float32),
+        versions=np.array(versions, dtype=np.str_),
+        version=np.array([versions.index(rows[k][3]) for k in keys], dtype=np.uint8))
+
+
+def read(path: Path, model_sha256: str) -> dict[str, tuple[np.ndarray, np.ndarray, float, str]]:
+    """The file's rows as FeatureCache holds them; ValueError when it is another model's."""
+    with np.load(path, allow_pickle=False) as data:
+        if str(data["model_sha256"]) != model_sha256:
+            raise ValueError(f"{path}: signals of model {data['model_sha256']}, not {model_sha256}")
+        keys, hidden, n_options = data["keys"], data["hidden"], data["n_options"]
+        logits, mass, versions, version = data["logits"], data["mass"], data["versions"], data["version"]
+    ends = np.cumsum(n_options.astype(np.int64))
+    # numpy's bytes type drops trailing NUL bytes: a key ending in 00 is padded back to 32 bytes
+    starts = ends - n_options
+    return {bytes(k).ljust(32, b"\0").hex(): (hidden[i].astype(np.float32), logits[starts[i]:ends[i]].astype(np.float64),
+                             float(mass[i]), str(versions[version[i]]))
+            for i, k in enumerate(keys)}
+
+
+def seed(cache: FeatureCache, model_sha256: str, directory: Path = SIGNALS_DIR) -> int:
+    """The shipped rows the cache lacks added to it (marked to save); how many. None shipped for
+    this model: 0."""
+    path = signals_path(model_sha256, directory)
+    if not path.is_file():
+        return 0
+    added = 0
+    for key, row in read(path, model_sha256).items():
+        if key not in cache.rows:
+            cache.rows[key] = row
+            added += 1
+    cache.dirty = cache.dirty or added > 0
+    return added
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.shipped_signals", description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="GGUF to load in-process (default: SM_LLAMA_CPP_MODEL or the embedded model)")
+    p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache",
+                   help="make fit's signal cache: what it holds is not asked again")
+    p.add_argument("--check", action="store_true", help="say how many of the shipped decisions the file holds")
+    args = p.parse_args(argv)
+    from evaluation.runners import EngineRunner
+
+    runner = EngineRunner.load(model_path=args.model)
+    try:
+        model = runner.model_info()
+        cases = [c for path in SHIPPED for c in load_file(path).cases if c.kind == "policy"]
+        keys = {decision_key(model.sha256, d.decision.model_copy(update={"return_hidden_state": True}))
+                for c in cases for d in c.decisions}
+        path = signals_path(model.sha256)
+        shipped = read(path, model.sha256) if path.is_file() else {}
+        print(f"{path.relative_to(REPO)}: {len(keys & set(shipped))} of the {len(keys)} shipped decisions")
+        if args.check:
+            return 0
+        started = time.perf_counter()
+        cache = FeatureCache(args.cache / f"{model.sha256}.npz")
+        cache.rows.update({k: v for k, v in shipped.items() if k not in cache.rows})
+        cache.dirty = True
+        cache.save()
+        for start in range(0, len(cases), 40):  # saved every 40 items: an interrupted run resumes
+            extract(runner, model, cases[start:start + 40], args.cache)
+            print(f"  {min(start + 40, len(cases))}/{len(cases)} items, {time.perf_counter() - started:.0f}s",
+                  flush=True)
+        rows = FeatureCache(args.cache / f"{model.sha256}.npz").rows
+        write(path, model.sha256, {k: rows[k] for k in keys if k in rows})
+        print(f"wrote {path.relative_to(REPO)}: {len(keys & set(rows))} decisions, "
+              f"{path.stat().st_size / 1e6:.1f} MB, in {time.perf_counter() - started:.0f}s")
+    finally:
+        runner.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
