@@ -56,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     for n, text in [(f"{r}.{k}", text) for r in range(args.rounds) for k, text in enumerate(STATES)]:
         decisions = [Decision(id=f"q{i}", state=f"State {n}: {text}", question=q, options=o)
                      for i, (q, o) in enumerate(QUESTIONS)]
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         cold = engine.decide(decisions)
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         engine.decide_one(decisions[0])  # the state is cached now
         warm = engine.decide(decisions)
         warm_vs_cold += [max_delta(c.probabilities, w.probabilities) for c, w in zip(cold.results, warm.results)]
         for decision, batched in zip(decisions, cold.results):
-            engine.clear_prompt_cache()
+            engine.scheduler.clear_cache()
             batch_vs_alone.append(max_delta(batched.probabilities, engine.decide_one(decision).probabilities))
     print(json.dumps({"cpu_variant": engine.llama_build.cpu_variant, "warm_vs_cold": summary(warm_vs_cold),
                       "batch_vs_alone": summary(batch_vs_alone)}))

@@ -119,7 +119,7 @@ def bench_single(engine: DecisionEngine, n: int) -> dict:
         engine.prefill(tokens)
     decide_s, prefill_s = [], []
     for i in range(n):
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         decide_s.append(timed(lambda: engine.decide_one(decision)))
         prefill_s.append(engine.prefill(tokens))
         progress(f"single {i + 1}/{n}: decision {decide_s[-1]:.3f}s prefill {prefill_s[-1]:.3f}s")
@@ -147,9 +147,9 @@ def bench_hidden(engine: DecisionEngine, n: int) -> dict:
         engine.decide_one(hidden)
     plain_s, hidden_s = [], []
     for i in range(n):
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         plain_s.append(timed(lambda: engine.decide_one(plain)))
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         hidden_s.append(timed(lambda: engine.decide_one(hidden)))
         progress(f"hidden {i + 1}/{n}: plain {plain_s[-1]:.3f}s with hidden state {hidden_s[-1]:.3f}s")
     return {
@@ -168,11 +168,11 @@ def bench_batch(engine: DecisionEngine, rounds: int) -> dict:
     batch_s, singles_s = [], []
     shared = 0
     def cold_single(decision: Decision) -> float:
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         return timed(lambda: engine.decide_one(decision))
 
     for _ in range(rounds):
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         started = time.perf_counter()
         response = engine.decide(decisions)
         batch_s.append(time.perf_counter() - started)
@@ -209,7 +209,7 @@ def bench_cache(engine: DecisionEngine, n: int) -> dict:
     for i in range(n + 2):
         first = make_decision(f"cache{i}", f"Ticket {i}. {base}", question, options)
         second = second_question(first)
-        engine.clear_prompt_cache()
+        engine.scheduler.clear_cache()
         cold = timed(lambda d=first: engine.decide_one(d))
         repeat = timed(lambda d=first: engine.decide_one(d))
         following = timed(lambda d=second: engine.decide_one(d))
@@ -246,7 +246,7 @@ def bench_load(engine: DecisionEngine, clients: int, per_client: int, decisions:
     latencies: list[float] = []
     busy = 0
     lock = threading.Lock()
-    engine.clear_prompt_cache()
+    engine.scheduler.clear_cache()
 
     def client(k: int) -> None:
         nonlocal busy

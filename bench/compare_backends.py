@@ -48,7 +48,7 @@ def compare(baseline: Any, candidate: Any, cases: list, repeats: int = 1) -> dic
         for _ in range(repeats):
             for name, engine in (("baseline", baseline), ("candidate", candidate)):
                 # cold on both sides: a repeat (or the same engine twice) measures the backend, not the prompt cache
-                engine.clear_prompt_cache()
+                engine.scheduler.clear_cache()
                 started = time.perf_counter()
                 responses[name] = engine.decide(decisions)
                 latency[name].append((time.perf_counter() - started) / len(decisions))

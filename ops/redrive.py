@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from decision_router.domain.items import InvalidItem, parse_item
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.records import DecisionRecord
+from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.tickets import parse_ticket
 from decision_router.validation import describe_errors
 
@@ -117,7 +117,7 @@ def check_against_execution(message: dict, workflow: Any) -> None:
         raise Unusable(f"execution {name} is {status}, not failed: nothing to redrive")
 
 
-def missing_audit_row(message: dict) -> dict[str, str] | None:
+def missing_audit_row(message: dict) -> AuditRow | None:
     """The audit row the workflow could not write for an item it routed (a workflow DLQ message
     with `audit_missing`), field for field as its WriteAuditRecord state writes it; None for a
     message of a failed route."""
@@ -131,15 +131,17 @@ def missing_audit_row(message: dict) -> dict[str, str] | None:
         return json.dumps(value, separators=(",", ":"))
 
     try:
-        return {"item_id": record["item_id"], "execution_name": body["execution_name"],
-                "item_kind": record["item_kind"], "outcome": outcome["status"],
-                "outcome_detail": compact(outcome), "route": record["route"],
-                "route_reason": record["route_reason"], "policy_name": record["policy"]["name"],
-                "policy_version": record["policy"]["version"], "decisions": compact(record["decisions"]),
-                "item": compact(record["item"]), "decided_at": record["decided_at"],
-                "audited_at": body["failed_at"], "execution_arn": body["execution_arn"]}
+        return AuditRow(item_id=record["item_id"], execution_name=body["execution_name"],
+                        item_kind=record["item_kind"], outcome=outcome["status"],
+                        outcome_detail=compact(outcome), route=record["route"],
+                        route_reason=record["route_reason"], policy_name=record["policy"]["name"],
+                        policy_version=record["policy"]["version"], decisions=compact(record["decisions"]),
+                        item=compact(record["item"]), decided_at=record["decided_at"],
+                        audited_at=body["failed_at"], execution_arn=body["execution_arn"])
     except (KeyError, TypeError) as error:
         raise Unusable(f"audit_missing: the message lacks {error}") from None
+    except ValidationError as error:
+        raise Unusable(f"audit_missing: the message's record does not make an audit row: {error}") from None
 
 
 def dead_ticket(message: dict) -> tuple[str, str]:
@@ -246,8 +248,8 @@ def cmd_workflow(args, out: TextIO) -> int:
 
             def write() -> str:
                 if not audit.write(row):
-                    return f"its audit row ({row['execution_name']}) exists already: left as it is; removed"
-                return f"routed by execution {row['execution_name']}; its audit row ({row['outcome']}) written"
+                    return f"its audit row ({row.execution_name}) exists already: left as it is; removed"
+                return f"routed by execution {row.execution_name}; its audit row ({row.outcome}) written"
 
             return Replay(f"{record.item_kind} {record.item_id}", f"{reason} (only the audit)", write)
 

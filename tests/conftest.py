@@ -87,7 +87,7 @@ def queue_full(engine) -> Iterator[None]:
     from decision_contract import Decision
 
     queue_size = engine.scheduler.queue_size
-    with engine.held():
+    with engine.scheduler.held():
         engine.scheduler.queue_size = 1
         try:
             waiting = engine.submit_decisions([Decision(

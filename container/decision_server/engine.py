@@ -54,6 +54,13 @@ class DecisionEngine:
 
     `DecisionEngine()` reads the environment; keyword overrides (model_path, n_ctx, threads,
     n_gpu_layers, batch_size, parallel_sequences, any limit) win over it.
+
+    Its role, as llama-server's `server_context` beside its `server_queue`: it owns what the
+    requests are checked and rendered against (the model, its context, the chat template, the
+    readout prompt and its control tokens, the limits) and turns a checked request into work
+    (`DecisionWork`, `ChatWork`, `PrefillWork`) that the `Scheduler` runs. It forwards nothing:
+    the queue's state (`busy`, `held()`, `consecutive_failures`) and its prompt cache
+    (`clear_cache()`) are read on `engine.scheduler`, the one place they live.
     """
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
@@ -233,7 +240,10 @@ class DecisionEngine:
     # --- measurement and warm-up ------------------------------------------------------------------
 
     def prefill(self, tokens: Sequence[int]) -> float:
-        """Seconds to evaluate `tokens` in a fresh sequence, no prefix reused: the floor under a decision."""
+        """Seconds to evaluate `tokens` in a fresh sequence, no prefix reused: the floor under a decision.
+
+        Not a forwarder: like `decide` and `submit_chat`, it turns a request (here the benchmark's
+        tokens) into work for the scheduler and waits for it."""
         return self.scheduler.submit(PrefillWork(tokens)).future.result()
 
     def warm_up(self) -> DecisionResult:
@@ -250,14 +260,6 @@ class DecisionEngine:
             raise RuntimeError(f"warm-up decision is not a distribution: {result.probabilities}")
         return result
 
-    @property
-    def busy(self) -> bool:
-        return self.scheduler.busy
-
-    def clear_prompt_cache(self) -> None:
-        """Forget every cached prompt: the next requests are evaluated cold."""
-        self.scheduler.clear_cache()
-
     def prompt_cache_stats(self) -> PromptCacheStats:
         cache = self.scheduler.cache
         if cache is None:
@@ -270,14 +272,6 @@ class DecisionEngine:
             hit_rate=stats.hits / stats.lookups if stats.lookups else 0.0, prompt_tokens=stats.prompt_tokens,
             reused_tokens=stats.reused_tokens, evictions=stats.evictions, restore_failures=stats.restore_failures,
         )
-
-    def held(self):
-        """Admit no new work while inside (see Scheduler.held)."""
-        return self.scheduler.held()
-
-    @property
-    def consecutive_failures(self) -> int:
-        return self.scheduler.consecutive_failures
 
     # --- chat completions (the DLC's OpenAI-compatible path) ----------------------------------------
 

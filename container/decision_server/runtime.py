@@ -49,7 +49,7 @@ class ModelRuntime:
         DECISION_UNHEALTHY_AFTER_FAILURES decodes in a row (a lost GPU, say), so that SageMaker
         replaces the instance instead of routing every request to a broken model."""
         engine = self.require()
-        failures = engine.consecutive_failures
+        failures = engine.scheduler.consecutive_failures
         if failures >= self.settings.unhealthy_after_failures:
             raise Unhealthy(
                 f"the model failed {failures} forward passes in a row (DECISION_UNHEALTHY_AFTER_FAILURES="

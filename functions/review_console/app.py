@@ -239,9 +239,9 @@ def execution(name: str) -> dict[str, Any]:
     workflow, audit = adapters()[1], adapters()[2]
     status, given = workflow.describe(name)
     row = audit.row(str(given.get("item_id", "")), name)
-    detail = json.loads(row["outcome_detail"]) if row and row.get("outcome_detail") else None
+    detail = row.detail() if row else None
     return {"execution_name": name, "status": status, "item_id": given.get("item_id"),
-            "outcome": row.get("outcome") if row else None, "target": (detail or {}).get("target"),
+            "outcome": row.outcome if row else None, "target": (detail or {}).get("target"),
             "reviewer": console.audited_reviewer(detail) if detail else None,
             "escalated": (detail or {}).get("escalated")}
 

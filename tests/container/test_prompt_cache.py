@@ -168,7 +168,7 @@ def test_a_second_question_on_a_cached_state_evaluates_only_its_own_tokens(embed
     first = Decision(id="q0", state=state, question=QUESTIONS[0][0], options=QUESTIONS[0][1])
     second = Decision(id="q1", state=state, question=QUESTIONS[1][0], options=QUESTIONS[1][1])
     cold_second = cold_decision(embedded_engine, second)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     embedded_engine.decide_one(first)
     warm_second = embedded_engine.decide_one(second)
     shared = embedded_engine.tokenize(embedded_engine.readout.render(second).split('"criterion"')[0])
@@ -185,7 +185,7 @@ def test_nothing_leaks_between_interleaved_prompts_that_share_a_prefix(embedded_
     # The two answers must tell each other apart well beyond the tolerance, or the test could not see a leak.
     assert max(abs(x - y) for x, y in zip(cold_a.probabilities, cold_b.probabilities)) > 2 * BATCH_TOLERANCE
     common = len(embedded_engine.tokenize(embedded_engine.readout.render(a))) - 1
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     answers = [embedded_engine.decide_one(d) for d in (a, b, a, b, b, a)]
     for answer in answers:
         cold = cold_a if answer.id == "a" else cold_b
@@ -213,9 +213,9 @@ def questions_on(state) -> list[Decision]:
 def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
     state = "A cached state: the VPN drops every ten minutes for the whole Berlin office."
     decisions = questions_on(state)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     cold = embedded_engine.decide(decisions)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     embedded_engine.decide_one(decisions[0])  # the state is now cached
     warm = embedded_engine.decide(decisions)
     again = embedded_engine.decide(decisions)  # every question is now cached whole
@@ -229,7 +229,7 @@ def test_a_shared_state_batch_starts_from_a_cached_prompt(embedded_engine):
 def test_a_batch_keeps_its_state_once_and_each_questions_answer(embedded_engine):
     state = "Every laptop in the Lyon office lost Wi-Fi after last night's update."
     decisions = questions_on(state)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     batch = embedded_engine.decide(decisions)
     settle(embedded_engine)
     entries = embedded_engine.scheduler.cache.entries()
@@ -249,9 +249,9 @@ def test_a_batch_keeps_its_state_once_and_each_questions_answer(embedded_engine)
 def test_the_hidden_state_of_a_cached_prompt_matches_a_cold_one(embedded_engine):
     plain = ticket_decision(id="h", state="The export to CSV button crashes the desktop app.")
     with_hidden = plain.model_copy(update={"return_hidden_state": True})
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     cold = embedded_engine.decide_one(with_hidden)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     embedded_engine.decide_one(plain)
     # the prompt is cached, its hidden state is not: the last token is evaluated for it
     cached = embedded_engine.decide_one(with_hidden)
@@ -268,7 +268,7 @@ def test_the_hidden_state_of_a_cached_prompt_matches_a_cold_one(embedded_engine)
 def test_a_repeated_chat_reuses_its_prompt_and_answers_the_same(embedded_engine):
     request = {"messages": [{"role": "user", "content": "Name one colour of the rainbow."}], "max_tokens": 6,
                "temperature": 0.0}
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     cold = embedded_engine.chat_completion(**request)
     before = embedded_engine.prompt_cache_stats().reused_tokens
     cached = embedded_engine.chat_completion(**request)
@@ -340,7 +340,7 @@ def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedd
 
     decision = ticket_decision(id="r", state="The shared drive is read-only since this morning.")
     cold = cold_decision(embedded_engine, decision)
-    embedded_engine.clear_prompt_cache()
+    embedded_engine.scheduler.clear_cache()
     embedded_engine.decide_one(decision.model_copy(update={"id": "first"}))
     settle(embedded_engine)
     (entry,) = embedded_engine.scheduler.cache.entries()
@@ -353,7 +353,7 @@ def test_a_cached_prompt_that_cannot_be_written_back_is_evaluated_instead(embedd
         assert embedded_engine.prompt_cache_stats().restore_failures == failures + 1
         assert result.reused_prefix_tokens == len(embedded_engine.scheduler.prefix_tokens)  # evaluated
         assert max(abs(a - b) for a, b in zip(result.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
-        embedded_engine.clear_prompt_cache()
+        embedded_engine.scheduler.clear_cache()
         embedded_engine.decide_one(decision.model_copy(update={"id": "again"}))
         settle(embedded_engine)
         (entry,) = embedded_engine.scheduler.cache.entries()
@@ -405,7 +405,7 @@ def test_a_model_copied_by_state_restores_a_cached_state_only_whole(state_copy_e
     first, second, third = (Decision(id=f"q{i}", state=state, question=q, options=o)
                             for i, (q, o) in enumerate(QUESTIONS[:3]))
     prefix = len(engine.scheduler.prefix_tokens)
-    engine.clear_prompt_cache()
+    engine.scheduler.clear_cache()
     engine.decide_one(first)
     # the cached prompt ends in the first question: a state cannot be cut back to where they part
     assert engine.decide_one(second).reused_prefix_tokens == prefix

@@ -240,7 +240,7 @@ def test_full_queue_is_503_with_retry_after(decision_server_url, embedded_engine
 
 def test_requests_wait_their_turn_rather_than_fail(decision_server_url, embedded_engine):
     # Admission held for a while: the request waits in the queue and is answered once it runs.
-    hold = embedded_engine.held()
+    hold = embedded_engine.scheduler.held()
     hold.__enter__()
     threading.Timer(0.5, hold.__exit__, args=(None, None, None)).start()
     assert post(decision_server_url, body({"billing": QUESTIONS["billing"]})).status_code == 200

@@ -19,7 +19,7 @@ from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
 from decision_router.domain.policies import load_policy
 from evaluation.runners import Scored
-from training import history
+from training import history, history_policy
 
 MODEL = ModelInfo(file="words.gguf", bytes=1, sha256="a" * 64, context_size=2048, threads=1, gpu_layers=0,
                   llama_cpp_python_version="test", hidden_size=16)
@@ -196,10 +196,10 @@ def test_a_fixed_model_weight_of_zero_fits_the_text_alone(tmp_path):
 
 
 def test_option_ids_and_targets_are_made_valid_and_unique():
-    ids = history.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
+    ids = history_policy.option_ids(["Billing & Refunds", "billing_refunds", "__x", "Kündigung"])
     assert ids == {"Billing & Refunds": "Billing_Refunds", "billing_refunds": "billing_refunds", "__x": "x",
                    "Kündigung": "K_ndigung"}
-    assert history.target_of("Billing_Refunds") == "billing-refunds"
+    assert history_policy.target_of("Billing_Refunds") == "billing-refunds"
 
 
 class CountingRunner:

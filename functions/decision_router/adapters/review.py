@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..domain.records import ReviewAnswer
+from ..domain.records import AuditRow, ReviewAnswer
 from ..review.completion import InvalidReview, PendingReview
 from . import AwsAdapter
 
@@ -152,20 +152,20 @@ class AuditTrail(AwsAdapter):
                                      ExpressionAttributeValues={":i": {"S": item_id}})
         return [_strings(row) for row in response["Items"]]
 
-    def write(self, row: dict[str, str]) -> bool:
+    def write(self, row: AuditRow) -> bool:
         """Write one row (every field a string), as the workflow's audit state does, only where
         none is: an audit row is never rewritten. False when it exists already (a retry's)."""
         try:
-            self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.items()},
+            self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.columns().items()},
                                  ConditionExpression="attribute_not_exists(item_id)")
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
         return True
 
-    def row(self, item_id: str, execution_name: str) -> dict[str, str] | None:
+    def row(self, item_id: str, execution_name: str) -> AuditRow | None:
         found = self.client.get_item(TableName=self.table_name, Key={
             "item_id": {"S": item_id}, "execution_name": {"S": execution_name}}).get("Item")
-        return _strings(found) if found else None
+        return AuditRow.model_validate(_strings(found)) if found else None
 
 
 def _strings(row: dict[str, Any]) -> dict[str, str]:

@@ -208,3 +208,39 @@ class CorrectedRecord(DecisionRecord):
 
     route: Literal["correction"] = "correction"  # type: ignore[assignment]
     correction: ReviewAnswer
+
+
+class AuditRow(_Record):
+    """One row of the audit table, as DynamoDB holds it: every column a string (the structured
+    ones, `outcome_detail`, `decisions` and `item`, as JSON text). The workflow's WriteAuditRecord
+    state writes it (checked against this model in a test), so do the incident intake (an
+    incident a noise control held, with no execution: `execution_arn` absent) and the redrive of
+    a row the workflow could not write; the console reads it back."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    item_id: str
+    execution_name: str
+    item_kind: str
+    outcome: str
+    outcome_detail: str
+    route: str
+    route_reason: str
+    policy_name: str
+    policy_version: str
+    decisions: str
+    item: str
+    decided_at: str
+    audited_at: str
+    execution_arn: str | None = None
+
+    def columns(self) -> dict[str, str]:
+        """The row's columns as written (an absent `execution_arn` is no column)."""
+        return {key: value for key, value in self.model_dump().items() if value is not None}
+
+    def detail(self) -> dict[str, Any]:
+        """`outcome_detail` read back (the workflow's `$.outcome`, with its status)."""
+        value = json.loads(self.outcome_detail)
+        if not isinstance(value, dict):
+            raise ValueError(f"audit row {self.item_id}/{self.execution_name}: outcome_detail is not a JSON object")
+        return value

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from ..config import Settings
 from ..domain.items import Incident
 from ..domain.noise import aware, recent
+from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
@@ -372,12 +373,12 @@ class IncidentIntake:
             self._audit = AuditTrail(self.settings.require("audit_table").audit_table)
         policy = self.intake.router.policy
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        self._audit.write({
-            "item_id": item_id, "item_kind": "incident",
-            "execution_name": f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
-            "outcome": outcome, "outcome_detail": json.dumps({"status": outcome, "reason": reason, **detail}),
-            "route": "held", "route_reason": reason, "policy_name": policy.name, "policy_version": policy.version,
-            "decisions": "[]", "item": item, "decided_at": now, "audited_at": now})
+        self._audit.write(AuditRow(
+            item_id=item_id, item_kind="incident",
+            execution_name=f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
+            outcome=outcome, outcome_detail=json.dumps({"status": outcome, "reason": reason, **detail}),
+            route="held", route_reason=reason, policy_name=policy.name, policy_version=policy.version,
+            decisions="[]", item=item, decided_at=now, audited_at=now))
 
     def _close_review(self, execution_name: str, reason: str) -> bool:
         """Close the review the incident's execution still waits for; False when it waits for none."""

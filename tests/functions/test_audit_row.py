@@ -1,0 +1,77 @@
+"""The audit row has one model (`AuditRow`): the state machine's audit write fills exactly its
+columns, each a string, and a row the model refuses is refused with the field named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from pydantic import ValidationError
+
+from decision_router.domain.records import AuditRow
+
+STATE_MACHINES = Path(__file__).resolve().parents[2] / "statemachine"
+
+
+def _states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every state, inside Parallel branches and Map iterators too."""
+    for name, state in definition.get("States", {}).items():
+        yield name, state
+        for branch in state.get("Branches", []):
+            yield from _states(branch)
+        for key in ("Iterator", "ItemProcessor"):
+            if key in state:
+                yield from _states(state[key])
+
+
+def _audit_writes() -> list[tuple[str, str, dict[str, Any]]]:
+    writes = []
+    for path in sorted(STATE_MACHINES.glob("*.asl.json")):
+        for name, state in _states(json.loads(path.read_text(encoding="utf-8"))):
+            parameters = state.get("Parameters") or state.get("Arguments") or {}
+            if "dynamodb:putItem" in str(state.get("Resource", "")) and parameters.get("TableName") == "${AuditTableName}":
+                writes.append((path.name, name, parameters["Item"]))
+    return writes
+
+
+def test_the_workflow_writes_the_audit_row_the_model_defines():
+    writes = _audit_writes()
+    assert writes, "no state writes the audit table"
+    fields = set(AuditRow.model_fields)
+    required = {name for name, field in AuditRow.model_fields.items() if field.is_required()}
+    for machine, state, item in writes:
+        assert required <= set(item) <= fields, (machine, state, sorted(set(item) ^ fields))
+        for column, value in item.items():
+            assert set(value) <= {"S", "S.$"} and len(value) == 1, (machine, state, column, value)
+
+
+def _row(**change: Any) -> dict[str, Any]:
+    row = {name: f"{name}-value" for name in AuditRow.model_fields}
+    row["outcome_detail"] = json.dumps({"status": "auto_routed", "target": "billing"})
+    return {**row, **change}
+
+
+def test_a_row_reads_back_its_columns_and_its_detail():
+    row = AuditRow.model_validate(_row())
+    assert row.columns() == _row()
+    assert row.detail() == {"status": "auto_routed", "target": "billing"}
+    held = AuditRow.model_validate(_row(execution_arn=None))
+    assert "execution_arn" not in held.columns()
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"outcome": 3}, "outcome"),  # every column is a string, as DynamoDB holds it
+    ({"routed_by": "x"}, "routed_by"),  # no column the workflow does not write
+    ({"item_id": None}, "item_id"),
+])
+def test_a_row_not_of_the_model_is_refused_naming_the_field(change, field):
+    with pytest.raises(ValidationError) as refused:
+        AuditRow.model_validate(_row(**change))
+    assert field in str(refused.value)
+
+
+def test_an_outcome_detail_that_is_no_object_is_refused():
+    with pytest.raises(ValueError, match="outcome_detail is not a JSON object"):
+        AuditRow.model_validate(_row(outcome_detail="[1]")).detail()

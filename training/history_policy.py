@@ -1,0 +1,201 @@
+"""`make fit-history`, its first half: the export read and the policy written from it.
+
+`read_rows` reads a CSV or JSONL export (HistoryError names the file, line and field);
+`vocabulary` turns its labels into options (rare ones merged or left to review); `raw_policy`
+writes the one-question ticket policy, `read_targets` maps options onto destinations, and
+`states` builds each row's evidence as the routing function builds a ticket's. `training.history`
+scores, fits and reports on top of these.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+from decision_router.domain.heads import question_digest
+from decision_router.domain.items import parse_item
+from decision_router.domain.model_requests import build_state
+from decision_router.domain.policies import Question
+
+#: Text entries of the policy's evidence are cut here (the ticket's own limit is 20,000).
+SUBJECT_CHARS, BODY_CHARS = 300, 3000
+MERGED = "other"
+ID_PATTERN = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class HistoryError(ValueError):
+    """The export cannot be used; the message says where and why."""
+
+
+# ----------------------------------------------------------------------------------- reading
+def read_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None) -> list[dict[str, str]]:
+    """The rows of a CSV (by extension) or JSONL export, each with the text fields and the label
+    as strings; HistoryError names the file, the line and the missing or empty field."""
+    if not path.is_file():
+        raise HistoryError(f"{path}: no such file")
+    rows: list[dict[str, str]] = []
+    if path.suffix.lower() == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [f for f in [*fields, label] if f not in (reader.fieldnames or [])]
+            if missing:
+                raise HistoryError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(reader.fieldnames or [])})")
+            raw = [(line + 2, row) for line, row in enumerate(reader)]
+    else:
+        raw = []
+        for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise HistoryError(f"{path}:{line}: not JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise HistoryError(f"{path}:{line}: a JSON object per line is expected")
+            raw.append((line, row))
+    for line, row in raw[:limit] if limit else raw:
+        out = {}
+        for name in [*fields, label]:
+            value = row.get(name)
+            if value is None or not str(value).strip():
+                raise HistoryError(f"{path}:{line}: field {name!r} is missing or empty")
+            out[name] = str(value).strip()
+        rows.append(out)
+    if not rows:
+        raise HistoryError(f"{path}: no rows")
+    return rows
+
+
+def option_ids(labels: Sequence[str]) -> dict[str, str]:
+    """label → option id (letters, digits, `_.-`, 64 at most), unique."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for label in labels:
+        base = ID_PATTERN.sub("_", label).strip("_.-")[:60] or "label"
+        if not base[0].isalnum():
+            base = "x" + base
+        candidate, n = base, 2
+        while candidate in taken:
+            candidate, n = f"{base[:57]}_{n}", n + 1
+        taken.add(candidate)
+        out[label] = candidate
+    return out
+
+
+def target_of(option_id: str) -> str:
+    target = re.sub(r"[^a-z0-9-]+", "-", option_id.lower()).strip("-")[:64]
+    return target or "queue"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What the policy's options are made of, and what became of the rare labels."""
+
+    options: list[str]  # labels, in option order (MERGED for the merged rare labels)
+    ids: dict[str, str]  # label → option id
+    rare: dict[str, int]  # rare label → its training count
+    merged: set[str]  # rare labels merged into MERGED
+
+    def option_of(self, label: str) -> str | None:
+        """The option label a gold label counts as (None: out of scope)."""
+        if label in self.merged:
+            return MERGED
+        return label if label in self.ids else None
+
+
+def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Vocabulary:
+    counts = Counter(labels)
+    rare = {label: n for label, n in sorted(counts.items()) if n < min_examples}
+    kept = sorted(label for label in counts if label not in rare)
+    merged: set[str] = set()
+    if rare and rare_mode == "merge":
+        if MERGED in counts and MERGED not in rare:
+            raise HistoryError(f"RARE=merge would merge {len(rare)} rare labels into {MERGED!r}, a label the data already has")
+        merged = set(rare)
+        kept.append(MERGED)
+    if len(kept) < 2:
+        raise HistoryError(f"{len(kept)} label(s) with at least {min_examples} training examples; a question needs two")
+    return Vocabulary(kept, option_ids(kept), rare, merged)
+
+
+# ----------------------------------------------------------------------------------- the policy
+def read_targets(path: Path, vocab: Vocabulary) -> dict[str, str]:
+    """`--targets`: a JSON object label → destination key (a queue the deployment knows); `"*"`
+    names the destination of every label the file does not name. Without a `"*"`, every option
+    must be named; a label that is no option is refused too (a typo would route nothing)."""
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise HistoryError(f"--targets {path}: cannot read it ({error.strerror or error})") from None
+    except json.JSONDecodeError as error:
+        raise HistoryError(f"--targets {path}: not JSON ({error})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
+        raise HistoryError(f"--targets {path}: must be a JSON object of label → destination key (non-empty text)")
+    unknown = sorted(set(mapping) - set(vocab.options) - {"*"})
+    if unknown:
+        raise HistoryError(f"--targets {path}: {len(unknown)} label(s) that are no option: {', '.join(unknown[:10])}")
+    missing = [o for o in vocab.options if o not in mapping]
+    if missing and "*" not in mapping:
+        raise HistoryError(f"--targets {path}: {len(missing)} option(s) without a destination and no \"*\": "
+                           + ", ".join(missing[:10]))
+    return {o: mapping.get(o, mapping.get("*", "")) for o in vocab.options}
+
+
+def raw_policy(name: str, fields: Sequence[str], label: str, vocab: Vocabulary, max_error: float,
+               targets: dict[str, str] | None = None) -> dict[str, Any]:
+    if len(fields) == 1:
+        state = [{"key": key_of(fields[0]), "field": "body", "max_chars": BODY_CHARS}]
+    else:
+        state = [{"key": key_of(fields[0]), "field": "subject", "max_chars": SUBJECT_CHARS},
+                 {"key": key_of("_".join(fields[1:])), "field": "body", "max_chars": BODY_CHARS}]
+    question_id = key_of(label)
+    options = [{"id": vocab.ids[o], "target": (targets or {}).get(o) or target_of(vocab.ids[o]),
+                "description": (f"Any of the {len(vocab.merged)} labels too rare to learn alone" if o == MERGED and vocab.merged
+                                else o)[:2000]} for o in vocab.options]
+    return {
+        "name": name, "version": "1", "item_kind": "ticket",
+        "description": f"Routes to the {len(options)} values of {label!r} seen in a history export (make fit-history).",
+        "notes": "Written by make fit-history; the head beside it was fitted on the export named in its fit.data.",
+        "state": state,
+        "questions": [{
+            "id": question_id, "question": f"Which {label} should handle this item?", "options": options,
+            "thresholds": {"min_confidence": 0.6, "min_margin": 0.1, "min_allowed_token_mass": 0.5},
+            "learning": {"max_auto_error": max_error},
+        }],
+    }
+
+
+def key_of(name: str) -> str:
+    """A name as a policy key or id: letters, digits and `_.-`, 64 at most, starting alphanumeric."""
+    key = ID_PATTERN.sub("_", name).strip("_.-")[:64] or "text"
+    return key if key[0].isalnum() else "x" + key[:63]
+
+
+def question_of(raw: dict[str, Any]) -> Question:
+    return Question.model_validate(raw["questions"][0])
+
+
+def question_sha256(raw: dict[str, Any]) -> str:
+    question = raw["questions"][0]
+    return question_digest(question["question"], [(o["id"], o["description"]) for o in question["options"]],
+                           [f"{s['key']}={s['field']}:{s['max_chars']}" for s in raw["state"]])
+
+
+def states(raw: dict[str, Any], rows: Sequence[dict[str, str]], fields: Sequence[str]) -> list[dict[str, Any]]:
+    """Each row's evidence, as the routing function builds it from a ticket (build_state)."""
+    shape = SimpleNamespace(state=[SimpleNamespace(**s) for s in raw["state"]])
+    out = []
+    for i, row in enumerate(rows):
+        subject = row[fields[0]] if len(fields) > 1 else "(none)"
+        body = "\n\n".join(row[f] for f in fields[1:]) if len(fields) > 1 else row[fields[0]]
+        item = parse_item("ticket", {"ticket_id": f"H-{i}", "subject": subject[:20_000], "body": body[:20_000],
+                                     "customer": {"id": "history", "tier": "pro"}, "channel": "web",
+                                     "created_at": "2026-01-01T00:00:00Z"})
+        out.append(build_state(shape, item))  # type: ignore[arg-type]
+    return out
