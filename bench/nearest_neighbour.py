@@ -5,9 +5,10 @@
 The resolved items are the train split, the items asked about the test split (fit on train,
 report on test). The vector is the evidence's TF-IDF over the shipped head's own vocabulary
 (`Head.text`, the lexical block the routing function computes anyway), compared by cosine: the
-text alone, no model. The hidden state the heads read would be the other vector to try; no
-cached hidden states ship with the repository, and scoring the sets again is a long model run,
-so that comparison is not made here.
+text alone, no model. Beside it, the hidden state the heads read (576 floats for the embedded
+model), read from the embedded model's shipped signals (`bench/data/signals/`, no model run),
+centred on the training items' mean (the raw states share one large common direction) and compared
+by cosine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from decision_router.domain.items import parse_item  # noqa: E402
 from decision_router.domain.lexical import evidence_text, term_counts, tfidf  # noqa: E402
 from decision_router.domain.model_requests import build_state  # noqa: E402
 from decision_router.domain.policies import load_policy  # noqa: E402
+from evaluation.cases import load_file  # noqa: E402
+from training.features import decision_key  # noqa: E402
+from training.shipped_signals import SIGNALS_DIR, read  # noqa: E402
 
 DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
 
@@ -52,8 +56,39 @@ def gold(row: dict, question: str) -> str:
     return row["gold"][question] if isinstance(row["gold"], dict) else row["gold"]
 
 
+def hidden_nearest(path: Path, question: str) -> float | None:
+    """Share of test items whose nearest train item by hidden state (centred cosine) has their
+    gold answer; None when no shipped signals cover the set."""
+    import numpy as np
+
+    files = sorted(SIGNALS_DIR.glob("*.npz"))
+    if not files:
+        return None
+    sha = files[0].stem
+    rows = read(files[0], sha)
+    pairs = {"train": [], "test": []}
+    for case in load_file(path).cases:
+        for d in case.decisions:
+            key = decision_key(sha, d.decision.model_copy(update={"return_hidden_state": True}))
+            if d.question == question and key in rows and case.split in pairs:
+                pairs[case.split].append((rows[key][0], d.gold))
+    if not pairs["train"] or not pairs["test"]:
+        return None
+    train = np.stack([h for h, _ in pairs["train"]])
+    mean = train.mean(axis=0)
+
+    def unit(m):
+        m = m - mean
+        return m / np.linalg.norm(m, axis=-1, keepdims=True)
+
+    test = np.stack([h for h, _ in pairs["test"]])
+    nearest = (unit(test) @ unit(train).T).argmax(axis=1)
+    golds = [g for _, g in pairs["train"]]
+    return sum(golds[j] == g for j, (_, g) in zip(nearest, pairs["test"])) / len(pairs["test"])
+
+
 def main() -> int:
-    print(f"{'policy/question':26} {'nearest = gold':>15} {'majority class':>15} {'test items':>10}")
+    print(f"{'policy/question':26} {'nearest = gold':>15} {'by hidden state':>16} {'majority class':>15} {'test items':>10}")
     for name, path in DATA.items():
         policy = load_policy(name)
         rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -67,7 +102,10 @@ def main() -> int:
             answers = [g for _, g in train]
             majority = max(set(answers), key=answers.count)
             base = sum(g == majority for _, g in test)
-            print(f"{name + '/' + question.id:26} {hits / len(test):14.1%} {base / len(test):14.1%} {len(test):10d}")
+            hidden = hidden_nearest(path, question.id)
+            by_hidden = "–" if hidden is None else f"{hidden:.1%}"
+            print(f"{name + '/' + question.id:26} {hits / len(test):14.1%} {by_hidden:>16} {base / len(test):14.1%} "
+                  f"{len(test):10d}")
     return 0
 
 
