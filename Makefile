@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo route-test review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
@@ -25,6 +25,7 @@ help:
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
+	@echo "make route-test [TESTS=suite.yaml ...] [POLICY=policy.json]   what must become of each item, checked (no model, no AWS)"
 	@echo "make learn  the relearning loop locally: route FIRST, answer its reviews from ANSWERS, relearn, route THEN (REPORT=out.jsonl)"
 	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
@@ -78,6 +79,13 @@ test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 # POLICY=policy.json has the intake of its item kind apply that policy (events/many-options/: 150 intents).
 demo: $(STAMP)
 	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(POLICY),--policy "$(POLICY)") $(if $(REPORT),--report "$(REPORT)")
+
+# Route tests (docs/operations/route-tests.md): suites of items and what must become of each, run
+# through the intakes' own code on template.yaml's tables in moto, the model's answers given in the
+# suite. Default: the shipped suites; POLICY= a policy file replacing the shipped one of its name.
+TESTS ?= events/route-tests/*.yaml
+route-test: $(STAMP)
+	$(PY) -m local.route_tests $(TESTS) $(if $(POLICY),--policy "$(POLICY)")
 
 # The documentation site (mkdocs.yml): docs/ plus the pages docs/gen_reference.py writes from
 # template.yaml, the settings models and the container's OpenAPI document; strict, into site/.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +27,6 @@ from decision_router.domain.items import parse_item  # noqa: E402
 from decision_router.domain.lexical import evidence_text, term_counts, tfidf  # noqa: E402
 from decision_router.domain.model_requests import build_state  # noqa: E402
 from decision_router.domain.policies import load_policy  # noqa: E402
-from evaluation.cases import load_file  # noqa: E402
-from training.features import decision_key  # noqa: E402
-from training.shipped_signals import SIGNALS_DIR, read  # noqa: E402
 
 DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
 
@@ -56,38 +54,17 @@ def gold(row: dict, question: str) -> str:
     return row["gold"][question] if isinstance(row["gold"], dict) else row["gold"]
 
 
-def hidden_nearest(path: Path, question: str) -> float | None:
-    """Share of test items whose nearest train item by hidden state (centred cosine) has their
-    gold answer; None when no shipped signals cover the set."""
-    import numpy as np
-
-    files = sorted(SIGNALS_DIR.glob("*.npz"))
-    if not files:
-        return None
-    sha = files[0].stem
-    rows = read(files[0], sha)
-    pairs = {"train": [], "test": []}
-    for case in load_file(path).cases:
-        for d in case.decisions:
-            key = decision_key(sha, d.decision.model_copy(update={"return_hidden_state": True}))
-            if d.question == question and key in rows and case.split in pairs:
-                pairs[case.split].append((rows[key][0], d.gold))
-    if not pairs["train"] or not pairs["test"]:
-        return None
-    train = np.stack([h for h, _ in pairs["train"]])
-    mean = train.mean(axis=0)
-
-    def unit(m):
-        m = m - mean
-        return m / np.linalg.norm(m, axis=-1, keepdims=True)
-
-    test = np.stack([h for h, _ in pairs["test"]])
-    nearest = (unit(test) @ unit(train).T).argmax(axis=1)
-    golds = [g for _, g in pairs["train"]]
-    return sum(golds[j] == g for j, (_, g) in zip(nearest, pairs["test"])) / len(pairs["test"])
+def hidden_agreement() -> dict[str, float | None]:
+    """`set.jsonl/question` → the nearest train item's agreement by hidden state, from the shipped
+    signals (`python -m training.shipped_signals --neighbours`, run as a command: the benchmarks
+    never import the fitter)."""
+    done = subprocess.run([sys.executable, "-m", "training.shipped_signals", "--neighbours"], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
+    by_hidden_state = hidden_agreement()
     print(f"{'policy/question':26} {'nearest = gold':>15} {'by hidden state':>16} {'majority class':>15} {'test items':>10}")
     for name, path in DATA.items():
         policy = load_policy(name)
@@ -102,7 +79,7 @@ def main() -> int:
             answers = [g for _, g in train]
             majority = max(set(answers), key=answers.count)
             base = sum(g == majority for _, g in test)
-            hidden = hidden_nearest(path, question.id)
+            hidden = by_hidden_state.get(f"{path.name}/{question.id}")
             by_hidden = "–" if hidden is None else f"{hidden:.1%}"
             print(f"{name + '/' + question.id:26} {hits / len(test):14.1%} {by_hidden:>16} {base / len(test):14.1%} "
                   f"{len(test):10d}")

@@ -40,11 +40,12 @@ DEMO_WEBHOOK_SECRETS = {"zendesk": "demo-zendesk-signing-secret", "jira": "demo-
 INCIDENT_WEBHOOK_RULE = "IncidentWebhookRule"
 
 
-def install_policies(folder: Path, policies: dict[str, str]) -> tuple[Path, dict[str, str]]:
+def install_policies(folder: Path, policies: dict[str, str], *, replace: bool = False) -> tuple[Path, dict[str, str]]:
     """The shipped policies and heads copied into `folder`, plus each policy file of `policies`
     (item kind → path) as `<its name>.json` with the head files it names beside it; the folder and
-    item kind → policy name. ValueError for an unknown kind, a policy of another kind, or a policy
-    or head file that would replace a shipped one."""
+    item kind → policy name. ValueError for an unknown kind, a policy of another kind, or (unless
+    `replace`: a changed copy of a shipped policy) a policy or head file that would replace a
+    shipped one."""
     from decision_router.domain.policies import POLICY_DIR, load_policy
 
     unknown = sorted(set(policies) - {"ticket", "incident"})
@@ -61,7 +62,7 @@ def install_policies(folder: Path, policies: dict[str, str]) -> tuple[Path, dict
         files = [source] + [source.parent / q["head"]["file"] for q in raw["questions"] if q.get("head")]
         targets = [folder / f"{policy.name}.json"] + [folder / q["head"]["file"] for q in raw["questions"] if q.get("head")]
         for src, dst in zip(files, targets):
-            if dst.exists():
+            if dst.exists() and not replace:
                 raise ValueError(f"policy file {source}: {dst.relative_to(folder)} is shipped already (rename the policy)")
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)

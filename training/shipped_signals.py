@@ -4,6 +4,7 @@ without asking the model for them first (about an hour on two CPU cores).
 
     python -m training.shipped_signals              # score what the file lacks, then write it
     python -m training.shipped_signals --check      # say what it holds, write nothing
+    python -m training.shipped_signals --neighbours # nearest train item by hidden state: its answer right?
 
 One file per model, named by the GGUF's sha256 (`bench/data/signals/<sha256>.npz`): a run whose
 model is another finds no file and asks its endpoint as before. Each row is keyed as `make fit`'s
@@ -17,6 +18,7 @@ letter logits in float32, one index per prompt version.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -83,13 +85,49 @@ def seed(cache: FeatureCache, model_sha256: str, directory: Path = SIGNALS_DIR) 
     return added
 
 
+def nearest_agreement(path: Path, question: str, directory: Path = SIGNALS_DIR) -> float | None:
+    """Share of the set's test items whose nearest train item by hidden state (cosine, centred on
+    the train items' mean: the raw states share one large common direction) has their gold
+    answer; None when no shipped signals cover the set."""
+    files = sorted(directory.glob("*.npz"))
+    if not files:
+        return None
+    sha = files[0].stem
+    rows = read(files[0], sha)
+    pairs: dict[str, list[tuple[np.ndarray, str]]] = {"train": [], "test": []}
+    for case in load_file(path).cases:
+        for d in case.decisions:
+            key = decision_key(sha, d.decision.model_copy(update={"return_hidden_state": True}))
+            if d.question == question and key in rows and case.split in pairs:
+                pairs[case.split].append((rows[key][0], d.gold))
+    if not pairs["train"] or not pairs["test"]:
+        return None
+    train = np.stack([h for h, _ in pairs["train"]])
+    mean = train.mean(axis=0)
+
+    def unit(m: np.ndarray) -> np.ndarray:
+        m = m - mean
+        return m / np.linalg.norm(m, axis=-1, keepdims=True)
+
+    nearest = (unit(np.stack([h for h, _ in pairs["test"]])) @ unit(train).T).argmax(axis=1)
+    golds = [g for _, g in pairs["train"]]
+    return sum(golds[j] == g for j, (_, g) in zip(nearest, pairs["test"])) / len(pairs["test"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.shipped_signals", description=__doc__.splitlines()[0])
     p.add_argument("--model", help="GGUF to load in-process (default: SM_LLAMA_CPP_MODEL or the embedded model)")
     p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache",
                    help="make fit's signal cache: what it holds is not asked again")
     p.add_argument("--check", action="store_true", help="say how many of the shipped decisions the file holds")
+    p.add_argument("--neighbours", action="store_true",
+                   help="print, as JSON, per shipped set and question, how often the nearest train item by hidden "
+                        "state has a test item's gold answer (no model)")
     args = p.parse_args(argv)
+    if args.neighbours:
+        print(json.dumps({f"{path.name}/{q}": nearest_agreement(path, q) for path in SHIPPED
+                          for q in sorted({d.question for c in load_file(path).cases for d in c.decisions})}))
+        return 0
     from evaluation.runners import EngineRunner
 
     runner = EngineRunner.load(model_path=args.model)
