@@ -180,6 +180,9 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         if args.report:
             write_report(args.report, outcomes)
             print(f"\nReport: {args.report} (one JSON line per input line)", file=out)
+        audited = pipeline.export_audit(args.log_dir / "audit.jsonl")
+        print(f"\nAudit: {audited} row(s) in {args.log_dir / 'audit.jsonl'} (make replay POLICY=candidate.json "
+              "replays a policy change over them).", file=out)
         print(f"\nDone in {time.monotonic() - began:.1f}s; logs in {args.log_dir}. Stopping the container and moto.",
               file=out)
     return 0

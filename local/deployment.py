@@ -175,6 +175,16 @@ class LocalDeployment:
                                    ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
         return ", ".join(row["outcome"]["S"] for row in rows) or None
 
+    def export_audit(self, path: Path) -> int:
+        """The audit table's rows, one JSON object per line (what `make replay` reads once this
+        stack is gone); how many."""
+        from decision_router.adapters.review import AuditTrail
+
+        rows = AuditTrail(self.audit_table, self.dynamodb).all()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(row.model_dump_json() + "\n" for row in rows), encoding="utf-8")
+        return len(rows)
+
     def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
         row = self.dynamodb.get_item(TableName=self.labelled_table, Key={
             "policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")

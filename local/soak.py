@@ -305,9 +305,11 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
         seconds = time.monotonic() - started
         lambda_log.flush()
         ledger = reconcile(pipeline, outcomes, log_dir / "lambda.log")
+        audited = pipeline.export_audit(log_dir / "audit.jsonl")  # what make replay reads afterwards
     if report:
         write_report(report, outcomes)
     decisions = sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")
+    print(f"audit: {audited} row(s) in {log_dir / 'audit.jsonl'} (make replay POLICY=candidate.json)", file=out)
     print(f"endpoint calls: {dict(sorted(proxy.counts.items()))}", file=out)
     print("  (real: the decision container on the embedded model; stub: its latest real answer to the same question, "
           "replayed; busy/timeout/slow: injected; container down: during its restart)", file=out)

@@ -152,6 +152,11 @@ class AuditTrail(AwsAdapter):
                                      ExpressionAttributeValues={":i": {"S": item_id}})
         return [_strings(row) for row in response["Items"]]
 
+    def all(self) -> list[AuditRow]:
+        """Every row (a read-only scan, page by page): what a replay reads."""
+        return [AuditRow.model_validate(_strings(row)) for page in self.client.get_paginator("scan").paginate(
+            TableName=self.table_name) for row in page["Items"]]
+
     def write(self, row: AuditRow) -> bool:
         """Write one row (every field a string), as the workflow's audit state does, only where
         none is: an audit row is never rewritten. False when it exists already (a retry's)."""

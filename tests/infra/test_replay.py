@@ -1,0 +1,101 @@
+"""`make replay`: a candidate policy replayed over a stack's audit, read only. A real incident routed
+by the real intake and workflow (moto executing the routing state machine, which writes the audit
+row), then replayed from the audit table with the shipped policy and with a stricter threshold.
+The endpoint's answers come from a botocore Stubber, as in the pipeline tests beside this one."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from decision_router.domain.policies import POLICY_DIR
+from ops import replay
+from tests.functions.test_intake_handlers import FakeLambdaContext
+from tests.infra import test_incident_sources_pipeline as native
+from tests.infra.test_incident_sources_pipeline import confident, deliver, sample, settled
+
+pytestmark = pytest.mark.stack
+pipeline, incidents = native.pipeline, native.incidents
+
+
+def candidate(tmp_path, change=lambda raw: None) -> str:
+    """The shipped incident policy as the stub's letters decide it (no heads), changed."""
+    raw = json.loads((POLICY_DIR / "incident.json").read_text())
+    for question in raw["questions"]:
+        question.pop("head", None)
+    change(raw)
+    path = tmp_path / "incident.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def replayed(*argv: str) -> str:
+    out = io.StringIO()
+    assert replay.main(list(argv), out=out) == 0
+    return out.getvalue()
+
+
+@pytest.fixture
+def audited(pipeline, incidents):
+    """One CloudWatch alarm routed automatically (team application, priority P2) and audited."""
+    app, stub = incidents
+    confident(stub)
+    app.lambda_handler(deliver(pipeline, sample("cloudwatch_alarm_state_change")), FakeLambdaContext())
+    assert list(settled(pipeline).values()) == ["SUCCEEDED"]
+    return pipeline.env["AUDIT_TABLE_NAME"]
+
+
+def test_the_policy_that_served_changes_nothing(audited, tmp_path):
+    (row,) = replay.rows_from_table(audited)
+    assert row.route == "auto" and row.outcome == "auto_routed"
+    out = replayed("--policy", candidate(tmp_path), "--table", audited)
+    assert "over 1 audited items (1 replayed)" in out
+    assert "| routed automatically | 100.0 % | 100.0 % |" in out
+    assert "**team**: served (rows) against candidate (columns); 0 changed" in out
+    assert "| application |  |  |  | 1 |" in out
+    assert "Pages (escalations) added: 0; removed: 0." in out
+
+
+def test_a_stricter_team_threshold_sends_what_served_to_review(audited, tmp_path):
+    def stricter(raw):
+        raw["questions"][1]["thresholds"]["min_confidence"] = 0.999
+
+    out = replayed("--policy", candidate(tmp_path, stricter), "--table", audited)
+    assert "| routed automatically | 100.0 % | 0.0 % |" in out
+    # nothing is written: the audit holds the one row it held
+    assert [r.route for r in replay.rows_from_table(audited)] == ["auto"]
+
+
+def test_since_and_a_reviewed_answer_give_precision_with_its_interval(audited, tmp_path):
+    (row,) = replay.rows_from_table(audited)
+    detail = {"status": "reviewed", "answers": {"priority": "P2", "team": "application"}, "reviewer": "ana",
+              "escalated": False, "target": None}
+    reviewed = row.model_copy(update={"route": "review", "outcome": "reviewed", "outcome_detail": json.dumps(detail)})
+    rows = tmp_path / "audit.jsonl"
+    rows.write_text(reviewed.model_dump_json() + "\n")
+    out = replayed("--policy", candidate(tmp_path), "--rows", str(rows))
+    assert "| routed automatically | 0.0 % | 100.0 % |" in out
+    assert "On the 1 items a person reviewed, the candidate routes 1 automatically, 1 as the person answered " \
+           "(precision 100.0 %, 95 % interval 20.7 %–100.0 %)." in out
+    later = replayed("--policy", candidate(tmp_path), "--rows", str(rows), "--since", "2099-01-01")
+    assert "over 0 audited items" in later
+
+
+def test_a_replaced_head_is_not_replayable_and_says_why(audited, tmp_path):
+    (row,) = replay.rows_from_table(audited)
+    served = json.loads(row.decisions)
+    for decision in served:
+        decision.update(readout="head", head_version="incident.team.old")
+    rows = tmp_path / "audit.jsonl"
+    rows.write_text(row.model_copy(update={"decisions": json.dumps(served)}).model_dump_json() + "\n")
+    out = replayed("--policy", candidate(tmp_path), "--rows", str(rows))
+    assert "(0 replayed)" in out
+    assert "not replayable (1): priority: the deciding head incident.team.old is replaced" in out
+
+
+def test_wilson_interval():
+    assert replay.wilson(0, 0) == (0.0, 1.0)
+    low, high = replay.wilson(45, 50)
+    assert 0.78 < low < 0.79 and 0.95 < high < 0.96
