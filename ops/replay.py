@@ -2,16 +2,16 @@
 
     python -m ops.replay --policy candidate.json [--since 2026-11-01] [--table NAME | --stack NAME | --rows audit.jsonl]
 
-Reads the audit rows (the stack's audit table, by name or from its stack's `AuditTableName`
-output, or an export: one row per line as DynamoDB holds it, every column a string; `make demo`
-and `make soak` leave theirs in `.demo/audit.jsonl`) and never writes anything. For each audited
-item of the candidate's policy name, the candidate decides again from what the audit kept: its
-rules on the item as the router saw it, and for a question the model answered, the probabilities that decided then, judged against the candidate's thresholds (with
-the letters, a changed temperature rescales them as the router would: p ** (T_then / T_now),
-renormalised). The model is not asked again. A question whose deciding head the candidate
-replaces cannot be replayed from the audit (the hidden state a head reads is not kept): such an
-item is counted as not replayable, with the reason, as is one whose question no model answered
-then (a rule did, and the candidate drops the rule).
+Reads the audit rows (the stack's audit table, by name or from its stack's `AuditTableName` output,
+or an export: one row per line as DynamoDB holds it, every column a string; `make demo` and `make
+soak` leave theirs in `.demo/audit.jsonl`) and never writes anything. For each audited item of the
+candidate's policy name, the candidate decides again from what the audit kept: its rules on the
+item as the router saw it, and for a question the model answered, the probabilities that decided
+then, judged against the candidate's thresholds (with the letters, a changed temperature rescales
+them as the router would: p ** (T_then / T_now), renormalised). The model is not asked again. A
+question whose deciding head the candidate replaces cannot be replayed from the audit (the hidden
+state a head reads is not kept): such an item is counted as not replayable, with the reason, as is
+one whose question no model answered then (a rule did, and the candidate drops the rule).
 
 Printed, candidate against what served: per question a table of the option served (rows) against
 the option the candidate gives (columns), the share routed automatically, the precision of the
