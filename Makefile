@@ -90,10 +90,11 @@ route-test: $(STAMP)
 
 # Replay (docs/operations/replay.md): a candidate policy over the items a stack audited, read only:
 # STACK= (its AuditTableName output) or TABLE= (a deployed stack), else ROWS= an export, by default
-# the one the last make demo / make soak left. SINCE= only items decided from then (ISO 8601).
+# the newer of those make demo (.demo/) and make soak (.soak/) leave. SINCE= only items decided from then (ISO 8601).
+LOCAL_AUDIT = $(or $(shell ls -t .demo/audit.jsonl .soak/audit.jsonl 2>/dev/null | head -1),.demo/audit.jsonl)
 replay: $(STAMP)
 	$(PY) -m ops.replay --policy "$(POLICY)" $(if $(SINCE),--since "$(SINCE)") \
-		$(if $(STACK),--stack "$(STACK)",$(if $(TABLE),--table "$(TABLE)",--rows "$(or $(ROWS),.demo/audit.jsonl)"))
+		$(if $(STACK),--stack "$(STACK)",$(if $(TABLE),--table "$(TABLE)",--rows "$(or $(ROWS),$(LOCAL_AUDIT))"))
 
 # The documentation site (mkdocs.yml): docs/ plus the pages docs/gen_reference.py writes from
 # template.yaml, the settings models and the container's OpenAPI document; strict, into site/.

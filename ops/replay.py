@@ -4,7 +4,7 @@
 
 Reads the audit rows (the stack's audit table, by name or from its stack's `AuditTableName` output,
 or an export: one row per line as DynamoDB holds it, every column a string; `make demo` and `make
-soak` leave theirs in `.demo/audit.jsonl`) and never writes anything. For each audited item of the
+soak` leave theirs in `.demo/` and `.soak/`: `audit.jsonl`) and never writes anything. For each audited item of the
 candidate's policy name, the candidate decides again from what the audit kept: its rules on the
 item as the router saw it, and for a question the model answered, the probabilities that decided
 then, judged against the candidate's thresholds (with the letters, a changed temperature rescales
