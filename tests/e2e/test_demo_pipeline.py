@@ -304,8 +304,15 @@ def test_a_stopped_demo_leaves_no_process_and_the_next_run_works(stop, tmp_path)
         assert_gone(pid, port)
     finally:
         again.kill()
-    assert re.search(rf"{RULE_TICKET}\s+queue: rule\s+billing \(rule [^)]+\)\s+rule\s+auto\s+BillingQueue\s+auto_routed",
+    assert re.search(rf"{RULE_TICKET}\s+queue: rule\s+billing \(rule [^)]+\)\s+rule\s+rule [^ ]+ → billing\s+auto\s+BillingQueue\s+"
+                     r"auto_routed",
                      again.output), again.output
+    # the audit left for `make replay`: the one row the workflow wrote, as the audit table holds it
+    from decision_router.domain.records import AuditRow
+
+    assert "Audit: 1 row(s)" in again.output
+    (row,) = [AuditRow.model_validate_json(line) for line in (tmp_path / "second/audit.jsonl").read_text().splitlines()]
+    assert row.item_id == RULE_TICKET and row.outcome == "auto_routed"
 
 
 def test_the_demo_refuses_missing_files_before_starting_anything(tmp_path):
