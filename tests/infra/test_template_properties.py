@@ -189,7 +189,11 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
     assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
                        stack.ref("RoutingStateMachine")),
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
-                      (("states:DescribeExecution",), executions)}
+                      (("states:DescribeExecution",), executions),
+                      (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn"))}
+    # A reviewer's answer counts for the head serving in shadow: its tally rows, and no other row.
+    (tally,) = [s for s in stack.resolve(policy)["Statement"] if s["Action"] == "dynamodb:UpdateItem"]
+    assert tally["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["shadow#*"]}}
 
 
 @pytest.mark.parametrize("function", ["TicketIntakeFunction", "IncidentIntakeFunction"])
