@@ -5,7 +5,9 @@ instead of paging again, and a resolution closes it.
 One row per key: status open|resolved, the delivery (EventBridge event id) that opened it,
 whether that opening was routed (and by which execution) or held by a noise control (`held`:
 grouped, flapping, in a maintenance window), every delivery seen while open, the update count,
-the recent openings (`opens`, for flapping) and the resolution. A flap (ALARM, OK, ALARM) reopens
+the recent openings (`opens`, for flapping) and the resolution; the incident's `service` and
+`reported_at`, so a ticket can be linked to it (`open_now`; rows claimed before these were kept
+have neither and are never linked). A flap (ALARM, OK, ALARM) reopens
 the row as a new incident. A group of incidents (grouping) has a row of its own, keyed
 `group#<rule>#<digest>`: its leader (the routed incident), its members and those still open.
 """
@@ -15,6 +17,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from boto3.dynamodb.types import TypeDeserializer
+from pydantic import ValidationError
+
+from ..domain.linking import OpenIncident
 from . import AwsAdapter
 
 #: new: this delivery opens the incident (route it); retry: this delivery opened it but its
@@ -41,9 +47,11 @@ class OpenIncidents(AwsAdapter):
                                    ConsistentRead=True).get("Item")
         return row
 
-    def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None) -> Claim:
+    def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
+              service: str | None = None, reported_at: str | None = None) -> Claim:
         """Open the incident of `key` with this delivery, or say why not. `opens`: the times it
-        opened recently, this one included (flapping is counted on them)."""
+        opened recently, this one included (flapping is counted on them); `service` and
+        `reported_at` (the incident's), kept so a ticket can be linked to it."""
         for _ in range(MAX_RACES):
             try:
                 item = {"incident_key": {"S": key}, "status": {"S": "open"}, "opened_by": {"S": delivery},
@@ -51,6 +59,8 @@ class OpenIncidents(AwsAdapter):
                         "incident_id": {"S": incident_id}, "source": {"S": source}, "opened_at": {"S": _now()}}
                 if opens:
                     item["opens"] = {"L": [{"S": t} for t in opens]}
+                if service and reported_at:
+                    item["service"], item["reported_at"] = {"S": service}, {"S": reported_at}
                 self.client.put_item(
                     TableName=self.table_name, Item=item,
                     # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
@@ -68,6 +78,31 @@ class OpenIncidents(AwsAdapter):
             if row["status"]["S"] == "open":
                 return "update" if self.touch(key, delivery) else "duplicate"
         raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
+
+    def open_now(self) -> list[OpenIncident]:
+        """Every open incident that can be linked to (its service and reported time kept), for the
+        ticket intake. A Scan filtered on status=open: the table holds one row per source key, the
+        resolved ones too, but it stays small (incidents, not tickets), so a full read per ticket
+        batch is cheap; an index is not worth its writes. Group rows (`group#...`) and rows written
+        before the service was kept are left out."""
+        deserializer = TypeDeserializer()
+        incidents, start = [], None
+        while True:
+            page = self.client.scan(
+                TableName=self.table_name, FilterExpression="#s = :open AND attribute_exists(service)",
+                ProjectionExpression="incident_key, incident_id, service, reported_at",
+                ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":open": {"S": "open"}},
+                **({"ExclusiveStartKey": start} if start else {}))
+            for raw in page.get("Items", []):
+                row = {name: deserializer.deserialize(value) for name, value in raw.items()}
+                try:
+                    incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
+                                                  service=row["service"], opened_at=row["reported_at"]))
+                except (KeyError, ValidationError):
+                    continue  # a row missing its id or time: nothing to link to
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return incidents
 
     def touch(self, key: str, delivery: str) -> bool:
         """Count a new delivery of an open incident; False when the incident is not open or this

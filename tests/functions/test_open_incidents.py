@@ -1,0 +1,63 @@
+"""The open-incident store's side of duplicates linked (adapters/open_incidents.py) against moto:
+a claim keeps the incident's service and reported time, `open_now` reads the open ones back as
+domain objects; rows from before (no service), resolved ones and group rows are left out."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.domain.linking import OpenIncident
+
+TABLE = "open-incidents"
+
+
+@pytest.fixture
+def store():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                            KeySchema=[{"AttributeName": "incident_key", "KeyType": "HASH"}],
+                            AttributeDefinitions=[{"AttributeName": "incident_key", "AttributeType": "S"}])
+        yield OpenIncidents(TABLE, client=client)
+
+
+def test_a_claim_keeps_the_service_and_open_now_returns_domain_objects(store):
+    assert store.claim("arn:alarm:payments", "d1", incident_id="INC-1", source="aws.cloudwatch",
+                       service="payments-api", reported_at="2026-11-29T12:00:00.000+00:00") == "new"
+    row = store.get("arn:alarm:payments")
+    assert row["service"] == {"S": "payments-api"} and row["reported_at"] == {"S": "2026-11-29T12:00:00.000+00:00"}
+    assert store.open_now() == [OpenIncident(key="arn:alarm:payments", incident_id="INC-1", service="payments-api",
+                                             opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc))]
+
+
+def test_resolved_old_and_group_rows_are_not_read_as_open_incidents(store):
+    store.claim("k-open", "d1", incident_id="INC-1", source="s", service="orders-db",
+                reported_at="2026-11-29T12:00:00.000+00:00")
+    store.claim("k-resolved", "d2", incident_id="INC-2", source="s", service="payments-api",
+                reported_at="2026-11-29T12:00:00.000+00:00")
+    store.resolve("k-resolved", "d3", "alarm OK")
+    store.claim("k-old", "d4", incident_id="INC-3", source="s")  # a row as claimed before the service was kept
+    store.join_group("group#rule#abc", "k-open", at="2026-11-29T12:00:00.000+00:00",
+                     until="2026-11-29T12:30:00.000+00:00", incident_id="INC-1", severity="sev2")
+    assert [i.incident_id for i in store.open_now()] == ["INC-1"]
+
+
+def test_open_now_reads_every_page(store):
+    for n in range(30):
+        store.claim(f"k-{n}", f"d-{n}", incident_id=f"INC-{n}", source="s", service=f"svc-{n}",
+                    reported_at="2026-11-29T12:00:00.000+00:00")
+    original = store.client.scan
+    pages = []
+
+    def small_pages(**kwargs):
+        pages.append(kwargs.get("ExclusiveStartKey"))
+        return original(**{**kwargs, "Limit": 7})
+
+    store.client.scan = small_pages
+    assert sorted(i.incident_id for i in store.open_now()) == sorted(f"INC-{n}" for n in range(30))
+    assert len(pages) > 1
