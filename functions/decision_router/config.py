@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     console_sign_in: str = _env("CONSOLE_SIGN_IN",
         "Review console sign-in: cognito, or local under make review.", "cognito", pattern="^(cognito|local)$")
     open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME",
-        "Incident intake: the open incidents of the native sources, by source key.")
+        "Incident intake: the open incidents of the native sources, by source key; ticket intake: the "
+        "open incidents a ticket may be linked to (unset: tickets are not linked).")
     ticket_queue_url: str = _env("TICKET_QUEUE_URL",
         "Webhooks: where tickets go; ticket intake: the queue a ticket waiting for a waking endpoint is hidden in.")
     webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN", "Webhooks: the secret holding each source's signing key.")

@@ -30,4 +30,5 @@ def record_handler(record: SqsRecordModel, lambda_context: LambdaContext) -> dic
 @metrics.log_metrics
 def lambda_handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     intake.register(context)
+    tickets.begin()  # the open incidents (for linking) are read once per batch
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -715,3 +715,50 @@ def test_a_bad_ticket_in_an_sns_envelope_is_parked_with_the_reason(tickets, stac
                                                     MessageAttributeNames=["All"])["Messages"]
     assert "channel: Input should be" in parked["MessageAttributes"]["failure_reason"]["StringValue"]
     assert executions(stack) == {}
+
+
+# ----------------------------------------------------------------------------- tickets linked to open incidents
+def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_reason(tickets, stack, context,
+                                                                                     ticket_data, capsys):
+    from decision_router.adapters.open_incidents import OpenIncidents
+
+    app, stub = tickets
+    store = OpenIncidents(stack.ref("OpenIncidentsTable"))
+    store.claim("arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
+                source="aws.cloudwatch", service="payments-api", reported_at="2026-11-29T11:55:00.000+00:00")
+    stub.answer(body(TICKET_OPTIONS, [0, 0, 6.0, 0, 0]))
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    outage = dict(ticket_data, ticket_id="T-OUT", subject="Checkout fails",
+                  body="Paying fails: payments-api answers 503 since a few minutes.")
+    unrelated = dict(ticket_data, ticket_id="T-OTHER")
+
+    assert app.lambda_handler(ticket_event(outage, unrelated), context) == {"batchItemFailures": []}
+
+    by_id = {r.item_id: r for r in executions(stack).values()}
+    linked = by_id["T-OUT"].linked
+    assert linked is not None and (linked.incident_id, linked.service) == ("INC-PAY", "payments-api")
+    assert linked.incident_key.endswith(":alarm:payments-api-5xx")
+    assert by_id["T-OUT"].decisions[0].why.linked == linked.line()
+    assert "linked to incident INC-PAY (payments-api, opened at 2026-11-29T11:55:00Z)" in by_id["T-OUT"].decisions[0].why.line()
+    assert by_id["T-OTHER"].linked is None and by_id["T-OTHER"].decisions[0].why.linked is None
+    assert any(blob.get("TicketsLinked") for blob in emf(capsys))
+
+
+def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, stack, context, ticket_data, caplog):
+    app, stub = tickets
+
+    class Unreadable:
+        def open_now(self):
+            raise RuntimeError("AccessDeniedException: not authorized to perform dynamodb:Scan")
+
+    app.tickets._open_incidents = Unreadable()
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+
+    assert app.lambda_handler(ticket_event(dict(ticket_data, body="payments-api is down")), context) == {
+        "batchItemFailures": []}
+
+    (record,) = executions(stack).values()
+    assert record.linked is None and record.route == "auto"
+    (warning,) = [r for r in caplog.records if "open incidents could not be read" in r.getMessage()]
+    assert warning.levelname == "WARNING" and warning.getMessage().endswith("the ticket is routed unlinked")
+    assert "not authorized to perform dynamodb:Scan" in warning.reason

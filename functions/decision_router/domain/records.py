@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from decision_contract import ModelInfo
 
 from .items import ItemKind
+from .linking import LinkedIncident
 from .policies import Thresholds
 from .why import Why
 
@@ -150,6 +151,8 @@ class DecisionRecord(_Record):
     announce: Announcement | None = Field(None, description="Derived from the rest on validation (Item Routed).")
     shadow: dict[str, ShadowAnswer] = Field(default_factory=dict, description=(
         "question → the answer of the candidate head serving in shadow beside the head in service, if any."))
+    linked: LinkedIncident | None = Field(None, description=(
+        "The open incident a ticket describes (domain/linking.py); null when none, or not a ticket."))
 
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":
@@ -214,7 +217,8 @@ class AuditRow(_Record):
     """One row of the audit table, as DynamoDB holds it: every column a string (the structured
     ones, `outcome_detail`, `decisions` and `item`, as JSON text). The workflow's WriteAuditRecord
     state writes it (checked against this model in a test), so do the incident intake (an
-    incident a noise control held, with no execution: `execution_arn` absent) and the redrive of
+    incident a noise control held, with no execution: `execution_arn` and `linked_incident`
+    absent) and the redrive of
     a row the workflow could not write; the console reads it back."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -233,10 +237,19 @@ class AuditRow(_Record):
     decided_at: str
     audited_at: str
     execution_arn: str | None = None
+    #: The record's `linked` as JSON text ("null": not linked); absent on rows from before it was
+    #: kept and on the rows the incident intake writes itself.
+    linked_incident: str | None = None
 
     def columns(self) -> dict[str, str]:
         """The row's columns as written (an absent `execution_arn` is no column)."""
         return {key: value for key, value in self.model_dump().items() if value is not None}
+
+    def link(self) -> LinkedIncident | None:
+        """The incident the row's ticket was linked to (None: not linked, or a row without the column)."""
+        if not self.linked_incident or self.linked_incident == "null":
+            return None
+        return LinkedIncident.model_validate_json(self.linked_incident)
 
     def detail(self) -> dict[str, Any]:
         """`outcome_detail` read back (the workflow's `$.outcome`, with its status)."""

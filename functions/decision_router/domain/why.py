@@ -96,6 +96,7 @@ class Why(_Why):
     fields: list[FieldEffect] | None = Field(None, description="A head's evidence fields, largest effect first.")
     fields_note: str | None = Field(None, description="Why there are no field effects, when there are none.")
     noise: NoiseTrace | None = None
+    linked: str | None = Field(None, description="The open incident the ticket is linked to, in one line.")
 
     def line(self) -> str:
         """The trace in one line, as the console and the demo table show it."""
@@ -116,6 +117,8 @@ class Why(_Why):
             parts.append(f"{sum(r.matched for r in self.rules)}/{len(self.rules)} rules matched")
         if self.noise is not None:
             parts.append(self.noise.line())
+        if self.linked is not None:
+            parts.append(self.linked)
         return "; ".join(parts)
 
 

@@ -28,6 +28,7 @@ from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseI
 from ..adapters.shadow_tally import ShadowTally
 from ..config import Settings
 from ..domain.items import InvalidItem, Item, parse_item
+from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
 from ..domain.routing import Outcome, Router
@@ -173,10 +174,11 @@ class Intake:
                                                  "errors": error.errors})
 
     def route(self, item: Item, context: Any = None, *, review_reason: str | None = None,
-              noise: NoiseTrace | None = None) -> dict:
+              noise: NoiseTrace | None = None, linked: LinkedIncident | None = None) -> dict:
         """Route one validated item; raises when the workflow cannot start. With `review_reason`
         (a maintenance window's) it is decided as usual and sent to review, paging nobody. `noise`
-        (the noise controls the incident met) joins each decision's reason."""
+        (the noise controls the incident met) joins each decision's reason; `linked` (the open
+        incident a ticket describes) goes on the record and, in one line, into each reason."""
         if item.kind != self.kind:
             raise TypeError(f"this intake routes {self.kind}s, got a {item.kind}")
         deadline = None
@@ -190,6 +192,10 @@ class Intake:
         if noise is not None:
             record = record.model_copy(update={"decisions": [
                 d.model_copy(update={"why": (d.why or Why()).model_copy(update={"noise": noise})}) for d in record.decisions]})
+        if linked is not None:
+            record = record.model_copy(update={"linked": linked, "decisions": [
+                d.model_copy(update={"why": (d.why or Why()).model_copy(update={"linked": linked.line()})})
+                for d in record.decisions]})
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
         if not started:

@@ -11,6 +11,10 @@ from its text to a `Ticket`, and routed; what cannot be routed now is parked or 
   instead of flooding review after every idle period.
 - Any other failure fails that record alone: SQS redelivers it and moves it to the DLQ after
   maxReceiveCount; each failure is logged with the message id and the reason.
+- A ticket that names an open incident's service while that incident is open is linked to it
+  (domain/linking.py): the link goes on its record, its audit row and its reason. The open
+  incidents are read once per invocation (batch); when they cannot be read, the tickets are
+  routed unlinked with a warning: a link never holds a ticket back.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pydantic_core import from_json
 from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.items import InvalidItem, Ticket, parse_item
+from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
 from .pipeline import Intake
 
 
@@ -61,10 +66,14 @@ def parse_ticket(body: str) -> Ticket:
 
 class TicketIntake:
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 dead_letters: Any = None, ticket_queue: Any = None):
-        """`settings`, `dead_letters` and `ticket_queue` replace what the environment would give (tests)."""
+                 dead_letters: Any = None, ticket_queue: Any = None, open_incidents: Any = None):
+        """`settings`, `dead_letters`, `ticket_queue` and `open_incidents` (the open-incident
+        store) replace what the environment would give (tests)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
         self._settings, self._dead_letters, self._ticket_queue = settings, dead_letters, ticket_queue
+        self._open_incidents = open_incidents
+        #: The open incidents read for this invocation (`begin` forgets them; None: not read yet).
+        self._open_now: list[OpenIncident] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -88,6 +97,40 @@ class TicketIntake:
             self._ticket_queue = Queue(self.settings.require("ticket_queue_url").ticket_queue_url)
         return self._ticket_queue
 
+    @property
+    def open_incidents(self) -> Any:
+        """The open-incident store; None when this function is given none (tickets are not linked)."""
+        if self._open_incidents is None and self.settings.open_incidents_table:
+            from ..adapters.open_incidents import OpenIncidents
+
+            self._open_incidents = OpenIncidents(self.settings.open_incidents_table)
+        return self._open_incidents
+
+    def begin(self) -> None:
+        """A new invocation: the open incidents are read again for its batch."""
+        self._open_now = None
+
+    def link(self, ticket: Ticket) -> LinkedIncident | None:
+        """The open incident `ticket` describes, or None; a store that cannot be read is logged
+        and counted, and the ticket goes on unlinked (it is read again for the next ticket)."""
+        store = self.open_incidents
+        if store is None:
+            return None
+        if self._open_now is None:
+            try:
+                self._open_now = list(store.open_now())
+            except Exception as error:  # noqa: BLE001 - a link is a hint: the ticket is routed without it
+                self.metrics.add_metric(name="LinkLookupFailed", unit=MetricUnit.Count, value=1)
+                self.logger.warning("open incidents could not be read; the ticket is routed unlinked", extra={
+                    "item_id": ticket.ticket_id, "reason": f"{type(error).__name__}: {error}"})
+                return None
+        linked = link_ticket(ticket, self._open_now)
+        if linked is not None:
+            self.metrics.add_metric(name="TicketsLinked", unit=MetricUnit.Count, value=1)
+            self.logger.info("ticket linked to an open incident", extra={
+                "item_id": ticket.ticket_id, "incident_id": linked.incident_id, "why": linked.why})
+        return linked
+
     def handle(self, record: SqsRecordModel, context: Any = None) -> dict:
         """Route the record's ticket; park it when invalid; raise so SQS receives it again otherwise."""
         try:
@@ -97,7 +140,7 @@ class TicketIntake:
             self.park(record, error)
             return {"item_id": error.item_id, "dead_lettered": True, "reason": str(error)}
         try:
-            return self.intake.route(ticket, context)
+            return self.intake.route(ticket, context, linked=self.link(ticket))
         except WaitingForCapacity as waiting:
             self.wait_for_capacity(record, waiting)
             raise
