@@ -27,7 +27,7 @@ from decision_router.adapters.review import AuditTrail, LabelledExamples, Review
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, PolicyError, load_policy
-from decision_router.domain.records import DecisionRecord
+from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview, ReviewCompletion, submit_review
@@ -199,7 +199,23 @@ def review(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{name} has no pending review message (answered a moment ago?)")
     queue.release([queued])
     view = console.item_view(queued.review, record, policy(record.policy.name), _now())
-    return {**view, "task": "review"}
+    return {**view, **_links(record), "task": "review"}
+
+
+def _links(record: DecisionRecord) -> dict[str, Any]:
+    """A linked ticket's incident (with the team its answered review suggests), and an
+    incident's linked tickets (in review, then audited)."""
+    audit = adapters()[2]
+    if record.linked is not None:
+        rows = [AuditRow.model_validate(row) for row in audit.of_item(record.linked.incident_id)]
+        return {"linked": console.link_view(record, rows, policy(record.policy.name))}
+    if record.item_kind == "incident":
+        queue = adapters()[0]
+        pending = queue.pending(limit=500)
+        queue.release(pending.reviews)
+        return {"linked_tickets": console.linked_tickets(record.item_id, [q.review for q in pending.reviews],
+                                                         audit.linked_to(record.item_id))}
+    return {}
 
 
 @app.post("/api/reviews/<name>")

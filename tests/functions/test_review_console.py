@@ -442,3 +442,51 @@ def test_the_workflow_checks_a_correction_like_any_answer(stack):
     assert depth(stack.ref("EscalationQueue")) == 0 and depth(stack.ref("SalesQueue")) == 0
     (dead,) = delivered(stack.ref("WorkflowDeadLetterQueue"))
     assert dead["error"]["Error"] == "InvalidReviewAnswer" and dead["execution_name"] == name
+
+
+# ---------------------------------------------------------------------------- duplicates linked
+OUTAGE = {"incident_id": "INC-88", "title": "payments-api 5xx above 20%", "description": "payments-api answers 503",
+          "service": "payments-api", "severity": "sev2", "source": "cloudwatch", "reported_at": "2026-11-29T11:55:00Z"}
+OUTAGE_TICKET = {**TICKET, "ticket_id": "T-88", "subject": "Cannot pay", "body": "payments-api says 503 at checkout."}
+
+
+@pytest.mark.stack
+def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_is_suggested(stack, console):
+    from decision_router.adapters.review import AuditTrail
+    from decision_router.domain.linking import OpenIncident, link_ticket
+
+    incident_record = decided(stack, "incident", OUTAGE, UNSURE_INCIDENT)
+    link = link_ticket(parse_item("ticket", OUTAGE_TICKET), [OpenIncident(
+        key="arn:alarm:payments", incident_id="INC-88", service="payments-api", opened_at=OUTAGE["reported_at"])])
+    assert link is not None
+    ticket_record = decided(stack, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
+    incident, ticket = pending(stack, incident_record, ticket_record)
+
+    # The ticket's page names its incident; no suggestion while the incident's review is open.
+    linked = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]
+    assert linked["line"] == "linked to incident INC-88 (payments-api, opened at 2026-11-29T11:55:00Z)"
+    assert linked["suggestion"] is None
+    # The incident's page lists the ticket, still in review.
+    shown = console("GET", f"/api/reviews/{incident}")["json"]
+    assert [(t["item_id"], t["state"]) for t in shown["linked_tickets"]] == [("T-88", "in review")]
+    assert "linked" not in shown
+
+    answered = console("POST", f"/api/reviews/{incident}", body={"answers": {"priority": "P2", "team": "platform"}})
+    assert answered["statusCode"] == 200, answered["body"]
+    assert wait_for(lambda: status(stack, incident) != "RUNNING" and status(stack, incident), "the workflow") == "SUCCEEDED"
+    audit = AuditTrail(stack.ref("AuditTable"))
+    (incident_row,) = audit.of_item("INC-88")
+    assert incident_row["linked_incident"] == "null"  # audited as not linked
+
+    # Now the incident's team is suggested on the ticket, and only suggested: nothing is answered.
+    suggestion = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]["suggestion"]
+    assert (suggestion["incident_id"], suggestion["team"]) == ("INC-88", "platform")
+    assert suggestion["question"] is None and suggestion["line"].endswith("not applied")
+    assert status(stack, ticket) == "RUNNING"
+
+    answered = console("POST", f"/api/reviews/{ticket}", body={"answers": {"queue": "technical_fault"}})
+    assert answered["statusCode"] == 200, answered["body"]
+    assert wait_for(lambda: status(stack, ticket) != "RUNNING" and status(stack, ticket), "the workflow") == "SUCCEEDED"
+    (row,) = audit.linked_to("INC-88")
+    assert row.item_id == "T-88" and row.outcome == "reviewed" and row.link() == link
+    assert audit.linked_to("INC-other") == []

@@ -157,6 +157,27 @@ class AuditTrail(AwsAdapter):
         return [AuditRow.model_validate(_strings(row)) for page in self.client.get_paginator("scan").paginate(
             TableName=self.table_name) for row in page["Items"]]
 
+    def linked_to(self, incident_id: str) -> list[AuditRow]:
+        """The rows of the tickets linked to the incident `incident_id` (their `linked_incident`
+        names it). A Scan filtered on the column (only rows with a link, and that text in it),
+        the link then read back and compared exactly: the console runs it for one incident's page
+        at a time; a table too large for that would want an index on the linked incident's id."""
+        rows = []
+        for page in self.client.get_paginator("scan").paginate(
+                TableName=self.table_name,
+                FilterExpression="attribute_exists(linked_incident) AND linked_incident <> :none AND "
+                                 "contains(linked_incident, :id)",
+                ExpressionAttributeValues={":none": {"S": "null"}, ":id": {"S": incident_id}}):
+            for raw in page["Items"]:
+                row = AuditRow.model_validate(_strings(raw))
+                try:
+                    linked = row.link()
+                except ValueError:
+                    continue  # a column that does not read as a link
+                if linked is not None and linked.incident_id == incident_id:
+                    rows.append(row)
+        return rows
+
     def write(self, row: AuditRow) -> bool:
         """Write one row (every field a string), as the workflow's audit state does, only where
         none is: an audit row is never rewritten. False when it exists already (a retry's)."""

@@ -16,8 +16,9 @@ from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from ..domain.linking import Suggestion, suggestion
 from ..domain.policies import Policy
-from ..domain.records import CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
+from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
 from .completion import InvalidReview, PendingReview, complete_review, labelled_example
 
 #: The claim naming a reviewer for good: Cognito's `sub` never changes and no user can set it.
@@ -220,6 +221,52 @@ def item_view(review: PendingReview, record: DecisionRecord, policy: Policy, now
     return {**summary.model_dump(), "item": record.item, "policy_version": record.policy.version,
             "decided_at": record.decided_at, "questions": decision_view(record, policy),
             "doubtful": summary.questions}
+
+
+# ------------------------------------------------------------------------------ linked items
+def answered_team(incident_id: str, incident_rows: Sequence[AuditRow], policy: Policy) -> Suggestion | None:
+    """What the incident's answered review suggests for a ticket linked to it (asked by `policy`'s
+    questions): the team of its latest reviewed audit row; None while it is not answered."""
+    reviewed = sorted((row for row in incident_rows if row.outcome == "reviewed"), key=lambda row: row.audited_at)
+    if not reviewed:
+        return None
+    answers = reviewed[-1].detail().get("answers")
+    questions = [(question.id, question.option_ids) for question in policy.questions]
+    return suggestion(incident_id, answers if isinstance(answers, dict) else None, questions)
+
+
+def link_view(record: DecisionRecord, incident_rows: Sequence[AuditRow], policy: Policy) -> dict[str, Any] | None:
+    """A linked ticket's incident, as its item page shows it ("linked to incident X (service,
+    opened at)"), with the team the incident's answered review suggests (`incident_rows`: the
+    incident's audit rows); None when the ticket is not linked. The suggestion is shown, never applied."""
+    linked = record.linked
+    if linked is None:
+        return None
+    offered = answered_team(linked.incident_id, incident_rows, policy)
+    return {**linked.model_dump(), "line": linked.line(),
+            "suggestion": {**offered.model_dump(), "line": offered.line()} if offered else None}
+
+
+def linked_tickets(incident_id: str, pending: Sequence[PendingReview], rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
+    """The tickets linked to the incident, as its item page lists them: those still in review
+    (`pending`: the review queue's) first, then those audited (`rows`: audit rows, whatever their
+    outcome); each once, by execution."""
+    shown: dict[str, dict[str, Any]] = {}
+    for review in pending:
+        linked = review.record.linked
+        if linked is not None and linked.incident_id == incident_id:
+            shown.setdefault(review.execution_name, {
+                "execution_name": review.execution_name, "item_id": review.record.item_id, "state": "in review",
+                "why": linked.why})
+    for row in sorted(rows, key=lambda row: row.audited_at):
+        try:
+            linked = row.link()
+        except ValueError:
+            continue  # a column that does not read as a link: not shown
+        if linked is not None and linked.incident_id == incident_id:
+            shown.setdefault(row.execution_name, {
+                "execution_name": row.execution_name, "item_id": row.item_id, "state": row.outcome, "why": linked.why})
+    return list(shown.values())
 
 
 # ------------------------------------------------------------------------------ automatic routes

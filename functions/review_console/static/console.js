@@ -267,6 +267,23 @@ function nextAfter(question) {
   (next || $("submit")).focus();
 }
 
+// Duplicates linked: a ticket's incident (and the team its answered review suggests: shown, never
+// applied), or an incident's linked tickets.
+function linkBlocks(data) {
+  const blocks = [];
+  if (data.linked) {
+    blocks.push(el("p", { class: "linked", "data-linked": data.linked.incident_id }, data.linked.line));
+    const offered = data.linked.suggestion;
+    if (offered) blocks.push(el("p", { class: "suggestion", "data-suggested": offered.team }, offered.line));
+  }
+  if (data.linked_tickets && data.linked_tickets.length) {
+    blocks.push(el("p", { class: "linked" }, `Tickets linked to this incident (${data.linked_tickets.length}):`),
+      el("ul", { class: "linked-tickets" },
+        data.linked_tickets.map((t) => el("li", { "data-linked-ticket": t.item_id }, `${t.item_id}: ${t.state}`))));
+  }
+  return blocks;
+}
+
 async function showItem(task, name) {
   show("item");
   $("outcome").hidden = true;
@@ -276,6 +293,7 @@ async function showItem(task, name) {
   $("item-kind").textContent = `${data.item_kind} ${data.item_id} · ${data.policy} v${data.policy_version}`;
   $("item-reason").textContent = task === "review"
     ? `In review because ${data.reason}` : `Routed automatically to ${data.target} (${data.reason}). Give the right answer:`;
+  $("item-links").replaceChildren(...linkBlocks(data));
   $("answer-heading").textContent = task === "review" ? "Your answer" : "The right answer";
   $("item-fields").replaceChildren(...fieldRows(data.item));
   const keys = new Map();
