@@ -63,8 +63,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     came in; each decision says which readout gave the answer (rule, letters, head), whether it
     stood without a person (`auto`), the head that decided (`head_version`) and the reason (`why`:
     the decision's trace, decision_router.domain.why). Per item, `similar` (the nearest resolved
-    items' ids, nearest first) is [] and `linked` (the open incident a ticket is linked to) null:
-    the pipeline keeps no similar items nor links yet."""
+    items' ids, nearest first) is [] (the pipeline keeps no similar items yet) and `linked` is the
+    id of the open incident a ticket is linked to (decision_router.domain.linking), else null."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome
@@ -94,7 +94,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
             "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,
-            "escalated": outcome.escalated, "decisions": decisions, "similar": [], "linked": None}
+            "escalated": outcome.escalated, "decisions": decisions, "similar": [],
+            "linked": record.linked.incident_id if record is not None and record.linked is not None else None}
 
 
 def write_report(path: Path, outcomes: list[Outcome]) -> None:

@@ -34,7 +34,9 @@ Progress = Callable[[str], None]
 
 def send_all(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progress) -> None:
     """Send every line that was not rejected: webhooks first (they queue tickets), then the
-    ticket queue, then the incidents and raw events (several at once, one per execution environment)."""
+    incidents and raw events (several at once, one per execution environment), then the ticket
+    queue: as in an outage, the incident is open before the tickets about it arrive, so a ticket
+    naming an incident's service is linked to it (decision_router.domain.linking)."""
     webhooks = [o for o in outcomes if o.item.via.startswith("webhook:")]
     tickets = [o for o in outcomes if o.item.kind == "ticket" and o not in webhooks]
     incidents = [o for o in outcomes if o.item.kind == "incident" and o.item.via == "own"]
@@ -44,13 +46,13 @@ def send_all(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progr
             progress(f"{outcome.item.source}: rejected, not sent: {outcome.item.rejected}")
     for outcome in webhooks:
         post_webhook(pipeline, outcome, progress)
-    if tickets or webhooks:
-        send_tickets(pipeline, tickets, progress)
     with ThreadPoolExecutor(max_workers=pipeline.concurrency, thread_name_prefix="async-invoke") as pool:
         sent = [pool.submit(send_incident, pipeline, o, progress) for o in incidents]
         sent += [pool.submit(send_event if o.item.via == "event" else send_direct, pipeline, o, progress) for o in raw]
         for future in sent:
             future.result()
+    if tickets or webhooks:
+        send_tickets(pipeline, tickets, progress)
 
 
 def send_tickets(pipeline: LocalDeployment, outcomes: list[Outcome], progress: Progress) -> None:
