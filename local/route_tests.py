@@ -370,6 +370,7 @@ class RouteTests:
             "awsRegion": "us-east-1", "messageAttributes": {},
             "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "route-test",
                            "ApproximateFirstReceiveTimestamp": "0"}})
+        self.tickets.begin()  # one invocation per ticket, as the handler's: the open incidents read afresh
         summary = self.tickets.handle(record)
         if summary.get("dead_lettered"):
             return {"outcome": "dead_lettered", "reason": str(summary.get("reason"))}

@@ -204,17 +204,29 @@ def review(name: str) -> dict[str, Any]:
 
 def _links(record: DecisionRecord) -> dict[str, Any]:
     """A linked ticket's incident (with the team its answered review suggests), and an
-    incident's linked tickets (in review, then audited)."""
+    incident's linked tickets (in review, then audited). What cannot be read is logged and
+    left out: the item can be answered all the same."""
     audit = adapters()[2]
-    if record.linked is not None:
-        rows = [AuditRow.model_validate(row) for row in audit.of_item(record.linked.incident_id)]
-        return {"linked": console.link_view(record, rows, policy(record.policy.name))}
-    if record.item_kind == "incident":
-        queue = adapters()[0]
-        pending = queue.pending(limit=500)
-        queue.release(pending.reviews)
-        return {"linked_tickets": console.linked_tickets(record.item_id, [q.review for q in pending.reviews],
-                                                         audit.linked_to(record.item_id))}
+    try:
+        if record.linked is not None:
+            rows = []
+            for row in audit.of_item(record.linked.incident_id):
+                try:
+                    rows.append(AuditRow.model_validate(row))
+                except ValidationError as error:
+                    logger.warning("audit row of the linked incident not read", extra={
+                        "item_id": record.linked.incident_id, "error": "; ".join(describe_errors(error))})
+            return {"linked": console.link_view(record, rows, policy(record.policy.name))}
+        if record.item_kind == "incident":
+            queue = adapters()[0]
+            pending = queue.pending(limit=500)
+            queue.release(pending.reviews)
+            return {"linked_tickets": console.linked_tickets(record.item_id, [q.review for q in pending.reviews],
+                                                             audit.linked_to(record.item_id))}
+    except Exception as error:  # noqa: BLE001 - links are shown beside the item, never instead of it
+        logger.warning("linked items not shown", extra={"item_id": record.item_id,
+                                                        "error": f"{type(error).__name__}: {error}"})
+        return {"links_error": f"linked items could not be read: {type(error).__name__}: {error}"}
     return {}
 
 

@@ -106,3 +106,42 @@ def test_an_answered_incident_suggests_its_team_where_a_ticket_question_offers_i
     assert "no option of the ticket's questions" in shown.line()
     assert suggestion("INC-1", {"priority": "P2"}, questions) is None
     assert suggestion("INC-1", None, questions) is None
+
+
+# ---------------------------------------------------------------------------- the console's views of links
+def _row(item_id: str, execution: str, outcome: str, audited_at: str, *, linked: str | None = None,
+         answers: dict | None = None):
+    import json
+
+    from decision_router.domain.records import AuditRow
+
+    return AuditRow(item_id=item_id, execution_name=execution, item_kind="ticket", outcome=outcome,
+                    outcome_detail=json.dumps({"status": outcome, **({"answers": answers} if answers else {})}),
+                    route="review", route_reason="r", policy_name="p", policy_version="1", decisions="[]",
+                    item="{}", decided_at=audited_at, audited_at=audited_at, linked_incident=linked)
+
+
+def test_an_incidents_page_lists_the_audited_tickets_linked_to_it_once_each():
+    from decision_router.review.console import linked_tickets
+
+    link = link_ticket(_ticket(body="payments-api"), [_incident()])
+    assert link is not None
+    rows = [_row("T-1", "ticket-T-1-a", "reviewed", "2026-11-29T12:10:00Z", linked=link.model_dump_json()),
+            _row("T-2", "ticket-T-2-a", "auto_routed", "2026-11-29T12:11:00Z", linked="null"),
+            _row("T-3", "ticket-T-3-a", "auto_routed", "2026-11-29T12:12:00Z"),  # from before links were kept
+            _row("T-4", "ticket-T-4-a", "auto_routed", "2026-11-29T12:13:00Z", linked="{not json")]
+    assert linked_tickets("INC-1", [], rows) == [
+        {"execution_name": "ticket-T-1-a", "item_id": "T-1", "state": "reviewed", "why": link.why}]
+    assert linked_tickets("INC-2", [], rows) == []
+
+
+def test_the_latest_answered_review_of_the_incident_gives_the_suggestion():
+    from decision_router.domain.policies import load_policy
+    from decision_router.review.console import answered_team
+
+    policy = load_policy("support-ticket")
+    assert answered_team("INC-1", [_row("INC-1", "x", "review_overdue", "2026-11-29T12:00:00Z")], policy) is None
+    rows = [_row("INC-1", "b", "reviewed", "2026-11-29T13:00:00Z", answers={"team": "data"}),
+            _row("INC-1", "a", "reviewed", "2026-11-29T12:00:00Z", answers={"team": "platform"})]
+    offered = answered_team("INC-1", rows, policy)
+    assert offered is not None and offered.team == "data" and offered.question is None

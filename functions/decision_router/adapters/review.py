@@ -169,11 +169,11 @@ class AuditTrail(AwsAdapter):
                                  "contains(linked_incident, :id)",
                 ExpressionAttributeValues={":none": {"S": "null"}, ":id": {"S": incident_id}}):
             for raw in page["Items"]:
-                row = AuditRow.model_validate(_strings(raw))
                 try:
+                    row = AuditRow.model_validate(_strings(raw))
                     linked = row.link()
-                except ValueError:
-                    continue  # a column that does not read as a link
+                except ValueError:  # pydantic's ValidationError too
+                    continue  # a row, or a column, that does not read as the workflow writes it
                 if linked is not None and linked.incident_id == incident_id:
                     rows.append(row)
         return rows

@@ -281,6 +281,7 @@ function linkBlocks(data) {
       el("ul", { class: "linked-tickets" },
         data.linked_tickets.map((t) => el("li", { "data-linked-ticket": t.item_id }, `${t.item_id}: ${t.state}`))));
   }
+  if (data.links_error) blocks.push(el("p", { class: "linked" }, data.links_error));
   return blocks;
 }
 
