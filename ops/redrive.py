@@ -137,7 +137,9 @@ def missing_audit_row(message: dict) -> AuditRow | None:
                         route_reason=record["route_reason"], policy_name=record["policy"]["name"],
                         policy_version=record["policy"]["version"], decisions=compact(record["decisions"]),
                         item=compact(record["item"]), decided_at=record["decided_at"],
-                        audited_at=body["failed_at"], execution_arn=body["execution_arn"])
+                        audited_at=body["failed_at"], execution_arn=body["execution_arn"],
+                        # a record from before links has none: audited as not linked, as the workflow does
+                        linked_incident=compact(record.get("linked")))
     except (KeyError, TypeError) as error:
         raise Unusable(f"audit_missing: the message lacks {error}") from None
     except ValidationError as error:
