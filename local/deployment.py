@@ -22,6 +22,7 @@ from local.lambdas import FunctionPool, LocalFunction
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview
     from decision_router.domain.policies import Policy
+    from decision_router.domain.records import DecisionRecord
 
 ENDPOINT_NAME = "local-decision"
 LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service logs
@@ -114,6 +115,7 @@ class LocalDeployment:
         self.review_queue_url = env["REVIEW_QUEUE_URL"]
         self.state_machine_arn = env["ROUTING_STATE_MACHINE_ARN"]
         self.audit_table = env["AUDIT_TABLE_NAME"]
+        self.resolved_items_table = env["RESOLVED_ITEMS_TABLE_NAME"]
         self.labelled_table = env["LABELLED_EXAMPLES_TABLE_NAME"]
         self.bus_name = env["EVENT_BUS_NAME"]
         self.incident_event = next(name for name, event in self.stack.properties(INCIDENT_FUNCTION)["Events"].items()
@@ -174,6 +176,15 @@ class LocalDeployment:
         rows = self.dynamodb.query(TableName=self.audit_table, KeyConditionExpression="item_id = :id",
                                    ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
         return ", ".join(row["outcome"]["S"] for row in rows) or None
+
+    def similar(self, record: DecisionRecord) -> list[str]:
+        """The ids of the resolved items nearest to the record's item, nearest first, as the
+        console finds them (each REPORT= line's `similar`)."""
+        from decision_router.adapters.similar_items import ResolvedItems
+        from decision_router.review.console import similar_to
+
+        resolved = ResolvedItems(self.resolved_items_table, self.dynamodb).recent(record.policy.name)
+        return [s.item_id for s in similar_to(record, self.load_policy(record.policy.name), resolved)]
 
     def export_audit(self, path: Path) -> int:
         """The audit table's rows, one JSON object per line (what `make replay` reads once this

@@ -33,6 +33,7 @@ class Outcome:
     message_id: str | None = None  # the SQS message id it was sent as (a ticket)
     delivered_by: list[str] = field(default_factory=list)  # the executions whose messages reached team queues
     audit_missing: str | None = None  # routed, but the workflow could not write its audit row (why)
+    similar: list[str] = field(default_factory=list)  # the nearest resolved items' ids, nearest first
 
     @property
     def route(self) -> str:
@@ -63,8 +64,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     came in; each decision says which readout gave the answer (rule, letters, head), whether it
     stood without a person (`auto`), the head that decided (`head_version`) and the reason (`why`:
     the decision's trace, decision_router.domain.why). Per item, `similar` (the nearest resolved
-    items' ids, nearest first) is [] (the pipeline keeps no similar items yet) and `linked` is the
-    id of the open incident a ticket is linked to (decision_router.domain.linking), else null."""
+    items' ids, nearest first, as the console shows them when the report is written) and `linked`
+    (the id of the open incident a ticket is linked to, decision_router.domain.linking, or null)."""
     record = outcome.record
     if outcome.source_outcome:
         kind = outcome.source_outcome
@@ -94,7 +95,7 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
         for d in record.decisions}
     return {"line": outcome.item.line, "source": outcome.item.source, "item_id": outcome.item.item_id,
             "kind": outcome.item.kind, "via": outcome.item.via, "outcome": kind, "reason": reason, "target": target,
-            "escalated": outcome.escalated, "decisions": decisions, "similar": [],
+            "escalated": outcome.escalated, "decisions": decisions, "similar": outcome.similar,
             "linked": record.linked.incident_id if record is not None and record.linked is not None else None}
 
 

@@ -122,6 +122,7 @@ def read_back(pipeline: LocalDeployment, outcomes: list[Outcome]) -> None:
             outcome.audit_missing = str(unaudited.pop(item_id))
         outcome.escalated = outcome.escalated or item_id in escalated
         outcome.audit = pipeline.audit(item_id)
+        outcome.similar = pipeline.similar(outcome.record)
 
 
 def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, timeout: float = 60,

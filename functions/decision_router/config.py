@@ -71,6 +71,8 @@ class Settings(BaseSettings):
         "Head store: the SSM parameter prefix naming the head in service per policy question.")
     head_history_table: str = _env("HEAD_HISTORY_TABLE_NAME",
         "Head store: the history of promotions, refusals and rollbacks (and each question's change lock).")
+    resolved_items_table: str = _env("RESOLVED_ITEMS_TABLE_NAME",
+        "Resolved items with their vectors: the review console's similar items (unset: none kept).")
     head_refresh_seconds: float = _env("HEAD_REFRESH_SECONDS",
         "How often the routing functions look for a newly promoted head.", 120.0, ge=0)
 

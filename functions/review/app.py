@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
+from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review.completion import ReviewCompletion, submit_review
 
@@ -31,6 +32,7 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
         ReviewQueue(settings.review_queue_url).remove(completion.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, settings.head_history_table, logger)
+    remember_resolved(record, chosen.answers, output.reviewer, settings.resolved_items_table, logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,
               "note": output.note, **chosen.model_dump(mode="json")}
     logger.info("review completed", extra=result)

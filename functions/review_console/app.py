@@ -24,10 +24,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTaskGone, ReviewTasks
+from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, PolicyError, load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview, ReviewCompletion, submit_review
@@ -82,6 +84,26 @@ def adapters() -> tuple[ReviewQueue, WorkflowStarter, AuditTrail, LabelledExampl
     s = settings()
     return (ReviewQueue(s.review_queue_url), WorkflowStarter(s.state_machine_arn), AuditTrail(s.audit_table),
             LabelledExamples(s.labelled_examples_table), ReviewTasks())
+
+
+@lru_cache(maxsize=1)
+def resolved_items() -> ResolvedItems | None:
+    table = settings().resolved_items_table
+    return ResolvedItems(table) if table else None
+
+
+def similar_items(record: DecisionRecord) -> list[dict[str, Any]]:
+    """The record's nearest resolved items of its policy; none (and a warning) when they cannot be read."""
+    store = resolved_items()
+    if store is None:
+        return []
+    try:
+        similar = console.similar_to(record, policy(record.policy.name), store.recent(record.policy.name))
+    except Exception as error:  # noqa: BLE001 - the review is shown without its neighbours
+        logger.warning("similar items not read", extra={"item_id": record.item_id,
+                                                         "reason": f"{type(error).__name__}: {error}"})
+        return []
+    return [s.model_dump() for s in similar]
 
 
 @lru_cache(maxsize=16)
@@ -199,7 +221,7 @@ def review(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{name} has no pending review message (answered a moment ago?)")
     queue.release([queued])
     view = console.item_view(queued.review, record, policy(record.policy.name), _now())
-    return {**view, **_links(record), "task": "review"}
+    return {**view, **_links(record), "task": "review", "similar": similar_items(record)}
 
 
 def _links(record: DecisionRecord) -> dict[str, Any]:
@@ -253,6 +275,7 @@ def answer_review(name: str) -> dict[str, Any]:
     queue.remove(queued.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, settings().head_history_table, logger)
+    remember_resolved(record, chosen.answers, who.shown, settings().resolved_items_table, logger)
     logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who.sub,
                                                           "target": chosen.destination.target})
     return {"status": "answered", "execution_name": name, "item_id": record.item_id, "reviewer": who.shown,
@@ -306,7 +329,7 @@ def routed(name: str) -> dict[str, Any]:
             "policy": p.name, "policy_version": record.policy.version, "headline": console.headline(record.item, p),
             "item": record.item, "reason": record.route_reason, "decided_at": record.decided_at,
             "target": record.destination.target if record.destination else None,
-            "questions": console.decision_view(record, p), "doubtful": []}
+            "questions": console.decision_view(record, p), "doubtful": [], "similar": similar_items(record)}
 
 
 @app.post("/api/routes/<name>/correction")
@@ -321,6 +344,7 @@ def correct(name: str) -> dict[str, Any]:
                                f"(execution {corrected.correction.execution_name})")
     chosen = corrected.correction.chosen
     count_review(record, chosen.answers, settings().head_history_table, logger)  # once: the start is named
+    remember_resolved(record, chosen.answers, who.shown, settings().resolved_items_table, logger)
     logger.info("automatic route corrected", extra={"execution_name": name, "reviewer": who.sub,
                                                     "target": chosen.destination.target})
     return {"status": "corrected", "execution_name": corrected.correction.execution_name, "item_id": record.item_id,

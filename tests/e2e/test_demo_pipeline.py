@@ -110,7 +110,10 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
                                                          "auto": True, "head_version": None}}
     assert rule_why["readout"] == "rule" and rule_why["rule"] == "billing-portal-to-billing"
-    assert by_id[RULE_TICKET]["similar"] == [] and by_id[RULE_TICKET]["linked"] is None
+    assert by_id[RULE_TICKET]["linked"] is None
+    for row in report:  # the nearest resolved items of its own policy, never itself
+        assert row["item_id"] not in row["similar"] and len(row["similar"]) <= 3
+        assert all(outcomes[other].record.item_kind == row["kind"] for other in row["similar"] if other in outcomes)
     # the incident's team question: read by a head (its evidence fields scored) or the letters (its
     # thresholds compared), the reason in the report as the record has it
     team_why = by_id[SEV1_INCIDENT]["decisions"]["team"]["why"]

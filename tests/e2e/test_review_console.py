@@ -155,6 +155,31 @@ def test_a_reviewer_answers_by_keyboard_and_the_item_reaches_its_queue_with_the_
     assert page.problems == []
 
 
+def test_an_item_in_review_shows_how_its_nearest_resolved_items_went(site, page):
+    (first,) = pending(site, decided(site.stack, "ticket", TICKET, UNSURE_TICKET))
+    sign_in(page, site)
+    page.goto(f"{site.url}/#/review/{first}")
+    page.wait_for_selector("#questions fieldset")
+    assert page.is_visible("#similar-empty")  # nothing resolved yet
+    page.keyboard.press("Enter")  # the suggestion: billing
+    page.locator("#outcome[data-target='billing']").wait_for()
+    wait_for(lambda: status(site.stack, first) == "SUCCEEDED", "the answered ticket")
+
+    look_alike = {**TICKET, "ticket_id": "T-78", "body": "Two charges of $49 on my card this month; refund one."}
+    (second,) = pending(site, decided(site.stack, "ticket", look_alike, UNSURE_TICKET))
+    page.goto(f"{site.url}/#/review/{second}")
+    neighbour = page.locator('#item-similar li[data-similar="T-77"]')
+    neighbour.wait_for()
+    text = neighbour.inner_text()
+    assert "Two charges of $49, refund one please." in text  # what it said
+    assert "→ billing" in text and "answered by alice@example.com" in text  # how it went, and who
+    assert "% alike" in text
+    assert not page.is_visible("#similar-empty")
+    # beside the decision's reason, in one line
+    assert page.locator('details.why[data-why="queue"] summary').inner_text().startswith("why: ")
+    assert page.problems == []
+
+
 def test_ticket_text_with_markup_is_shown_as_text(site, page):
     (name,) = pending(site, decided(site.stack, "ticket", XSS_TICKET, UNSURE_TICKET))
     sign_in(page, site)

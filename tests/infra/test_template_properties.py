@@ -190,7 +190,9 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
                        stack.ref("RoutingStateMachine")),
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
                       (("states:DescribeExecution",), executions),
-                      (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn"))}
+                      (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn")),
+                      (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn"))}
+    # The answered item is kept for similar items: a row of its own, never another table.
     # A reviewer's answer counts for the head serving in shadow: its tally rows, and no other row.
     (tally,) = [s for s in stack.resolve(policy)["Statement"] if s["Action"] == "dynamodb:UpdateItem"]
     assert tally["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["shadow#*"]}}

@@ -32,8 +32,10 @@ from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
 from ..domain.routing import Outcome, Router
+from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from .live_heads import LiveHeads, live_heads, question_metric
+from .resolved_items import remember_resolved
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
@@ -73,6 +75,8 @@ class IntakeParts:
     live: LiveHeads | None = None
     #: Where the shadow heads' answers are counted (None: no head store, no shadow).
     tally: ShadowTally | None = None
+    #: Where an item the router routes on its own is kept for the console's similar items ("": nowhere).
+    resolved_items_table: str = ""
 
 
 class Intake:
@@ -119,7 +123,7 @@ class Intake:
                                          output_serializer=StoredRecord())
         live = live_heads(policy, s, self.logger)
         tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None
-        return IntakeParts(router, judge_once, live, tally)
+        return IntakeParts(router, judge_once, live, tally, s.resolved_items_table)
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
@@ -198,6 +202,9 @@ class Intake:
                 for d in record.decisions]})
         name, started = parts.router.workflow.start(record)
         summary = Outcome(record, name, started, None).summary()
+        if started and record.route == "auto":
+            answers = {d.question: d.option_id for d in record.decisions if d.option_id is not None}
+            remember_resolved(record, answers, ROUTER, parts.resolved_items_table, self.logger, policy=parts.router.policy)
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)

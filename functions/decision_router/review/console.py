@@ -16,9 +16,11 @@ from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from ..domain.items import parse_item
 from ..domain.linking import Suggestion, suggestion
 from ..domain.policies import Policy
 from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
+from ..domain.similar import ResolvedItem, SimilarItem, item_terms, nearest
 from .completion import InvalidReview, PendingReview, complete_review, labelled_example
 
 #: The claim naming a reviewer for good: Cognito's `sub` never changes and no user can set it.
@@ -221,6 +223,11 @@ def item_view(review: PendingReview, record: DecisionRecord, policy: Policy, now
     return {**summary.model_dump(), "item": record.item, "policy_version": record.policy.version,
             "decided_at": record.decided_at, "questions": decision_view(record, policy),
             "doubtful": summary.questions}
+
+
+def similar_to(record: DecisionRecord, policy: Policy, resolved: Sequence[ResolvedItem]) -> list[SimilarItem]:
+    """The resolved items of the policy nearest to the record's item (never the item itself)."""
+    return nearest(item_terms(policy, parse_item(record.item_kind, record.item)), resolved, exclude=record.item_id)
 
 
 # ------------------------------------------------------------------------------ linked items

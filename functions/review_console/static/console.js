@@ -285,6 +285,15 @@ function linkBlocks(data) {
   return blocks;
 }
 
+// A resolved item like this one: what it said, where it went, who decided and when, how alike.
+function similarRow(s) {
+  const who = s.by === "router" ? "routed by the router" : `answered by ${s.resolved_by}`;
+  return el("li", { "data-similar": s.item_id },
+    el("div", { class: "id" }, `${s.item_kind} ${s.item_id} · ${percent(s.similarity)} alike`),
+    el("p", { class: "summary" }, s.summary),
+    el("p", { class: "resolution" }, `${s.target ? `→ ${s.target}` : ""} (${answersText(s.answers)}), ${who}, ${s.resolved_at.slice(0, 16).replace("T", " ")}`));
+}
+
 async function showItem(task, name) {
   show("item");
   $("outcome").hidden = true;
@@ -297,6 +306,9 @@ async function showItem(task, name) {
   $("item-links").replaceChildren(...linkBlocks(data));
   $("answer-heading").textContent = task === "review" ? "Your answer" : "The right answer";
   $("item-fields").replaceChildren(...fieldRows(data.item));
+  const similar = data.similar || [];
+  $("item-similar").replaceChildren(...similar.map(similarRow));
+  $("similar-empty").hidden = similar.length > 0;
   const keys = new Map();
   $("questions").replaceChildren(...data.questions.map((q, i) => questionBlock(q, i, keys)));
   for (const bar of $("questions").querySelectorAll("[data-width]")) bar.style.width = `${100 * Number(bar.dataset.width)}%`;
