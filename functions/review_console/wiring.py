@@ -1,0 +1,118 @@
+"""What the console's routes work with: its settings, the AWS adapters and the policies, built once
+per execution environment (app.py makes one `Wiring` at its cold start and puts it in each
+request's routing context), and who is asking and what they sent."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from pydantic import ValidationError
+
+from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTasks
+from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.workflow import WorkflowStarter
+from decision_router.config import Settings
+from decision_router.domain.policies import Policy, load_policy
+from decision_router.domain.records import DecisionRecord
+from decision_router.review import console
+from decision_router.review.completion import InvalidReview
+from decision_router.validation import describe_errors
+
+logger = Logger(child=True)
+
+
+class Wiring:
+    """The console's settings and adapters, each made on first use."""
+
+    def __init__(self) -> None:
+        self._policies: dict[str, Policy] = {}
+
+    @cached_property
+    def settings(self) -> Settings:
+        return Settings.from_env().require("review_queue_url", "state_machine_arn", "audit_table",
+                                           "labelled_examples_table")
+
+    @cached_property
+    def queue(self) -> ReviewQueue:
+        return ReviewQueue(self.settings.review_queue_url)
+
+    @cached_property
+    def workflow(self) -> WorkflowStarter:
+        return WorkflowStarter(self.settings.state_machine_arn)
+
+    @cached_property
+    def audit(self) -> AuditTrail:
+        return AuditTrail(self.settings.audit_table)
+
+    @cached_property
+    def examples(self) -> LabelledExamples:
+        return LabelledExamples(self.settings.labelled_examples_table)
+
+    @cached_property
+    def tasks(self) -> ReviewTasks:
+        return ReviewTasks()
+
+    @cached_property
+    def resolved_items(self) -> ResolvedItems | None:
+        table = self.settings.resolved_items_table
+        return ResolvedItems(table) if table else None
+
+    def policy(self, name: str) -> Policy:
+        if name not in self._policies:
+            self._policies[name] = load_policy(name)
+        return self._policies[name]
+
+    def reviewer(self, event: APIGatewayProxyEventV2) -> console.Reviewer:
+        """The signed-in reviewer, from the claims API Gateway's JWT authorizer verified."""
+        claims = event.request_context.authorizer.jwt_claim
+        return console.reviewer_from_claims(claims, self.settings.reviewer_group)
+
+    def similar_items(self, record: DecisionRecord) -> list[dict[str, Any]]:
+        """The record's nearest resolved items of its policy; none (and a warning) when they cannot be read."""
+        store = self.resolved_items
+        if store is None:
+            return []
+        try:
+            similar = console.similar_to(record, self.policy(record.policy.name), store.recent(record.policy.name))
+        except Exception as error:  # noqa: BLE001 - the item is shown without its neighbours
+            logger.warning("similar items not read", extra={"item_id": record.item_id,
+                                                             "reason": f"{type(error).__name__}: {error}"})
+            return []
+        return [s.model_dump() for s in similar]
+
+
+def wiring(router: APIGatewayHttpRouter) -> Wiring:
+    """The request's wiring (app.py puts it in the routing context)."""
+    return router.context["wiring"]
+
+
+def answer(event: APIGatewayProxyEventV2) -> console.Answer:
+    """The reviewer's answers in the request body; InvalidReview (400) names what is wrong."""
+    try:
+        body = json.loads(event.body or "")
+    except json.JSONDecodeError:
+        raise InvalidReview("the body must be JSON: {\"answers\": {question: option}, \"note\": \"…\"}") from None
+    try:
+        return console.Answer.model_validate(body)
+    except ValidationError as error:
+        raise InvalidReview("; ".join(describe_errors(error))) from None
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def error_response(status: int, error: Exception) -> Response:
+    return Response(status_code=status, content_type="application/json", body=json.dumps({"error": str(error)}))
