@@ -14,7 +14,7 @@ from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 
-from .wiring import Wiring, answer, wiring
+from .wiring import Wiring, answer, readable, wiring
 
 logger = Logger(child=True)
 router = APIGatewayHttpRouter()
@@ -26,11 +26,11 @@ def routes() -> dict[str, Any]:
     given = wiring(router)
     given.reviewer(router.current_event)
     shown = []
-    for row in given.audit.recent("auto_routed", limit=RECENT_ROUTES):
+    for row in readable(given.audit.recent("auto_routed", limit=RECENT_ROUTES)):
         try:
-            shown.append(console.auto_route(row, given.policy(row["policy_name"]), given.audit.of_item(row["item_id"])))
-        except (PolicyError, KeyError, ValueError) as error:
-            logger.warning("audit row not shown", extra={"error": str(error), "item_id": row.get("item_id")})
+            shown.append(console.auto_route(row, given.policy(row.policy_name), readable(given.audit.of_item(row.item_id))))
+        except (PolicyError, ValueError) as error:
+            logger.warning("audit row not shown", extra={"error": str(error), "item_id": row.item_id})
     return {"routes": [r.model_dump() for r in shown]}
 
 

@@ -9,18 +9,16 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-from pydantic import ValidationError
 
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.domain.policies import PolicyError
-from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.domain.records import DecisionRecord
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview, ReviewCompletion, submit_review
-from decision_router.validation import describe_errors
 
-from .wiring import Wiring, answer, now, wiring
+from .wiring import Wiring, answer, now, readable, wiring
 
 logger = Logger(child=True)
 router = APIGatewayHttpRouter()
@@ -71,13 +69,7 @@ def links(given: Wiring, record: DecisionRecord) -> dict[str, Any]:
     left out: the item can be answered all the same."""
     try:
         if record.linked is not None:
-            rows = []
-            for row in given.audit.of_item(record.linked.incident_id):
-                try:
-                    rows.append(AuditRow.model_validate(row))
-                except ValidationError as error:
-                    logger.warning("audit row of the linked incident not read", extra={
-                        "item_id": record.linked.incident_id, "error": "; ".join(describe_errors(error))})
+            rows = readable(given.audit.of_item(record.linked.incident_id))
             return {"linked": console.link_view(record, rows, given.policy(record.policy.name))}
         if record.item_kind == "incident":
             pending = given.queue.pending(limit=500)

@@ -16,12 +16,12 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import ValidationError
 
-from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTasks
+from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTasks, Unreadable
 from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.records import DecisionRecord
+from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview
 from decision_router.validation import describe_errors
@@ -92,6 +92,15 @@ class Wiring:
 def wiring(router: APIGatewayHttpRouter) -> Wiring:
     """The request's wiring (app.py puts it in the routing context)."""
     return router.context["wiring"]
+
+
+def readable(rows: list[AuditRow | Unreadable]) -> list[AuditRow]:
+    """The audit rows that read as the workflow writes them; each other one is logged and left out."""
+    for row in rows:
+        if isinstance(row, Unreadable):
+            logger.warning("audit row not read", extra={"item_id": row.item_id, "execution_name": row.execution_name,
+                                                        "error": row.problem})
+    return [row for row in rows if isinstance(row, AuditRow)]
 
 
 def answer(event: APIGatewayProxyEventV2) -> console.Answer:

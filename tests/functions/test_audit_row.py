@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+import boto3
 import pytest
+from moto import mock_aws
 from pydantic import ValidationError
 
+from decision_router.adapters.review import AuditTrail, Unreadable
 from decision_router.domain.records import AuditRow
 
 STATE_MACHINES = Path(__file__).resolve().parents[2] / "statemachine"
@@ -75,3 +78,21 @@ def test_a_row_not_of_the_model_is_refused_naming_the_field(change, field):
 def test_an_outcome_detail_that_is_no_object_is_refused():
     with pytest.raises(ValueError, match="outcome_detail is not a JSON object"):
         AuditRow.model_validate(_row(outcome_detail="[1]")).detail()
+
+
+@mock_aws
+def test_the_audit_trail_reads_rows_as_the_model_and_names_one_it_cannot_read():
+    """AuditTrail (moto) hands rows over as AuditRow; a row the model refuses comes back as
+    Unreadable with its key and the field named, so the console leaves it out and logs why."""
+    boto3.client("dynamodb").create_table(
+        TableName="audit", BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "item_id", "AttributeType": "S"},
+                              {"AttributeName": "execution_name", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "item_id", "KeyType": "HASH"}, {"AttributeName": "execution_name", "KeyType": "RANGE"}])
+    trail = AuditTrail("audit")
+    assert trail.write(AuditRow.model_validate(_row()))
+    boto3.client("dynamodb").put_item(TableName="audit", Item={
+        **{k: {"S": v} for k, v in _row(execution_name="e-2").items()}, "routed_by": {"S": "someone"}})
+    bad, good = trail.of_item(_row()["item_id"])  # in execution-name order
+    assert good == AuditRow.model_validate(_row())
+    assert isinstance(bad, Unreadable) and bad.execution_name == "e-2" and "routed_by" in bad.problem

@@ -476,7 +476,7 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
     assert wait_for(lambda: status(stack, incident) != "RUNNING" and status(stack, incident), "the workflow") == "SUCCEEDED"
     audit = AuditTrail(stack.ref("AuditTable"))
     (incident_row,) = audit.of_item("INC-88")
-    assert incident_row["linked_incident"] == "null"  # audited as not linked
+    assert incident_row.linked_incident == "null"  # audited as not linked
 
     # Now the incident's team is suggested on the ticket, and only suggested: nothing is answered.
     suggestion = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]["suggestion"]

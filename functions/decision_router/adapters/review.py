@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from pydantic import ValidationError
+
 from ..domain.records import AuditRow, ReviewAnswer
 from ..review.completion import InvalidReview, PendingReview
+from ..validation import describe_errors
 from . import AwsAdapter
 
 PEEK_SECONDS = 5
@@ -140,17 +143,18 @@ class AuditTrail(AwsAdapter):
         super().__init__(client)
         self.table_name = table_name
 
-    def recent(self, outcome: str, limit: int = 50) -> list[dict[str, str]]:
+    def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
         """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first."""
         response = self.client.query(TableName=self.table_name, IndexName=self.RECENT_INDEX, Limit=limit,
                                      KeyConditionExpression="outcome = :o", ScanIndexForward=False,
                                      ExpressionAttributeValues={":o": {"S": outcome}})
-        return [_strings(row) for row in response["Items"]]
+        return [_audit_row(row) for row in response["Items"]]
 
-    def of_item(self, item_id: str) -> list[dict[str, str]]:
+    def of_item(self, item_id: str) -> list[AuditRow | Unreadable]:
+        """Every row of one item (its routing, a correction, a review), in execution-name order."""
         response = self.client.query(TableName=self.table_name, KeyConditionExpression="item_id = :i",
                                      ExpressionAttributeValues={":i": {"S": item_id}})
-        return [_strings(row) for row in response["Items"]]
+        return [_audit_row(row) for row in response["Items"]]
 
     def all(self) -> list[AuditRow]:
         """Every row (a read-only scan, page by page): what a replay reads."""
@@ -196,6 +200,24 @@ class AuditTrail(AwsAdapter):
 
 def _strings(row: dict[str, Any]) -> dict[str, str]:
     return {key: value["S"] for key, value in row.items() if "S" in value}
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An audit row that does not read as the workflow writes it: its key and why, for the log."""
+
+    item_id: str
+    execution_name: str
+    problem: str
+
+
+def _audit_row(raw: dict[str, Any]) -> AuditRow | Unreadable:
+    columns = _strings(raw)
+    try:
+        return AuditRow.model_validate(columns)
+    except ValidationError as error:
+        return Unreadable(columns.get("item_id", "?"), columns.get("execution_name", "?"),
+                          "; ".join(describe_errors(error)))
 
 
 class LabelledExamples(AwsAdapter):

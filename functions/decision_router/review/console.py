@@ -292,21 +292,21 @@ class AutoRoute(BaseModel):
     corrected: dict[str, Any] | None = Field(None, description="The later correction, if one was made.")
 
 
-def auto_route(row: Mapping[str, str], policy: Policy, later: Sequence[Mapping[str, str]] = ()) -> AutoRoute:
-    """An audit row of outcome auto_routed (JSON strings, as the workflow writes them); `later`:
-    the item's other audit rows, of which a reviewed one audited afterwards is its correction."""
-    detail = json.loads(row.get("outcome_detail") or "{}")
-    decisions = json.loads(row.get("decisions") or "[]")
+def auto_route(row: AuditRow, policy: Policy, later: Sequence[AuditRow] = ()) -> AutoRoute:
+    """An audit row of outcome auto_routed; `later`: the item's other audit rows, of which a
+    reviewed one audited afterwards is its correction."""
+    detail = row.detail()
+    decisions = json.loads(row.decisions or "[]")
     corrected = None
     for other in later:
-        if other.get("outcome") == "reviewed" and other.get("audited_at", "") > row.get("audited_at", ""):
-            other_detail = json.loads(other.get("outcome_detail") or "{}")
+        if other.outcome == "reviewed" and other.audited_at > row.audited_at:
+            other_detail = other.detail()
             corrected = {"target": other_detail.get("target"), "reviewer": audited_reviewer(other_detail),
-                         "answers": other_detail.get("answers"), "execution_name": other.get("execution_name")}
+                         "answers": other_detail.get("answers"), "execution_name": other.execution_name}
     return AutoRoute(
-        execution_name=row["execution_name"], item_kind=row.get("item_kind", ""), item_id=row["item_id"],
-        policy=row.get("policy_name", ""), headline=headline(json.loads(row.get("item") or "{}"), policy),
-        target=detail.get("target"), audited_at=row.get("audited_at", ""),
+        execution_name=row.execution_name, item_kind=row.item_kind, item_id=row.item_id,
+        policy=row.policy_name, headline=headline(json.loads(row.item or "{}"), policy),
+        target=detail.get("target"), audited_at=row.audited_at,
         decided={d.get("question"): d.get("option_id") for d in decisions},
         decided_by={d.get("question"): d.get("readout") or d.get("source") for d in decisions},
         corrected=corrected)
