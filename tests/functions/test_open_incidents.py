@@ -29,8 +29,10 @@ def store():
 def test_a_claim_keeps_the_service_and_open_now_returns_domain_objects(store):
     assert store.claim("arn:alarm:payments", "d1", incident_id="INC-1", source="aws.cloudwatch",
                        service="payments-api", reported_at="2026-11-29T12:00:00.000+00:00") == "new"
-    row = store.get("arn:alarm:payments")
+    row = store._item("arn:alarm:payments")  # the store's own columns, as DynamoDB holds them
     assert row["service"] == {"S": "payments-api"} and row["reported_at"] == {"S": "2026-11-29T12:00:00.000+00:00"}
+    read = store.get("arn:alarm:payments")
+    assert (read.incident_key, read.status, read.opened_by, read.routed) == ("arn:alarm:payments", "open", "d1", False)
     assert store.open_now() == [OpenIncident(key="arn:alarm:payments", incident_id="INC-1", service="payments-api",
                                              opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc))]
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from boto3.dynamodb.types import TypeDeserializer
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.linking import OpenIncident
 from . import AwsAdapter
@@ -35,6 +35,57 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _plain(raw: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as Python values (a string set as a sorted list)."""
+    deserializer = TypeDeserializer()
+    values = {name: deserializer.deserialize(value) for name, value in raw.items()}
+    return {name: sorted(value) if isinstance(value, set) else value for name, value in values.items()}
+
+
+class IncidentRow(BaseModel):
+    """An incident's row, as the incident intake reads it (its other columns are the store's own)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    incident_key: str
+    status: Literal["open", "resolved"]
+    opened_by: str | None = None
+    routed: bool = False
+    execution_name: str | None = Field(None, description="The execution that routed it.")
+    group: str | None = Field(None, description="The group it leads or was held in (grouping).")
+    opens: list[str] = Field(default_factory=list, description="Its recent openings (flapping).")
+    held_item: str | None = Field(None, description="The incident a maintenance window holds, as JSON.")
+
+    @classmethod
+    def read(cls, raw: dict[str, Any]) -> "IncidentRow":
+        return cls.model_validate(_plain(raw))
+
+
+class GroupRow(BaseModel):
+    """A group's row (`group#<rule>#<digest>`): its leader, its members and those still open."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    incident_key: str
+    status: Literal["open", "resolved"]
+    leader: str
+    leader_incident_id: str
+    members: list[str] = Field(default_factory=list)
+    open_members: list[str] = Field(default_factory=list)
+    execution_name: str | None = Field(None, description="The leader's execution (its review closes with the group).")
+    leader_severity: str | None = Field(None, description="None on a row written before it was kept.")
+
+    @classmethod
+    def read(cls, raw: dict[str, Any]) -> "GroupRow":
+        return cls.model_validate(_plain(raw))
+
+
+class Joined(GroupRow):
+    """The group an incident joined (or opened), as it is now; `is_leader`: whether it leads it."""
+
+    is_leader: bool
+
+
 class OpenIncidents(AwsAdapter):
     service = "dynamodb"
 
@@ -42,10 +93,14 @@ class OpenIncidents(AwsAdapter):
         super().__init__(client)
         self.table_name = table_name
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        row = self.client.get_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
-                                   ConsistentRead=True).get("Item")
-        return row
+    def _item(self, key: str) -> dict[str, Any] | None:
+        return self.client.get_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
+                                    ConsistentRead=True).get("Item")
+
+    def get(self, key: str) -> IncidentRow | None:
+        """The incident of `key` (None: never opened here)."""
+        raw = self._item(key)
+        return IncidentRow.read(raw) if raw else None
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
               service: str | None = None, reported_at: str | None = None) -> Claim:
@@ -73,9 +128,9 @@ class OpenIncidents(AwsAdapter):
             row = self.get(key)
             if row is None:
                 continue  # removed meanwhile: claim again
-            if row["opened_by"]["S"] == delivery:
-                return "retry" if row["status"]["S"] == "open" and not row["routed"]["BOOL"] else "duplicate"
-            if row["status"]["S"] == "open":
+            if row.opened_by == delivery:
+                return "retry" if row.status == "open" and not row.routed else "duplicate"
+            if row.status == "open":
                 return "update" if self.touch(key, delivery) else "duplicate"
         raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
 
@@ -85,7 +140,6 @@ class OpenIncidents(AwsAdapter):
         resolved ones too, but it stays small (incidents, not tickets), so a full read per ticket
         batch is cheap; an index is not worth its writes. Group rows (`group#...`) and rows written
         before the service was kept are left out."""
-        deserializer = TypeDeserializer()
         incidents, start = [], None
         while True:
             page = self.client.scan(
@@ -94,7 +148,7 @@ class OpenIncidents(AwsAdapter):
                 ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":open": {"S": "open"}},
                 **({"ExclusiveStartKey": start} if start else {}))
             for raw in page.get("Items", []):
-                row = {name: deserializer.deserialize(value) for name, value in raw.items()}
+                row = _plain(raw)
                 try:
                     incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
                                                   service=row["service"], opened_at=row["reported_at"]))
@@ -135,7 +189,7 @@ class OpenIncidents(AwsAdapter):
         self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
                                 UpdateExpression="ADD members :m", ExpressionAttributeValues={":m": {"SS": [member]}})
 
-    def resolve(self, key: str, delivery: str, reason: str) -> dict[str, Any] | None:
+    def resolve(self, key: str, delivery: str, reason: str) -> IncidentRow | None:
         """Close the open incident of `key`; its row as it was (None when nothing was open)."""
         try:
             response = self.client.update_item(
@@ -148,7 +202,7 @@ class OpenIncidents(AwsAdapter):
                 ReturnValues="ALL_OLD")
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
-        return response.get("Attributes")
+        return IncidentRow.read(response["Attributes"])
 
     def held(self, key: str, delivery: str, why: str, **fields: str) -> None:
         """The opening delivery was held by a noise control (grouped, flapping, in a maintenance
@@ -179,7 +233,7 @@ class OpenIncidents(AwsAdapter):
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
 
-    def expired_holds(self, now: str) -> list[dict[str, Any]]:
+    def expired_holds(self, now: str) -> list[IncidentRow]:
         """The open incidents a maintenance window held whose window ended by `now`, not routed
         yet (the sweep routes them: a source such as CloudWatch sends nothing more while an alarm
         stays in ALARM)."""
@@ -191,7 +245,7 @@ class OpenIncidents(AwsAdapter):
                 ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}},
                 **({"ExclusiveStartKey": start} if start else {}))
-            rows += page.get("Items", [])
+            rows += [IncidentRow.read(raw) for raw in page.get("Items", [])]
             start = page.get("LastEvaluatedKey")
             if not start:
                 return rows
@@ -206,7 +260,7 @@ class OpenIncidents(AwsAdapter):
 
     # ------------------------------------------------------------------ groups (grouping)
     def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,
-                   severity: str) -> dict[str, Any]:
+                   severity: str) -> Joined:
         """Put `member` in the open group of `group_key`, or open the group with it (its leader)
         when there is none, or the last one ended (resolved, or its window `until` passed `at`).
         The group's row as it is now: `is_leader` says whether this member leads it, and
@@ -222,8 +276,8 @@ class OpenIncidents(AwsAdapter):
                     ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
                     ExpressionAttributeNames={"#s": "status", "#u": "until"},
                     ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": at}})
-                return {"leader": member, "leader_incident_id": incident_id, "members": [member], "is_leader": True,
-                        "leader_severity": severity}
+                return Joined(incident_key=group_key, status="open", leader=member, leader_incident_id=incident_id,
+                              members=[member], open_members=[member], leader_severity=severity, is_leader=True)
             except self.client.exceptions.ConditionalCheckFailedException:
                 pass
             try:
@@ -237,10 +291,8 @@ class OpenIncidents(AwsAdapter):
             except self.client.exceptions.ConditionalCheckFailedException:
                 continue  # it ended meanwhile: open a new one
             # A retried leader (its routing failed) finds its own group: it still leads it.
-            return {"leader": row["leader"]["S"], "leader_incident_id": row["leader_incident_id"]["S"],
-                    "members": sorted(row["members"]["SS"]), "execution_name": row.get("execution_name", {}).get("S"),
-                    "is_leader": row["leader"]["S"] == member,
-                    "leader_severity": row.get("leader_severity", {}).get("S")}
+            group = GroupRow.read(row)
+            return Joined(**group.model_dump(), is_leader=group.leader == member)
         raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
 
     def lead_group(self, group_key: str, member: str, *, incident_id: str, severity: str) -> None:
@@ -256,7 +308,7 @@ class OpenIncidents(AwsAdapter):
                                 UpdateExpression="SET execution_name = :name",
                                 ExpressionAttributeValues={":name": {"S": execution_name}})
 
-    def leave_group(self, group_key: str, member: str, delivery: str) -> dict[str, Any] | None:
+    def leave_group(self, group_key: str, member: str, delivery: str) -> GroupRow | None:
         """Take `member` (resolved) off its group's open members; the group is resolved with its
         last one. The group's row as it is now (None when the group is gone)."""
         try:
@@ -266,7 +318,8 @@ class OpenIncidents(AwsAdapter):
                 ExpressionAttributeValues={":m": {"SS": [member]}}, ReturnValues="ALL_NEW")["Attributes"]
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
-        if not row.get("open_members", {}).get("SS") and row["status"]["S"] == "open":
+        group = GroupRow.read(row)
+        if not group.open_members and group.status == "open":
             try:
                 row = self.client.update_item(
                     TableName=self.table_name, Key={"incident_key": {"S": group_key}},
@@ -277,5 +330,7 @@ class OpenIncidents(AwsAdapter):
                                                ":now": {"S": _now()}, ":d": {"S": delivery}},
                     ReturnValues="ALL_NEW")["Attributes"]
             except self.client.exceptions.ConditionalCheckFailedException:
-                return self.get(group_key)  # another member joined, or another resolution won
-        return row
+                raw = self._item(group_key)  # another member joined, or another resolution won
+                return GroupRow.read(raw) if raw else None
+            return GroupRow.read(row)
+        return group

@@ -32,6 +32,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
+from ..adapters.open_incidents import Joined
 from ..config import Settings
 from ..domain.items import Incident
 from ..domain.noise import aware, recent
@@ -177,19 +178,19 @@ class IncidentIntake:
                 return self._ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
                                     "(already resolved, or never opened here)")
             self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
-            name = was.get("execution_name", {}).get("S")
+            name = was.execution_name
             reason = outcome.reason
-            group_key = was.get("group", {}).get("S")
+            group_key = was.group
             if group_key:  # a grouped incident is over when every member is
-                group = self.store.leave_group(group_key, outcome.key, delivery) or {}
-                still = sorted(group.get("open_members", {}).get("SS", []))
-                name = None if still else group.get("execution_name", {}).get("S")
-                members = sorted(group.get("members", {}).get("SS", []))
+                group = self.store.leave_group(group_key, outcome.key, delivery)
+                still = group.open_members if group else []
+                name = None if still or group is None else group.execution_name
+                members = group.members if group else []
                 if still:
                     reason += f"; its group still has {len(still)} open member(s) and stays open"
                 elif len(members) > 1:  # the grouped incident's own audit says who was in it
                     reason += f"; the last open member of its group: the group of {len(members)} is resolved"
-                    self._write_audit(group.get("leader_incident_id", {}).get("S", outcome.key), delivery,
+                    self._write_audit(group.leader_incident_id if group else outcome.key, delivery,
                                       "group_resolved", f"every member of {group_key} is resolved",
                                       {"group": group_key, "members": members, "execution_name": name},
                                       json.dumps({"group": group_key, "members": members}))
@@ -206,7 +207,8 @@ class IncidentIntake:
         says so may come from whoever can publish to the topic or write to a dead-letter queue.
         An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
         policy says who may put those)."""
-        if parse_alarm_arn(outcome.key) is None or (self.store.get(outcome.key) or {}).get("status", {}).get("S") != "open":
+        row = self.store.get(outcome.key) if parse_alarm_arn(outcome.key) is not None else None
+        if row is None or row.status != "open":
             return None  # no alarm, or nothing open to resolve (said as such below)
         state = self.alarm_states.state_of(outcome.key)
         if state in ("OK", "elsewhere"):
@@ -224,11 +226,11 @@ class IncidentIntake:
         at = _iso(incident.reported_at)
         opens = None
         if noise.flapping is not None:  # the recent openings of this key, this one included
-            row = self.store.get(opened.key) or {}
-            earlier = [o["S"] for o in row.get("opens", {}).get("L", [])]
-            if row.get("status", {}).get("S") == "resolved":
+            row = self.store.get(opened.key)
+            earlier = row.opens if row else []
+            if row is not None and row.status == "resolved":
                 opens = recent(earlier, incident.reported_at, noise.flapping.window_minutes) + [at]
-            elif row.get("opened_by", {}).get("S") == delivery and earlier:
+            elif row is not None and row.opened_by == delivery and earlier:
                 opens = earlier  # this delivery opened it and is retried: its count stands
             else:
                 opens = [at]
@@ -262,19 +264,19 @@ class IncidentIntake:
             joined = self.store.join_group(group_key, opened.key, at=at, incident_id=incident.incident_id,
                                            until=_iso(incident.reported_at + timedelta(minutes=rule.window_minutes)),
                                            severity=incident.severity)
-            if not joined["is_leader"]:
-                if rule.holds(incident.severity, joined.get("leader_severity")):
+            if not joined.is_leader:
+                if rule.holds(incident.severity, joined.leader_severity):
                     return {**base, **self._grouped(opened, delivery, rule.id, group_key, joined)}
                 # Holding it would lose its page: it is routed, and leads the group from now on.
                 self.store.lead_group(group_key, opened.key, incident_id=incident.incident_id,
                                       severity=incident.severity)
-                took_over_from = joined["leader_incident_id"]
+                took_over_from = joined.leader_incident_id
                 self.logger.info("incident more severe than its group's leader: routed, and now leads the group",
-                                 extra={**base, "group": group_key, "was_led_by": joined["leader_incident_id"],
-                                        "leader_severity": joined.get("leader_severity")})
+                                 extra={**base, "group": group_key, "was_led_by": joined.leader_incident_id,
+                                        "leader_severity": joined.leader_severity})
         trace = NoiseTrace(
             grouping=group[0].id if joined is not None and group is not None else None,
-            group_leader=(incident.incident_id if joined is not None and (joined["is_leader"] or took_over_from)
+            group_leader=(incident.incident_id if joined is not None and (joined.is_leader or took_over_from)
                           else None),
             took_over_from=took_over_from, window=window.id if window is not None else None,
             window_action=window.action if window is not None else None,
@@ -300,7 +302,9 @@ class IncidentIntake:
         now = self.clock()
         results = []
         for row in self.store.expired_holds(_iso(now)):
-            opened = IncidentOpened(row["incident_key"]["S"], Incident.model_validate_json(row["held_item"]["S"]))
+            if row.held_item is None:
+                continue  # held by no window: nothing to route here
+            opened = IncidentOpened(row.incident_key, Incident.model_validate_json(row.held_item))
             released = self._release_hold(opened, "sweep", now, context)
             if released is not None:
                 results.append({"key": opened.key, "incident_id": opened.incident.incident_id, **released})
@@ -342,15 +346,15 @@ class IncidentIntake:
                 window=window.id, window_action=window.action, held="suppressed"))
         return None
 
-    def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: dict) -> dict:
-        reason = (f"grouped by {rule!r} into open incident {joined['leader_incident_id']} "
-                  f"({len(joined['members'])} member(s)): it pages nobody again")
+    def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: Joined) -> dict:
+        reason = (f"grouped by {rule!r} into open incident {joined.leader_incident_id} "
+                  f"({len(joined.members)} member(s)): it pages nobody again")
         self.store.held(opened.key, delivery, reason, group=group_key)
-        self.store.add_member(joined["leader"], opened.key)
+        self.store.add_member(joined.leader, opened.key)
         return self._record_held(opened, delivery, "grouped", reason, {
-            "group": group_key, "leader": joined["leader"], "leader_incident_id": joined["leader_incident_id"],
-            "members": joined["members"], "leader_execution_name": joined.get("execution_name")},
-            NoiseTrace(grouping=rule, group_leader=joined["leader_incident_id"], held="grouped"))
+            "group": group_key, "leader": joined.leader, "leader_incident_id": joined.leader_incident_id,
+            "members": joined.members, "leader_execution_name": joined.execution_name},
+            NoiseTrace(grouping=rule, group_leader=joined.leader_incident_id, held="grouped"))
 
     def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict,
                      trace: NoiseTrace) -> dict:
