@@ -30,7 +30,7 @@ from ..config import Settings
 from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
-from ..domain.routing import Outcome, Router
+from ..domain.routing import RouteOutcome, Router
 from ..domain.why import NoiseTrace, Why
 from .live_heads import LiveHeads, live_heads, question_metric
 
@@ -191,7 +191,7 @@ class Intake:
             record = record.model_copy(update={"decisions": [
                 d.model_copy(update={"why": (d.why or Why()).model_copy(update={"noise": noise})}) for d in record.decisions]})
         name, started = parts.router.workflow.start(record)
-        summary = Outcome(record, name, started, None).summary()
+        summary = RouteOutcome(record, name, started, None).summary()
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)
