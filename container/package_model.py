@@ -47,7 +47,7 @@ _CHUNK = 8 * 1024 * 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class Refused(Exception):
+class PackagingRefused(Exception):
     """The model cannot be packaged; the message says why."""
 
 
@@ -63,7 +63,7 @@ def gguf_header(path: Path) -> dict[str, int]:
     with path.open("rb") as handle:
         head = handle.read(24)
     if len(head) < 24 or head[:4] != GGUF_MAGIC:
-        raise Refused(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
+        raise PackagingRefused(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     version, tensors, keys = struct.unpack("<IQQ", head[4:24])
     return {"gguf_version": version, "tensor_count": tensors, "metadata_kv_count": keys}
 
@@ -126,9 +126,9 @@ def _check_archive(path: Path, gguf_name: str, digest: str) -> None:
             if member.name == gguf_name:
                 inside = sha256_of(archive.extractfile(member))
                 if inside != digest:
-                    raise Refused(f"the GGUF read back from {path} hashes to {inside}, not {digest}")
+                    raise PackagingRefused(f"the GGUF read back from {path} hashes to {inside}, not {digest}")
     if sorted(names) != sorted([gguf_name, MANIFEST_NAME]):
-        raise Refused(f"{path} holds {names}, expected exactly {gguf_name} and {MANIFEST_NAME}")
+        raise PackagingRefused(f"{path} holds {names}, expected exactly {gguf_name} and {MANIFEST_NAME}")
 
 
 def package(
@@ -143,19 +143,19 @@ def package(
 ) -> dict[str, Any]:
     """Check and package `gguf` into `output`; returns the manifest with the archive's facts."""
     if not gguf.is_file():
-        raise Refused(f"{gguf} is not a file")
+        raise PackagingRefused(f"{gguf} is not a file")
     if gguf.suffix.lower() != ".gguf":
-        raise Refused(f"{gguf} does not end in .gguf (the decision container looks for *.gguf)")
+        raise PackagingRefused(f"{gguf} does not end in .gguf (the decision container looks for *.gguf)")
     gguf_header(gguf)
     if gguf.name == MANIFEST_NAME:
-        raise Refused(f"the GGUF may not be called {MANIFEST_NAME}")
+        raise PackagingRefused(f"the GGUF may not be called {MANIFEST_NAME}")
     for target in (output, manifest_path):
         if target is not None and target.exists() and not overwrite:
-            raise Refused(f"{target} exists; remove it or pass --overwrite")
+            raise PackagingRefused(f"{target} exists; remove it or pass --overwrite")
     with gguf.open("rb") as handle:
         digest = sha256_of(handle)
     if expected_sha256 is not None and digest != expected_sha256:
-        raise Refused(f"sha256 mismatch for {gguf.name}: expected {expected_sha256}, got {digest}; nothing was written")
+        raise PackagingRefused(f"sha256 mismatch for {gguf.name}: expected {expected_sha256}, got {digest}; nothing was written")
 
     manifest = build_manifest(gguf, digest, expected_sha256, source)
     manifest_bytes = (json.dumps(manifest, indent=2) + "\n").encode()
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             compresslevel=args.compresslevel,
             overwrite=args.overwrite,
         )
-    except Refused as refused:
+    except PackagingRefused as refused:
         print(f"refused: {refused}", file=sys.stderr)
         return 1
     print(json.dumps(described, indent=2))

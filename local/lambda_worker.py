@@ -138,7 +138,10 @@ class _Output(io.TextIOBase):
         return len(text)
 
 
-class _Worker:
+class _WorkerEnd:
+    """The worker's end of the pipe to the parent (whose end is local.lambdas._ParentEnd): the
+    output written since the last message, and the parent's answers to its asks."""
+
     def __init__(self, connection: Any):
         self.connection = connection
         self.chunks: list[tuple[str, str]] = []
@@ -180,7 +183,7 @@ def serve(connection: Any, setup: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     sys.path[:] = setup.get("sys_path") or sys.path
-    worker = _Worker(connection)
+    worker = _WorkerEnd(connection)
     lock = worker.chunks_lock
     sys.stdout = _Output("stdout", worker.chunks, lock)
     sys.stderr = _Output("stderr", worker.chunks, lock)
@@ -212,7 +215,7 @@ def serve(connection: Any, setup: dict[str, Any]) -> None:
         connection.send(("result", *_invoke(worker, handler, request)))
 
 
-def _invoke(worker: _Worker, handler: Callable[..., Any], request: dict[str, Any]) -> tuple[Any, ...]:
+def _invoke(worker: _WorkerEnd, handler: Callable[..., Any], request: dict[str, Any]) -> tuple[Any, ...]:
     context = LambdaContext(**request["context"])
     worker.relaying = bool(request.get("relay_aws"))
     try:

@@ -126,7 +126,7 @@ class LocalFunction:
         self.module_name, self.handler_name = handler.rsplit(".", 1)
         self.aws_hook: AwsCallHook | None = None
         self._lock = threading.Lock()  # an execution environment serves one invocation at a time
-        self._environment: _Environment = (_InProcess(self) if _in_process_mock_active() else _Worker(self))
+        self._environment: _Environment = (_InProcess(self) if _in_process_mock_active() else _ParentEnd(self))
         self._finalizer = weakref.finalize(self, self._environment.stop)
         if wait:
             self.wait_ready()
@@ -201,8 +201,9 @@ class _Environment(Protocol):
     def stop(self) -> None: ...
 
 
-class _Worker:
-    """The execution environment as a worker process; started again after it was ended."""
+class _ParentEnd:
+    """The execution environment as a worker process, held by the parent's end of their pipe (the
+    worker's end is local.lambda_worker._WorkerEnd); started again after it was ended."""
 
     def __init__(self, function: LocalFunction):
         # Not the function itself: its finalizer must not keep it alive.

@@ -47,7 +47,7 @@ from decision_router.validation import describe_errors
 INCIDENT_DETAIL_TYPE = "Incident Reported"
 
 
-class Unusable(ValueError):
+class NotRedrivable(ValueError):
     """A dead-letter message that cannot be redriven as it is; the message says why."""
 
 
@@ -65,7 +65,7 @@ def _json(body: str) -> Any:
     try:
         return json.loads(body)
     except json.JSONDecodeError as error:
-        raise Unusable(f"not JSON: {error}") from None
+        raise NotRedrivable(f"not JSON: {error}") from None
 
 
 def _attribute(message: dict, name: str) -> str | None:
@@ -78,11 +78,11 @@ def workflow_record(message: dict) -> tuple[DecisionRecord, str]:
     ({error: {Error, Cause}, execution_name, execution_arn, failed_at, record})."""
     body = _json(message["Body"])
     if not isinstance(body, dict) or "record" not in body:
-        raise Unusable("no 'record': not a message of the routing workflow's dead-letter path")
+        raise NotRedrivable("no 'record': not a message of the routing workflow's dead-letter path")
     try:
         record = DecisionRecord.model_validate(body["record"])
     except ValidationError as error:
-        raise Unusable("record: " + "; ".join(describe_errors(error))) from None
+        raise NotRedrivable("record: " + "; ".join(describe_errors(error))) from None
     failure = body.get("error") or {}
     reason = f"{failure.get('Error', 'unknown error')}: {failure.get('Cause', '')}".strip().rstrip(":")
     return record, f"{body.get('execution_name', '?')} failed with {reason}"
@@ -92,29 +92,29 @@ def check_against_execution(message: dict, workflow: Any) -> None:
     """A workflow DLQ message is redriven only as the workflow wrote it: it names an execution of
     this routing workflow whose input is the message's record, which FAILED (a failed route) or
     SUCCEEDED with the message's outcome (a missing audit row). Anyone who may send to the queue
-    could write any other message: Unusable, with the difference."""
+    could write any other message: NotRedrivable, with the difference."""
     from decision_router.adapters.workflow import ExecutionNotRunning
 
     body = _json(message["Body"])
     name, arn = body.get("execution_name"), body.get("execution_arn")
     if not isinstance(name, str) or arn != workflow.execution_arn(name):
-        raise Unusable(f"names no execution of this routing workflow (execution_arn {arn!r}, "
+        raise NotRedrivable(f"names no execution of this routing workflow (execution_arn {arn!r}, "
                        f"execution_name {name!r}): not written by it, not redriven")
     try:
         status, given, output = workflow.ended(name)
     except ExecutionNotRunning as error:
-        raise Unusable(f"{error}: not written by the workflow, not redriven") from None
+        raise NotRedrivable(f"{error}: not written by the workflow, not redriven") from None
     if given != body.get("record"):
-        raise Unusable(f"its record differs from the input of execution {name}: not redriven")
+        raise NotRedrivable(f"its record differs from the input of execution {name}: not redriven")
     if body.get("audit_missing"):
         ended_with = output.get("outcome") if isinstance(output, dict) else None
         claimed = body.get("outcome")
         # The execution's outcome is the message's, plus what the workflow adds after it (answers).
         if (status != "SUCCEEDED" or not isinstance(ended_with, dict) or not isinstance(claimed, dict)
                 or any(ended_with.get(k) != v for k, v in claimed.items())):
-            raise Unusable(f"its outcome is not the one execution {name} ({status}) ended with: not written")
+            raise NotRedrivable(f"its outcome is not the one execution {name} ({status}) ended with: not written")
     elif status not in ("FAILED", "TIMED_OUT", "ABORTED"):
-        raise Unusable(f"execution {name} is {status}, not failed: nothing to redrive")
+        raise NotRedrivable(f"execution {name} is {status}, not failed: nothing to redrive")
 
 
 def missing_audit_row(message: dict) -> AuditRow | None:
@@ -126,7 +126,7 @@ def missing_audit_row(message: dict) -> AuditRow | None:
         return None
     record, outcome = body.get("record"), body.get("outcome")
     if not isinstance(record, dict) or not isinstance(outcome, dict) or "status" not in outcome:
-        raise Unusable("audit_missing without its 'record' and 'outcome'")
+        raise NotRedrivable("audit_missing without its 'record' and 'outcome'")
     def compact(value: Any) -> str:  # as States.JsonToString writes
         return json.dumps(value, separators=(",", ":"))
 
@@ -141,17 +141,17 @@ def missing_audit_row(message: dict) -> AuditRow | None:
                         # a record from before links has none: audited as not linked, as the workflow does
                         linked_incident=compact(record.get("linked")))
     except (KeyError, TypeError) as error:
-        raise Unusable(f"audit_missing: the message lacks {error}") from None
+        raise NotRedrivable(f"audit_missing: the message lacks {error}") from None
     except ValidationError as error:
-        raise Unusable(f"audit_missing: the message's record does not make an audit row: {error}") from None
+        raise NotRedrivable(f"audit_missing: the message's record does not make an audit row: {error}") from None
 
 
 def dead_ticket(message: dict) -> tuple[str, str]:
-    """A ticket DLQ message: (ticket id, why it failed). Raises Unusable when it would fail again."""
+    """A ticket DLQ message: (ticket id, why it failed). Raises NotRedrivable when it would fail again."""
     try:
         ticket = parse_ticket(message["Body"])  # as the intake reads it: bare, or in an SNS notification
     except InvalidItem as error:
-        raise Unusable(f"still invalid, fix it before redriving: {error}") from None
+        raise NotRedrivable(f"still invalid, fix it before redriving: {error}") from None
     reason = _attribute(message, "failure_reason") or "failed intake (redelivered until maxReceiveCount)"
     return ticket.item_id, reason
 
@@ -178,18 +178,18 @@ def dead_incident(message: dict) -> tuple[str, str, dict, str]:
     """An `Incident Reported` of the incident DLQ: (source, incident id, detail, why it failed)."""
     event, reason = dead_event(message)
     if not isinstance(event, dict) or not isinstance(event.get("detail"), dict):
-        raise Unusable("no EventBridge event with a 'detail' object in it")
+        raise NotRedrivable("no EventBridge event with a 'detail' object in it")
     try:
         incident = parse_item("incident", event["detail"])
     except InvalidItem as error:
-        raise Unusable(f"still invalid, fix it before redriving: {error}") from None
+        raise NotRedrivable(f"still invalid, fix it before redriving: {error}") from None
     return str(event.get("source") or incident.origin), incident.item_id, event["detail"], reason
 
 
 def dead_source_event(message: dict, policy: Policy) -> tuple[str, Any, str]:
     """A source's raw event of the incident DLQ (an unknown shape, a missing field: parked by the
     intake), re-sent only once a source maps it under `policy`: (label, the event, why it failed).
-    Unusable, with the reason, while it would be parked again."""
+    NotRedrivable, with the reason, while it would be parked again."""
     from decision_router.intake.incidents import native_outcomes
     from decision_router.sources import raw_events, read_event
     from decision_router.sources.events import SourceEventError
@@ -200,7 +200,7 @@ def dead_source_event(message: dict, policy: Policy) -> tuple[str, Any, str]:
             source, envelope = read_event(each)
             native_outcomes(source, envelope, policy.source_severity)
     except (SourceEventError, LookupError) as error:
-        raise Unusable(f"still not mapped, support the source or fix the policy before redriving: {error}") from None
+        raise NotRedrivable(f"still not mapped, support the source or fix the policy before redriving: {error}") from None
     label = (f"{envelope.source} {envelope.detail_type!r} event {envelope.id}")
     return label, event, reason
 
@@ -213,7 +213,7 @@ def redrive(queue, understand: Callable[[dict], Replay], *, limit: int, dry_run:
     for message in queue.messages(limit):
         try:
             replay = understand(message)
-        except Unusable as error:
+        except NotRedrivable as error:
             print(f"left on the queue: message {message['MessageId']}: {error}", file=sys.stderr)
             held.append(message)
             kept += 1

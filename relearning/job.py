@@ -104,7 +104,7 @@ def shadow_verdict_key(run: str, policy: str, question: str) -> str:
 
 
 @dataclass(frozen=True)
-class Labelled:
+class LabelledRow:
     """A labelled examples table row as the fitter reads it, with its label time."""
 
     case: Case
@@ -115,7 +115,7 @@ class Labelled:
     reviewer: str | None = None  # who answered (None: the row names nobody)
 
 
-def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[Labelled], list[str]]:
+def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[LabelledRow], list[str]]:
     """The table's rows as cases (a row that does not parse is reported, never fatal)."""
     found, problems = [], []
     for number, row in enumerate(rows, start=1):
@@ -126,7 +126,7 @@ def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[Labelled], list[st
             problems.append(f"{row.get('item_id', '?')}: {error}")
             continue
         suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
-        found.append(Labelled(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
+        found.append(LabelledRow(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
                               (row.get("route_reason") or "").startswith("correction by"),
                               (row.get("reviewer") or "").strip() or None))
     return found, problems

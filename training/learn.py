@@ -45,7 +45,7 @@ from decision_router.domain.heads import FORMAT, Head
 from decision_router.domain.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
 from evaluation import metrics
 
-from .thresholds import Readout, Targets, judge, option_thresholds, under_assigned
+from .thresholds import OutOfFoldReadout, Targets, judge, option_thresholds, under_assigned
 
 #: Inverse regularisation strengths tried by cross-validation.
 C_GRID = (3.0, 10.0, 30.0, 100.0)
@@ -278,10 +278,10 @@ class QuestionFit:
     model_weight: float
     temperature: float
     letters_temperature: float
-    letters: Readout
-    text_only: Readout  # the TF-IDF + logistic regression baseline
-    hidden_only: Readout  # the hidden-state head
-    head: Readout  # the combined readout, out of fold through the routing function's code
+    letters: OutOfFoldReadout
+    text_only: OutOfFoldReadout  # the TF-IDF + logistic regression baseline
+    hidden_only: OutOfFoldReadout  # the hidden-state head
+    head: OutOfFoldReadout  # the combined readout, out of fold through the routing function's code
     linear: Linear
     signals: Signals
     option_minimums: dict[str, float]

@@ -15,7 +15,7 @@ from evaluation import metrics
 
 
 @dataclass(frozen=True)
-class Readout:
+class OutOfFoldReadout:
     """Out-of-fold view of one readout on the training examples."""
 
     probabilities: list[np.ndarray]
@@ -33,12 +33,12 @@ THRESHOLDS = tuple(round(0.01 * i, 2) for i in range(101))
 
 
 def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
-          min_auto_routed: int) -> Readout:
+          min_auto_routed: int) -> OutOfFoldReadout:
     scores = metrics.calibration_scores(probabilities, list(gold))
     conf = metrics.confidences(probabilities, formula)
     table = metrics.threshold_table(conf, metrics.correct(probabilities, list(gold)), THRESHOLDS)
     chosen = metrics.threshold_for_error_rate(table, target_error, min_auto_routed)
-    return Readout(
+    return OutOfFoldReadout(
         probabilities=probabilities, accuracy=scores.accuracy, ece=scores.ece, log_loss=scores.log_loss,
         min_confidence=chosen.threshold if chosen else None,
         auto_routed_share=chosen.share_auto_routed if chosen else 0.0,

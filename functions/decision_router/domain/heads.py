@@ -32,10 +32,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from decision_contract import ModelInfo, softmax
 
+from ..validation import StrictModel
 from .lexical import State, categorical_features, evidence_text, term_counts, tfidf
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -50,11 +51,7 @@ MAX_MANY_OPTIONS_HEAD_BYTES = 24 * 1024 * 1024
 LETTERED_OPTIONS = 16
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class HeadThresholds(_Strict):
+class HeadThresholds(StrictModel):
     """When the head's answer may route on its own (no letter mass check: a head does not read
     the letters' share of the vocabulary)."""
 
@@ -68,7 +65,7 @@ class HeadThresholds(_Strict):
         return max(self.min_confidence, self.by_option.get(option_id, 0.0))
 
 
-class FitReport(_Strict):
+class FitReport(StrictModel):
     """How the head was fitted, for the people who decide to trust it."""
 
     examples: int = Field(ge=1, description="Labelled decisions the head was fitted on.")
@@ -84,7 +81,7 @@ class FitReport(_Strict):
     text_only_cv_accuracy: Unit | None = None
 
 
-class TextBlock(_Strict):
+class TextBlock(StrictModel):
     fields: list[str] = Field(min_length=1, description="State keys whose values are the text, in order.")
     word_ngrams: tuple[int, int] = (1, 2)
     char_ngrams: tuple[int, int] = (2, 5)
@@ -93,17 +90,17 @@ class TextBlock(_Strict):
     weights: list[list[float]] = Field(description="One row per option, one weight per term.")
 
 
-class CategoricalBlock(_Strict):
+class CategoricalBlock(StrictModel):
     fields: list[str] = Field(min_length=1, description="State keys read as categories.")
     values: list[str] = Field(min_length=1, description="The `key=value` indicators the head knows.")
     weights: list[list[float]] = Field(description="One row per option, one weight per indicator.")
 
 
-class VectorBlock(_Strict):
+class VectorBlock(StrictModel):
     weights: list[list[float]] = Field(description="One row per option, one weight per input value.")
 
 
-class Head(_Strict):
+class Head(StrictModel):
     format: Literal["decision-router-head/2"] = FORMAT
     version: Annotated[str, StringConstraints(min_length=1, max_length=80)]
     question_sha256: Sha256 = Field(description="Digest of the question's prompt inputs (see question_digest).")
@@ -249,7 +246,7 @@ def centre(values: Sequence[float]) -> list[float]:
     return [v - mean for v in values]
 
 
-class HeadFile(_Strict):
+class HeadFile(StrictModel):
     """A policy question's reference to its head file: the path (relative to the policy file) and
     the sha256 of its bytes, so a changed or missing file fails at load, naming the file."""
 

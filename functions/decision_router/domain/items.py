@@ -16,12 +16,12 @@ import types
 from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ..severity import Severity
 from ..sources import Evidence
-from ..validation import describe_errors
+from ..validation import StrictModel, describe_errors
 
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
@@ -44,17 +44,12 @@ Tier = Literal["free", "pro", "enterprise"]
 Channel = Literal["email", "chat", "web", "billing-portal", "phone"]
 
 
-class _Strict(BaseModel):
-    # Unknown fields are rejected: a misspelt field must not pass as a missing optional one.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Customer(_Strict):
+class Customer(StrictModel):
     id: ItemId
     tier: Tier
 
 
-class Item(_Strict):
+class Item(StrictModel):
     """What every item kind has: a kind, an id and a source, which make its key."""
 
     kind: ClassVar[str]
@@ -82,7 +77,7 @@ class Item(_Strict):
         return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
 
 
-class Reference(_Strict):
+class Reference(StrictModel):
     """Where a ticket came from in the system that holds it (a Zendesk ticket, a Jira issue), so
     what routes it can write back there (the `Item Routed` event carries it)."""
 

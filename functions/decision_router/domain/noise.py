@@ -17,18 +17,15 @@ from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from ..validation import StrictModel
 from .conditions import Condition
 from .items import Item, field_value
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def cron_problem(expression: str) -> str | None:
     """Why `expression` is not a 5-field cron expression cronsim reads (minute hour day-of-month
     month day-of-week), or None."""
@@ -39,7 +36,7 @@ def cron_problem(expression: str) -> str | None:
     return None
 
 
-class MaintenanceWindow(_Strict):
+class MaintenanceWindow(StrictModel):
     """A scheduled window: from each time `cron` names for `duration_minutes`, or once from `start`
     to `end`, in `time_zone`. Incidents matching every `when` condition that happen inside it are
     recorded and not paged (`action: suppress`), or decided and sent to review (`action: review`).
@@ -127,7 +124,7 @@ def severity_rank(severity: str | None) -> int:
 SEVERITIES = ("sev1", "sev2", "sev3", "sev4")
 
 
-class Grouping(_Strict):
+class Grouping(StrictModel):
     """Incidents whose `match` fields are equal, opened within `window_minutes` of the first, are
     one incident: the first is routed (one page), the others join it as members; it is resolved
     when every member is. A member more severe than the group's leader is never held: it is
@@ -161,7 +158,7 @@ class Grouping(_Strict):
         return f"group#{self.id}#{digest}"
 
 
-class Flapping(_Strict):
+class Flapping(StrictModel):
     """An incident of one source key that opens more than `max_opens` times within
     `window_minutes` is flapping: the openings past that are held on it, not paged again."""
 
@@ -174,7 +171,7 @@ class Flapping(_Strict):
         return severity_rank(severity) > 1 or self.include_sev1
 
 
-class NoiseControls(_Strict):
+class NoiseControls(StrictModel):
     grouping: list[Grouping] = Field(default_factory=list, description="first match wins")
     flapping: Flapping | None = None
     maintenance: list[MaintenanceWindow] = Field(default_factory=list)

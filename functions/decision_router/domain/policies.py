@@ -15,12 +15,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
+from pydantic import Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, OPTION_LETTERS, ConfidenceFormula
 
 from ..severity import SeverityTable
-from ..validation import describe_errors
+from ..validation import StrictModel, describe_errors
 from .conditions import Condition
 from .heads import Head, HeadFile, load_head, question_digest
 from .items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_values
@@ -43,11 +43,7 @@ class PolicyError(ValueError):
     """A policy that cannot be used; the message names the policy and the bad entry."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StateField(_Strict):
+class StateField(StrictModel):
     """One entry of the evidence shown to the model: `key` ← item field at `field`."""
 
     key: Id
@@ -55,20 +51,20 @@ class StateField(_Strict):
     max_chars: int | None = Field(default=None, ge=20, description="Longer text is cut (marked) to fit the context.")
 
 
-class Option(_Strict):
+class Option(StrictModel):
     id: Id
     description: Text = Field(description="What the model reads; letters replace ids on the wire.")
     target: Target | None = Field(default=None, description="Destination key (DESTINATION_QUEUES) when chosen.")
     escalate: bool = Field(default=False, description="Choosing this option escalates the item.")
 
 
-class Thresholds(_Strict):
+class Thresholds(StrictModel):
     min_confidence: Unit
     min_margin: Unit
     min_allowed_token_mass: Unit
 
 
-class Learning(_Strict):
+class Learning(StrictModel):
     """What `make fit` must keep when it chooses a head's thresholds on held-out folds."""
 
     max_auto_error: Unit = Field(0.05, description="Largest share of auto-routed answers allowed to be wrong.")
@@ -78,7 +74,7 @@ class Learning(_Strict):
                                        "auto-assigned a later option; the rest of those go to review.")
 
 
-class Question(_Strict):
+class Question(StrictModel):
     id: Id
     question: Text
     options: list[Option] = Field(min_length=MIN_OPTIONS, max_length=MAX_QUESTION_OPTIONS, description=(
@@ -134,7 +130,7 @@ class Question(_Strict):
         return any(option.target for option in self.options)
 
 
-class Rule(_Strict):
+class Rule(StrictModel):
     """Deterministic answers applied before the model when every condition holds."""
 
     id: Id
@@ -146,7 +142,7 @@ class Rule(_Strict):
         return all(condition.holds(item) for condition in self.when)
 
 
-class Policy(_Strict):
+class Policy(StrictModel):
     name: Id
     version: Annotated[str, StringConstraints(min_length=1, max_length=32)]
     item_kind: ItemKind

@@ -20,7 +20,7 @@ from .why import Why
 Source = Literal["rule", "model", "endpoint_error"]
 #: What produced the decision: a rule, the option letters' logits, or a learned head over the
 #: model's hidden state (see heads.py).
-Readout = Literal["rule", "letters", "head"]
+ReadoutKind = Literal["rule", "letters", "head"]
 
 
 class _Record(BaseModel):
@@ -39,7 +39,7 @@ class DecisionError(_Record):
 class DecisionEntry(_Record):
     question: str
     source: Source
-    readout: Readout | None = Field(None, description="Which readout decided; null on endpoint_error.")
+    readout: ReadoutKind | None = Field(None, description="Which readout decided; null on endpoint_error.")
     option_id: str | None = Field(description="Chosen (auto) or suggested (review) option; null on endpoint_error.")
     probabilities: dict[str, float] | None = Field(None, description="The deciding readout's probabilities.")
     letter_probabilities: dict[str, float] | None = Field(None, description="The letters' (calibrated), always.")

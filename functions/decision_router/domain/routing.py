@@ -53,7 +53,9 @@ class ShadowHead:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RouteOutcome:
+    """What routing one item came to: its decision record and the workflow execution that routes it."""
+
     record: DecisionRecord
     execution_name: str
     started: bool  # False: an execution for this item already existed
@@ -136,7 +138,7 @@ class Router:
                 out[question.id] = answer
         return out
 
-    def route(self, item: Item, *, deadline: float | None = None) -> Outcome:
+    def route(self, item: Item, *, deadline: float | None = None) -> RouteOutcome:
         record, seconds = self.judge(item, deadline=deadline)
         name, started = self.workflow.start(record)
-        return Outcome(record, name, started, seconds)
+        return RouteOutcome(record, name, started, seconds)

@@ -31,7 +31,7 @@ from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
 from ..domain.records import DecisionRecord
-from ..domain.routing import Outcome, Router
+from ..domain.routing import RouteOutcome, Router
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from .live_heads import LiveHeads, live_heads, question_metric
@@ -201,7 +201,7 @@ class Intake:
                 d.model_copy(update={"why": (d.why or Why()).model_copy(update={"linked": linked.line()})})
                 for d in record.decisions]})
         name, started = parts.router.workflow.start(record)
-        summary = Outcome(record, name, started, None).summary()
+        summary = RouteOutcome(record, name, started, None).summary()
         if started and record.route == "auto":
             answers = {d.question: d.option_id for d in record.decisions if d.option_id is not None}
             remember_resolved(record, answers, ROUTER, parts.resolved_items_table, self.logger, policy=parts.router.policy)
