@@ -5,12 +5,14 @@ console's function), after which the console shows it beside a look-alike in rev
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 
 import boto3
 import pytest
+from aws_lambda_powertools import Logger
 from moto import mock_aws
 
 from decision_router.adapters.similar_items import ResolvedItems
@@ -144,18 +146,13 @@ def test_the_store_keeps_rows_per_policy_newest_first():
 @pytest.mark.stack
 def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(stack, capsys):  # noqa: F811
     record = decided(stack, "ticket", TICKET, UNSURE_TICKET)
-    remember_resolved(record, {"queue": "billing"}, "router", "no-such-table", logger=_logger())  # does not raise
-    out = capsys.readouterr().out
-    assert "resolved item not kept for similar items" in out and "ResourceNotFoundException" in out
-    assert '"ResolvedItemNotKept"' in out  # counted, by policy
-    remember_resolved(record, {"queue": "billing"}, "router", "", logger=_logger())  # no table: nothing kept
-    assert capsys.readouterr().out == ""
-
-
-def _logger():
-    from aws_lambda_powertools import Logger
-
-    return Logger(service="test")
+    log = io.StringIO()
+    logger = Logger(service="resolved-items-test", stream=log)  # its own stream: no other test's handler
+    remember_resolved(record, {"queue": "billing"}, "router", "no-such-table", logger=logger)  # does not raise
+    assert "resolved item not kept for similar items" in log.getvalue() and "ResourceNotFoundException" in log.getvalue()
+    assert '"ResolvedItemNotKept"' in capsys.readouterr().out  # counted, by policy
+    remember_resolved(record, {"queue": "billing"}, "router", "", logger=logger)  # no table: nothing kept
+    assert capsys.readouterr().out == "" and log.getvalue().count("not kept") == 1
 
 
 # ---------------------------------------------------------------------------- kept and shown
