@@ -8,9 +8,10 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
+from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
-from decision_router.intake.resolved_items import remember_resolved
+from decision_router.intake.resolved_items import remember_resolved, resolved_items
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review.completion import ReviewCompletion, submit_review
 
@@ -18,6 +19,7 @@ logger = Logger()
 tracer = Tracer()
 tasks = ReviewTasks()
 workflows: dict[str, WorkflowStarter] = {}
+resolved_stores: dict[str, ResolvedItems | None] = {}
 
 
 @logger.inject_lambda_context
@@ -32,7 +34,9 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
         ReviewQueue(settings.review_queue_url).remove(completion.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, settings.head_history_table, logger)
-    remember_resolved(record, chosen.answers, output.reviewer, settings.resolved_items_table, logger)
+    table = settings.resolved_items_table
+    remember_resolved(record, chosen.answers, output.reviewer, resolved_stores.setdefault(table, resolved_items(table)),
+                      logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,
               "note": output.note, **chosen.model_dump(mode="json")}
     logger.info("review completed", extra=result)

@@ -69,7 +69,8 @@ def correct(name: str) -> dict[str, Any]:
                                f"(execution {corrected.correction.execution_name})")
     chosen = corrected.correction.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)  # once: the start is named
-    remember_resolved(record, chosen.answers, who.shown, given.settings.resolved_items_table, logger)
+    remember_resolved(record, chosen.answers, who.shown, given.resolved_items, logger,
+                      policy=given.policy(record.policy.name))
     logger.info("automatic route corrected", extra={"execution_name": name, "reviewer": who.sub,
                                                     "target": chosen.destination.target})
     return {"status": "corrected", "execution_name": corrected.correction.execution_name, "item_id": record.item_id,

@@ -106,7 +106,8 @@ def answer_review(name: str) -> dict[str, Any]:
     given.queue.remove(queued.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)
-    remember_resolved(record, chosen.answers, who.shown, given.settings.resolved_items_table, logger)
+    remember_resolved(record, chosen.answers, who.shown, given.resolved_items, logger,
+                      policy=given.policy(record.policy.name))
     logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who.sub,
                                                           "target": chosen.destination.target})
     return {"status": "answered", "execution_name": name, "item_id": record.item_id, "reviewer": who.shown,

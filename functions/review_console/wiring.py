@@ -22,6 +22,7 @@ from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview
 from decision_router.validation import describe_errors
@@ -62,8 +63,7 @@ class Wiring:
 
     @cached_property
     def resolved_items(self) -> ResolvedItems | None:
-        table = self.settings.resolved_items_table
-        return ResolvedItems(table) if table else None
+        return resolved_items(self.settings.resolved_items_table)
 
     def policy(self, name: str) -> Policy:
         if name not in self._policies:

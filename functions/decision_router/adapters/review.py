@@ -172,12 +172,13 @@ class AuditTrail(AwsAdapter):
                 FilterExpression="attribute_exists(linked_incident) AND linked_incident <> :none AND "
                                  "contains(linked_incident, :id)",
                 ExpressionAttributeValues={":none": {"S": "null"}, ":id": {"S": incident_id}}):
-            for raw in page["Items"]:
+            for row in map(_audit_row, page["Items"]):
+                if isinstance(row, Unreadable):
+                    continue  # a row that does not read as the workflow writes it
                 try:
-                    row = AuditRow.model_validate(_strings(raw))
                     linked = row.link()
                 except ValueError:  # pydantic's ValidationError too
-                    continue  # a row, or a column, that does not read as the workflow writes it
+                    continue  # nor does its link
                 if linked is not None and linked.incident_id == incident_id:
                     rows.append(row)
         return rows

@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
 from ..adapters.shadow_tally import ShadowTally
+from ..adapters.similar_items import ResolvedItems
 from ..config import Settings
 from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.linking import LinkedIncident
@@ -35,7 +36,7 @@ from ..domain.routing import RouteOutcome, Router
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from .live_heads import LiveHeads, live_heads, question_metric
-from .resolved_items import remember_resolved
+from .resolved_items import remember_resolved, resolved_items
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
@@ -60,6 +61,12 @@ class StoredRecord(BaseIdempotencySerializer):
         return DecisionRecord.model_validate(data)
 
 
+def with_reason(record: DecisionRecord, **why: Any) -> DecisionRecord:
+    """The record with `why`'s fields set on each decision's reason."""
+    return record.model_copy(update={"decisions": [
+        d.model_copy(update={"why": (d.why or Why()).model_copy(update=why)}) for d in record.decisions]})
+
+
 # One Tracer configuration per process (Powertools shares it): the handler's, which patches boto3.
 tracer = Tracer()
 
@@ -75,8 +82,8 @@ class IntakeParts:
     live: LiveHeads | None = None
     #: Where the shadow heads' answers are counted (None: no head store, no shadow).
     tally: ShadowTally | None = None
-    #: Where an item the router routes on its own is kept for the console's similar items ("": nowhere).
-    resolved_items_table: str = ""
+    #: Where an item the router routes on its own is kept for the console's similar items (None: nowhere).
+    resolved_items: ResolvedItems | None = None
 
 
 class Intake:
@@ -123,7 +130,7 @@ class Intake:
                                          output_serializer=StoredRecord())
         live = live_heads(policy, s, self.logger)
         tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None
-        return IntakeParts(router, judge_once, live, tally, s.resolved_items_table)
+        return IntakeParts(router, judge_once, live, tally, resolved_items(s.resolved_items_table))
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
@@ -194,17 +201,14 @@ class Intake:
             record = record.model_copy(update={"route": "review", "route_reason": review_reason,
                                                "destination": None, "escalate": False})
         if noise is not None:
-            record = record.model_copy(update={"decisions": [
-                d.model_copy(update={"why": (d.why or Why()).model_copy(update={"noise": noise})}) for d in record.decisions]})
+            record = with_reason(record, noise=noise)
         if linked is not None:
-            record = record.model_copy(update={"linked": linked, "decisions": [
-                d.model_copy(update={"why": (d.why or Why()).model_copy(update={"linked": linked.line()})})
-                for d in record.decisions]})
+            record = with_reason(record, linked=linked.line()).model_copy(update={"linked": linked})
         name, started = parts.router.workflow.start(record)
         summary = RouteOutcome(record, name, started, None).summary()
         if started and record.route == "auto":
             answers = {d.question: d.option_id for d in record.decisions if d.option_id is not None}
-            remember_resolved(record, answers, ROUTER, parts.resolved_items_table, self.logger, policy=parts.router.policy)
+            remember_resolved(record, answers, ROUTER, parts.resolved_items, self.logger, policy=parts.router.policy)
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)

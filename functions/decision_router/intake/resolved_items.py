@@ -18,17 +18,23 @@ from ..domain.records import DecisionRecord
 from ..domain.similar import resolved_item
 
 
-def remember_resolved(record: DecisionRecord, answers: Mapping[str, str], resolved_by: str, table: str,
-                      logger: Logger, *, policy: Policy | None = None) -> None:
-    """Keep the record's item with its final `answers` (nothing without a table)."""
-    if not table:
+def resolved_items(table: str) -> ResolvedItems | None:
+    """The store of a function's `RESOLVED_ITEMS_TABLE_NAME` (None: unset, nothing is kept). Made
+    once per execution environment by its caller: each store opens its own boto3 client."""
+    return ResolvedItems(table) if table else None
+
+
+def remember_resolved(record: DecisionRecord, answers: Mapping[str, str], resolved_by: str,
+                      store: ResolvedItems | None, logger: Logger, *, policy: Policy | None = None) -> None:
+    """Keep the record's item with its final `answers` (nothing without a store)."""
+    if store is None:
         return
     try:
         policy = policy or load_policy(record.policy.name)
         resolved = resolved_item(policy, parse_item(record.item_kind, record.item), answers, resolved_by=resolved_by,
                                  resolved_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
         if resolved is not None:
-            ResolvedItems(table).remember(resolved)
+            store.remember(resolved)
     except Exception as error:  # noqa: BLE001 - the item was routed or answered; only its neighbour row is missing
         with single_metric(name="ResolvedItemNotKept", unit=MetricUnit.Count, value=1) as metric:
             metric.add_dimension(name="policy", value=record.policy.name)
