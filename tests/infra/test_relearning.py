@@ -120,11 +120,26 @@ def know_nothing_head() -> bytes:
     return json.dumps(head).encode()
 
 
+def recurring_rows() -> list[dict]:
+    """LABELS reviews, oldest first: 60 shipped tickets, then 20 that recur (the text of every third
+    older ticket again, under a new id, with its answer).
+
+    Why recurring: the embedded model's signals move in their last digits with the engine's batch
+    and cache state (what ran before in the process), and on 20 fresh tickets one automatic answer
+    more or less decides the verdict (max_auto_error 3 %: one wrong of ten is 10 %). On tickets like
+    ones it learned, the candidate's answers sit far from that edge, so these tests check the
+    workflow, not the tiny model's luck. Quality on unseen tickets is measured by the benchmarks.
+    """
+    older = shipped_rows(LABELS + 10)[:LABELS - 20]
+    again = [{**row, "item": {**row["item"], "ticket_id": row["item"]["ticket_id"] + "-AGAIN"}} for row in older[::3]]
+    return older + again[:20]
+
+
 def labelled_behind_a_head_that_knows_nothing(store, env) -> list[dict]:
     """Reviews to learn from (returned), and a head in service that a candidate fitted on them beats."""
     import hashlib
 
-    rows = shipped_rows(LABELS + 10)[:LABELS]
+    rows = recurring_rows()
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
     data = know_nothing_head()
     store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
