@@ -404,6 +404,7 @@ def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_re
     while not waiting and time.monotonic() < deadline:  # the review request, left on the queue
         waiting = pipeline.sqs.receive_message(QueueUrl=pipeline.env["REVIEW_QUEUE_URL"],
                                                VisibilityTimeout=0).get("Messages", [])
+        time.sleep(0.2)  # a poll without a pause holds the GIL: moto's execution thread took 50 s to get there
     assert "orders-db-sunday-patching" in waiting[0]["Body"]
     assert pipeline.pages() == []
     # The alert resolves: its review is closed, the workflow ends (and no execution thread outlives the test).
