@@ -1,7 +1,8 @@
 """Noise controls, as policy data (a policy's `noise`): which native-source incidents join an open
 one instead of paging (grouping), which are held because their source keeps opening and resolving
 them (flapping), and which are recorded without a page during a maintenance window. Pure code: the
-intake (decision_router.intake.incidents) applies them with the open-incident store.
+intake (decision_router.intake.incidents, its holds in intake.noise_holds) applies them with the
+open-incident store.
 
 Times are the incident's own (`reported_at`, the time its source says it happened), so an alert
 raised during a window is the window's even when it is delivered late, and a replayed burst groups

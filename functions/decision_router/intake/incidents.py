@@ -18,56 +18,40 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
   parked in the incident DLQ at once with the precise reason (retrying cannot help).
 A failure to reach the store or start the workflow raises, so Lambda retries the event and then
 hands it to the on-failure destination (the same DLQ) with the error: nothing is dropped.
+
+This module reads each event and correlates it (claims the incident's row, groups it); what the
+noise controls hold is `noise_holds.py`'s, what a resolution closes is `resolutions.py`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
-from ..adapters.open_incidents import Joined
 from ..config import Settings
 from ..domain.items import Incident
-from ..domain.noise import aware, recent
+from ..domain.noise import recent
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
-from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
 from ..sources.sns import notification
 from ..validation import describe_errors
+from .noise_holds import IncidentOpened, NoiseHolds, iso
 from .pipeline import Intake
+from .resolutions import Resolutions
 
 OWN_DETAIL_TYPE = "Incident Reported"
 #: The schedule's event (EventBridge Scheduler's and a rule's `Scheduled Event`): sweep the holds.
 SWEEP = ("aws.events", "Scheduled Event")
-#: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
-#: an index: past this many, the review stays open and the resolution says so).
-MAX_REVIEWS_SCANNED = 100
-#: The metric counting each outcome of a noise control.
-HELD_METRICS = {"grouped": "IncidentsGrouped", "flapping": "IncidentsFlapping", "suppressed": "IncidentsSuppressed"}
-
-
-def _iso(at: datetime) -> str:
-    """One form for every time the store compares as text (UTC, milliseconds)."""
-    return aware(at).astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True)
-class IncidentOpened:
-    """A native source's event opens this incident (validated), correlated by `key`."""
-
-    key: str
-    incident: Incident
-    delivery: str | None = None
 
 
 IncidentOutcome = IncidentOpened | Resolved | Ignored
@@ -96,6 +80,8 @@ def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
 
 
 class IncidentIntake:
+    """The incident intake function's flow: reads, correlates, routes or parks each event."""
+
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
                  store: Any = None, dead_letters: Any = None, clock: Callable[[], datetime] | None = None,
                  alarm_states: Any = None):
@@ -105,8 +91,6 @@ class IncidentIntake:
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
         self._alarm_states = alarm_states
-        self._reviews: Any = None
-        self._tasks: Any = None
         self._audit: Any = None
 
     @property
@@ -139,6 +123,17 @@ class IncidentIntake:
             self._dead_letters = Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
         return self._dead_letters
 
+    @cached_property
+    def holds(self) -> NoiseHolds:
+        return NoiseHolds(self.store, route=self.intake.route, write_audit=self._write_audit, logger=self.logger,
+                          metrics=self.metrics)
+
+    @cached_property
+    def resolutions(self) -> Resolutions:
+        return Resolutions(self.store, self.alarm_states, self.intake.router.workflow, settings=self.settings,
+                           write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
+                           metrics=self.metrics)
+
     def handle(self, event: dict, context: Any = None) -> dict:
         """One invocation: an EventBridge event, a Lambda alarm action, or an SNS event (each of
         its records handled alone, their results under `records`)."""
@@ -169,61 +164,14 @@ class IncidentIntake:
         if isinstance(outcome, IncidentOpened):
             return self._open(outcome, delivery, context)
         if isinstance(outcome, Resolved):
-            refused = self._unconfirmed(outcome)
-            if refused is not None:
-                touched = self.store.touch(outcome.key, delivery)
-                return self._ignore(outcome.source, outcome.key, refused, touched=touched)
-            was = self.store.resolve(outcome.key, delivery, outcome.reason)
-            if was is None:
-                return self._ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
-                                    "(already resolved, or never opened here)")
-            self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
-            name = was.execution_name
-            reason = outcome.reason
-            group_key = was.group
-            if group_key:  # a grouped incident is over when every member is
-                group = self.store.leave_group(group_key, outcome.key, delivery)
-                still = group.open_members if group else []
-                name = None if still or group is None else group.execution_name
-                members = group.members if group else []
-                if still:
-                    reason += f"; its group still has {len(still)} open member(s) and stays open"
-                elif len(members) > 1:  # the grouped incident's own audit says who was in it
-                    reason += f"; the last open member of its group: the group of {len(members)} is resolved"
-                    self._write_audit(group.leader_incident_id if group else outcome.key, delivery,
-                                      "group_resolved", f"every member of {group_key} is resolved",
-                                      {"group": group_key, "members": members, "execution_name": name},
-                                      json.dumps({"group": group_key, "members": members}))
-            result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
-                      "review_closed": bool(name) and self._close_review(name, outcome.reason)}
-            self.logger.info("incident resolved", extra=result)
-            return result
+            return self.resolutions.resolve(outcome, delivery)
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
         return self._ignore(outcome.source, outcome.key, outcome.reason, touched=touched)
-
-    def _unconfirmed(self, outcome: Resolved) -> str | None:
-        """Why an alarm's "OK" does not resolve its incident (None: it does). CloudWatch is asked
-        for the alarm's state now: only CloudWatch can say an alarm is OK, and the message that
-        says so may come from whoever can publish to the topic or write to a dead-letter queue.
-        An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
-        policy says who may put those)."""
-        row = self.store.get(outcome.key) if parse_alarm_arn(outcome.key) is not None else None
-        if row is None or row.status != "open":
-            return None  # no alarm, or nothing open to resolve (said as such below)
-        state = self.alarm_states.state_of(outcome.key)
-        if state in ("OK", "elsewhere"):
-            return None
-        self.metrics.add_metric(name="UnconfirmedResolutions", unit=MetricUnit.Count, value=1)
-        now = ("there is no such alarm" if state == "missing" else f"the alarm is {state} now")
-        self.logger.warning("an alarm's OK that CloudWatch does not confirm; the incident stays open",
-                            extra={"key": outcome.key, "cloudwatch_state": state})
-        return (f"{outcome.reason}; not resolved: CloudWatch says {now}, and an OK resolves an alarm's "
-                "incident only when CloudWatch confirms it")
 
     def _open(self, opened: IncidentOpened, delivery: str, context: Any) -> dict:
         incident = opened.incident
         noise = self.intake.router.policy.noise
-        at = _iso(incident.reported_at)
+        at = iso(incident.reported_at)
         opens = None
         if noise.flapping is not None:  # the recent openings of this key, this one included
             row = self.store.get(opened.key)
@@ -239,7 +187,7 @@ class IncidentIntake:
         base = {"key": opened.key, "incident_id": incident.incident_id}
         now = self.clock()
         if claim in ("duplicate", "update") and noise.maintenance:
-            released = self._release_hold(opened, delivery, now, context)
+            released = self.holds.release(opened, delivery, now, context)
             if released is not None:
                 return {**base, **released}
         if claim == "duplicate":
@@ -251,7 +199,7 @@ class IncidentIntake:
             reason = "the incident is open: this event updates it and pages nobody again"
             self.logger.info("open incident updated", extra={**base, "delivery": delivery})
             return {**base, "outcome": "updated", "reason": reason}
-        held = self._held_by_noise(opened, delivery, opens)
+        held = self.holds.held(opened, delivery, opens, noise)
         if held is not None:
             return {**base, **held}
         window = noise.window(incident, incident.reported_at)
@@ -262,11 +210,11 @@ class IncidentIntake:
         if group is not None and window is None:
             rule, group_key = group
             joined = self.store.join_group(group_key, opened.key, at=at, incident_id=incident.incident_id,
-                                           until=_iso(incident.reported_at + timedelta(minutes=rule.window_minutes)),
+                                           until=iso(incident.reported_at + timedelta(minutes=rule.window_minutes)),
                                            severity=incident.severity)
             if not joined.is_leader:
                 if rule.holds(incident.severity, joined.leader_severity):
-                    return {**base, **self._grouped(opened, delivery, rule.id, group_key, joined)}
+                    return {**base, **self.holds.grouped(opened, delivery, rule.id, group_key, joined)}
                 # Holding it would lose its page: it is routed, and leads the group from now on.
                 self.store.lead_group(group_key, opened.key, incident_id=incident.incident_id,
                                       severity=incident.severity)
@@ -297,80 +245,12 @@ class IncidentIntake:
         return result
 
     def sweep_holds(self, context: Any = None) -> dict:
-        """Route every open incident whose maintenance window has ended (the template's schedule
-        calls this every few minutes), so a hold never outlasts its window by more than that."""
-        now = self.clock()
-        results = []
-        for row in self.store.expired_holds(_iso(now)):
-            if row.held_item is None:
-                continue  # held by no window: nothing to route here
-            opened = IncidentOpened(row.incident_key, Incident.model_validate_json(row.held_item))
-            released = self._release_hold(opened, "sweep", now, context)
-            if released is not None:
-                results.append({"key": opened.key, "incident_id": opened.incident.incident_id, **released})
-        return {"outcome": "swept", "reason": f"{len(results)} incident(s) held by a window that ended: routed",
-                "outcomes": results}
-
-    def _release_hold(self, opened: IncidentOpened, delivery: str, now: datetime, context: Any) -> dict | None:
-        """A later delivery of an incident a maintenance window held, once the window is over:
-        routed now (it pages as it would have), once; None when there is no such hold."""
-        if not self.store.release(opened.key, _iso(now)):
-            return None
-        summary = self.intake.route(opened.incident, context)
-        self.store.released(opened.key, summary["execution_name"])
-        reason = "its maintenance window ended while it was still open: routed now"
-        self.logger.info("held incident released", extra={"key": opened.key, "delivery": delivery})
-        self.metrics.add_metric(name="IncidentsReleased", unit=MetricUnit.Count, value=1)
-        return {**summary, "outcome": "routed", "reason": reason}
-
-    def _held_by_noise(self, opened: IncidentOpened, delivery: str, opens: list[str] | None) -> dict | None:
-        """Flapping, or a maintenance window that suppresses: the incident is recorded (its row,
-        an audit row of its own outcome) and not routed. None when neither holds it."""
-        incident = opened.incident
-        noise = self.intake.router.policy.noise
-        if (noise.flapping is not None and opens is not None and len(opens) > noise.flapping.max_opens
-                and noise.flapping.applies(incident.severity)):
-            reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
-                      f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
-            self.store.held(opened.key, delivery, reason, flapping="true")
-            return self._record_held(opened, delivery, "flapping", reason, {"opens": opens}, NoiseTrace(
-                flapping_opens=len(opens), flapping_max=noise.flapping.max_opens, held="flapping"))
-        window = noise.window(incident, incident.reported_at)
-        if window is not None and window.action == "suppress":
-            until = window.ends(incident.reported_at)
-            reason = (f"maintenance window {window.id!r} ({window.description}): recorded, not paged while the "
-                      f"window lasts (until {_iso(until)}); a delivery after that routes it if it is still open")
-            self.store.held(opened.key, delivery, reason, window=window.id, held_until=_iso(until),
-                            held_item=incident.model_dump_json())
-            return self._record_held(opened, delivery, "suppressed", reason, {"window": window.id}, NoiseTrace(
-                window=window.id, window_action=window.action, held="suppressed"))
-        return None
-
-    def _grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: Joined) -> dict:
-        reason = (f"grouped by {rule!r} into open incident {joined.leader_incident_id} "
-                  f"({len(joined.members)} member(s)): it pages nobody again")
-        self.store.held(opened.key, delivery, reason, group=group_key)
-        self.store.add_member(joined.leader, opened.key)
-        return self._record_held(opened, delivery, "grouped", reason, {
-            "group": group_key, "leader": joined.leader, "leader_incident_id": joined.leader_incident_id,
-            "members": joined.members, "leader_execution_name": joined.execution_name},
-            NoiseTrace(grouping=rule, group_leader=joined.leader_incident_id, held="grouped"))
-
-    def _record_held(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict,
-                     trace: NoiseTrace) -> dict:
-        """An incident a noise control held: counted, logged, and audited with its own outcome (one
-        row per delivery, named after it, so a retried event writes the same row) and its reason
-        (`why`: the noise control that held it)."""
-        self._write_audit(opened.incident.incident_id, delivery, outcome, reason,
-                          {**detail, "why": trace.model_dump(mode="json", exclude_none=True)},
-                          opened.incident.model_dump_json())
-        self.metrics.add_metric(name=HELD_METRICS[outcome], unit=MetricUnit.Count, value=1)
-        result = {"outcome": outcome, "reason": reason, **detail}
-        self.logger.info("incident held by a noise control", extra={"key": opened.key, **result})
-        return result
+        """Route every open incident whose maintenance window has ended (the template's schedule)."""
+        return self.holds.sweep(self.clock(), context)
 
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
-        """An audit row the intake writes itself (nothing was routed: no workflow audits it)."""
+        """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
+        per delivery and outcome, named after them, so a retried event writes the same row."""
         from ..adapters.review import AuditTrail
 
         if self._audit is None:
@@ -383,29 +263,6 @@ class IncidentIntake:
             outcome=outcome, outcome_detail=json.dumps({"status": outcome, "reason": reason, **detail}),
             route="held", route_reason=reason, policy_name=policy.name, policy_version=policy.version,
             decisions="[]", item=item, decided_at=now, audited_at=now))
-
-    def _close_review(self, execution_name: str, reason: str) -> bool:
-        """Close the review the incident's execution still waits for; False when it waits for none."""
-        from ..adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
-
-        if self.intake.router.workflow.status(execution_name) != "RUNNING":
-            return False
-        if self._reviews is None:
-            self._reviews = ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
-            self._tasks = ReviewTasks()
-        for queued in self._reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
-            if queued.review.execution_name != execution_name:
-                continue
-            try:
-                self._tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
-            except ReviewTaskGone:
-                return False  # answered or timed out meanwhile: the workflow has its outcome
-            self._reviews.remove(queued.receipt_handle)
-            self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
-            return True
-        self.logger.warning("resolved incident's review not found among the pending ones; it stays open",
-                            extra={"execution_name": execution_name, "scanned": MAX_REVIEWS_SCANNED})
-        return False
 
     def _ignore(self, source: str, key: str | None, reason: str, *, touched: bool = False) -> dict:
         self.metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)

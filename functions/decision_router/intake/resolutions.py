@@ -1,0 +1,119 @@
+"""The incident intake's resolutions: a source says an incident is over. Its open-incident row is
+closed (an alarm's OK only once CloudWatch confirms it), a group is over when its last open
+member is, and a review the incident still waits for is closed with the reason (the workflow
+audits it as resolved_at_source).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Protocol
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from ..config import Settings
+from ..domain.routing import Workflow
+from ..sources.cloudwatch import parse_alarm_arn
+from ..sources.events import Resolved
+from .noise_holds import WriteAudit
+
+if TYPE_CHECKING:
+    from ..adapters.alarm_states import AlarmStates
+    from ..adapters.open_incidents import OpenIncidents
+    from ..adapters.review import ReviewQueue, ReviewTasks
+
+#: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
+#: an index: past this many, the review stays open and the resolution says so).
+MAX_REVIEWS_SCANNED = 100
+
+
+class Ignore(Protocol):
+    def __call__(self, source: str, key: str | None, reason: str, *, touched: bool = False) -> dict: ...
+
+
+class Resolutions:
+    def __init__(self, store: "OpenIncidents", alarm_states: "AlarmStates", workflow: Workflow, *,
+                 settings: Settings, write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics):
+        """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
+        row of a group whose last member is resolved. The review queue is reached only when a
+        resolved incident's execution still runs."""
+        self.store, self.alarm_states, self.workflow = store, alarm_states, workflow
+        self.settings, self.write_audit, self.ignore = settings, write_audit, ignore
+        self.logger, self.metrics = logger, metrics
+        self._reviews: ReviewQueue | None = None
+        self._tasks: ReviewTasks | None = None
+
+    def resolve(self, outcome: Resolved, delivery: str) -> dict:
+        refused = self._unconfirmed(outcome)
+        if refused is not None:
+            touched = self.store.touch(outcome.key, delivery)
+            return self.ignore(outcome.source, outcome.key, refused, touched=touched)
+        was = self.store.resolve(outcome.key, delivery, outcome.reason)
+        if was is None:
+            return self.ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
+                               "(already resolved, or never opened here)")
+        self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
+        name = was.execution_name
+        reason = outcome.reason
+        group_key = was.group
+        if group_key:  # a grouped incident is over when every member is
+            group = self.store.leave_group(group_key, outcome.key, delivery)
+            still = group.open_members if group else []
+            name = None if still or group is None else group.execution_name
+            members = group.members if group else []
+            if still:
+                reason += f"; its group still has {len(still)} open member(s) and stays open"
+            elif len(members) > 1:  # the grouped incident's own audit says who was in it
+                reason += f"; the last open member of its group: the group of {len(members)} is resolved"
+                self.write_audit(group.leader_incident_id if group else outcome.key, delivery,
+                                 "group_resolved", f"every member of {group_key} is resolved",
+                                 {"group": group_key, "members": members, "execution_name": name},
+                                 json.dumps({"group": group_key, "members": members}))
+        closed = self._close_review(name, outcome.reason) if name else False
+        result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
+                  "review_closed": closed}
+        self.logger.info("incident resolved", extra=result)
+        return result
+
+    def _unconfirmed(self, outcome: Resolved) -> str | None:
+        """Why an alarm's "OK" does not resolve its incident (None: it does). CloudWatch is asked
+        for the alarm's state now: only CloudWatch can say an alarm is OK, and the message that
+        says so may come from whoever can publish to the topic or write to a dead-letter queue.
+        An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
+        policy says who may put those)."""
+        row = self.store.get(outcome.key) if parse_alarm_arn(outcome.key) is not None else None
+        if row is None or row.status != "open":
+            return None  # no alarm, or nothing open to resolve (said as such below)
+        state = self.alarm_states.state_of(outcome.key)
+        if state in ("OK", "elsewhere"):
+            return None
+        self.metrics.add_metric(name="UnconfirmedResolutions", unit=MetricUnit.Count, value=1)
+        now = ("there is no such alarm" if state == "missing" else f"the alarm is {state} now")
+        self.logger.warning("an alarm's OK that CloudWatch does not confirm; the incident stays open",
+                            extra={"key": outcome.key, "cloudwatch_state": state})
+        return (f"{outcome.reason}; not resolved: CloudWatch says {now}, and an OK resolves an alarm's "
+                "incident only when CloudWatch confirms it")
+
+    def _close_review(self, execution_name: str, reason: str) -> bool:
+        """Close the review the incident's execution still waits for; False when it waits for none."""
+        from ..adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
+
+        if self.workflow.status(execution_name) != "RUNNING":
+            return False
+        if self._reviews is None or self._tasks is None:
+            self._reviews = ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
+            self._tasks = ReviewTasks()
+        for queued in self._reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
+            if queued.review.execution_name != execution_name:
+                continue
+            try:
+                self._tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
+            except ReviewTaskGone:
+                return False  # answered or timed out meanwhile: the workflow has its outcome
+            self._reviews.remove(queued.receipt_handle)
+            self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
+            return True
+        self.logger.warning("resolved incident's review not found among the pending ones; it stays open",
+                            extra={"execution_name": execution_name, "scanned": MAX_REVIEWS_SCANNED})
+        return False
