@@ -41,8 +41,8 @@ class InputItem:
 
 def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) -> InputItem | None:
     """A raw event of a real source, or None when the object is not one."""
-    from decision_router.intake.tickets import sns_message
     from decision_router.sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
+    from decision_router.sources.sns import notification
 
     if "detail-type" in data and "source" in data:
         detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
@@ -56,9 +56,9 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
     if alarm is not None:
         return alarm_item(source, line, text, data, *alarm)
     if data.get("Type") == "Notification" and "TopicArn" in data:
-        message = sns_message(data)
+        sns = notification(data)
         try:
-            ticket = json.loads(message) if message is not None else None
+            ticket = json.loads(sns.Message) if sns is not None else None
         except ValueError:
             ticket = None
         item_id = ticket.get("ticket_id") if isinstance(ticket, dict) else None
@@ -88,14 +88,14 @@ def _alarm(data: dict[str, Any]) -> tuple[str, str] | None:
     EventBridge: an SNS notification (a Lambda SNS event, or a bare notification) holding an alarm,
     or a Lambda alarm action; None for anything else."""
     from decision_router.sources import cloudwatch_action, cloudwatch_sns
-    from decision_router.sources.sns import notification
+    from decision_router.sources.sns import carried
 
     action = cloudwatch_action.unwrap(data)
     if action is not None:
         return "alarm-action", str(action["detail"].get("alarmName") or action["resources"][0])
-    sns = notification(data)
+    sns = carried(data)
     if sns is None and isinstance(data.get("Records"), list) and data["Records"]:  # several records: the first names it
-        sns = notification({"Records": data["Records"][:1]})
+        sns = carried({"Records": data["Records"][:1]})
     envelope = cloudwatch_sns.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
     if envelope is not None:
         return "sns-alarm", str(envelope["detail"].get("AlarmName"))

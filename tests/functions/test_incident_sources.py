@@ -302,6 +302,10 @@ def test_an_sns_message_that_is_no_alarm_or_misses_a_field_is_refused_with_the_r
     missing["Records"][0]["Sns"]["Message"] = json.dumps(message)
     with pytest.raises(InvalidSourceEvent, match="detail.AlarmArn: Field required"):
         outcomes_of(missing)
+    no_message = sample("cloudwatch_alarm_sns")
+    del no_message["Records"][0]["Sns"]["Message"]  # not an SNS notification as SNS sends them
+    with pytest.raises(InvalidSourceEvent, match="aws:sns 'Notification' event: Message: Field required"):
+        outcomes_of(no_message)
 
 
 def test_an_sns_event_of_several_records_is_one_delivery_per_record():

@@ -27,7 +27,8 @@ from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
-from decision_router.intake.tickets import TicketIntake, sns_message, ticket_json
+from decision_router.intake.tickets import TicketIntake, ticket_json
+from decision_router.sources.sns import notification
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
 
@@ -695,7 +696,7 @@ def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_al
         ticket_json("not json")
     # Looks like a notification but lacks what SNS always sends: not unwrapped, so it fails as a ticket.
     half = {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"}
-    assert sns_message(half) is None and ticket_json(json.dumps(half)) == half
+    assert notification(half) is None and ticket_json(json.dumps(half)) == half
 
 
 def test_a_ticket_in_an_sns_envelope_is_routed(tickets, stack, context):

@@ -37,8 +37,8 @@ def named(word: str, text: str) -> bool:
 
 def opened_incidents(source: IncidentSource[Any], payload: Any) -> list[Incident]:
     """What the source opens from a sample (an EventBridge event, an SNS event's records, a Lambda alarm action)."""
-    outcomes = [o for event in raw_events(payload) if source.takes(event)
-                for o in source.adapt(source.read(event), TABLES[source.name])]
+    mapped = [event for event in map(source.event_of, raw_events(payload)) if event is not None]
+    outcomes = [o for event in mapped for o in source.adapt(source.read(event), TABLES[source.name])]
     return [Incident.model_validate(o.incident) for o in outcomes if isinstance(o, Opened)]
 
 

@@ -43,7 +43,7 @@ from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
-from ..sources.sns import notification
+from ..sources.sns import carried
 from ..validation import describe_errors
 from .noise_holds import IncidentOpened, NoiseHolds, iso
 from .pipeline import Intake
@@ -273,7 +273,7 @@ class IncidentIntake:
     def park(self, event: Any, error: SourceEventError) -> dict:
         """An event no retry can map: into the incident DLQ at once, the reason in its attributes
         (a failure to park raises, so Lambda retries and its on-failure destination keeps it)."""
-        sns = notification(event)
+        sns = carried(event)  # as it came: an event parked for a bad notification is parked too
         event_id = (sns.get("MessageId") if sns is not None
                     else event.get("id") or event.get("alarmArn") if isinstance(event, dict) else None)
         self.dead_letters.send(json.dumps(event), {

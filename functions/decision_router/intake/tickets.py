@@ -23,26 +23,15 @@ from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser.models import SnsNotificationModel, SqsRecordModel
-from pydantic import ValidationError
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic_core import from_json
 
 from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.items import InvalidItem, Ticket, parse_item
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
+from ..sources.sns import notification
 from .pipeline import Intake
-
-
-def sns_message(data: Any) -> str | None:
-    """The Message of an SNS notification; None when `data` is none (a body that looks like a
-    notification but is none is validated, and parked, as a ticket)."""
-    if not (isinstance(data, dict) and data.get("Type") == "Notification" and "TopicArn" in data):
-        return None
-    try:
-        return str(SnsNotificationModel.model_validate(data).Message)
-    except ValidationError:
-        return None
 
 
 def _json(text: str) -> Any:
@@ -55,8 +44,8 @@ def _json(text: str) -> Any:
 def ticket_json(body: str) -> Any:
     """The ticket's JSON value in an SQS body: the SNS notification's Message, or the body."""
     data = _json(body)
-    message = sns_message(data)
-    return data if message is None else _json(message)
+    sns = notification(data)
+    return data if sns is None else _json(sns.Message)
 
 
 def parse_ticket(body: str) -> Ticket:

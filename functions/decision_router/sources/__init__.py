@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Union
 
+from pydantic import ValidationError
+
+from ..validation import describe_errors
 from . import (
     cloudwatch,
     cloudwatch_action,
@@ -35,7 +38,7 @@ from . import (
     sns,
     zendesk,
 )
-from .events import AnyEnvelope, Envelope, IncidentSource, SourceEvidence, UnknownEvent, read_envelope
+from .events import AnyEnvelope, Envelope, IncidentSource, InvalidSourceEvent, SourceEvidence, UnknownEvent, read_envelope
 from .webhook import IncidentWebhook, TicketSource
 
 #: The ticket webhooks, by the name in their route (POST /webhooks/{source}).
@@ -75,23 +78,22 @@ def raw_events(payload: Any) -> list[Any]:
     return [payload]
 
 
-def incident_source(event: Any) -> IncidentSource[Any] | None:
-    """The source that maps this raw event: an EventBridge event by its `source` and
-    `detail-type`, another shape (an SNS notification, a Lambda alarm action) by the source that unwraps it."""
-    if not isinstance(event, dict):
-        return None
-    return next((s for s in INCIDENT_SOURCES if s.takes(event)), None)
-
-
 def read_event(event: Any) -> tuple[IncidentSource[Any] | None, Envelope[Any]]:
-    """The event validated once: as its source's envelope when a source maps it, else as an
-    envelope whose detail is not read yet (None for the source). SourceEventError names what is wrong."""
-    source = incident_source(event)
-    if source is not None:
-        return source, source.read(event)
-    notification = sns.notification(event)
-    if notification is not None:
-        raise UnknownEvent(f"SNS message {notification.get('MessageId')!r} on topic {notification.get('TopicArn')!r} "
+    """The event validated once: as its source's envelope when a source maps it (an EventBridge
+    event by its `source` and `detail-type`, another shape, an SNS notification or a Lambda alarm
+    action, by the source that unwraps it: unwrapped once), else as an envelope whose detail is not
+    read yet (None for the source). SourceEventError names what is wrong."""
+    for source in INCIDENT_SOURCES:
+        mapped = source.event_of(event)
+        if mapped is not None:
+            return source, source.read(mapped)
+    raw = sns.carried(event)
+    if raw is not None:
+        try:
+            notification = sns.SnsNotification.model_validate(raw)
+        except ValidationError as error:
+            raise InvalidSourceEvent("aws:sns", "Notification", describe_errors(error)) from None
+        raise UnknownEvent(f"SNS message {notification.MessageId!r} on topic {notification.TopicArn!r} "
                            "is not a CloudWatch alarm notification (its Message is no JSON object with AlarmName, "
                            "AlarmArn, NewStateValue and StateChangeTime); the incident intake maps no other SNS message")
     return None, read_envelope(AnyEnvelope, event)

@@ -91,9 +91,9 @@ class AlarmMessage(SourceModel):
     TriggeringChildren: list[Annotated[Child, BeforeValidator(_child)]] = []
 
 
-def _alarm_message(text: Any) -> dict[str, Any] | None:
+def _alarm_message(text: str) -> dict[str, Any] | None:
     try:
-        message = json.loads(text) if isinstance(text, str) else None
+        message = json.loads(text)
     except ValueError:
         return None
     if isinstance(message, dict) and {"AlarmName", "NewStateValue"} <= message.keys():
@@ -111,12 +111,12 @@ def unwrap(payload: Any) -> dict[str, Any] | None:
     """The envelope an SNS alarm notification stands for; None when the payload is no SNS
     notification or its Message is no alarm."""
     sns = notification(payload)
-    message = _alarm_message(sns.get("Message")) if sns is not None else None
+    message = _alarm_message(sns.Message) if sns is not None else None
     if sns is None or message is None:
         return None
     arn = str(message.get("AlarmArn", ""))
-    return {"id": str(sns.get("MessageId", "")), "source": SOURCE, "detail-type": DETAIL_TYPE,
-            "account": str(message.get("AWSAccountId", "")), "time": sns.get("Timestamp") or message.get("StateChangeTime"),
+    return {"id": sns.MessageId, "source": SOURCE, "detail-type": DETAIL_TYPE,
+            "account": str(message.get("AWSAccountId", "")), "time": sns.Timestamp or message.get("StateChangeTime"),
             "region": region_of(arn), "resources": [arn] if arn else [], "detail": message}
 
 

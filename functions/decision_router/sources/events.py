@@ -196,15 +196,17 @@ class IncidentSource(Generic[Detail]):
             return False
         return source.startswith(self.event_source) if self.partner else source == self.event_source
 
-    def takes(self, event: Any) -> bool:
-        """This source maps the raw payload (an EventBridge event, or a shape it unwraps)."""
-        if self.unwrap is not None and not _is_event(event):
-            return self.unwrap(event) is not None
-        return isinstance(event, dict) and self.maps(event.get("source"), event.get("detail-type"))
+    def event_of(self, payload: Any) -> dict[str, Any] | None:
+        """The EventBridge event this raw payload is, or stands for (a shape this source unwraps,
+        unwrapped once); None when the payload is not this source's."""
+        if self.unwrap is not None and not _is_event(payload):
+            return self.unwrap(payload)
+        if isinstance(payload, dict) and self.maps(payload.get("source"), payload.get("detail-type")):
+            return payload
+        return None
 
-    def read(self, event: Any) -> Envelope[Detail]:
-        if self.unwrap is not None and not _is_event(event):
-            event = self.unwrap(event)
+    def read(self, event: dict[str, Any]) -> Envelope[Detail]:
+        """The event (as `event_of` gives it) validated once, as this source's envelope."""
         return read_envelope(Envelope[self.detail], event)  # type: ignore[name-defined]
 
 
