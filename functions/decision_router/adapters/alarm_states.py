@@ -4,17 +4,13 @@ alarm topic, a message put in a dead-letter queue and redriven) cannot close a r
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import boto3
 
+from ..domain.ports import AlarmState
 from ..sources.cloudwatch import parse_alarm_arn
 from . import AwsAdapter
-
-#: OK/ALARM/INSUFFICIENT_DATA: CloudWatch's state now; missing: no such alarm in its account and
-#: region (deleted, or never there); elsewhere: an alarm of another account, which this account
-#: cannot ask about.
-AlarmState = Literal["OK", "ALARM", "INSUFFICIENT_DATA", "missing", "elsewhere"]
 
 
 class AlarmStates(AwsAdapter):

@@ -15,18 +15,16 @@ the row as a new incident. A group of incidents (grouping) has a row of its own,
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..domain.linking import OpenIncident
+from ..domain.ports import Claim, GroupRow, IncidentRow, Joined
 from . import AwsAdapter
 
-#: new: this delivery opens the incident (route it); retry: this delivery opened it but its
-#: routing did not finish (route it again; the execution name makes that safe); update: another
-#: delivery of an open incident (route nothing); duplicate: this delivery was seen already.
-Claim = Literal["new", "retry", "update", "duplicate"]
+Row = TypeVar("Row", bound=BaseModel)
 #: Conditional writes lost to a concurrent writer before giving up (the event is then retried).
 MAX_RACES = 3
 
@@ -35,55 +33,16 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _read(model: type[Row], raw: dict[str, Any]) -> Row:
+    """A row of the table (a DynamoDB item) as the model the store hands over."""
+    return model.model_validate(_plain(raw))
+
+
 def _plain(raw: dict[str, Any]) -> dict[str, Any]:
     """A DynamoDB item as Python values (a string set as a sorted list)."""
     deserializer = TypeDeserializer()
     values = {name: deserializer.deserialize(value) for name, value in raw.items()}
     return {name: sorted(value) if isinstance(value, set) else value for name, value in values.items()}
-
-
-class IncidentRow(BaseModel):
-    """An incident's row, as the incident intake reads it (its other columns are the store's own)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    incident_key: str
-    status: Literal["open", "resolved"]
-    opened_by: str | None = None
-    routed: bool = False
-    execution_name: str | None = Field(None, description="The execution that routed it.")
-    group: str | None = Field(None, description="The group it leads or was held in (grouping).")
-    opens: list[str] = Field(default_factory=list, description="Its recent openings (flapping).")
-    held_item: str | None = Field(None, description="The incident a maintenance window holds, as JSON.")
-
-    @classmethod
-    def read(cls, raw: dict[str, Any]) -> "IncidentRow":
-        return cls.model_validate(_plain(raw))
-
-
-class GroupRow(BaseModel):
-    """A group's row (`group#<rule>#<digest>`): its leader, its members and those still open."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    incident_key: str
-    status: Literal["open", "resolved"]
-    leader: str
-    leader_incident_id: str
-    members: list[str] = Field(default_factory=list)
-    open_members: list[str] = Field(default_factory=list)
-    execution_name: str | None = Field(None, description="The leader's execution (its review closes with the group).")
-    leader_severity: str | None = Field(None, description="None on a row written before it was kept.")
-
-    @classmethod
-    def read(cls, raw: dict[str, Any]) -> "GroupRow":
-        return cls.model_validate(_plain(raw))
-
-
-class Joined(GroupRow):
-    """The group an incident joined (or opened), as it is now; `is_leader`: whether it leads it."""
-
-    is_leader: bool
 
 
 class OpenIncidents(AwsAdapter):
@@ -100,7 +59,7 @@ class OpenIncidents(AwsAdapter):
     def get(self, key: str) -> IncidentRow | None:
         """The incident of `key` (None: never opened here)."""
         raw = self._item(key)
-        return IncidentRow.read(raw) if raw else None
+        return _read(IncidentRow, raw) if raw else None
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
               service: str | None = None, reported_at: str | None = None) -> Claim:
@@ -202,7 +161,7 @@ class OpenIncidents(AwsAdapter):
                 ReturnValues="ALL_OLD")
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
-        return IncidentRow.read(response["Attributes"])
+        return _read(IncidentRow, response["Attributes"])
 
     def held(self, key: str, delivery: str, why: str, **fields: str) -> None:
         """The opening delivery was held by a noise control (grouped, flapping, in a maintenance
@@ -245,7 +204,7 @@ class OpenIncidents(AwsAdapter):
                 ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}},
                 **({"ExclusiveStartKey": start} if start else {}))
-            rows += [IncidentRow.read(raw) for raw in page.get("Items", [])]
+            rows += [_read(IncidentRow, raw) for raw in page.get("Items", [])]
             start = page.get("LastEvaluatedKey")
             if not start:
                 return rows
@@ -291,7 +250,7 @@ class OpenIncidents(AwsAdapter):
             except self.client.exceptions.ConditionalCheckFailedException:
                 continue  # it ended meanwhile: open a new one
             # A retried leader (its routing failed) finds its own group: it still leads it.
-            group = GroupRow.read(row)
+            group = _read(GroupRow, row)
             return Joined(**group.model_dump(), is_leader=group.leader == member)
         raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
 
@@ -318,7 +277,7 @@ class OpenIncidents(AwsAdapter):
                 ExpressionAttributeValues={":m": {"SS": [member]}}, ReturnValues="ALL_NEW")["Attributes"]
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
-        group = GroupRow.read(row)
+        group = _read(GroupRow, row)
         if not group.open_members and group.status == "open":
             try:
                 row = self.client.update_item(
@@ -331,6 +290,6 @@ class OpenIncidents(AwsAdapter):
                     ReturnValues="ALL_NEW")["Attributes"]
             except self.client.exceptions.ConditionalCheckFailedException:
                 raw = self._item(group_key)  # another member joined, or another resolution won
-                return GroupRow.read(raw) if raw else None
-            return GroupRow.read(row)
+                return _read(GroupRow, raw) if raw else None
+            return _read(GroupRow, row)
         return group

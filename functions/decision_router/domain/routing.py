@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Sequence
 
 from decision_contract import Decision, DecisionResult
 
@@ -29,19 +29,10 @@ from .items import Item
 from .judging import build_record, error_entry, explain, model_entry, rule_entry
 from .model_requests import build_decisions
 from .policies import Policy, Question
+from .ports import Endpoint, Workflow
 from .records import DecisionEntry, DecisionRecord, ShadowAnswer
 from .rules import apply_rules
 from .shadow import shadow_answer
-
-
-class Endpoint(Protocol):
-    def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]: ...
-
-
-class Workflow(Protocol):
-    def start(self, record: DecisionRecord) -> tuple[str, bool]: ...
-
-    def status(self, name: str) -> str | None: ...
 
 
 @dataclass(frozen=True)

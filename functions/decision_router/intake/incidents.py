@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from ..config import Settings
 from ..domain.items import Incident
 from ..domain.noise import recent
+from ..domain.ports import AlarmStateReader, AuditWriter, OpenIncidentStore, Sender
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
@@ -83,15 +84,15 @@ class IncidentIntake:
     """The incident intake function's flow: reads, correlates, routes or parks each event."""
 
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 store: Any = None, dead_letters: Any = None, clock: Callable[[], datetime] | None = None,
-                 alarm_states: Any = None):
+                 store: OpenIncidentStore | None = None, dead_letters: Sender | None = None,
+                 clock: Callable[[], datetime] | None = None, alarm_states: AlarmStateReader | None = None):
         """`settings`, `store` and `dead_letters` replace what the environment would give (tests);
         `clock` gives the delivery's time (a maintenance window's hold ends with its window)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self._settings, self._store, self._dead_letters = settings, store, dead_letters
         self._alarm_states = alarm_states
-        self._audit: Any = None
+        self._audit: AuditWriter | None = None
 
     @property
     def settings(self) -> Settings:
@@ -100,7 +101,7 @@ class IncidentIntake:
         return self._settings
 
     @property
-    def store(self) -> Any:
+    def store(self) -> OpenIncidentStore:
         if self._store is None:
             from ..adapters.open_incidents import OpenIncidents
 
@@ -108,7 +109,7 @@ class IncidentIntake:
         return self._store
 
     @property
-    def alarm_states(self) -> Any:
+    def alarm_states(self) -> AlarmStateReader:
         if self._alarm_states is None:
             from ..adapters.alarm_states import AlarmStates
 
@@ -116,7 +117,7 @@ class IncidentIntake:
         return self._alarm_states
 
     @property
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> Sender:
         if self._dead_letters is None:
             from ..adapters.queues import Queue
 

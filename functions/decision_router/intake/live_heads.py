@@ -15,27 +15,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..domain.head_versions import HeadPointer, pointer_problems
+from ..domain.head_versions import pointer_problems
 from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
+from ..domain.ports import PointerSource
 from ..domain.routing import ShadowHead
 
 HEAD_LOAD_FAILED = "HeadLoadFailed"
-
-
-class PointerSource(Protocol):
-    bucket: str  # the head store's bucket: the only one a pointer may name
-
-    def pointer(self, policy: str, question: str) -> HeadPointer | None: ...
-
-    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None: ...
-
-    def read(self, pointer: HeadPointer) -> bytes: ...
 
 
 def question_metric(name: str, policy: str, question: str, value: float = 1.0) -> None:

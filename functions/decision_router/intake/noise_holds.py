@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.items import Incident
 from ..domain.noise import NoiseControls, aware
+from ..domain.ports import Joined, OpenIncidentStore
 from ..domain.why import NoiseTrace
-
-if TYPE_CHECKING:
-    from ..adapters.open_incidents import Joined, OpenIncidents
 
 #: The metric counting each outcome of a noise control.
 HELD_METRICS = {"grouped": "IncidentsGrouped", "flapping": "IncidentsFlapping", "suppressed": "IncidentsSuppressed"}
@@ -50,7 +48,7 @@ class WriteAudit(Protocol):
 
 
 class NoiseHolds:
-    def __init__(self, store: "OpenIncidents", *, route: Route, write_audit: WriteAudit, logger: Logger,
+    def __init__(self, store: OpenIncidentStore, *, route: Route, write_audit: WriteAudit, logger: Logger,
                  metrics: Metrics):
         """`route` hands a released incident to the routing workflow; `write_audit` writes the
         intake's own audit rows (nothing was routed, so no workflow audits a held incident)."""
@@ -80,7 +78,7 @@ class NoiseHolds:
                 window=window.id, window_action=window.action, held="suppressed"))
         return None
 
-    def grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: "Joined") -> dict:
+    def grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: Joined) -> dict:
         """An incident held in the group of an open incident (the caller has checked that its
         severity may be held: a more severe one is routed and leads the group)."""
         reason = (f"grouped by {rule!r} into open incident {joined.leader_incident_id} "

@@ -31,6 +31,7 @@ from ..config import Settings
 from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
+from ..domain.ports import Endpoint, Workflow
 from ..domain.records import DecisionRecord
 from ..domain.routing import RouteOutcome, Router
 from ..domain.similar import ROUTER
@@ -88,7 +89,7 @@ class IntakeParts:
 
 class Intake:
     def __init__(self, kind: str, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 endpoint: Any = None, workflow: Any = None):
+                 endpoint: Endpoint | None = None, workflow: Workflow | None = None):
         """`settings`, `endpoint` and `workflow` replace what the environment would give (tests)."""
         self.kind, self.logger, self.metrics = kind, logger, metrics
         self._settings, self._endpoint, self._workflow = settings, endpoint, workflow

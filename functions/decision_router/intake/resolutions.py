@@ -13,14 +13,12 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..config import Settings
-from ..domain.routing import Workflow
+from ..domain.ports import AlarmStateReader, OpenIncidentStore, Workflow
 from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Resolved
 from .noise_holds import WriteAudit
 
 if TYPE_CHECKING:
-    from ..adapters.alarm_states import AlarmStates
-    from ..adapters.open_incidents import OpenIncidents
     from ..adapters.review import ReviewQueue, ReviewTasks
 
 #: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
@@ -33,7 +31,7 @@ class Ignore(Protocol):
 
 
 class Resolutions:
-    def __init__(self, store: "OpenIncidents", alarm_states: "AlarmStates", workflow: Workflow, *,
+    def __init__(self, store: OpenIncidentStore, alarm_states: AlarmStateReader, workflow: Workflow, *,
                  settings: Settings, write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics):
         """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
         row of a group whose last member is resolved. The review queue is reached only when a

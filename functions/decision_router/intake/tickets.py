@@ -30,6 +30,7 @@ from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.items import InvalidItem, Ticket, parse_item
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
+from ..domain.ports import OpenIncidentStore, Sender
 from ..sources.sns import notification
 from .pipeline import Intake
 
@@ -55,7 +56,8 @@ def parse_ticket(body: str) -> Ticket:
 
 class TicketIntake:
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 dead_letters: Any = None, ticket_queue: Any = None, open_incidents: Any = None):
+                 dead_letters: Sender | None = None, ticket_queue: Any = None,
+                 open_incidents: OpenIncidentStore | None = None):
         """`settings`, `dead_letters`, `ticket_queue` and `open_incidents` (the open-incident
         store) replace what the environment would give (tests)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
@@ -71,7 +73,7 @@ class TicketIntake:
         return self._settings
 
     @property
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> Sender:
         if self._dead_letters is None:
             from ..adapters.queues import Queue
 
@@ -87,7 +89,7 @@ class TicketIntake:
         return self._ticket_queue
 
     @property
-    def open_incidents(self) -> Any:
+    def open_incidents(self) -> OpenIncidentStore | None:
         """The open-incident store; None when this function is given none (tickets are not linked)."""
         if self._open_incidents is None and self.settings.open_incidents_table:
             from ..adapters.open_incidents import OpenIncidents

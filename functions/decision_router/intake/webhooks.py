@@ -31,9 +31,10 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from ..domain.items import InvalidItem, Ticket, parse_item
+from ..domain.ports import Bus, DeliveryRecord, Sender
 from ..sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
 from ..sources.claims import claim_problem
 from ..sources.webhook import FORWARDED_SOURCE, IncidentWebhook, TicketSource, Unauthorized, Unusable
@@ -200,33 +201,6 @@ def queue_text(ticket: Ticket) -> str:
     """The ticket's JSON in characters SQS accepts (escaped where it has others)."""
     text = ticket.model_dump_json(exclude_none=True)
     return json.dumps(json.loads(text)) if NOT_SQS_TEXT.search(text) else text
-
-
-class Sender(Protocol):
-    def send(self, body: str, attributes: dict[str, str] | None = None) -> None: ...
-
-
-class Bus(Protocol):
-    def put(self, source: str, detail_type: str, detail: dict) -> None: ...
-
-
-class Claimed(Protocol):
-    @property
-    def state(self) -> str: ...  # new | done | pending
-
-    @property
-    def token(self) -> str: ...
-
-    @property
-    def retry_after(self) -> int: ...
-
-
-class DeliveryRecord(Protocol):
-    def claim(self, keys: list[str], source: str) -> Claimed: ...
-
-    def done(self, keys: list[str], token: str, source: str) -> None: ...
-
-    def forget(self, keys: list[str], token: str) -> None: ...
 
 
 class WebhookIntake:

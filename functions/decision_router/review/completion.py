@@ -11,11 +11,12 @@ belongs to; the workflow checks that it is its own, which binds the task token t
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Mapping, Protocol
+from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..domain.policies import Policy, PolicyError, load_policy
+from ..domain.ports import TaskCompleter
 from ..domain.records import DecisionRecord, ReviewAnswer, ReviewChoice
 from ..validation import describe_errors
 
@@ -112,10 +113,6 @@ class PendingReview(BaseModel):
             if any(e["type"] == "json_invalid" for e in error.errors()):
                 problems = ["not JSON"]
             raise InvalidReview("; ".join(problems)) from None
-
-
-class TaskCompleter(Protocol):
-    def complete(self, task_token: str, output: ReviewAnswer) -> None: ...
 
 
 def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter) -> ReviewAnswer:

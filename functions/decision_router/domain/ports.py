@@ -1,0 +1,177 @@
+"""The ports: what the routing code needs from the world, as protocols, and the values they hand
+over. The adapters (`decision_router.adapters`) implement them over AWS; the intakes and the router
+are wired with them (each function's handler builds its own, once per execution environment), and
+tests wire the same adapters over moto.
+
+- `Endpoint`: the decision model's signals for a batch of decisions (SageMaker).
+- `Workflow`: start the routing workflow for a decision record, and read an execution's status.
+- `OpenIncidentStore`: which incidents are open, correlated by their source's key; the groups.
+- `AlarmStateReader`: what CloudWatch says of an alarm now (only CloudWatch can say it is OK).
+- `Sender`: a queue: the ticket queue, a dead-letter queue (what can never be routed, with the
+  reason in its attributes).
+- `Bus`: an event on the decision bus (an incident webhook forwards its alert there).
+- `DeliveryRecord`, `Claimed`: the webhook deliveries already taken (a replay is refused).
+- `AuditWriter`: one audit row (what became of an item, and why).
+- `TaskCompleter`: a reviewer's answer handed to the execution waiting for it.
+- `PointerSource`: which head serves (or shadows) a question, and its bytes (the head store).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from decision_contract import Decision, DecisionResult
+
+from .head_versions import HeadPointer
+from .linking import OpenIncident
+from .records import AuditRow, DecisionRecord, ReviewAnswer
+
+
+class Endpoint(Protocol):
+    def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]: ...
+
+
+class Workflow(Protocol):
+    def start(self, record: DecisionRecord) -> tuple[str, bool]: ...
+
+    def status(self, name: str) -> str | None: ...
+
+
+#: new: this delivery opens the incident (route it); retry: this delivery opened it but its
+#: routing did not finish (route it again; the execution name makes that safe); update: another
+#: delivery of an open incident (route nothing); duplicate: this delivery was seen already.
+Claim = Literal["new", "retry", "update", "duplicate"]
+#: What CloudWatch says of an alarm now; "missing": no such alarm; "elsewhere": an alarm of
+#: another account or region, which cannot be asked about.
+AlarmState = Literal["OK", "ALARM", "INSUFFICIENT_DATA", "missing", "elsewhere"]
+
+
+class IncidentRow(BaseModel):
+    """An incident's row, as the incident intake reads it (its other columns are the store's own)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    incident_key: str
+    status: Literal["open", "resolved"]
+    opened_by: str | None = None
+    routed: bool = False
+    execution_name: str | None = Field(None, description="The execution that routed it.")
+    group: str | None = Field(None, description="The group it leads or was held in (grouping).")
+    opens: list[str] = Field(default_factory=list, description="Its recent openings (flapping).")
+    held_item: str | None = Field(None, description="The incident a maintenance window holds, as JSON.")
+
+
+class GroupRow(BaseModel):
+    """A group's row (`group#<rule>#<digest>`): its leader, its members and those still open."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    incident_key: str
+    status: Literal["open", "resolved"]
+    leader: str
+    leader_incident_id: str
+    members: list[str] = Field(default_factory=list)
+    open_members: list[str] = Field(default_factory=list)
+    execution_name: str | None = Field(None, description="The leader's execution (its review closes with the group).")
+    leader_severity: str | None = Field(None, description="None on a row written before it was kept.")
+
+
+class Joined(GroupRow):
+    """The group an incident joined (or opened), as it is now; `is_leader`: whether it leads it."""
+
+    is_leader: bool
+
+
+class OpenIncidentStore(Protocol):
+    def get(self, key: str) -> IncidentRow | None: ...
+
+    def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
+              service: str | None = None, reported_at: str | None = None) -> Claim: ...
+
+    def open_now(self) -> list[OpenIncident]: ...
+
+    def touch(self, key: str, delivery: str) -> bool: ...
+
+    def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None: ...
+
+    def add_member(self, key: str, member: str) -> None: ...
+
+    def resolve(self, key: str, delivery: str, reason: str) -> IncidentRow | None: ...
+
+    def held(self, key: str, delivery: str, why: str, **fields: str) -> None: ...
+
+    def release(self, key: str, now: str) -> bool: ...
+
+    def expired_holds(self, now: str) -> list[IncidentRow]: ...
+
+    def released(self, key: str, execution_name: str) -> None: ...
+
+    def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,
+                   severity: str) -> Joined: ...
+
+    def lead_group(self, group_key: str, member: str, *, incident_id: str, severity: str) -> None: ...
+
+    def group_routed(self, group_key: str, execution_name: str) -> None: ...
+
+    def leave_group(self, group_key: str, member: str, delivery: str) -> GroupRow | None: ...
+
+
+class AlarmStateReader(Protocol):
+    def state_of(self, arn: str) -> AlarmState: ...
+
+
+class Sender(Protocol):
+    """A queue (SQS): the ticket queue, a dead-letter queue (the reason in the attributes)."""
+
+    def send(self, body: str, attributes: dict[str, str] | None = None) -> None: ...
+
+
+class Bus(Protocol):
+    def put(self, source: str, detail_type: str, detail: dict) -> None: ...
+
+
+class Claimed(Protocol):
+    """A webhook delivery claimed in the delivery record."""
+
+    @property
+    def state(self) -> str: ...  # new | done | pending
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def retry_after(self) -> int: ...
+
+
+class DeliveryRecord(Protocol):
+    """The webhook deliveries already taken, by their keys (a replay is refused)."""
+
+    def claim(self, keys: list[str], source: str) -> Claimed: ...
+
+    def done(self, keys: list[str], token: str, source: str) -> None: ...
+
+    def forget(self, keys: list[str], token: str) -> None: ...
+
+
+class AuditWriter(Protocol):
+    def write(self, row: AuditRow) -> bool: ...
+
+
+class TaskCompleter(Protocol):
+    """The workflow's review task: a reviewer's answer handed to the execution that waits for it."""
+
+    def complete(self, task_token: str, output: ReviewAnswer) -> None: ...
+
+
+class PointerSource(Protocol):
+    """The head store as the routing functions read it: which head serves (and which shadows) a question."""
+
+    bucket: str  # the head store's bucket: the only one a pointer may name
+
+    def pointer(self, policy: str, question: str) -> HeadPointer | None: ...
+
+    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None: ...
+
+    def read(self, pointer: HeadPointer) -> bytes: ...
