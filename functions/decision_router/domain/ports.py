@@ -9,6 +9,7 @@ tests wire the same adapters over moto.
 - `AlarmStateReader`: what CloudWatch says of an alarm now (only CloudWatch can say it is OK).
 - `Sender`: a queue: the ticket queue, a dead-letter queue (what can never be routed, with the
   reason in its attributes).
+- `Waiting`: a received ticket hidden on its queue until the endpoint is up again.
 - `Bus`: an event on the decision bus (an incident webhook forwards its alert there).
 - `DeliveryRecord`, `Claimed`: the webhook deliveries already taken (a replay is refused).
 - `AuditWriter`: one audit row (what became of an item, and why).
@@ -126,6 +127,13 @@ class Sender(Protocol):
     """A queue (SQS): the ticket queue, a dead-letter queue (the reason in the attributes)."""
 
     def send(self, body: str, attributes: dict[str, str] | None = None) -> None: ...
+
+
+class Waiting(Protocol):
+    """The ticket queue as its consumer sees it: a received message hidden for a while (the
+    endpoint is waking from zero: the ticket is decided again later, not sent to review)."""
+
+    def hide(self, receipt_handle: str, seconds: int) -> None: ...
 
 
 class Bus(Protocol):

@@ -30,7 +30,7 @@ from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.items import InvalidItem, Ticket, parse_item
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
-from ..domain.ports import OpenIncidentStore, Sender
+from ..domain.ports import OpenIncidentStore, Sender, Waiting
 from ..sources.sns import notification
 from .pipeline import Intake
 
@@ -56,7 +56,7 @@ def parse_ticket(body: str) -> Ticket:
 
 class TicketIntake:
     def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 dead_letters: Sender | None = None, ticket_queue: Any = None,
+                 dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
                  open_incidents: OpenIncidentStore | None = None):
         """`settings`, `dead_letters`, `ticket_queue` and `open_incidents` (the open-incident
         store) replace what the environment would give (tests)."""
@@ -81,7 +81,7 @@ class TicketIntake:
         return self._dead_letters
 
     @property
-    def ticket_queue(self) -> Any:
+    def ticket_queue(self) -> Waiting:
         if self._ticket_queue is None:
             from ..adapters.queues import Queue
 
