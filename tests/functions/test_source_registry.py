@@ -48,10 +48,13 @@ def test_an_incident_source_has_a_sample_that_opens_an_incident(source):
     assert incidents, (f"no sample in events/ that the {module_of(source)} source maps to an opened incident: add "
                        f"one ({source.event_source} {source.detail_type!r}, as the source sends it)")
     for incident in incidents:
+        assert type(incident.evidence) is source.evidence, (
+            f"the {module_of(source)} source opens incidents with {type(incident.evidence).__name__}, and names "
+            f"{source.evidence.__name__} as its evidence")
         again = Incident.model_validate_json(incident.model_dump_json())
         assert type(again.evidence) is type(incident.evidence), (
             f"{type(incident.evidence).__name__} comes back from JSON as {type(again.evidence).__name__}: "
-            "add it to the Evidence union in decision_router/sources/__init__.py")
+            "name it as the source's `evidence` in its INCIDENT_SOURCE (the Evidence union is built from the table)")
 
 
 @pytest.mark.parametrize("source", TICKET_SOURCES.values(), ids=module_of)

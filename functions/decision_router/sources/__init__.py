@@ -6,8 +6,8 @@ its partner bus and by webhook; Grafana alerting by webhook). Pure code, no AWS.
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
 `INCIDENT_SOURCE` entry that this table lists. What they share lives in `webhook` (tickets) and
-`events` (incidents). A new source is a module here, a line below (an incident source's evidence
-model in `Evidence` too), its template rule and a sample event: docs/sources/add-a-source.md
+`events` (incidents). A new source is a module here, a line below (the incidents' `Evidence`
+union is built from the table), its template rule and a sample event: docs/sources/add-a-source.md
 (tests/functions/test_source_registry.py holds every source in the tables to it).
 
 An incident event of a kind no source maps raises `UnknownEvent`; one that misses a field the
@@ -17,7 +17,7 @@ with that reason (decision_router.intake.incidents); nothing is dropped.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
@@ -55,14 +55,17 @@ INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (
     pagerduty.INCIDENT_SOURCE, pagerduty_webhook.INCIDENT_SOURCE, grafana.INCIDENT_SOURCE,
 )
 
-#: An incident's evidence: the common fields (an `Incident Reported` may carry them), or one
-#: native source's evidence model (a source's own model comes before the ones that would also
-#: accept its fields).
-Evidence = Union[
-    SourceEvidence, cloudwatch.AlarmEvidence, health.HealthEvidence, guardduty.GuardDutyEvidence,
-    securityhub.SecurityHubEvidence, securityhub_ocsf.OcsfEvidence,
-    pagerduty.PagerDutyEvidence, grafana.GrafanaEvidence,
-]
+def _evidence_union(sources: tuple[IncidentSource[Any], ...]) -> Any:
+    """An incident's evidence: the common fields (an `Incident Reported` may carry them), or one
+    native source's evidence model, each model once, in the table's order. Each forbids fields it
+    does not declare, so a source's evidence comes back from JSON as its own model."""
+    return Union[tuple(dict.fromkeys((SourceEvidence, *(source.evidence for source in sources))))]
+
+
+if TYPE_CHECKING:  # a union built at run time is no static type; its members all extend SourceEvidence
+    Evidence = SourceEvidence
+else:
+    Evidence = _evidence_union(INCIDENT_SOURCES)
 
 
 def known_kinds() -> list[str]:

@@ -223,4 +223,4 @@ def _triggering_alarms(reason_data: str | None) -> list[str]:
     return [str(a.get("arn", "")).rsplit(":", 1)[-1] for a in alarms if isinstance(a, dict) and a.get("arn")]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.cloudwatch", DETAIL_TYPE, AlarmDetail, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.cloudwatch", DETAIL_TYPE, AlarmDetail, adapt, evidence=AlarmEvidence)

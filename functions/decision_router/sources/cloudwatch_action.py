@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..severity import SeverityTable
-from .cloudwatch import SOURCE, AlarmDetail, alarm_outcomes, from_detail
+from .cloudwatch import SOURCE, AlarmDetail, AlarmEvidence, alarm_outcomes, from_detail
 from .events import Envelope, IncidentSource, SourceOutcome
 
 DETAIL_TYPE = "Lambda Alarm Action"
@@ -37,4 +37,4 @@ def adapt(envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceO
     return alarm_outcomes(from_detail(envelope.resources[0], envelope.detail), envelope, table)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, AlarmDetail, adapt, unwrap=unwrap)
+INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, AlarmDetail, adapt, unwrap=unwrap, evidence=AlarmEvidence)

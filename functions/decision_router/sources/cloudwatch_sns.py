@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator
 
 from ..severity import SeverityTable
-from .cloudwatch import SOURCE, Alarm, WatchedMetric, alarm_outcomes, kind_of
+from .cloudwatch import SOURCE, Alarm, AlarmEvidence, WatchedMetric, alarm_outcomes, kind_of
 from .events import Envelope, IncidentSource, SourceModel, SourceOutcome
 from .sns import notification
 
@@ -148,4 +148,4 @@ def adapt(envelope: Envelope[AlarmMessage], table: SeverityTable) -> list[Source
     return alarm_outcomes(to_alarm(envelope.detail), envelope, table)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, AlarmMessage, adapt, unwrap=unwrap)
+INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, AlarmMessage, adapt, unwrap=unwrap, evidence=AlarmEvidence)

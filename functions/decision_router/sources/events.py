@@ -186,6 +186,9 @@ class IncidentSource(Generic[Detail]):
     #: the envelope it stands for, None when the payload is not this source's (SourceEventError
     #: when it is, but cannot be read). The envelope's detail-type is then this source's own.
     unwrap: Callable[[Any], dict[str, Any] | None] | None = None
+    #: The model of the evidence its incidents carry (the Incident's `evidence` union is built
+    #: from these: decision_router.sources.Evidence).
+    evidence: type[SourceEvidence] = SourceEvidence
 
     @property
     def kind(self) -> str:

@@ -154,7 +154,7 @@ def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutc
     return Opened(key, data)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, Notification, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, Notification, adapt, evidence=GrafanaEvidence)
 
 
 # ------------------------------------------------------------------ the webhook API's half

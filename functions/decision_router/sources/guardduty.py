@@ -102,4 +102,4 @@ def adapt(envelope: Envelope[Finding], table: SeverityTable) -> list[SourceOutco
     return [Opened(key, data)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.guardduty", DETAIL_TYPE, Finding, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.guardduty", DETAIL_TYPE, Finding, adapt, evidence=GuardDutyEvidence)

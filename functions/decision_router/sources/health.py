@@ -97,4 +97,4 @@ def adapt(envelope: Envelope[HealthDetail], table: SeverityTable) -> list[Source
     return [Opened(key, data)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.health", DETAIL_TYPE, HealthDetail, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.health", DETAIL_TYPE, HealthDetail, adapt, evidence=HealthEvidence)

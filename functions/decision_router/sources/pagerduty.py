@@ -100,4 +100,4 @@ def adapt(envelope: Envelope[WebhookDetail], table: SeverityTable) -> list[Sourc
     return [Opened(key, data)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, PARTNER_PREFIX, DETAIL_TYPE, WebhookDetail, adapt, partner=True)
+INCIDENT_SOURCE = IncidentSource(SOURCE, PARTNER_PREFIX, DETAIL_TYPE, WebhookDetail, adapt, partner=True, evidence=PagerDutyEvidence)

@@ -121,7 +121,7 @@ def adapt(envelope: Envelope[WebhookBody], table: SeverityTable) -> list[SourceO
     return [Opened(key, data)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, WebhookBody, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, WebhookBody, adapt, evidence=PagerDutyEvidence)
 
 
 # ------------------------------------------------------------------ the webhook API's half

@@ -132,4 +132,4 @@ def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTa
     return Opened(key, data)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.securityhub", DETAIL_TYPE, FindingsDetail, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.securityhub", DETAIL_TYPE, FindingsDetail, adapt, evidence=SecurityHubEvidence)

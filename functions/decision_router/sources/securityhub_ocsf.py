@@ -164,4 +164,4 @@ def _one(finding: OcsfFinding, envelope: Envelope[OcsfFindingsDetail], table: Se
     return Opened(key, data)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, OcsfFindingsDetail, adapt)
+INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, OcsfFindingsDetail, adapt, evidence=OcsfEvidence)
