@@ -26,8 +26,8 @@ from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from local.cloudformation import Stack
 from local.cloudwatch import play_alarm_states
+from tests.infra.test_noise_property import answering_endpoint, cloudwatch
 
-EVENTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "events"
 #: A Monday: no maintenance window of the shipped policy holds checkout-api then.
 MONDAY = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 RESOURCES = ["OpenIncidentsTable", "AuditTable", "IdempotencyTable", "ResolvedItemsTable", "HeadHistoryTable",
@@ -36,20 +36,12 @@ RESOURCES = ["OpenIncidentsTable", "AuditTable", "IdempotencyTable", "ResolvedIt
 
 def alarm(name: str, severity: str, state: str, minute: int, n: int, service: str = "checkout-api",
           day: datetime = MONDAY) -> dict:
-    event = json.loads((EVENTS / "cloudwatch_alarm_state_change.json").read_text())
-    at = day + timedelta(minutes=minute)
-    event["id"] = f"cw-{n}"
-    event["resources"] = [f"arn:aws:cloudwatch:eu-west-1:123456789012:alarm:{name}"]
-    event["detail"]["alarmName"] = name
-    event["detail"]["state"].update(value=state, timestamp=at.strftime("%Y-%m-%dT%H:%M:%S.000+0000"))
-    event["detail"]["alarmTags"] = [{"key": "severity", "value": severity}, {"key": "service", "value": service}]
-    return event
+    """The alarm's EventBridge state change `minute` minutes into `day` (the property test's builder)."""
+    return cloudwatch(name, service, severity, state, day + timedelta(minutes=minute), n)
 
 
 @pytest.fixture
 def incidents(monkeypatch):
-    from tests.infra.test_noise_property import answering_endpoint
-
     with mock_aws():
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
         stack.create(only=RESOURCES)
