@@ -26,11 +26,11 @@ for root in ("contract", "functions", "."):
     sys.path.insert(0, str(REPO / root))
 
 from decision_contract import DecisionResult, ModelInfo
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import explain, model_entry
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.domain.similar import item_terms
+from decision_router.items import parse_item
 from evaluation.stats import percentile
 
 DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}

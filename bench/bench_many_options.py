@@ -33,11 +33,11 @@ for root in ("contract", "container", "functions", "."):
     sys.path.insert(0, str(REPO / root))
 
 from decision_router.domain.heads import FORMAT
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import model_entry
 from decision_router.domain.lexical import evidence_text, term_counts
 from decision_router.domain.model_requests import build_decisions
 from decision_router.domain.policies import Policy, load_policy
+from decision_router.items import parse_item
 from evaluation.stats import percentile
 
 SIZES = (5, 16, 77, 150)

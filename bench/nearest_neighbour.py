@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parents[1]
 for root in ("contract", "functions", "."):
     sys.path.insert(0, str(REPO / root))
 
-from decision_router.domain.items import parse_item  # noqa: E402
 from decision_router.domain.lexical import evidence_text, term_counts, tfidf  # noqa: E402
 from decision_router.domain.model_requests import build_state  # noqa: E402
 from decision_router.domain.policies import load_policy  # noqa: E402
 from decision_router.domain.similar import ResolvedItem, item_terms, nearest  # noqa: E402
+from decision_router.items import parse_item  # noqa: E402
 
 DATA = {"support-ticket": REPO / "bench/data/support-tickets.jsonl", "incident": REPO / "bench/data/incidents.jsonl"}
 

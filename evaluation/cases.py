@@ -227,9 +227,9 @@ def _metadata(row: dict, known: set[str]) -> dict[str, Any]:
 
 
 def _policy_case(row: dict, source: str, line: int, policies: dict[str, Any]) -> Case:
-    from decision_router.domain.items import InvalidItem, parse_item
     from decision_router.domain.model_requests import build_decisions
     from decision_router.domain.policies import load_policy
+    from decision_router.items import InvalidItem, parse_item
 
     metadata = _metadata(row, POLICY_KEYS)
     for key in ("policy", "item", "gold"):

@@ -134,7 +134,7 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
 
 
 def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
-    from decision_router.domain.items import ITEM_MODELS
+    from decision_router.items import ITEM_MODELS
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     args.log_dir.mkdir(parents=True, exist_ok=True)

@@ -90,13 +90,13 @@ def _alarm(data: dict[str, Any]) -> tuple[str, str] | None:
     from decision_router.sources import cloudwatch_action, cloudwatch_sns
     from decision_router.sources.sns import carried
 
-    action = cloudwatch_action.unwrap(data)
+    action = cloudwatch_action.INCIDENT_SOURCE.unwrap(data)
     if action is not None:
         return "alarm-action", str(action["detail"].get("alarmName") or action["resources"][0])
     sns = carried(data)
     if sns is None and isinstance(data.get("Records"), list) and data["Records"]:  # several records: the first names it
         sns = carried({"Records": data["Records"][:1]})
-    envelope = cloudwatch_sns.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
+    envelope = cloudwatch_sns.INCIDENT_SOURCE.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
     if envelope is not None:
         return "sns-alarm", str(envelope["detail"].get("AlarmName"))
     if isinstance(data.get("Records"), list) and sns is not None:  # a Lambda SNS event: the incident intake gets it
@@ -111,7 +111,7 @@ def alarm_item(source: str, line: int, text: str, data: dict[str, Any], via: str
 def classify(source: str, text: str, line: int = 1) -> InputItem:
     """Tell a ticket from an incident by its id field; anything else is rejected with the reason.
     Validation proper is the intake's job: a bad ticket or incident still goes through it."""
-    from decision_router.domain.items import ITEM_MODELS
+    from decision_router.items import ITEM_MODELS
 
     try:
         data = json.loads(text)

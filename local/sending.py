@@ -258,7 +258,7 @@ def post_webhook(pipeline: LocalDeployment, outcome: Outcome, progress: Progress
 
 def _validation_problem(kind: str, data: dict[str, Any] | None) -> str:
     """The intake's own validation message for an item (same parser as the handler)."""
-    from decision_router.domain.items import InvalidItem, parse_item
+    from decision_router.items import InvalidItem, parse_item
 
     try:
         parse_item(kind, data)

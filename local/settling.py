@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 def execution_arn(pipeline: LocalDeployment, item: InputItem) -> str | None:
     """The ARN of the item's (first) execution; None when the item does not validate."""
-    from decision_router.domain.items import InvalidItem, parse_item
     from decision_router.domain.records import execution_name
+    from decision_router.items import InvalidItem, parse_item
 
     try:
         parsed = parse_item(item.kind, item.data)

@@ -38,10 +38,10 @@ from typing import Any, Callable, TextIO
 
 from pydantic import ValidationError
 
-from decision_router.domain.items import InvalidItem, parse_item
 from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.tickets import parse_ticket
+from decision_router.items import InvalidItem, parse_item
 from decision_router.validation import describe_errors
 
 INCIDENT_DETAIL_TYPE = "Incident Reported"

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from decision_contract import confidence, top_two_margin
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, rule_entry, threshold_reasons
 from decision_router.domain.policies import Policy, Question, Thresholds, load_policy
 from decision_router.domain.records import AuditRow, DecisionEntry, DecisionRecord
 from decision_router.domain.rules import apply_rules
+from decision_router.items import parse_item
 
 
 @dataclass

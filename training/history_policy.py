@@ -19,9 +19,9 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from decision_router.domain.heads import question_digest
-from decision_router.domain.items import parse_item
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import Question
+from decision_router.items import parse_item
 
 #: Text entries of the policy's evidence are cut here (the ticket's own limit is 20,000).
 SUBJECT_CHARS, BODY_CHARS = 300, 3000

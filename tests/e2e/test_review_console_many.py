@@ -18,10 +18,10 @@ from typing import Iterator
 import pytest
 
 from decision_router.domain import policies as policies_module
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, model_entry
 from decision_router.domain.model_requests import build_decisions
 from decision_router.domain.policies import load_policy
+from decision_router.items import parse_item
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ

@@ -5,9 +5,9 @@ from decision_contract import SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import ConfigError, Settings
 from decision_router.domain.failures import EndpointFailure
-from decision_router.domain.items import parse_item
 from decision_router.domain.model_requests import build_decisions
 from decision_router.domain.policies import load_policy
+from decision_router.items import parse_item
 from tests.functions.conftest import NO_CAPACITY_MESSAGE, make_result
 
 

@@ -57,6 +57,7 @@ def incidents(monkeypatch):
         logger, metrics = Logger(service="test"), Metrics(namespace="Test")
         intake = Intake("incident", logger=logger, metrics=metrics, settings=settings, endpoint=answering_endpoint())
         yield IncidentIntake(intake, logger=logger, metrics=metrics, settings=settings)
+        metrics.clear_metrics()  # Powertools keeps one metric set per process: never flushed here, so never left for the next test
 
 
 def audited(outcome: str) -> list:

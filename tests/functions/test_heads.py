@@ -13,11 +13,11 @@ import pytest
 
 from decision_contract import ModelInfo, softmax
 from decision_router.domain.heads import MAX_HEAD_BYTES, Head
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import model_entry
 from decision_router.domain.lexical import term_counts, tfidf
 from decision_router.domain.model_requests import build_decisions, build_state
 from decision_router.domain.policies import POLICY_DIR, PolicyError, load_policy
+from decision_router.items import parse_item
 from tests.functions.conftest import make_result
 
 HIDDEN = 8

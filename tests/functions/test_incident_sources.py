@@ -9,16 +9,16 @@ import json
 
 import pytest
 
-from decision_router.domain.items import parse_item
 from decision_router.domain.policies import Policy, PolicyError, load_policy
 from decision_router.domain.rules import apply_rules
-from decision_router.intake.incidents import IncidentOpened as Opened
 from decision_router.intake.incidents import native_outcomes
+from decision_router.items import parse_item
 from decision_router.sources import raw_events, read_event
 from decision_router.sources.events import (
     AnyEnvelope,
     Ignored,
     InvalidSourceEvent,
+    Opened,
     Resolved,
     SourceEventError,
     UnknownEvent,
@@ -313,7 +313,7 @@ def test_an_sns_event_of_several_records_is_one_delivery_per_record():
     ok = sns_alarm(NewStateValue="OK")["Records"][0]
     ok["Sns"]["MessageId"] = "another"
     event["Records"].append(ok)
-    assert [type(o).__name__ for o in outcomes_of(event)] == ["IncidentOpened", "Resolved"]
+    assert [type(o).__name__ for o in outcomes_of(event)] == ["Opened", "Resolved"]
 
 
 def test_a_lambda_alarm_action_maps_as_the_eventbridge_alarm_does():
@@ -419,7 +419,7 @@ def test_a_grafana_post_is_one_incident_per_alert_fingerprint_and_resolved_alert
     assert first.incident.service == "checkout-api" and first.incident.evidence.alertname == "High memory usage"
     assert first.incident.title == "checkout-api memory above 90% in zone us-1"
     event["detail"]["alerts"][1]["status"] = "resolved"
-    assert [type(o).__name__ for o in outcomes_of(event)] == ["IncidentOpened", "Resolved"]
+    assert [type(o).__name__ for o in outcomes_of(event)] == ["Opened", "Resolved"]
 
 
 def test_grafana_correlated_by_group_is_one_incident_resolved_with_the_whole_group():

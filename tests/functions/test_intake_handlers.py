@@ -22,12 +22,12 @@ from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecision
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.queues import Queue
 from decision_router.config import Settings
-from decision_router.domain.items import InvalidItem, parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
+from decision_router.items import InvalidItem, parse_item
 from decision_router.sources.sns import notification
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result

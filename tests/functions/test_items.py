@@ -1,6 +1,6 @@
 import pytest
 
-from decision_router.domain.items import Incident, InvalidItem, Ticket, parse_item
+from decision_router.items import Incident, InvalidItem, Ticket, parse_item
 
 
 def test_valid_ticket_round_trips_as_json(ticket_data):
@@ -63,10 +63,10 @@ def test_a_new_kind_is_an_item_model_in_the_registry(monkeypatch):
     model is registered, and name the registered kinds when refusing another."""
     from typing import ClassVar
 
-    from decision_router.domain.items import ITEM_MODELS, Item
     from decision_router.domain.judging import build_record, rule_entry
     from decision_router.domain.policies import Policy
     from decision_router.domain.rules import apply_rules
+    from decision_router.items import ITEM_MODELS, Item
 
     class Alarm(Item):
         kind: ClassVar[str] = "alarm"

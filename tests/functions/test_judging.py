@@ -6,11 +6,11 @@ from datetime import datetime, timezone
 import pytest
 
 from decision_router.domain.failures import EndpointFailure
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, error_entry, model_entry, rule_entry, shortfall, threshold_reasons
 from decision_router.domain.policies import Thresholds, load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.domain.rules import RuleHit
+from decision_router.items import parse_item
 from tests.functions.conftest import letters_only, make_result
 
 QUEUES = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t in

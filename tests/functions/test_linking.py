@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from decision_router.domain.items import Ticket
 from decision_router.domain.linking import LEAD, OpenIncident, link_ticket, service_pattern, suggestion
+from decision_router.items import Ticket
 
 OPENED = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionOption
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, model_entry
 from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
 from decision_router.domain.policies import MAX_QUESTION_OPTIONS, PolicyError, load_policy
+from decision_router.items import parse_item
 
 from .conftest import MODEL_INFO, TICKET_TARGETS, make_result
 from .many_options import install, raw_policy

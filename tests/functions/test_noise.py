@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from decision_router.domain.items import parse_item
 from decision_router.domain.noise import Flapping, Grouping, MaintenanceWindow, recent
 from decision_router.domain.policies import PolicyError, load_policy
+from decision_router.items import parse_item
 
 POLICY = load_policy("incident")
 

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from decision_contract import DecisionRequest
-from decision_router.domain.items import parse_item
 from decision_router.domain.model_requests import build_decisions, build_state
 from decision_router.domain.policies import POLICY_DIR, PolicyError, load_policy
+from decision_router.items import parse_item
 from tests.functions.conftest import ALL_TARGETS, INCIDENT_TARGETS, TICKET_TARGETS, policy_files_beside
 
 

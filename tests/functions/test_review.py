@@ -11,10 +11,10 @@ import pytest
 from moto import mock_aws
 
 from decision_router.adapters.review import ReviewTaskGone
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, model_entry
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
+from decision_router.items import parse_item
 from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
 from local.cloudformation import Stack
 from ops import review_cli

@@ -19,10 +19,10 @@ import pytest
 from moto import mock_aws
 
 from decision_router.adapters.workflow import WorkflowStarter
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import build_record, explain, model_entry
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
+from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack

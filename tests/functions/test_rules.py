@@ -1,6 +1,6 @@
-from decision_router.domain.items import parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.domain.rules import RuleHit, apply_rules
+from decision_router.items import parse_item
 from tests.functions.conftest import policy_files_beside
 
 

@@ -11,10 +11,10 @@ from moto import mock_aws
 
 from decision_router.adapters.shadow_tally import ShadowTally
 from decision_router.domain.heads import Head
-from decision_router.domain.items import parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.domain.routing import Router, ShadowHead
 from decision_router.domain.shadow import ShadowCounts, review_tally, shadow_verdict
+from decision_router.items import parse_item
 from tests.functions.conftest import letters_only
 from tests.functions.test_heads import head_for, result_with_hidden
 

@@ -17,7 +17,6 @@ from moto import mock_aws
 
 from bench.nearest_neighbour import kept_agreement
 from decision_router.adapters.similar_items import ResolvedItems
-from decision_router.domain.items import parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.domain.similar import (
     SIMILAR_TERMS,
@@ -28,6 +27,7 @@ from decision_router.domain.similar import (
     summary,
 )
 from decision_router.intake.resolved_items import remember_resolved, resolved_items
+from decision_router.items import parse_item
 from tests.functions.conftest import letters_only
 from tests.functions.test_intake_handlers import (  # noqa: F401 - fixtures
     TICKET_OPTIONS,

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import explain, model_entry, rule_entry
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.domain.rules import apply_rules
 from decision_router.domain.why import NoiseTrace, Why, field_effects
+from decision_router.items import parse_item
 from tests.functions.conftest import make_result
 from tests.functions.test_heads import HIDDEN, head_for, install, result_with_hidden
 

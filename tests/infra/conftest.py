@@ -13,10 +13,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import review_choices
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.items import parse_item
 from decision_router.review.completion import complete_review
 from local.cloudformation import Stack
 

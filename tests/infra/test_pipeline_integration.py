@@ -17,12 +17,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from decision_router.domain.items import InvalidItem, parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import execution_name
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
+from decision_router.items import InvalidItem, parse_item
 from incident_intake import app as incident_app
 from review import app as review_app
 from ticket_intake import app as ticket_app

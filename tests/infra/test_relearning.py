@@ -26,9 +26,9 @@ from decision_router.adapters.head_store import REFUSED, HeadStore
 from decision_router.adapters.notices import ApprovalAnswers, PromotionNotices
 from decision_router.adapters.review import LabelledExamples
 from decision_router.config import Settings
-from decision_router.domain.items import parse_item
 from decision_router.domain.policies import load_policy
 from decision_router.intake.pipeline import Intake
+from decision_router.items import parse_item
 from evaluation.runners import EngineRunner
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS, LocalRelearning

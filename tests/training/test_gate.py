@@ -17,9 +17,9 @@ import pytest
 
 from decision_contract import ModelInfo
 from decision_router.domain.heads import Head
-from decision_router.domain.items import parse_item
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import load_policy
+from decision_router.items import parse_item
 from tests.functions.test_heads import head_for
 from training import gate
 from training.features import Example

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from decision_contract import DecisionResult, ModelInfo, softmax
-from decision_router.domain.items import parse_item
 from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
 from decision_router.domain.policies import load_policy
+from decision_router.items import parse_item
 from evaluation.runners import Scored
 from training import history, history_policy
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .items import Item, field_value
+from ..items import Item, field_value
 
 
 class Condition(BaseModel):

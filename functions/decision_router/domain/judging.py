@@ -13,9 +13,9 @@ from typing import Mapping, Sequence
 
 from decision_contract import DecisionResult, confidence, softmax, top_two_margin
 
+from ..items import Item
 from .failures import EndpointFailure
 from .heads import Head
-from .items import Item
 from .lexical import State
 from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds

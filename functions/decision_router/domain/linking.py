@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .items import Ticket, UtcDatetime
+from ..items import Ticket, UtcDatetime
 
 #: How long before an incident was reported a ticket about its service still counts as about it.
 LEAD = timedelta(minutes=15)

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from decision_contract import Decision, DecisionOption
 
-from .items import Item, field_value
+from ..items import Item, field_value
 from .policies import Policy, Question
 
 #: The options of a many-option question's request: fixed, so the prompt does not grow with the

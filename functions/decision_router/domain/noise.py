@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from ..items import Item, field_value
 from ..validation import StrictModel
 from .conditions import Condition
-from .items import Item, field_value
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]

@@ -19,11 +19,11 @@ from pydantic import Field, PrivateAttr, StringConstraints, ValidationError, Val
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, OPTION_LETTERS, ConfidenceFormula
 
+from ..items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_values
 from ..severity import SeverityTable
 from ..validation import StrictModel, describe_errors
 from .conditions import Condition
 from .heads import Head, HeadFile, load_head, question_digest
-from .items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_values
 from .noise import NoiseControls
 
 #: The shipped policies (and their heads/), data beside the package.

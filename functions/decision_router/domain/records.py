@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decision_contract import ModelInfo
 
-from .items import ItemKind
+from ..items import ItemKind
 from .linking import LinkedIncident
 from .policies import Thresholds
 from .why import Why

@@ -23,9 +23,9 @@ from typing import Mapping, Sequence
 
 from decision_contract import Decision, DecisionResult
 
+from ..items import Item
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .heads import Head
-from .items import Item
 from .judging import build_record, error_entry, explain, model_entry, rule_entry
 from .model_requests import build_decisions
 from .policies import Policy, Question

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .items import Item
+from ..items import Item
 from .policies import Policy
 
 

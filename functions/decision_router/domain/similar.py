@@ -16,7 +16,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .items import Item
+from ..items import Item
 from .lexical import evidence_text, term_counts, tfidf
 from .model_requests import build_state
 from .policies import Policy

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from decision_contract import softmax
 
+from ..items import Item
 from .heads import Head
-from .items import Item
 from .lexical import State
 from .policies import Policy
 

@@ -33,20 +33,17 @@ from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from pydantic import ValidationError
 
 from ..config import Settings
-from ..domain.items import Incident
 from ..domain.noise import recent
 from ..domain.ports import AlarmStateReader, AuditWriter, OpenIncidentStore, Sender
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
-from ..sources.events import Envelope, Ignored, InvalidSourceEvent, Opened, Resolved, SourceEventError
+from ..sources.events import Envelope, Opened, Resolved, SourceEventError, SourceOutcome
 from ..sources.sns import carried
-from ..validation import describe_errors
-from .noise_holds import IncidentOpened, NoiseHolds, iso
+from .noise_holds import NoiseHolds, iso
 from .pipeline import Intake
 from .resolutions import Resolutions
 
@@ -55,11 +52,10 @@ OWN_DETAIL_TYPE = "Incident Reported"
 SWEEP = ("aws.events", "Scheduled Event")
 
 
-IncidentOutcome = IncidentOpened | Resolved | Ignored
 
 
 def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
-                    tables: Mapping[str, SeverityTable]) -> list[IncidentOutcome]:
+                    tables: Mapping[str, SeverityTable]) -> list[SourceOutcome]:
     """What a native source's event (read by `sources.read_event`) means, one outcome per finding
     it carries; UnknownEvent when no source maps it, InvalidSourceEvent when an incident it opens
     is out of bounds (an empty title)."""
@@ -68,16 +64,7 @@ def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
     table = tables.get(source.name)
     if table is None:
         raise LookupError(f"the incident policy has no source_severity table for {source.name!r}")
-    return [_opened(outcome, envelope) if isinstance(outcome, Opened) else outcome
-            for outcome in source.adapt(envelope, table)]
-
-
-def _opened(opened: Opened, envelope: Envelope[Any]) -> IncidentOpened:
-    try:
-        return IncidentOpened(opened.key, Incident.model_validate(opened.incident), opened.delivery)
-    except ValidationError as error:
-        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
-                                 [f"incident.{line}" for line in describe_errors(error)]) from None
+    return source.adapt(envelope, table)
 
 
 class IncidentIntake:
@@ -161,15 +148,15 @@ class IncidentIntake:
         return {"event_id": envelope.id, "source": envelope.source, "detail_type": envelope.detail_type,
                 "outcomes": results}
 
-    def _apply(self, outcome: IncidentOutcome, delivery: str, context: Any) -> dict:
-        if isinstance(outcome, IncidentOpened):
+    def _apply(self, outcome: SourceOutcome, delivery: str, context: Any) -> dict:
+        if isinstance(outcome, Opened):
             return self._open(outcome, delivery, context)
         if isinstance(outcome, Resolved):
             return self.resolutions.resolve(outcome, delivery)
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
         return self._ignore(outcome.source, outcome.key, outcome.reason, touched=touched)
 
-    def _open(self, opened: IncidentOpened, delivery: str, context: Any) -> dict:
+    def _open(self, opened: Opened, delivery: str, context: Any) -> dict:
         incident = opened.incident
         noise = self.intake.router.policy.noise
         at = iso(incident.reported_at)

@@ -9,17 +9,17 @@ Which incident is held is the policy's to say (`domain/noise.py`); the incident 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from ..domain.items import Incident
 from ..domain.noise import NoiseControls, aware
 from ..domain.ports import Joined, OpenIncidentStore
 from ..domain.why import NoiseTrace
+from ..items import Incident
+from ..sources.events import Opened
 
 #: The metric counting each outcome of a noise control.
 HELD_METRICS = {"grouped": "IncidentsGrouped", "flapping": "IncidentsFlapping", "suppressed": "IncidentsSuppressed"}
@@ -28,15 +28,6 @@ HELD_METRICS = {"grouped": "IncidentsGrouped", "flapping": "IncidentsFlapping", 
 def iso(at: datetime) -> str:
     """One form for every time the store compares as text (UTC, milliseconds)."""
     return aware(at).astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True)
-class IncidentOpened:
-    """A native source's event opens this incident (validated), correlated by `key`."""
-
-    key: str
-    incident: Incident
-    delivery: str | None = None
 
 
 class Route(Protocol):
@@ -55,7 +46,7 @@ class NoiseHolds:
         self.store, self.route, self.write_audit = store, route, write_audit
         self.logger, self.metrics = logger, metrics
 
-    def held(self, opened: IncidentOpened, delivery: str, opens: list[str] | None,
+    def held(self, opened: Opened, delivery: str, opens: list[str] | None,
              noise: NoiseControls) -> dict | None:
         """Flapping, or a maintenance window that suppresses: the incident is recorded (its row,
         an audit row of its own outcome) and not routed. None when neither holds it."""
@@ -78,7 +69,7 @@ class NoiseHolds:
                 window=window.id, window_action=window.action, held="suppressed"))
         return None
 
-    def grouped(self, opened: IncidentOpened, delivery: str, rule: str, group_key: str, joined: Joined) -> dict:
+    def grouped(self, opened: Opened, delivery: str, rule: str, group_key: str, joined: Joined) -> dict:
         """An incident held in the group of an open incident (the caller has checked that its
         severity may be held: a more severe one is routed and leads the group)."""
         reason = (f"grouped by {rule!r} into open incident {joined.leader_incident_id} "
@@ -90,7 +81,7 @@ class NoiseHolds:
             "members": joined.members, "leader_execution_name": joined.execution_name},
             NoiseTrace(grouping=rule, group_leader=joined.leader_incident_id, held="grouped"))
 
-    def release(self, opened: IncidentOpened, delivery: str, now: datetime, context: Any) -> dict | None:
+    def release(self, opened: Opened, delivery: str, now: datetime, context: Any) -> dict | None:
         """A later delivery of an incident a maintenance window held, once the window is over:
         routed now (it pages as it would have), once; None when there is no such hold."""
         if not self.store.release(opened.key, iso(now)):
@@ -109,14 +100,14 @@ class NoiseHolds:
         for row in self.store.expired_holds(iso(now)):
             if row.held_item is None:
                 continue  # held by no window: nothing to route here
-            opened = IncidentOpened(row.incident_key, Incident.model_validate_json(row.held_item))
+            opened = Opened(row.incident_key, Incident.model_validate_json(row.held_item))
             released = self.release(opened, "sweep", now, context)
             if released is not None:
                 results.append({"key": opened.key, "incident_id": opened.incident.incident_id, **released})
         return {"outcome": "swept", "reason": f"{len(results)} incident(s) held by a window that ended: routed",
                 "outcomes": results}
 
-    def _record(self, opened: IncidentOpened, delivery: str, outcome: str, reason: str, detail: dict,
+    def _record(self, opened: Opened, delivery: str, outcome: str, reason: str, detail: dict,
                 trace: NoiseTrace) -> dict:
         """An incident a noise control held: counted, logged, and audited with its own outcome (one
         row per delivery, named after it, so a retried event writes the same row) and its reason

@@ -28,7 +28,6 @@ from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseI
 from ..adapters.shadow_tally import ShadowTally
 from ..adapters.similar_items import ResolvedItems
 from ..config import Settings
-from ..domain.items import InvalidItem, Item, parse_item
 from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
 from ..domain.ports import Endpoint, Workflow
@@ -36,6 +35,7 @@ from ..domain.records import DecisionRecord
 from ..domain.routing import RouteOutcome, Router
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
+from ..items import InvalidItem, Item, parse_item
 from .live_heads import LiveHeads, live_heads, question_metric
 from .resolved_items import remember_resolved, resolved_items
 

@@ -12,10 +12,10 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from ..adapters.similar_items import ResolvedItems
-from ..domain.items import parse_item
 from ..domain.policies import Policy, load_policy
 from ..domain.records import DecisionRecord
 from ..domain.similar import resolved_item
+from ..items import parse_item
 
 
 def resolved_items(table: str) -> ResolvedItems | None:

@@ -28,9 +28,9 @@ from pydantic_core import from_json
 
 from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
-from ..domain.items import InvalidItem, Ticket, parse_item
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
 from ..domain.ports import OpenIncidentStore, Sender, Waiting
+from ..items import InvalidItem, Ticket, parse_item
 from ..sources.sns import notification
 from .pipeline import Intake
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from ..domain.items import InvalidItem, Ticket, parse_item
 from ..domain.ports import Bus, DeliveryRecord, Sender
+from ..items import Ticket
 from ..sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
 from ..sources.claims import claim_problem
 from ..sources.webhook import FORWARDED_SOURCE, IncidentWebhook, TicketSource, Unauthorized, Unusable
@@ -166,22 +166,19 @@ def map_ticket(source: str, payload: Any, default_tier: str) -> Ticket | str:
     if not isinstance(payload, dict):
         raise Unusable(f"the body is a JSON {type(payload).__name__}, not an object")
     try:
-        fields = ticket_source(source).ticket(payload, default_tier)
+        ticket = ticket_source(source).ticket(payload, default_tier)
     except Unusable:
         raise
     except (TypeError, AttributeError, ValueError, LookupError) as error:
         # A source's Shape names a field of the wrong type; anything it misses still parks the
         # body with the cause (never a 500 the sender retries for ever).
         raise Unusable(f"the {source} mapping cannot read this body: {type(error).__name__}: {str(error)[:200]}") from None
-    if isinstance(fields, str):
-        return fields
-    problem = claim_problem(source, fields)
+    if isinstance(ticket, str):
+        return ticket
+    problem = claim_problem(source, ticket)
     if problem:
         raise Unusable(problem)
-    try:
-        return parse_item("ticket", fields)  # type: ignore[return-value]
-    except InvalidItem as error:
-        raise Unusable(str(error)) from None
+    return ticket
 
 
 def delivery_keys(source: str, found: Scheme, headers: Mapping[str, str], signed: bytes) -> list[str]:

@@ -16,11 +16,11 @@ from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..domain.items import parse_item
 from ..domain.linking import Suggestion, suggestion
 from ..domain.policies import Policy
 from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
 from ..domain.similar import ResolvedItem, SimilarItem, item_terms, nearest
+from ..items import parse_item
 from .completion import InvalidReview, PendingReview, complete_review, labelled_example
 
 #: The claim naming a reviewer for good: Cognito's `sub` never changes and no user can set it.

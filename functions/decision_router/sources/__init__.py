@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
+from ..items import Incident, SourceEvidence
 from ..validation import describe_errors
 from . import (
     cloudwatch,
@@ -38,7 +39,7 @@ from . import (
     sns,
     zendesk,
 )
-from .events import AnyEnvelope, Envelope, IncidentSource, InvalidSourceEvent, SourceEvidence, UnknownEvent, read_envelope
+from .events import AnyEnvelope, Envelope, IncidentSource, InvalidSourceEvent, UnknownEvent, read_envelope
 from .webhook import IncidentWebhook, TicketSource
 
 #: The ticket webhooks, by the name in their route (POST /webhooks/{source}).
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # a union built at run time is no static type; its members al
     Evidence = SourceEvidence
 else:
     Evidence = _evidence_union(INCIDENT_SOURCES)
+    Incident.model_rebuild(_types_namespace={"Evidence": Evidence})
 
 
 def known_kinds() -> list[str]:

@@ -8,8 +8,7 @@ of these. A ticket that claims a system its source does not own is parked with t
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
+from ..items import Ticket
 from . import generic, grafana, jira, pagerduty, zendesk
 
 #: system → the only webhook source whose tickets may name it (as `reference.system` or as the
@@ -26,16 +25,15 @@ WRITE_BACK: dict[str, tuple[str, ...]] = {zendesk.NAME: (zendesk.NAME,)}
 UNOWNED = (generic.NAME,)
 
 
-def claim_problem(source: str, fields: Mapping[str, Any]) -> str | None:
-    """Why the ticket `fields` a `source` webhook mapped claim another source's identity, or None."""
-    reference = fields.get("reference")
-    system = reference.get("system") if isinstance(reference, Mapping) else None
-    if isinstance(system, str):
+def claim_problem(source: str, ticket: Ticket) -> str | None:
+    """Why the ticket a `source` webhook mapped claims another source's identity, or None."""
+    system = ticket.reference.system if ticket.reference is not None else None
+    if system is not None:
         owner = SYSTEM_OWNERS.get(system.strip().casefold())
         if owner is not None and owner != source:
             return f"reference.system {system[:40]!r} belongs to the {owner} webhook; the {source} webhook may not name it"
-    ticket_id = fields.get("ticket_id")
-    if isinstance(ticket_id, str):
+    ticket_id = ticket.ticket_id
+    if ticket_id:
         prefix = ticket_id.strip().casefold().partition("-")[0]
         owner = SYSTEM_OWNERS.get(prefix) if "-" in ticket_id else None
         if owner is not None and owner != source:

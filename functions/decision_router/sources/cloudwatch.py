@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -23,10 +24,10 @@ from .events import (
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -176,31 +177,23 @@ def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) 
     dimensions = ", ".join(f"{k}={v}" for m in alarm.metrics for k, v in m.dimensions.items()) or None
     watched = (f"Metric {metric.namespace} {metric.name}" + (f" ({dimensions})" if dimensions else "")
                if metric else None)
-    data = {
-        "incident_id": incident_id(key),
-        "title": f"CloudWatch alarm {alarm.name} is in ALARM",
-        "description": text(alarm.description, alarm.reason, watched,
-                            f"Expression {alarm.expression}" if alarm.expression else None,
-                            f"Alarm rule {alarm.alarm_rule}" if alarm.alarm_rule else None,
-                            f"Triggered by {', '.join(alarm.triggering)}" if alarm.triggering else None),
-        "service": service,
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": alarm.changed_at,
-        "evidence": build_evidence(
+    incident = build_incident(
+        envelope, incident_id=incident_id(key),
+        title=f"CloudWatch alarm {alarm.name} is in ALARM",
+        description=text(alarm.description, alarm.reason, watched,
+                         f"Expression {alarm.expression}" if alarm.expression else None,
+                         f"Alarm rule {alarm.alarm_rule}" if alarm.alarm_rule else None,
+                         f"Triggered by {', '.join(alarm.triggering)}" if alarm.triggering else None),
+        service=service,
+        severity=table.severity(label),
+        source=SOURCE,
+        reported_at=alarm.changed_at,
+        evidence=build_evidence(
             AlarmEvidence, envelope, source_ref=key, source_severity=label, alarm_name=alarm.name,
             alarm_kind=alarm.kind, namespace=metric.namespace if metric else None,
             metric_name=metric.name if metric else None, dimensions=dimensions),
-    }
-    return [Opened(key, data, delivery)]
-
-
-def adapt(envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceOutcome]:
-    detail = envelope.detail
-    # resources[0] is the alarm ARN; the name alone is unique per account and region only.
-    arn = (envelope.resources[0] if envelope.resources
-           else f"arn:aws:cloudwatch:{envelope.region}:{envelope.account}:alarm:{detail.alarmName}")
-    return alarm_outcomes(from_detail(arn, detail), envelope, table)
+    )
+    return [Opened(key, incident, delivery)]
 
 
 def _service(metric: WatchedMetric | None, alarm_name: str) -> str:
@@ -223,4 +216,21 @@ def _triggering_alarms(reason_data: str | None) -> list[str]:
     return [str(a.get("arn", "")).rsplit(":", 1)[-1] for a in alarms if isinstance(a, dict) and a.get("arn")]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.cloudwatch", DETAIL_TYPE, AlarmDetail, adapt, evidence=AlarmEvidence)
+class CloudWatchAlarms(IncidentSource[AlarmDetail]):
+    """CloudWatch alarms' state changes on EventBridge."""
+
+    name = SOURCE
+    event_source = "aws.cloudwatch"
+    detail_type = DETAIL_TYPE
+    detail = AlarmDetail
+    evidence = AlarmEvidence
+
+    def adapt(self, envelope: Envelope[AlarmDetail], table: SeverityTable) -> list[SourceOutcome]:
+        detail = envelope.detail
+        # resources[0] is the alarm ARN; the name alone is unique per account and region only.
+        arn = (envelope.resources[0] if envelope.resources
+               else f"arn:aws:cloudwatch:{envelope.region}:{envelope.account}:alarm:{detail.alarmName}")
+        return alarm_outcomes(from_detail(arn, detail), envelope, table)
+
+
+INCIDENT_SOURCE = CloudWatchAlarms()

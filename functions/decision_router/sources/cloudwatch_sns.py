@@ -107,19 +107,6 @@ def region_of(arn: str) -> str:
     return parts[3] if len(parts) > 5 and parts[0] == "arn" else ""
 
 
-def unwrap(payload: Any) -> dict[str, Any] | None:
-    """The envelope an SNS alarm notification stands for; None when the payload is no SNS
-    notification or its Message is no alarm."""
-    sns = notification(payload)
-    message = _alarm_message(sns.Message) if sns is not None else None
-    if sns is None or message is None:
-        return None
-    arn = str(message.get("AlarmArn", ""))
-    return {"id": sns.MessageId, "source": SOURCE, "detail-type": DETAIL_TYPE,
-            "account": str(message.get("AWSAccountId", "")), "time": sns.Timestamp or message.get("StateChangeTime"),
-            "region": region_of(arn), "resources": [arn] if arn else [], "detail": message}
-
-
 def to_alarm(message: AlarmMessage) -> Alarm:
     trigger = message.Trigger
     if message.AlarmRule is not None:
@@ -144,8 +131,29 @@ def to_alarm(message: AlarmMessage) -> Alarm:
                  message.StateChangeTime, kind, message.AlarmDescription, metrics, expression)
 
 
-def adapt(envelope: Envelope[AlarmMessage], table: SeverityTable) -> list[SourceOutcome]:
-    return alarm_outcomes(to_alarm(envelope.detail), envelope, table)
+class CloudWatchAlarmsBySns(IncidentSource[AlarmMessage]):
+    """CloudWatch alarms' SNS notifications."""
+
+    name = SOURCE
+    event_source = SOURCE
+    detail_type = DETAIL_TYPE
+    detail = AlarmMessage
+    evidence = AlarmEvidence
+
+    def unwrap(self, payload: Any) -> dict[str, Any] | None:
+        """The envelope an SNS alarm notification stands for; None when the payload is no SNS
+        notification or its Message is no alarm."""
+        sns = notification(payload)
+        message = _alarm_message(sns.Message) if sns is not None else None
+        if sns is None or message is None:
+            return None
+        arn = str(message.get("AlarmArn", ""))
+        return {"id": sns.MessageId, "source": SOURCE, "detail-type": DETAIL_TYPE,
+                "account": str(message.get("AWSAccountId", "")), "time": sns.Timestamp or message.get("StateChangeTime"),
+                "region": region_of(arn), "resources": [arn] if arn else [], "detail": message}
+
+    def adapt(self, envelope: Envelope[AlarmMessage], table: SeverityTable) -> list[SourceOutcome]:
+        return alarm_outcomes(to_alarm(envelope.detail), envelope, table)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, AlarmMessage, adapt, unwrap=unwrap, evidence=AlarmEvidence)
+INCIDENT_SOURCE = CloudWatchAlarmsBySns()

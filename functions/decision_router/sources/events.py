@@ -7,8 +7,8 @@ what the event means:
 
 - `Opened`: an incident is happening (an alarm went to ALARM, a finding is active, a page
   triggered); `key` correlates every later event of the same incident (alarm ARN, Health event
-  ARN, finding id, PagerDuty incident id); `incident` holds the incident's fields, its
-  `evidence` an instance of the source's evidence model (the intake validates the incident).
+  ARN, finding id, PagerDuty incident id); `incident` is the `Incident` (decision_router.items)
+  the source built (`build_incident`), its `evidence` an instance of the source's evidence model.
 - `Resolved`: the incident behind `key` is over (OK, closed, archived, resolve).
 - `Ignored`: nothing to route (INSUFFICIENT_DATA, an acknowledgement); the reason is counted and
   logged. With a key, an open incident of that key is still touched (its update count).
@@ -17,13 +17,15 @@ what the event means:
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Annotated, Any, Callable, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from ..items import Incident, SourceEvidence
 from ..severity import SeverityTable
 from ..validation import describe_errors
 
@@ -46,8 +48,10 @@ class InvalidSourceEvent(SourceEventError):
 
 @dataclass(frozen=True)
 class Opened:
+    """An incident is happening: `incident` validated (`build_incident`), correlated by `key`."""
+
     key: str
-    incident: dict[str, Any]
+    incident: Incident
     #: The delivery this outcome counts as, when not the envelope's id: a change the source
     #: sends by several paths (an alarm on EventBridge and SNS) is one delivery on all of them.
     delivery: str | None = None
@@ -95,21 +99,6 @@ class Envelope(SourceModel, Generic[Detail]):
 
     model_config = ConfigDict(extra="ignore", frozen=True, alias_generator=lambda n: n.replace("_", "-"),
                               populate_by_name=True)
-
-
-class SourceEvidence(BaseModel):
-    """What every native source's evidence has; a source's module extends it with its own fields,
-    which a policy rule can name (`evidence.namespace`, `evidence.finding_type`, ...)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source_ref: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)] = Field(
-        description="The source's own id: alarm ARN, Health event ARN, finding id, PagerDuty incident id. "
-                    "Also the correlation key.")
-    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
-    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
-                                                          "source_severity table (e.g. HIGH, P2, issue).")
-    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
 
 
 #: An envelope whose detail is not read yet (our own `Incident Reported`, an unmapped kind).
@@ -167,28 +156,43 @@ def build_evidence(model: type[EvidenceModel], envelope: Envelope[Any], **fields
                                  [f"incident.evidence.{line}" for line in describe_errors(error)]) from None
 
 
+def build_incident(envelope: Envelope[Any], **fields: Any) -> Incident:
+    """The incident the event opens, validated; a value out of bounds (an empty title) names its field."""
+    try:
+        return Incident(**fields)
+    except ValidationError as error:
+        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
+                                 [f"incident.{line}" for line in describe_errors(error)]) from None
+
+
 def text(*parts: str | None) -> str:
     """Lines of description, the empty ones left out."""
     return "\n".join(p.strip() for p in parts if p and p.strip())
 
 
-@dataclass(frozen=True)
-class IncidentSource(Generic[Detail]):
-    """One native incident source as the intake's table declares it."""
+class IncidentSource(ABC, Generic[Detail]):
+    """One native incident source: a class in its module, one instance in the table
+    (decision_router.sources.INCIDENT_SOURCES)."""
 
     name: str  #: the incident's `source`, and the policy's `source_severity` key
     event_source: str  #: EventBridge `source`; a prefix when `partner` (a partner bus per account)
     detail_type: str
-    detail: type[Detail]
-    adapt: Callable[[Envelope[Detail], SeverityTable], list[SourceOutcome]]
+    detail: type[Any]  #: the model of its events' detail (Detail)
     partner: bool = False
-    #: A source whose raw payload is no EventBridge event (an SNS record, a Lambda alarm action):
-    #: the envelope it stands for, None when the payload is not this source's (SourceEventError
-    #: when it is, but cannot be read). The envelope's detail-type is then this source's own.
-    unwrap: Callable[[Any], dict[str, Any] | None] | None = None
     #: The model of the evidence its incidents carry (the Incident's `evidence` union is built
     #: from these: decision_router.sources.Evidence).
     evidence: type[SourceEvidence] = SourceEvidence
+
+    @abstractmethod
+    def adapt(self, envelope: Envelope[Detail], table: SeverityTable) -> list[SourceOutcome]:
+        """What the event means: an incident opened, resolved, or nothing to route (with why)."""
+
+    def unwrap(self, payload: Any) -> dict[str, Any] | None:
+        """For a source whose raw payload is no EventBridge event (an SNS record, a Lambda alarm
+        action): the envelope it stands for, None when the payload is not this source's
+        (SourceEventError when it is, but cannot be read); its detail-type is the source's own.
+        A source whose events come by EventBridge unwraps nothing."""
+        return None
 
     @property
     def kind(self) -> str:
@@ -202,11 +206,9 @@ class IncidentSource(Generic[Detail]):
     def event_of(self, payload: Any) -> dict[str, Any] | None:
         """The EventBridge event this raw payload is, or stands for (a shape this source unwraps,
         unwrapped once); None when the payload is not this source's."""
-        if self.unwrap is not None and not _is_event(payload):
+        if not _is_event(payload):
             return self.unwrap(payload)
-        if isinstance(payload, dict) and self.maps(payload.get("source"), payload.get("detail-type")):
-            return payload
-        return None
+        return payload if self.maps(payload.get("source"), payload.get("detail-type")) else None
 
     def read(self, event: dict[str, Any]) -> Envelope[Detail]:
         """The event (as `event_of` gives it) validated once, as this source's envelope."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping
 
-from .webhook import TicketFields, TicketSource, Unauthorized, check_time, header, hmac_sha256, same, unix_time
+from ..items import Ticket
+from .webhook import TicketSource, Unauthorized, build_ticket, check_time, header, hmac_sha256, same, unix_time
 
 NAME = "generic"
 SIGNATURE = "X-Signature"
@@ -31,9 +32,9 @@ def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
     return {SIGNATURE: "sha256=" + hmac_sha256(key, stamp.encode() + b"." + body).hexdigest(), TIMESTAMP: stamp}
 
 
-def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
+def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
     """The body is the ticket's fields as they are."""
-    return dict(payload)
+    return build_ticket(payload)
 
 
 TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket)

@@ -26,16 +26,17 @@ from typing import Any, Literal, Mapping
 
 from pydantic import Field
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -95,12 +96,6 @@ def _service(labels: dict[str, str]) -> str:
     return next((labels[n] for n in SERVICE_LABELS if labels.get(n)), labels.get("alertname") or "grafana")[:200]
 
 
-def adapt(envelope: Envelope[Notification], table: SeverityTable) -> list[SourceOutcome]:
-    if table.correlate_by == "group":
-        return [_group(envelope, table)]
-    return [_alert(alert, envelope, table) for alert in envelope.detail.alerts]
-
-
 def _alert(alert: Alert, envelope: Envelope[Notification], table: SeverityTable) -> SourceOutcome:
     key = key_of(alert.fingerprint)
     name = alert.labels.get("alertname") or "Grafana alert"
@@ -108,22 +103,22 @@ def _alert(alert: Alert, envelope: Envelope[Notification], table: SeverityTable)
         return Resolved(key, SOURCE, f"Grafana alert {name} ({alert.fingerprint}) is resolved")
     label = alert.labels.get("severity")
     values = ", ".join(f"{k}={v:g}" for k, v in (alert.values or {}).items())
-    data = {
-        "incident_id": incident_id(key),
-        "title": (alert.annotations.get("summary") or f"Grafana alert {name} is firing")[:300],
-        "description": text(alert.annotations.get("description"), alert.annotations.get("summary"),
-                            f"Alert {name}: {_labels(alert.labels)}", f"Values {values}" if values else None,
-                            f"Runbook {alert.annotations['runbook_url']}" if alert.annotations.get("runbook_url") else None),
-        "service": _service(alert.labels),
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": alert.startsAt,
-        "evidence": build_evidence(
+    incident = build_incident(
+        envelope, incident_id=incident_id(key),
+        title=(alert.annotations.get("summary") or f"Grafana alert {name} is firing")[:300],
+        description=text(alert.annotations.get("description"), alert.annotations.get("summary"),
+                         f"Alert {name}: {_labels(alert.labels)}", f"Values {values}" if values else None,
+                         f"Runbook {alert.annotations['runbook_url']}" if alert.annotations.get("runbook_url") else None),
+        service=_service(alert.labels),
+        severity=table.severity(label),
+        source=SOURCE,
+        reported_at=alert.startsAt,
+        evidence=build_evidence(
             GrafanaEvidence, envelope, source_ref=key, source_url=alert.generatorURL or None, source_severity=label,
             alertname=name, labels=_labels(alert.labels), group_key=envelope.detail.groupKey[:1000],
             receiver=envelope.detail.receiver or None),
-    }
-    return Opened(key, data)
+    )
+    return Opened(key, incident)
 
 
 def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutcome:
@@ -137,24 +132,39 @@ def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutc
     # The group's common severity, else the worst of its firing alerts'.
     label = common.get("severity") or min((a.labels.get("severity") for a in firing),
                                           key=lambda name: table.severity(name))
-    data = {
-        "incident_id": incident_id(key),
-        "title": (group.title or f"Grafana: {len(firing)} alert(s) of {name} firing").strip()[:300],
-        "description": text(*(f"{a.labels.get('alertname', 'alert')}: {a.annotations.get('summary') or _labels(a.labels)}"
-                              for a in firing[:20])),
-        "service": _service(common) if common else _service(firing[0].labels),
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": min(a.startsAt for a in firing),
-        "evidence": build_evidence(
+    incident = build_incident(
+        envelope, incident_id=incident_id(key),
+        title=(group.title or f"Grafana: {len(firing)} alert(s) of {name} firing").strip()[:300],
+        description=text(*(f"{a.labels.get('alertname', 'alert')}: {a.annotations.get('summary') or _labels(a.labels)}"
+                           for a in firing[:20])),
+        service=_service(common) if common else _service(firing[0].labels),
+        severity=table.severity(label),
+        source=SOURCE,
+        reported_at=min(a.startsAt for a in firing),
+        evidence=build_evidence(
             GrafanaEvidence, envelope, source_ref=key[:200], source_url=group.externalURL or None,
             source_severity=label, alertname=common.get("alertname"), labels=_labels(common),
             group_key=group.groupKey[:1000], receiver=group.receiver or None, alerts=len(group.alerts)),
-    }
-    return Opened(key, data)
+    )
+    return Opened(key, incident)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, Notification, adapt, evidence=GrafanaEvidence)
+class GrafanaAlerts(IncidentSource[Notification]):
+    """Grafana alerting's webhook notifications, forwarded to the bus."""
+
+    name = SOURCE
+    event_source = FORWARDED_SOURCE
+    detail_type = DETAIL_TYPE
+    detail = Notification
+    evidence = GrafanaEvidence
+
+    def adapt(self, envelope: Envelope[Notification], table: SeverityTable) -> list[SourceOutcome]:
+        if table.correlate_by == "group":
+            return [_group(envelope, table)]
+        return [_alert(alert, envelope, table) for alert in envelope.detail.alerts]
+
+
+INCIDENT_SOURCE = GrafanaAlerts()
 
 
 # ------------------------------------------------------------------ the webhook API's half

@@ -10,16 +10,17 @@ from datetime import datetime
 
 from pydantic import Field
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -76,30 +77,39 @@ def band(score: float) -> str:
     return next(name for lowest, name in BANDS if score >= lowest)
 
 
-def adapt(envelope: Envelope[Finding], table: SeverityTable) -> list[SourceOutcome]:
-    finding = envelope.detail
-    key = finding.id
-    if finding.service.archived:
-        return [Resolved(key, SOURCE, f"GuardDuty finding {finding.type} was archived")]
-    resource = finding.resource
-    resource_id = ((resource.instanceDetails.instanceId if resource.instanceDetails else None)
-                   or (resource.accessKeyDetails.accessKeyId if resource.accessKeyDetails else None))
-    label = band(finding.severity)
-    data = {
-        "incident_id": incident_id(key),
-        "title": finding.title.strip() or finding.type,
-        "description": text(finding.description, f"Finding {finding.type}, severity {finding.severity:g} ({label}), "
-                            f"seen {finding.service.count} time(s)",
-                            f"Resource {resource.resourceType} {resource_id}" if resource_id else None),
-        "service": f"{resource.resourceType} {resource_id}" if resource_id else resource.resourceType,
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": finding.updatedAt or finding.createdAt,
-        "evidence": build_evidence(
-            GuardDutyEvidence, envelope, source_ref=key, source_severity=label, source_score=finding.severity,
-            finding_type=finding.type, resource_type=resource.resourceType, resource_id=resource_id),
-    }
-    return [Opened(key, data)]
+class GuardDutyFindings(IncidentSource[Finding]):
+    """GuardDuty findings on EventBridge."""
+
+    name = SOURCE
+    event_source = "aws.guardduty"
+    detail_type = DETAIL_TYPE
+    detail = Finding
+    evidence = GuardDutyEvidence
+
+    def adapt(self, envelope: Envelope[Finding], table: SeverityTable) -> list[SourceOutcome]:
+        finding = envelope.detail
+        key = finding.id
+        if finding.service.archived:
+            return [Resolved(key, SOURCE, f"GuardDuty finding {finding.type} was archived")]
+        resource = finding.resource
+        resource_id = ((resource.instanceDetails.instanceId if resource.instanceDetails else None)
+                       or (resource.accessKeyDetails.accessKeyId if resource.accessKeyDetails else None))
+        label = band(finding.severity)
+        incident = build_incident(
+            envelope, incident_id=incident_id(key),
+            title=finding.title.strip() or finding.type,
+            description=text(finding.description, f"Finding {finding.type}, severity {finding.severity:g} ({label}), "
+                             f"seen {finding.service.count} time(s)",
+                             f"Resource {resource.resourceType} {resource_id}" if resource_id else None),
+            service=f"{resource.resourceType} {resource_id}" if resource_id else resource.resourceType,
+            severity=table.severity(label),
+            source=SOURCE,
+            reported_at=finding.updatedAt or finding.createdAt,
+            evidence=build_evidence(
+                GuardDutyEvidence, envelope, source_ref=key, source_severity=label, source_score=finding.severity,
+                finding_type=finding.type, resource_type=resource.resourceType, resource_id=resource_id),
+        )
+        return [Opened(key, incident)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.guardduty", DETAIL_TYPE, Finding, adapt, evidence=GuardDutyEvidence)
+INCIDENT_SOURCE = GuardDutyFindings()

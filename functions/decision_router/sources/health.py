@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -17,10 +18,10 @@ from .events import (
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -68,33 +69,42 @@ class HealthEvidence(SourceEvidence):
     affected_entities: str | None = None
 
 
-def adapt(envelope: Envelope[HealthDetail], table: SeverityTable) -> list[SourceOutcome]:
-    detail = envelope.detail
-    key = detail.eventArn
-    if detail.statusCode == "closed":
-        return [Resolved(key, SOURCE, f"Health event {detail.eventTypeCode} is closed")]
-    english = [d for d in detail.eventDescription if d.language.lower().startswith("en")] or detail.eventDescription
-    entities = [e.entityValue + (f" ({e.status})" if e.status else "") for e in detail.affectedEntities]
-    shown = ", ".join(entities[:MAX_ENTITIES]) + (f" and {len(entities) - MAX_ENTITIES} more" if len(entities) > MAX_ENTITIES else "")
-    region = detail.eventRegion or envelope.region
-    data = {
-        "incident_id": incident_id(key),
-        "title": f"AWS Health {detail.eventTypeCategory}: {detail.eventTypeCode} ({detail.service}, {region})",
-        "description": text(english[0].latestDescription if english else None,
-                            f"Affected: {shown}" if entities else None,
-                            f"Action: {detail.actionability}" if detail.actionability else None,
-                            f"Status {detail.statusCode}, starts {detail.startTime.isoformat()}"),
-        "service": detail.service,
-        "severity": table.severity(detail.eventTypeCategory),
-        "source": SOURCE,
-        "reported_at": detail.lastUpdatedTime or detail.startTime,
-        "evidence": build_evidence(
-            HealthEvidence, envelope, source_ref=key, source_severity=detail.eventTypeCategory,
-            health_event_type=detail.eventTypeCode, health_category=detail.eventTypeCategory,
-            health_scope=detail.eventScopeCode, actionability=detail.actionability, event_region=region,
-            affected_entities=shown or None),
-    }
-    return [Opened(key, data)]
+class HealthEvents(IncidentSource[HealthDetail]):
+    """AWS Health events on EventBridge."""
+
+    name = SOURCE
+    event_source = "aws.health"
+    detail_type = DETAIL_TYPE
+    detail = HealthDetail
+    evidence = HealthEvidence
+
+    def adapt(self, envelope: Envelope[HealthDetail], table: SeverityTable) -> list[SourceOutcome]:
+        detail = envelope.detail
+        key = detail.eventArn
+        if detail.statusCode == "closed":
+            return [Resolved(key, SOURCE, f"Health event {detail.eventTypeCode} is closed")]
+        english = [d for d in detail.eventDescription if d.language.lower().startswith("en")] or detail.eventDescription
+        entities = [e.entityValue + (f" ({e.status})" if e.status else "") for e in detail.affectedEntities]
+        shown = ", ".join(entities[:MAX_ENTITIES]) + (f" and {len(entities) - MAX_ENTITIES} more" if len(entities) > MAX_ENTITIES else "")
+        region = detail.eventRegion or envelope.region
+        incident = build_incident(
+            envelope, incident_id=incident_id(key),
+            title=f"AWS Health {detail.eventTypeCategory}: {detail.eventTypeCode} ({detail.service}, {region})",
+            description=text(english[0].latestDescription if english else None,
+                             f"Affected: {shown}" if entities else None,
+                             f"Action: {detail.actionability}" if detail.actionability else None,
+                             f"Status {detail.statusCode}, starts {detail.startTime.isoformat()}"),
+            service=detail.service,
+            severity=table.severity(detail.eventTypeCategory),
+            source=SOURCE,
+            reported_at=detail.lastUpdatedTime or detail.startTime,
+            evidence=build_evidence(
+                HealthEvidence, envelope, source_ref=key, source_severity=detail.eventTypeCategory,
+                health_event_type=detail.eventTypeCode, health_category=detail.eventTypeCategory,
+                health_scope=detail.eventScopeCode, actionability=detail.actionability, event_region=region,
+                affected_entities=shown or None),
+        )
+        return [Opened(key, incident)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.health", DETAIL_TYPE, HealthDetail, adapt, evidence=HealthEvidence)
+INCIDENT_SOURCE = HealthEvents()

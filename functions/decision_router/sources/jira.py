@@ -14,13 +14,14 @@ from typing import Any, Mapping
 
 from pydantic import Field
 
+from ..items import Ticket
 from .webhook import (
     Identifier,
     Shape,
-    TicketFields,
     TicketSource,
     Unauthorized,
     Unusable,
+    build_ticket,
     check_shape,
     check_time,
     header,
@@ -78,8 +79,8 @@ def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
     return {SIGNATURE: "sha256=" + hmac_sha256(key, body).hexdigest()}
 
 
-def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
-    """A ticket's fields from a `jira:issue_created` webhook; the reason text for another event."""
+def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+    """The ticket a `jira:issue_created` webhook creates; the reason text for another event."""
     event = str(payload.get("webhookEvent", ""))
     if event != "jira:issue_created":
         return f"Jira event {event or '(no webhookEvent)'}: only jira:issue_created is routed"
@@ -93,13 +94,13 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     key = str(need(issue, "key", "issue."))
     self_url = str(issue.get("self", ""))
     browse = re.sub(r"/rest/api/.*$", f"/browse/{key}", self_url) if "/rest/api/" in self_url else None
-    return {
+    return build_ticket({
         "ticket_id": f"jira-{key}", "subject": need(fields, "summary", "issue.fields."),
         "body": need(fields, "description", "issue.fields."),
         "customer": {"id": str(customer), "tier": tier(fields.get("labels") or [], default_tier)},
         "channel": "web", "created_at": need(fields, "created", "issue.fields."),
         "reference": {"system": NAME, "id": key, "url": browse},
-    }
+    })
 
 
 TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -19,10 +20,10 @@ from .events import (
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -69,35 +70,45 @@ class PagerDutyEvidence(SourceEvidence):
     pagerduty_priority: str | None = None
 
 
-def adapt(envelope: Envelope[WebhookDetail], table: SeverityTable) -> list[SourceOutcome]:
-    detail = envelope.detail
-    pd = detail.incident
-    key = pd.id
-    if detail.event == "incident.resolve":
-        return [Resolved(key, SOURCE, f"PagerDuty incident {pd.id} was resolved")]
-    if detail.event != "incident.trigger":
-        return [Ignored(SOURCE, f"PagerDuty {detail.event} of incident {pd.id}: only a trigger opens and a resolve "
-                                "closes an incident", key)]
-    service = (pd.service.name or pd.service.summary) if pd.service else None
-    priority = (pd.priority.summary or pd.priority.name) if pd.priority else None
-    label = priority or pd.urgency
-    data = {
-        "incident_id": incident_id(key),
-        "title": pd.title,
-        # PagerDuty often repeats the title as the description: the service and urgency add evidence.
-        "description": text(pd.description if pd.description and pd.description != pd.title else pd.title,
-                            f"PagerDuty service {service}" if service else None,
-                            f"Urgency {pd.urgency}" if pd.urgency else None,
-                            f"Priority {priority}" if priority else None),
-        "service": service or "pagerduty",
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": pd.created_at,
-        "evidence": build_evidence(
-            PagerDutyEvidence, envelope, source_ref=key, source_url=pd.html_url, source_severity=label,
-            pagerduty_service=service, urgency=pd.urgency, pagerduty_priority=priority),
-    }
-    return [Opened(key, data)]
+class PagerDutyEvents(IncidentSource[WebhookDetail]):
+    """PagerDuty V3 webhooks on its EventBridge partner bus."""
+
+    name = SOURCE
+    event_source = PARTNER_PREFIX
+    detail_type = DETAIL_TYPE
+    detail = WebhookDetail
+    partner = True
+    evidence = PagerDutyEvidence
+
+    def adapt(self, envelope: Envelope[WebhookDetail], table: SeverityTable) -> list[SourceOutcome]:
+        detail = envelope.detail
+        pd = detail.incident
+        key = pd.id
+        if detail.event == "incident.resolve":
+            return [Resolved(key, SOURCE, f"PagerDuty incident {pd.id} was resolved")]
+        if detail.event != "incident.trigger":
+            return [Ignored(SOURCE, f"PagerDuty {detail.event} of incident {pd.id}: only a trigger opens and a resolve "
+                                    "closes an incident", key)]
+        service = (pd.service.name or pd.service.summary) if pd.service else None
+        priority = (pd.priority.summary or pd.priority.name) if pd.priority else None
+        label = priority or pd.urgency
+        incident = build_incident(
+            envelope, incident_id=incident_id(key),
+            title=pd.title,
+            # PagerDuty often repeats the title as the description: the service and urgency add evidence.
+            description=text(pd.description if pd.description and pd.description != pd.title else pd.title,
+                             f"PagerDuty service {service}" if service else None,
+                             f"Urgency {pd.urgency}" if pd.urgency else None,
+                             f"Priority {priority}" if priority else None),
+            service=service or "pagerduty",
+            severity=table.severity(label),
+            source=SOURCE,
+            reported_at=pd.created_at,
+            evidence=build_evidence(
+                PagerDutyEvidence, envelope, source_ref=key, source_url=pd.html_url, source_severity=label,
+                pagerduty_service=service, urgency=pd.urgency, pagerduty_priority=priority),
+        )
+        return [Opened(key, incident)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, PARTNER_PREFIX, DETAIL_TYPE, WebhookDetail, adapt, partner=True, evidence=PagerDutyEvidence)
+INCIDENT_SOURCE = PagerDutyEvents()

@@ -34,6 +34,7 @@ from .events import (
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -86,42 +87,51 @@ def _required(envelope: Envelope[Any], **fields: Any) -> None:
         raise InvalidSourceEvent(envelope.source, envelope.detail_type, missing)
 
 
-def adapt(envelope: Envelope[WebhookBody], table: SeverityTable) -> list[SourceOutcome]:
-    event = envelope.detail.event
-    pd = event.data
-    if event.resource_type != "incident":
-        return [Ignored(SOURCE, f"PagerDuty {event.event_type} ({event.resource_type}) is no incident event")]
-    _required(envelope, id=pd.id)
-    key = str(pd.id)
-    if event.event_type in RESOLVING:
-        return [Resolved(key, SOURCE, f"PagerDuty incident {key} was resolved"
-                         + (f" ({pd.resolve_reason})" if isinstance(pd.resolve_reason, str) else ""))]
-    if event.event_type not in OPENING:
-        return [Ignored(SOURCE, f"PagerDuty {event.event_type} of incident {key}: counted on the open incident; "
-                                "only triggered or reopened opens and resolved resolves one", key)]
-    _required(envelope, title=pd.title)
-    service = pd.service.summary if pd.service else None
-    priority = pd.priority.summary if pd.priority else None
-    label = priority or pd.urgency
-    data = {
-        "incident_id": incident_id(key),
-        "title": pd.title,
-        "description": text(pd.title, f"PagerDuty service {service}" if service else None,
-                            f"Urgency {pd.urgency}" if pd.urgency else None,
-                            f"Priority {priority}" if priority else None,
-                            "Reopened in PagerDuty" if event.event_type == "incident.reopened" else None),
-        "service": service or "pagerduty",
-        "severity": table.severity(label),
-        "source": SOURCE,
-        "reported_at": pd.created_at or event.occurred_at,
-        "evidence": build_evidence(
-            PagerDutyEvidence, envelope, source_ref=key, source_url=pd.html_url, source_severity=label,
-            pagerduty_service=service, urgency=pd.urgency, pagerduty_priority=priority),
-    }
-    return [Opened(key, data)]
+class PagerDutyWebhookEvents(IncidentSource[WebhookBody]):
+    """PagerDuty V3 webhooks by HTTPS, forwarded to the bus."""
+
+    name = SOURCE
+    event_source = FORWARDED_SOURCE
+    detail_type = DETAIL_TYPE
+    detail = WebhookBody
+    evidence = PagerDutyEvidence
+
+    def adapt(self, envelope: Envelope[WebhookBody], table: SeverityTable) -> list[SourceOutcome]:
+        event = envelope.detail.event
+        pd = event.data
+        if event.resource_type != "incident":
+            return [Ignored(SOURCE, f"PagerDuty {event.event_type} ({event.resource_type}) is no incident event")]
+        _required(envelope, id=pd.id)
+        key = str(pd.id)
+        if event.event_type in RESOLVING:
+            return [Resolved(key, SOURCE, f"PagerDuty incident {key} was resolved"
+                             + (f" ({pd.resolve_reason})" if isinstance(pd.resolve_reason, str) else ""))]
+        if event.event_type not in OPENING:
+            return [Ignored(SOURCE, f"PagerDuty {event.event_type} of incident {key}: counted on the open incident; "
+                                    "only triggered or reopened opens and resolved resolves one", key)]
+        _required(envelope, title=pd.title)
+        service = pd.service.summary if pd.service else None
+        priority = pd.priority.summary if pd.priority else None
+        label = priority or pd.urgency
+        incident = build_incident(
+            envelope, incident_id=incident_id(key),
+            title=pd.title,
+            description=text(pd.title, f"PagerDuty service {service}" if service else None,
+                             f"Urgency {pd.urgency}" if pd.urgency else None,
+                             f"Priority {priority}" if priority else None,
+                             "Reopened in PagerDuty" if event.event_type == "incident.reopened" else None),
+            service=service or "pagerduty",
+            severity=table.severity(label),
+            source=SOURCE,
+            reported_at=pd.created_at or event.occurred_at,
+            evidence=build_evidence(
+                PagerDutyEvidence, envelope, source_ref=key, source_url=pd.html_url, source_severity=label,
+                pagerduty_service=service, urgency=pd.urgency, pagerduty_priority=priority),
+        )
+        return [Opened(key, incident)]
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, FORWARDED_SOURCE, DETAIL_TYPE, WebhookBody, adapt, evidence=PagerDutyEvidence)
+INCIDENT_SOURCE = PagerDutyWebhookEvents()
 
 
 # ------------------------------------------------------------------ the webhook API's half

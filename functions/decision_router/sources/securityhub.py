@@ -12,16 +12,17 @@ from datetime import datetime
 
 from pydantic import Field
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -89,10 +90,6 @@ class SecurityHubEvidence(SourceEvidence):
     compliance_status: str | None = None
 
 
-def adapt(envelope: Envelope[FindingsDetail], table: SeverityTable) -> list[SourceOutcome]:
-    return [_one(finding, envelope, table) for finding in envelope.detail.findings]
-
-
 def finding_key(uid: str) -> str:
     """The open-incident key of a finding, shared by every feed that carries it: ASFF's `Id` and
     OCSF's `finding_info.uid` are the same finding ARN when both Security Hub feeds are on, so
@@ -112,24 +109,37 @@ def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTa
         return Resolved(key, SOURCE, f"Security Hub finding {finding.Title!r} is over: {why}")
     resource = finding.Resources[0] if finding.Resources else None
     severity = label(finding.Severity)
-    data = {
-        "incident_id": incident_id(key),
-        "title": finding.Title,
-        "description": text(finding.Description, f"Severity {severity}" if severity else None,
-                            f"Types: {', '.join(finding.Types)}" if finding.Types else None,
-                            f"Resource {resource.Type} {resource.Id}" if resource else None,
-                            f"Compliance {compliance}" if compliance else None),
-        "service": (f"{resource.Type} {resource.Id}" if resource else "Security Hub")[:200],
-        "severity": table.severity(severity),
-        "source": SOURCE,
-        "reported_at": finding.UpdatedAt,
-        "evidence": build_evidence(
+    incident = build_incident(
+        envelope, incident_id=incident_id(key),
+        title=finding.Title,
+        description=text(finding.Description, f"Severity {severity}" if severity else None,
+                         f"Types: {', '.join(finding.Types)}" if finding.Types else None,
+                         f"Resource {resource.Type} {resource.Id}" if resource else None,
+                         f"Compliance {compliance}" if compliance else None),
+        service=(f"{resource.Type} {resource.Id}" if resource else "Security Hub")[:200],
+        severity=table.severity(severity),
+        source=SOURCE,
+        reported_at=finding.UpdatedAt,
+        evidence=build_evidence(
             SecurityHubEvidence, envelope, source_ref=finding.Id, source_severity=severity,
             finding_type=finding.Types[0] if finding.Types else None,
             resource_type=resource.Type if resource else None, resource_id=resource.Id if resource else None,
             record_state=finding.RecordState, workflow_status=finding.Workflow.Status, compliance_status=compliance),
-    }
-    return Opened(key, data)
+    )
+    return Opened(key, incident)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, "aws.securityhub", DETAIL_TYPE, FindingsDetail, adapt, evidence=SecurityHubEvidence)
+class SecurityHubFindings(IncidentSource[FindingsDetail]):
+    """Security Hub findings (ASFF) on EventBridge."""
+
+    name = SOURCE
+    event_source = "aws.securityhub"
+    detail_type = DETAIL_TYPE
+    detail = FindingsDetail
+    evidence = SecurityHubEvidence
+
+    def adapt(self, envelope: Envelope[FindingsDetail], table: SeverityTable) -> list[SourceOutcome]:
+        return [_one(finding, envelope, table) for finding in envelope.detail.findings]
+
+
+INCIDENT_SOURCE = SecurityHubFindings()

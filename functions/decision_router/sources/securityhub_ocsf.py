@@ -19,16 +19,17 @@ from datetime import datetime
 
 from pydantic import Field
 
+from ..items import SourceEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
     IncidentSource,
     Opened,
     Resolved,
-    SourceEvidence,
     SourceModel,
     SourceOutcome,
     build_evidence,
+    build_incident,
     incident_id,
     text,
 )
@@ -126,10 +127,6 @@ def closed(finding: OcsfFinding) -> str | None:
     return None
 
 
-def adapt(envelope: Envelope[OcsfFindingsDetail], table: SeverityTable) -> list[SourceOutcome]:
-    return [_one(finding, envelope, table) for finding in envelope.detail.findings]
-
-
 def _one(finding: OcsfFinding, envelope: Envelope[OcsfFindingsDetail], table: SeverityTable) -> SourceOutcome:
     info = finding.finding_info
     key = finding_key(info.uid)
@@ -142,26 +139,39 @@ def _one(finding: OcsfFinding, envelope: Envelope[OcsfFindingsDetail], table: Se
     finding_class = finding.class_name or CLASSES.get(finding.class_uid, f"class {finding.class_uid}")
     compliance = finding.compliance
     product = finding.metadata.product.name if finding.metadata.product else None
-    data = {
-        "incident_id": incident_id(key),
-        "title": info.title,
-        "description": text(info.desc, f"{finding_class}, severity {severity}" + (f", from {product}" if product else ""),
-                            f"Types: {', '.join(info.types)}" if info.types else None,
-                            f"Resource {resource.type} {resource_id}" if resource and resource_id else None,
-                            f"Control {compliance.control}: {compliance.status}" if compliance and compliance.control
-                            else None),
-        "service": (f"{resource.type} {resource_id}" if resource and resource_id else "Security Hub")[:200],
-        "severity": table.severity(severity),
-        "source": SOURCE,
-        "reported_at": info.modified_time_dt or finding.time_dt or info.created_time_dt or envelope.time,
-        "evidence": build_evidence(
+    incident = build_incident(
+        envelope, incident_id=incident_id(key),
+        title=info.title,
+        description=text(info.desc, f"{finding_class}, severity {severity}" + (f", from {product}" if product else ""),
+                         f"Types: {', '.join(info.types)}" if info.types else None,
+                         f"Resource {resource.type} {resource_id}" if resource and resource_id else None,
+                         f"Control {compliance.control}: {compliance.status}" if compliance and compliance.control
+                         else None),
+        service=(f"{resource.type} {resource_id}" if resource and resource_id else "Security Hub")[:200],
+        severity=table.severity(severity),
+        source=SOURCE,
+        reported_at=info.modified_time_dt or finding.time_dt or info.created_time_dt or envelope.time,
+        evidence=build_evidence(
             OcsfEvidence, envelope, source_ref=info.uid, source_severity=severity, finding_class=finding_class,
             finding_type=info.types[0] if info.types else None, resource_type=resource.type if resource else None,
             resource_id=resource_id, finding_status=finding.status, product=product,
             compliance_status=compliance.status if compliance else None,
             compliance_control=compliance.control if compliance else None),
-    }
-    return Opened(key, data)
+    )
+    return Opened(key, incident)
 
 
-INCIDENT_SOURCE = IncidentSource(SOURCE, SOURCE, DETAIL_TYPE, OcsfFindingsDetail, adapt, evidence=OcsfEvidence)
+class SecurityHubOcsfFindings(IncidentSource[OcsfFindingsDetail]):
+    """Security Hub findings in OCSF on EventBridge."""
+
+    name = SOURCE
+    event_source = SOURCE
+    detail_type = DETAIL_TYPE
+    detail = OcsfFindingsDetail
+    evidence = OcsfEvidence
+
+    def adapt(self, envelope: Envelope[OcsfFindingsDetail], table: SeverityTable) -> list[SourceOutcome]:
+        return [_one(finding, envelope, table) for finding in envelope.detail.findings]
+
+
+INCIDENT_SOURCE = SecurityHubOcsfFindings()

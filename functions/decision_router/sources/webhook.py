@@ -19,9 +19,11 @@ import hmac
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Any, Callable, Mapping
+from typing import Annotated, Any, Callable, Mapping, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from ..items import InvalidItem, Ticket, parse_item
 
 #: A tag or label naming the customer's tier: tier-pro, tier_pro or tier:pro.
 TIER_TAG = re.compile(r"^tier[-_:](free|pro|enterprise)$", re.IGNORECASE)
@@ -36,8 +38,12 @@ class Unusable(ValueError):
     """A verified payload that is no ticket the policy can decide: parked with this reason."""
 
 
-#: A mapped payload: the ticket's fields (validated by the intake), or why it is not routed.
-TicketFields = dict[str, Any]
+def build_ticket(fields: Mapping[str, Any]) -> Ticket:
+    """The ticket a source mapped, validated; Unusable names every bad field and why."""
+    try:
+        return cast(Ticket, parse_item("ticket", dict(fields)))
+    except InvalidItem as error:
+        raise Unusable(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,8 @@ class TicketSource:
     verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], bytes]
     #: The headers a sender attaches (body, secret, unix time).
     sign: Callable[[bytes, bytes, float], dict[str, str]]
-    #: The ticket's fields from a verified payload, or the reason text for an event not routed.
-    ticket: Callable[[Mapping[str, Any], str], TicketFields | str]
+    #: The ticket a verified payload maps to (`build_ticket`), or the reason text for an event not routed.
+    ticket: Callable[[Mapping[str, Any], str], Ticket | str]
     #: The header naming the delivery, unchanged on the sender's retries ("" when it sends none).
     delivery_header: str = ""
     #: The systems of `reference` this source may name, and the `ticket_id` prefixes it may use

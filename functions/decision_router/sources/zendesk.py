@@ -9,12 +9,13 @@ import base64
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from ..items import Ticket
 from .webhook import (
     Identifier,
     Shape,
-    TicketFields,
     TicketSource,
     Unauthorized,
+    build_ticket,
     check_shape,
     check_time,
     header,
@@ -65,8 +66,8 @@ def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
     return {SIGNATURE: base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()).decode(), TIMESTAMP: stamp}
 
 
-def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
-    """A ticket's fields from a `ticket.created` webhook; the reason text for another event type."""
+def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+    """The ticket a `ticket.created` webhook creates; the reason text for another event type."""
     kind = str(payload.get("type", ""))
     if not kind.endswith("ticket.created"):
         return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
@@ -74,13 +75,13 @@ def ticket(payload: Mapping[str, Any], default_tier: str) -> TicketFields | str:
     detail = need(payload, "detail")
     ticket_id = str(need(detail, "id", "detail."))
     via = detail.get("via") or {}
-    return {
+    return build_ticket({
         "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
         "body": need(detail, "description", "detail."),
         "customer": {"id": str(need(detail, "requester_id", "detail.")), "tier": tier(detail.get("tags") or [], default_tier)},
         "channel": CHANNELS.get(str(via.get("channel", "")).lower(), "web"), "created_at": need(detail, "created_at", "detail."),
         "reference": {"system": NAME, "id": ticket_id},
-    }
+    })
 
 
 TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))

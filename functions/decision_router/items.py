@@ -6,6 +6,10 @@ never half-routed. Field paths (``customer.tier``) let policies refer to item fi
 ITEM_MODELS is the one list of item kinds: policies and records accept exactly its keys
 (`ItemKind`). A new kind is an Item model here, a policy file, a handler and its template
 resources.
+
+These models stand on the library's ground floor: the sources (decision_router.sources) build
+them from their events, each extending `SourceEvidence` with its own fields, and the domain
+decides them.
 """
 
 from __future__ import annotations
@@ -14,14 +18,13 @@ import hashlib
 import json
 import types
 from datetime import datetime, timezone
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
-from ..severity import Severity
-from ..sources import Evidence
-from ..validation import StrictModel, describe_errors
+from .severity import Severity
+from .validation import StrictModel, describe_errors
 
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
@@ -102,6 +105,28 @@ class Ticket(Item):
     created_at: UtcDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
     reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
+
+
+class SourceEvidence(BaseModel):
+    """What every native source's evidence has; a source's module extends it with its own fields,
+    which a policy rule can name (`evidence.namespace`, `evidence.finding_type`, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source_ref: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)] = Field(
+        description="The source's own id: alarm ARN, Health event ARN, finding id, PagerDuty incident id. "
+                    "Also the correlation key.")
+    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
+    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
+                                                          "source_severity table (e.g. HIGH, P2, issue).")
+    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
+
+
+if TYPE_CHECKING:
+    Evidence = SourceEvidence
+# At run time `Evidence` is the union of every native source's evidence model, built from the
+# sources' table, which imports this module: decision_router.sources completes `Incident` with it
+# (`Incident.model_rebuild`). Until then pydantic refuses to validate an incident, loudly.
 
 
 class Incident(Item):
