@@ -27,8 +27,7 @@ TABLES = load_policy("incident").source_severity
 
 def module_of(source: IncidentSource[Any] | TicketSource) -> str:
     """The module of decision_router.sources that declares the source (`cloudwatch`, `zendesk`)."""
-    declared = source.adapt if isinstance(source, IncidentSource) else source.ticket
-    return declared.__module__.rpartition(".")[2]
+    return type(source).__module__.rpartition(".")[2]
 
 
 def named(word: str, text: str) -> bool:

@@ -345,14 +345,14 @@ def test_attack_a_signed_field_of_the_wrong_json_type_is_parked_not_a_500(webhoo
 def test_a_mapping_that_fails_on_a_body_parks_it_with_the_cause(webhook, stack, monkeypatch):
     """Whatever a source's shape check misses, a TypeError, AttributeError or ValueError from its
     mapping parks the body with the cause instead of answering 500 (retried for ever)."""
-    import dataclasses
-
     from decision_router import sources
+    from decision_router.sources.generic import GenericWebhook
 
-    def broken(payload, default_tier):
-        return payload["detail"].upper()  # the mapping trips over a shape it did not expect
+    class Broken(GenericWebhook):
+        def ticket(self, payload, default_tier):
+            return payload["detail"].upper()  # the mapping trips over a shape it did not expect
 
-    monkeypatch.setitem(sources.TICKET_SOURCES, "generic", dataclasses.replace(sources.TICKET_SOURCES["generic"], ticket=broken))
+    monkeypatch.setitem(sources.TICKET_SOURCES, "generic", Broken())
     raw = with_value("generic", ("detail",), 7)
     status, answer = call(webhook, "generic", raw, sign("generic", raw))
     assert (status, answer["status"]) == (202, "parked") and "AttributeError" in answer["reason"], answer
@@ -481,12 +481,12 @@ def test_attack_grafana_signed_without_its_time_is_refused_even_after_the_record
 
 
 def test_grafana_without_its_time_logs_the_precise_reason():
-    from decision_router.sources.grafana import GRAFANA_TIMESTAMP, verify_grafana
+    from decision_router.sources.grafana import GRAFANA_TIMESTAMP, WEBHOOK
     from decision_router.sources.webhook import Unauthorized
 
     raw = b'{"alerts": []}'
     with pytest.raises(Unauthorized, match=f"missing {GRAFANA_TIMESTAMP} header.*replay"):
-        verify_grafana(grafana_headers(raw, timestamped=False), raw, None, SECRETS["grafana"].encode(),
+        WEBHOOK.verify(grafana_headers(raw, timestamped=False), raw, None, SECRETS["grafana"].encode(),
                        datetime.now(timezone.utc), 300)
 
 

@@ -17,24 +17,27 @@ SIGNATURE = "X-Signature"
 TIMESTAMP = "X-Signature-Timestamp"
 
 
-def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
-    signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
-    if not same("sha256=" + hmac_sha256(key, stamp.encode() + b"." + body).hexdigest(), signature):
-        raise Unauthorized(f"{SIGNATURE} does not match the timestamp and body")
-    if not stamp.isdigit():
-        raise Unauthorized(f"{TIMESTAMP} is not unix seconds")
-    check_time(unix_time(stamp, TIMESTAMP), now, max_skew)
-    return stamp.encode() + b"." + body
+class GenericWebhook(TicketSource):
+    """Any system that posts a ticket's fields as they are."""
+
+    name = NAME
+
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
+        signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
+        if not same("sha256=" + hmac_sha256(key, stamp.encode() + b"." + body).hexdigest(), signature):
+            raise Unauthorized(f"{SIGNATURE} does not match the timestamp and body")
+        if not stamp.isdigit():
+            raise Unauthorized(f"{TIMESTAMP} is not unix seconds")
+        check_time(unix_time(stamp, TIMESTAMP), now, max_skew)
+        return stamp.encode() + b"." + body
+
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        stamp = str(int(at))
+        return {SIGNATURE: "sha256=" + hmac_sha256(key, stamp.encode() + b"." + body).hexdigest(), TIMESTAMP: stamp}
+
+    def ticket(self, payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+        """The body is the ticket's fields as they are."""
+        return build_ticket(payload)
 
 
-def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
-    stamp = str(int(at))
-    return {SIGNATURE: "sha256=" + hmac_sha256(key, stamp.encode() + b"." + body).hexdigest(), TIMESTAMP: stamp}
-
-
-def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
-    """The body is the ticket's fields as they are."""
-    return build_ticket(payload)
-
-
-TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket)
+TICKET_SOURCE = GenericWebhook()

@@ -168,36 +168,40 @@ INCIDENT_SOURCE = GrafanaAlerts()
 
 
 # ------------------------------------------------------------------ the webhook API's half
-def verify_grafana(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
-                   max_skew: int) -> bytes:
-    signature = header(headers, GRAFANA_SIGNATURE)
-    lowered = {k.lower(): v for k, v in headers.items()}
-    stamp = str(lowered.get(GRAFANA_TIMESTAMP.lower(), "")).strip()
-    if not stamp:
-        # A signature of the body alone has no time window: a captured request replays for ever.
-        raise Unauthorized(f"missing {GRAFANA_TIMESTAMP} header: a signature without a signed time cannot rule out "
-                           "a replay (set it as the contact point's timestamp header)")
-    signed = stamp.encode() + b":" + body
-    if not same(hmac_sha256(key, signed).hexdigest(), signature):
-        raise Unauthorized(f"{GRAFANA_SIGNATURE} does not match the timestamp and body")
-    if not stamp.isdigit():
-        raise Unauthorized(f"{GRAFANA_TIMESTAMP} is not unix seconds")
-    check_time(unix_time(stamp, GRAFANA_TIMESTAMP), now, max_skew)
-    return signed
+class GrafanaWebhook(IncidentWebhook):
+    """Grafana alerting's contact point, forwarded to the bus."""
+
+    name = SOURCE
+    detail_type = DETAIL_TYPE
+
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
+               max_skew: int) -> bytes:
+        signature = header(headers, GRAFANA_SIGNATURE)
+        lowered = {k.lower(): v for k, v in headers.items()}
+        stamp = str(lowered.get(GRAFANA_TIMESTAMP.lower(), "")).strip()
+        if not stamp:
+            # A signature of the body alone has no time window: a captured request replays for ever.
+            raise Unauthorized(f"missing {GRAFANA_TIMESTAMP} header: a signature without a signed time cannot rule out "
+                               "a replay (set it as the contact point's timestamp header)")
+        signed = stamp.encode() + b":" + body
+        if not same(hmac_sha256(key, signed).hexdigest(), signature):
+            raise Unauthorized(f"{GRAFANA_SIGNATURE} does not match the timestamp and body")
+        if not stamp.isdigit():
+            raise Unauthorized(f"{GRAFANA_TIMESTAMP} is not unix seconds")
+        check_time(unix_time(stamp, GRAFANA_TIMESTAMP), now, max_skew)
+        return signed
+
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        """As Grafana signs with a timestamp header configured (the demo's and tests' senders)."""
+        stamp = str(int(at))
+        return {GRAFANA_SIGNATURE: hmac_sha256(key, stamp.encode() + b":" + body).hexdigest(), GRAFANA_TIMESTAMP: stamp}
+
+    def skipped(self, payload: Any) -> str | None:
+        """A notification without alerts is nothing to route."""
+        alerts = payload.get("alerts") if isinstance(payload, Mapping) else None
+        if not isinstance(alerts, list) or not alerts:
+            return "Grafana notification without alerts: nothing to forward"
+        return None
 
 
-def sign_grafana(body: bytes, key: bytes, at: float) -> dict[str, str]:
-    """As Grafana signs with a timestamp header configured (the demo's and tests' senders)."""
-    stamp = str(int(at))
-    return {GRAFANA_SIGNATURE: hmac_sha256(key, stamp.encode() + b":" + body).hexdigest(), GRAFANA_TIMESTAMP: stamp}
-
-
-def grafana_skipped(payload: Any) -> str | None:
-    """A notification without alerts is nothing to route."""
-    alerts = payload.get("alerts") if isinstance(payload, Mapping) else None
-    if not isinstance(alerts, list) or not alerts:
-        return "Grafana notification without alerts: nothing to forward"
-    return None
-
-
-WEBHOOK = IncidentWebhook(SOURCE, verify_grafana, sign_grafana, DETAIL_TYPE, grafana_skipped)
+WEBHOOK = GrafanaWebhook()

@@ -63,44 +63,49 @@ class IssueCreated(Shape):
     issue: Issue | None = None
 
 
-def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
-    if not same("sha256=" + hmac_sha256(key, body).hexdigest(), header(headers, SIGNATURE)):
-        raise Unauthorized(f"{SIGNATURE} does not match the body")
-    stamp_ms = payload.get("timestamp") if isinstance(payload, dict) else None
-    if isinstance(stamp_ms, bool) or not isinstance(stamp_ms, (int, float)):
-        raise Unauthorized("the signed Jira body carries no usable 'timestamp' (ms): replay cannot be ruled out")
-    signed_at = unix_time(stamp_ms, "the Jira body's timestamp", scale=1000)
-    check_time(signed_at, now, max_skew, max_age=max(max_skew, RETRY_WINDOW_SECONDS))
-    return body
+class JiraWebhook(TicketSource):
+    """Jira's webhooks (jira:issue_created)."""
+
+    name = NAME
+    delivery_header = DELIVERY
+    owns = (NAME,)
+
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
+        if not same("sha256=" + hmac_sha256(key, body).hexdigest(), header(headers, SIGNATURE)):
+            raise Unauthorized(f"{SIGNATURE} does not match the body")
+        stamp_ms = payload.get("timestamp") if isinstance(payload, dict) else None
+        if isinstance(stamp_ms, bool) or not isinstance(stamp_ms, (int, float)):
+            raise Unauthorized("the signed Jira body carries no usable 'timestamp' (ms): replay cannot be ruled out")
+        signed_at = unix_time(stamp_ms, "the Jira body's timestamp", scale=1000)
+        check_time(signed_at, now, max_skew, max_age=max(max_skew, RETRY_WINDOW_SECONDS))
+        return body
+
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        """Jira signs the body alone: its time is the body's `timestamp`."""
+        return {SIGNATURE: "sha256=" + hmac_sha256(key, body).hexdigest()}
+
+    def ticket(self, payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+        """The ticket a `jira:issue_created` webhook creates; the reason text for another event."""
+        event = str(payload.get("webhookEvent", ""))
+        if event != "jira:issue_created":
+            return f"Jira event {event or '(no webhookEvent)'}: only jira:issue_created is routed"
+        check_shape(IssueCreated, payload)
+        issue = need(payload, "issue")
+        fields = need(issue, "fields", "issue.")
+        reporter = fields.get("reporter") or {}
+        customer = reporter.get("accountId") or reporter.get("key") or reporter.get("name") or reporter.get("emailAddress")
+        if not customer:
+            raise Unusable("issue.fields.reporter has no accountId, key or name: the ticket's customer is unknown")
+        key = str(need(issue, "key", "issue."))
+        self_url = str(issue.get("self", ""))
+        browse = re.sub(r"/rest/api/.*$", f"/browse/{key}", self_url) if "/rest/api/" in self_url else None
+        return build_ticket({
+            "ticket_id": f"jira-{key}", "subject": need(fields, "summary", "issue.fields."),
+            "body": need(fields, "description", "issue.fields."),
+            "customer": {"id": str(customer), "tier": tier(fields.get("labels") or [], default_tier)},
+            "channel": "web", "created_at": need(fields, "created", "issue.fields."),
+            "reference": {"system": NAME, "id": key, "url": browse},
+        })
 
 
-def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
-    """Jira signs the body alone: its time is the body's `timestamp`."""
-    return {SIGNATURE: "sha256=" + hmac_sha256(key, body).hexdigest()}
-
-
-def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
-    """The ticket a `jira:issue_created` webhook creates; the reason text for another event."""
-    event = str(payload.get("webhookEvent", ""))
-    if event != "jira:issue_created":
-        return f"Jira event {event or '(no webhookEvent)'}: only jira:issue_created is routed"
-    check_shape(IssueCreated, payload)
-    issue = need(payload, "issue")
-    fields = need(issue, "fields", "issue.")
-    reporter = fields.get("reporter") or {}
-    customer = reporter.get("accountId") or reporter.get("key") or reporter.get("name") or reporter.get("emailAddress")
-    if not customer:
-        raise Unusable("issue.fields.reporter has no accountId, key or name: the ticket's customer is unknown")
-    key = str(need(issue, "key", "issue."))
-    self_url = str(issue.get("self", ""))
-    browse = re.sub(r"/rest/api/.*$", f"/browse/{key}", self_url) if "/rest/api/" in self_url else None
-    return build_ticket({
-        "ticket_id": f"jira-{key}", "subject": need(fields, "summary", "issue.fields."),
-        "body": need(fields, "description", "issue.fields."),
-        "customer": {"id": str(customer), "tier": tier(fields.get("labels") or [], default_tier)},
-        "channel": "web", "created_at": need(fields, "created", "issue.fields."),
-        "reference": {"system": NAME, "id": key, "url": browse},
-    })
-
-
-TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))
+TICKET_SOURCE = JiraWebhook()

@@ -140,35 +140,39 @@ def _event(payload: Any) -> Mapping[str, Any]:
     return event if isinstance(event, Mapping) else {}
 
 
-def verify_pagerduty(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
-                     max_skew: int) -> bytes:
-    given = hex_signatures(header(headers, PAGERDUTY_SIGNATURE), "v1=")
-    expected = hmac_sha256(key, body).hexdigest()
-    # Every entry is compared (no early exit): the time taken says nothing about which one matched.
-    matches = [same(expected, signature) for signature in given]
-    if not any(matches):
-        raise Unauthorized(f"no v1= entry of {PAGERDUTY_SIGNATURE} matches the body")
-    occurred = _event(payload).get("occurred_at")
-    if not isinstance(occurred, str):
-        raise Unauthorized("the signed PagerDuty body carries no event.occurred_at: replay cannot be ruled out")
-    check_time(parse_time(occurred, "event.occurred_at"), now, max_skew, max_age=max(max_skew, EVENT_WINDOW_SECONDS))
-    return body
+class PagerDutyWebhook(IncidentWebhook):
+    """PagerDuty's V3 webhook subscription, forwarded to the bus."""
+
+    name = SOURCE
+    detail_type = DETAIL_TYPE
+    delivery_header = PAGERDUTY_DELIVERY
+
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
+               max_skew: int) -> bytes:
+        given = hex_signatures(header(headers, PAGERDUTY_SIGNATURE), "v1=")
+        expected = hmac_sha256(key, body).hexdigest()
+        # Every entry is compared (no early exit): the time taken says nothing about which one matched.
+        matches = [same(expected, signature) for signature in given]
+        if not any(matches):
+            raise Unauthorized(f"no v1= entry of {PAGERDUTY_SIGNATURE} matches the body")
+        occurred = _event(payload).get("occurred_at")
+        if not isinstance(occurred, str):
+            raise Unauthorized("the signed PagerDuty body carries no event.occurred_at: replay cannot be ruled out")
+        check_time(parse_time(occurred, "event.occurred_at"), now, max_skew, max_age=max(max_skew, EVENT_WINDOW_SECONDS))
+        return body
+
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        return {PAGERDUTY_SIGNATURE: "v1=" + hmac_sha256(key, body).hexdigest()}
+
+    def skipped(self, payload: Any) -> str | None:
+        """PagerDuty's ping and its non-incident events are acknowledged, not forwarded."""
+        event = _event(payload)
+        kind, resource = str(event.get("event_type", "")), str(event.get("resource_type", ""))
+        if kind == "pagey.ping":
+            return "PagerDuty ping (pagey.ping): acknowledged"
+        if resource != "incident":
+            return f"PagerDuty {kind or '(no event_type)'} on {resource or '(no resource_type)'}: only incident events are forwarded"
+        return None
 
 
-def sign_pagerduty(body: bytes, key: bytes, at: float) -> dict[str, str]:
-    return {PAGERDUTY_SIGNATURE: "v1=" + hmac_sha256(key, body).hexdigest()}
-
-
-def pagerduty_skipped(payload: Any) -> str | None:
-    """PagerDuty's ping and its non-incident events are acknowledged, not forwarded."""
-    event = _event(payload)
-    kind, resource = str(event.get("event_type", "")), str(event.get("resource_type", ""))
-    if kind == "pagey.ping":
-        return "PagerDuty ping (pagey.ping): acknowledged"
-    if resource != "incident":
-        return f"PagerDuty {kind or '(no event_type)'} on {resource or '(no resource_type)'}: only incident events are forwarded"
-    return None
-
-
-WEBHOOK = IncidentWebhook(SOURCE, verify_pagerduty, sign_pagerduty, DETAIL_TYPE, pagerduty_skipped,
-                          delivery_header=PAGERDUTY_DELIVERY)
+WEBHOOK = PagerDutyWebhook()

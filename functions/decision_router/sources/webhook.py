@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
 from datetime import datetime, timezone
-from typing import Annotated, Any, Callable, Mapping, cast
+from typing import Annotated, Any, Mapping, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -46,39 +46,47 @@ def build_ticket(fields: Mapping[str, Any]) -> Ticket:
         raise Unusable(str(error)) from None
 
 
-@dataclass(frozen=True)
-class TicketSource:
-    """One ticket webhook source as the intake's table declares it."""
+class SignedWebhook(ABC):
+    """A webhook source on the route POST /webhooks/{source}: how its sender signs a body."""
 
     name: str  #: the route's {source}
-    #: Raise Unauthorized unless the body is signed by the secret, recently (headers, body, the body's
-    #: JSON value or None when it is not JSON, secret, now, max skew); else return the message the
-    #: signature covers (a delivery is recorded by it: a replay cannot change it and stay signed).
-    verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], bytes]
-    #: The headers a sender attaches (body, secret, unix time).
-    sign: Callable[[bytes, bytes, float], dict[str, str]]
-    #: The ticket a verified payload maps to (`build_ticket`), or the reason text for an event not routed.
-    ticket: Callable[[Mapping[str, Any], str], Ticket | str]
     #: The header naming the delivery, unchanged on the sender's retries ("" when it sends none).
     delivery_header: str = ""
+
+    @abstractmethod
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime,
+               max_skew: int) -> bytes:
+        """Raise Unauthorized unless `body` is signed by `key`, recently (`payload`: the body's JSON
+        value, or None when it is not JSON); else return the message the signature covers (a
+        delivery is recorded by it: a replay cannot change it and stay signed)."""
+
+    @abstractmethod
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        """The headers a sender attaches at unix time `at` (the demo's and the tests' senders)."""
+
+
+class TicketSource(SignedWebhook):
+    """A ticket webhook source: a class in its module, one instance in the table
+    (decision_router.sources.TICKET_SOURCES)."""
+
     #: The systems of `reference` this source may name, and the `ticket_id` prefixes it may use
     #: (empty: any that is not another source's, decision_router.sources.claims).
     owns: tuple[str, ...] = ()
 
+    @abstractmethod
+    def ticket(self, payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+        """The ticket a verified payload maps to (`build_ticket`), or the reason text for an event not routed."""
 
-@dataclass(frozen=True)
-class IncidentWebhook:
+
+class IncidentWebhook(SignedWebhook):
     """An incident webhook source (PagerDuty, Grafana): verified like a ticket source, its body
     forwarded unchanged to the event bus for the incident intake, never put on the ticket queue."""
 
-    name: str  #: the route's {source}
-    verify: Callable[[Mapping[str, str], bytes, Any, bytes, datetime, int], bytes]
-    sign: Callable[[bytes, bytes, float], dict[str, str]]
-    #: The event's detail-type on the bus (its source is FORWARDED_SOURCE).
-    detail_type: str
-    #: Why a verified payload is not forwarded (a ping, another resource), or None to forward it.
-    skipped: Callable[[Any], str | None]
-    delivery_header: str = ""
+    detail_type: str  #: the event's detail-type on the bus (its source is FORWARDED_SOURCE)
+
+    @abstractmethod
+    def skipped(self, payload: Any) -> str | None:
+        """Why a verified payload is not forwarded (a ping, another resource), or None to forward it."""
 
 
 #: The EventBridge source of the incident webhooks' forwarded bodies.

@@ -53,35 +53,40 @@ class TicketCreated(Shape):
     detail: Detail | None = None
 
 
-def verify(headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
-    signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
-    if not same(base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()), signature):
-        raise Unauthorized(f"{SIGNATURE} does not match the body")
-    check_time(parse_time(stamp, TIMESTAMP), now, max_skew)
-    return stamp.encode() + body
+class ZendeskWebhook(TicketSource):
+    """Zendesk's webhooks (ticket.created)."""
+
+    name = NAME
+    delivery_header = DELIVERY
+    owns = (NAME,)
+
+    def verify(self, headers: Mapping[str, str], body: bytes, payload: Any, key: bytes, now: datetime, max_skew: int) -> bytes:
+        signature, stamp = header(headers, SIGNATURE), header(headers, TIMESTAMP)
+        if not same(base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()), signature):
+            raise Unauthorized(f"{SIGNATURE} does not match the body")
+        check_time(parse_time(stamp, TIMESTAMP), now, max_skew)
+        return stamp.encode() + body
+
+    def sign(self, body: bytes, key: bytes, at: float) -> dict[str, str]:
+        stamp = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {SIGNATURE: base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()).decode(), TIMESTAMP: stamp}
+
+    def ticket(self, payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
+        """The ticket a `ticket.created` webhook creates; the reason text for another event type."""
+        kind = str(payload.get("type", ""))
+        if not kind.endswith("ticket.created"):
+            return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
+        check_shape(TicketCreated, payload)
+        detail = need(payload, "detail")
+        ticket_id = str(need(detail, "id", "detail."))
+        via = detail.get("via") or {}
+        return build_ticket({
+            "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
+            "body": need(detail, "description", "detail."),
+            "customer": {"id": str(need(detail, "requester_id", "detail.")), "tier": tier(detail.get("tags") or [], default_tier)},
+            "channel": CHANNELS.get(str(via.get("channel", "")).lower(), "web"), "created_at": need(detail, "created_at", "detail."),
+            "reference": {"system": NAME, "id": ticket_id},
+        })
 
 
-def sign(body: bytes, key: bytes, at: float) -> dict[str, str]:
-    stamp = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {SIGNATURE: base64.b64encode(hmac_sha256(key, stamp.encode() + body).digest()).decode(), TIMESTAMP: stamp}
-
-
-def ticket(payload: Mapping[str, Any], default_tier: str) -> Ticket | str:
-    """The ticket a `ticket.created` webhook creates; the reason text for another event type."""
-    kind = str(payload.get("type", ""))
-    if not kind.endswith("ticket.created"):
-        return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
-    check_shape(TicketCreated, payload)
-    detail = need(payload, "detail")
-    ticket_id = str(need(detail, "id", "detail."))
-    via = detail.get("via") or {}
-    return build_ticket({
-        "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
-        "body": need(detail, "description", "detail."),
-        "customer": {"id": str(need(detail, "requester_id", "detail.")), "tier": tier(detail.get("tags") or [], default_tier)},
-        "channel": CHANNELS.get(str(via.get("channel", "")).lower(), "web"), "created_at": need(detail, "created_at", "detail."),
-        "reference": {"system": NAME, "id": ticket_id},
-    })
-
-
-TICKET_SOURCE = TicketSource(NAME, verify, sign, ticket, delivery_header=DELIVERY, owns=(NAME,))
+TICKET_SOURCE = ZendeskWebhook()
