@@ -275,6 +275,7 @@ class RouteTests:
         from decision_router.intake.incidents import IncidentIntake
         from decision_router.intake.pipeline import Intake
         from decision_router.intake.tickets import TicketIntake
+        from decision_router.intake.wiring import Wiring
 
         credentials = {"AWS_ACCESS_KEY_ID": "route-test", "AWS_SECRET_ACCESS_KEY": "route-test",
                        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
@@ -295,14 +296,14 @@ class RouteTests:
                                       **({"POLICY_NAME": names[kind]} if kind in names else {})}
                 with _environ(self.env["ticket"]):
                     settings = Settings.from_env(self.env["ticket"])
-                    intake = Intake("ticket", logger=logger, metrics=metrics, settings=settings,
-                                    endpoint=self.endpoint, workflow=self.workflow)
-                    self.tickets = TicketIntake(intake, logger=logger, metrics=metrics, settings=settings)
+                    wiring = Wiring(settings, endpoint=self.endpoint, workflow=self.workflow)
+                    intake = Intake("ticket", logger=logger, metrics=metrics, wiring=wiring)
+                    self.tickets = TicketIntake(intake, logger=logger, metrics=metrics)
                 with _environ(self.env["incident"]):
                     settings = Settings.from_env(self.env["incident"])
-                    intake = Intake("incident", logger=logger, metrics=metrics, settings=settings,
-                                    endpoint=self.endpoint, workflow=self.workflow)
-                    self.incidents = IncidentIntake(intake, logger=logger, metrics=metrics, settings=settings)
+                    wiring = Wiring(settings, endpoint=self.endpoint, workflow=self.workflow)
+                    intake = Intake("incident", logger=logger, metrics=metrics, wiring=wiring)
+                    self.incidents = IncidentIntake(intake, logger=logger, metrics=metrics)
                 self.incident_ids: dict[str, str] = {}  # case name → the incident id its item opened
                 yield self
             finally:

@@ -12,11 +12,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
+from decision_router.intake.wiring import Wiring
 
 logger = Logger()
 metrics = Metrics()
 tracer = Tracer()
-intake = Intake("incident", logger=logger, metrics=metrics)
+wiring = Wiring()  # this function's settings and adapters, made from its environment on first use
+intake = Intake("incident", logger=logger, metrics=metrics, wiring=wiring)
 incidents = IncidentIntake(intake, logger=logger, metrics=metrics)
 
 

@@ -12,12 +12,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
+from decision_router.intake.wiring import Wiring
 
 logger = Logger()
 metrics = Metrics()
 tracer = Tracer()
 processor = BatchProcessor(event_type=EventType.SQS, model=SqsRecordModel, raise_on_entire_batch_failure=False)
-intake = Intake("ticket", logger=logger, metrics=metrics)
+wiring = Wiring()  # this function's settings and adapters, made from its environment on first use
+intake = Intake("ticket", logger=logger, metrics=metrics, wiring=wiring)
 tickets = TicketIntake(intake, logger=logger, metrics=metrics)
 
 

@@ -24,6 +24,7 @@ from decision_router.adapters.review import AuditTrail
 from decision_router.config import Settings
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
+from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
 from local.cloudwatch import play_alarm_states
 from tests.infra.test_noise_property import answering_endpoint, cloudwatch
@@ -55,8 +56,8 @@ def incidents(monkeypatch):
             monkeypatch.setenv(name, value)
         settings = Settings.from_env(env)
         logger, metrics = Logger(service="test"), Metrics(namespace="Test")
-        intake = Intake("incident", logger=logger, metrics=metrics, settings=settings, endpoint=answering_endpoint())
-        yield IncidentIntake(intake, logger=logger, metrics=metrics, settings=settings)
+        intake = Intake("incident", logger=logger, metrics=metrics, wiring=Wiring(settings, endpoint=answering_endpoint()))
+        yield IncidentIntake(intake, logger=logger, metrics=metrics)
         metrics.clear_metrics()  # Powertools keeps one metric set per process: never flushed here, so never left for the next test
 
 

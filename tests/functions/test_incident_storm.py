@@ -26,6 +26,7 @@ from decision_contract import BatchDecisionResponse, BatchTiming
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
 from decision_router.intake.pipeline import Intake
+from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext
@@ -118,7 +119,7 @@ def test_an_alert_storm_is_absorbed_not_sent_to_review_as_busy(slow_endpoint, in
             endpoint = DecisionEndpoint(ENDPOINT, read_timeout=settings.endpoint_read_timeout_seconds,
                                         max_attempts=settings.endpoint_max_attempts)
             intake = Intake("incident", logger=Logger(service="incident-intake"), metrics=Metrics(),
-                            settings=settings, endpoint=endpoint)
+                            wiring=Wiring(settings, endpoint=endpoint))
             return intake.handle(dict(incident_data, incident_id=f"INC-{n:03d}"), FakeLambdaContext())
 
         try:

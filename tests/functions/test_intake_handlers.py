@@ -27,6 +27,7 @@ from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
+from decision_router.intake.wiring import Wiring
 from decision_router.items import InvalidItem, parse_item
 from decision_router.sources.sns import notification
 from local.cloudformation import Stack
@@ -114,14 +115,12 @@ def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> 
     env = stack.function_environment(function)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    intake = Intake(kind, logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env), endpoint=endpoint)
+    intake = Intake(kind, logger=app.logger, metrics=app.metrics, wiring=Wiring(Settings.from_env(env), endpoint=endpoint))
     monkeypatch.setattr(app, "intake", intake)
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
-        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
-                                                             settings=Settings.from_env(env)))
+        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics))
     if hasattr(app, "tickets"):  # so does the ticket handler's
-        monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics,
-                                                         settings=Settings.from_env(env)))
+        monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
     return intake
 
 
@@ -508,7 +507,7 @@ def test_a_ticket_waits_while_the_endpoint_wakes_from_zero_then_is_routed(ticket
     hidden: list[dict] = []
     sqs.meta.events.register("before-parameter-build.sqs.ChangeMessageVisibility",
                              lambda params, **_: hidden.append(dict(params)))
-    monkeypatch.setattr(app.tickets, "_ticket_queue", Queue(url, client=sqs))
+    monkeypatch.setattr(app.tickets.wiring, "ticket_queue", Queue(url, client=sqs))
     stub.no_capacity()
     stub.no_capacity()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -752,7 +751,7 @@ def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, st
         def open_now(self):
             raise RuntimeError("AccessDeniedException: not authorized to perform dynamodb:Scan")
 
-    app.tickets._open_incidents = Unreadable()
+    app.tickets.wiring.open_incidents = Unreadable()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
 
     assert app.lambda_handler(ticket_event(dict(ticket_data, body="payments-api is down")), context) == {

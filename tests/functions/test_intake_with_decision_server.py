@@ -19,6 +19,7 @@ from decision_router.domain.records import DecisionRecord
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
+from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS
 
@@ -37,11 +38,10 @@ def stack(monkeypatch, decision_server_url):
 
 def use_intake(monkeypatch, stack, app, kind, function):
     env = stack.function_environment(function)
-    intake = Intake(kind, logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env))
+    intake = Intake(kind, logger=app.logger, metrics=app.metrics, wiring=Wiring(Settings.from_env(env)))
     monkeypatch.setattr(app, "intake", intake)
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
-        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics,
-                                                             settings=Settings.from_env(env)))
+        monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics))
     if hasattr(app, "tickets"):  # so does the ticket handler's (its queues from the process environment)
         monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
 
@@ -112,7 +112,7 @@ def test_a_150_option_ticket_question_routes_through_the_real_container(monkeypa
     model = embedded_engine.model_info
     policy = install(tmp_path, 150, model_sha256=model.sha256, hidden_size=model.hidden_size)
     env = dict(stack.function_environment("TicketIntakeFunction"), POLICY_NAME=str(policy))
-    intake = Intake("ticket", logger=app.logger, metrics=app.metrics, settings=Settings.from_env(env))
+    intake = Intake("ticket", logger=app.logger, metrics=app.metrics, wiring=Wiring(Settings.from_env(env)))
     monkeypatch.setattr(app, "intake", intake)
     monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
     event = json.loads((EVENTS / "ticket_batch.json").read_text())

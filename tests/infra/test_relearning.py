@@ -28,6 +28,7 @@ from decision_router.adapters.review import LabelledExamples
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.intake.pipeline import Intake
+from decision_router.intake.wiring import Wiring
 from decision_router.items import parse_item
 from evaluation.runners import EngineRunner
 from local.cloudformation import Stack
@@ -153,8 +154,8 @@ def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, e
 
     # The routing function, built once, its heads re-read before each item.
     intake_env = {**stack.function_environment("TicketIntakeFunction"), "HEAD_REFRESH_SECONDS": "0"}
-    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"),
-                    settings=Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    wiring = Wiring(Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"), wiring=wiring)
     ticket = parse_item("ticket", rows[-1]["item"])
     before = intake.judge(ticket.key, ticket, None)
     assert before.decisions[0].head_version == "know-nothing" and before.route == "review"
@@ -185,8 +186,8 @@ def test_a_passing_candidate_serves_in_shadow_on_live_items_before_it_is_promote
     stack, store, env, relearning = stack
     rows = labelled_behind_a_head_that_knows_nothing(store, env)
     intake_env = {**stack.function_environment("TicketIntakeFunction"), "HEAD_REFRESH_SECONDS": "0"}
-    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"),
-                    settings=Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    wiring = Wiring(Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
+    intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"), wiring=wiring)
     live = [parse_item("ticket", {**row["item"], "ticket_id": f"LIVE-{i}"}) for i, row in enumerate(rows[-5:])]
     seen = []
 

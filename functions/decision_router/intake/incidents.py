@@ -29,14 +29,13 @@ import hashlib
 import json
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from ..config import Settings
 from ..domain.noise import recent
-from ..domain.ports import AlarmStateReader, AuditWriter, OpenIncidentStore, Sender
+from ..domain.ports import OpenIncidentStore
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
@@ -70,46 +69,19 @@ def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
 class IncidentIntake:
     """The incident intake function's flow: reads, correlates, routes or parks each event."""
 
-    def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 store: OpenIncidentStore | None = None, dead_letters: Sender | None = None,
-                 clock: Callable[[], datetime] | None = None, alarm_states: AlarmStateReader | None = None):
-        """`settings`, `store` and `dead_letters` replace what the environment would give (tests);
-        `clock` gives the delivery's time (a maintenance window's hold ends with its window)."""
+    def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, clock: Callable[[], datetime] | None = None):
+        """Its parts come from the intake's wiring (the function's composition root); `clock`
+        gives the delivery's time (a maintenance window's hold ends with its window)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
+        self.wiring = intake.wiring
         self.clock = clock or (lambda: datetime.now(timezone.utc))
-        self._settings, self._store, self._dead_letters = settings, store, dead_letters
-        self._alarm_states = alarm_states
-        self._audit: AuditWriter | None = None
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            self._settings = Settings.from_env()
-        return self._settings
 
     @property
     def store(self) -> OpenIncidentStore:
-        if self._store is None:
-            from ..adapters.open_incidents import OpenIncidents
-
-            self._store = OpenIncidents(self.settings.require("open_incidents_table").open_incidents_table)
-        return self._store
-
-    @property
-    def alarm_states(self) -> AlarmStateReader:
-        if self._alarm_states is None:
-            from ..adapters.alarm_states import AlarmStates
-
-            self._alarm_states = AlarmStates()
-        return self._alarm_states
-
-    @property
-    def dead_letters(self) -> Sender:
-        if self._dead_letters is None:
-            from ..adapters.queues import Queue
-
-            self._dead_letters = Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
-        return self._dead_letters
+        store = self.wiring.open_incidents
+        if store is None:  # the incident intake cannot correlate without it
+            self.wiring.settings.require("open_incidents_table")
+        return cast(OpenIncidentStore, store)
 
     @cached_property
     def holds(self) -> NoiseHolds:
@@ -118,7 +90,7 @@ class IncidentIntake:
 
     @cached_property
     def resolutions(self) -> Resolutions:
-        return Resolutions(self.store, self.alarm_states, self.intake.router.workflow, settings=self.settings,
+        return Resolutions(self.store, self.wiring.alarm_states, self.intake.router.workflow, self.wiring,
                            write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
                            metrics=self.metrics)
 
@@ -239,13 +211,9 @@ class IncidentIntake:
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
         per delivery and outcome, named after them, so a retried event writes the same row."""
-        from ..adapters.review import AuditTrail
-
-        if self._audit is None:
-            self._audit = AuditTrail(self.settings.require("audit_table").audit_table)
         policy = self.intake.router.policy
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        self._audit.write(AuditRow(
+        self.wiring.audit.write(AuditRow(
             item_id=item_id, item_kind="incident",
             execution_name=f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
             outcome=outcome, outcome_detail=json.dumps({"status": outcome, "reason": reason, **detail}),
@@ -264,7 +232,7 @@ class IncidentIntake:
         sns = carried(event)  # as it came: an event parked for a bad notification is parked too
         event_id = (sns.get("MessageId") if sns is not None
                     else event.get("id") or event.get("alarmArn") if isinstance(event, dict) else None)
-        self.dead_letters.send(json.dumps(event), {
+        self.wiring.dead_letters.send(json.dumps(event), {
             "failure_kind": error.failure_kind, "failure_reason": str(error), "event_id": str(event_id or ""),
             "source": ("aws:sns" if sns is not None else str(event.get("source", "")) if isinstance(event, dict)
                        else "")})

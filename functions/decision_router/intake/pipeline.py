@@ -27,10 +27,8 @@ from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseI
 
 from ..adapters.shadow_tally import ShadowTally
 from ..adapters.similar_items import ResolvedItems
-from ..config import Settings
 from ..domain.linking import LinkedIncident
 from ..domain.policies import load_policy
-from ..domain.ports import Endpoint, Workflow
 from ..domain.records import DecisionRecord
 from ..domain.routing import RouteOutcome, Router
 from ..domain.similar import ROUTER
@@ -38,6 +36,7 @@ from ..domain.why import NoiseTrace, Why
 from ..items import InvalidItem, Item, parse_item
 from .live_heads import LiveHeads, live_heads, question_metric
 from .resolved_items import remember_resolved, resolved_items
+from .wiring import Wiring
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
 RESERVED_SECONDS = 10.0
@@ -88,11 +87,11 @@ class IntakeParts:
 
 
 class Intake:
-    def __init__(self, kind: str, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 endpoint: Endpoint | None = None, workflow: Workflow | None = None):
-        """`settings`, `endpoint` and `workflow` replace what the environment would give (tests)."""
+    def __init__(self, kind: str, *, logger: Logger, metrics: Metrics, wiring: Wiring | None = None):
+        """`wiring`: the function's composition root, whose parts this intake and the flows over it
+        (the ticket and incident intakes) work with; by default, all made from the environment."""
         self.kind, self.logger, self.metrics = kind, logger, metrics
-        self._settings, self._endpoint, self._workflow = settings, endpoint, workflow
+        self.wiring = wiring or Wiring()
         # The key is Item.key (kind, source, id, payload hash), passed as the function's data.
         self.idempotency = IdempotencyConfig(raise_on_no_idempotency_key=True, expires_after_seconds=IDEMPOTENCY_TTL)
         self._parts: IntakeParts | None = None
@@ -109,18 +108,12 @@ class Intake:
         return self.parts.router
 
     def _build(self) -> IntakeParts:
-        from ..adapters.endpoint import DecisionEndpoint
-        from ..adapters.workflow import WorkflowStarter
-
-        s = (self._settings or Settings.from_env()).require(*REQUIRED_SETTINGS)
+        s = self.wiring.settings.require(*REQUIRED_SETTINGS)
         policy = load_policy(s.policy_name, known_targets=s.destination_queues)
         if policy.item_kind != self.kind:
             raise RuntimeError(f"POLICY_NAME={s.policy_name!r} decides {policy.item_kind}s; this function takes {self.kind}s")
         self.metrics.set_default_dimensions(policy=policy.name)
-        endpoint = self._endpoint or DecisionEndpoint(s.endpoint_name, inference_component=s.inference_component_name,
-                                                      read_timeout=s.endpoint_read_timeout_seconds,
-                                                      max_attempts=s.endpoint_max_attempts)
-        router = Router(policy, endpoint, self._workflow or WorkflowStarter(s.state_machine_arn),
+        router = Router(policy, self.wiring.endpoint, self.wiring.workflow,
                         destinations=s.destination_queues, review_queue_url=s.review_queue_url,
                         review_timeout_seconds=s.review_timeout_seconds,
                         wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False))

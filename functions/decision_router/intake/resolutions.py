@@ -7,19 +7,17 @@ audits it as resolved_at_source).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from ..config import Settings
+from ..adapters.review import ReviewTaskGone
 from ..domain.ports import AlarmStateReader, OpenIncidentStore, Workflow
 from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Resolved
 from .noise_holds import WriteAudit
-
-if TYPE_CHECKING:
-    from ..adapters.review import ReviewQueue, ReviewTasks
+from .wiring import Wiring
 
 #: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
 #: an index: past this many, the review stays open and the resolution says so).
@@ -31,16 +29,14 @@ class Ignore(Protocol):
 
 
 class Resolutions:
-    def __init__(self, store: OpenIncidentStore, alarm_states: AlarmStateReader, workflow: Workflow, *,
-                 settings: Settings, write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics):
+    def __init__(self, store: OpenIncidentStore, alarm_states: AlarmStateReader, workflow: Workflow, wiring: Wiring, *,
+                 write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics):
         """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
-        row of a group whose last member is resolved. The review queue is reached only when a
-        resolved incident's execution still runs."""
-        self.store, self.alarm_states, self.workflow = store, alarm_states, workflow
-        self.settings, self.write_audit, self.ignore = settings, write_audit, ignore
+        row of a group whose last member is resolved. The review queue (from `wiring`) is reached
+        only when a resolved incident's execution still runs."""
+        self.store, self.alarm_states, self.workflow, self.wiring = store, alarm_states, workflow, wiring
+        self.write_audit, self.ignore = write_audit, ignore
         self.logger, self.metrics = logger, metrics
-        self._reviews: ReviewQueue | None = None
-        self._tasks: ReviewTasks | None = None
 
     def resolve(self, outcome: Resolved, delivery: str) -> dict:
         refused = self._unconfirmed(outcome)
@@ -95,21 +91,17 @@ class Resolutions:
 
     def _close_review(self, execution_name: str, reason: str) -> bool:
         """Close the review the incident's execution still waits for; False when it waits for none."""
-        from ..adapters.review import ReviewQueue, ReviewTaskGone, ReviewTasks
-
         if self.workflow.status(execution_name) != "RUNNING":
             return False
-        if self._reviews is None or self._tasks is None:
-            self._reviews = ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
-            self._tasks = ReviewTasks()
-        for queued in self._reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
+        reviews, tasks = self.wiring.review_queue, self.wiring.review_tasks
+        for queued in reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
             if queued.review.execution_name != execution_name:
                 continue
             try:
-                self._tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
+                tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
             except ReviewTaskGone:
                 return False  # answered or timed out meanwhile: the workflow has its outcome
-            self._reviews.remove(queued.receipt_handle)
+            reviews.remove(queued.receipt_handle)
             self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
             return True
         self.logger.warning("resolved incident's review not found among the pending ones; it stays open",

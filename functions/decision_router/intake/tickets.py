@@ -26,10 +26,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic_core import from_json
 
-from ..config import Settings
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
-from ..domain.ports import OpenIncidentStore, Sender, Waiting
 from ..items import InvalidItem, Ticket, parse_item
 from ..sources.sns import notification
 from .pipeline import Intake
@@ -55,47 +53,13 @@ def parse_ticket(body: str) -> Ticket:
 
 
 class TicketIntake:
-    def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics, settings: Settings | None = None,
-                 dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
-                 open_incidents: OpenIncidentStore | None = None):
-        """`settings`, `dead_letters`, `ticket_queue` and `open_incidents` (the open-incident
-        store) replace what the environment would give (tests)."""
+    def __init__(self, intake: Intake, *, logger: Logger, metrics: Metrics):
+        """Its queues and the open-incident store come from the intake's wiring (the function's
+        composition root)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
-        self._settings, self._dead_letters, self._ticket_queue = settings, dead_letters, ticket_queue
-        self._open_incidents = open_incidents
+        self.wiring = intake.wiring
         #: The open incidents read for this invocation (`begin` forgets them; None: not read yet).
         self._open_now: list[OpenIncident] | None = None
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            self._settings = Settings.from_env()
-        return self._settings
-
-    @property
-    def dead_letters(self) -> Sender:
-        if self._dead_letters is None:
-            from ..adapters.queues import Queue
-
-            self._dead_letters = Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
-        return self._dead_letters
-
-    @property
-    def ticket_queue(self) -> Waiting:
-        if self._ticket_queue is None:
-            from ..adapters.queues import Queue
-
-            self._ticket_queue = Queue(self.settings.require("ticket_queue_url").ticket_queue_url)
-        return self._ticket_queue
-
-    @property
-    def open_incidents(self) -> OpenIncidentStore | None:
-        """The open-incident store; None when this function is given none (tickets are not linked)."""
-        if self._open_incidents is None and self.settings.open_incidents_table:
-            from ..adapters.open_incidents import OpenIncidents
-
-            self._open_incidents = OpenIncidents(self.settings.open_incidents_table)
-        return self._open_incidents
 
     def begin(self) -> None:
         """A new invocation: the open incidents are read again for its batch."""
@@ -104,7 +68,7 @@ class TicketIntake:
     def link(self, ticket: Ticket) -> LinkedIncident | None:
         """The open incident `ticket` describes, or None; a store that cannot be read is logged
         and counted, and the ticket goes on unlinked (it is read again for the next ticket)."""
-        store = self.open_incidents
+        store = self.wiring.open_incidents
         if store is None:
             return None
         if self._open_now is None:
@@ -148,7 +112,7 @@ class TicketIntake:
         seconds = wake_up_wait(receives)
         self.metrics.add_metric(name="WaitingForCapacity", unit=MetricUnit.Count, value=1)
         try:
-            self.ticket_queue.hide(record.receiptHandle, seconds)
+            self.wiring.ticket_queue.hide(record.receiptHandle, seconds)
         except Exception:
             self.logger.exception("could not hide the waiting ticket; it comes back after the queue's visibility "
                                   "timeout", extra={"message_id": record.messageId})
@@ -159,7 +123,7 @@ class TicketIntake:
     def park(self, record: SqsRecordModel, error: InvalidItem) -> None:
         """Put an invalid ticket on the ticket DLQ with the reason (a failure here fails the record,
         so SQS redelivers it: nothing is lost)."""
-        self.dead_letters.send(cast(str, record.body), {
+        self.wiring.dead_letters.send(cast(str, record.body), {
             "failure_kind": "invalid_item", "failure_reason": str(error), "item_id": error.item_id or "",
             "source_message_id": record.messageId})
         self.logger.warning("invalid ticket parked in the ticket DLQ", extra={

@@ -1,0 +1,77 @@
+"""A function's composition root: its settings and every adapter its flows work with, each made
+from the settings on first use and then kept for the execution environment.
+
+Each intake handler makes one `Wiring` (its app.py) and hands it to its flows, which take what
+they need from it and build nothing themselves. Nothing is made at import (the settings are read
+at the first invocation, so a handler module imports without its environment) and every part is
+made once. A test, or the local run, hands a `Wiring` the parts it replaces (an endpoint in
+process, its own settings); the rest are made from the settings as in the account.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ..adapters.alarm_states import AlarmStates
+from ..adapters.endpoint import DecisionEndpoint
+from ..adapters.open_incidents import OpenIncidents
+from ..adapters.queues import Queue
+from ..adapters.review import AuditTrail, ReviewQueue, ReviewTasks
+from ..adapters.workflow import WorkflowStarter
+from ..config import Settings
+from ..domain.ports import AlarmStateReader, AuditWriter, Endpoint, OpenIncidentStore, Sender, Waiting, Workflow
+
+
+class Wiring:
+    def __init__(self, settings: Settings | None = None, *, endpoint: Endpoint | None = None,
+                 workflow: Workflow | None = None, open_incidents: OpenIncidentStore | None = None,
+                 dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
+                 alarm_states: AlarmStateReader | None = None):
+        """Each part given here replaces the one the settings would make (tests, the local run)."""
+        given = {"settings": settings, "endpoint": endpoint, "workflow": workflow, "open_incidents": open_incidents,
+                 "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states}
+        self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
+
+    @cached_property
+    def settings(self) -> Settings:
+        return Settings.from_env()
+
+    @cached_property
+    def endpoint(self) -> Endpoint:
+        s = self.settings.require("endpoint_name")
+        return DecisionEndpoint(s.endpoint_name, inference_component=s.inference_component_name,
+                                read_timeout=s.endpoint_read_timeout_seconds, max_attempts=s.endpoint_max_attempts)
+
+    @cached_property
+    def workflow(self) -> Workflow:
+        return WorkflowStarter(self.settings.require("state_machine_arn").state_machine_arn)
+
+    @cached_property
+    def open_incidents(self) -> OpenIncidentStore | None:
+        """The open-incident store; None when the function is given none (tickets are then not linked)."""
+        table = self.settings.open_incidents_table
+        return OpenIncidents(table) if table else None
+
+    @cached_property
+    def dead_letters(self) -> Sender:
+        return Queue(self.settings.require("dead_letter_queue_url").dead_letter_queue_url)
+
+    @cached_property
+    def ticket_queue(self) -> Waiting:
+        return Queue(self.settings.require("ticket_queue_url").ticket_queue_url)
+
+    @cached_property
+    def alarm_states(self) -> AlarmStateReader:
+        return AlarmStates()
+
+    @cached_property
+    def audit(self) -> AuditWriter:
+        return AuditTrail(self.settings.require("audit_table").audit_table)
+
+    @cached_property
+    def review_queue(self) -> ReviewQueue:
+        return ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
+
+    @cached_property
+    def review_tasks(self) -> ReviewTasks:
+        return ReviewTasks()
