@@ -42,7 +42,7 @@ def use_intake(monkeypatch, stack, app, kind, function):
     monkeypatch.setattr(app, "intake", intake)
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
         monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics))
-    if hasattr(app, "tickets"):  # so does the ticket handler's (its queues from the process environment)
+    if hasattr(app, "tickets"):  # so does the ticket handler's
         monkeypatch.setattr(app, "tickets", TicketIntake(intake, logger=app.logger, metrics=app.metrics))
 
 
@@ -70,14 +70,16 @@ def assert_consistent(record: DecisionRecord, embedded_sha256: str) -> None:
 
 
 def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
-    from tests.functions.test_intake_handlers import FakeLambdaContext
+    from tests.functions.test_intake_handlers import FakeLambdaContext, dead_letters
     from ticket_intake import app
 
     use_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction")
     event = json.loads((EVENTS / "ticket_batch.json").read_text())
     response = app.lambda_handler(event, FakeLambdaContext())
-    malformed = next(r["messageId"] for r in event["Records"] if "T-1099" in r["body"])
-    assert response == {"batchItemFailures": [{"itemIdentifier": malformed}]}
+    malformed = next(r for r in event["Records"] if "T-1099" in r["body"])
+    assert response == {"batchItemFailures": []}  # the malformed ticket is parked in the DLQ at once, alone
+    (parked,) = dead_letters(stack)
+    assert parked["Body"] == malformed["body"]
 
     found = records(stack)
     assert set(found) == {"T-1001", "T-1003", "T-1006", "T-1005"}
