@@ -2,7 +2,7 @@
 maps to, the errors that park an event, and the helpers the source modules build incidents with.
 
 An event is validated once, as its source's envelope (`Envelope[Detail]`: the envelope with the
-detail of that source's model); a failure names the fields. A source module's `adapt` returns
+detail of that source's model); a failure names the fields. A source's `adapt` method returns
 what the event means:
 
 - `Opened`: an incident is happening (an alarm went to ALARM, a finding is active, a page
