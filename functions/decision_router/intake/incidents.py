@@ -51,8 +51,6 @@ OWN_DETAIL_TYPE = "Incident Reported"
 SWEEP = ("aws.events", "Scheduled Event")
 
 
-
-
 def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
                     tables: Mapping[str, SeverityTable]) -> list[SourceOutcome]:
     """What a native source's event (read by `sources.read_event`) means, one outcome per finding
