@@ -1,8 +1,9 @@
 """What the model's hidden state adds over the text alone, against the number of training items.
 
-    python bench/learning_curve.py --data train.jsonl --test test.jsonl [--sizes 25,100,1000] [--text text --label label]
+    python bench/learning_curve.py --data train.jsonl --test test.jsonl [--sizes 25,100,1000] [--seed 0] [--text text --label label]
 
-For each size N, the first N items of DATA (shuffle it beforehand) go through `make fit-history`
+For each size N, the first N items of DATA (shuffled with --seed, so each size is a random sample
+and the sizes are nested) go through `make fit-history`
 (`python -m training.history`, as a subprocess: the benchmarks never import the fitter) three
 times on the same TEST: the text alone (`--model-weight 0`), text and hidden state
 (`--model-weight 1`), and the text classifier fitted in the same run. The model's signals are
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -44,8 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="25,100,1000")
     p.add_argument("--out", type=Path, default=REPO / "reports/learning-curve")
     p.add_argument("--cache", type=Path)
+    p.add_argument("--seed", type=int, default=0, help="shuffles DATA before the first N are taken (-1: keep its order)")
     args = p.parse_args(argv)
     rows = [line for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if args.seed >= 0:
+        random.Random(args.seed).shuffle(rows)
     started = time.perf_counter()
     # Accuracy on the test items whose label the training items saw: with few training items most
     # labels are unseen, and counting those right when sent to review would flatter the small sizes.
