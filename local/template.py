@@ -10,6 +10,7 @@ what moto returns, so the reader resolves against real values once a resource ex
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,11 @@ class TemplateError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ YAML
-class _CfnLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (about ten times faster on the template).
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _CfnLoader(_SafeLoader):
     """YAML loader that turns CloudFormation short-form tags into their long form."""
 
 
@@ -72,10 +77,21 @@ def _construct_tag(loader: _CfnLoader, tag_suffix: str, node: yaml.Node) -> dict
 _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 
+#: Each template parsed once per process: (path, mtime, size) -> its data, pickled. A test suite
+#: loads the same template hundreds of times; an edit of the file is a new key.
+_PARSED: dict[tuple[str, int, int], bytes] = {}
+
+
 def load_template(path: Path | str = TEMPLATE_PATH) -> dict[str, Any]:
-    """The template as plain data, short-form tags expanded (`!Ref X` -> `{"Ref": "X"}`)."""
-    with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_CfnLoader)  # a SafeLoader: plain data only
+    """The template as plain data, short-form tags expanded (`!Ref X` -> `{"Ref": "X"}`); a fresh
+    copy on every call, so a caller may change what it is given."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        with open(path, encoding="utf-8") as handle:
+            _PARSED[key] = pickle.dumps(yaml.load(handle, Loader=_CfnLoader))  # a SafeLoader: plain data only
+    return pickle.loads(_PARSED[key])
 
 
 def _constraint_problem(spec: dict[str, Any], value: str) -> str | None:
