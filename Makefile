@@ -58,7 +58,7 @@ $(SAM_STAMP): requirements-sam.txt
 
 # The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml).
 unit: $(STAMP)
-	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser"
+	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser and not fit"
 
 # The console's browser tests drive Debian's headless Chromium through Playwright (its driver
 # comes with the PyPI package; no browser is downloaded: the tests point it at /usr/bin/chromium).

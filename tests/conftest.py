@@ -37,6 +37,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError("these tests load the embedded model; mark them @pytest.mark.model: " + ", ".join(unmarked))
 
 
+# ------------------------------------------------------------------------------ the tiers' guard
+# `make unit` is fast by rule, not by habit: what makes a test slow (the whole stack in moto, a
+# process, a server, the model) fails the test that does it without the mark that keeps it out of
+# the fast tier. The guard wraps each costly entry point once per session and asks which test runs.
+_running: pytest.Item | None = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """The test whose setup, call or teardown runs now (module fixtures are set up for the first)."""
+    global _running
+    _running = item
+    try:
+        return (yield)
+    finally:
+        _running = None
+
+
+def _guarded(what: str, marks: tuple[str, ...], original, *, when=lambda *args, **kwargs: True):
+    def guard(*args, **kwargs):
+        item = _running
+        if item is not None and when(*args, **kwargs) and not any(item.get_closest_marker(m) for m in marks):
+            pytest.fail(f"{item.nodeid} {what} without @pytest.mark.{marks[0]}: mark it, or use the fakes "
+                        f"(tests/fakes/) or Stack.create(only=...) to stay in the fast tier", pytrace=False)
+        return original(*args, **kwargs)
+    return guard
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import multiprocessing.process
+    import subprocess
+
+    from local.cloudformation import Stack
+
+    process_marks = ("server", "sam", "browser")  # SAM's CLI and Chromium are processes too
+    guards = [
+        (Stack, "create", "builds the whole stack in moto", ("stack",),
+         lambda self, client=None, only=None: only is None),
+        (subprocess.Popen, "__init__", "starts a process", process_marks, None),
+        (multiprocessing.process.BaseProcess, "start", "starts a process", process_marks, None),
+    ]
+    with contextlib.suppress(ImportError):  # without llama-cpp-python nothing can load the model
+        from decision_server.llama import LlamaModel
+        guards.append((LlamaModel, "__init__", "loads the model", ("model",), None))
+    import uvicorn
+    from moto.server import ThreadedMotoServer
+
+    # The decision server over the embedded model is the `model` fixtures' own (decision_server_url).
+    guards += [(uvicorn.Server, "run", "starts a server", ("server", "model"), None),
+               (ThreadedMotoServer, "start", "starts a server", ("server",), None)]
+    for owner, name, what, marks, when in guards:
+        original = getattr(owner, name)
+        setattr(owner, name, _guarded(what, marks, original, **({"when": when} if when else {})))
+
+
 @pytest.fixture(scope="session")
 def embedded_engine():
     from decision_server.engine import DecisionEngine

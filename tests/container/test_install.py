@@ -22,6 +22,7 @@ def run_install(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(INSTALL), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_dry_run_plans_the_cuda_build(tmp_path):
     run = run_install("--prefix", str(tmp_path), "--python", sys.executable, "--variant", "cuda",
                       "--skip-os-packages", "--dry-run")
@@ -38,6 +39,7 @@ def test_dry_run_plans_the_cuda_build(tmp_path):
     assert not (tmp_path / "venv").exists()  # a dry run changes nothing
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_bad_arguments_are_refused(tmp_path):
     assert run_install("--variant", "tpu", "--dry-run").returncode == 64
     assert run_install("--frobnicate").returncode == 64
@@ -154,6 +156,7 @@ def test_dockerfile_requires_the_base_by_digest_with_no_default():
         assert documented in comments
 
 
+@pytest.mark.server  # runs a script or a command as a process
 @pytest.mark.parametrize("base", PINNED + NOT_PINNED)
 def test_dockerfile_digest_check_refuses_anything_but_a_digest(base):
     # Docker runs a shell-form RUN as `/bin/sh -c`; so does this test, with the build argument set.
@@ -170,6 +173,7 @@ def _buildspec_commands() -> list[str]:
     return [c for phase in spec["phases"].values() for c in phase["commands"]]
 
 
+@pytest.mark.server  # runs a script or a command as a process
 @pytest.mark.parametrize("base", PINNED + NOT_PINNED)
 def test_buildspec_refuses_a_base_image_without_a_digest_before_pulling_anything(base):
     spec = yaml.safe_load((ROOT / "container" / "buildspec.yml").read_text())

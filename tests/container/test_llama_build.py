@@ -97,6 +97,7 @@ def _instructions(library: Path) -> str:
                           check=True, timeout=300).stdout
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_the_libraries_outside_the_cpu_variants_use_only_the_x86_64_baseline():
     """libllama and ggml's core are compiled for no particular CPU: every instruction beyond
     SSE2 lives in a CPU variant, which is loaded only where the CPU has it."""
@@ -107,6 +108,7 @@ def test_the_libraries_outside_the_cpu_variants_use_only_the_x86_64_baseline():
         assert not beyond, f"{name} carries {beyond}: it was built for a specific CPU, not portably"
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_each_cpu_variant_stays_within_its_instruction_set():
     lib = ggml_backends.LIB_DIR
     assert "%ymm" not in _instructions(lib / "libggml-cpu-x64.so")
@@ -129,6 +131,7 @@ def build_script(*args: str, cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(BUILD_SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_the_build_flags_are_part_of_the_wheel_key(tmp_path):
     cpu = build_script("--print-key", cache=tmp_path).stdout.strip()
     cuda = build_script("--print-key", "--variant", "cuda", cache=tmp_path).stdout.strip()
@@ -136,6 +139,7 @@ def test_the_build_flags_are_part_of_the_wheel_key(tmp_path):
     assert cpu.split("-")[-1] != cuda.split("-")[-1]
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_a_missing_wheel_is_compiled_portably_and_never_from_pips_cache(tmp_path):
     run = build_script("--python", sys.executable, "--dry-run", cache=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -148,6 +152,7 @@ def test_a_missing_wheel_is_compiled_portably_and_never_from_pips_cache(tmp_path
     assert f"{sys.executable} -m pip uninstall --quiet --yes llama-cpp-python" in plan
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_a_cached_wheel_of_the_same_key_is_installed_without_compiling(tmp_path):
     key = build_script("--print-key", cache=tmp_path).stdout.strip()
     wheel = tmp_path / key / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"

@@ -149,6 +149,7 @@ def test_start_up_stops_on_an_invalid_variable():
     assert "SM_LLAMA_CPP_CTX_SIZE" in run.stderr
 
 
+@pytest.mark.server  # runs a script or a command as a process
 @pytest.mark.skipif(__import__("llama_cpp").llama_supports_gpu_offload(), reason="this llama.cpp build has a GPU backend")
 def test_start_up_refuses_gpu_offload_without_a_gpu_backend_and_warns_of_unmapped_settings():
     run = subprocess.run(
@@ -231,6 +232,7 @@ def test_no_model_dir_falls_back_to_the_embedded_model(tmp_path):
     assert embedded and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_embedded_model_is_found_without_importing_its_package():
     code = (
         "import sys; from decision_server.model_files import embedded_model_path; p = embedded_model_path(); "

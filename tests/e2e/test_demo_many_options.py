@@ -58,6 +58,7 @@ def test_a_150_option_question_routes_through_the_whole_pipeline_in_the_demo(tmp
     assert "through the review function (label=" in demo.output and "wrote audit 'reviewed'" in demo.output
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_a_policy_whose_targets_the_stack_lacks_is_refused_before_anything_starts(tmp_path):
     raw = json.loads((SAMPLE / "policy.json").read_text())
     raw["questions"][0]["options"][7]["target"] = "nowhere"

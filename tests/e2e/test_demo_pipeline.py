@@ -318,6 +318,7 @@ def test_a_stopped_demo_leaves_no_process_and_the_next_run_works(stop, tmp_path)
     assert row.item_id == RULE_TICKET and row.outcome == "auto_routed"
 
 
+@pytest.mark.server  # runs a script or a command as a process
 def test_the_demo_refuses_missing_files_before_starting_anything(tmp_path):
     result = subprocess.run([sys.executable, "-m", "local.demo", "--model", str(tmp_path / "none.gguf"),
                              "--items", str(tmp_path / "none.jsonl")], cwd=REPO_ROOT, env=demo_env(),

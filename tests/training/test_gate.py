@@ -149,6 +149,7 @@ def test_the_shipped_test_split_is_a_second_gate():
     assert same.promote and same.reason.endswith(f"nor on the {len(held)} labels of the shipped test split")
 
 
+@pytest.mark.fit  # two fits of the priority head beside the shipped labels
 def test_one_reviewers_poisoned_labels_are_refused_by_the_gate():
     """200 reviews by one reviewer, new sev2 payouts incidents (truly P2) answered P4: the number
     that starts a run. Trained beside the shipped labels, judged on reviews: refused."""

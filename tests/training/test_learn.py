@@ -14,6 +14,8 @@ from decision_contract import softmax
 from decision_router.domain.heads import Head
 from training import learn
 
+pytestmark = pytest.mark.fit  # each test runs the fitter's fold and regularisation search (seconds)
+
 OPTIONS = ["billing", "account_access", "technical_fault", "how_to", "sales"]
 WORDS = {
     0: ["invoice", "refund", "charged", "receipt", "payment"],
