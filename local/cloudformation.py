@@ -26,7 +26,9 @@ the same `refs` and `attributes` the reader resolves against.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import os
 import secrets
 import sys
 from typing import Any, Callable, Iterable
@@ -250,9 +252,7 @@ class Stack(StackTemplate):
         return events
 
     def _default_client(self, service: str) -> Any:
-        import boto3
-
-        return boto3.client(service, region_name=self.region)
+        return _client(service, self.region, os.environ.get("AWS_ENDPOINT_URL"))
 
     def observe_bus(self, bus_logical_id: str, pattern: dict[str, Any], name: str, client: Callable[[str], Any] | None = None) -> str:
         """A rule on the bus delivering matching events to a new SQS queue; returns its URL."""
@@ -264,6 +264,15 @@ class Stack(StackTemplate):
         url, arn = self._target_queue(sqs, rule)
         events.put_targets(Rule=rule, EventBusName=bus, Targets=[{"Id": name, "Arn": arn}])
         return url
+
+
+@functools.cache
+def _client(service: str, region: str, endpoint_url: str | None) -> Any:
+    """One boto3 client per service, region and endpoint for the process (making one takes about
+    0.1 s, and a stack makes nine); moto's mock_aws intercepts a client whenever it was made."""
+    import boto3
+
+    return boto3.client(service, region_name=region)
 
 
 # ------------------------------------------------------------------------------------- statelint
