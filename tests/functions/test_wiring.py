@@ -5,6 +5,7 @@ first use, and nothing here uses one."""
 from __future__ import annotations
 
 import pytest
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from decision_router.adapters.queues import Queue
 from decision_router.config import ConfigError, Settings
@@ -33,3 +34,12 @@ def test_a_part_handed_in_is_the_one_every_flow_over_the_intake_uses():
     tickets = TicketIntake(intake, logger=None, metrics=None)  # type: ignore[arg-type]
 
     assert tickets.wiring is wiring and tickets.wiring.dead_letters is given
+
+
+def test_the_idempotency_store_is_made_from_the_settings_and_a_missing_table_is_named():
+    wiring = Wiring(Settings.from_env({"IDEMPOTENCY_TABLE_NAME": "decisions"}))
+
+    assert isinstance(wiring.idempotency_store, DynamoDBPersistenceLayer)
+    assert wiring.idempotency_store.table_name == "decisions" and wiring.idempotency_store is wiring.idempotency_store
+    with pytest.raises(ConfigError, match="IDEMPOTENCY_TABLE_NAME"):
+        _ = Wiring(Settings.from_env({})).idempotency_store
