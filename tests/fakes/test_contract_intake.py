@@ -1,0 +1,374 @@
+"""Contract tests of the intake flows' fakes (tests/fakes/intake.py): every behaviour here runs
+against the fake and against the adapter it stands for, over moto (only the template's resources
+the adapter needs). A fake that drifts from its adapter fails here, so the flow tests on the fakes
+may trust them.
+
+A conditional write the adapter loses raises botocore's ConditionalCheckFailedException; the fake
+raises `ConditionFailed`, a ClientError of the same code: `refused()` accepts exactly that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
+from moto import mock_aws
+from moto.core.config import default_user_config
+
+from decision_router.adapters.open_incidents import OpenIncidents
+from local.cloudformation import Stack
+from tests.fakes.intake import (
+    ConditionFailed,
+    FakeOpenIncidents,
+)
+
+ENDPOINT = "decision-endpoint"
+SIDES = ["fake", "moto"]
+
+
+#: moto as the suite runs it (nothing executes in Step Functions), keeping boto3's default session
+#: from one test to the next: a new session loads botocore's models again, most of a test's time.
+MOTO = {"core": {**default_user_config["core"], "reset_boto3_session": False},
+        "stepfunctions": {"execute_state_machine": False}}
+
+
+@contextlib.contextmanager
+def created(*logical_ids: str) -> Iterator[Stack]:
+    """A fresh moto with only these resources of template.yaml created."""
+    with mock_aws(config=MOTO):
+        yield Stack.load(parameters={"ExistingEndpointName": ENDPOINT}).create(only=logical_ids)
+
+
+@contextlib.contextmanager
+def refused() -> Iterator[None]:
+    """A conditional write that did not hold: the adapter's ConditionalCheckFailedException, the fake's ConditionFailed."""
+    with pytest.raises(ClientError) as info:
+        yield
+    assert info.value.response["Error"]["Code"] == ConditionFailed.CODE
+
+
+# =========================================================================== the open-incident store
+@pytest.fixture(params=SIDES)
+def store(request) -> Iterator[FakeOpenIncidents | OpenIncidents]:
+    if request.param == "fake":
+        yield FakeOpenIncidents()
+        return
+    with created("OpenIncidentsTable") as stack:
+        yield OpenIncidents(stack.ref("OpenIncidentsTable"))
+
+
+def rows(store: FakeOpenIncidents | OpenIncidents) -> dict[str, dict[str, Any]]:
+    """Every row, as Python values (a string set as a set), by key."""
+    if isinstance(store, FakeOpenIncidents):
+        return copy.deepcopy(store.rows)
+    deserializer = TypeDeserializer()
+    items = boto3.client("dynamodb").scan(TableName=store.table_name, ConsistentRead=True)["Items"]
+    return {item["incident_key"]["S"]: {k: deserializer.deserialize(v) for k, v in item.items()} for item in items}
+
+
+KEY = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-5xx"
+T0, T1, T2, T3 = (f"2026-11-29T12:0{m}:00.000+00:00" for m in (0, 1, 2, 3))
+
+
+def claim(store, delivery: str, key: str = KEY, **extra: Any) -> str:
+    return store.claim(key, delivery, incident_id="INC-" + key.rsplit(":", 1)[-1], source="cloudwatch", **extra)
+
+
+def test_the_opening_delivery_claims_a_new_incident_and_is_told_retry_until_it_is_routed(store):
+    """A retry of the opening delivery whose routing failed is routed again (the execution name keeps it once)."""
+    assert claim(store, "d1", opens=[T0], service="checkout-api", reported_at=T0) == "new"
+    assert claim(store, "d1") == "retry"
+    row = rows(store)[KEY]
+    assert {k: row[k] for k in ("status", "opened_by", "deliveries", "routed", "updates", "incident_id", "source",
+                                "opens", "service", "reported_at")} == {
+        "status": "open", "opened_by": "d1", "deliveries": {"d1"}, "routed": False, "updates": 0,
+        "incident_id": "INC-checkout-5xx", "source": "cloudwatch", "opens": [T0], "service": "checkout-api", "reported_at": T0}
+    assert datetime.fromisoformat(row["opened_at"]) > datetime.now(timezone.utc) - timedelta(minutes=1)
+
+
+def test_a_service_without_its_time_is_not_kept_and_no_opens_are_written_when_none_are_given(store):
+    claim(store, "d1", service="checkout-api")
+    assert not {"service", "reported_at", "opens"} & set(rows(store)[KEY])
+
+
+def test_the_opening_delivery_once_routed_is_a_duplicate(store):
+    claim(store, "d1")
+    store.routed(KEY, "d1", "exec-1")
+    assert claim(store, "d1") == "duplicate"
+    assert store.get(KEY).model_dump(include={"routed", "execution_name", "group"}) == {
+        "routed": True, "execution_name": "exec-1", "group": None}
+
+
+def test_another_delivery_of_an_open_incident_updates_it_once(store):
+    claim(store, "d1")
+    assert claim(store, "d2") == "update"
+    assert claim(store, "d2") == "duplicate"  # counted already
+    row = rows(store)[KEY]
+    assert (row["deliveries"], row["updates"], row["last_delivery"]) == ({"d1", "d2"}, 1, "d2")
+
+
+def test_touch_counts_a_new_delivery_of_an_open_incident_only(store):
+    assert store.touch(KEY, "d0") is False and rows(store) == {}  # nothing open: nothing written
+    claim(store, "d1")
+    assert store.touch(KEY, "d2") is True
+    assert store.touch(KEY, "d2") is False  # twice: counted once
+    assert store.touch(KEY, "d1") is False  # the opening delivery is counted already
+    store.resolve(KEY, "d3", "ok")
+    assert store.touch(KEY, "d4") is False
+    assert rows(store)[KEY]["updates"] == 1
+
+
+def test_a_resolved_incident_reopens_by_another_delivery_as_a_new_incident(store):
+    """A flap (ALARM, OK, ALARM): the row is put anew, nothing of the old incident kept but its key."""
+    claim(store, "d1", opens=[T0])
+    store.routed(KEY, "d1", "exec-1")
+    store.resolve(KEY, "ok-1", "alarm is OK")
+    assert claim(store, "d2", opens=[T0, T2]) == "new"
+    row = rows(store)[KEY]
+    assert (row["status"], row["opened_by"], row["routed"], row["opens"], row["deliveries"]) == (
+        "open", "d2", False, [T0, T2], {"d2"})
+    assert not {"execution_name", "resolved_at", "resolved_by", "resolution"} & set(row)
+
+
+def test_a_late_copy_of_the_delivery_that_opened_a_resolved_incident_does_not_reopen_it(store):
+    claim(store, "d1")
+    store.routed(KEY, "d1", "exec-1")
+    store.resolve(KEY, "ok-1", "alarm is OK")
+    assert claim(store, "d1") == "duplicate"
+    assert store.get(KEY).status == "resolved"
+
+
+def test_an_incident_resolved_before_its_routing_finished_is_not_routed_by_its_retry(store):
+    claim(store, "d1")
+    store.resolve(KEY, "ok-1", "alarm is OK")
+    assert claim(store, "d1") == "duplicate"
+
+
+def test_only_the_opening_delivery_marks_the_incident_routed(store):
+    claim(store, "d1")
+    with refused():
+        store.routed(KEY, "d2", "exec-2")
+    with refused():
+        store.routed("never-opened", "d1", "exec-1")
+    assert store.get(KEY).routed is False and "never-opened" not in rows(store)
+    store.routed(KEY, "d1", "exec-1", group="group#by-service#abc")
+    assert store.get(KEY).model_dump(include={"routed", "execution_name", "group"}) == {
+        "routed": True, "execution_name": "exec-1", "group": "group#by-service#abc"}
+
+
+def test_only_the_opening_delivery_records_a_hold_and_the_hold_counts_as_routed(store):
+    claim(store, "d1")
+    with refused():
+        store.held(KEY, "d2", "flapping")
+    store.held(KEY, "d1", "in a window", window="deploys", held_until=T2, held_item='{"incident_id": "INC-1"}')
+    row = rows(store)[KEY]
+    assert {k: row[k] for k in ("routed", "held", "window", "held_until", "held_item")} == {
+        "routed": True, "held": "in a window", "window": "deploys", "held_until": T2,
+        "held_item": '{"incident_id": "INC-1"}'}
+    assert claim(store, "d1") == "duplicate"
+
+
+def test_resolve_closes_only_an_open_incident_and_hands_back_its_row_as_it_was(store):
+    assert store.resolve(KEY, "ok-0", "nothing open") is None and rows(store) == {}
+    claim(store, "d1")
+    store.routed(KEY, "d1", "exec-1")
+    was = store.resolve(KEY, "ok-1", "x" * 1200)
+    assert (was.status, was.opened_by, was.execution_name) == ("open", "d1", "exec-1")
+    row = rows(store)[KEY]
+    assert (row["status"], row["resolved_by"], row["resolution"]) == ("resolved", "ok-1", "x" * 1000)
+    assert store.resolve(KEY, "ok-2", "again") is None
+    assert rows(store)[KEY]["resolved_by"] == "ok-1"
+
+
+def test_a_hold_is_released_once_its_window_ended_until_an_execution_is_named(store):
+    claim(store, "d1")
+    store.held(KEY, "d1", "in a window", held_until=T2)
+    assert store.release(KEY, T1) is False
+    assert store.release(KEY, T2) is True and rows(store)[KEY]["released_at"] == T2
+    assert store.release(KEY, T3) is True  # not routed yet: a second try starts the same execution
+    store.released(KEY, "exec-1")
+    assert store.release(KEY, T3) is False
+    row = rows(store)[KEY]
+    assert (row["execution_name"], row["held"]) == ("exec-1", "held by a maintenance window until it ended; then routed")
+
+
+def test_nothing_is_released_that_no_window_holds_or_that_is_resolved(store):
+    claim(store, "d1")
+    assert store.release(KEY, T3) is False  # held by no window
+    store.held(KEY, "d1", "in a window", held_until=T1)
+    store.resolve(KEY, "ok-1", "alarm is OK")
+    assert store.release(KEY, T3) is False
+    assert store.release("never-opened", T3) is False and "never-opened" not in rows(store)
+
+
+def test_expired_holds_are_the_open_unrouted_incidents_whose_window_ended(store):
+    def hold(key: str, until: str) -> None:
+        claim(store, "d1", key=key)
+        store.held(key, "d1", "in a window", held_until=until, held_item=f'{{"key": "{key}"}}')
+
+    hold("ended", T1)
+    hold("ends-now", T2)
+    hold("later", T3)
+    hold("routed", T1)
+    store.released("routed", "exec-1")
+    hold("resolved", T1)
+    store.resolve("resolved", "ok-1", "over")
+    claim(store, "d1", key="not-held")
+    found = {row.incident_key: row.held_item for row in store.expired_holds(T2)}
+    assert found == {"ended": '{"key": "ended"}', "ends-now": '{"key": "ends-now"}'}
+
+
+def test_open_now_lists_the_open_incidents_with_a_service_and_leaves_out_groups(store):
+    claim(store, "d1", key="open-a", service="checkout-api", reported_at=T0)
+    claim(store, "d1", key="open-b", service="payments", reported_at=T1)
+    claim(store, "d1", key="no-service")
+    claim(store, "d1", key="resolved", service="search", reported_at=T0)
+    store.resolve("resolved", "ok", "over")
+    store.join_group("group#by-service#abc", "open-a", at=T0, until=T3, incident_id="INC-a", severity="sev2")
+    found = {(i.key, i.incident_id, i.service, i.opened_at.isoformat()) for i in store.open_now()}
+    assert found == {("open-a", "INC-open-a", "checkout-api", "2026-11-29T12:00:00+00:00"),
+                     ("open-b", "INC-open-b", "payments", "2026-11-29T12:01:00+00:00")}
+
+
+GROUP = "group#by-service#abc"
+
+
+def join(store, member: str, at: str = T0, until: str = T2, severity: str = "sev3"):
+    return store.join_group(GROUP, member, at=at, until=until, incident_id=f"INC-{member}", severity=severity)
+
+
+def test_the_first_incident_leads_a_new_group_and_the_next_ones_join_it(store):
+    first = join(store, "a", severity="sev2")
+    assert first.model_dump() == {
+        "incident_key": GROUP, "status": "open", "leader": "a", "leader_incident_id": "INC-a", "members": ["a"],
+        "open_members": ["a"], "execution_name": None, "leader_severity": "sev2", "is_leader": True}
+    store.group_routed(GROUP, "exec-a")
+    second = join(store, "b", at=T1)
+    assert (second.is_leader, second.leader, second.leader_incident_id, second.leader_severity) == (
+        False, "a", "INC-a", "sev2")
+    assert (second.members, second.open_members, second.execution_name) == (["a", "b"], ["a", "b"], "exec-a")
+    again = join(store, "a", at=T1)  # a retried leader finds its own group
+    assert again.is_leader and again.members == ["a", "b"]
+    row = rows(store)[GROUP]
+    assert (row["opened_at"], row["until"], row["members"]) == (T0, T2, {"a", "b"})
+
+
+def test_a_group_whose_window_has_passed_is_opened_anew_by_the_next_incident(store):
+    join(store, "a")
+    joined = join(store, "b", at=T2, until=T3)  # `until` is not after `at`: the window is over
+    assert (joined.is_leader, joined.members, joined.open_members) == (True, ["b"], ["b"])
+    assert rows(store)[GROUP]["until"] == T3
+
+
+def test_a_group_row_without_a_window_is_never_joined_and_the_event_is_retried(store):
+    """A row an unconditional update wrote (no status, no `until`): neither the put nor the join holds."""
+    store.group_routed(GROUP, "exec-a")
+    with pytest.raises(RuntimeError, match="kept changing"):
+        join(store, "a")
+    assert rows(store)[GROUP] == {"incident_key": GROUP, "execution_name": "exec-a"}
+
+
+def test_a_member_leaving_keeps_the_group_open_and_the_last_one_resolves_it(store):
+    join(store, "a")
+    join(store, "b", at=T1)
+    store.group_routed(GROUP, "exec-a")
+    left = store.leave_group(GROUP, "a", "ok-a")
+    assert (left.status, left.open_members, left.members, left.execution_name) == ("open", ["b"], ["a", "b"], "exec-a")
+    last = store.leave_group(GROUP, "b", "ok-b")
+    assert (last.status, last.open_members, last.members, last.execution_name) == ("resolved", [], ["a", "b"], "exec-a")
+    row = rows(store)[GROUP]
+    assert "open_members" not in row and row["resolved_by"] == "ok-b"  # DynamoDB keeps no empty set
+    assert store.leave_group("group#gone", "a", "ok") is None
+
+
+def test_a_resolved_group_is_opened_anew_by_the_next_incident(store):
+    join(store, "a")
+    store.leave_group(GROUP, "a", "ok-a")
+    joined = join(store, "c", at=T1)
+    assert (joined.is_leader, joined.status, joined.members) == (True, "open", ["c"])
+
+
+def test_a_more_severe_member_takes_the_lead_and_the_old_leaders_execution_is_forgotten(store):
+    join(store, "a", severity="sev3")
+    store.group_routed(GROUP, "exec-a")
+    join(store, "b", at=T1, severity="sev1")
+    store.lead_group(GROUP, "b", incident_id="INC-b", severity="sev1")
+    row = rows(store)[GROUP]
+    assert (row["leader"], row["leader_incident_id"], row["leader_severity"]) == ("b", "INC-b", "sev1")
+    assert "execution_name" not in row
+    store.group_routed(GROUP, "exec-b")
+    assert join(store, "c", at=T1).execution_name == "exec-b"
+
+
+def test_a_grouped_incident_is_listed_on_its_leaders_row(store):
+    claim(store, "d1", key="a")
+    store.add_member("a", "b")
+    store.add_member("a", "c")
+    store.add_member("a", "b")
+    assert rows(store)["a"]["members"] == {"b", "c"}
+
+
+def test_the_unconditional_updates_write_a_row_that_is_not_there(store):
+    """UpdateItem without a condition writes the item when missing: so does the fake."""
+    store.add_member("x", "m")
+    store.released("y", "exec-y")
+    store.group_routed("z", "exec-z")
+    found = rows(store)
+    assert found["x"] == {"incident_key": "x", "members": {"m"}}
+    assert found["y"] == {"incident_key": "y", "execution_name": "exec-y",
+                          "held": "held by a maintenance window until it ended; then routed"}
+    assert found["z"] == {"incident_key": "z", "execution_name": "exec-z"}
+
+
+def scripted_store_life(store) -> None:
+    """Every write of the store in one life: incidents opened, updated, held, released, resolved,
+    reopened; a group led, joined, taken over and resolved."""
+    claim(store, "d1", key="a", opens=[T0], service="checkout-api", reported_at=T0)
+    claim(store, "d2", key="a")
+    store.routed("a", "d1", "exec-a", group=GROUP)
+    store.join_group(GROUP, "a", at=T0, until=T2, incident_id="INC-a", severity="sev3")
+    store.group_routed(GROUP, "exec-a")
+    claim(store, "d1", key="b", service="payments", reported_at=T1)
+    store.join_group(GROUP, "b", at=T1, until=T3, incident_id="INC-b", severity="sev3")
+    store.held("b", "d1", "grouped", group=GROUP)
+    store.add_member("a", "b")
+    claim(store, "d1", key="c", opens=[T0, T1, T2])
+    store.join_group(GROUP, "c", at=T1, until=T3, incident_id="INC-c", severity="sev1")
+    store.lead_group(GROUP, "c", incident_id="INC-c", severity="sev1")
+    store.routed("c", "d1", "exec-c", group=GROUP)
+    store.group_routed(GROUP, "exec-c")
+    claim(store, "d1", key="w")
+    store.held("w", "d1", "window", window="deploys", held_until=T2, held_item="{}")
+    store.release("w", T2)
+    store.released("w", "exec-w")
+    for key in ("a", "b", "c"):
+        store.resolve(key, f"ok-{key}", f"{key} is OK")
+        store.leave_group(GROUP, key, f"ok-{key}")
+    claim(store, "d9", key="a", opens=[T3])
+    store.touch("a", "d10")
+
+
+def test_the_fake_leaves_the_rows_dynamodb_holds_after_the_same_writes():
+    """Beyond what each behaviour reads back: every attribute of every row, as DynamoDB keeps them."""
+    fake = FakeOpenIncidents()
+    scripted_store_life(fake)
+    with created("OpenIncidentsTable") as stack:
+        adapter = OpenIncidents(stack.ref("OpenIncidentsTable"))
+        scripted_store_life(adapter)
+        held = rows(adapter)
+
+    def stamped(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The times the store writes itself (now), as one mark."""
+        recent = datetime.now(timezone.utc) - timedelta(minutes=1)
+        return {key: {name: "<now>" if name in ("opened_at", "updated_at", "resolved_at")
+                      and datetime.fromisoformat(value) > recent else value for name, value in row.items()}
+                for key, row in found.items()}
+
+    assert set(held) == {"a", "b", "c", "w", GROUP}
+    assert stamped(rows(fake)) == stamped(held)
