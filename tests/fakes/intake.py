@@ -4,6 +4,8 @@ runs the same behaviours against each fake and its adapter.
 
 - `FakeOpenIncidents`: the open-incident store (`adapters/open_incidents.py` `OpenIncidents`),
   its rows kept as the DynamoDB items would be, as plain Python values.
+- `FakeEndpoint`: the decision endpoint (`adapters/endpoint.py` `DecisionEndpoint`), answering
+  from logits given per question (and optionally per item), or failing as the adapter fails.
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException, which
 the flows let through (the event is retried); the fakes raise `ConditionFailed`, a `ClientError`
@@ -13,17 +15,25 @@ with the same error code, so `except ClientError` and a check of the code treat 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
+from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import MAX_RACES
+from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
 from decision_router.domain.ports import Claim, GroupRow, IncidentRow, Joined
 
-__all__ = ["ConditionFailed", "FakeOpenIncidents"]
+__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "UnansweredDecision"]
 
 
 class ConditionFailed(ClientError):
@@ -202,3 +212,147 @@ class FakeOpenIncidents:
             row.update(status="resolved", resolved_at=_now(), resolved_by=delivery)
             return GroupRow.model_validate(_plain(row))
         return group
+
+
+# --------------------------------------------------------------------------- the decision endpoint
+#: The model the fake endpoint reports unless told another (as tests/functions/conftest.py's make_result).
+FAKE_MODEL = ModelInfo(file="test.gguf", bytes=1, sha256="0" * 64, context_size=2048, threads=1, gpu_layers=0,
+                       llama_cpp_python_version="test")
+#: The adapter's failure kinds that it retries until its attempts are spent.
+RETRIED_KINDS = frozenset({"retryable_model_error", "throttled", "unavailable", "timeout", "connection"})
+#: The adapter's attempts per decide (DecisionEndpoint's default, Settings.endpoint_max_attempts).
+ADAPTER_ATTEMPTS = 4
+
+
+class UnansweredDecision(LookupError):
+    """The test gave the fake endpoint no answer for a decision it was asked (a mistake in the
+    test, not an endpoint fault: it is never turned into a review)."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    logits: tuple[float, ...]
+    where: Mapping[str, Any] | None
+    mass: float | None
+    hidden_state: tuple[float, ...] | None
+
+
+class FakeEndpoint:
+    """The decision endpoint (port `Endpoint`): each decision answered from the logits given for
+    its question id, as the container answers (the letters' softmax at the decision's temperature,
+    the hidden state only when the decision asks for it), in a dict keyed by decision id. `where`
+    gives an item its own answer: the state fields a decision must carry for it (the state holds
+    the evidence, not the item's id). Every call with decisions is kept in `requests`.
+
+    `fail` makes the next calls raise the EndpointFailure the adapter raises once its retries are
+    spent: a kind it retries (RETRIED_KINDS) after ADAPTER_ATTEMPTS attempts, any other after one.
+    A decision that asks for the hidden state (its head reads it) gets its answer's `hidden_state`,
+    else the endpoint's `hidden_state`; with neither, the fake raises UnansweredDecision. A head
+    that reads the model applies only to a result of its model: give `model` and `prompt_version`
+    (the head's `model_sha256`, `hidden_size`, `prompt_version`) to have it read; on another model
+    it is skipped and the letters decide, as in the account."""
+
+    def __init__(self, answers: Mapping[str, Sequence[float]] | None = None, *, mass: float = 0.9,
+                 model: ModelInfo = FAKE_MODEL, prompt_version: str = "test",
+                 hidden_state: Sequence[float] | None = None):
+        self.mass, self.model, self.prompt_version = mass, model, prompt_version
+        self._check_hidden("every question", hidden_state)
+        self.hidden_state = tuple(hidden_state) if hidden_state is not None else None
+        self._answers: dict[str, list[_Answer]] = {}
+        self._failures: list[Callable[[], EndpointFailure]] = []
+        self._fail_always: Callable[[], EndpointFailure] | None = None
+        self.requests: list[list[Decision]] = []
+        for question, logits in (answers or {}).items():
+            self.answer(question, logits)
+
+    @property
+    def asked(self) -> list[Decision]:
+        """Every decision asked, in order."""
+        return [decision for request in self.requests for decision in request]
+
+    def answer(self, question: str, logits: Sequence[float], *, where: Mapping[str, Any] | None = None,
+               mass: float | None = None, hidden_state: Sequence[float] | None = None) -> FakeEndpoint:
+        """Answer `question` with these option logits (for decisions whose state has the fields in
+        `where`, when given: the latest matching answer wins, before any without `where`);
+        `hidden_state`: for a decision that asks for it, of the model's hidden_size values."""
+        if not logits or not all(math.isfinite(z) for z in logits):
+            raise ValueError(f"answer for {question!r}: give one finite logit per option")
+        self._check_hidden(repr(question), hidden_state)
+        self._answers.setdefault(question, []).append(_Answer(
+            tuple(logits), dict(where) if where is not None else None, mass,
+            tuple(hidden_state) if hidden_state is not None else None))
+        return self
+
+    def _check_hidden(self, what: str, hidden_state: Sequence[float] | None) -> None:
+        size = self.model.hidden_size
+        if hidden_state is not None and size is not None and len(hidden_state) != size:
+            raise ValueError(f"hidden state for {what}: {len(hidden_state)} values; the model's hidden_size is {size}")
+
+    def fail(self, kind: str, message: str = "the fake endpoint fails", *, status_code: int | None = None,
+             times: int | None = None, retry_after: float | None = None) -> FakeEndpoint:
+        """Raise the adapter's EndpointFailure of `kind` on the next `times` calls (every call
+        while None, until `recover`); `status_code` as the adapter would report it."""
+        retried = kind in RETRIED_KINDS
+
+        def failure() -> EndpointFailure:  # each raise its own, as the adapter's are
+            return EndpointFailure(kind, message, status_code=status_code, attempts=ADAPTER_ATTEMPTS if retried else 1,
+                                   retryable=retried, retry_after=retry_after if retried else None)
+
+        if times is None:
+            self._fail_always = failure
+        else:
+            self._failures += [failure] * times
+        return self
+
+    def recover(self) -> None:
+        self._failures.clear()
+        self._fail_always = None
+
+    def decide(self, decisions: Sequence[Decision], *, deadline: float | None = None) -> dict[str, DecisionResult]:
+        if not decisions:
+            return {}
+        if deadline is not None and deadline - time.monotonic() < MIN_ATTEMPT_SECONDS:
+            raise EndpointFailure("timeout", f"less than {MIN_ATTEMPT_SECONDS:g} s left before the deadline; "
+                                  "the endpoint was not called", attempts=0)
+        self.requests.append(list(decisions))
+        failure = self._failures.pop(0) if self._failures else self._fail_always
+        if failure is not None:
+            raise failure()
+        return {decision.id: self._result(decision) for decision in decisions}
+
+    def _given(self, decision: Decision) -> _Answer:
+        given = self._answers.get(decision.id, [])
+        state = decision.state if isinstance(decision.state, dict) else {}
+        for answer in reversed(given):
+            if answer.where is not None and all(state.get(k) == v for k, v in answer.where.items()):
+                return answer
+        for answer in reversed(given):
+            if answer.where is None:
+                return answer
+        raise UnansweredDecision(f"the fake endpoint was asked {decision.id!r} with no answer given for it "
+                                 f"(state {json.dumps(decision.state)[:200]}): call answer({decision.id!r}, logits)")
+
+    def _result(self, decision: Decision) -> DecisionResult:
+        answer = self._given(decision)
+        if len(answer.logits) != len(decision.options):
+            raise UnansweredDecision(f"answer for {decision.id!r} has {len(answer.logits)} logits; the decision has "
+                                     f"{len(decision.options)} options ({', '.join(decision.option_ids)})")
+        hidden = None
+        if decision.return_hidden_state:
+            given = answer.hidden_state if answer.hidden_state is not None else self.hidden_state
+            if given is None:
+                raise UnansweredDecision(
+                    f"decision {decision.id!r} asks for the hidden state (its head reads it): give "
+                    f"answer({decision.id!r}, logits, hidden_state=[...]) or FakeEndpoint(hidden_state=[...]) "
+                    "with the head's hidden_size values")
+            hidden = list(given)
+        logits = list(answer.logits)
+        prompt = json.dumps({"state": decision.state, "question": decision.question, "options": decision.option_ids},
+                            sort_keys=True)
+        return DecisionResult(
+            id=decision.id, option_ids=decision.option_ids, probabilities=softmax(logits, decision.temperature),
+            option_logits=logits, temperature=decision.temperature, input_tokens=100,
+            allowed_token_mass=self.mass if answer.mass is None else answer.mass,
+            prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(), prompt_version=self.prompt_version,
+            model=self.model, timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.0, total_seconds=0.0),
+            hidden_state=hidden)

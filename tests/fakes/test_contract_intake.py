@@ -1,7 +1,7 @@
 """Contract tests of the intake flows' fakes (tests/fakes/intake.py): every behaviour here runs
 against the fake and against the adapter it stands for, over moto (only the template's resources
-the adapter needs). A fake that drifts from its adapter fails here, so the flow tests on the fakes
-may trust them.
+the adapter needs) or, for the endpoint, over botocore's Stubber playing the container. A fake
+that drifts from its adapter fails here, so the flow tests on the fakes may trust them.
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException; the fake
 raises `ConditionFailed`, a ClientError of the same code: `refused()` accepts exactly that.
@@ -11,21 +11,42 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
+import json
+import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import boto3
 import pytest
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
 from moto import mock_aws
 from moto.core.config import default_user_config
 
+from decision_contract import (
+    BatchDecisionResponse,
+    BatchTiming,
+    Decision,
+    DecisionOption,
+    DecisionRequest,
+    DecisionResult,
+    DecisionTiming,
+    ModelInfo,
+    SingleDecisionResponse,
+    softmax,
+)
+from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
 from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.domain.failures import EndpointFailure
 from local.cloudformation import Stack
 from tests.fakes.intake import (
     ConditionFailed,
+    FakeEndpoint,
     FakeOpenIncidents,
+    UnansweredDecision,
 )
 
 ENDPOINT = "decision-endpoint"
@@ -372,3 +393,220 @@ def test_the_fake_leaves_the_rows_dynamodb_holds_after_the_same_writes():
 
     assert set(held) == {"a", "b", "c", "w", GROUP}
     assert stamped(rows(fake)) == stamped(held)
+
+
+# =========================================================================== the decision endpoint
+#: The container's model, as it reports itself (a hidden state of hidden_size values).
+CONTAINER_MODEL = ModelInfo(file="model.gguf", bytes=1, sha256="a" * 64, context_size=4096, threads=2, gpu_layers=0,
+                            llama_cpp_python_version="0.3", hidden_size=4)
+
+
+class ContainerStub:
+    """DecisionEndpoint on a real sagemaker-runtime client; a Stubber answers each request as the
+    container does (routes/sagemaker.py, decision_work.py): one result per decision asked, the
+    letters' softmax at the decision's temperature, the hidden state only when asked, JSON
+    without nulls. `fail(kind)` answers every attempt with the SageMaker error of that kind."""
+
+    def __init__(self) -> None:
+        self.client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+        self.stubber = Stubber(self.client)
+        self.answers: dict[str, tuple[list[float], list[float] | None]] = {}
+        self.fault: Callable[[], None] | None = None
+        self.requests: list[list[Decision]] = []
+        self.client.meta.events.register("provide-client-params.sagemaker-runtime.InvokeEndpoint", self._respond)
+        self.endpoint = DecisionEndpoint(ENDPOINT, client=self.client, sleep=lambda seconds: None)
+        self.stubber.activate()
+
+    params = {"EndpointName": ENDPOINT, "Body": ANY, "ContentType": "application/json", "Accept": "application/json"}
+
+    def answer(self, question: str, logits: list[float], hidden_state: list[float] | None = None) -> None:
+        self.answers[question] = (logits, hidden_state)
+
+    def _respond(self, params: dict, **_: Any) -> None:
+        request = DecisionRequest.model_validate_json(params["Body"])
+        self.requests.append(request.items)
+        if self.fault is not None:
+            self.fault()
+            return
+        results = []
+        for decision in request.items:
+            logits, hidden = self.answers[decision.id]
+            results.append(DecisionResult(
+                id=decision.id, option_ids=decision.option_ids, probabilities=softmax(logits, decision.temperature),
+                option_logits=logits, temperature=decision.temperature, input_tokens=57, reused_prefix_tokens=12,
+                allowed_token_mass=0.97, prompt_sha256="c" * 64, prompt_version="direct-options-v1",
+                model=CONTAINER_MODEL, answer_token_ids=list(range(len(logits))), full_vocab_argmax_id=7,
+                timing=DecisionTiming(tokenize_seconds=0.001, prefill_seconds=0.02, total_seconds=0.021),
+                forward_seconds=0.02, total_seconds=0.021,
+                hidden_state=hidden if decision.return_hidden_state else None))
+        response = (SingleDecisionResponse(result=results[0]) if request.decision is not None else BatchDecisionResponse(
+            results=results, timing=BatchTiming(shared_prefix_tokens=12, shared_prefix_seconds=0.01,
+                                                total_seconds=0.03, batch_size=len(results))))
+        raw = response.model_dump_json(exclude_none=True).encode()
+        self.stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw)),
+                                                      "ContentType": "application/json"}, self.params)
+
+    def fail(self, kind: str) -> None:
+        def model_error(status: int) -> Callable[[], None]:
+            message = json.dumps({"error": {"code": "busy", "message": "model busy", "retryable": status == 503}})
+            return lambda: self.stubber.add_client_error(
+                "invoke_endpoint", service_error_code="ModelError", service_message="Received server error",
+                http_status_code=424, expected_params=self.params,
+                modeled_fields={"OriginalStatusCode": status, "OriginalMessage": message})
+
+        def error(code: str, message: str, status: int) -> Callable[[], None]:
+            return lambda: self.stubber.add_client_error("invoke_endpoint", service_error_code=code,
+                                                         service_message=message, http_status_code=status,
+                                                         expected_params=self.params)
+
+        self.fault = {"retryable_model_error": model_error(503), "model_error": model_error(400),
+                      "throttled": error("ThrottlingException", "Rate exceeded", 400),
+                      "unavailable": error("ServiceUnavailable", "try later", 503),
+                      "no_capacity": error("ValidationError", NO_CAPACITY_MESSAGE, 400)}[kind]
+
+
+class Side:
+    """One side of the endpoint's contract: give answers, make it fail, ask it, see what it was asked."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.fake = FakeEndpoint(model=CONTAINER_MODEL, prompt_version="direct-options-v1")
+        self.stub = ContainerStub() if kind == "stubbed" else None
+
+    def answer(self, question: str, logits: list[float], hidden_state: list[float] | None = None) -> None:
+        if self.stub is not None:
+            self.stub.answer(question, logits, hidden_state)
+        else:
+            self.fake.answer(question, logits, hidden_state=hidden_state)
+
+    def fail(self, kind: str) -> None:
+        if self.stub is not None:
+            self.stub.fail(kind)
+        else:
+            self.fake.fail(kind)
+
+    def decide(self, decisions: list[Decision], deadline: float | None = None) -> dict[str, DecisionResult]:
+        return (self.stub.endpoint if self.stub is not None else self.fake).decide(decisions, deadline=deadline)
+
+    @property
+    def asked(self) -> list[list[str]]:
+        """The decision ids of each request that reached the endpoint (the adapter's retries of a
+        request, the same body again, counted once: the fake raises what they end with)."""
+        if self.stub is None:
+            return [[d.id for d in request] for request in self.fake.requests]
+        asked: list[list[Decision]] = []
+        for request in self.stub.requests:
+            if not asked or request != asked[-1]:
+                asked.append(request)
+        return [[d.id for d in request] for request in asked]
+
+
+@pytest.fixture(params=["fake", "stubbed"])
+def endpoint(request) -> Side:
+    return Side(request.param)
+
+
+def decision(question: str, options: int = 3, *, temperature: float = 1.0, hidden: bool = False) -> Decision:
+    return Decision(id=question, state={"subject": "Charged twice", "channel": "email"}, question=f"Which {question}?",
+                    options=[DecisionOption(id=f"{question}-{i}", description=f"option {i}") for i in range(options)],
+                    temperature=temperature, return_hidden_state=hidden)
+
+
+def assert_answers(result: DecisionResult, asked: Decision, logits: list[float]) -> None:
+    assert isinstance(result, DecisionResult)
+    assert (result.id, result.option_ids, result.option_logits, result.temperature) == (
+        asked.id, asked.option_ids, logits, asked.temperature)
+    assert result.probabilities == pytest.approx(softmax(logits, asked.temperature))
+    assert 0 < result.allowed_token_mass <= 1 and result.model.sha256 and result.prompt_sha256
+
+
+def test_one_decision_is_answered_by_its_id_with_its_options_logits(endpoint):
+    asked = decision("queue", 5)
+    endpoint.answer("queue", [3.0, 0.5, 0.0, -1.0, 0.2])
+    results = endpoint.decide([asked])
+    assert list(results) == ["queue"]
+    assert_answers(results["queue"], asked, [3.0, 0.5, 0.0, -1.0, 0.2])
+    assert results["queue"].hidden_state is None  # not asked for
+    assert endpoint.asked == [["queue"]]
+
+
+def test_a_batch_is_answered_decision_by_decision_at_each_ones_temperature(endpoint):
+    asked = [decision("priority", 4, temperature=2.0), decision("team", 3)]
+    endpoint.answer("priority", [1.0, 2.0, 0.0, 0.0])
+    endpoint.answer("team", [0.0, 0.0, 4.0])
+    results = endpoint.decide(asked)
+    assert sorted(results) == ["priority", "team"]
+    assert_answers(results["priority"], asked[0], [1.0, 2.0, 0.0, 0.0])
+    assert_answers(results["team"], asked[1], [0.0, 0.0, 4.0])
+    assert results["priority"].probabilities != pytest.approx(softmax([1.0, 2.0, 0.0, 0.0]))
+    assert endpoint.asked == [["priority", "team"]]
+
+
+def test_the_hidden_state_comes_only_with_the_decision_that_asks_for_it(endpoint):
+    asked = [decision("queue", 2, hidden=True), decision("tier", 2)]
+    endpoint.answer("queue", [1.0, 0.0], hidden_state=[0.1, -0.2, 0.3, 0.0])
+    endpoint.answer("tier", [0.0, 1.0], hidden_state=[0.5, 0.5, 0.5, 0.5])
+    results = endpoint.decide(asked)
+    assert results["queue"].hidden_state == [0.1, -0.2, 0.3, 0.0]
+    assert len(results["queue"].hidden_state) == results["queue"].model.hidden_size
+    assert results["tier"].hidden_state is None
+
+
+def test_nothing_to_decide_calls_nothing(endpoint):
+    assert endpoint.decide([]) == {} and endpoint.asked == []
+
+
+def test_too_little_time_before_the_deadline_fails_without_calling_the_endpoint(endpoint):
+    endpoint.answer("queue", [1.0, 0.0, 0.0])
+    with pytest.raises(EndpointFailure) as info:
+        endpoint.decide([decision("queue")], deadline=time.monotonic() + 0.5)
+    assert (info.value.kind, info.value.attempts) == ("timeout", 0) and endpoint.asked == []
+
+
+@pytest.mark.parametrize("kind, retryable, attempts", [
+    ("retryable_model_error", True, 4), ("throttled", True, 4), ("unavailable", True, 4),
+    ("model_error", False, 1), ("no_capacity", False, 1)])
+def test_a_fault_fails_as_the_adapter_fails_once_its_retries_are_spent(endpoint, kind, retryable, attempts):
+    """The item then goes to review with the failure as its reason (no_capacity: a ticket waits)."""
+    endpoint.fail(kind)
+    with pytest.raises(EndpointFailure) as info:
+        endpoint.decide([decision("queue")])
+    failure = info.value
+    assert (failure.kind, failure.retryable, failure.attempts) == (kind, retryable, attempts)
+    assert failure.describe().kind == kind and endpoint.asked == [["queue"]]
+
+
+def test_the_fake_fails_as_often_as_told_then_answers_again():
+    fake = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}).fail("throttled", times=2)
+    for _ in range(2):
+        with pytest.raises(EndpointFailure):
+            fake.decide([decision("queue")])
+    assert fake.decide([decision("queue")])["queue"].option_logits == [1.0, 0.0, 0.0]
+    fake.fail("model_error")
+    with pytest.raises(EndpointFailure):
+        fake.decide([decision("queue")])
+    fake.recover()
+    assert list(fake.decide([decision("queue")])) == ["queue"] and len(fake.requests) == 5
+
+
+def test_the_fake_answers_an_item_by_the_state_fields_given_for_it():
+    fake = FakeEndpoint({"queue": [0.0, 0.0, 1.0]})
+    fake.answer("queue", [5.0, 0.0, 0.0], where={"subject": "Charged twice"})
+    other = decision("queue").model_copy(update={"state": {"subject": "Cannot log in"}})
+    assert fake.decide([decision("queue")])["queue"].option_logits == [5.0, 0.0, 0.0]
+    assert fake.decide([other])["queue"].option_logits == [0.0, 0.0, 1.0]
+
+
+def test_the_fake_says_what_answer_is_missing_instead_of_sending_the_item_to_review():
+    """A test that forgot an answer fails loudly: an EndpointFailure would route the item to review."""
+    fake = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}, model=CONTAINER_MODEL)
+    with pytest.raises(UnansweredDecision, match="'team'"):
+        fake.decide([decision("team")])
+    with pytest.raises(UnansweredDecision, match="asks for the hidden state"):
+        fake.decide([decision("queue", hidden=True)])
+    with pytest.raises(UnansweredDecision, match="2 logits; the decision has 3 options"):
+        FakeEndpoint({"queue": [1.0, 0.0]}).decide([decision("queue")])
+    with pytest.raises(ValueError, match="hidden_size is 4"):
+        fake.answer("queue", [1.0, 0.0, 0.0], hidden_state=[0.0] * 3)
+    shared = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}, model=CONTAINER_MODEL, hidden_state=[1.0] * 4)
+    assert shared.decide([decision("queue", hidden=True)])["queue"].hidden_state == [1.0] * 4
