@@ -6,6 +6,8 @@ runs the same behaviours against each fake and its adapter.
   its rows kept as the DynamoDB items would be, as plain Python values.
 - `FakeEndpoint`: the decision endpoint (`adapters/endpoint.py` `DecisionEndpoint`), answering
   from logits given per question (and optionally per item), or failing as the adapter fails.
+- `RecordingWorkflow`: the routing workflow (`adapters/workflow.py` `WorkflowStarter`), keeping
+  each execution's record, with Step Functions' rules for names started before.
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException, which
 the flows let through (the event is retried); the fakes raise `ConditionFailed`, a `ClientError`
@@ -29,11 +31,13 @@ from pydantic import ValidationError
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import MAX_RACES
+from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
 from decision_router.domain.ports import Claim, GroupRow, IncidentRow, Joined
+from decision_router.domain.records import DecisionRecord, execution_name
 
-__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "UnansweredDecision"]
+__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "RecordingWorkflow", "UnansweredDecision"]
 
 
 class ConditionFailed(ClientError):
@@ -356,3 +360,56 @@ class FakeEndpoint:
             prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest(), prompt_version=self.prompt_version,
             model=self.model, timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.0, total_seconds=0.0),
             hidden_state=hidden)
+
+
+# --------------------------------------------------------------------------- the routing workflow
+@dataclass
+class Execution:
+    """One execution of the routing workflow: its name, the record it was started with, its status."""
+
+    name: str
+    record: DecisionRecord
+    input: str
+    status: str = "RUNNING"
+
+
+class RecordingWorkflow:
+    """The routing workflow (port `Workflow`), keeping each execution it starts. As Step Functions
+    does for a standard workflow, a start under a name already used starts nothing: with the same
+    input while that execution runs, it is answered as a start (the adapter says started); with
+    another input, or once it ended, it is refused, and the adapter says already routed, unless it
+    FAILED, TIMED_OUT or was ABORTED: then the item starts under the next attempt's name (`-r2`).
+    Executions stay RUNNING until `end` says otherwise (nothing runs)."""
+
+    def __init__(self) -> None:
+        self.executions: dict[str, Execution] = {}
+
+    @property
+    def records(self) -> dict[str, DecisionRecord]:
+        """The record each execution was started with, by execution name, in the order started."""
+        return {name: execution.record for name, execution in self.executions.items()}
+
+    def start(self, record: DecisionRecord) -> tuple[str, bool]:
+        given = record.model_dump_json()
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            name = execution_name(record.item_kind, record.item_id, record.item_key, attempt)
+            existing = self.executions.get(name)
+            if existing is None:
+                self.executions[name] = Execution(name, DecisionRecord.model_validate_json(given), given)
+                return name, True
+            if existing.input == given and existing.status == "RUNNING":
+                return name, True  # Step Functions answers the same start with the running execution
+            if existing.status not in ENDED_UNROUTED:
+                return name, False
+        raise RuntimeError(f"{record.item_kind} {record.item_id!r}: {MAX_ATTEMPTS} executions of this item "
+                           "ended without routing it; see the workflow DLQ")
+
+    def status(self, name: str) -> str | None:
+        execution = self.executions.get(name)
+        return execution.status if execution is not None else None
+
+    def end(self, name: str, status: str) -> None:
+        """The execution ended: SUCCEEDED, FAILED, TIMED_OUT or ABORTED."""
+        if status not in {"SUCCEEDED", *ENDED_UNROUTED}:
+            raise ValueError(f"an execution ends SUCCEEDED, FAILED, TIMED_OUT or ABORTED, not {status!r}")
+        self.executions[name].status = status

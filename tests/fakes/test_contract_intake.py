@@ -40,12 +40,18 @@ from decision_contract import (
 )
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
 from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.failures import EndpointFailure
-from local.cloudformation import Stack
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.domain.routing import Router
+from decision_router.items import parse_item
+from local.cloudformation import DEFAULT_ACCOUNT_ID, DEFAULT_REGION, Stack
 from tests.fakes.intake import (
     ConditionFailed,
     FakeEndpoint,
     FakeOpenIncidents,
+    RecordingWorkflow,
     UnansweredDecision,
 )
 
@@ -610,3 +616,88 @@ def test_the_fake_says_what_answer_is_missing_instead_of_sending_the_item_to_rev
         fake.answer("queue", [1.0, 0.0, 0.0], hidden_state=[0.0] * 3)
     shared = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}, model=CONTAINER_MODEL, hidden_state=[1.0] * 4)
     assert shared.decide([decision("queue", hidden=True)])["queue"].hidden_state == [1.0] * 4
+
+
+# =========================================================================== the routing workflow
+@pytest.fixture(params=SIDES)
+def workflow(request) -> Iterator[RecordingWorkflow | WorkflowStarter]:
+    if request.param == "fake":
+        yield RecordingWorkflow()
+        return
+    with created("RoutingStateMachine") as stack:
+        yield WorkflowStarter(stack.ref("RoutingStateMachine"))
+
+
+def end(workflow, name: str, status: str) -> None:
+    """The named execution ended so (moto runs nothing: its record of the execution is set)."""
+    if isinstance(workflow, RecordingWorkflow):
+        workflow.end(name, status)
+        return
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    machine = stepfunctions_backends[DEFAULT_ACCOUNT_ID][DEFAULT_REGION].describe_state_machine(workflow.state_machine_arn)
+    next(e for e in machine.executions if e.name == name).status = status
+
+
+def started(workflow) -> dict[str, DecisionRecord]:
+    """Each execution's record, by name."""
+    if isinstance(workflow, RecordingWorkflow):
+        return workflow.records
+    sfn = boto3.client("stepfunctions")
+    found = {}
+    for execution in sfn.list_executions(stateMachineArn=workflow.state_machine_arn)["executions"]:
+        described = sfn.describe_execution(executionArn=execution["executionArn"])
+        found[execution["name"]] = DecisionRecord.model_validate_json(described["input"])
+    return found
+
+
+@pytest.fixture(scope="module")
+def record() -> DecisionRecord:
+    """A ticket's record, decided by the policy's rule (no endpoint)."""
+    policy = load_policy("support-ticket")
+    ticket = parse_item("ticket", {
+        "ticket_id": "T-1006", "subject": "Invoice with a wrong VAT number", "body": "Please reissue the invoice.",
+        "customer": {"id": "C-5120", "tier": "pro"}, "channel": "billing-portal", "created_at": "2026-11-29T11:30:00Z"})
+    router = Router(policy, FakeEndpoint(), RecordingWorkflow(), review_queue_url="https://sqs/review",
+                    destinations={t: f"https://sqs/{t}" for t in map(policy.target, policy.question("queue").option_ids)},
+                    review_timeout_seconds=3600)
+    return router.judge(ticket)[0]
+
+
+def test_a_record_starts_the_execution_named_after_its_item(workflow, record):
+    name = execution_name(record.item_kind, record.item_id, record.item_key)
+    assert workflow.start(record) == (name, True)
+    assert workflow.status(name) == "RUNNING"
+    assert started(workflow) == {name: record}
+    assert workflow.status("ticket-never-started") is None
+
+
+def test_the_same_record_again_is_answered_by_the_running_execution_and_starts_nothing(workflow, record):
+    """Step Functions takes the same name and input of a running execution as the same start."""
+    first = workflow.start(record)
+    assert workflow.start(record) == first
+    assert list(started(workflow)) == [first[0]]
+
+
+def test_another_record_of_the_same_item_is_already_routed_and_the_first_stands(workflow, record):
+    name, _ = workflow.start(record)
+    other = record.model_copy(update={"route": "review", "route_reason": "a window", "destination": None})
+    assert workflow.start(other) == (name, False)
+    assert started(workflow) == {name: record}
+
+
+def test_an_item_whose_execution_succeeded_is_not_started_again(workflow, record):
+    name, _ = workflow.start(record)
+    end(workflow, name, "SUCCEEDED")
+    assert workflow.start(record) == (name, False)
+    assert workflow.status(name) == "SUCCEEDED" and list(started(workflow)) == [name]
+
+
+@pytest.mark.parametrize("status", ["FAILED", "TIMED_OUT", "ABORTED"])
+def test_an_item_whose_execution_ended_unrouted_starts_under_the_next_attempts_name(workflow, record, status):
+    name, _ = workflow.start(record)
+    end(workflow, name, status)
+    retry = execution_name(record.item_kind, record.item_id, record.item_key, 2)
+    assert workflow.start(record) == (retry, True)
+    assert workflow.start(record) == (retry, True)  # the retry runs: the same start again
+    assert sorted(started(workflow)) == sorted([name, retry]) and workflow.status(name) == status
