@@ -8,6 +8,7 @@ runs the same behaviours against each fake and its adapter.
   from logits given per question (and optionally per item), or failing as the adapter fails.
 - `RecordingWorkflow`: the routing workflow (`adapters/workflow.py` `WorkflowStarter`), keeping
   each execution's record, with Step Functions' rules for names started before.
+- `FakeQueue`: an SQS queue (`adapters/queues.py` `Queue`): the `Sender` and `Waiting` ports.
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException, which
 the flows let through (the event is retried); the fakes raise `ConditionFailed`, a `ClientError`
@@ -21,9 +22,10 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
@@ -31,13 +33,14 @@ from pydantic import ValidationError
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import MAX_RACES
+from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
 from decision_router.domain.ports import Claim, GroupRow, IncidentRow, Joined
 from decision_router.domain.records import DecisionRecord, execution_name
 
-__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "RecordingWorkflow", "UnansweredDecision"]
+__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue", "RecordingWorkflow", "UnansweredDecision"]
 
 
 class ConditionFailed(ClientError):
@@ -413,3 +416,89 @@ class RecordingWorkflow:
         if status not in {"SUCCEEDED", *ENDED_UNROUTED}:
             raise ValueError(f"an execution ends SUCCEEDED, FAILED, TIMED_OUT or ABORTED, not {status!r}")
         self.executions[name].status = status
+
+
+# --------------------------------------------------------------------------- queues
+@dataclass
+class _Message:
+    message_id: str
+    body: str
+    attributes: dict[str, str]
+    visible_at: float = 0.0
+    receipt_handles: set[str] = field(default_factory=set)
+    receives: int = 0
+
+
+class FakeQueue:
+    """An SQS queue (ports `Sender` and `Waiting`, adapter `Queue`). `send` keeps the body and its
+    attributes as the adapter sends them (empty values left out, each cut to MAX_ATTRIBUTE_CHARS);
+    `sent` lists every message sent, as (body, attributes). `messages` receives as the adapter does
+    (each message once, hidden HOLD_SECONDS), `hide`, `release` and `delete` act on a received
+    message by its receipt handle, and a handle this queue never gave out is refused as SQS refuses
+    it (ReceiptHandleIsInvalid). `received(body)` puts a message on the queue and receives it, as
+    Lambda's event source does before the ticket intake sees it: its ReceiptHandle is the one the
+    intake hides. Every `hide` is kept in `hidden`, as (receipt handle, seconds)."""
+
+    def __init__(self, url: str = "https://sqs.us-east-1.amazonaws.com/123456789012/fake",
+                 clock: Callable[[], float] = time.monotonic):
+        self.url, self.clock = url, clock
+        self._messages: list[_Message] = []
+        self.sent: list[tuple[str, dict[str, str]]] = []
+        self.hidden: list[tuple[str, int]] = []
+
+    def send(self, body: str, attributes: dict[str, str] | None = None) -> None:
+        kept = {name: value[:MAX_ATTRIBUTE_CHARS] for name, value in (attributes or {}).items() if value}
+        self.sent.append((body, dict(kept)))
+        self._messages.append(_Message(str(uuid.uuid4()), body, kept))
+
+    def _receive(self, message: _Message, hold: int) -> dict:
+        handle = f"{message.message_id}#{uuid.uuid4()}"
+        message.receipt_handles.add(handle)
+        message.receives += 1
+        message.visible_at = self.clock() + hold
+        received = {"MessageId": message.message_id, "ReceiptHandle": handle, "Body": message.body,
+                    "MD5OfBody": hashlib.md5(message.body.encode()).hexdigest()}  # SQS's digest of the body
+        if message.attributes:
+            received["MessageAttributes"] = {name: {"DataType": "String", "StringValue": value}
+                                             for name, value in message.attributes.items()}
+        return received
+
+    def messages(self, limit: int) -> Iterator[dict]:
+        """Up to `limit` visible messages, each received once, then hidden HOLD_SECONDS."""
+        count = 0
+        for message in list(self._messages):
+            if count >= limit:
+                return
+            if message.visible_at <= self.clock():
+                count += 1
+                yield self._receive(message, HOLD_SECONDS)
+
+    def received(self, body: str, attributes: dict[str, str] | None = None, *, hold: int = 1800) -> dict:
+        """`body` put on the queue and received as Lambda's event source receives it (hidden for
+        the ticket queue's visibility timeout, `hold`): the message, with its ReceiptHandle."""
+        self.send(body, attributes)
+        return self._receive(self._messages[-1], hold)
+
+    def _holding(self, receipt_handle: str) -> _Message:
+        for message in self._messages:
+            if receipt_handle in message.receipt_handles:
+                return message
+        raise ClientError({"Error": {"Code": "ReceiptHandleIsInvalid",
+                                     "Message": f"The input receipt handle {receipt_handle!r} is not valid."}},
+                          "ChangeMessageVisibility")
+
+    def hide(self, receipt_handle: str, seconds: int) -> None:
+        self.hidden.append((receipt_handle, seconds))
+        self._holding(receipt_handle).visible_at = self.clock() + seconds
+
+    def release(self, message: dict) -> None:
+        self.hide(message["ReceiptHandle"], 0)
+
+    def delete(self, message: dict) -> None:
+        found = self._holding(message["ReceiptHandle"])
+        self._messages.remove(found)
+
+    @property
+    def waiting(self) -> list[tuple[str, dict[str, str]]]:
+        """The messages still on the queue (received or not), as (body, attributes)."""
+        return [(message.body, dict(message.attributes)) for message in self._messages]

@@ -38,8 +38,10 @@ from decision_contract import (
     SingleDecisionResponse,
     softmax,
 )
+from decision_router.adapters import queues
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
 from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.policies import load_policy
@@ -51,6 +53,7 @@ from tests.fakes.intake import (
     ConditionFailed,
     FakeEndpoint,
     FakeOpenIncidents,
+    FakeQueue,
     RecordingWorkflow,
     UnansweredDecision,
 )
@@ -701,3 +704,66 @@ def test_an_item_whose_execution_ended_unrouted_starts_under_the_next_attempts_n
     assert workflow.start(record) == (retry, True)
     assert workflow.start(record) == (retry, True)  # the retry runs: the same start again
     assert sorted(started(workflow)) == sorted([name, retry]) and workflow.status(name) == status
+
+
+# =========================================================================== queues
+@pytest.fixture(params=SIDES)
+def queue(request, monkeypatch) -> Iterator[FakeQueue | Queue]:
+    if request.param == "fake":
+        yield FakeQueue()
+        return
+    # moto waits out a long poll on an empty queue: the adapter polls without waiting here
+    monkeypatch.setattr(queues, "POLL_SECONDS", 0)
+    with created("TicketDeadLetterQueue") as stack:
+        yield Queue(stack.ref("TicketDeadLetterQueue"))
+
+
+def attributes(message: dict) -> dict[str, str]:
+    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+
+
+def test_a_message_is_sent_with_its_attributes_trimmed_and_the_empty_ones_left_out(queue):
+    queue.send('{"ticket_id": "T-1"}', {"failure_kind": "invalid_item", "item_id": "", "failure_reason": "r" * 2500})
+    queue.send('{"ticket_id": "T-2"}')
+    queue.send('{"ticket_id": "T-3"}', {"item_id": ""})
+    received = {m["Body"]: attributes(m) for m in queue.messages(10)}
+    assert received == {'{"ticket_id": "T-1"}': {"failure_kind": "invalid_item", "failure_reason": "r" * MAX_ATTRIBUTE_CHARS},
+                        '{"ticket_id": "T-2"}': {}, '{"ticket_id": "T-3"}': {}}
+
+
+def test_each_message_is_received_once_then_hidden_until_released(queue):
+    for n in range(3):
+        queue.send(f"m{n}")
+    first = list(queue.messages(2))
+    assert len(first) == 2 and len({m["MessageId"] for m in first}) == 2
+    rest = list(queue.messages(10))
+    assert sorted(m["Body"] for m in rest) == sorted({"m0", "m1", "m2"} - {m["Body"] for m in first})
+    assert list(queue.messages(10)) == []  # all received: hidden
+    queue.release(first[0])
+    assert [m["Body"] for m in queue.messages(10)] == [first[0]["Body"]]
+
+
+def test_a_deleted_message_is_gone_and_a_hidden_one_stays_hidden(queue):
+    queue.send("delete me")
+    queue.send("hide me")
+    received = {m["Body"]: m for m in queue.messages(10)}
+    queue.delete(received["delete me"])
+    queue.hide(received["hide me"]["ReceiptHandle"], 600)
+    assert list(queue.messages(10)) == []
+    queue.hide(received["hide me"]["ReceiptHandle"], 0)  # visible again at once
+    assert [m["Body"] for m in queue.messages(10)] == ["hide me"]
+
+
+def test_a_receipt_handle_the_queue_never_gave_is_refused(queue):
+    with pytest.raises(ClientError) as info:
+        queue.hide("not-a-receipt-handle", 360)
+    assert info.value.response["Error"]["Code"] == "ReceiptHandleIsInvalid"
+
+
+def test_the_fake_hands_a_received_message_to_the_intake_and_keeps_what_it_hid():
+    """The ticket intake hides the record Lambda received: `received` is that message."""
+    fake = FakeQueue()
+    message = fake.received('{"ticket_id": "T-1"}')
+    assert list(fake.messages(10)) == []  # in flight with the intake
+    fake.hide(message["ReceiptHandle"], 360)
+    assert fake.hidden == [(message["ReceiptHandle"], 360)] and fake.sent == [('{"ticket_id": "T-1"}', {})]
