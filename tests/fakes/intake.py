@@ -9,6 +9,7 @@ runs the same behaviours against each fake and its adapter.
 - `RecordingWorkflow`: the routing workflow (`adapters/workflow.py` `WorkflowStarter`), keeping
   each execution's record, with Step Functions' rules for names started before.
 - `FakeQueue`: an SQS queue (`adapters/queues.py` `Queue`): the `Sender` and `Waiting` ports.
+- `FakeAlarmStates`: CloudWatch's word on alarms (`adapters/alarm_states.py` `AlarmStates`).
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException, which
 the flows let through (the event is retried); the fakes raise `ConditionFailed`, a `ClientError`
@@ -37,10 +38,15 @@ from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
-from decision_router.domain.ports import Claim, GroupRow, IncidentRow, Joined
+from decision_router.domain.ports import AlarmState, Claim, GroupRow, IncidentRow, Joined
 from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.sources.cloudwatch import parse_alarm_arn
+from local.template import DEFAULT_ACCOUNT_ID
 
-__all__ = ["ConditionFailed", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue", "RecordingWorkflow", "UnansweredDecision"]
+__all__ = [
+    "ConditionFailed", "FakeAlarmStates", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue",
+    "RecordingWorkflow", "UnansweredDecision",
+]
 
 
 class ConditionFailed(ClientError):
@@ -502,3 +508,35 @@ class FakeQueue:
     def waiting(self) -> list[tuple[str, dict[str, str]]]:
         """The messages still on the queue (received or not), as (body, attributes)."""
         return [(message.body, dict(message.attributes)) for message in self._messages]
+
+
+# --------------------------------------------------------------------------- CloudWatch alarms
+class FakeAlarmStates:
+    """What CloudWatch says of an alarm now (port `AlarmStateReader`): the state given for its ARN
+    (`states`, or `set`), "missing" for an alarm never given or an ARN that names no alarm, and
+    "elsewhere" for an alarm of another account than `account` (it cannot be asked about). As
+    CloudWatch, an alarm is known by its region and name. Every ARN asked is kept in `asked`."""
+
+    def __init__(self, states: Mapping[str, AlarmState] | None = None, *, account: str = DEFAULT_ACCOUNT_ID):
+        self.account = account
+        self._states: dict[tuple[str, str], AlarmState] = {}
+        self.asked: list[str] = []
+        for arn, state in (states or {}).items():
+            self.set(arn, state)
+
+    def set(self, arn: str, state: AlarmState) -> None:
+        parsed = parse_alarm_arn(arn)
+        if parsed is None or state in ("missing", "elsewhere"):
+            raise ValueError(f"set an alarm's state (OK, ALARM, INSUFFICIENT_DATA) by its ARN, not {state!r} of {arn!r}")
+        region, _, name = parsed
+        self._states[region, name] = state
+
+    def state_of(self, arn: str) -> AlarmState:
+        self.asked.append(arn)
+        parsed = parse_alarm_arn(arn)
+        if parsed is None:
+            return "missing"
+        region, account, name = parsed
+        if account != self.account:
+            return "elsewhere"
+        return self._states.get((region, name), "missing")

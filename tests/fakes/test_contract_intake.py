@@ -39,6 +39,7 @@ from decision_contract import (
     softmax,
 )
 from decision_router.adapters import queues
+from decision_router.adapters.alarm_states import AlarmStates
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
 from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
@@ -51,6 +52,7 @@ from decision_router.items import parse_item
 from local.cloudformation import DEFAULT_ACCOUNT_ID, DEFAULT_REGION, Stack
 from tests.fakes.intake import (
     ConditionFailed,
+    FakeAlarmStates,
     FakeEndpoint,
     FakeOpenIncidents,
     FakeQueue,
@@ -767,3 +769,58 @@ def test_the_fake_hands_a_received_message_to_the_intake_and_keeps_what_it_hid()
     assert list(fake.messages(10)) == []  # in flight with the intake
     fake.hide(message["ReceiptHandle"], 360)
     assert fake.hidden == [(message["ReceiptHandle"], 360)] and fake.sent == [('{"ticket_id": "T-1"}', {})]
+
+
+# =========================================================================== CloudWatch alarms
+class AlarmSide:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.reader = FakeAlarmStates() if kind == "fake" else AlarmStates()
+
+    def given(self, arn: str, state: str) -> None:
+        if isinstance(self.reader, FakeAlarmStates):
+            self.reader.set(arn, state)
+            return
+        _, _, _, region, _, _, name = arn.split(":", 6)
+        cloudwatch = boto3.client("cloudwatch", region_name=region)
+        cloudwatch.put_metric_alarm(AlarmName=name, MetricName="5xx", Namespace="Checkout", Statistic="Sum",
+                                    Period=60, EvaluationPeriods=1, Threshold=1.0,
+                                    ComparisonOperator="GreaterThanThreshold")
+        cloudwatch.set_alarm_state(AlarmName=name, StateValue=state, StateReason="test")
+
+
+@pytest.fixture(params=SIDES)
+def alarms(request) -> Iterator[AlarmSide]:
+    if request.param == "fake":
+        yield AlarmSide("fake")
+        return
+    with created():
+        yield AlarmSide("moto")
+
+
+def alarm(name: str, region: str = "us-east-1", account: str = DEFAULT_ACCOUNT_ID) -> str:
+    return f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}"
+
+
+@pytest.mark.parametrize("state", ["OK", "ALARM", "INSUFFICIENT_DATA"])
+def test_an_alarm_is_in_the_state_cloudwatch_gives_it(alarms, state):
+    alarms.given(alarm("checkout-5xx"), state)
+    assert alarms.reader.state_of(alarm("checkout-5xx")) == state
+
+
+def test_an_alarm_is_known_in_its_own_region(alarms):
+    alarms.given(alarm("checkout-5xx", "eu-west-1"), "ALARM")
+    assert alarms.reader.state_of(alarm("checkout-5xx", "eu-west-1")) == "ALARM"
+    assert alarms.reader.state_of(alarm("checkout-5xx")) == "missing"
+
+
+def test_an_alarm_never_made_or_a_key_that_names_no_alarm_is_missing(alarms):
+    alarms.given(alarm("checkout-5xx"), "OK")
+    assert alarms.reader.state_of(alarm("never-made")) == "missing"
+    assert alarms.reader.state_of("arn:aws:sns:us-east-1:123456789012:alarm-topic") == "missing"
+    assert alarms.reader.state_of("INC-2001") == "missing"
+
+
+def test_an_alarm_of_another_account_cannot_be_asked_about(alarms):
+    alarms.given(alarm("checkout-5xx"), "ALARM")
+    assert alarms.reader.state_of(alarm("checkout-5xx", account="210987654321")) == "elsewhere"
