@@ -10,6 +10,8 @@ runs the same behaviours against each fake and its adapter.
   each execution's record, with Step Functions' rules for names started before.
 - `FakeQueue`: an SQS queue (`adapters/queues.py` `Queue`): the `Sender` and `Waiting` ports.
 - `FakeAlarmStates`: CloudWatch's word on alarms (`adapters/alarm_states.py` `AlarmStates`).
+- `InMemoryIdempotency`: a Powertools idempotency persistence layer with the semantics of
+  `DynamoDBPersistenceLayer` (`Wiring(idempotency_store=...)`).
 
 A conditional write the adapter loses raises botocore's ConditionalCheckFailedException, which
 the flows let through (the event is retried); the fakes raise `ConditionFailed`, a `ClientError`
@@ -28,6 +30,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyItemAlreadyExistsError,
+    IdempotencyItemNotFoundError,
+)
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS, DataRecord
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
@@ -44,7 +52,7 @@ from decision_router.sources.cloudwatch import parse_alarm_arn
 from local.template import DEFAULT_ACCOUNT_ID
 
 __all__ = [
-    "ConditionFailed", "FakeAlarmStates", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue",
+    "ConditionFailed", "FakeAlarmStates", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue", "InMemoryIdempotency",
     "RecordingWorkflow", "UnansweredDecision",
 ]
 
@@ -540,3 +548,57 @@ class FakeAlarmStates:
         if account != self.account:
             return "elsewhere"
         return self._states.get((region, name), "missing")
+
+
+# --------------------------------------------------------------------------- the idempotency store
+class InMemoryIdempotency(BasePersistenceLayer):
+    """Powertools' idempotency persistence in memory, as `DynamoDBPersistenceLayer` keeps it: a put
+    succeeds only where there is no record, the record has expired, or it is INPROGRESS past its
+    in-progress expiry (an invocation that died); otherwise IdempotencyItemAlreadyExistsError with
+    the record there (as DynamoDB's ReturnValuesOnConditionCheckFailure hands it over). `items`
+    holds the records as the table's items (id, expiration, status, in_progress_expiration, data,
+    validation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def _record(item: Mapping[str, Any]) -> DataRecord:
+        return DataRecord(idempotency_key=item["id"], status=item["status"], expiry_timestamp=item["expiration"],
+                          in_progress_expiry_timestamp=item.get("in_progress_expiration"),
+                          response_data=item.get("data"), payload_hash=item.get("validation"))
+
+    def _get_record(self, idempotency_key: str) -> DataRecord:
+        item = self.items.get(idempotency_key)
+        if item is None:
+            raise IdempotencyItemNotFoundError
+        return self._record(item)
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        item: dict[str, Any] = {"id": data_record.idempotency_key, "expiration": data_record.expiry_timestamp,
+                                "status": data_record.status}
+        if data_record.in_progress_expiry_timestamp is not None:
+            item["in_progress_expiration"] = data_record.in_progress_expiry_timestamp
+        if self.payload_validation_enabled and data_record.payload_hash:
+            item["validation"] = data_record.payload_hash
+        now = datetime.now()
+        old = self.items.get(data_record.idempotency_key)
+        if old is not None and not (
+                old["expiration"] < int(now.timestamp())
+                or (old["status"] == STATUS_CONSTANTS["INPROGRESS"] and old.get("in_progress_expiration") is not None
+                    and old["in_progress_expiration"] < int(now.timestamp() * 1000))):
+            old_record = self._record(old)
+            self._validate_payload(data_payload=data_record, stored_data_record=old_record)  # IdempotencyValidationError
+            self._save_to_cache(data_record=old_record)
+            raise IdempotencyItemAlreadyExistsError(old_data_record=old_record)
+        self.items[data_record.idempotency_key] = item  # a put replaces the whole item
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        item = self.items.setdefault(data_record.idempotency_key, {"id": data_record.idempotency_key})
+        item.update(data=data_record.response_data, expiration=data_record.expiry_timestamp, status=data_record.status)
+        if self.payload_validation_enabled:
+            item["validation"] = data_record.payload_hash
+
+    def _delete_record(self, data_record: DataRecord) -> None:
+        self.items.pop(data_record.idempotency_key, None)

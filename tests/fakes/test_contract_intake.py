@@ -14,11 +14,22 @@ import copy
 import io
 import json
 import time
+import warnings
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyItemNotFoundError,
+    IdempotencyValidationError,
+)
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
@@ -56,6 +67,7 @@ from tests.fakes.intake import (
     FakeEndpoint,
     FakeOpenIncidents,
     FakeQueue,
+    InMemoryIdempotency,
     RecordingWorkflow,
     UnansweredDecision,
 )
@@ -824,3 +836,127 @@ def test_an_alarm_never_made_or_a_key_that_names_no_alarm_is_missing(alarms):
 def test_an_alarm_of_another_account_cannot_be_asked_about(alarms):
     alarms.given(alarm("checkout-5xx"), "ALARM")
     assert alarms.reader.state_of(alarm("checkout-5xx", account="210987654321")) == "elsewhere"
+
+
+# =========================================================================== the idempotency store
+@pytest.fixture(params=SIDES)
+def persistence(request) -> Iterator[InMemoryIdempotency | DynamoDBPersistenceLayer]:
+    if request.param == "fake":
+        yield InMemoryIdempotency()
+        return
+    with created("IdempotencyTable") as stack:
+        # its client from the default session, kept from test to test (MOTO)
+        yield DynamoDBPersistenceLayer(table_name=stack.ref("IdempotencyTable"), boto3_client=boto3.client("dynamodb"))
+
+
+class LambdaContext:
+    def __init__(self, remaining_ms: int):
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+class InvocationEnded(BaseException):
+    """What a Lambda timeout is to the function: it ends mid-call, no `except Exception` runs."""
+
+
+class Judge:
+    """A function made idempotent by Powertools over a persistence layer, as Intake.judge is."""
+
+    def __init__(self, persistence, *, expires: int = 3600, remaining_ms: int | None = 60_000, **config: Any):
+        self.calls = 0
+        self.fail_with: BaseException | None = None
+        self.config = IdempotencyConfig(raise_on_no_idempotency_key=True, expires_after_seconds=expires, **config)
+        if remaining_ms is not None:
+            self.config.register_lambda_context(LambdaContext(remaining_ms))
+        self.once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.config,
+                                        persistence_store=persistence)
+
+    def judge(self, item_key: Any) -> dict:
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return {"decided": self.calls}
+
+    def __call__(self, key: Any) -> dict:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Powertools warns when it has no Lambda context (its deadline)
+            return self.once(item_key=key)
+
+
+def statuses(persistence) -> list[str]:
+    if isinstance(persistence, InMemoryIdempotency):
+        return [item["status"] for item in persistence.items.values()]
+    return [item["status"]["S"] for item in boto3.client("dynamodb").scan(TableName=persistence.table_name)["Items"]]
+
+
+def test_a_key_is_decided_once_and_its_duplicates_answered_from_the_store(persistence):
+    judge = Judge(persistence)
+    assert judge("ticket#1") == {"decided": 1}
+    assert judge("ticket#1") == {"decided": 1}
+    assert judge("ticket#2") == {"decided": 2}
+    assert judge.calls == 2 and statuses(persistence) == ["COMPLETED", "COMPLETED"]
+
+
+def test_a_failed_decision_is_forgotten_so_the_retry_decides_again(persistence):
+    judge = Judge(persistence)
+    judge.fail_with = RuntimeError("endpoint down")
+    with pytest.raises(RuntimeError):
+        judge("ticket#1")
+    assert statuses(persistence) == []
+    judge.fail_with = None
+    assert judge("ticket#1") == {"decided": 2}
+
+
+def test_a_key_in_progress_is_refused_while_its_invocation_may_still_run(persistence):
+    judge = Judge(persistence, remaining_ms=60_000)
+    judge.fail_with = InvocationEnded()
+    with pytest.raises(InvocationEnded):
+        judge("ticket#1")
+    assert statuses(persistence) == ["INPROGRESS"]
+    judge.fail_with = None
+    with pytest.raises(IdempotencyAlreadyInProgressError):
+        judge("ticket#1")
+    assert judge.calls == 1
+
+
+def test_a_key_in_progress_without_a_deadline_is_refused_until_the_record_expires(persistence):
+    judge = Judge(persistence, remaining_ms=None)
+    judge.fail_with = InvocationEnded()
+    with pytest.raises(InvocationEnded):
+        judge("ticket#1")
+    judge.fail_with = None
+    with pytest.raises(IdempotencyAlreadyInProgressError):
+        judge("ticket#1")
+
+
+def test_a_key_in_progress_past_its_invocations_deadline_is_taken_over(persistence):
+    judge = Judge(persistence, remaining_ms=0)  # Lambda killed it at its deadline
+    judge.fail_with = InvocationEnded()
+    with pytest.raises(InvocationEnded):
+        judge("ticket#1")
+    time.sleep(0.005)  # the in-progress expiry is in milliseconds: let one pass
+    judge.fail_with = None
+    assert judge("ticket#1") == {"decided": 2}
+    assert statuses(persistence) == ["COMPLETED"]
+
+
+def test_an_expired_record_is_decided_anew(persistence):
+    judge = Judge(persistence, expires=-60)  # kept until a minute ago
+    assert judge("ticket#1") == {"decided": 1}
+    assert judge("ticket#1") == {"decided": 2}
+    assert statuses(persistence) == ["EXPIRED"]  # the one record, written as its expiry says
+
+
+def test_the_same_key_with_another_payload_is_refused_when_payloads_are_validated(persistence):
+    judge = Judge(persistence, event_key_jmespath="id", payload_validation_jmespath="body")
+    assert judge({"id": "ticket#1", "body": "charged twice"}) == {"decided": 1}
+    assert judge({"id": "ticket#1", "body": "charged twice"}) == {"decided": 1}
+    with pytest.raises(IdempotencyValidationError):
+        judge({"id": "ticket#1", "body": "something else"})
+
+
+def test_a_key_never_stored_is_not_found(persistence):
+    with pytest.raises(IdempotencyItemNotFoundError):
+        persistence._get_record("idempotency#nothing")
