@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import time
@@ -35,7 +36,6 @@ from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
-from moto.core.config import default_user_config
 
 from decision_contract import (
     BatchDecisionResponse,
@@ -76,16 +76,18 @@ ENDPOINT = "decision-endpoint"
 SIDES = ["fake", "moto"]
 
 
-#: moto as the suite runs it (nothing executes in Step Functions), keeping boto3's default session
-#: from one test to the next: a new session loads botocore's models again, most of a test's time.
-MOTO = {"core": {**default_user_config["core"], "reset_boto3_session": False},
-        "stepfunctions": {"execute_state_machine": False}}
+@functools.cache
+def moto_session() -> boto3.Session:
+    """One boto3 session for every moto of this module: a new one loads botocore's models again,
+    most of a test's time. Made here, after moto is imported, so its requests reach moto."""
+    return boto3.Session()
 
 
 @contextlib.contextmanager
 def created(*logical_ids: str) -> Iterator[Stack]:
-    """A fresh moto with only these resources of template.yaml created."""
-    with mock_aws(config=MOTO):
+    """A fresh moto (nothing executes in Step Functions) with only these resources of template.yaml."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):
+        boto3.DEFAULT_SESSION = moto_session()  # moto gives the one before back when it stops
         yield Stack.load(parameters={"ExistingEndpointName": ENDPOINT}).create(only=logical_ids)
 
 
@@ -845,7 +847,7 @@ def persistence(request) -> Iterator[InMemoryIdempotency | DynamoDBPersistenceLa
         yield InMemoryIdempotency()
         return
     with created("IdempotencyTable") as stack:
-        # its client from the default session, kept from test to test (MOTO)
+        # its client from the module's session (moto_session), not a new session of its own
         yield DynamoDBPersistenceLayer(table_name=stack.ref("IdempotencyTable"), boto3_client=boto3.client("dynamodb"))
 
 
