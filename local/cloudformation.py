@@ -61,7 +61,8 @@ class Stack(StackTemplate):
 
         `client(service_name)` makes boto3 clients; by default `boto3.client(name, region_name=…)`,
         which honours AWS_ENDPOINT_URL (moto server) and mock_aws(). `only`: create just these
-        resources (logical ids; a unit test's table or bucket), the rest stay placeholders.
+        resources (logical ids; a unit test's table, queue, bucket or state machine), the rest stay
+        placeholders (a state machine created alone names their placeholders).
         """
         client = client or self._default_client
         if only is not None:
@@ -69,7 +70,8 @@ class Stack(StackTemplate):
             for logical_id in wanted:
                 kind = self.template["Resources"][logical_id]["Type"]
                 creator = {"AWS::S3::Bucket": ("s3", self._create_bucket), "AWS::DynamoDB::Table": (
-                    "dynamodb", self._create_table), "AWS::SQS::Queue": ("sqs", self._create_queue)}.get(kind)
+                    "dynamodb", self._create_table), "AWS::SQS::Queue": ("sqs", self._create_queue),
+                    **{t: ("stepfunctions", self._create_state_machine) for t in _STATE_MACHINE_TYPES}}.get(kind)
                 if creator is None:
                     raise TemplateError(f"create(only=...): {logical_id} ({kind}) is created with the whole stack only")
                 creator[1](client(creator[0]), logical_id)

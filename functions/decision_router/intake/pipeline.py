@@ -15,7 +15,6 @@ from typing import Any, Callable
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
@@ -120,7 +119,7 @@ class Intake:
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
         # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
-                                         persistence_store=DynamoDBPersistenceLayer(table_name=s.idempotency_table),
+                                         persistence_store=self.wiring.idempotency_store,
                                          output_serializer=StoredRecord())
         live = live_heads(policy, s, self.logger)
         tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+
 from ..adapters.alarm_states import AlarmStates
 from ..adapters.endpoint import DecisionEndpoint
 from ..adapters.open_incidents import OpenIncidents
@@ -26,10 +29,11 @@ class Wiring:
     def __init__(self, settings: Settings | None = None, *, endpoint: Endpoint | None = None,
                  workflow: Workflow | None = None, open_incidents: OpenIncidentStore | None = None,
                  dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
-                 alarm_states: AlarmStateReader | None = None):
+                 alarm_states: AlarmStateReader | None = None, idempotency_store: BasePersistenceLayer | None = None):
         """Each part given here replaces the one the settings would make (tests, the local run)."""
         given = {"settings": settings, "endpoint": endpoint, "workflow": workflow, "open_incidents": open_incidents,
-                 "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states}
+                 "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states,
+                 "idempotency_store": idempotency_store}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
 
     @cached_property
@@ -63,6 +67,11 @@ class Wiring:
     @cached_property
     def alarm_states(self) -> AlarmStateReader:
         return AlarmStates()
+
+    @cached_property
+    def idempotency_store(self) -> BasePersistenceLayer:
+        """Where each item key's decision is kept (Powertools idempotency), so a duplicate is judged once."""
+        return DynamoDBPersistenceLayer(table_name=self.settings.require("idempotency_table").idempotency_table)
 
     @cached_property
     def audit(self) -> AuditWriter:
