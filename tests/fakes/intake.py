@@ -512,6 +512,10 @@ class FakeQueue:
         found = self._holding(message["ReceiptHandle"])
         self._messages.remove(found)
 
+    def receive_count(self, message_id: str) -> int:
+        """How often the message was received (SQS's ApproximateReceiveCount)."""
+        return next(message.receives for message in self._messages if message.message_id == message_id)
+
     @property
     def waiting(self) -> list[tuple[str, dict[str, str]]]:
         """The messages still on the queue (received or not), as (body, attributes)."""

@@ -1,6 +1,7 @@
-"""Ticket and incident intake handlers with the `events/` samples against moto (the resources
-come from template.yaml via local.cloudformation), endpoint faults injected with
-botocore's Stubber (SageMaker errors cannot be produced by a local server or moto)."""
+"""Ticket and incident intake handlers with the `events/` samples, on the template's names over
+in-memory fakes of the ports (`tests/fakes/`), and two smoke tests of the same flows on the
+template's resources in moto; the endpoint is the real adapter on a botocore Stubber (SageMaker
+errors cannot be produced by a local server or moto), so its retries and faults are its own."""
 
 from __future__ import annotations
 
@@ -14,26 +15,23 @@ from dataclasses import dataclass
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
-from decision_router.adapters.queues import Queue
-from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
-from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.domain.records import execution_name
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
-from decision_router.intake.wiring import Wiring
 from decision_router.items import InvalidItem, parse_item
 from decision_router.sources.sns import notification
-from local.cloudformation import Stack
+from tests.fakes.intake import FakeQueue
+from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
-
-pytestmark = pytest.mark.stack  # the handlers on the template's resources in moto
 
 ENDPOINT = "decision-endpoint"
 TICKET_OPTIONS = load_policy("support-ticket").questions[0].option_ids
@@ -61,11 +59,19 @@ def context():
 
 
 @pytest.fixture
-def stack():
+def world(request):
+    """The fakes (inside mock_aws all the same, so a call no fake answers fails at once against an
+    empty moto instead of reaching for an account), or, for a test marked `ON_THE_STACK`, also the
+    template's resources in moto."""
     with mock_aws():
-        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT})
-        stack.create()
-        yield stack
+        yield MotoWorld() if getattr(request, "param", "fakes") == "moto" else FakeWorld()
+
+
+#: A smoke test: the same flow on the fakes and on the stack in moto (the template's names, the
+#: functions' own wiring, the real tables, queues and state machine).
+ON_THE_STACK = pytest.mark.parametrize("world", ["fakes", pytest.param("moto", marks=pytest.mark.stack)], indirect=True)
+#: What only the real adapters show (their traces).
+ONLY_ON_THE_STACK = pytest.mark.parametrize("world", [pytest.param("moto", marks=pytest.mark.stack)], indirect=True)
 
 
 def body(option_ids, logits, decision_id="queue", mass=0.9) -> bytes:
@@ -111,11 +117,11 @@ class StubbedEndpoint:
                                       service_message="Rate exceeded", http_status_code=400, expected_params=self.params)
 
 
-def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> Intake:
-    env = stack.function_environment(function)
+def make_intake(monkeypatch, world, app, kind: str, function: str, endpoint) -> Intake:
+    env = world.environment(function)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    intake = Intake(kind, logger=app.logger, metrics=app.metrics, wiring=Wiring(Settings.from_env(env), endpoint=endpoint))
+    intake = Intake(kind, logger=app.logger, metrics=app.metrics, wiring=world.wiring(function, endpoint=endpoint, env=env))
     monkeypatch.setattr(app, "intake", intake)
     if hasattr(app, "incidents"):  # the incident handler's flow holds its intake
         monkeypatch.setattr(app, "incidents", IncidentIntake(intake, logger=app.logger, metrics=app.metrics))
@@ -124,32 +130,30 @@ def make_intake(monkeypatch, stack, app, kind: str, function: str, endpoint) -> 
     return intake
 
 
-@pytest.fixture
-def tickets(monkeypatch, stack):
+def ticket_flow(monkeypatch, world):
     from ticket_intake import app
 
     stub = StubbedEndpoint()
-    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    return app, stub
+
+
+def incident_flow(monkeypatch, world):
+    from incident_intake import app
+
+    stub = StubbedEndpoint()
+    make_intake(monkeypatch, world, app, "incident", "IncidentIntakeFunction", stub.endpoint)
     return app, stub
 
 
 @pytest.fixture
-def incidents(monkeypatch, stack):
-    from incident_intake import app
-
-    stub = StubbedEndpoint()
-    make_intake(monkeypatch, stack, app, "incident", "IncidentIntakeFunction", stub.endpoint)
-    return app, stub
+def tickets(monkeypatch, world):
+    return ticket_flow(monkeypatch, world)
 
 
-def executions(stack) -> dict[str, DecisionRecord]:
-    sfn = boto3.client("stepfunctions")
-    arn = stack.ref("RoutingStateMachine")
-    found = {}
-    for execution in sfn.list_executions(stateMachineArn=arn)["executions"]:
-        described = sfn.describe_execution(executionArn=execution["executionArn"])
-        found[execution["name"]] = DecisionRecord.model_validate_json(described["input"])
-    return found
+@pytest.fixture
+def incidents(monkeypatch, world):
+    return incident_flow(monkeypatch, world)
 
 
 def ticket_execution(ticket: dict) -> str:
@@ -167,7 +171,8 @@ def emf(capsys) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- tickets
-def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the_model(tickets, stack, context, capsys):
+@ON_THE_STACK
+def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the_model(tickets, world, context, capsys):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))   # T-1001: confident billing
     stub.answer(body(TICKET_OPTIONS, [1.0, 0.2, 1.1, 0.9, 0]))  # T-1003: unsure
@@ -179,21 +184,21 @@ def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the
     # The malformed ticket can never succeed: it is parked in the DLQ at once, with the reason.
     malformed = next(r for r in event["Records"] if "T-1099" in r["body"])
     assert response == {"batchItemFailures": []}
-    (parked,) = dead_letters(stack)
+    (parked,) = world.dead_letters()
     assert parked["Body"] == malformed["body"]
     stub.stubber.assert_no_pending_responses()
     assert len(stub.requests) == 3  # T-1006 came from the billing portal: decided by rule, no model call
     assert all("decision" in r and r["decision"]["id"] == "queue" for r in stub.requests)
 
-    records = executions(stack)
+    records = world.executions()
     assert sorted(r.item_id for r in records.values()) == ["T-1001", "T-1003", "T-1005", "T-1006"]
     assert all(name == execution_name(r.item_kind, r.item_id, r.item_key) for name, r in records.items())
     by_id = {r.item_id: r for r in records.values()}
     assert (by_id["T-1001"].route, by_id["T-1001"].destination.target) == ("auto", "billing")
-    assert by_id["T-1001"].destination.queue_url == stack.ref("BillingQueue")
+    assert by_id["T-1001"].destination.queue_url == world.ref("BillingQueue")
     assert by_id["T-1003"].route == "review" and by_id["T-1003"].destination is None
     assert by_id["T-1003"].route_reason.startswith("queue: confidence ")
-    assert by_id["T-1003"].review.queue_url == stack.ref("ReviewQueue")
+    assert by_id["T-1003"].review.queue_url == world.ref("ReviewQueue")
     assert by_id["T-1006"].decisions[0].source == "rule" and by_id["T-1006"].decisions[0].rule == "billing-portal-to-billing"
     assert (by_id["T-1005"].route, by_id["T-1005"].destination.target) == ("auto", "sales")
 
@@ -209,18 +214,7 @@ def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the
     assert totals == {"Decisions": 4, "AutoRouted": 3, "SentToReview": 1, "RuleHits": 1, "EndpointErrors": 0, "InvalidItems": 1}
 
 
-def dead_letters(stack) -> list[dict]:
-    """The ticket DLQ's messages, with their attributes (received and deleted)."""
-    sqs, url = boto3.client("sqs"), stack.ref("TicketDeadLetterQueue")
-    found = []
-    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):
-        for message in batch:
-            found.append(message)
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    return found
-
-
-def test_an_invalid_ticket_is_dead_lettered_at_once_with_the_reason(tickets, stack, context, ticket_data):
+def test_an_invalid_ticket_is_dead_lettered_at_once_with_the_reason(tickets, world, context, ticket_data):
     """Before: the invalid ticket failed its record, was received 4 times and reached the DLQ with
     nothing saying why. Now it is parked at once, the reason in its message attributes."""
     app, stub = tickets
@@ -228,13 +222,13 @@ def test_an_invalid_ticket_is_dead_lettered_at_once_with_the_reason(tickets, sta
 
     assert app.lambda_handler(ticket_event(bad), context) == {"batchItemFailures": []}
 
-    (parked,) = dead_letters(stack)
+    (parked,) = world.dead_letters()
     assert json.loads(parked["Body"]) == bad
     attributes = {name: value["StringValue"] for name, value in parked["MessageAttributes"].items()}
     assert attributes["failure_kind"] == "invalid_item" and attributes["item_id"] == "T-BAD"
     assert "channel: Input should be" in attributes["failure_reason"]
     assert attributes["source_message_id"] == "m-0"
-    assert stub.requests == [] and executions(stack) == {}
+    assert stub.requests == [] and world.executions() == {}
 
 
 def test_malformed_ticket_error_names_the_fields(tickets, context, capsys):
@@ -245,17 +239,17 @@ def test_malformed_ticket_error_names_the_fields(tickets, context, capsys):
     assert "customer.tier: Field required" in str(info.value) and "channel: Input should be" in str(info.value)
 
 
-def test_duplicate_delivery_is_routed_once(tickets, stack, context, ticket_data):
+def test_duplicate_delivery_is_routed_once(tickets, world, context, ticket_data):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     event = ticket_event(ticket_data, ticket_data)  # duplicated inside one batch …
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # … and redelivered
     assert len(stub.requests) == 1
-    assert list(executions(stack)) == [ticket_execution(ticket_data)]
+    assert list(world.executions()) == [ticket_execution(ticket_data)]
 
 
-def test_already_started_execution_counts_as_routed(tickets, stack, context, ticket_data):
+def test_already_started_execution_counts_as_routed(tickets, world, context, ticket_data):
     """Idempotency record expired (or lost) but the workflow already has the item: no second route."""
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -263,7 +257,7 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
     summary = app.intake.handle(json.dumps(ticket_data), context)
     assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.destination.target == "billing"  # the first route stands
 
 
@@ -271,13 +265,8 @@ class InvocationEnded(BaseException):
     """What a Lambda timeout is to the handler: it ends mid-item, no `except Exception` runs."""
 
 
-def idempotency_statuses(stack) -> list[str]:
-    table = stack.function_environment("TicketIntakeFunction")["IDEMPOTENCY_TABLE_NAME"]
-    return [row["status"]["S"] for row in boto3.client("dynamodb").scan(TableName=table)["Items"]]
-
-
 def test_a_lock_left_by_an_invocation_that_died_does_not_hold_the_ticket_back(
-        tickets, stack, context, ticket_data, monkeypatch, caplog):
+        tickets, world, context, ticket_data, monkeypatch, caplog):
     """The dead invocation's in-progress record holds until its deadline (minutes, past Lambda's async
     retries): the redelivery decides without the store, and routes the item once."""
     app, stub = tickets
@@ -289,35 +278,33 @@ def test_a_lock_left_by_an_invocation_that_died_does_not_hold_the_ticket_back(
         patch.setattr(stub.endpoint, "decide", dies)
         with pytest.raises(InvocationEnded):
             app.lambda_handler(ticket_event(ticket_data), context)
-    assert idempotency_statuses(stack) == ["INPROGRESS"]
+    assert world.idempotency_statuses() == ["INPROGRESS"]
 
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
-    assert list(executions(stack)) == [ticket_execution(ticket_data)]
+    assert list(world.executions()) == [ticket_execution(ticket_data)]
     (warning,) = [r for r in caplog.records if "deciding without it" in r.getMessage()]
     assert warning.reason.startswith("IdempotencyAlreadyInProgressError")
     assert len(stub.requests) == 1  # the dead invocation never reached the endpoint
 
 
 def test_an_idempotency_store_throttled_past_the_sdk_retries_does_not_hold_the_ticket_back(
-        tickets, stack, context, ticket_data, monkeypatch):
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-    from botocore.exceptions import ClientError
-
+        tickets, world, context, ticket_data, monkeypatch):
     def throttled(*args, **kwargs):
         raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}},
                           "PutItem")
 
     app, stub = tickets
-    monkeypatch.setattr(DynamoDBPersistenceLayer, "_put_record", throttled)
+    monkeypatch.setattr(world.idempotency, "_put_record", throttled)
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
-    (record,) = executions(stack).values()
-    assert record.route == "auto" and idempotency_statuses(stack) == []
+    (record,) = world.executions().values()
+    assert record.route == "auto" and world.idempotency_statuses() == []
 
 
+@ONLY_ON_THE_STACK
 def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_traced(
-        traces, tickets, stack, context, ticket_data):
+        traces, tickets, world, context, ticket_data):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
@@ -340,39 +327,39 @@ def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_tr
     ],
     ids=["model-error-503-exhausted", "throttling-exhausted", "model-error-400", "model-error-500"],
 )
-def test_endpoint_faults_send_the_ticket_to_review(tickets, stack, context, ticket_data, faults, kind, attempts):
+def test_endpoint_faults_send_the_ticket_to_review(tickets, world, context, ticket_data, faults, kind, attempts):
     app, stub = tickets
     for fault in faults:
         stub.throttle() if fault == "throttle" else stub.model_error(int(fault))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
     stub.stubber.assert_no_pending_responses()
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     decision = record.decisions[0]
     assert record.route == "review" and decision.source == "endpoint_error" and decision.option_id is None
     assert decision.error.kind == kind and decision.error.attempts == attempts
     assert record.route_reason.startswith(f"queue: endpoint error: {kind}")
 
 
-def test_retryable_503_then_success_routes_automatically(tickets, stack, context, ticket_data):
+def test_retryable_503_then_success_routes_automatically(tickets, world, context, ticket_data):
     app, stub = tickets
     stub.model_error(503)
     stub.throttle()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     app.lambda_handler(ticket_event(ticket_data), context)
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.route == "auto" and record.decisions[0].source == "model"
 
 
-def test_container_400_detail_reaches_the_reviewer(tickets, stack, context, ticket_data):
+def test_container_400_detail_reaches_the_reviewer(tickets, world, context, ticket_data):
     app, stub = tickets
     stub.model_error(400, json.dumps({"error": {"code": "prompt_too_long", "message": "the prompt is 9000 tokens"}}))
     app.lambda_handler(ticket_event(ticket_data), context)
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.decisions[0].error.message == "prompt_too_long: the prompt is 9000 tokens"
     assert record.decisions[0].error.status_code == 400
 
 
-def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, ticket_data, monkeypatch):
+def test_no_retry_when_the_lambda_deadline_is_near(tickets, world, context, ticket_data, monkeypatch):
     app, stub = tickets
     stub.model_error(503)
     stub.endpoint.base_delay = stub.endpoint.max_delay = 8.0
@@ -381,7 +368,7 @@ def test_no_retry_when_the_lambda_deadline_is_near(tickets, stack, context, tick
     context.remaining_ms = 16_000
     app.lambda_handler(ticket_event(ticket_data), context)
     stub.stubber.assert_no_pending_responses()
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.decisions[0].error.attempts == 1 and "no time left" in record.decisions[0].error.message
 
 
@@ -412,20 +399,20 @@ def silent_server():
 
 
 @pytest.mark.server  # a TCP server that never answers
-def test_read_timeout_sends_the_ticket_to_review(monkeypatch, stack, context, ticket_data, silent_server):
+def test_read_timeout_sends_the_ticket_to_review(monkeypatch, world, context, ticket_data, silent_server):
     from ticket_intake import app
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)  # the adapter builds its own client
     endpoint = DecisionEndpoint(ENDPOINT, read_timeout=0.3, connect_timeout=1, max_attempts=2, sleep=lambda s: None)
-    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", endpoint)
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.decisions[0].error.kind == "timeout" and record.decisions[0].error.attempts == 2
 
 
 @pytest.mark.server  # a TCP server that never answers
 def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goes_to_review(
-        monkeypatch, stack, context, ticket_data, silent_server):
+        monkeypatch, world, context, ticket_data, silent_server):
     """The very first call is bounded by the time left, not by the configured read timeout:
     14.5 s left minus the 10 s kept for starting the workflow: the calls wait 4.5 s at most in all
     (one of 4 s; or, when the handler took a while to get there, one of 2 s and one of 1 s)."""
@@ -433,14 +420,14 @@ def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goe
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
     endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, max_attempts=4, sleep=lambda s: None)
-    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", endpoint)
     context.remaining_ms = 14_500
 
     started = time.monotonic()
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
     assert time.monotonic() - started < 4.5 + 5.0  # the budget (plus the workflow start), not 30 s
 
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.route == "review"
     error = record.decisions[0].error
     assert error.kind == "timeout" and 1 <= error.attempts <= 2
@@ -450,112 +437,106 @@ def test_a_hanging_endpoint_is_cut_off_at_the_lambda_deadline_and_the_ticket_goe
 
 
 @pytest.mark.server  # a TCP server that never answers
-def test_no_endpoint_call_when_the_deadline_has_passed(monkeypatch, stack, context, ticket_data, silent_server):
+def test_no_endpoint_call_when_the_deadline_has_passed(monkeypatch, world, context, ticket_data, silent_server):
     from ticket_intake import app
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", silent_server)
     endpoint = DecisionEndpoint(ENDPOINT, read_timeout=30, connect_timeout=1, sleep=lambda s: None)
-    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", endpoint)
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", endpoint)
     context.remaining_ms = 10_500  # 0.5 s past the reserve: too little for a call
 
     app.lambda_handler(ticket_event(ticket_data), context)
 
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     error = record.decisions[0].error
     assert record.route == "review" and error.kind == "timeout" and error.attempts == 0
     assert "not called" in error.message
 
 
-def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, stack, context, ticket_data):
+def state_machine_gone(*args, **kwargs):
+    raise ClientError({"Error": {"Code": "StateMachineDoesNotExist", "Message": "State Machine Does Not Exist"}},
+                      "StartExecution")
+
+
+def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, world, context, ticket_data, monkeypatch):
     app, stub = tickets
-    sfn = boto3.client("stepfunctions")
-    arn = stack.ref("RoutingStateMachine")
-    definition = sfn.describe_state_machine(stateMachineArn=arn)
-    sfn.delete_state_machine(stateMachineArn=arn)
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     event = ticket_event(ticket_data)
-    assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+    with monkeypatch.context() as patch:
+        patch.setattr(world.workflow, "start", state_machine_gone)
+        assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
 
-    sfn.create_state_machine(name=definition["name"], definition=definition["definition"], roleArn=definition["roleArn"])
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
-    assert list(executions(stack)) == [ticket_execution(ticket_data)]
+    assert list(world.executions()) == [ticket_execution(ticket_data)]
 
 
 # ----------------------------------------------------------------------------- scale to zero
-def received_ticket(stack, ticket: dict | None = None) -> dict:
-    """An SQS event with one real message of the ticket queue (its receipt handle and receive
-    count), as Lambda would deliver it; `ticket` is sent first, else the waiting one is received."""
-    sqs, url = boto3.client("sqs"), stack.ref("TicketQueue")
-    if ticket is not None:
-        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(ticket))
-    (message,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+def received_ticket(queue: FakeQueue, ticket: dict | None = None) -> dict:
+    """An SQS event with one message of the ticket queue (its receipt handle and receive count),
+    as Lambda would deliver it; `ticket` is sent first, else the waiting one is received."""
+    message = queue.received(json.dumps(ticket)) if ticket is not None else next(queue.messages(1))
     template = json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0]
-    attributes = dict(template["attributes"], ApproximateReceiveCount=message["Attributes"]["ApproximateReceiveCount"])
+    attributes = dict(template["attributes"], ApproximateReceiveCount=str(queue.receive_count(message["MessageId"])))
     return {"Records": [dict(template, messageId=message["MessageId"], receiptHandle=message["ReceiptHandle"],
                              body=message["Body"], attributes=attributes)]}
 
 
-def test_a_ticket_waits_while_the_endpoint_wakes_from_zero_then_is_routed(tickets, stack, context, ticket_data,
-                                                                          monkeypatch, capsys):
+def test_a_ticket_waits_while_the_endpoint_wakes_from_zero_then_is_routed(tickets, world, context, ticket_data, capsys):
     """No review while the endpoint scales out from zero: the record fails, the ticket is hidden
     for the wake-up wait (longer at each receive), no decision is kept, and the receive after the
     endpoint woke routes it."""
     app, stub = tickets
-    url = stack.ref("TicketQueue")
-    sqs = boto3.client("sqs")
-    hidden: list[dict] = []
-    sqs.meta.events.register("before-parameter-build.sqs.ChangeMessageVisibility",
-                             lambda params, **_: hidden.append(dict(params)))
-    monkeypatch.setattr(app.tickets.wiring, "ticket_queue", Queue(url, client=sqs))
+    queue = world.queue("TicketQueue")
     stub.no_capacity()
     stub.no_capacity()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
 
     for receive, wait in ((1, 360), (2, 600)):
-        event = received_ticket(stack, ticket_data if receive == 1 else None)
+        event = received_ticket(queue, ticket_data if receive == 1 else None)
         (record,) = event["Records"]
         assert record["attributes"]["ApproximateReceiveCount"] == str(receive)
         assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
-        assert hidden.pop() == {"QueueUrl": url, "ReceiptHandle": record["receiptHandle"], "VisibilityTimeout": wait}
-        assert executions(stack) == {}  # not sent to review
-        assert "Messages" not in sqs.receive_message(QueueUrl=url)  # hidden, not deleted
-        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)  # time passes
+        assert queue.hidden[-1] == (record["receiptHandle"], wait)
+        assert world.executions() == {}  # not sent to review
+        assert list(queue.messages(1)) == []  # hidden, not deleted
+        queue.release({"ReceiptHandle": record["receiptHandle"]})  # time passes
 
-    event = received_ticket(stack)
+    event = received_ticket(queue)
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}
     stub.stubber.assert_no_pending_responses()
-    (routed,) = executions(stack).values()
+    (routed,) = world.executions().values()
     assert (routed.route, routed.destination.target) == ("auto", "billing")
     waiting = [blob["WaitingForCapacity"] for blob in emf(capsys) if "WaitingForCapacity" in blob]
     assert len(waiting) == 2 and all(blob == 1.0 or blob == [1.0] for blob in waiting)
 
 
-def test_a_waiting_ticket_that_cannot_be_hidden_still_fails_its_record(tickets, stack, context, ticket_data, monkeypatch):
+def test_a_waiting_ticket_that_cannot_be_hidden_still_fails_its_record(tickets, world, context, ticket_data, caplog):
     """If ChangeMessageVisibility fails, the ticket comes back after the queue's own visibility timeout."""
     app, stub = tickets
-    monkeypatch.delenv("TICKET_QUEUE_URL")
     stub.no_capacity()
-    event = received_ticket(stack, ticket_data)
+    event = received_ticket(FakeQueue("https://sqs.us-east-1.amazonaws.com/123456789012/another"), ticket_data)
     assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
-    assert executions(stack) == {}
+    assert world.executions() == {} and world.queue("TicketQueue").hidden == [(event["Records"][0]["receiptHandle"], 360)]
+    assert any(r.getMessage().startswith("could not hide the waiting ticket") for r in caplog.records)
 
 
-def test_an_incident_goes_to_review_at_once_while_the_endpoint_wakes(incidents, stack, context, incident_data):
+def test_an_incident_goes_to_review_at_once_while_the_endpoint_wakes(incidents, world, context, incident_data):
     """Incidents are urgent: no waiting minutes for the model; a person decides, told why."""
     app, stub = incidents
     stub.no_capacity()
     summary = app.lambda_handler(eventbridge(incident_data), context)
     stub.stubber.assert_no_pending_responses()
     assert summary["route"] == "review"
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     errors = [d.error for d in record.decisions if d.source == "endpoint_error"]
     assert errors and all(e.kind == "no_capacity" and e.attempts == 1 for e in errors)
     assert "no_capacity" in record.route_reason and "scaled to zero" in record.route_reason
 
 
 # ----------------------------------------------------------------------------- incidents
-def test_incident_sample_is_one_batched_request(letters_policies, incidents, stack, context):
+@ON_THE_STACK
+def test_incident_sample_is_one_batched_request(letters_policies, incidents, world, context):
     app, stub = incidents
     stub.answer(batch_body(make_result("priority", PRIORITY_OPTIONS, [0.5, 6.0, 0, 0]),
                            make_result("team", TEAM_OPTIONS, [0, 0, 0, 6.0])))
@@ -565,32 +546,32 @@ def test_incident_sample_is_one_batched_request(letters_policies, incidents, sta
     (request,) = stub.requests
     assert [d["id"] for d in request["decisions"]] == ["priority", "team"]
     assert request["decisions"][0]["state"] == request["decisions"][1]["state"]
-    (record,) = executions(stack).values()
-    assert record.destination.queue_url == stack.ref("AppOncallQueue")
+    (record,) = world.executions().values()
+    assert record.destination.queue_url == world.ref("AppOncallQueue")
 
 
-def test_sev1_rule_sends_only_the_team_question(incidents, stack, context, incident_data):
+def test_sev1_rule_sends_only_the_team_question(incidents, world, context, incident_data):
     app, stub = incidents
     stub.answer(body(TEAM_OPTIONS, [0, 7.0, 0, 0], decision_id="team"))
     incident_data["severity"] = "sev1"
     app.lambda_handler(eventbridge(incident_data), context)
     (request,) = stub.requests
     assert request["decision"]["id"] == "team"
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert [d.source for d in record.decisions] == ["rule", "model"]
     assert (record.route, record.destination.target, record.escalate) == ("auto", "data-oncall", True)
 
 
-def test_rules_decide_everything_without_calling_the_endpoint(incidents, stack, context, incident_data):
+def test_rules_decide_everything_without_calling_the_endpoint(incidents, world, context, incident_data):
     app, stub = incidents
     incident_data.update(severity="sev1", source="aws.guardduty")
     app.lambda_handler(eventbridge(incident_data), context)
     assert stub.requests == []
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.route == "auto" and record.destination.target == "security-oncall" and record.escalate
 
 
-def test_incident_endpoint_failure_goes_to_review(incidents, stack, context, incident_data):
+def test_incident_endpoint_failure_goes_to_review(incidents, world, context, incident_data):
     app, stub = incidents
     stub.model_error(500)
     summary = app.lambda_handler(eventbridge(incident_data), context)
@@ -607,10 +588,10 @@ def test_bad_incident_raises_for_lambda_retry_and_dlq(incidents, context, incide
     assert result["outcome"] == "dead_lettered" and "detail-type 'Incident Resolved'" in result["reason"]
 
 
-def test_incident_workflow_failure_raises(incidents, stack, context, incident_data):
+def test_incident_workflow_failure_raises(incidents, world, context, incident_data, monkeypatch):
     app, stub = incidents
     incident_data.update(severity="sev1", source="aws.guardduty")
-    boto3.client("stepfunctions").delete_state_machine(stateMachineArn=stack.ref("RoutingStateMachine"))
+    monkeypatch.setattr(world.workflow, "start", state_machine_gone)
     with pytest.raises(Exception, match="StateMachineDoesNotExist|does not exist"):
         app.lambda_handler(eventbridge(incident_data), context)
 
@@ -642,12 +623,12 @@ def head_body(model, hidden) -> bytes:
     return SingleDecisionResponse(result=result).model_dump_json().encode()
 
 
-def test_a_head_decides_when_it_fits_the_endpoints_model(ticket_policy_with_head, tickets, stack, context, ticket_data, capsys):
+def test_a_head_decides_when_it_fits_the_endpoints_model(ticket_policy_with_head, tickets, world, context, ticket_data, capsys):
     app, stub = tickets
     stub.answer(head_body(ticket_policy_with_head, [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0]))
     app.lambda_handler(ticket_event(ticket_data), context)
     assert stub.requests[0]["decision"]["return_hidden_state"] is True  # asked for only where a head is
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     decision = record.decisions[0]
     assert decision.readout == "head" and decision.head_version == "test-1" and decision.head_skipped is None
     assert decision.letter_probabilities and decision.head_probabilities == decision.probabilities
@@ -655,13 +636,13 @@ def test_a_head_decides_when_it_fits_the_endpoints_model(ticket_policy_with_head
     assert totals == {"HeadDecisions": 1, "HeadSkipped": 0}
 
 
-def test_a_head_is_never_applied_to_another_model_and_says_so(ticket_policy_with_head, tickets, stack, context, ticket_data,
+def test_a_head_is_never_applied_to_another_model_and_says_so(ticket_policy_with_head, tickets, world, context, ticket_data,
                                                                 capsys, caplog):
     app, stub = tickets
     other = ticket_policy_with_head.model_copy(update={"sha256": "c" * 64})
     stub.answer(head_body(other, [0.0] * 8))
     app.lambda_handler(ticket_event(ticket_data), context)
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     decision = record.decisions[0]
     assert decision.readout == "letters" and decision.head_skipped.startswith("endpoint model sha256 cccccccccccc…")
     assert any(r.getMessage() == "head not applied; the letters decided" for r in caplog.records)
@@ -698,33 +679,29 @@ def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_al
     assert notification(half) is None and ticket_json(json.dumps(half)) == half
 
 
-def test_a_ticket_in_an_sns_envelope_is_routed(tickets, stack, context):
+def test_a_ticket_in_an_sns_envelope_is_routed(tickets, world, context):
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [0, 7.0, 0, 0, 0]))  # account-access
     assert app.lambda_handler(SNS_SAMPLE, context) == {"batchItemFailures": []}
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.item_id == "T-2001" and record.destination.target == "account-access"
 
 
-def test_a_bad_ticket_in_an_sns_envelope_is_parked_with_the_reason(tickets, stack, context, ticket_data):
+def test_a_bad_ticket_in_an_sns_envelope_is_parked_with_the_reason(tickets, world, context, ticket_data):
     app, _ = tickets
     event = json.loads(json.dumps(SNS_SAMPLE))
     event["Records"][0]["body"] = sns_notification(json.dumps(dict(ticket_data, channel="fax")))
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}
-    (parked,) = boto3.client("sqs").receive_message(QueueUrl=stack.ref("TicketDeadLetterQueue"),
-                                                    MessageAttributeNames=["All"])["Messages"]
+    (parked,) = world.dead_letters()
     assert "channel: Input should be" in parked["MessageAttributes"]["failure_reason"]["StringValue"]
-    assert executions(stack) == {}
+    assert world.executions() == {}
 
 
 # ----------------------------------------------------------------------------- tickets linked to open incidents
-def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_reason(tickets, stack, context,
+def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_reason(tickets, world, context,
                                                                                      ticket_data, capsys):
-    from decision_router.adapters.open_incidents import OpenIncidents
-
     app, stub = tickets
-    store = OpenIncidents(stack.ref("OpenIncidentsTable"))
-    store.claim("arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
+    world.open_incidents.claim("arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
                 source="aws.cloudwatch", service="payments-api", reported_at="2026-11-29T11:55:00.000+00:00")
     stub.answer(body(TICKET_OPTIONS, [0, 0, 6.0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -734,7 +711,7 @@ def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_r
 
     assert app.lambda_handler(ticket_event(outage, unrelated), context) == {"batchItemFailures": []}
 
-    by_id = {r.item_id: r for r in executions(stack).values()}
+    by_id = {r.item_id: r for r in world.executions().values()}
     linked = by_id["T-OUT"].linked
     assert linked is not None and (linked.incident_id, linked.service) == ("INC-PAY", "payments-api")
     assert linked.incident_key.endswith(":alarm:payments-api-5xx")
@@ -744,7 +721,7 @@ def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_r
     assert any(blob.get("TicketsLinked") for blob in emf(capsys))
 
 
-def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, stack, context, ticket_data, caplog):
+def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, world, context, ticket_data, caplog):
     app, stub = tickets
 
     class Unreadable:
@@ -757,7 +734,7 @@ def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, st
     assert app.lambda_handler(ticket_event(dict(ticket_data, body="payments-api is down")), context) == {
         "batchItemFailures": []}
 
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.linked is None and record.route == "auto"
     (warning,) = [r for r in caplog.records if "open incidents could not be read" in r.getMessage()]
     assert warning.levelname == "WARNING" and warning.getMessage().endswith("the ticket is routed unlinked")

@@ -1,0 +1,116 @@
+"""Where an intake flow test runs: the template's names over in-memory fakes of the ports (the
+fast tier), or the template's resources in moto (the smoke tests, marked `stack`). Both hand a
+flow the same `Wiring` the functions make and answer the same questions afterwards (which
+executions were started, what was dead-lettered), so a test reads alike on either.
+
+    world = FakeWorld()                          # nothing created; stray AWS calls hit an empty moto
+    wiring = world.wiring("TicketIntakeFunction", endpoint=stub)
+    ...
+    world.executions()                           # execution name -> DecisionRecord started
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from decision_router.config import Settings
+from decision_router.domain.ports import Endpoint
+from decision_router.domain.records import DecisionRecord
+from decision_router.intake.wiring import Wiring
+from local.cloudformation import Stack
+from tests.fakes.intake import FakeAlarmStates, FakeOpenIncidents, FakeQueue, InMemoryIdempotency, RecordingWorkflow
+
+ENDPOINT_NAME = "decision-endpoint"
+#: What the fake world's functions are not given: no head store (the shipped heads decide), no
+#: resolved items (nothing kept for similar items), as a stack deployed without them.
+NOT_GIVEN = ("HEAD_STORE_BUCKET", "HEAD_HISTORY_TABLE_NAME", "RESOLVED_ITEMS_TABLE_NAME")
+
+
+class FakeWorld:
+    """The template's names (placeholders: nothing is created) over in-memory fakes of the ports."""
+
+    def __init__(self) -> None:
+        self.template = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
+        self.workflow = RecordingWorkflow()
+        self.open_incidents = FakeOpenIncidents()
+        self.idempotency = InMemoryIdempotency()
+        self.alarm_states = FakeAlarmStates()
+        self._queues: dict[str, FakeQueue] = {}
+
+    def ref(self, logical_id: str) -> str:
+        return self.template.ref(logical_id)
+
+    def environment(self, function: str) -> dict[str, str]:
+        """The function's environment as the template gives it, less what this world has no fake of."""
+        return {name: ("" if name in NOT_GIVEN else value)
+                for name, value in self.template.function_environment(function).items()}
+
+    def queue(self, logical_id: str) -> FakeQueue:
+        """The fake of one of the template's queues (one per queue, made on first use)."""
+        url = self.ref(logical_id)
+        return self._queues.setdefault(url, FakeQueue(url))
+
+    def _queue_at(self, url: str) -> FakeQueue:
+        return self._queues.setdefault(url, FakeQueue(url))
+
+    def wiring(self, function: str, *, endpoint: Endpoint, env: dict[str, str] | None = None) -> Wiring:
+        settings = Settings.from_env(env if env is not None else self.environment(function))
+        return Wiring(settings, endpoint=endpoint, workflow=self.workflow, open_incidents=self.open_incidents,
+                      dead_letters=self._queue_at(settings.dead_letter_queue_url),
+                      ticket_queue=self._queue_at(settings.ticket_queue_url) if settings.ticket_queue_url else None,
+                      alarm_states=self.alarm_states, idempotency_store=self.idempotency)
+
+    # ------------------------------------------------------------------ what became of the items
+    def executions(self) -> dict[str, DecisionRecord]:
+        """Execution name -> the decision record it was started with."""
+        return self.workflow.records
+
+    def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:
+        """The dead-letter queue's messages (body and attributes, as SQS hands them over), taken off it."""
+        queue = self.queue(logical_id)
+        found = [{"Body": body, "MessageAttributes": {name: {"DataType": "String", "StringValue": value}
+                                                      for name, value in attributes.items()}}
+                 for body, attributes in queue.sent]
+        queue.sent.clear()
+        return found
+
+    def idempotency_statuses(self) -> list[str]:
+        return [item["status"] for item in self.idempotency.items.values()]
+
+
+class MotoWorld(FakeWorld):
+    """The template's resources created in moto (inside mock_aws), wired as the functions wire
+    them: only the endpoint is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.template.create()
+
+    def environment(self, function: str) -> dict[str, str]:
+        return self.template.function_environment(function)
+
+    def wiring(self, function: str, *, endpoint: Endpoint, env: dict[str, str] | None = None) -> Wiring:
+        return Wiring(Settings.from_env(env if env is not None else self.environment(function)), endpoint=endpoint)
+
+    def executions(self) -> dict[str, DecisionRecord]:
+        sfn = boto3.client("stepfunctions")
+        found = {}
+        for execution in sfn.list_executions(stateMachineArn=self.ref("RoutingStateMachine"))["executions"]:
+            described = sfn.describe_execution(executionArn=execution["executionArn"])
+            found[execution["name"]] = DecisionRecord.model_validate_json(described["input"])
+        return found
+
+    def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:
+        sqs, url = boto3.client("sqs"), self.ref(logical_id)
+        found = []
+        while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):
+            for message in batch:
+                found.append(message)
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return found
+
+    def idempotency_statuses(self) -> list[str]:
+        table = self.environment("TicketIntakeFunction")["IDEMPOTENCY_TABLE_NAME"]
+        return [row["status"]["S"] for row in boto3.client("dynamodb").scan(TableName=table)["Items"]]
