@@ -1,6 +1,10 @@
 """What the console's routes work with: its settings, the AWS adapters and the policies, built once
 per execution environment (app.py makes one `Wiring` at its cold start and puts it in each
-request's routing context), and who is asking and what they sent."""
+request's routing context), and who is asking and what they sent.
+
+The parts are typed by what the console calls on them: the ports (`decision_router.domain.ports`)
+where their values are the domain's, and here the two faces that hand over the adapters' own
+values (the review queue's listing, the audit's reads)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import json
 import os
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
@@ -16,11 +20,19 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import ValidationError
 
-from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewQueue, ReviewTasks, Unreadable
-from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.review import (
+    AuditTrail,
+    LabelledExamples,
+    Pending,
+    QueuedReview,
+    ReviewQueue,
+    ReviewTasks,
+    Unreadable,
+)
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
+from decision_router.domain.ports import Executions, ResolvedItemStore, ReviewMessages, TaskCompleter
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
@@ -30,39 +42,75 @@ from decision_router.validation import describe_errors
 logger = Logger(child=True)
 
 
-class Wiring:
-    """The console's settings and adapters, each made on first use."""
+class ReviewInbox(ReviewMessages, Protocol):
+    """The review queue as the console reads it (`adapters.review.ReviewQueue`): pending reviews
+    peeked and released, one found by its execution, removed once answered."""
 
-    def __init__(self) -> None:
+    def pending(self, limit: int = ...) -> Pending: ...
+
+    def release(self, reviews: list[QueuedReview]) -> None: ...
+
+    def find(self, execution_name: str) -> QueuedReview | None: ...
+
+
+class AuditReader(Protocol):
+    """The audit table as the console reads it (`adapters.review.AuditTrail`)."""
+
+    def recent(self, outcome: str, limit: int = ...) -> list[AuditRow | Unreadable]: ...
+
+    def of_item(self, item_id: str) -> list[AuditRow | Unreadable]: ...
+
+    def linked_to(self, incident_id: str) -> list[AuditRow]: ...
+
+    def row(self, item_id: str, execution_name: str) -> AuditRow | None: ...
+
+
+class ExamplePages(Protocol):
+    """The labelled examples, page by page (`adapters.review.LabelledExamples`)."""
+
+    def page(self, limit: int, after: dict[str, str] | None = None) -> tuple[list[dict[str, str]], dict[str, str] | None]: ...
+
+
+class Wiring:
+    """The console's settings and adapters, each made from the settings on first use. Each part
+    given here replaces the one the settings would make (tests, the local run)."""
+
+    def __init__(self, settings: Settings | None = None, *, queue: ReviewInbox | None = None,
+                 workflow: Executions | None = None, audit: AuditReader | None = None,
+                 examples: ExamplePages | None = None, tasks: TaskCompleter | None = None,
+                 resolved_items: ResolvedItemStore | None = None) -> None:
+        given = {"settings": settings, "queue": queue, "workflow": workflow, "audit": audit, "examples": examples,
+                 "tasks": tasks, "resolved_items": resolved_items}
+        self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
         self._policies: dict[str, Policy] = {}
 
     @cached_property
     def settings(self) -> Settings:
-        return Settings.from_env().require("review_queue_url", "state_machine_arn", "audit_table",
-                                           "labelled_examples_table")
+        return Settings.from_env()
 
     @cached_property
-    def queue(self) -> ReviewQueue:
-        return ReviewQueue(self.settings.review_queue_url)
+    def queue(self) -> ReviewInbox:
+        return ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
 
     @cached_property
-    def workflow(self) -> WorkflowStarter:
-        return WorkflowStarter(self.settings.state_machine_arn)
+    def workflow(self) -> Executions:
+        return WorkflowStarter(self.settings.require("state_machine_arn").state_machine_arn)
 
     @cached_property
-    def audit(self) -> AuditTrail:
-        return AuditTrail(self.settings.audit_table)
+    def audit(self) -> AuditReader:
+        return AuditTrail(self.settings.require("audit_table").audit_table)
 
     @cached_property
-    def examples(self) -> LabelledExamples:
-        return LabelledExamples(self.settings.labelled_examples_table)
+    def examples(self) -> ExamplePages:
+        return LabelledExamples(self.settings.require("labelled_examples_table").labelled_examples_table)
 
     @cached_property
-    def tasks(self) -> ReviewTasks:
+    def tasks(self) -> TaskCompleter:
         return ReviewTasks()
 
     @cached_property
-    def resolved_items(self) -> ResolvedItems | None:
+    def resolved_items(self) -> ResolvedItemStore | None:
+        """The resolved-items store; None when the function is given none (no similar items, none kept)."""
         return resolved_items(self.settings.resolved_items_table)
 
     def policy(self, name: str) -> Policy:

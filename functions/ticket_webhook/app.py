@@ -15,21 +15,15 @@ from __future__ import annotations
 import base64
 import binascii
 from http import HTTPStatus
-from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from decision_router.adapters.deliveries import Deliveries
-from decision_router.adapters.queues import EventBus, Queue
-from decision_router.config import Settings
 from decision_router.intake.webhooks import Refused, WebhookIntake
+from ticket_webhook.wiring import Wiring
 
-#: Seconds a fetched secret is reused before Secrets Manager is asked again (a rotated secret is picked up).
-SECRET_MAX_AGE = 300
 #: The answer to a delivery whose twin is being handed on (its claim's lease still runs): 409
 #: Conflict, which every sender retries (Zendesk retries a 409 up to three times, and a 429 or 503
 #: only with a Retry-After under a minute; Jira retries 408, 409, 425, 429 and 5xx; PagerDuty any
@@ -41,29 +35,13 @@ logger = Logger()
 metrics = Metrics()
 tracer = Tracer()
 app = APIGatewayHttpResolver()
-_intake: WebhookIntake | None = None
+#: This execution environment's settings and parts (made on first use, kept between invocations).
+WIRING = Wiring()
 
 
 def intake() -> WebhookIntake:
     """Built on the first request (no AWS client at import)."""
-    global _intake
-    if _intake is None:
-        s = Settings.from_env().require("ticket_queue_url", "dead_letter_queue_url", "webhook_secret_arn",
-                                        "webhook_deliveries_table")
-        # Its own provider (not Powertools' process-wide default): its client is made here, on first use.
-        provider = parameters.SecretsProvider()
-
-        def secrets() -> dict[str, Any]:
-            value = provider.get(s.webhook_secret_arn, transform="json", max_age=SECRET_MAX_AGE)
-            if not isinstance(value, dict):  # a secret that is not a JSON object of source -> key
-                raise RuntimeError(f"WEBHOOK_SECRET_ARN: the secret is not a JSON object of source keys: {type(value).__name__}")
-            return value
-
-        _intake = WebhookIntake(secrets=secrets, tickets=Queue(s.ticket_queue_url), dead_letters=Queue(s.dead_letter_queue_url),
-                                deliveries=Deliveries(s.webhook_deliveries_table),
-                                bus=EventBus(s.event_bus_name) if s.event_bus_name else None,
-                                max_skew_seconds=s.webhook_max_skew_seconds, default_tier=s.webhook_default_tier)
-    return _intake
+    return WIRING.intake
 
 
 def _json(status: int, body: dict) -> Response:

@@ -131,6 +131,9 @@ def pending_ticket(monkeypatch, stack, ticket_data):
     wait_for(lambda: queue_depth(review_queue) == 1, "the review request")
     for name, value in stack.function_environment("ReviewCompletionFunction").items():
         monkeypatch.setenv(name, value)
+    from review import app as review_app
+
+    monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
     return review_queue
 
 

@@ -100,7 +100,7 @@ def webhook_function(stack, monkeypatch):
 
     for name, value in stack.function_environment("TicketWebhookFunction").items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(app, "_intake", None)  # a cold start: clients and settings from this environment
+    monkeypatch.setattr(app, "WIRING", app.Wiring())  # a cold start: clients and settings from this environment
     parameters.clear_caches()
     return app
 

@@ -45,7 +45,7 @@ def wire(pipeline, monkeypatch, decision_server_url):
     monkeypatch.setattr(incident_app, "intake", incident_intake)
     monkeypatch.setattr(incident_app, "incidents", IncidentIntake(incident_intake, logger=incident_app.logger,
                                                                   metrics=incident_app.metrics))
-    monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
+    monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
 
     def use(function: str) -> None:
         for name, value in pipeline.stack.function_environment(function).items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
 
 from review import app as review_app
@@ -79,7 +78,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     # The real review function, with the environment template.yaml gives it.
     for name, value in pipeline.stack.function_environment("ReviewCompletionFunction").items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(review_app.tasks, "_client", boto3.client("stepfunctions"))
+    monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
     review_app.lambda_handler({"task_token": review["task_token"], "execution_name": review["execution_name"],
                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
                                "note": "export error, not billing"}, lambda_context)

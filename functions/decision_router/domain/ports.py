@@ -14,12 +14,16 @@ tests wire the same adapters over moto.
 - `DeliveryRecord`, `Claimed`: the webhook deliveries already taken (a replay is refused).
 - `AuditWriter`: one audit row (what became of an item, and why).
 - `TaskCompleter`: a reviewer's answer handed to the execution waiting for it.
+- `Executions`: the routing workflow's executions as the review side reads them (a pending
+  execution's own record, any execution's status and input) and a correction started by name.
+- `ReviewMessages`: the review queue as a function that answered a review sees it.
+- `ResolvedItemStore`: the resolved items kept for the console's similar items.
 - `PointerSource`: which head serves (or shadows) a question, and its bytes (the head store).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +32,7 @@ from decision_contract import Decision, DecisionResult
 from .head_versions import HeadPointer
 from .linking import OpenIncident
 from .records import AuditRow, DecisionRecord, ReviewAnswer
+from .similar import ResolvedItem
 
 
 class Endpoint(Protocol):
@@ -171,6 +176,33 @@ class TaskCompleter(Protocol):
     """The workflow's review task: a reviewer's answer handed to the execution that waits for it."""
 
     def complete(self, task_token: str, output: ReviewAnswer) -> None: ...
+
+
+class Executions(Protocol):
+    """The routing workflow's executions as the review console and the review function use them:
+    a pending execution's record (its own input, the only copy they trust), any execution's status
+    and input, and a correction started under its one name. A name without an execution (and, for
+    `running_record`, an execution that waits for nothing) raises the adapter's ExecutionNotRunning."""
+
+    def running_record(self, name: str) -> DecisionRecord: ...
+
+    def describe(self, name: str) -> tuple[str, dict[str, Any]]: ...
+
+    def start_named(self, name: str, record: DecisionRecord) -> bool: ...
+
+
+class ReviewMessages(Protocol):
+    """The review queue as a function that answered a review sees it: the answered message removed."""
+
+    def remove(self, receipt_handle: str) -> None: ...
+
+
+class ResolvedItemStore(Protocol):
+    """The resolved items kept for the console's similar items: one more kept, a policy's latest read."""
+
+    def remember(self, resolved: ResolvedItem) -> None: ...
+
+    def recent(self, policy: str, limit: int = ...) -> list[ResolvedItem]: ...
 
 
 class PointerSource(Protocol):

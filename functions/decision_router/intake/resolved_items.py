@@ -13,6 +13,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from ..adapters.similar_items import ResolvedItems
 from ..domain.policies import Policy, load_policy
+from ..domain.ports import ResolvedItemStore
 from ..domain.records import DecisionRecord
 from ..domain.similar import resolved_item
 from ..items import parse_item
@@ -25,7 +26,7 @@ def resolved_items(table: str) -> ResolvedItems | None:
 
 
 def remember_resolved(record: DecisionRecord, answers: Mapping[str, str], resolved_by: str,
-                      store: ResolvedItems | None, logger: Logger, *, policy: Policy | None = None) -> None:
+                      store: ResolvedItemStore | None, logger: Logger, *, policy: Policy | None = None) -> None:
     """Keep the record's item with its final `answers` (nothing without a store)."""
     if store is None:
         return

@@ -1,0 +1,47 @@
+"""The review function's composition root: its settings and the parts a completion works with (the
+routing workflow's executions, their review tasks, the review queue, the resolved items), each
+made from the settings on first use and then kept for the execution environment. app.py makes one
+`Wiring` at import (nothing is read or connected then); a test hands it the parts it replaces."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from decision_router.adapters.review import ReviewQueue, ReviewTasks
+from decision_router.adapters.workflow import WorkflowStarter
+from decision_router.config import Settings
+from decision_router.domain.ports import Executions, ResolvedItemStore, ReviewMessages, TaskCompleter
+from decision_router.intake.resolved_items import resolved_items
+
+
+class Wiring:
+    def __init__(self, settings: Settings | None = None, *, workflow: Executions | None = None,
+                 tasks: TaskCompleter | None = None, review_queue: ReviewMessages | None = None,
+                 resolved_items: ResolvedItemStore | None = None):
+        """Each part given here replaces the one the settings would make (tests, the local run)."""
+        given = {"settings": settings, "workflow": workflow, "tasks": tasks, "review_queue": review_queue,
+                 "resolved_items": resolved_items}
+        self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
+
+    @cached_property
+    def settings(self) -> Settings:
+        return Settings.from_env()
+
+    @cached_property
+    def workflow(self) -> Executions:
+        return WorkflowStarter(self.settings.require("state_machine_arn").state_machine_arn)
+
+    @cached_property
+    def tasks(self) -> TaskCompleter:
+        return ReviewTasks()
+
+    @cached_property
+    def review_queue(self) -> ReviewMessages | None:
+        """The review queue an answered review's message is removed from; None when the function is given none."""
+        url = self.settings.review_queue_url
+        return ReviewQueue(url) if url else None
+
+    @cached_property
+    def resolved_items(self) -> ResolvedItemStore | None:
+        """The resolved-items store; None when the function is given none (nothing is kept)."""
+        return resolved_items(self.settings.resolved_items_table)

@@ -1,0 +1,507 @@
+"""In-memory fakes of what the webhook flow, the review console and the review function work
+with: each a plain class that behaves as its adapter does over AWS, hands over the adapter's own
+values (`Claim`, `Pending`, `QueuedReview`, `Malformed`, `AuditRow`, `Unreadable`, `HeadPointer`,
+`ResolvedItem`) and raises the adapter's own errors. `test_contract_console.py` runs the same
+behaviours against each fake and its adapter over moto (the review tasks: over botocore's Stubber).
+
+Beside the port's methods, each fake has what a test needs to play the other side: the workflow
+putting a review on the review queue, a row an older release wrote, a clock to move, and what
+was sent, to look at. Module constants of the adapters (`PEEK_SECONDS`) are read when used, so a
+test that patches one patches the fake too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from decision_router.adapters import review as review_adapter
+from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
+from decision_router.adapters.head_store import now as pointer_time
+from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
+from decision_router.adapters.similar_items import RECENT
+from decision_router.adapters.workflow import ExecutionNotRunning
+from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
+from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
+from decision_router.domain.similar import ResolvedItem
+from decision_router.review.completion import InvalidReview, PendingReview
+from decision_router.validation import describe_errors
+
+#: Epoch seconds now (`time.time` by default); a test passes its own to move time.
+Clock = Callable[[], float]
+
+
+def _client_error(code: str, message: str, operation: str) -> ClientError:
+    """The error botocore raises for this AWS error answer, as a plain ClientError: a real client
+    raises its modelled subclass (`sqs.exceptions.ReceiptHandleIsInvalid`), which no fake has, so
+    code that must tell the errors apart catches ClientError and reads the code."""
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+# ------------------------------------------------------------------------------ webhook deliveries
+class FakeDeliveries:
+    """The webhook deliveries taken (port `DeliveryRecord`, adapter `adapters.deliveries.Deliveries`).
+
+    `rows`: the table, by delivery key, each row its columns as the adapter writes them (numbers
+    as int): `source`, `received_at`, `expires_at`, `state` (pending | done), `owner` (the claim's
+    token) and, while pending, `lease_until`. A test may put a row of an older release there (no
+    `state`: it counts as handed on). Time is `clock()`, read where the adapter reads `time.time()`."""
+
+    def __init__(self, clock: Clock = time.time, record_seconds: int = RECORD_SECONDS,
+                 lease_seconds: int = LEASE_SECONDS):
+        self.clock, self.record_seconds, self.lease_seconds = clock, record_seconds, lease_seconds
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def _row(self, source: str, token: str, state: str, now: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"source": source, "received_at": now, "expires_at": now + self.record_seconds,
+                               "state": state, "owner": token}
+        if state == "pending":
+            row["lease_until"] = now + self.lease_seconds
+        return row
+
+    def claim(self, keys: Sequence[str], source: str) -> Claim:
+        """Every key pending under a new token (`new`), or the first key held elsewhere decides:
+        `done` (the keys claimed before it marked done) or `pending` (those released)."""
+        token = uuid.uuid4().hex
+        claimed: list[str] = []
+        for key in keys:
+            held = self._claim_one(key, source, token)
+            if held is None:
+                claimed.append(key)
+                continue
+            if held.state == "done":
+                self.done(claimed, token, source)
+            else:
+                self.forget(claimed, token)
+            return held
+        return Claim("new", token=token)
+
+    def _claim_one(self, key: str, source: str, token: str) -> Claim | None:
+        now = int(self.clock())
+        row = self.rows.get(key)
+        # The adapter's condition: no row, a row past its expiry, or a pending claim whose lease ran
+        # out. A missing column compares false, as in DynamoDB.
+        if (row is None or _before(row.get("expires_at"), now)
+                or (row.get("state") == "pending" and _before(row.get("lease_until"), now))):
+            self.rows[key] = self._row(source, token, "pending", now)
+            return None
+        if row.get("state") == "pending":
+            left = int(row.get("lease_until", 0)) - now
+            # No lease column: the adapter's rewrites all fail and it asks for a retry in a second.
+            return Claim("pending", key=key, retry_after=max(1, left) if left >= 0 else 1)
+        return Claim("done", key=key)
+
+    def done(self, keys: Sequence[str], token: str, source: str) -> None:
+        """Mark the keys `token` holds handed on; a key held by another token (or by none) is left alone."""
+        now = int(self.clock())
+        for key in keys:
+            if self.rows.get(key, {}).get("owner") == token:
+                self.rows[key] = self._row(source, token, "done", now)
+
+    def forget(self, keys: Sequence[str], token: str) -> None:
+        """Release the keys `token` holds; a key another token holds stays its own."""
+        for key in keys:
+            if self.rows.get(key, {}).get("owner") == token:
+                del self.rows[key]
+
+
+def _before(value: Any, now: int) -> bool:
+    return value is not None and int(value) < now
+
+
+# ------------------------------------------------------------------------------ the decision bus
+class FakeBus:
+    """The decision bus (port `Bus`, adapter `adapters.queues.EventBus`): `events`, each event put
+    as (source, detail_type, detail) in order, the detail as it crosses the wire (JSON text read
+    back: a detail JSON cannot carry raises TypeError, as the adapter's `json.dumps` does)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict]] = []
+
+    def put(self, source: str, detail_type: str, detail: dict) -> None:
+        self.events.append((source, detail_type, json.loads(json.dumps(detail))))
+
+
+# ------------------------------------------------------------------------------ the review queue
+@dataclass
+class _Message:
+    message_id: str
+    body: str
+    visible_at: float = 0.0
+
+
+class FakeReviewQueue:
+    """The review queue (adapter `adapters.review.ReviewQueue`: pending, release, find, remove).
+
+    Messages are kept in the order sent; a listing receives each visible message, hides it for
+    PEEK_SECONDS of `clock()` and hands over a fresh receipt handle, as SQS does. Any handle given
+    out removes its message (also once removed); one never given out is refused with SQS's
+    `ReceiptHandleIsInvalid`. `request_review` is the workflow's RequestReview state; `put`, any body."""
+
+    def __init__(self, clock: Clock = time.time):
+        self.clock = clock
+        self._messages: dict[str, _Message] = {}
+        self._handles: dict[str, str] = {}  # every receipt handle given out -> its message id
+
+    # -------------------------------------------------------------------- the workflow's side
+    def put(self, body: str) -> str:
+        """A message with this body (visible at once); its message id."""
+        message_id = str(uuid.uuid4())
+        self._messages[message_id] = _Message(message_id, body)
+        return message_id
+
+    def request_review(self, record: DecisionRecord, execution_name: str, task_token: str, *,
+                       requested_at: str | None = None) -> str:
+        """The message RequestReview sends (statemachine/routing.asl.json): the task token, the
+        execution's name, the state's entered time and the state's input, which there is the
+        execution's input, the record. Its message id."""
+        body = {"task_token": task_token, "execution_name": execution_name,
+                "requested_at": requested_at or entered_time(self.clock()),
+                "record": json.loads(record.model_dump_json())}
+        return self.put(json.dumps(body))
+
+    def bodies(self) -> list[str]:
+        """Every message's body still on the queue, hidden or not (what a test asserts on)."""
+        return [m.body for m in self._messages.values()]
+
+    # -------------------------------------------------------------------- the adapter's methods
+    def _receive(self, limit: int, hide_seconds: float) -> list[tuple[_Message, str]]:
+        now = self.clock()
+        received = []
+        for message in self._messages.values():
+            if len(received) == limit:
+                break
+            if message.visible_at <= now:
+                message.visible_at = now + hide_seconds
+                handle = uuid.uuid4().hex
+                self._handles[handle] = message.message_id
+                received.append((message, handle))
+        return received
+
+    def pending(self, limit: int = 50) -> Pending:
+        """Up to `limit` pending reviews, each hidden for PEEK_SECONDS; what is no review request
+        is reported. Received ten at a time, as the adapter does: the reviews of the last batch
+        past `limit` are hidden too, and not handed over."""
+        found = Pending()
+        seen: set[str] = set()
+        while len(found.reviews) < limit:
+            new = [(m, h) for m, h in self._receive(10, review_adapter.PEEK_SECONDS) if m.message_id not in seen]
+            if not new:
+                break
+            for message, handle in new:
+                seen.add(message.message_id)
+                try:
+                    review = PendingReview.from_message(message.body)
+                except InvalidReview as error:
+                    found.malformed.append(Malformed(message.message_id, str(error)))
+                    continue
+                found.reviews.append(QueuedReview(review, handle))
+        found.reviews = found.reviews[:limit]
+        return found
+
+    def remove(self, receipt_handle: str) -> None:
+        if receipt_handle not in self._handles:
+            raise _client_error("ReceiptHandleIsInvalid", "The input receipt handle is invalid.", "DeleteMessage")
+        self._messages.pop(self._handles[receipt_handle], None)
+
+    def release(self, reviews: list[QueuedReview]) -> None:
+        """Make the peeked messages visible again at once (a handle it does not know: nothing, as
+        the adapter ignores the batch's failed entries)."""
+        now = self.clock()
+        for queued in reviews:
+            message = self._messages.get(self._handles.get(queued.receipt_handle, ""))
+            if message is not None:
+                message.visible_at = now
+
+    def find(self, execution_name: str, *, limit: int = 1000, tries: int = 3) -> QueuedReview | None:
+        """The execution's pending review (its message hidden), the others released; None when none."""
+        for _ in range(tries):
+            found = self.pending(limit=limit).reviews
+            mine = [q for q in found if q.review.execution_name == execution_name]
+            self.release([q for q in found if q.review.execution_name != execution_name])
+            if mine:
+                return mine[0]
+        return None
+
+
+def entered_time(at: float) -> str:
+    """A time as Step Functions writes `$$.State.EnteredTime` (ISO 8601, milliseconds, Z)."""
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------------------ the audit table
+class FakeAuditTrail:
+    """The audit table (port `AuditWriter`, and the reads of `adapters.review.AuditTrail`).
+
+    `rows`: by (item_id, execution_name), the table's key, each its string columns. `write` is the
+    conditional put of the adapter and of the workflow's WriteAuditRecord (never over an existing
+    row); `put_columns` a row as any writer put it, however it reads back (an `Unreadable` where it
+    does not fit `AuditRow`; `all` and `row` raise on it, as the adapter's do)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], dict[str, str]] = {}
+
+    def write(self, row: AuditRow) -> bool:
+        """False when the row's key exists already (a retry's), which is left as it was."""
+        key = (row.item_id, row.execution_name)
+        if key in self.rows:
+            return False
+        self.rows[key] = row.columns()
+        return True
+
+    def put_columns(self, columns: Mapping[str, str]) -> None:
+        self.rows[(columns["item_id"], columns["execution_name"])] = dict(columns)
+
+    def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
+        """The latest `limit` rows of this outcome, newest first (the outcome-audited_at index)."""
+        indexed = [r for r in self.rows.values() if r.get("outcome") == outcome and "audited_at" in r]
+        return [_read(r) for r in sorted(indexed, key=lambda r: r["audited_at"], reverse=True)[:limit]]
+
+    def of_item(self, item_id: str) -> list[AuditRow | Unreadable]:
+        """Every row of one item, in execution-name order."""
+        return [_read(self.rows[key]) for key in sorted(k for k in self.rows if k[0] == item_id)]
+
+    def all(self) -> list[AuditRow]:
+        return [AuditRow.model_validate(r) for r in self.rows.values()]
+
+    def linked_to(self, incident_id: str) -> list[AuditRow]:
+        """The readable rows whose linked incident is `incident_id` exactly."""
+        rows = []
+        for columns in self.rows.values():
+            link = columns.get("linked_incident")
+            if link is None or link == "null" or incident_id not in link:
+                continue  # what the adapter's scan filter leaves out
+            row = _read(columns)
+            if isinstance(row, Unreadable):
+                continue
+            try:
+                linked = row.link()
+            except ValueError:
+                continue
+            if linked is not None and linked.incident_id == incident_id:
+                rows.append(row)
+        return rows
+
+    def row(self, item_id: str, execution_name: str) -> AuditRow | None:
+        found = self.rows.get((item_id, execution_name))
+        return AuditRow.model_validate(found) if found else None
+
+
+def _read(columns: Mapping[str, str]) -> AuditRow | Unreadable:
+    try:
+        return AuditRow.model_validate(dict(columns))
+    except ValidationError as error:
+        return Unreadable(columns.get("item_id", "?"), columns.get("execution_name", "?"),
+                          "; ".join(describe_errors(error)))
+
+
+# ------------------------------------------------------------------------------ labelled examples
+class FakeLabelledExamples:
+    """The labelled-examples table (adapter `adapters.review.LabelledExamples`): `put` is the
+    workflow's StoreLabelledExample (one row per policy and item, a later review of the item
+    replacing it), every column a string.
+
+    Rows are read in key order (policy, then item), as moto scans them; DynamoDB scans in an
+    order of its own, so nothing may count on it. A page ends the walk (no next key) as soon as
+    nothing is left after it, as moto answers; DynamoDB may hand over one more key, whose page is empty."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], dict[str, str]] = {}
+
+    def put(self, row: Mapping[str, str]) -> None:
+        self.rows[(row["policy_name"], row["item_id"])] = dict(row)
+
+    def scan(self) -> Iterator[dict[str, str]]:
+        for key in sorted(self.rows):
+            yield dict(self.rows[key])
+
+    def page(self, limit: int, after: dict[str, str] | None = None) -> tuple[list[dict[str, str]], dict[str, str] | None]:
+        keys = sorted(self.rows)
+        start = bisect_right(keys, (after["policy_name"], after["item_id"])) if after else 0
+        taken = keys[start:start + limit]
+        more = start + limit < len(keys)
+        last = {"policy_name": taken[-1][0], "item_id": taken[-1][1]} if taken and more else None
+        return [dict(self.rows[k]) for k in taken], last
+
+    def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:
+        for key in sorted(k for k in self.rows if k[0] == policy_name):
+            yield dict(self.rows[key])
+
+
+# ------------------------------------------------------------------------------ review tasks
+class FakeReviewTasks:
+    """The workflow's review tasks (port `TaskCompleter`, adapter `adapters.review.ReviewTasks`).
+
+    A task token must be `issue`d first (the workflow's RequestReview waiting on it); it takes one
+    answer (`complete`) or one close (`close_resolved`), recorded in `answered` and `closed`.
+    Anything else raises the adapter's `ReviewTaskGone`, with the code Step Functions gives: a
+    token never issued `TaskDoesNotExist`, a task answered, closed or timed out `TaskTimedOut`."""
+
+    def __init__(self) -> None:
+        self.waiting: set[str] = set()
+        self.answered: dict[str, ReviewAnswer] = {}
+        self.closed: dict[str, str] = {}
+        self.timed_out: set[str] = set()
+
+    def issue(self, task_token: str | None = None) -> str:
+        """A task waiting for its answer under this token (a new one when none is given)."""
+        token = task_token or uuid.uuid4().hex
+        self.waiting.add(token)
+        return token
+
+    def time_out(self, task_token: str) -> None:
+        """The task's review timeout ran out (the workflow escalates it): it takes no answer now."""
+        self.waiting.discard(task_token)
+        self.timed_out.add(task_token)
+
+    def _gone(self, task_token: str) -> str | None:
+        if task_token in self.waiting:
+            return None
+        ended = task_token in self.answered or task_token in self.closed or task_token in self.timed_out
+        return "TaskTimedOut" if ended else "TaskDoesNotExist"
+
+    def complete(self, task_token: str, output: ReviewAnswer) -> None:
+        code = self._gone(task_token)
+        if code:
+            raise ReviewTaskGone(f"the review can no longer be completed ({code}): it timed out, "
+                                 "was already completed, or the token is wrong")
+        self.waiting.discard(task_token)
+        self.answered[task_token] = output
+
+    def close_resolved(self, task_token: str, reason: str) -> None:
+        code = self._gone(task_token)
+        if code:
+            raise ReviewTaskGone(f"the review can no longer be closed ({code})")
+        self.waiting.discard(task_token)
+        self.closed[task_token] = reason[:32_000]  # the cause as SendTaskFailure takes it
+
+
+# ------------------------------------------------------------------------------ the routing workflow
+class ConsoleWorkflow:
+    """The routing workflow as the review console and the review function use it (port
+    `Executions`, adapter `adapters.workflow.WorkflowStarter`): `executions`, by name, each its
+    status and input (JSON text, as Step Functions keeps it). Nothing runs: a started execution is
+    RUNNING until the test `end`s it."""
+
+    def __init__(self) -> None:
+        self.executions: dict[str, tuple[str, str]] = {}
+
+    def start_named(self, name: str, record: DecisionRecord) -> bool:
+        """Start one execution of exactly this name; False when one exists (whatever its status)."""
+        if name in self.executions:
+            return False
+        self.executions[name] = ("RUNNING", record.model_dump_json())
+        return True
+
+    def end(self, name: str, status: str = "SUCCEEDED") -> None:
+        """The execution ended (SUCCEEDED, FAILED, TIMED_OUT or ABORTED): Step Functions' part."""
+        self.executions[name] = (status, self.executions[name][1])
+
+    def describe(self, name: str) -> tuple[str, dict[str, Any]]:
+        if name not in self.executions:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}")
+        status, given = self.executions[name]
+        return status, json.loads(given)
+
+    def running_record(self, name: str) -> DecisionRecord:
+        status, _ = self.describe(name)
+        if status != "RUNNING":
+            raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
+        return DecisionRecord.model_validate_json(self.executions[name][1])
+
+
+# ------------------------------------------------------------------------------ the head store
+class FakeHeadStore:
+    """The head store as the routing functions read it (port `PointerSource`, adapter
+    `adapters.head_store.HeadStore`: pointer, shadow_pointer, read, bucket).
+
+    `objects`: every version of every key, by (key, version); `parameters`: each pointer's text, by
+    (policy, question, shadow). `promote`, `shadow` and `end_shadow` write them as the adapter's do
+    (no change lock, no history: the read side is what is faked); `put_pointer_text` writes a
+    parameter as anyone with access could (a malformed or misplaced pointer)."""
+
+    def __init__(self, bucket: str = "decision-router-headbucket"):
+        self.bucket = bucket
+        self.objects: dict[tuple[str, str], bytes] = {}
+        self.parameters: dict[tuple[str, str, bool], str] = {}
+
+    # -------------------------------------------------------------------- reading
+    def pointer(self, policy: str, question: str) -> HeadPointer | None:
+        """The head in service; None when none was promoted. Raises on a malformed parameter."""
+        text = self.parameters.get((policy, question, False))
+        return HeadPointer.model_validate_json(text) if text is not None else None
+
+    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None:
+        text = self.parameters.get((policy, question, True))
+        return HeadPointer.model_validate_json(text) if text is not None else None
+
+    def read(self, pointer: HeadPointer) -> bytes:
+        """Exactly the version the pointer names. ValueError for a pointer naming another bucket or
+        key; S3's `NoSuchVersion` for a version (or key) the store does not hold."""
+        problems = pointer_problems(pointer, bucket=self.bucket, policy=pointer.policy, question=pointer.question,
+                                    shadow=pointer.action == "shadow")
+        if problems:
+            raise ValueError(f"pointer of {pointer.policy}/{pointer.question} " + "; ".join(problems))
+        try:
+            return self.objects[(pointer.key, pointer.s3_version)]
+        except KeyError:
+            raise _client_error("NoSuchVersion", "The specified version does not exist.", "GetObject") from None
+
+    # -------------------------------------------------------------------- writing, as the relearning job does
+    def _put(self, key: str, data: bytes) -> str:
+        version = uuid.uuid4().hex
+        self.objects[(key, version)] = data
+        return version
+
+    def promote(self, policy: str, question: str, head: bytes, report: bytes, *, sha256: str, head_version: str,
+                by: str, reason: str, caller: str = "") -> HeadPointer:
+        """A new version of the question's head named in service (the pointer replaced kept as its previous)."""
+        version = self._put(head_key(policy, question), head)
+        self._put(report_key(policy, question), report)
+        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
+                              s3_version=version, sha256=sha256, head_version=head_version, at=pointer_time(), by=by,
+                              reason=reason, previous=self.pointer(policy, question))
+        self.parameters[(policy, question, False)] = pointer.without_history().model_dump_json()
+        return pointer
+
+    def shadow(self, policy: str, question: str, head: bytes, *, sha256: str, head_version: str, by: str,
+               reason: str) -> HeadPointer:
+        """A candidate named the question's shadow."""
+        version = self._put(shadow_key(policy, question), head)
+        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=shadow_key(policy, question),
+                              s3_version=version, sha256=sha256, head_version=head_version, action="shadow",
+                              at=pointer_time(), by=by, reason=reason)
+        self.parameters[(policy, question, True)] = pointer.model_dump_json()
+        return pointer
+
+    def end_shadow(self, policy: str, question: str, *, by: str, reason: str) -> None:
+        self.parameters.pop((policy, question, True), None)
+
+    def put_pointer_text(self, policy: str, question: str, text: str, *, shadow: bool = False) -> None:
+        self.parameters[(policy, question, shadow)] = text
+
+
+# ------------------------------------------------------------------------------ resolved items
+class FakeResolvedItems:
+    """The resolved-items store (port `ResolvedItemStore`, adapter `adapters.similar_items.ResolvedItems`):
+    `rows` by (policy, resolved_key), the key the adapter writes (`<resolved_at>#<item_id>`: the
+    same item resolved at the same moment is one row)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], ResolvedItem] = {}
+
+    def remember(self, resolved: ResolvedItem) -> None:
+        self.rows[(resolved.policy, f"{resolved.resolved_at}#{resolved.item_id}")] = resolved
+
+    def recent(self, policy: str, limit: int = RECENT) -> list[ResolvedItem]:
+        """The policy's latest `limit` resolved items, newest first."""
+        keys = sorted((k for k in self.rows if k[0] == policy), reverse=True)
+        return [self.rows[k] for k in keys[:limit]]

@@ -1,0 +1,774 @@
+"""The fakes of tests/fakes/console.py held to their adapters: each behaviour is written once and
+runs against the fake and against the adapter over moto, on template.yaml's own resources created
+one by one (`Stack.create(only=...)`), never the whole stack. Where moto cannot play the part alone:
+
+- the decision bus is created with boto3 (an EventBus is not created alone) and read through an
+  SQS queue its rule delivers to, as the other bus tests read it;
+- the routing workflow's state machine is created with boto3 from the template's definition;
+  moto does not run it here, so an execution stays RUNNING until it is stopped;
+- the review tasks run over botocore's Stubber on a real Step Functions client: moto answers a
+  task token only while a whole workflow execution waits on it. The stub plays Step Functions'
+  part (a token takes one answer; one never issued is TaskDoesNotExist, one already answered
+  TaskTimedOut), so what the tasks' contract holds is the adapter's requests and its error mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+import boto3
+import pytest
+from botocore import xform_name
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
+from moto import mock_aws
+from pydantic import ValidationError
+
+from decision_router.adapters import deliveries as deliveries_adapter
+from decision_router.adapters import review as review_adapter
+from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Deliveries
+from decision_router.adapters.head_store import HeadStore
+from decision_router.adapters.queues import EventBus
+from decision_router.adapters.review import (
+    GONE_CODES,
+    AuditTrail,
+    LabelledExamples,
+    ReviewQueue,
+    ReviewTaskGone,
+    ReviewTasks,
+    Unreadable,
+)
+from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
+from decision_router.domain.head_versions import parameter_name
+from decision_router.domain.judging import build_record, explain, model_entry
+from decision_router.domain.linking import LinkedIncident
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
+from decision_router.domain.similar import ResolvedItem, resolved_item
+from decision_router.items import parse_item
+from decision_router.review.completion import InvalidReview, PendingReview
+from decision_router.sources.webhook import FORWARDED_SOURCE
+from local.cloudformation import Stack
+from tests.fakes.console import (
+    ConsoleWorkflow,
+    FakeAuditTrail,
+    FakeBus,
+    FakeDeliveries,
+    FakeHeadStore,
+    FakeLabelledExamples,
+    FakeResolvedItems,
+    FakeReviewQueue,
+    FakeReviewTasks,
+)
+from tests.functions.conftest import ALL_TARGETS, letters_only, make_result
+
+VARIANTS = ["fake", "moto"]
+ASL = Path(__file__).resolve().parents[2] / "statemachine" / "routing.asl.json"
+DESTINATIONS = {target: f"https://sqs.us-east-1.amazonaws.com/123456789012/{target}" for target in ALL_TARGETS}
+
+
+#: One session for every client: moto gives each mock a fresh default session, whose clients would
+#: read their service's model from disk again (a tenth of a second each); this one keeps them read.
+AWS = boto3.Session(region_name="us-east-1")
+
+
+def client(service: str) -> Any:
+    return AWS.client(service)
+
+
+class Clock:
+    """Epoch seconds that move only when the test moves them."""
+
+    def __init__(self, now: float = 1_900_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def template(monkeypatch) -> Iterator[Stack]:
+    """moto, and the template read; each moto variant creates only what its adapter needs."""
+    monkeypatch.setattr(review_adapter, "POLL_SECONDS", 0)  # moto answers at once: no long poll of an empty queue
+    with mock_aws():
+        yield Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+
+
+def ticket_record(ticket_id: str) -> DecisionRecord:
+    """A ticket the routing code sends to review (the model unsure between two queues)."""
+    policy = letters_only(load_policy("support-ticket"))
+    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Two charges of $49.",
+                                 "customer": {"id": "C-9", "tier": "pro"}, "channel": "email",
+                                 "created_at": "2026-11-29T12:00:00Z"})
+    results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
+               for q in policy.questions]
+    return build_record(policy, item, explain(policy, item, results), destinations=DESTINATIONS,
+                        review_queue_url=DESTINATIONS["billing"], review_timeout_seconds=3600)
+
+
+# ------------------------------------------------------------------------------ webhook deliveries
+@dataclass
+class DeliveriesSide:
+    record: Any
+    clock: Clock
+    put_row: Callable[[str, dict[str, Any]], None]  # a row as an older release wrote it
+
+
+@pytest.fixture(params=VARIANTS)
+def deliveries(request, monkeypatch) -> DeliveriesSide:
+    clock = Clock()
+    if request.param == "fake":
+        fake = FakeDeliveries(clock=clock)
+
+        def put_old_row(key: str, columns: dict[str, Any]) -> None:
+            fake.rows[key] = dict(columns)
+
+        return DeliveriesSide(fake, clock, put_old_row)
+    stack = request.getfixturevalue("template").create(client=client, only=["WebhookDeliveriesTable"])
+    monkeypatch.setattr(deliveries_adapter, "time", SimpleNamespace(time=clock))  # the adapter reads only time.time()
+    dynamodb, table = client("dynamodb"), stack.ref("WebhookDeliveriesTable")
+
+    def put_row(key: str, columns: dict[str, Any]) -> None:
+        typed = {name: {"N": str(value)} if isinstance(value, int) else {"S": value} for name, value in columns.items()}
+        dynamodb.put_item(TableName=table, Item={"delivery_key": {"S": key}, **typed})
+
+    return DeliveriesSide(Deliveries(table, dynamodb), clock, put_row)
+
+
+def test_a_delivery_is_claimed_once_and_its_twin_is_told_when_the_lease_runs_out(deliveries):
+    record, clock = deliveries.record, deliveries.clock
+    first = record.claim(["k#signed", "k#id"], "zendesk")
+    assert first.state == "new" and first.token
+
+    twin = record.claim(["k#other-signature", "k#id"], "zendesk")
+    assert (twin.state, twin.key, twin.retry_after) == ("pending", "k#id", LEASE_SECONDS)
+    clock.advance(LEASE_SECONDS - 10)
+    assert record.claim(["k#id"], "zendesk").retry_after == 10
+    # The twin released what it had claimed before it met the held key: its retry finds it free.
+    assert record.claim(["k#other-signature"], "zendesk").state == "new"
+
+
+def test_a_lease_that_ran_out_is_taken_over_once_and_released_only_by_its_owner(deliveries):
+    record, clock = deliveries.record, deliveries.clock
+    keys = ["k#signed", "k#id"]
+    dead = record.claim(keys, "zendesk")
+    clock.advance(LEASE_SECONDS)
+    at_the_end = record.claim(keys, "zendesk")  # the lease runs to its last second
+    assert (at_the_end.state, at_the_end.retry_after) == ("pending", 1)
+    clock.advance(1)
+
+    taker = record.claim(keys, "zendesk")
+    assert taker.state == "new" and taker.token != dead.token
+    assert record.claim(keys, "zendesk").state == "pending"  # a fresh lease: taken over once only
+    record.forget(keys, dead.token)
+    record.done(keys, dead.token, "zendesk")
+    assert record.claim(keys, "zendesk").state == "pending"  # the dead owner neither releases nor finishes it
+    record.forget(keys, taker.token)
+    assert record.claim(keys, "zendesk").state == "new"
+
+
+def test_a_delivery_handed_on_is_a_duplicate_until_its_record_expires(deliveries):
+    record, clock = deliveries.record, deliveries.clock
+    claim = record.claim(["k#signed", "k#id"], "jira")
+    record.done(["k#signed", "k#id"], claim.token, "jira")
+
+    replayed = record.claim(["k#signed"], "jira")
+    assert (replayed.state, replayed.key) == ("done", "k#signed")
+    resigned = record.claim(["k#re-signed", "k#id"], "jira")  # the sender's retry, signed again
+    assert (resigned.state, resigned.key) == ("done", "k#id")
+    assert record.claim(["k#re-signed"], "jira").state == "done"  # marked done with the delivery it belongs to
+
+    clock.advance(RECORD_SECONDS + 1)  # past the row's expiry, before DynamoDB's TTL deletes it
+    assert record.claim(["k#signed"], "jira").state == "new"
+
+
+def test_a_row_without_a_state_counts_as_handed_on_until_it_expires(deliveries):
+    now = int(deliveries.clock())
+    deliveries.put_row("k#old", {"source": "zendesk", "received_at": now - 10, "expires_at": now + 100})
+    deliveries.put_row("k#older", {"source": "zendesk", "received_at": now - 200, "expires_at": now - 1})
+
+    assert deliveries.record.claim(["k#old"], "zendesk").state == "done"
+    assert deliveries.record.claim(["k#older"], "zendesk").state == "new"
+
+
+def test_a_delivery_released_is_not_marked_done_by_its_late_owner(deliveries):
+    record = deliveries.record
+    claim = record.claim(["k"], "generic")
+    record.forget(["k"], claim.token)
+    record.done(["k"], claim.token, "generic")
+
+    assert record.claim(["k"], "generic").state == "new"
+
+
+# ------------------------------------------------------------------------------ the decision bus
+@dataclass
+class BusSide:
+    bus: Any
+    seen: Callable[[], list[tuple[str, str, dict]]]  # every event on the bus, in order
+
+
+@pytest.fixture(params=VARIANTS)
+def bus(request) -> BusSide:
+    if request.param == "fake":
+        fake = FakeBus()
+        return BusSide(fake, lambda: list(fake.events))
+    stack = request.getfixturevalue("template")
+    client("events").create_event_bus(Name=stack.ref("DecisionBus"))
+    url = stack.observe_bus("DecisionBus", {"source": [FORWARDED_SOURCE, "decision-router"]}, "contract", client=client)
+    sqs = client("sqs")
+
+    def seen() -> list[tuple[str, str, dict]]:
+        events = []
+        while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in messages:
+                event = json.loads(message["Body"])
+                events.append((event["source"], event["detail-type"], event["detail"]))
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return events
+
+    return BusSide(EventBus(stack.ref("DecisionBus"), client("events")), seen)
+
+
+def test_each_event_is_put_with_its_source_type_and_detail(bus):
+    alert = {"event": {"id": "Q1", "title": "Disk füll ⚠", "urgency": 1.5, "tags": ["db", None], "ack": False}}
+    bus.bus.put(FORWARDED_SOURCE, "PagerDuty Webhook", alert)
+    bus.bus.put("decision-router", "Item Escalated", {"item_id": "INC-7"})
+
+    assert bus.seen() == [(FORWARDED_SOURCE, "PagerDuty Webhook", alert),
+                          ("decision-router", "Item Escalated", {"item_id": "INC-7"})]
+
+
+def test_a_detail_that_is_no_json_is_refused_and_nothing_is_put(bus):
+    with pytest.raises(TypeError):
+        bus.bus.put(FORWARDED_SOURCE, "Grafana Alert", {"at": object()})
+    assert bus.seen() == []
+
+
+# ------------------------------------------------------------------------------ the review queue
+@dataclass
+class ReviewQueueSide:
+    queue: Any
+    put: Callable[[str], Any]  # a message with this body
+    wait: Callable[[float], None]  # let this much time pass (the fake's clock; moto's own, by sleeping)
+
+
+@pytest.fixture(params=VARIANTS)
+def review_queue(request) -> ReviewQueueSide:
+    if request.param == "fake":
+        clock = Clock()
+        fake = FakeReviewQueue(clock=clock)
+        return ReviewQueueSide(fake, fake.put, clock.advance)
+    stack = request.getfixturevalue("template").create(client=client, only=["ReviewQueue"])
+    url, sqs = stack.ref("ReviewQueue"), client("sqs")
+    return ReviewQueueSide(ReviewQueue(url, sqs), lambda body: sqs.send_message(QueueUrl=url, MessageBody=body),
+                           time.sleep)
+
+
+def review_body(record: DecisionRecord, name: str) -> str:
+    """The review request the workflow's RequestReview state sends for `record` under execution `name`."""
+    return json.dumps({"task_token": f"token-of-{name}", "execution_name": name,
+                       "requested_at": "2026-11-29T12:00:01.250Z", "record": json.loads(record.model_dump_json())})
+
+
+def problem(body: str) -> str:
+    try:
+        PendingReview.from_message(body)
+    except InvalidReview as error:
+        return str(error)
+    raise AssertionError(f"{body!r} is a review request")
+
+
+def pending_reviews(side: ReviewQueueSide, *names: str) -> None:
+    for name in names:
+        side.put(review_body(ticket_record(f"T-{name}"), name))
+
+
+def listed(queue: Any, limit: int = 50) -> list[str]:
+    return sorted(q.review.execution_name for q in queue.pending(limit=limit).reviews)
+
+
+def test_a_listing_hands_over_each_review_once_and_hides_it_until_released(review_queue):
+    record = ticket_record("T-1")
+    review_queue.put(review_body(record, "ticket-T-1"))
+    pending_reviews(review_queue, "ticket-T-2", "ticket-T-3")
+    bad = ["not json", json.dumps({"task_token": "t", "record": {}})]
+    for body in bad:
+        review_queue.put(body)
+
+    found = review_queue.queue.pending()
+    assert sorted(q.review.execution_name for q in found.reviews) == ["ticket-T-1", "ticket-T-2", "ticket-T-3"]
+    first = next(q.review for q in found.reviews if q.review.execution_name == "ticket-T-1")
+    assert first == PendingReview(task_token="token-of-ticket-T-1", execution_name="ticket-T-1",
+                                  requested_at="2026-11-29T12:00:01.250Z", record=record)
+    assert sorted(m.problem for m in found.malformed) == sorted(problem(body) for body in bad)
+    assert len({q.receipt_handle for q in found.reviews}) == 3
+
+    again = review_queue.queue.pending()
+    assert (again.reviews, again.malformed) == ([], [])  # all hidden for a moment, the malformed too
+    review_queue.queue.release(found.reviews)
+    assert listed(review_queue.queue) == ["ticket-T-1", "ticket-T-2", "ticket-T-3"]
+
+
+def test_a_peeked_review_shows_again_once_its_peek_ran_out(review_queue, monkeypatch):
+    monkeypatch.setattr(review_adapter, "PEEK_SECONDS", 1)
+    pending_reviews(review_queue, "ticket-T-1")
+    assert listed(review_queue.queue) == ["ticket-T-1"]
+    assert listed(review_queue.queue) == []
+
+    review_queue.wait(1.2)
+
+    assert listed(review_queue.queue) == ["ticket-T-1"]
+
+
+def test_a_removed_review_is_gone_for_good(review_queue):
+    pending_reviews(review_queue, "ticket-T-1", "ticket-T-2")
+    found = review_queue.queue.pending().reviews
+    answered = next(q for q in found if q.review.execution_name == "ticket-T-1")
+
+    review_queue.queue.remove(answered.receipt_handle)
+    review_queue.queue.remove(answered.receipt_handle)  # a second removal (a retried answer) is no error
+    review_queue.queue.release(found)
+
+    assert listed(review_queue.queue) == ["ticket-T-2"]
+    with pytest.raises(ClientError) as refused:
+        review_queue.queue.remove("not-a-receipt-handle")
+    assert refused.value.response["Error"]["Code"] == "ReceiptHandleIsInvalid"
+
+
+def test_find_hands_over_one_execution_and_releases_the_others(review_queue):
+    pending_reviews(review_queue, "ticket-T-1", "ticket-T-2", "ticket-T-3")
+
+    found = review_queue.queue.find("ticket-T-2")
+
+    assert found.review.execution_name == "ticket-T-2" and found.review.task_token == "token-of-ticket-T-2"
+    others = review_queue.queue.pending().reviews
+    assert sorted(q.review.execution_name for q in others) == ["ticket-T-1", "ticket-T-3"]  # T-2's stays hidden
+    review_queue.queue.release(others)
+    assert review_queue.queue.find("ticket-T-9") is None  # looked for three times, nothing hidden after
+    assert listed(review_queue.queue) == ["ticket-T-1", "ticket-T-3"]
+    review_queue.queue.release([found])
+    assert "ticket-T-2" in listed(review_queue.queue)
+
+
+def test_the_fakes_review_request_is_the_message_the_workflow_sends():
+    """The one behaviour moto cannot hold (no workflow runs here): the body is RequestReview's
+    (statemachine/routing.asl.json) field for field, and reads back as the review it asked for."""
+    definition = json.loads(ASL.read_text())
+    sent = definition["States"]["RequestReview"]["Parameters"]["MessageBody"]
+    queue, record = FakeReviewQueue(clock=Clock()), ticket_record("T-5")
+
+    queue.request_review(record, "ticket-T-5", "tok-5")
+
+    (body,) = queue.bodies()
+    assert sorted(json.loads(body)) == sorted(name.removesuffix(".$") for name in sent)
+    (queued,) = queue.pending().reviews
+    assert (queued.review.task_token, queued.review.record) == ("tok-5", record)
+    assert queued.review.requested_at == "2030-03-17T17:46:40.000Z"  # the clock's time, as Step Functions writes it
+
+
+# ------------------------------------------------------------------------------ the audit table
+@dataclass
+class AuditSide:
+    audit: Any
+    put_columns: Callable[[dict[str, str]], None]  # a row as any writer put it
+
+
+@pytest.fixture(params=VARIANTS)
+def audit(request) -> AuditSide:
+    if request.param == "fake":
+        fake = FakeAuditTrail()
+        return AuditSide(fake, fake.put_columns)
+    stack = request.getfixturevalue("template").create(client=client, only=["AuditTable"])
+    dynamodb, table = client("dynamodb"), stack.ref("AuditTable")
+
+    def put_columns(columns: dict[str, str]) -> None:
+        dynamodb.put_item(TableName=table, Item={name: {"S": value} for name, value in columns.items()})
+
+    return AuditSide(AuditTrail(table, dynamodb), put_columns)
+
+
+def audit_row(item_id: str, execution_name: str, *, outcome: str = "auto_routed", audited_at: str = "2026-11-29T12:00:01Z",
+              linked: str | None = "null") -> AuditRow:
+    return AuditRow(item_id=item_id, execution_name=execution_name, item_kind="ticket", outcome=outcome,
+                    outcome_detail=json.dumps({"status": outcome, "target": "billing"}), route="auto",
+                    route_reason="all thresholds met", policy_name="support-ticket", policy_version="1",
+                    decisions="[]", item=json.dumps({"ticket_id": item_id}), decided_at="2026-11-29T12:00:00Z",
+                    audited_at=audited_at, linked_incident=linked)
+
+
+def link_to(incident_id: str) -> str:
+    return LinkedIncident(incident_key=f"cloudwatch#{incident_id}", incident_id=incident_id, service="checkout-api",
+                          opened_at="2026-11-29T11:59:00Z", why="subject names checkout-api").model_dump_json()
+
+
+def test_an_audit_row_is_written_once_and_never_over(audit):
+    routed = audit_row("T-1", "ticket-T-1-b")
+
+    assert audit.audit.write(routed) is True
+    assert audit.audit.write(audit_row("T-1", "ticket-T-1-b", outcome="failed")) is False  # a retry's row
+    assert audit.audit.write(audit_row("T-1", "ticket-T-1-a", outcome="reviewed")) is True  # another execution
+
+    assert audit.audit.row("T-1", "ticket-T-1-b") == routed
+    assert audit.audit.row("T-1", "ticket-T-1-c") is None
+    assert [(r.execution_name, r.outcome) for r in audit.audit.of_item("T-1")] == [
+        ("ticket-T-1-a", "reviewed"), ("ticket-T-1-b", "auto_routed")]  # in execution-name order
+    assert audit.audit.of_item("T-2") == []
+
+
+def test_recent_lists_the_latest_rows_of_one_outcome_newest_first(audit):
+    for n, (outcome, minute) in enumerate([("auto_routed", 1), ("auto_routed", 3), ("reviewed", 4), ("auto_routed", 2)]):
+        audit.audit.write(audit_row(f"T-{n}", f"ticket-T-{n}", outcome=outcome, audited_at=f"2026-11-29T12:0{minute}:00Z"))
+
+    assert [r.item_id for r in audit.audit.recent("auto_routed", limit=2)] == ["T-1", "T-3"]
+    assert [r.item_id for r in audit.audit.recent("auto_routed")] == ["T-1", "T-3", "T-0"]
+    assert sorted((r.item_id, r.execution_name) for r in audit.audit.all()) == [
+        (f"T-{n}", f"ticket-T-{n}") for n in range(4)]
+
+
+def test_a_row_that_does_not_read_as_the_workflow_writes_it_is_named_in_lists_and_raises_when_read(audit):
+    audit.audit.write(audit_row("T-1", "ticket-T-1-a"))
+    odd = {"item_id": "T-1", "execution_name": "ticket-T-1-b", "outcome": "auto_routed",
+           "audited_at": "2026-11-29T12:09:00Z", "colour": "blue"}
+    audit.put_columns(odd)
+
+    (good, unreadable) = audit.audit.of_item("T-1")
+    assert isinstance(good, AuditRow) and isinstance(unreadable, Unreadable)
+    assert (unreadable.item_id, unreadable.execution_name) == ("T-1", "ticket-T-1-b")
+    assert "colour" in unreadable.problem and "route" in unreadable.problem
+    assert audit.audit.recent("auto_routed", limit=1) == [unreadable]
+    with pytest.raises(ValidationError):
+        audit.audit.row("T-1", "ticket-T-1-b")
+    with pytest.raises(ValidationError):
+        audit.audit.all()
+
+
+def test_linked_to_lists_the_tickets_linked_to_that_incident_exactly(audit):
+    audit.audit.write(audit_row("T-1", "ticket-T-1", linked=link_to("INC-7")))
+    audit.audit.write(audit_row("T-2", "ticket-T-2", linked=link_to("INC-77")))  # its id holds INC-7
+    audit.audit.write(audit_row("T-3", "ticket-T-3", linked="null"))
+    audit.audit.write(audit_row("T-4", "ticket-T-4", linked=None))  # a row from before links were kept
+    audit.audit.write(audit_row("T-5", "ticket-T-5", linked='{"incident_id": "INC-7"}'))  # not a link
+    audit.put_columns({"item_id": "T-6", "execution_name": "ticket-T-6", "linked_incident": link_to("INC-7")})
+
+    assert [(r.item_id, r.link().incident_id) for r in audit.audit.linked_to("INC-7")] == [("T-1", "INC-7")]
+    assert audit.audit.linked_to("INC-8") == []
+
+
+# ------------------------------------------------------------------------------ labelled examples
+@dataclass
+class ExamplesSide:
+    examples: Any
+    put: Callable[[dict[str, str]], None]  # the workflow's StoreLabelledExample
+
+
+@pytest.fixture(params=VARIANTS)
+def examples(request) -> ExamplesSide:
+    if request.param == "fake":
+        fake = FakeLabelledExamples()
+        return ExamplesSide(fake, fake.put)
+    stack = request.getfixturevalue("template").create(client=client, only=["LabelledExamplesTable"])
+    dynamodb, table = client("dynamodb"), stack.ref("LabelledExamplesTable")
+
+    def put(row: dict[str, str]) -> None:
+        dynamodb.put_item(TableName=table, Item={name: {"S": value} for name, value in row.items()})
+
+    return ExamplesSide(LabelledExamples(table, dynamodb), put)
+
+
+def example(policy: str, item_id: str, answer: str) -> dict[str, str]:
+    return {"policy_name": policy, "item_id": item_id, "item": json.dumps({"id": item_id}),
+            "answers": json.dumps({"queue": answer}), "reviewer": "a-1"}
+
+
+def test_pages_walk_every_example_once(examples):
+    rows = [example("support-ticket", f"T-{n}", "billing") for n in range(3)] + [
+        example("incident", f"INC-{n}", "platform") for n in range(2)]
+    for row in rows:
+        examples.put(row)
+
+    pages, after = [], None
+    while True:
+        page, after = examples.examples.page(2, after)
+        pages.append(page)
+        if after is None:
+            break
+
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert sorted(r["item_id"] for p in pages for r in p) == sorted(r["item_id"] for r in rows)
+    assert sorted(r["item_id"] for r in examples.examples.scan()) == sorted(r["item_id"] for r in rows)
+
+
+def test_a_later_review_of_an_item_replaces_its_example_of_its_policy(examples):
+    examples.put(example("support-ticket", "T-1", "billing"))
+    examples.put(example("support-ticket", "T-1", "technical_fault"))
+    examples.put(example("incident", "T-1", "platform"))  # the same id under another policy: its own row
+
+    (ticket,) = examples.examples.of_policy("support-ticket")
+    assert json.loads(ticket["answers"]) == {"queue": "technical_fault"}
+    assert [r["policy_name"] for r in examples.examples.of_policy("incident")] == ["incident"]
+
+
+# ------------------------------------------------------------------------------ review tasks
+@dataclass
+class TasksSide:
+    tasks: Any
+    issue: Callable[[str], Any]  # the workflow waits on this task token
+    sent: Callable[[], list[tuple[str, dict[str, str]]]]  # the answers and closes the tasks took, as requests
+
+
+@pytest.fixture(params=["fake", "stubber"])
+def tasks(request) -> Iterator[TasksSide]:
+    if request.param == "fake":
+        fake = FakeReviewTasks()
+        yield TasksSide(fake, fake.issue, lambda: [
+            *(("SendTaskSuccess", {"taskToken": t, "output": a.model_dump_json()}) for t, a in fake.answered.items()),
+            *(("SendTaskFailure", {"taskToken": t, "error": "IncidentResolved", "cause": c}) for t, c in fake.closed.items())])
+        return
+    sfn = client("stepfunctions")
+    stubber, waiting, ended, sent = Stubber(sfn), set(), set(), []
+
+    def step_functions(params: dict, model: Any, **_: Any) -> None:
+        """Step Functions' answer to the call being made, queued as the adapter makes it."""
+        token, operation = params.get("taskToken"), xform_name(model.name)
+        if token in waiting:
+            waiting.discard(token)
+            ended.add(token)
+            sent.append((model.name, dict(params)))
+            stubber.add_response(operation, {})
+        else:
+            stubber.add_client_error(operation, service_error_code="TaskTimedOut" if token in ended else "TaskDoesNotExist",
+                                     service_message="Task Token is no longer valid")
+
+    sfn.meta.events.register("provide-client-params.sfn", step_functions)
+    with stubber:
+        yield TasksSide(ReviewTasks(sfn), waiting.add, lambda: list(sent))
+        stubber.assert_no_pending_responses()
+
+
+def answer_for(record: DecisionRecord, name: str) -> ReviewAnswer:
+    return ReviewAnswer(execution_name=name, reviewer="a-1", choice=record.review.choices[0], note="refund one",
+                        reviewer_username="alice", reviewer_email="alice@example.com")
+
+
+def test_an_answer_reaches_its_waiting_task_once(tasks):
+    answer = answer_for(ticket_record("T-1"), "ticket-T-1")
+    tasks.issue("tok-1")
+
+    tasks.tasks.complete("tok-1", answer)
+
+    assert tasks.sent() == [("SendTaskSuccess", {"taskToken": "tok-1", "output": answer.model_dump_json()})]
+    with pytest.raises(ReviewTaskGone, match=r"can no longer be completed \(TaskTimedOut\)"):
+        tasks.tasks.complete("tok-1", answer)
+    with pytest.raises(ReviewTaskGone, match=r"can no longer be closed \(TaskTimedOut\)"):
+        tasks.tasks.close_resolved("tok-1", "resolved at its source")
+    assert len(tasks.sent()) == 1
+
+
+def test_a_review_closed_as_resolved_takes_no_answer(tasks):
+    reason = "alarm OK: " + "x" * 40_000
+    tasks.issue("tok-2")
+
+    tasks.tasks.close_resolved("tok-2", reason)
+
+    assert tasks.sent() == [("SendTaskFailure", {"taskToken": "tok-2", "error": "IncidentResolved", "cause": reason[:32_000]})]
+    with pytest.raises(ReviewTaskGone, match="TaskTimedOut"):
+        tasks.tasks.complete("tok-2", answer_for(ticket_record("T-2"), "ticket-T-2"))
+
+
+def test_a_task_token_never_issued_takes_nothing(tasks):
+    with pytest.raises(ReviewTaskGone, match=r"can no longer be completed \(TaskDoesNotExist\)"):
+        tasks.tasks.complete("tok-never", answer_for(ticket_record("T-3"), "ticket-T-3"))
+    with pytest.raises(ReviewTaskGone, match="TaskDoesNotExist"):
+        tasks.tasks.close_resolved("tok-never", "resolved")
+    assert tasks.sent() == []
+
+
+@pytest.mark.parametrize("code", sorted(GONE_CODES))
+def test_every_code_of_a_task_gone_is_review_task_gone_and_any_other_error_is_raised(code):
+    """The adapter's side of the fake's one error: each code Step Functions gives for a task that
+    takes no answer is ReviewTaskGone; anything else (throttling: the fake has none) is raised as it came."""
+    sfn = client("stepfunctions")
+    adapter, answer = ReviewTasks(sfn), answer_for(ticket_record("T-4"), "ticket-T-4")
+    with Stubber(sfn) as stubber:
+        stubber.add_client_error("send_task_success", service_error_code=code)
+        stubber.add_client_error("send_task_failure", service_error_code=code)
+        stubber.add_client_error("send_task_success", service_error_code="ThrottlingException")
+        with pytest.raises(ReviewTaskGone, match=code):
+            adapter.complete("tok", answer)
+        with pytest.raises(ReviewTaskGone, match=code):
+            adapter.close_resolved("tok", "resolved")
+        with pytest.raises(ClientError, match="ThrottlingException"):
+            adapter.complete("tok", answer)
+
+
+# ------------------------------------------------------------------------------ the routing workflow
+@dataclass
+class WorkflowSide:
+    workflow: Any
+    stop: Callable[[str], None]  # the execution is aborted (Step Functions' part)
+
+
+@pytest.fixture(params=VARIANTS)
+def workflow(request) -> WorkflowSide:
+    if request.param == "fake":
+        fake = ConsoleWorkflow()
+        return WorkflowSide(fake, lambda name: fake.end(name, "ABORTED"))
+    stack = request.getfixturevalue("template")
+    sfn = client("stepfunctions")
+    name = stack.physical_name("RoutingStateMachine")
+    arn = sfn.create_state_machine(name=name, definition=stack.state_machine_definition("RoutingStateMachine"),
+                                   roleArn=f"arn:aws:iam::{stack.account_id}:role/{name}")["stateMachineArn"]
+    starter = WorkflowStarter(arn, sfn)
+    return WorkflowSide(starter, lambda execution: sfn.stop_execution(executionArn=starter.execution_arn(execution)))
+
+
+def test_a_running_execution_hands_over_its_own_record(workflow):
+    record = ticket_record("T-1")
+
+    assert workflow.workflow.start_named("ticket-T-1", record) is True
+    assert workflow.workflow.start_named("ticket-T-1", ticket_record("T-1-other")) is False
+
+    assert workflow.workflow.running_record("ticket-T-1") == record
+    assert workflow.workflow.describe("ticket-T-1") == ("RUNNING", json.loads(record.model_dump_json()))
+
+
+def test_an_execution_that_ended_or_never_was_waits_for_no_review(workflow):
+    record = ticket_record("T-2")
+    workflow.workflow.start_named("ticket-T-2", record)
+    workflow.stop("ticket-T-2")
+
+    with pytest.raises(ExecutionNotRunning, match="'ticket-T-2' is ABORTED: it waits for no review"):
+        workflow.workflow.running_record("ticket-T-2")
+    assert workflow.workflow.describe("ticket-T-2") == ("ABORTED", json.loads(record.model_dump_json()))
+    assert workflow.workflow.start_named("ticket-T-2", record) is False  # whatever its status
+    for read in (workflow.workflow.running_record, workflow.workflow.describe):
+        with pytest.raises(ExecutionNotRunning, match="no routing execution named 'ticket-T-9'"):
+            read("ticket-T-9")
+
+
+# ------------------------------------------------------------------------------ the head store
+PREFIX = "/decision-router/heads"
+
+
+@dataclass
+class HeadStoreSide:
+    store: Any
+    put_pointer_text: Callable[[str, str, str], None]  # a parameter as anyone with access could write it
+
+
+@pytest.fixture(params=VARIANTS)
+def heads(request) -> HeadStoreSide:
+    if request.param == "fake":
+        fake = FakeHeadStore()
+        return HeadStoreSide(fake, fake.put_pointer_text)
+    stack = request.getfixturevalue("template").create(client=client, only=["HeadBucket", "HeadHistoryTable"])
+    ssm = client("ssm")
+    store = HeadStore(stack.ref("HeadBucket"), PREFIX, stack.ref("HeadHistoryTable"), client=client("s3"), ssm=ssm,
+                      dynamodb=client("dynamodb"))
+
+    def put_pointer_text(policy: str, question: str, text: str) -> None:
+        ssm.put_parameter(Name=parameter_name(PREFIX, policy, question), Value=text, Type="String", Overwrite=True)
+
+    return HeadStoreSide(store, put_pointer_text)
+
+
+def promote(store: Any, head: bytes, version: str) -> Any:
+    return store.promote("support-ticket", "queue", head, b"{}", sha256=hashlib.sha256(head).hexdigest(),
+                         head_version=version, by="relearning", reason="passed its gate")
+
+
+def test_no_pointer_means_the_shipped_head_decides(heads):
+    assert heads.store.pointer("support-ticket", "queue") is None
+    assert heads.store.shadow_pointer("support-ticket", "queue") is None
+
+
+def test_the_head_in_service_is_read_back_exactly_and_its_predecessor_kept(heads):
+    first = promote(heads.store, b'{"v": 1}', "h-1")
+    promote(heads.store, b'{"v": 2}', "h-2")
+
+    serving = heads.store.pointer("support-ticket", "queue")
+    assert (serving.head_version, serving.previous.head_version, serving.sha256) == (
+        "h-2", "h-1", hashlib.sha256(b'{"v": 2}').hexdigest())
+    assert heads.store.read(serving) == b'{"v": 2}'
+    assert heads.store.read(first) == b'{"v": 1}'  # the version the pointer names, not the latest
+    assert heads.store.shadow_pointer("support-ticket", "queue") is None
+
+
+def test_a_shadow_is_read_beside_the_head_in_service_until_it_ends(heads):
+    heads.store.shadow("support-ticket", "queue", b'{"s": 1}', sha256=hashlib.sha256(b'{"s": 1}').hexdigest(),
+                       head_version="c-1", by="relearning", reason="candidate")
+
+    shadow = heads.store.shadow_pointer("support-ticket", "queue")
+    assert (shadow.action, shadow.head_version) == ("shadow", "c-1")
+    assert heads.store.read(shadow) == b'{"s": 1}'
+    assert heads.store.pointer("support-ticket", "queue") is None
+    heads.store.end_shadow("support-ticket", "queue", by="relearning", reason="judged")
+    assert heads.store.shadow_pointer("support-ticket", "queue") is None
+
+
+def test_a_pointer_elsewhere_is_refused_and_a_version_not_held_is_no_such_version(heads):
+    serving = promote(heads.store, b'{"v": 1}', "h-1")
+
+    with pytest.raises(ValueError, match="names bucket 'someone-elses'"):
+        heads.store.read(serving.model_copy(update={"bucket": "someone-elses"}))
+    with pytest.raises(ValueError, match="names key 'heads/incident/team.json'"):
+        heads.store.read(serving.model_copy(update={"key": "heads/incident/team.json"}))
+    with pytest.raises(ClientError) as missing:
+        heads.store.read(serving.model_copy(update={"s3_version": "not-a-version"}))
+    assert missing.value.response["Error"]["Code"] == "NoSuchVersion"
+
+
+def test_a_malformed_pointer_raises_where_it_is_read(heads):
+    heads.put_pointer_text("support-ticket", "queue", '{"policy": "support-ticket"}')
+
+    with pytest.raises(ValidationError):
+        heads.store.pointer("support-ticket", "queue")
+
+
+# ------------------------------------------------------------------------------ resolved items
+@pytest.fixture(params=VARIANTS)
+def resolved(request) -> Any:
+    if request.param == "fake":
+        return FakeResolvedItems()
+    stack = request.getfixturevalue("template").create(client=client, only=["ResolvedItemsTable"])
+    return ResolvedItems(stack.ref("ResolvedItemsTable"), client("dynamodb"))
+
+
+def resolved_ticket(ticket_id: str, at: str, answer: str = "billing") -> ResolvedItem:
+    policy = load_policy("support-ticket")
+    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Refund one of two charges.",
+                                 "customer": {"id": "C-1", "tier": "pro"}, "channel": "email",
+                                 "created_at": "2026-11-29T12:00:00Z"})
+    found = resolved_item(policy, item, {"queue": answer}, resolved_by="alice@example.com", resolved_at=at)
+    assert found is not None
+    return found
+
+
+def test_recent_hands_over_a_policys_latest_resolved_items_newest_first(resolved):
+    for n, minute in enumerate([2, 9, 5]):
+        resolved.remember(resolved_ticket(f"T-{n}", f"2026-11-29T12:0{minute}:00.000+00:00"))
+    other = resolved_ticket("T-9", "2026-11-29T12:59:00.000+00:00").model_copy(update={"policy": "incident"})
+    resolved.remember(other)
+
+    assert [r.item_id for r in resolved.recent("support-ticket")] == ["T-1", "T-2", "T-0"]
+    assert [r.item_id for r in resolved.recent("support-ticket", limit=2)] == ["T-1", "T-2"]
+    assert resolved.recent("incident") == [other]
+
+
+def test_the_same_resolution_kept_twice_is_one_row_the_later(resolved):
+    at = "2026-11-29T12:00:00.000+00:00"
+    resolved.remember(resolved_ticket("T-1", at, "billing"))
+    resolved.remember(resolved_ticket("T-1", at, "technical_fault"))
+
+    (kept,) = resolved.recent("support-ticket")
+    assert kept.answers == {"queue": "technical_fault"}

@@ -1,0 +1,184 @@
+"""The composition roots of the webhook function, the review console and the review function: each
+part made once from its own setting (a missing one named), and each part handed in used by the
+handler as it is. Here the parts handed in are the in-memory fakes of tests/fakes/console.py, and
+a request goes through the real handler: no AWS, not even moto."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from decision_router.adapters.review import ReviewQueue
+from decision_router.config import ConfigError, Settings
+from decision_router.domain.judging import build_record, explain, model_entry
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.intake.webhooks import sign
+from decision_router.items import parse_item
+from decision_router.sources.webhook import FORWARDED_SOURCE
+from local.event_sources import http_event
+from tests.fakes.console import (
+    ConsoleWorkflow,
+    FakeAuditTrail,
+    FakeBus,
+    FakeDeliveries,
+    FakeLabelledExamples,
+    FakeResolvedItems,
+    FakeReviewQueue,
+    FakeReviewTasks,
+)
+from tests.functions.conftest import ALL_TARGETS, EVENTS, letters_only, make_result
+from tests.functions.test_intake_handlers import FakeLambdaContext
+
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/review"
+DESTINATIONS = {target: f"https://sqs.us-east-1.amazonaws.com/123456789012/{target}" for target in ALL_TARGETS}
+ALICE = {"sub": "a-1", "email": "alice@example.com", "email_verified": "true", "cognito:username": "alice",
+         "cognito:groups": ["reviewers"]}
+KEYS = {"generic": "our-own-secret", "pagerduty": "pagerduty-subscription-secret"}
+
+
+class Sent:
+    """A queue that keeps what is sent to it (the ticket queue, the webhook DLQ)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+
+    def send(self, body: str, attributes: dict[str, str] | None = None) -> None:
+        self.bodies.append(body)
+
+
+def unsure_ticket(ticket_id: str) -> DecisionRecord:
+    """A ticket the routing code sends to review, between billing and technical support."""
+    policy = letters_only(load_policy("support-ticket"))
+    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Two charges of $49.",
+                                 "customer": {"id": "C-9", "tier": "pro"}, "channel": "email",
+                                 "created_at": "2026-11-29T12:00:00Z"})
+    results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
+               for q in policy.questions]
+    record = build_record(policy, item, explain(policy, item, results), destinations=DESTINATIONS,
+                          review_queue_url=QUEUE_URL, review_timeout_seconds=3600)
+    assert record.route == "review"
+    return record
+
+
+@pytest.fixture
+def in_review():
+    """A ticket waiting for its reviewer: its execution running, its task waiting, its message queued."""
+    record = unsure_ticket("T-77")
+    name = execution_name(record.item_kind, record.item_id, record.item_key)
+    workflow, tasks, queue = ConsoleWorkflow(), FakeReviewTasks(), FakeReviewQueue()
+    workflow.start_named(name, record)
+    queue.request_review(record, name, tasks.issue())
+    return name, workflow, tasks, queue
+
+
+# ------------------------------------------------------------------------------ review console
+def test_the_console_makes_each_part_from_its_own_setting_and_names_a_missing_one():
+    from review_console.wiring import Wiring
+
+    wiring = Wiring(Settings.from_env({"REVIEW_QUEUE_URL": QUEUE_URL}))
+
+    assert isinstance(wiring.queue, ReviewQueue) and wiring.queue.queue_url == QUEUE_URL
+    assert wiring.queue is wiring.queue
+    with pytest.raises(ConfigError, match="AUDIT_TABLE_NAME"):
+        _ = wiring.audit
+    assert wiring.resolved_items is None  # no table: no similar items, nothing kept, nothing fails
+
+
+def test_the_console_lists_and_answers_a_review_with_the_parts_it_is_given(monkeypatch, in_review):
+    from review_console import app
+    from review_console.wiring import Wiring
+
+    name, workflow, tasks, queue = in_review
+    resolved = FakeResolvedItems()
+    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), queue=queue, workflow=workflow, tasks=tasks,
+                                              audit=FakeAuditTrail(), examples=FakeLabelledExamples(),
+                                              resolved_items=resolved))
+
+    def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        event = http_event(method, path, body=json.dumps(body) if body else None, claims=ALICE)
+        response = app.lambda_handler(event, FakeLambdaContext())
+        return response["statusCode"], json.loads(response["body"])
+
+    status, listed = call("GET", "/api/reviews")
+    assert status == 200 and [r["execution_name"] for r in listed["reviews"]] == [name]
+    status, answered = call("POST", f"/api/reviews/{name}", {"answers": {"queue": "technical_fault"}})
+
+    assert (status, answered["status"], answered["target"]) == (200, "answered", "technical-support")
+    (answer,) = tasks.answered.values()
+    assert (answer.execution_name, answer.reviewer, answer.chosen.answers) == (name, "a-1", {"queue": "technical_fault"})
+    assert queue.bodies() == []  # the answered review's message removed
+    assert [r.item_id for r in resolved.recent("support-ticket")] == ["T-77"]
+    assert call("POST", f"/api/reviews/{name}", {"answers": {"queue": "billing"}})[0] == 409  # answered already
+
+
+# ------------------------------------------------------------------------------ review function
+def test_the_review_function_completes_a_review_with_the_parts_it_is_given(monkeypatch, in_review):
+    from review import app
+    from review.wiring import Wiring
+
+    name, workflow, tasks, queue = in_review
+    (queued,) = queue.pending().reviews  # what the reviewer's tool listed
+    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), workflow=workflow, tasks=tasks,
+                                              review_queue=queue, resolved_items=FakeResolvedItems()))
+
+    result = app.lambda_handler({"task_token": queued.review.task_token, "execution_name": name,
+                                 "reviewer": "carol@example.com", "answers": {"queue": "billing"},
+                                 "receipt_handle": queued.receipt_handle}, FakeLambdaContext())
+
+    assert (result["status"], result["destination"]["target"]) == ("completed", "billing")
+    assert tasks.answered[queued.review.task_token].reviewer == "carol@example.com"
+    assert queue.bodies() == []
+
+
+def test_the_review_function_needs_the_workflow_only_when_it_is_not_given():
+    from review.wiring import Wiring
+
+    wiring = Wiring(Settings.from_env({}))
+
+    with pytest.raises(ConfigError, match="STATE_MACHINE_ARN"):
+        _ = wiring.workflow
+    assert wiring.review_queue is None and wiring.resolved_items is None
+
+
+# ------------------------------------------------------------------------------ webhook function
+def test_the_webhook_queues_forwards_and_refuses_a_replay_with_the_parts_it_is_given(monkeypatch):
+    from ticket_webhook import app
+    from ticket_webhook.wiring import Wiring
+
+    tickets, dead_letters, deliveries, bus = Sent(), Sent(), FakeDeliveries(), FakeBus()
+    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), secrets=lambda: KEYS, tickets=tickets,
+                                              dead_letters=dead_letters, deliveries=deliveries, bus=bus))
+
+    def call(source: str, raw: bytes) -> tuple[int, str]:
+        headers = sign(source, raw, KEYS[source], at=time.time())
+        response = app.lambda_handler(http_event("POST", f"/webhooks/{source}", headers=headers, body=raw),
+                                      FakeLambdaContext())
+        return response["statusCode"], json.loads(response["body"])["status"]
+
+    ticket = (EVENTS / "webhook_generic_ticket.json").read_bytes()
+    assert call("generic", ticket) == (202, "queued")
+    assert call("generic", ticket) == (200, "duplicate")
+    assert len(tickets.bodies) == 1 and {row["state"] for row in deliveries.rows.values()} == {"done"}
+
+    alert = json.loads((EVENTS / "pagerduty_webhook_incident_triggered.json").read_text())["body"]
+    alert["event"]["occurred_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    raw = json.dumps(alert).encode()
+    assert call("pagerduty", raw) == (202, "forwarded")
+    assert bus.events == [(FORWARDED_SOURCE, "PagerDuty Webhook", alert)]
+    assert dead_letters.bodies == []
+
+
+def test_the_webhook_makes_its_parts_from_the_settings_and_names_a_missing_one():
+    from ticket_webhook.wiring import Wiring
+
+    wiring = Wiring(Settings.from_env({"TICKET_QUEUE_URL": QUEUE_URL}))
+
+    assert wiring.tickets is wiring.tickets and wiring.bus is None  # no bus: incident webhooks are refused
+    with pytest.raises(ConfigError, match="WEBHOOK_DELIVERIES_TABLE_NAME"):
+        _ = wiring.deliveries
+    with pytest.raises(ConfigError, match="WEBHOOK_SECRET_ARN"):
+        _ = wiring.intake  # the first part it needs that the settings cannot make
