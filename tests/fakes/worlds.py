@@ -20,6 +20,7 @@ from decision_router.domain.ports import Endpoint
 from decision_router.domain.records import DecisionRecord
 from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
+from tests.fakes.console import FakeAuditTrail, FakeReviewQueue, FakeReviewTasks
 from tests.fakes.intake import FakeAlarmStates, FakeOpenIncidents, FakeQueue, InMemoryIdempotency, RecordingWorkflow
 
 ENDPOINT_NAME = "decision-endpoint"
@@ -37,6 +38,9 @@ class FakeWorld:
         self.open_incidents = FakeOpenIncidents()
         self.idempotency = InMemoryIdempotency()
         self.alarm_states = FakeAlarmStates()
+        self.audit = FakeAuditTrail()
+        self.review_queue = FakeReviewQueue()
+        self.review_tasks = FakeReviewTasks()
         self._queues: dict[str, FakeQueue] = {}
 
     def ref(self, logical_id: str) -> str:
@@ -60,7 +64,8 @@ class FakeWorld:
         return Wiring(settings, endpoint=endpoint, workflow=self.workflow, open_incidents=self.open_incidents,
                       dead_letters=self._queue_at(settings.dead_letter_queue_url),
                       ticket_queue=self._queue_at(settings.ticket_queue_url) if settings.ticket_queue_url else None,
-                      alarm_states=self.alarm_states, idempotency_store=self.idempotency)
+                      alarm_states=self.alarm_states, idempotency_store=self.idempotency, audit=self.audit,
+                      review_queue=self.review_queue, review_tasks=self.review_tasks)
 
     # ------------------------------------------------------------------ what became of the items
     def executions(self) -> dict[str, DecisionRecord]:

@@ -29,11 +29,14 @@ class Wiring:
     def __init__(self, settings: Settings | None = None, *, endpoint: Endpoint | None = None,
                  workflow: Workflow | None = None, open_incidents: OpenIncidentStore | None = None,
                  dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
-                 alarm_states: AlarmStateReader | None = None, idempotency_store: BasePersistenceLayer | None = None):
+                 alarm_states: AlarmStateReader | None = None, idempotency_store: BasePersistenceLayer | None = None,
+                 audit: AuditWriter | None = None, review_queue: ReviewQueue | None = None,
+                 review_tasks: ReviewTasks | None = None):
         """Each part given here replaces the one the settings would make (tests, the local run)."""
         given = {"settings": settings, "endpoint": endpoint, "workflow": workflow, "open_incidents": open_incidents,
                  "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states,
-                 "idempotency_store": idempotency_store}
+                 "idempotency_store": idempotency_store, "audit": audit, "review_queue": review_queue,
+                 "review_tasks": review_tasks}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
 
     @cached_property
