@@ -6,9 +6,11 @@ its partner bus and by webhook; Grafana alerting by webhook). Pure code, no AWS.
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
 `INCIDENT_SOURCE` entry that this table lists. What they share lives in `webhook` (tickets) and
-`events` (incidents). A new source is a module here, a line below (the incidents' `Evidence`
-union is built from the table), its template rule and a sample event: docs/sources/add-a-source.md
-(tests/functions/test_source_registry.py holds every source in the tables to it).
+`events` (incidents); an incident source's evidence model stands on the ground floor, in the
+incidents' `Evidence` union (decision_router.evidence), so that `Incident` needs no source. A new
+source is a module here, a line below, its template rule and a sample event:
+docs/sources/add-a-source.md (tests/functions/test_source_registry.py holds every source in the
+tables to it).
 
 An incident event of a kind no source maps raises `UnknownEvent`; one that misses a field the
 mapping needs raises `InvalidSourceEvent` naming the fields. The intake parks both in its DLQ
@@ -17,11 +19,10 @@ with that reason (decision_router.intake.incidents); nothing is dropped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
 from pydantic import ValidationError
 
-from ..items import Incident, SourceEvidence
 from ..validation import describe_errors
 from . import (
     cloudwatch,
@@ -55,19 +56,6 @@ INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (
     health.INCIDENT_SOURCE, guardduty.INCIDENT_SOURCE, securityhub.INCIDENT_SOURCE, securityhub_ocsf.INCIDENT_SOURCE,
     pagerduty.INCIDENT_SOURCE, pagerduty_webhook.INCIDENT_SOURCE, grafana.INCIDENT_SOURCE,
 )
-
-def _evidence_union(sources: tuple[IncidentSource[Any], ...]) -> Any:
-    """An incident's evidence: the common fields (an `Incident Reported` may carry them), or one
-    native source's evidence model, each model once, in the table's order. Each forbids fields it
-    does not declare, so a source's evidence comes back from JSON as its own model."""
-    return Union[tuple(dict.fromkeys((SourceEvidence, *(source.evidence for source in sources))))]
-
-
-if TYPE_CHECKING:  # a union built at run time is no static type; its members all extend SourceEvidence
-    Evidence = SourceEvidence
-else:
-    Evidence = _evidence_union(INCIDENT_SOURCES)
-    Incident.model_rebuild(_types_namespace={"Evidence": Evidence})
 
 
 def known_kinds() -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import AlarmEvidence, AlarmKind
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -78,19 +78,6 @@ class AlarmDetail(SourceModel):
     previousState: AlarmState | None = None
     configuration: Configuration = Field(default_factory=Configuration)
     alarmTags: list[AlarmTag] = []
-
-
-AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
-
-
-class AlarmEvidence(SourceEvidence):
-    """What an alarm says beside the incident (`evidence.namespace`, ... in a policy rule)."""
-
-    alarm_name: str | None = None
-    alarm_kind: AlarmKind | None = None
-    namespace: str | None = None
-    metric_name: str | None = None
-    dimensions: str | None = None
 
 
 @dataclass(frozen=True)

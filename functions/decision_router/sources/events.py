@@ -25,7 +25,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from ..items import Incident, SourceEvidence
+from ..evidence import SourceEvidence
+from ..items import Incident
 from ..severity import SeverityTable
 from ..validation import describe_errors
 
@@ -179,8 +180,8 @@ class IncidentSource(ABC, Generic[Detail]):
     detail_type: str
     detail: type[Any]  #: the model of its events' detail (Detail)
     partner: bool = False
-    #: The model of the evidence its incidents carry (the Incident's `evidence` union is built
-    #: from these: decision_router.sources.Evidence).
+    #: The model of the evidence its incidents carry: a member of the incidents' `Evidence` union
+    #: (decision_router.evidence).
     evidence: type[SourceEvidence] = SourceEvidence
 
     @abstractmethod

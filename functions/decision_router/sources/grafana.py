@@ -26,7 +26,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import GrafanaEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -71,17 +71,6 @@ class Notification(SourceModel):
     commonLabels: dict[str, str] = {}
     externalURL: str | None = None
     title: str | None = None
-
-
-class GrafanaEvidence(SourceEvidence):
-    """What a Grafana alert says beside the incident (`evidence.alertname`, `evidence.labels`, ...)."""
-
-    alertname: str | None = None
-    labels: str | None = Field(None, description="The alert's labels, `name=value, ...` (the group's common ones "
-                                                 "for a group incident)")
-    group_key: str | None = None
-    receiver: str | None = None
-    alerts: int = Field(1, description="How many alerts the incident stands for (a group incident: all of the POST's)")
 
 
 def key_of(fingerprint: str) -> str:

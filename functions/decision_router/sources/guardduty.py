@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import GuardDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -63,14 +63,6 @@ class Finding(SourceModel):
     region: str | None = None
     resource: Resource
     service: Service = Field(default_factory=Service)
-
-
-class GuardDutyEvidence(SourceEvidence):
-    """What a GuardDuty finding says beside the incident (`evidence.finding_type`, ...)."""
-
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
 
 
 def band(score: float) -> str:

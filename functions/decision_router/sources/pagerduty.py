@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..items import SourceEvidence
+from ..evidence import PagerDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -60,14 +60,6 @@ class PdIncident(SourceModel):
 class WebhookDetail(SourceModel):
     event: str
     incident: PdIncident
-
-
-class PagerDutyEvidence(SourceEvidence):
-    """What a PagerDuty incident says beside ours (`evidence.urgency`, ...)."""
-
-    pagerduty_service: str | None = None
-    urgency: str | None = None
-    pagerduty_priority: str | None = None
 
 
 class PagerDutyEvents(IncidentSource[WebhookDetail]):

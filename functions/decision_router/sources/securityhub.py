@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import SecurityHubEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -77,17 +77,6 @@ def label(severity: FindingSeverity) -> str | None:
         return None
     n = severity.Normalized
     return "INFORMATIONAL" if n == 0 else "LOW" if n < 40 else "MEDIUM" if n < 70 else "HIGH" if n < 90 else "CRITICAL"
-
-
-class SecurityHubEvidence(SourceEvidence):
-    """What a Security Hub finding says beside the incident (`evidence.compliance_status`, ...)."""
-
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-    record_state: str | None = None
-    workflow_status: str | None = None
-    compliance_status: str | None = None
 
 
 def finding_key(uid: str) -> str:

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import OcsfEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
@@ -94,19 +94,6 @@ class OcsfFinding(SourceModel):
 
 class OcsfFindingsDetail(SourceModel):
     findings: list[OcsfFinding] = Field(min_length=1)
-
-
-class OcsfEvidence(SourceEvidence):
-    """What an OCSF finding says beside the incident (`evidence.finding_class`, ...)."""
-
-    finding_class: str = Field(description="The OCSF class: Detection Finding, Compliance Finding, ...")
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-    finding_status: str | None = None
-    compliance_status: str | None = None
-    compliance_control: str | None = None
-    product: str | None = None
 
 
 def label(finding: OcsfFinding) -> str:
