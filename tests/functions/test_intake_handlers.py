@@ -260,7 +260,8 @@ def test_already_started_execution_counts_as_routed(tickets, stack, context, tic
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
-    assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
+    record, _ = app.intake.router.judge(parse_item("ticket", ticket_data), app.intake.policy)
+    assert app.intake.wiring.workflow.start(record)[1]  # routed outside the idempotency store
     summary = app.intake.handle(json.dumps(ticket_data), context)
     assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = executions(stack).values()

@@ -88,7 +88,7 @@ class IncidentIntake:
 
     @cached_property
     def resolutions(self) -> Resolutions:
-        return Resolutions(self.store, self.wiring.alarm_states, self.intake.router.workflow, self.wiring,
+        return Resolutions(self.store, self.wiring.alarm_states, self.wiring.workflow, self.wiring,
                            write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
                            metrics=self.metrics)
 
@@ -111,7 +111,7 @@ class IncidentIntake:
             summary = self.intake.handle(envelope.detail, context)
             return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
         try:
-            outcomes = native_outcomes(source, envelope, self.intake.router.policy.source_severity)
+            outcomes = native_outcomes(source, envelope, self.intake.policy.source_severity)
         except SourceEventError as error:
             return self.park(event, error)
         results = [self._apply(outcome, outcome.delivery or envelope.id, context) for outcome in outcomes]
@@ -128,7 +128,7 @@ class IncidentIntake:
 
     def _open(self, opened: Opened, delivery: str, context: Any) -> dict:
         incident = opened.incident
-        noise = self.intake.router.policy.noise
+        noise = self.intake.policy.noise
         at = iso(incident.reported_at)
         opens = None
         if noise.flapping is not None:  # the recent openings of this key, this one included
@@ -209,7 +209,7 @@ class IncidentIntake:
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
         per delivery and outcome, named after them, so a retried event writes the same row."""
-        policy = self.intake.router.policy
+        policy = self.intake.policy
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         self.wiring.audit.write(AuditRow(
             item_id=item_id, item_kind="incident",
