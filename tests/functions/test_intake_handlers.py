@@ -29,7 +29,6 @@ from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
 from decision_router.intake.wiring import Wiring
 from decision_router.items import InvalidItem, parse_item
-from decision_router.sources.sns import notification
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
 
@@ -694,9 +693,11 @@ def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_al
     assert ticket_json(ticket) == ticket_data
     with pytest.raises(InvalidItem, match="invalid ticket \\(no usable id\\): Invalid JSON"):
         ticket_json("not json")
+    with pytest.raises(InvalidItem, match="invalid ticket \\(no usable id\\): Message: Invalid JSON"):
+        ticket_json(sns_notification("not json"))  # the notification's Message, named
     # Looks like a notification but lacks what SNS always sends: not unwrapped, so it fails as a ticket.
     half = {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"}
-    assert notification(half) is None and ticket_json(json.dumps(half)) == half
+    assert ticket_json(json.dumps(half)) == half
 
 
 def test_a_ticket_in_an_sns_envelope_is_routed(tickets, stack, context):

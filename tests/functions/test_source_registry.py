@@ -17,7 +17,7 @@ from decision_router.domain.policies import load_policy
 from decision_router.evidence import Evidence
 from decision_router.items import Incident, Ticket
 from decision_router.sources import INCIDENT_SOURCES, TICKET_SOURCES, raw_events
-from decision_router.sources.events import IncidentSource, Opened
+from decision_router.sources.events import IncidentSource, Opened, SourceEventError
 from decision_router.sources.webhook import TicketSource
 from tests.functions.conftest import EVENTS
 
@@ -36,9 +36,17 @@ def named(word: str, text: str) -> bool:
 
 
 def opened_incidents(source: IncidentSource[Any], payload: Any) -> list[Incident]:
-    """What the source opens from a sample (an EventBridge event, an SNS event's records, a Lambda alarm action)."""
-    mapped = [event for event in map(source.event_of, raw_events(payload)) if event is not None]
-    outcomes = [o for event in mapped for o in source.adapt(source.read(event), TABLES[source.name])]
+    """What the source opens from a sample (an EventBridge event, an SNS event's records, a Lambda
+    alarm action); nothing from one that is the source's but that it does not map."""
+    read = []
+    for delivery in raw_events(payload):
+        try:
+            event = source.read(delivery)
+        except SourceEventError:
+            continue
+        if event is not None:
+            read.append(event)
+    outcomes = [o for event in read for o in source.adapt(event, TABLES[source.name])]
     return [o.incident for o in outcomes if isinstance(o, Opened)]
 
 

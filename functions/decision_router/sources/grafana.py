@@ -30,7 +30,7 @@ from ..evidence import GrafanaEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -138,7 +138,7 @@ def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutc
     return Opened(key, incident)
 
 
-class GrafanaAlerts(IncidentSource[Notification]):
+class GrafanaAlerts(EventBridgeSource[Notification]):
     """Grafana alerting's webhook notifications, forwarded to the bus."""
 
     name = SOURCE

@@ -14,7 +14,7 @@ from ..evidence import GuardDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -69,7 +69,7 @@ def band(score: float) -> str:
     return next(name for lowest, name in BANDS if score >= lowest)
 
 
-class GuardDutyFindings(IncidentSource[Finding]):
+class GuardDutyFindings(EventBridgeSource[Finding]):
     """GuardDuty findings on EventBridge."""
 
     name = SOURCE

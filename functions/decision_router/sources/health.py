@@ -14,8 +14,8 @@ from ..evidence import HealthEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     HttpTime,
-    IncidentSource,
     Opened,
     Resolved,
     SourceModel,
@@ -58,7 +58,7 @@ class HealthDetail(SourceModel):
     actionability: str | None = None
 
 
-class HealthEvents(IncidentSource[HealthDetail]):
+class HealthEvents(EventBridgeSource[HealthDetail]):
     """AWS Health events on EventBridge."""
 
     name = SOURCE

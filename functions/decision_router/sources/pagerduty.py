@@ -16,8 +16,8 @@ from ..evidence import PagerDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     Ignored,
-    IncidentSource,
     Opened,
     Resolved,
     SourceModel,
@@ -62,7 +62,7 @@ class WebhookDetail(SourceModel):
     incident: PdIncident
 
 
-class PagerDutyEvents(IncidentSource[WebhookDetail]):
+class PagerDutyEvents(EventBridgeSource[WebhookDetail]):
     """PagerDuty V3 webhooks on its EventBridge partner bus."""
 
     name = SOURCE

@@ -16,7 +16,7 @@ from ..evidence import SecurityHubEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -118,7 +118,7 @@ def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTa
     return Opened(key, incident)
 
 
-class SecurityHubFindings(IncidentSource[FindingsDetail]):
+class SecurityHubFindings(EventBridgeSource[FindingsDetail]):
     """Security Hub findings (ASFF) on EventBridge."""
 
     name = SOURCE

@@ -23,7 +23,7 @@ from ..evidence import OcsfEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -148,7 +148,7 @@ def _one(finding: OcsfFinding, envelope: Envelope[OcsfFindingsDetail], table: Se
     return Opened(key, incident)
 
 
-class SecurityHubOcsfFindings(IncidentSource[OcsfFindingsDetail]):
+class SecurityHubOcsfFindings(EventBridgeSource[OcsfFindingsDetail]):
     """Security Hub findings in OCSF on EventBridge."""
 
     name = SOURCE
