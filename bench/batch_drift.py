@@ -1,8 +1,8 @@
 """How far batching and the prompt cache move a probability, on one llama.cpp CPU variant.
 
-For each of 12 states x ROUNDS and 4 questions (the engine tests' questions): the batch cold, the batch
-again after the state's first question was cached, and each question alone; the max |Δp| over
-options of warm vs. cold and of batch vs. alone. The float sums run in another order in each
+For each of 12 states x ROUNDS and 4 questions (`bench/engine_questions.py`, the engine tests'
+too): the batch cold, the batch again after the state's first question was cached, and each
+question alone; the max |Δp| over options of warm vs. cold and of batch vs. alone. The float sums run in another order in each
 (see BATCH_TOLERANCE in tests/container/test_engine.py, which these figures justify).
 
     PYTHONPATH=contract:container:. .venv/bin/python -m bench.batch_drift [--variant haswell] [--rounds 4]
@@ -17,10 +17,10 @@ import json
 import statistics
 import sys
 
+from bench.engine_questions import QUESTIONS
 from decision_contract import Decision
 from decision_server.engine import DecisionEngine
 from decision_server.model_files import embedded_model_path
-from tests.container.test_engine import QUESTIONS
 
 STATES = [
     "the VPN drops every ten minutes for the whole Berlin office.",

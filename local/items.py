@@ -41,8 +41,10 @@ class InputItem:
 
 def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) -> InputItem | None:
     """A raw event of a real source, or None when the object is not one."""
+    from pydantic import ValidationError
+
+    from decision_router.intake.tickets import TicketNotification
     from decision_router.sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
-    from decision_router.sources.sns import notification
 
     if "detail-type" in data and "source" in data:
         detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
@@ -56,10 +58,9 @@ def _raw_source_item(source: str, line: int, text: str, data: dict[str, Any]) ->
     if alarm is not None:
         return alarm_item(source, line, text, data, *alarm)
     if data.get("Type") == "Notification" and "TopicArn" in data:
-        sns = notification(data)
         try:
-            ticket = json.loads(sns.Message) if sns is not None else None
-        except ValueError:
+            ticket = TicketNotification.model_validate(data).Message
+        except ValidationError:
             ticket = None
         item_id = ticket.get("ticket_id") if isinstance(ticket, dict) else None
         return InputItem(source, line, "ticket", item_id if isinstance(item_id, str) else None, text,
@@ -88,18 +89,25 @@ def _alarm(data: dict[str, Any]) -> tuple[str, str] | None:
     EventBridge: an SNS notification (a Lambda SNS event, or a bare notification) holding an alarm,
     or a Lambda alarm action; None for anything else."""
     from decision_router.sources import cloudwatch_action, cloudwatch_sns
+    from decision_router.sources.events import SourceEventError
     from decision_router.sources.sns import carried
 
-    action = cloudwatch_action.INCIDENT_SOURCE.unwrap(data)
+    try:
+        action = cloudwatch_action.INCIDENT_SOURCE.read(data)
+    except SourceEventError:  # an alarm action the intake cannot read: it parks it
+        return "alarm-action", str(data.get("alarmArn"))
     if action is not None:
-        return "alarm-action", str(action["detail"].get("alarmName") or action["resources"][0])
-    sns = carried(data)
-    if sns is None and isinstance(data.get("Records"), list) and data["Records"]:  # several records: the first names it
-        sns = carried({"Records": data["Records"][:1]})
-    envelope = cloudwatch_sns.INCIDENT_SOURCE.unwrap({"Records": [{"EventSource": "aws:sns", "Sns": sns}]}) if sns else None
-    if envelope is not None:
-        return "sns-alarm", str(envelope["detail"].get("AlarmName"))
-    if isinstance(data.get("Records"), list) and sns is not None:  # a Lambda SNS event: the incident intake gets it
+        return "alarm-action", action.alarmData.alarmName
+    records = data.get("Records")
+    first = {"Records": records[:1]} if isinstance(records, list) and records else data  # several records: the first names it
+    try:
+        alarm = cloudwatch_sns.INCIDENT_SOURCE.read(first)
+    except SourceEventError:  # a notification that holds no alarm, or a bad one
+        alarm = None
+    if alarm is not None:
+        return "sns-alarm", alarm.Message.AlarmName
+    sns = carried(first)
+    if isinstance(records, list) and sns is not None:  # a Lambda SNS event: the incident intake gets it
         return "sns-alarm", f"SNS message {str(sns.get('MessageId'))[:24]}"
     return None
 

@@ -220,6 +220,7 @@ def post_webhook(pipeline: LocalDeployment, outcome: Outcome, progress: Progress
     secret the operator stored) and posted to the webhook function as API Gateway's HTTP API would;
     what it forwards to the bus is then delivered by the template's rule."""
     from decision_router.intake.webhooks import map_ticket, sign
+    from decision_router.sources import TICKET_SOURCES
     from decision_router.sources.webhook import Unusable
 
     system = outcome.item.via.removeprefix("webhook:")
@@ -247,7 +248,7 @@ def post_webhook(pipeline: LocalDeployment, outcome: Outcome, progress: Progress
         outcome.source_outcome, outcome.note = answer["status"], answer["reason"]
     else:
         try:
-            mapped = map_ticket(system, data, pipeline.webhooks.env["WEBHOOK_DEFAULT_TIER"])
+            mapped = map_ticket(TICKET_SOURCES[system], data, pipeline.webhooks.env["WEBHOOK_DEFAULT_TIER"])
         except Unusable as error:  # the function queued it, so this cannot differ; say so if it does
             raise RuntimeError(f"{outcome.item.source}: queued by the webhook, but {error}") from None
         ticket = mapped.model_dump(mode="json", exclude_none=True) if not isinstance(mapped, str) else None

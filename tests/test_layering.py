@@ -34,8 +34,7 @@ HANDLERS = tuple(sorted(p.parent.name for p in (REPO / "functions").glob("*/app.
 FLOORS: list[tuple[str, ...]] = [
     ("decision_contract",),  # the wire contract
     ("decision_server", "package_model", "decision_router"),  # the container; the library's ground
-    ("decision_router.sources",),
-    ("decision_router.domain",),
+    ("decision_router.sources", "decision_router.domain"),  # siblings: neither imports the other
     ("decision_router.review",),
     ("decision_router.adapters",),
     ("decision_router.intake",),

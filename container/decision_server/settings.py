@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS
+from decision_contract.given_settings import from_values
 
 
 def _default_threads() -> int:
@@ -227,8 +228,7 @@ class Settings(BaseSettings):
                 # An override replaces whatever the environment gave for the same field.
                 for alias in _aliases(cls.model_fields[name]):
                     values.pop(alias, None)
-            given = _Given.model_validate({**values, **overrides})
-            return cls.model_construct(given.model_fields_set, **dict(given))
+            return from_values(cls, {**values, **overrides})
         except ValidationError as exc:
             raise SettingsError(_describe(exc, _given_as(os.environ if environ is None else environ, overrides))) from None
 
@@ -247,17 +247,6 @@ class Settings(BaseSettings):
             default = field.get_default(call_default_factory=True)
             rows.append((_aliases(field)[0], str(default), field.description or ""))
         return rows
-
-
-class _Given(Settings):
-    """Settings validated from the values given alone (`Settings.from_env(mapping)`), never from
-    the process environment."""
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
 
 
 def _aliases(field: Any) -> list[str]:

@@ -200,10 +200,6 @@ class DecisionResult(BaseModel):
     def top_option_id(self) -> str:
         return self.option_ids[max(range(len(self.probabilities)), key=self.probabilities.__getitem__)]
 
-    def probability_of(self, option_id: str) -> float:
-        """The probability of the first option with this id (ids may repeat; results are positional)."""
-        return self.probabilities[self.option_ids.index(option_id)]
-
 
 class BatchTiming(BaseModel):
     shared_prefix_tokens: int

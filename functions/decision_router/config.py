@@ -7,7 +7,9 @@ import json
 from typing import Annotated, Any, Mapping
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from decision_contract.given_settings import from_values
 
 
 class ConfigError(RuntimeError):
@@ -82,8 +84,7 @@ class Settings(BaseSettings):
         try:
             if env is None:
                 return cls()
-            given = _Given.model_validate(dict(env))
-            return cls.model_construct(given.model_fields_set, **dict(given))
+            return from_values(cls, env)
         except ValidationError as error:
             raise ConfigError("; ".join(_describe(e) for e in error.errors(include_url=False))) from None
 
@@ -118,17 +119,6 @@ class Settings(BaseSettings):
         if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
             raise ValueError("DESTINATION_QUEUES must be a JSON object of target → queue URL (strings)")
         return raw
-
-
-class _Given(Settings):
-    """Settings validated from the values given alone (`Settings.from_env(mapping)`), never from
-    the process environment."""
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
 
 
 def _describe(error: Any) -> str:

@@ -8,8 +8,8 @@ ITEM_MODELS is the one list of item kinds: policies and records accept exactly i
 resources.
 
 These models stand on the library's ground floor: the sources (decision_router.sources) build
-them from their events, each extending `SourceEvidence` with its own fields, and the domain
-decides them.
+them from their events, an incident with its source's evidence (decision_router.evidence), and
+the domain decides them. Each is complete on import: nothing above this floor completes it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import hashlib
 import json
 import types
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
+from .evidence import Evidence
 from .severity import Severity
 from .validation import StrictModel, describe_errors
 
@@ -107,32 +108,10 @@ class Ticket(Item):
     reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
 
 
-class SourceEvidence(BaseModel):
-    """What every native source's evidence has; a source's module extends it with its own fields,
-    which a policy rule can name (`evidence.namespace`, `evidence.finding_type`, ...)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source_ref: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)] = Field(
-        description="The source's own id: alarm ARN, Health event ARN, finding id, PagerDuty incident id. "
-                    "Also the correlation key.")
-    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
-    source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
-                                                          "source_severity table (e.g. HIGH, P2, issue).")
-    source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")
-
-
-if TYPE_CHECKING:
-    Evidence = SourceEvidence
-# At run time `Evidence` is the union of every native source's evidence model, built from the
-# sources' table, which imports this module: decision_router.sources completes `Incident` with it
-# (`Incident.model_rebuild`). Until then pydantic refuses to validate an incident, loudly.
-
-
 class Incident(Item):
     """An incident: the `detail` of an EventBridge `Incident Reported` event, or what a native
-    source's event maps to (decision_router.sources), its own fields kept as `evidence` (the
-    evidence model its source module declares)."""
+    source's event maps to (decision_router.sources), its own fields kept as `evidence` (its
+    source's model of decision_router.evidence)."""
 
     kind: ClassVar[str] = "incident"
     id_field: ClassVar[str] = "incident_id"

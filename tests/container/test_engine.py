@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from bench.engine_questions import QUESTIONS, QUEUE_OPTIONS
 from decision_contract import Decision
 from decision_server.errors import BadRequest, Busy, ForbiddenToken, PromptTooLong
 from decision_server.readout import PROMPT_VERSION
@@ -26,13 +27,6 @@ pytestmark = pytest.mark.model
 #: this file's own shared-state batch drifts by 0.0503. The tolerance is 1.5 times the largest seen.
 #: The argmax agrees unless the top two are within it.
 BATCH_TOLERANCE = 0.1
-
-QUEUE_OPTIONS = [
-    {"id": "billing", "description": "Billing: charges, refunds, invoices"},
-    {"id": "technical", "description": "Technical support: errors, outages, bugs"},
-    {"id": "sales", "description": "Sales: pricing, upgrades, new contracts"},
-    {"id": "security", "description": "Security: account takeover, leaked credentials"},
-]
 
 
 def ticket_decision(**changes) -> Decision:
@@ -133,14 +127,6 @@ def test_temperature_divides_the_logits(embedded_engine):
     assert hot.probabilities == pytest.approx([e / sum(expected) for e in expected], abs=1e-12)
     assert max(hot.probabilities) < max(plain.probabilities)  # flatter, same argmax
     assert hot.top_option_id == plain.top_option_id
-
-
-QUESTIONS = [
-    ("Which support queue should handle this ticket?", QUEUE_OPTIONS),
-    ("How urgent is this ticket?", [{"id": i, "description": i} for i in ("low", "medium", "high")]),
-    ("Is the customer angry?", [{"id": "yes", "description": "yes"}, {"id": "no", "description": "no"}]),
-    ("Which language is the ticket in?", [{"id": "en", "description": "English"}, {"id": "de", "description": "German"}]),
-]
 
 
 @pytest.mark.parametrize("words", [30, 420], ids=["short-state", "state-past-one-decode-batch"])

@@ -9,10 +9,11 @@ import threading
 
 import pytest
 
+from bench.engine_questions import QUESTIONS
 from decision_contract import Decision
 from decision_server.llama import SequenceState
 from decision_server.prompt_cache import FinalOutput, PromptCache
-from tests.container.test_engine import BATCH_TOLERANCE, QUESTIONS, cold_decision, ticket_decision
+from tests.container.test_engine import BATCH_TOLERANCE, cold_decision, ticket_decision
 
 # --- bookkeeping (no model) --------------------------------------------------------------------------
 

@@ -677,10 +677,10 @@ def record() -> DecisionRecord:
     ticket = parse_item("ticket", {
         "ticket_id": "T-1006", "subject": "Invoice with a wrong VAT number", "body": "Please reissue the invoice.",
         "customer": {"id": "C-5120", "tier": "pro"}, "channel": "billing-portal", "created_at": "2026-11-29T11:30:00Z"})
-    router = Router(policy, FakeEndpoint(), RecordingWorkflow(), review_queue_url="https://sqs/review",
+    router = Router(FakeEndpoint(), review_queue_url="https://sqs/review",
                     destinations={t: f"https://sqs/{t}" for t in map(policy.target, policy.question("queue").option_ids)},
                     review_timeout_seconds=3600)
-    return router.judge(ticket)[0]
+    return router.judge(ticket, policy)[0]
 
 
 def test_a_record_starts_the_execution_named_after_its_item(workflow, record):

@@ -240,8 +240,9 @@ def test_an_sns_alarm_opens_the_incident_the_eventbridge_alarm_opens_on_the_same
     assert incident.reported_at.isoformat() == "2026-11-29T11:58:20.120000+00:00"  # "+0000" read as UTC
     assert (incident.evidence.alarm_kind, incident.evidence.metric_name) == ("metric", "HTTPCode_Target_5XX_Count")
     assert incident.evidence.dimensions == "LoadBalancer=app/checkout-api/3f2a9c1d0b7e6a54"
-    envelope = read_event(raw_events(sample("cloudwatch_alarm_sns"))[0])[1]
-    assert envelope.region == "eu-west-1"  # from the AlarmArn, not "EU (Ireland)"
+    notification = read_event(raw_events(sample("cloudwatch_alarm_sns"))[0])[1]  # read once, no envelope made of it
+    assert notification.id == sample("cloudwatch_alarm_sns")["Records"][0]["Sns"]["MessageId"]
+    assert notification.Message.AlarmArn == by_bus.key  # the Message parsed with the notification
 
 
 def test_sns_ok_resolves_insufficient_data_is_ignored_and_a_bare_notification_reads_the_same():
@@ -300,12 +301,31 @@ def test_an_sns_message_that_is_no_alarm_or_misses_a_field_is_refused_with_the_r
     message = json.loads(missing["Records"][0]["Sns"]["Message"])
     del message["AlarmArn"]
     missing["Records"][0]["Sns"]["Message"] = json.dumps(message)
-    with pytest.raises(InvalidSourceEvent, match="detail.AlarmArn: Field required"):
+    with pytest.raises(InvalidSourceEvent, match="'Alarm SNS Notification' event: Message.AlarmArn: Field required"):
         outcomes_of(missing)
     no_message = sample("cloudwatch_alarm_sns")
     del no_message["Records"][0]["Sns"]["Message"]  # not an SNS notification as SNS sends them
     with pytest.raises(InvalidSourceEvent, match="aws:sns 'Notification' event: Message: Field required"):
         outcomes_of(no_message)
+
+
+@pytest.mark.parametrize("message, refused", [
+    ("[1]", "is not a CloudWatch alarm notification"),  # JSON, but no object
+    (json.dumps({"AlarmName": "api-5xx", "State": "ALARM"}), "is not a CloudWatch alarm notification"),
+    (7, "aws:sns 'Notification' event: Message: JSON input should be string"),  # SNS sends text
+])
+def test_an_sns_message_of_another_shape_is_refused_naming_why(message, refused):
+    event = sample("cloudwatch_alarm_sns")
+    event["Records"][0]["Sns"]["Message"] = message
+    with pytest.raises(SourceEventError, match=refused):
+        outcomes_of(event)
+
+
+def test_a_notification_without_what_sns_always_sends_names_the_field():
+    bare = sample("cloudwatch_alarm_sns")["Records"][0]["Sns"]
+    del bare["MessageId"]
+    with pytest.raises(InvalidSourceEvent, match="aws:sns 'Notification' event: MessageId: Field required"):
+        outcomes_of(bare)
 
 
 def test_an_sns_event_of_several_records_is_one_delivery_per_record():
@@ -325,7 +345,7 @@ def test_a_lambda_alarm_action_maps_as_the_eventbridge_alarm_does():
     action["alarmData"]["state"]["value"] = "OK"
     assert isinstance(outcomes_of(action)[0], Resolved)
     del action["alarmData"]["alarmName"]
-    with pytest.raises(InvalidSourceEvent, match="detail.alarmName: Field required"):
+    with pytest.raises(InvalidSourceEvent, match="'Lambda Alarm Action' event: alarmData.alarmName: Field required"):
         outcomes_of(action)
 
 

@@ -28,7 +28,6 @@ from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
 from decision_router.items import InvalidItem, parse_item
-from decision_router.sources.sns import notification
 from tests.fakes.intake import FakeQueue
 from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
@@ -254,7 +253,8 @@ def test_already_started_execution_counts_as_routed(tickets, world, context, tic
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
-    assert app.intake.router.route(parse_item("ticket", ticket_data)).started  # routed outside the idempotency store
+    record, _ = app.intake.router.judge(parse_item("ticket", ticket_data), app.intake.policy)
+    assert app.intake.wiring.workflow.start(record)[1]  # routed outside the idempotency store
     summary = app.intake.handle(json.dumps(ticket_data), context)
     assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = world.executions().values()
@@ -674,9 +674,11 @@ def test_the_sns_notification_message_is_the_ticket_and_other_bodies_are_left_al
     assert ticket_json(ticket) == ticket_data
     with pytest.raises(InvalidItem, match="invalid ticket \\(no usable id\\): Invalid JSON"):
         ticket_json("not json")
+    with pytest.raises(InvalidItem, match="invalid ticket \\(no usable id\\): Message: Invalid JSON"):
+        ticket_json(sns_notification("not json"))  # the notification's Message, named
     # Looks like a notification but lacks what SNS always sends: not unwrapped, so it fails as a ticket.
     half = {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t"}
-    assert notification(half) is None and ticket_json(json.dumps(half)) == half
+    assert ticket_json(json.dumps(half)) == half
 
 
 def test_a_ticket_in_an_sns_envelope_is_routed(tickets, world, context):

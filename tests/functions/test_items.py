@@ -99,3 +99,33 @@ def test_a_new_kind_is_an_item_model_in_the_registry(monkeypatch):
     assert (record.item_kind, record.route, record.destination.target) == ("alarm", "auto", "ops")
     with pytest.raises(ValueError, match="Input should be 'ticket', 'incident' or 'alarm'"):
         Policy.model_validate({**policy_data, "item_kind": "email"})
+
+
+def test_an_incident_is_complete_on_import_without_the_sources(incident_data):
+    """items.py alone validates an incident with a source's evidence: a fresh copy of the library
+    (imported under another name, so nothing this session imported counts) parses one without
+    decision_router.sources ever being imported."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import decision_router
+
+    alias = "decision_router_fresh"
+    package = Path(decision_router.__file__).parent
+    spec = importlib.util.spec_from_file_location(alias, package / "__init__.py", submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None
+    sys.modules[alias] = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(sys.modules[alias])
+        items = importlib.import_module(f"{alias}.items")
+        evidence = {"source_ref": "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:api-5xx", "alarm_kind": "metric",
+                    "namespace": "AWS/ApplicationELB"}
+        incident = items.parse_item("incident", dict(incident_data, evidence=evidence))
+        assert type(incident.evidence).__name__ == "AlarmEvidence" and incident.evidence.namespace == "AWS/ApplicationELB"
+        assert items.parse_item("incident", incident_data).evidence is None
+        assert not [name for name in sys.modules if name.startswith(f"{alias}.sources")]
+    finally:
+        for name in [n for n in sys.modules if n == alias or n.startswith(f"{alias}.")]:
+            del sys.modules[name]

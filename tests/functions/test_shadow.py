@@ -32,7 +32,7 @@ class Endpoint:
 
 
 def router(policy, endpoint):
-    return Router(policy, endpoint, workflow=None, destinations={t: f"https://sqs/{t}" for t in policy.targets},
+    return Router(endpoint, destinations={t: f"https://sqs/{t}" for t in policy.targets},
                   review_queue_url="https://sqs/review", review_timeout_seconds=60)
 
 
@@ -51,11 +51,10 @@ def ticket(ticket_data):
 def test_the_shadow_answers_beside_the_head_in_service_and_changes_nothing_else(ticket):
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
-    plain = router(policy, Endpoint(question)).judge(ticket)[0]
+    plain = router(policy, Endpoint(question)).judge(ticket, policy)[0]
     endpoint = Endpoint(question)
-    shadowed = router(policy, endpoint)
-    shadowed.shadows = {question.id: shadow_head(policy, question, 3, model=True)}
-    record = shadowed.judge(ticket)[0]
+    shadows = {question.id: shadow_head(policy, question, 3, model=True)}
+    record = router(policy, endpoint).judge(ticket, policy, shadows=shadows)[0]
     # the head in service (the letters) decided exactly as without a shadow
     assert record.model_dump(exclude={"shadow", "decided_at"}) == plain.model_dump(exclude={"shadow", "decided_at"})
     assert plain.shadow == {}
@@ -64,27 +63,24 @@ def test_the_shadow_answers_beside_the_head_in_service_and_changes_nothing_else(
     assert answer.agrees is False and record.decisions[0].option_id == question.option_ids[0]
     # a shadow that reads the hidden state has it asked for, though the letters decide
     assert endpoint.requests[0][0].return_hidden_state is True
-    agreeing = router(policy, Endpoint(question))
-    agreeing.shadows = {question.id: shadow_head(policy, question, 0, model=False)}
-    assert agreeing.judge(ticket)[0].shadow[question.id].agrees is True
+    agreeing = {question.id: shadow_head(policy, question, 0, model=False)}
+    assert router(policy, Endpoint(question)).judge(ticket, policy, shadows=agreeing)[0].shadow[question.id].agrees is True
 
 
 def test_a_shadow_that_cannot_read_the_answer_is_left_out(ticket):
     """Another model answered (the head is bound to its model): no shadow answer is recorded."""
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
-    shadowed = router(policy, Endpoint(question))
     head = head_for(policy, question, bias=[9.0, 0, 0, 0, 0], version="candidate-1", model_sha256="b" * 64)
-    shadowed.shadows = {question.id: ShadowHead(Head.model_validate(head), "c" * 64)}
-    assert shadowed.judge(ticket)[0].shadow == {}
+    shadows = {question.id: ShadowHead(Head.model_validate(head), "c" * 64)}
+    assert router(policy, Endpoint(question)).judge(ticket, policy, shadows=shadows)[0].shadow == {}
 
 
 def test_a_reviewer_answer_counts_for_the_head_it_agrees_with(ticket):
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
-    shadowed = router(policy, Endpoint(question))
-    shadowed.shadows = {question.id: shadow_head(policy, question, 3, model=False)}
-    record = shadowed.judge(ticket)[0]
+    shadows = {question.id: shadow_head(policy, question, 3, model=False)}
+    record = router(policy, Endpoint(question)).judge(ticket, policy, shadows=shadows)[0]
     served, candidate, other = question.option_ids[0], question.option_ids[3], question.option_ids[1]
     assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": candidate}).items()} == {"queue": [True, False]}
     assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": served}).items()} == {"queue": [False, True]}

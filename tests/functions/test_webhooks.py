@@ -18,7 +18,7 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from decision_router.intake.webhooks import verify
+from decision_router.intake.webhooks import scheme, verify
 from decision_router.sources.webhook import Unauthorized
 from local.cloudformation import Stack
 from tests.functions.conftest import EVENTS
@@ -210,4 +210,4 @@ def test_a_queued_webhook_ticket_is_routed_by_the_ticket_intake(webhook, stack, 
 
 def test_verify_needs_a_configured_secret():
     with pytest.raises(Unauthorized, match="no signing secret is configured for jira"):
-        verify("jira", {}, b"{}", "", now=datetime.now(timezone.utc), max_skew=300)
+        verify(scheme("jira"), {}, b"{}", "", now=datetime.now(timezone.utc), max_skew=300)

@@ -40,7 +40,7 @@ from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
-from ..sources.events import Envelope, Opened, Resolved, SourceEventError, SourceOutcome
+from ..sources.events import Opened, Resolved, SourceEvent, SourceEventError, SourceOutcome
 from ..sources.sns import carried
 from .noise_holds import NoiseHolds, iso
 from .pipeline import Intake
@@ -51,17 +51,17 @@ OWN_DETAIL_TYPE = "Incident Reported"
 SWEEP = ("aws.events", "Scheduled Event")
 
 
-def native_outcomes(source: IncidentSource[Any] | None, envelope: Envelope[Any],
+def native_outcomes(source: IncidentSource[Any] | None, event: SourceEvent,
                     tables: Mapping[str, SeverityTable]) -> list[SourceOutcome]:
     """What a native source's event (read by `sources.read_event`) means, one outcome per finding
     it carries; UnknownEvent when no source maps it, InvalidSourceEvent when an incident it opens
     is out of bounds (an empty title)."""
     if source is None:
-        raise unknown(envelope, OWN_DETAIL_TYPE)
+        raise unknown(event, OWN_DETAIL_TYPE)
     table = tables.get(source.name)
     if table is None:
         raise LookupError(f"the incident policy has no source_severity table for {source.name!r}")
-    return source.adapt(envelope, table)
+    return source.adapt(event, table)
 
 
 class IncidentIntake:
@@ -88,7 +88,7 @@ class IncidentIntake:
 
     @cached_property
     def resolutions(self) -> Resolutions:
-        return Resolutions(self.store, self.wiring.alarm_states, self.intake.router.workflow, self.wiring,
+        return Resolutions(self.store, self.wiring.alarm_states, self.wiring.workflow, self.wiring,
                            write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
                            metrics=self.metrics)
 
@@ -102,20 +102,23 @@ class IncidentIntake:
 
     def _handle_one(self, event: Any, context: Any) -> dict:
         try:
-            source, envelope = read_event(event)
+            read = read_event(event)
         except SourceEventError as error:
             return self.park(event, error)
-        if source is None and (envelope.source, envelope.detail_type) == SWEEP:
-            return self.sweep_holds(context)
-        if source is None and envelope.detail_type == OWN_DETAIL_TYPE:
-            summary = self.intake.handle(envelope.detail, context)
-            return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
+        if read[0] is None:  # no native source's: the schedule's, our own, or one nobody maps (parked below)
+            envelope = read[1]
+            if (envelope.source, envelope.detail_type) == SWEEP:
+                return self.sweep_holds(context)
+            if envelope.detail_type == OWN_DETAIL_TYPE:
+                summary = self.intake.handle(envelope.detail, context)
+                return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
+        source, native = read
         try:
-            outcomes = native_outcomes(source, envelope, self.intake.router.policy.source_severity)
+            outcomes = native_outcomes(source, native, self.intake.policy.source_severity)
         except SourceEventError as error:
             return self.park(event, error)
-        results = [self._apply(outcome, outcome.delivery or envelope.id, context) for outcome in outcomes]
-        return {"event_id": envelope.id, "source": envelope.source, "detail_type": envelope.detail_type,
+        results = [self._apply(outcome, outcome.delivery or native.id, context) for outcome in outcomes]
+        return {"event_id": native.id, "source": native.source, "detail_type": native.detail_type,
                 "outcomes": results}
 
     def _apply(self, outcome: SourceOutcome, delivery: str, context: Any) -> dict:
@@ -128,7 +131,7 @@ class IncidentIntake:
 
     def _open(self, opened: Opened, delivery: str, context: Any) -> dict:
         incident = opened.incident
-        noise = self.intake.router.policy.noise
+        noise = self.intake.policy.noise
         at = iso(incident.reported_at)
         opens = None
         if noise.flapping is not None:  # the recent openings of this key, this one included
@@ -209,7 +212,7 @@ class IncidentIntake:
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
         per delivery and outcome, named after them, so a retried event writes the same row."""
-        policy = self.intake.router.policy
+        policy = self.intake.policy
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         self.wiring.audit.write(AuditRow(
             item_id=item_id, item_kind="incident",

@@ -3,14 +3,23 @@ parse → judge once per item key → start the workflow → log and metrics. An
 once, and its decision record travels as one `DecisionRecord` from the judge to the workflow
 (the idempotency store keeps its JSON and gives the same record back for a duplicate). Its parts are built once,
 on the first item (`Intake.parts`), so importing a handler creates no AWS client and a broken
-policy/config fails loudly at the first invoke."""
+policy/config fails loudly at the first invoke.
+
+The router judges each item under the policy it is told for that item (the shipped policy with
+the heads in service, `live_heads`); `Intake.route` alone starts the workflow:
+- Failing to start it fails the item (the exception propagates): SQS redelivers the ticket and
+  moves it to the DLQ after maxReceiveCount; EventBridge's async invoke retries the incident and
+  then hands it to the function's on-failure destination/DLQ.
+- Starting twice is harmless: the execution name is deterministic per item key (source, id,
+  payload); an existing execution that runs or succeeded means routed, one that failed, timed
+  out or was aborted means not routed, so the item starts again under the next attempt's name."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -27,9 +36,9 @@ from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseI
 from ..adapters.shadow_tally import ShadowTally
 from ..adapters.similar_items import ResolvedItems
 from ..domain.linking import LinkedIncident
-from ..domain.policies import load_policy
+from ..domain.policies import Policy, load_policy
 from ..domain.records import DecisionRecord
-from ..domain.routing import RouteOutcome, Router
+from ..domain.routing import Router, ShadowHead
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from ..items import InvalidItem, Item, parse_item
@@ -49,6 +58,23 @@ WAITS_FOR_CAPACITY = {"ticket": True, "incident": False}
 #: What the intake needs from the environment (docs: the configuration reference, "Function environment").
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
                      "review_queue_url", "policy_name")
+
+@dataclass(frozen=True)
+class RouteOutcome:
+    """What routing one item came to: its decision record and the workflow execution that routes it."""
+
+    record: DecisionRecord
+    execution_name: str
+    started: bool  # False: an execution for this item already existed
+
+    def summary(self) -> dict:
+        """What the handler returns and the logs show."""
+        r = self.record
+        return {"item_id": r.item_id, "execution_name": self.execution_name, "started": self.started,
+                "route": r.route, "route_reason": r.route_reason,
+                "target": r.destination.target if r.destination else None, "escalate": r.escalate,
+                "sources": {d.question: d.source for d in r.decisions}}
+
 
 class StoredRecord(BaseIdempotencySerializer):
     """How the idempotency store keeps a decision record: its JSON, validated back for a duplicate."""
@@ -74,6 +100,8 @@ tracer = Tracer()
 class IntakeParts:
     """What an Intake works with, built once from its settings (`Intake.parts`)."""
 
+    #: The shipped policy, checked against the settings (its heads: the shipped ones).
+    policy: Policy
     router: Router
     #: Intake.judge, once per item key (Powertools idempotency on DynamoDB).
     judge_once: Callable[..., DecisionRecord]
@@ -106,14 +134,19 @@ class Intake:
     def router(self) -> Router:
         return self.parts.router
 
+    @property
+    def policy(self) -> Policy:
+        """The policy this intake applies: its questions, rules, noise controls and severity tables
+        (the heads in service, which alone change without a deploy, are read per item by `judge`)."""
+        return self.parts.policy
+
     def _build(self) -> IntakeParts:
         s = self.wiring.settings.require(*REQUIRED_SETTINGS)
         policy = load_policy(s.policy_name, known_targets=s.destination_queues)
         if policy.item_kind != self.kind:
             raise RuntimeError(f"POLICY_NAME={s.policy_name!r} decides {policy.item_kind}s; this function takes {self.kind}s")
         self.metrics.set_default_dimensions(policy=policy.name)
-        router = Router(policy, self.wiring.endpoint, self.wiring.workflow,
-                        destinations=s.destination_queues, review_queue_url=s.review_queue_url,
+        router = Router(self.wiring.endpoint, destinations=s.destination_queues, review_queue_url=s.review_queue_url,
                         review_timeout_seconds=s.review_timeout_seconds,
                         wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False))
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
@@ -123,29 +156,28 @@ class Intake:
                                          output_serializer=StoredRecord())
         live = live_heads(policy, s, self.logger)
         tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None
-        return IntakeParts(router, judge_once, live, tally, resolved_items(s.resolved_items_table))
+        return IntakeParts(policy, router, judge_once, live, tally, resolved_items(s.resolved_items_table))
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision record, observed in logs and metrics; `item_key` is the
         idempotency key."""
         live = self.parts.live
-        if live is not None:
-            self.router.policy = live.policy()  # a head promoted since is picked up here
-            self.router.shadows = live.shadows()  # and a candidate serving in shadow
-        record, seconds = self.router.judge(item, deadline=deadline)
+        # A head promoted since, and a candidate serving in shadow, are picked up here.
+        policy, shadows = (live.policy(), live.shadows()) if live is not None else (self.parts.policy, {})
+        record, seconds = self.router.judge(item, policy, shadows=shadows, deadline=deadline)
         self._observe_decision(record, seconds)
-        self._count_shadow(record)
+        self._count_shadow(record, shadows)
         return record
 
-    def _count_shadow(self, record: DecisionRecord) -> None:
+    def _count_shadow(self, record: DecisionRecord, shadows: Mapping[str, ShadowHead]) -> None:
         """Each shadow head's answer counted once per item (this runs inside the once-per-key
         judgement), with its agreement; a question whose shadow could not answer is counted apart.
         A tally that cannot be written is logged: the item is routed all the same."""
         tally = self.parts.tally
         policy = record.policy.name
         model_answered = {d.question for d in record.decisions if d.source == "model"}
-        for question in sorted(set(self.router.shadows) & model_answered - set(record.shadow)):
+        for question in sorted(set(shadows) & model_answered - set(record.shadow)):
             question_metric("ShadowNotAnswered", policy, question)
         for question, answer in record.shadow.items():
             question_metric("ShadowItems", policy, question)
@@ -197,11 +229,11 @@ class Intake:
             record = with_reason(record, noise=noise)
         if linked is not None:
             record = with_reason(record, linked=linked.line()).model_copy(update={"linked": linked})
-        name, started = parts.router.workflow.start(record)
-        summary = RouteOutcome(record, name, started, None).summary()
+        name, started = self.wiring.workflow.start(record)
+        summary = RouteOutcome(record, name, started).summary()
         if started and record.route == "auto":
             answers = {d.question: d.option_id for d in record.decisions if d.option_id is not None}
-            remember_resolved(record, answers, ROUTER, parts.resolved_items, self.logger, policy=parts.router.policy)
+            remember_resolved(record, answers, ROUTER, parts.resolved_items, self.logger, policy=parts.policy)
         if not started:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)

@@ -3,7 +3,8 @@ from its text to a `Ticket`, and routed; what cannot be routed now is parked or 
 
 - A body that is an SNS notification (SNS → SQS without raw message delivery wraps every message
   in one: JSON with Type "Notification", TopicArn, Message, ...) carries the ticket as its
-  `Message` text; any other body is the ticket itself.
+  `Message` text, read once with the notification (sources.sns); any other body, and one that
+  looks like a notification but lacks what SNS always sends, is the ticket itself.
 - A ticket that fails validation can never succeed: it is parked in the ticket DLQ at once, the
   reason in its message attributes (failure_kind, failure_reason, item_id, source_message_id).
 - An endpoint waking from zero instances: the ticket is hidden for `wake_up_wait` seconds
@@ -24,27 +25,35 @@ from typing import Any, cast
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from pydantic import ValidationError
 from pydantic_core import from_json
 
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
 from ..items import InvalidItem, Ticket, parse_item
-from ..sources.sns import notification
+from ..sources.sns import SnsNotification, carried, faults_the_notification
+from ..validation import describe_errors
 from .pipeline import Intake
 
-
-def _json(text: str) -> Any:
-    try:
-        return from_json(text)
-    except ValueError as error:
-        raise InvalidItem("ticket", None, [f"Invalid JSON: {error}"]) from None
+#: An SNS notification whose Message is a ticket's JSON (validated as a ticket next, naming its id).
+TicketNotification = SnsNotification[Any]
 
 
 def ticket_json(body: str) -> Any:
     """The ticket's JSON value in an SQS body: the SNS notification's Message, or the body."""
-    data = _json(body)
-    sns = notification(data)
-    return data if sns is None else _json(sns.Message)
+    try:
+        data = from_json(body)
+    except ValueError as error:
+        raise InvalidItem("ticket", None, [f"Invalid JSON: {error}"]) from None
+    notification = carried(data)
+    if notification is None:
+        return data
+    try:
+        return TicketNotification.model_validate(notification).Message
+    except ValidationError as error:
+        if faults_the_notification(error):
+            return data  # no notification as SNS sends them: the body is the ticket, and fails as one
+        raise InvalidItem("ticket", None, describe_errors(error)) from None  # a Message that is no JSON
 
 
 def parse_ticket(body: str) -> Ticket:

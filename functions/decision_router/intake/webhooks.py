@@ -76,26 +76,19 @@ Scheme = TicketSource | IncidentWebhook
 
 
 def scheme(source: str) -> Scheme:
+    """The webhook source of the route's {source}: Unauthorized when there is none."""
     found = TICKET_SOURCES.get(source) or INCIDENT_WEBHOOKS.get(source)
     if found is None:
         raise Unauthorized(f"unknown webhook source {source[:40]!r}")
     return found
 
 
-def ticket_source(source: str) -> TicketSource:
-    found = TICKET_SOURCES.get(source)
-    if found is None:
-        raise Unauthorized(f"unknown ticket webhook source {source[:40]!r}")
-    return found
-
-
-def verify(source: str, headers: Mapping[str, str], body: bytes, secret: str, *, now: datetime, max_skew: int,
+def verify(found: Scheme, headers: Mapping[str, str], body: bytes, secret: str, *, now: datetime, max_skew: int,
            payload: Any = None) -> bytes:
     """The message the signature covers, or Unauthorized unless `body` (JSON value `payload`) is
-    signed by `secret` in `source`'s scheme, recently."""
-    found = scheme(source)
+    signed by `secret` in `found`'s scheme, recently."""
     if not secret:
-        raise Unauthorized(f"no signing secret is configured for {source}")
+        raise Unauthorized(f"no signing secret is configured for {found.name}")
     return found.verify(headers, body, payload, secret.encode(), now, max_skew)
 
 
@@ -159,23 +152,23 @@ def read_json(text: str) -> Any:
     return value
 
 
-def map_ticket(source: str, payload: Any, default_tier: str) -> Ticket | str:
+def map_ticket(found: TicketSource, payload: Any, default_tier: str) -> Ticket | str:
     """The ticket a verified payload maps to, validated; the reason text for an event not routed.
     Unusable says why a payload is no ticket the policy can decide (a ticket that claims another
     source's system among them)."""
     if not isinstance(payload, dict):
         raise Unusable(f"the body is a JSON {type(payload).__name__}, not an object")
     try:
-        ticket = ticket_source(source).ticket(payload, default_tier)
+        ticket = found.ticket(payload, default_tier)
     except Unusable:
         raise
     except (TypeError, AttributeError, ValueError, LookupError) as error:
         # A source's Shape names a field of the wrong type; anything it misses still parks the
         # body with the cause (never a 500 the sender retries for ever).
-        raise Unusable(f"the {source} mapping cannot read this body: {type(error).__name__}: {str(error)[:200]}") from None
+        raise Unusable(f"the {found.name} mapping cannot read this body: {type(error).__name__}: {str(error)[:200]}") from None
     if isinstance(ticket, str):
         return ticket
-    problem = claim_problem(source, ticket)
+    problem = claim_problem(found.name, ticket)
     if problem:
         raise Unusable(problem)
     return ticket
@@ -222,7 +215,7 @@ class WebhookIntake:
                 payload, unusable = read_json(text), None
             except Unusable as error:
                 payload, unusable = None, error
-            signed = verify(source, headers, body, str(self.secrets().get(source) or ""), now=self.clock(),
+            signed = verify(found, headers, body, str(self.secrets().get(source) or ""), now=self.clock(),
                             max_skew=self.max_skew, payload=payload)
         except Unauthorized as error:
             raise Refused(401, UNAUTHORIZED, str(error)) from None
@@ -247,7 +240,7 @@ class WebhookIntake:
                 raise unusable
             if isinstance(found, IncidentWebhook):
                 return self._forward(found, payload)
-            mapped = map_ticket(source, payload, self.default_tier)
+            mapped = map_ticket(found, payload, self.default_tier)
             if isinstance(mapped, str):
                 return Received("ignored", mapped)
             message = queue_text(mapped)

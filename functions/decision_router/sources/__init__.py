@@ -6,9 +6,11 @@ its partner bus and by webhook; Grafana alerting by webhook). Pure code, no AWS.
 Each source is one module: the models of its event (unknown fields ignored: sources add fields
 over time), its evidence (incident sources) and its severity mapping, and one `TICKET_SOURCE` or
 `INCIDENT_SOURCE` entry that this table lists. What they share lives in `webhook` (tickets) and
-`events` (incidents). A new source is a module here, a line below (the incidents' `Evidence`
-union is built from the table), its template rule and a sample event: docs/sources/add-a-source.md
-(tests/functions/test_source_registry.py holds every source in the tables to it).
+`events` (incidents); an incident source's evidence model stands on the ground floor, in the
+incidents' `Evidence` union (decision_router.evidence), so that `Incident` needs no source. A new
+source is a module here, a line below, its template rule and a sample event:
+docs/sources/add-a-source.md (tests/functions/test_source_registry.py holds every source in the
+tables to it).
 
 An incident event of a kind no source maps raises `UnknownEvent`; one that misses a field the
 mapping needs raises `InvalidSourceEvent` naming the fields. The intake parks both in its DLQ
@@ -17,12 +19,8 @@ with that reason (decision_router.intake.incidents); nothing is dropped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
-from pydantic import ValidationError
-
-from ..items import Incident, SourceEvidence
-from ..validation import describe_errors
 from . import (
     cloudwatch,
     cloudwatch_action,
@@ -39,7 +37,7 @@ from . import (
     sns,
     zendesk,
 )
-from .events import AnyEnvelope, Envelope, IncidentSource, InvalidSourceEvent, UnknownEvent, read_envelope
+from .events import AnyEnvelope, Envelope, IncidentSource, SourceEvent, UnknownEvent, read_envelope
 from .webhook import IncidentWebhook, TicketSource
 
 #: The ticket webhooks, by the name in their route (POST /webhooks/{source}).
@@ -49,25 +47,12 @@ TICKET_SOURCES: dict[str, TicketSource] = {s.name: s for s in (zendesk.TICKET_SO
 #: The incident webhooks on the same route: verified, then forwarded to the bus (not tickets).
 INCIDENT_WEBHOOKS: dict[str, IncidentWebhook] = {w.name: w for w in (pagerduty_webhook.WEBHOOK, grafana.WEBHOOK)}
 
-#: The native incident sources, by the EventBridge source and detail-type they map.
+#: The native incident sources, each reading the payloads that are its own (`IncidentSource.read`), in this order.
 INCIDENT_SOURCES: tuple[IncidentSource[Any], ...] = (
     cloudwatch.INCIDENT_SOURCE, cloudwatch_sns.INCIDENT_SOURCE, cloudwatch_action.INCIDENT_SOURCE,
     health.INCIDENT_SOURCE, guardduty.INCIDENT_SOURCE, securityhub.INCIDENT_SOURCE, securityhub_ocsf.INCIDENT_SOURCE,
     pagerduty.INCIDENT_SOURCE, pagerduty_webhook.INCIDENT_SOURCE, grafana.INCIDENT_SOURCE,
 )
-
-def _evidence_union(sources: tuple[IncidentSource[Any], ...]) -> Any:
-    """An incident's evidence: the common fields (an `Incident Reported` may carry them), or one
-    native source's evidence model, each model once, in the table's order. Each forbids fields it
-    does not declare, so a source's evidence comes back from JSON as its own model."""
-    return Union[tuple(dict.fromkeys((SourceEvidence, *(source.evidence for source in sources))))]
-
-
-if TYPE_CHECKING:  # a union built at run time is no static type; its members all extend SourceEvidence
-    Evidence = SourceEvidence
-else:
-    Evidence = _evidence_union(INCIDENT_SOURCES)
-    Incident.model_rebuild(_types_namespace={"Evidence": Evidence})
 
 
 def known_kinds() -> list[str]:
@@ -83,30 +68,21 @@ def raw_events(payload: Any) -> list[Any]:
     return [payload]
 
 
-def read_event(event: Any) -> tuple[IncidentSource[Any] | None, Envelope[Any]]:
-    """The event validated once: as its source's envelope when a source maps it (an EventBridge
-    event by its `source` and `detail-type`, another shape, an SNS notification or a Lambda alarm
-    action, by the source that unwraps it: unwrapped once), else as an envelope whose detail is not
-    read yet (None for the source). SourceEventError names what is wrong."""
+def read_event(event: Any) -> tuple[IncidentSource[Any], SourceEvent] | tuple[None, Envelope[Any]]:
+    """The event validated once: as its source's event when a source reads it (an EventBridge
+    event by its `source` and `detail-type`; an SNS notification or a Lambda alarm action by its
+    shape), else as an envelope whose detail is not read yet (None for the source).
+    SourceEventError names what is wrong."""
     for source in INCIDENT_SOURCES:
-        mapped = source.event_of(event)
-        if mapped is not None:
-            return source, source.read(mapped)
-    raw = sns.carried(event)
-    if raw is not None:
-        try:
-            notification = sns.SnsNotification.model_validate(raw)
-        except ValidationError as error:
-            raise InvalidSourceEvent("aws:sns", "Notification", describe_errors(error)) from None
-        raise UnknownEvent(f"SNS message {notification.MessageId!r} on topic {notification.TopicArn!r} "
-                           "is not a CloudWatch alarm notification (its Message is no JSON object with AlarmName, "
-                           "AlarmArn, NewStateValue and StateChangeTime); the incident intake maps no other SNS message")
+        read = source.read(event)
+        if read is not None:
+            return source, read
     return None, read_envelope(AnyEnvelope, event)
 
 
-def unknown(envelope: Envelope[Any], *also: str) -> UnknownEvent:
+def unknown(event: SourceEvent, *also: str) -> UnknownEvent:
     """The refusal of an event no source maps (`also`: the kinds the intake maps itself)."""
     mapped = ", ".join(known_kinds())
     extra = "".join(f", and {kind!r}" for kind in also)
-    return UnknownEvent(f"source {envelope.source!r} detail-type {envelope.detail_type!r} is not an incident "
-                        f"event this intake maps (it maps: {mapped}{extra})")
+    return UnknownEvent(f"source {event.source!r} detail-type {event.detail_type!r} is not an incident "
+                    f"event this intake maps (it maps: {mapped}{extra})")

@@ -12,18 +12,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import AlarmEvidence, AlarmKind
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     Ignored,
-    IncidentSource,
     Opened,
     Resolved,
+    SourceEvent,
     SourceModel,
     SourceOutcome,
     build_evidence,
@@ -78,19 +79,6 @@ class AlarmDetail(SourceModel):
     previousState: AlarmState | None = None
     configuration: Configuration = Field(default_factory=Configuration)
     alarmTags: list[AlarmTag] = []
-
-
-AlarmKind = Literal["metric", "metric-math", "anomaly-detection", "composite"]
-
-
-class AlarmEvidence(SourceEvidence):
-    """What an alarm says beside the incident (`evidence.namespace`, ... in a policy rule)."""
-
-    alarm_name: str | None = None
-    alarm_kind: AlarmKind | None = None
-    namespace: str | None = None
-    metric_name: str | None = None
-    dimensions: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,8 +150,9 @@ def parse_alarm_arn(arn: str) -> tuple[str, str, str] | None:
     return parts[3], parts[4], parts[6]
 
 
-def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) -> list[SourceOutcome]:
-    """ALARM opens (keyed by the alarm ARN), OK resolves, INSUFFICIENT_DATA is ignored with the reason."""
+def alarm_outcomes(alarm: Alarm, event: SourceEvent, table: SeverityTable) -> list[SourceOutcome]:
+    """ALARM opens (keyed by the alarm ARN), OK resolves, INSUFFICIENT_DATA is ignored with the
+    reason; `event`, whichever path told it, names what fails to validate."""
     key, delivery = alarm.arn, alarm.delivery
     if alarm.state == "OK":
         return [Resolved(key, SOURCE, f"alarm {alarm.name} is OK: {alarm.reason}", delivery)]
@@ -178,7 +167,7 @@ def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) 
     watched = (f"Metric {metric.namespace} {metric.name}" + (f" ({dimensions})" if dimensions else "")
                if metric else None)
     incident = build_incident(
-        envelope, incident_id=incident_id(key),
+        event, incident_id=incident_id(key),
         title=f"CloudWatch alarm {alarm.name} is in ALARM",
         description=text(alarm.description, alarm.reason, watched,
                          f"Expression {alarm.expression}" if alarm.expression else None,
@@ -189,7 +178,7 @@ def alarm_outcomes(alarm: Alarm, envelope: Envelope[Any], table: SeverityTable) 
         source=SOURCE,
         reported_at=alarm.changed_at,
         evidence=build_evidence(
-            AlarmEvidence, envelope, source_ref=key, source_severity=label, alarm_name=alarm.name,
+            AlarmEvidence, event, source_ref=key, source_severity=label, alarm_name=alarm.name,
             alarm_kind=alarm.kind, namespace=metric.namespace if metric else None,
             metric_name=metric.name if metric else None, dimensions=dimensions),
     )
@@ -216,7 +205,7 @@ def _triggering_alarms(reason_data: str | None) -> list[str]:
     return [str(a.get("arn", "")).rsplit(":", 1)[-1] for a in alarms if isinstance(a, dict) and a.get("arn")]
 
 
-class CloudWatchAlarms(IncidentSource[AlarmDetail]):
+class CloudWatchAlarms(EventBridgeSource[AlarmDetail]):
     """CloudWatch alarms' state changes on EventBridge."""
 
     name = SOURCE

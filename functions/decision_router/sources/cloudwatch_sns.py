@@ -1,33 +1,38 @@
 """CloudWatch alarms that notify an SNS topic (most existing alarms do): the incident intake is
 subscribed to the topic (template.yaml, `AlarmTopic`) and receives `{"Records": [{"EventSource":
 "aws:sns", "Sns": {"Message": "<the alarm as a JSON string>", ...}}]}`; an HTTPS or SQS
-subscriber gets the bare notification, which is read the same.
+subscriber gets the bare notification, which is read the same. The notification is read once
+(`AlarmNotification`, the one SNS model of sources.sns), its Message parsed as the alarm message.
 
 The alarm message has its own shape (AWS's "Schema of Amazon SNS notifications when alarms change
 state"): metric alarms carry `Trigger` (one metric, or `Metrics[]` for metric math and anomaly
 detection, with `ThresholdMetricId`), composite alarms `AlarmRule` and `TriggeringChildren`
-(documented as strings, delivered as objects {Arn, State}). `Region` is a display name ("EU
-(Ireland)"): the region is read from `AlarmArn`. Times are written `+0000`.
+(documented as strings, delivered as objects {Arn, State}). Times are written `+0000`.
 
 It becomes the same `cloudwatch.Alarm` as the EventBridge event: same key (the alarm ARN), same
 delivery (the state change), so an alarm that notifies both ways opens one incident; OK resolves,
 INSUFFICIENT_DATA is ignored with its reason. SNS carries no alarm tags: the policy's
-aws.cloudwatch table gives its default severity. An SNS message that is no alarm is parked with
-the reason (decision_router.sources.read_event).
+aws.cloudwatch table gives its default severity.
+
+This is the incident intake's one SNS source, so it reads every notification the intake gets: one
+that lacks what SNS always sends is refused naming the field (`MessageId`), a message that is no
+alarm (no JSON object with AlarmName and NewStateValue) is an UnknownEvent, an alarm message
+with a bad field names it (`Message.AlarmArn`); the intake parks each with its reason.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, ValidationError
 
+from ..evidence import AlarmEvidence
 from ..severity import SeverityTable
-from .cloudwatch import SOURCE, Alarm, AlarmEvidence, WatchedMetric, alarm_outcomes, kind_of
-from .events import Envelope, IncidentSource, SourceModel, SourceOutcome
-from .sns import notification
+from ..validation import describe_errors
+from .cloudwatch import SOURCE, Alarm, WatchedMetric, alarm_outcomes, kind_of
+from .events import IncidentSource, InvalidSourceEvent, SourceModel, SourceOutcome, UnknownEvent
+from .sns import SnsNotification, carried, faults_the_notification
 
 DETAIL_TYPE = "Alarm SNS Notification"
 
@@ -91,20 +96,32 @@ class AlarmMessage(SourceModel):
     TriggeringChildren: list[Annotated[Child, BeforeValidator(_child)]] = []
 
 
-def _alarm_message(text: str) -> dict[str, Any] | None:
-    try:
-        message = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(message, dict) and {"AlarmName", "NewStateValue"} <= message.keys():
-        return message
-    return None
+#: What makes a message an alarm's: a JSON object without them is another SNS message.
+ALARM_FIELDS = ("AlarmName", "NewStateValue")
 
 
-def region_of(arn: str) -> str:
-    """arn:aws:cloudwatch:<region>:<account>:alarm:<name> → <region> ('' when not an ARN)."""
-    parts = arn.split(":")
-    return parts[3] if len(parts) > 5 and parts[0] == "arn" else ""
+class AlarmNotification(SnsNotification[AlarmMessage]):
+    """A CloudWatch alarm's SNS notification, its Message read once as the alarm message."""
+
+    @property
+    def id(self) -> str:
+        """The delivery: the notification (its alarm's state change is the outcome's delivery)."""
+        return self.MessageId
+
+    @property
+    def source(self) -> str:
+        return SOURCE
+
+    @property
+    def detail_type(self) -> str:
+        return DETAIL_TYPE
+
+
+def _no_alarm(error: ValidationError) -> bool:
+    """Whether the Message is no alarm message at all (no JSON object, or one without AlarmName or
+    NewStateValue), rather than an alarm message with a bad field."""
+    return any(e["loc"] == ("Message",) or (e["loc"] in [("Message", f) for f in ALARM_FIELDS] and e["type"] == "missing")
+               for e in error.errors(include_url=False))
 
 
 def to_alarm(message: AlarmMessage) -> Alarm:
@@ -131,29 +148,33 @@ def to_alarm(message: AlarmMessage) -> Alarm:
                  message.StateChangeTime, kind, message.AlarmDescription, metrics, expression)
 
 
-class CloudWatchAlarmsBySns(IncidentSource[AlarmMessage]):
+class CloudWatchAlarmsBySns(IncidentSource[AlarmNotification]):
     """CloudWatch alarms' SNS notifications."""
 
     name = SOURCE
     event_source = SOURCE
     detail_type = DETAIL_TYPE
-    detail = AlarmMessage
     evidence = AlarmEvidence
 
-    def unwrap(self, payload: Any) -> dict[str, Any] | None:
-        """The envelope an SNS alarm notification stands for; None when the payload is no SNS
-        notification or its Message is no alarm."""
-        sns = notification(payload)
-        message = _alarm_message(sns.Message) if sns is not None else None
-        if sns is None or message is None:
+    def read(self, payload: Any) -> AlarmNotification | None:
+        """The alarm notification a payload carries; None when it carries no SNS notification."""
+        raw = carried(payload)
+        if raw is None:
             return None
-        arn = str(message.get("AlarmArn", ""))
-        return {"id": sns.MessageId, "source": SOURCE, "detail-type": DETAIL_TYPE,
-                "account": str(message.get("AWSAccountId", "")), "time": sns.Timestamp or message.get("StateChangeTime"),
-                "region": region_of(arn), "resources": [arn] if arn else [], "detail": message}
+        try:
+            return AlarmNotification.model_validate(raw)
+        except ValidationError as error:
+            if faults_the_notification(error):
+                raise InvalidSourceEvent("aws:sns", "Notification", describe_errors(error)) from None
+            if _no_alarm(error):
+                raise UnknownEvent(
+                    f"SNS message {raw.get('MessageId')!r} on topic {raw.get('TopicArn')!r} is not a CloudWatch alarm "
+                    f"notification (its Message is no JSON object with {' and '.join(ALARM_FIELDS)}); the incident "
+                    "intake maps no other SNS message") from None
+            raise InvalidSourceEvent(SOURCE, DETAIL_TYPE, describe_errors(error)) from None
 
-    def adapt(self, envelope: Envelope[AlarmMessage], table: SeverityTable) -> list[SourceOutcome]:
-        return alarm_outcomes(to_alarm(envelope.detail), envelope, table)
+    def adapt(self, event: AlarmNotification, table: SeverityTable) -> list[SourceOutcome]:
+        return alarm_outcomes(to_alarm(event.Message), event, table)
 
 
 INCIDENT_SOURCE = CloudWatchAlarmsBySns()

@@ -1,9 +1,10 @@
 """What every native incident source shares: the EventBridge envelope, the outcomes an event
 maps to, the errors that park an event, and the helpers the source modules build incidents with.
 
-An event is validated once, as its source's envelope (`Envelope[Detail]`: the envelope with the
-detail of that source's model); a failure names the fields. A source's `adapt` method returns
-what the event means:
+An event is validated once, as its source's model (`IncidentSource.read`): an EventBridge event as
+the envelope with the detail of that source's model (`Envelope[Detail]`, an `EventBridgeSource`),
+another shape as its own (an SNS notification, a Lambda alarm action); a failure names the
+fields. A source's `adapt` method returns what the event means:
 
 - `Opened`: an incident is happening (an alarm went to ALARM, a finding is active, a page
   triggered); `key` correlates every later event of the same incident (alarm ARN, Health event
@@ -21,11 +22,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from ..items import Incident, SourceEvidence
+from ..evidence import SourceEvidence
+from ..items import Incident
 from ..severity import SeverityTable
 from ..validation import describe_errors
 
@@ -74,6 +76,20 @@ class Ignored:
 
 
 SourceOutcome = Opened | Resolved | Ignored
+
+
+class SourceEvent(Protocol):
+    """What the intake reads of any source's event, whatever its shape: the delivery (`id`) and
+    where it comes from in words (an EventBridge envelope's source and detail-type)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def detail_type(self) -> str: ...
 
 
 class SourceModel(BaseModel):
@@ -147,21 +163,21 @@ def incident_id(key: str) -> str:
 EvidenceModel = TypeVar("EvidenceModel", bound=SourceEvidence)
 
 
-def build_evidence(model: type[EvidenceModel], envelope: Envelope[Any], **fields: Any) -> EvidenceModel:
+def build_evidence(model: type[EvidenceModel], event: SourceEvent, **fields: Any) -> EvidenceModel:
     """The source's evidence of an incident; a value out of bounds names its field."""
     try:
         return model(**fields)
     except ValidationError as error:
-        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
+        raise InvalidSourceEvent(event.source, event.detail_type,
                                  [f"incident.evidence.{line}" for line in describe_errors(error)]) from None
 
 
-def build_incident(envelope: Envelope[Any], **fields: Any) -> Incident:
+def build_incident(event: SourceEvent, **fields: Any) -> Incident:
     """The incident the event opens, validated; a value out of bounds (an empty title) names its field."""
     try:
         return Incident(**fields)
     except ValidationError as error:
-        raise InvalidSourceEvent(envelope.source, envelope.detail_type,
+        raise InvalidSourceEvent(event.source, event.detail_type,
                                  [f"incident.{line}" for line in describe_errors(error)]) from None
 
 
@@ -170,50 +186,47 @@ def text(*parts: str | None) -> str:
     return "\n".join(p.strip() for p in parts if p and p.strip())
 
 
-class IncidentSource(ABC, Generic[Detail]):
+Event = TypeVar("Event", bound=SourceEvent)
+
+
+class IncidentSource(ABC, Generic[Event]):
     """One native incident source: a class in its module, one instance in the table
     (decision_router.sources.INCIDENT_SOURCES)."""
 
     name: str  #: the incident's `source`, and the policy's `source_severity` key
-    event_source: str  #: EventBridge `source`; a prefix when `partner` (a partner bus per account)
-    detail_type: str
-    detail: type[Any]  #: the model of its events' detail (Detail)
-    partner: bool = False
-    #: The model of the evidence its incidents carry (the Incident's `evidence` union is built
-    #: from these: decision_router.sources.Evidence).
+    event_source: str  #: where its events come from (EventBridge `source`; a prefix when `partner`)
+    detail_type: str  #: what they are (EventBridge `detail-type`, or the source's own name for its shape)
+    #: The model of the evidence its incidents carry: a member of the incidents' `Evidence` union
+    #: (decision_router.evidence).
     evidence: type[SourceEvidence] = SourceEvidence
 
     @abstractmethod
-    def adapt(self, envelope: Envelope[Detail], table: SeverityTable) -> list[SourceOutcome]:
-        """What the event means: an incident opened, resolved, or nothing to route (with why)."""
+    def read(self, payload: Any) -> Event | None:
+        """The raw payload validated once as this source's event; None when it is not this
+        source's (SourceEventError, naming the fields, when it is and cannot be read)."""
 
-    def unwrap(self, payload: Any) -> dict[str, Any] | None:
-        """For a source whose raw payload is no EventBridge event (an SNS record, a Lambda alarm
-        action): the envelope it stands for, None when the payload is not this source's
-        (SourceEventError when it is, but cannot be read); its detail-type is the source's own.
-        A source whose events come by EventBridge unwraps nothing."""
-        return None
+    @abstractmethod
+    def adapt(self, event: Event, table: SeverityTable) -> list[SourceOutcome]:
+        """What the event means: an incident opened, resolved, or nothing to route (with why)."""
 
     @property
     def kind(self) -> str:
         return f"{self.event_source} {self.detail_type!r}"
+
+
+class EventBridgeSource(IncidentSource[Envelope[Detail]], Generic[Detail]):
+    """A source whose events come by EventBridge: known by their `source` and `detail-type`, read
+    as the envelope with its detail's model."""
+
+    detail: type[Any]  #: the model of its events' detail (Detail)
+    partner: bool = False
 
     def maps(self, source: Any, detail_type: Any) -> bool:
         if detail_type != self.detail_type or not isinstance(source, str):
             return False
         return source.startswith(self.event_source) if self.partner else source == self.event_source
 
-    def event_of(self, payload: Any) -> dict[str, Any] | None:
-        """The EventBridge event this raw payload is, or stands for (a shape this source unwraps,
-        unwrapped once); None when the payload is not this source's."""
-        if not _is_event(payload):
-            return self.unwrap(payload)
-        return payload if self.maps(payload.get("source"), payload.get("detail-type")) else None
-
-    def read(self, event: dict[str, Any]) -> Envelope[Detail]:
-        """The event (as `event_of` gives it) validated once, as this source's envelope."""
-        return read_envelope(Envelope[self.detail], event)  # type: ignore[name-defined]
-
-
-def _is_event(payload: Any) -> bool:
-    return isinstance(payload, dict) and "detail-type" in payload
+    def read(self, payload: Any) -> Envelope[Detail] | None:
+        if not (isinstance(payload, dict) and self.maps(payload.get("source"), payload.get("detail-type"))):
+            return None
+        return read_envelope(Envelope[self.detail], payload)  # type: ignore[name-defined]

@@ -26,11 +26,11 @@ from typing import Any, Literal, Mapping
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import GrafanaEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -71,17 +71,6 @@ class Notification(SourceModel):
     commonLabels: dict[str, str] = {}
     externalURL: str | None = None
     title: str | None = None
-
-
-class GrafanaEvidence(SourceEvidence):
-    """What a Grafana alert says beside the incident (`evidence.alertname`, `evidence.labels`, ...)."""
-
-    alertname: str | None = None
-    labels: str | None = Field(None, description="The alert's labels, `name=value, ...` (the group's common ones "
-                                                 "for a group incident)")
-    group_key: str | None = None
-    receiver: str | None = None
-    alerts: int = Field(1, description="How many alerts the incident stands for (a group incident: all of the POST's)")
 
 
 def key_of(fingerprint: str) -> str:
@@ -149,7 +138,7 @@ def _group(envelope: Envelope[Notification], table: SeverityTable) -> SourceOutc
     return Opened(key, incident)
 
 
-class GrafanaAlerts(IncidentSource[Notification]):
+class GrafanaAlerts(EventBridgeSource[Notification]):
     """Grafana alerting's webhook notifications, forwarded to the bus."""
 
     name = SOURCE

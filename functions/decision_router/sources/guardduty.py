@@ -10,11 +10,11 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import GuardDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -65,19 +65,11 @@ class Finding(SourceModel):
     service: Service = Field(default_factory=Service)
 
 
-class GuardDutyEvidence(SourceEvidence):
-    """What a GuardDuty finding says beside the incident (`evidence.finding_type`, ...)."""
-
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-
-
 def band(score: float) -> str:
     return next(name for lowest, name in BANDS if score >= lowest)
 
 
-class GuardDutyFindings(IncidentSource[Finding]):
+class GuardDutyFindings(EventBridgeSource[Finding]):
     """GuardDuty findings on EventBridge."""
 
     name = SOURCE

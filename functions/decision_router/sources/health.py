@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..items import SourceEvidence
+from ..evidence import HealthEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     HttpTime,
-    IncidentSource,
     Opened,
     Resolved,
     SourceModel,
@@ -58,18 +58,7 @@ class HealthDetail(SourceModel):
     actionability: str | None = None
 
 
-class HealthEvidence(SourceEvidence):
-    """What an AWS Health event says beside the incident (`evidence.health_event_type`, ...)."""
-
-    health_event_type: str | None = None
-    health_category: str | None = None
-    health_scope: str | None = None
-    actionability: str | None = None
-    event_region: str | None = None
-    affected_entities: str | None = None
-
-
-class HealthEvents(IncidentSource[HealthDetail]):
+class HealthEvents(EventBridgeSource[HealthDetail]):
     """AWS Health events on EventBridge."""
 
     name = SOURCE

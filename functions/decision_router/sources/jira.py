@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 from pydantic import Field
 
 from ..items import Ticket
 from .webhook import (
+    NEEDED,
     Identifier,
+    Needed,
+    NeededId,
     Shape,
     TicketSource,
     Unauthorized,
     Unusable,
     build_ticket,
-    check_shape,
     check_time,
     header,
     hmac_sha256,
-    need,
+    read_shape,
     same,
     tier,
     unix_time,
@@ -49,18 +51,21 @@ class Reporter(Shape):
 class Fields(Shape):
     """The parts of `issue.fields` the mapping reads, by JSON type (the text fields the ticket validates)."""
 
+    summary: Needed
+    description: Needed
+    created: Needed
     reporter: Reporter | None = None
     labels: list[Any] | None = None
 
 
 class Issue(Shape):
-    key: Identifier = None
+    key: NeededId
     self_url: str | None = Field(None, alias="self")
-    fields: Fields | None = None
+    fields: Annotated[Fields, NEEDED]
 
 
 class IssueCreated(Shape):
-    issue: Issue | None = None
+    issue: Annotated[Issue, NEEDED]
 
 
 class JiraWebhook(TicketSource):
@@ -89,21 +94,18 @@ class JiraWebhook(TicketSource):
         event = str(payload.get("webhookEvent", ""))
         if event != "jira:issue_created":
             return f"Jira event {event or '(no webhookEvent)'}: only jira:issue_created is routed"
-        check_shape(IssueCreated, payload)
-        issue = need(payload, "issue")
-        fields = need(issue, "fields", "issue.")
-        reporter = fields.get("reporter") or {}
-        customer = reporter.get("accountId") or reporter.get("key") or reporter.get("name") or reporter.get("emailAddress")
+        issue = read_shape(IssueCreated, payload).issue
+        fields, reporter = issue.fields, issue.fields.reporter or Reporter()
+        customer = reporter.accountId or reporter.key or reporter.name or reporter.emailAddress
         if not customer:
             raise Unusable("issue.fields.reporter has no accountId, key or name: the ticket's customer is unknown")
-        key = str(need(issue, "key", "issue."))
-        self_url = str(issue.get("self", ""))
+        key = str(issue.key)
+        self_url = issue.self_url or ""
         browse = re.sub(r"/rest/api/.*$", f"/browse/{key}", self_url) if "/rest/api/" in self_url else None
         return build_ticket({
-            "ticket_id": f"jira-{key}", "subject": need(fields, "summary", "issue.fields."),
-            "body": need(fields, "description", "issue.fields."),
-            "customer": {"id": str(customer), "tier": tier(fields.get("labels") or [], default_tier)},
-            "channel": "web", "created_at": need(fields, "created", "issue.fields."),
+            "ticket_id": f"jira-{key}", "subject": fields.summary, "body": fields.description,
+            "customer": {"id": str(customer), "tier": tier(fields.labels, default_tier)},
+            "channel": "web", "created_at": fields.created,
             "reference": {"system": NAME, "id": key, "url": browse},
         })
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..items import SourceEvidence
+from ..evidence import PagerDutyEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     Ignored,
-    IncidentSource,
     Opened,
     Resolved,
     SourceModel,
@@ -62,15 +62,7 @@ class WebhookDetail(SourceModel):
     incident: PdIncident
 
 
-class PagerDutyEvidence(SourceEvidence):
-    """What a PagerDuty incident says beside ours (`evidence.urgency`, ...)."""
-
-    pagerduty_service: str | None = None
-    urgency: str | None = None
-    pagerduty_priority: str | None = None
-
-
-class PagerDutyEvents(IncidentSource[WebhookDetail]):
+class PagerDutyEvents(EventBridgeSource[WebhookDetail]):
     """PagerDuty V3 webhooks on its EventBridge partner bus."""
 
     name = SOURCE

@@ -26,8 +26,8 @@ from typing import Any, Mapping
 from ..severity import SeverityTable
 from .events import (
     Envelope,
+    EventBridgeSource,
     Ignored,
-    IncidentSource,
     InvalidSourceEvent,
     Opened,
     Resolved,
@@ -87,7 +87,7 @@ def _required(envelope: Envelope[Any], **fields: Any) -> None:
         raise InvalidSourceEvent(envelope.source, envelope.detail_type, missing)
 
 
-class PagerDutyWebhookEvents(IncidentSource[WebhookBody]):
+class PagerDutyWebhookEvents(EventBridgeSource[WebhookBody]):
     """PagerDuty V3 webhooks by HTTPS, forwarded to the bus."""
 
     name = SOURCE

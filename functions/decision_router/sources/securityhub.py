@@ -12,11 +12,11 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import SecurityHubEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -79,17 +79,6 @@ def label(severity: FindingSeverity) -> str | None:
     return "INFORMATIONAL" if n == 0 else "LOW" if n < 40 else "MEDIUM" if n < 70 else "HIGH" if n < 90 else "CRITICAL"
 
 
-class SecurityHubEvidence(SourceEvidence):
-    """What a Security Hub finding says beside the incident (`evidence.compliance_status`, ...)."""
-
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-    record_state: str | None = None
-    workflow_status: str | None = None
-    compliance_status: str | None = None
-
-
 def finding_key(uid: str) -> str:
     """The open-incident key of a finding, shared by every feed that carries it: ASFF's `Id` and
     OCSF's `finding_info.uid` are the same finding ARN when both Security Hub feeds are on, so
@@ -129,7 +118,7 @@ def _one(finding: Finding, envelope: Envelope[FindingsDetail], table: SeverityTa
     return Opened(key, incident)
 
 
-class SecurityHubFindings(IncidentSource[FindingsDetail]):
+class SecurityHubFindings(EventBridgeSource[FindingsDetail]):
     """Security Hub findings (ASFF) on EventBridge."""
 
     name = SOURCE

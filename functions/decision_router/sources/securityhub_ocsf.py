@@ -19,11 +19,11 @@ from datetime import datetime
 
 from pydantic import Field
 
-from ..items import SourceEvidence
+from ..evidence import OcsfEvidence
 from ..severity import SeverityTable
 from .events import (
     Envelope,
-    IncidentSource,
+    EventBridgeSource,
     Opened,
     Resolved,
     SourceModel,
@@ -96,19 +96,6 @@ class OcsfFindingsDetail(SourceModel):
     findings: list[OcsfFinding] = Field(min_length=1)
 
 
-class OcsfEvidence(SourceEvidence):
-    """What an OCSF finding says beside the incident (`evidence.finding_class`, ...)."""
-
-    finding_class: str = Field(description="The OCSF class: Detection Finding, Compliance Finding, ...")
-    finding_type: str | None = None
-    resource_type: str | None = None
-    resource_id: str | None = None
-    finding_status: str | None = None
-    compliance_status: str | None = None
-    compliance_control: str | None = None
-    product: str | None = None
-
-
 def label(finding: OcsfFinding) -> str:
     """The caption of severity_id (Other: the source's own caption, when it sent one)."""
     caption = SEVERITIES.get(finding.severity_id, "Other")
@@ -161,7 +148,7 @@ def _one(finding: OcsfFinding, envelope: Envelope[OcsfFindingsDetail], table: Se
     return Opened(key, incident)
 
 
-class SecurityHubOcsfFindings(IncidentSource[OcsfFindingsDetail]):
+class SecurityHubOcsfFindings(EventBridgeSource[OcsfFindingsDetail]):
     """Security Hub findings in OCSF on EventBridge."""
 
     name = SOURCE

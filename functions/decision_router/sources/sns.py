@@ -2,7 +2,9 @@
 receives (`{"Records": [{"EventSource": "aws:sns", "Sns": {...}}]}`, the incident intake) and the
 bare notification an HTTPS or SQS subscriber gets (`{"Type": "Notification", "TopicArn",
 "MessageId", "Message", ...}`, the ticket queue without raw message delivery). The notification's
-`Message` is a string the source it carries reads (a ticket, a CloudWatch alarm). Pure code, no AWS.
+`Message` is JSON in a string, parsed once as the model of what it carries (`Json[...]`, as
+Powertools' `SnsNotificationModel` reads it): a CloudWatch alarm (sources.cloudwatch_sns), a
+ticket (decision_router.intake.tickets). Pure code, no AWS.
 
 Only the fields read are declared: the published samples fill the URL and signature fields with
 "EXAMPLE", and nothing here checks them (Powertools' `SnsNotificationModel` requires URLs there).
@@ -10,20 +12,23 @@ Only the fields read are declared: the published samples fill the URL and signat
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Json, ValidationError
+
+Message = TypeVar("Message")
 
 
-class SnsNotification(BaseModel):
-    """One SNS notification (the Lambda record's `Sns`, or the bare one)."""
+class SnsNotification(BaseModel, Generic[Message]):
+    """One SNS notification (the Lambda record's `Sns`, or the bare one), its `Message` read as
+    the JSON of `Message`: a bad one names its field under `Message` (`Message.AlarmArn`)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     Type: Literal["Notification"] = "Notification"
     MessageId: str
     TopicArn: str
-    Message: str
+    Message: Json[Message]
     Subject: str | None = None
     Timestamp: str | None = None
 
@@ -33,9 +38,9 @@ def is_sns_record(record: Any) -> bool:
 
 
 def carried(payload: Any) -> dict[str, Any] | None:
-    """The raw notification a payload carries: the one record of a Lambda SNS event, or a bare
-    notification (Type "Notification" with a TopicArn); None for anything else (an event of several
-    records is split first: sources.raw_events)."""
+    """The raw notification a payload carries, unread: the one record of a Lambda SNS event, or a
+    bare notification (Type "Notification" with a TopicArn); None for anything else (an event of
+    several records is split first: sources.raw_events)."""
     if not isinstance(payload, dict):
         return None
     records = payload.get("Records")
@@ -46,13 +51,8 @@ def carried(payload: Any) -> dict[str, Any] | None:
     return None
 
 
-def notification(payload: Any) -> SnsNotification | None:
-    """The SNS notification a payload carries, read; None when it carries none, or when what
-    looks like one lacks what SNS always sends (MessageId, TopicArn, Message as text)."""
-    raw = carried(payload)
-    if raw is None:
-        return None
-    try:
-        return SnsNotification.model_validate(raw)
-    except ValidationError:
-        return None
+def faults_the_notification(error: ValidationError) -> bool:
+    """Whether a failed `SnsNotification` lacks what SNS always sends (MessageId, TopicArn, a
+    Message as text), rather than carrying a Message of another shape than the model's."""
+    return any(e["loc"][:1] != ("Message",) or (e["loc"] == ("Message",) and e["type"] in ("missing", "json_type"))
+               for e in error.errors(include_url=False))

@@ -7,9 +7,10 @@ Each accepted delivery is recorded (its sender's delivery id and its signature),
 inside the window is acknowledged and not queued twice (decision_router.intake.webhooks). A bad,
 missing or stale signature is refused (401) and nothing is queued; the answer gives one fixed
 reason, the log the precise one. A verified payload that lacks what the policy needs (a subject,
-a body), or whose field has another JSON type than the source sends (checked against the
-source's `Shape`), is parked in the ticket DLQ with the reason, never guessed; one of another
-event type is acknowledged and ignored.
+a body), or whose field has another JSON type than the source sends, is parked in the ticket DLQ
+with the reason, never guessed; one of another event type is acknowledged and ignored. A source
+reads its body once, as its `Shape` (`read_shape`: the JSON types of what the mapping reads, and
+what the ticket needs, `Needed`), and maps the ticket from that model.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import hmac
 import re
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
-from typing import Annotated, Any, Mapping, cast
+from typing import Annotated, Any, Mapping, TypeVar, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ..items import InvalidItem, Ticket, parse_item
 
@@ -167,27 +169,47 @@ def _identifier(value: Any) -> Any:
 #: An id a source sends as a string or an integer (kept as sent; the mapping makes it text).
 Identifier = Annotated[Any, AfterValidator(_identifier)]
 
+def _present(value: Any) -> Any:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise PydanticCustomError("needed", "is missing or empty")
+    return value
+
+
+#: What marks a part the ticket needs (`Annotated[Model, NEEDED]`): missing, null or blank, the
+#: body is parked naming it, never guessed.
+NEEDED = BeforeValidator(_present)
+#: A text the ticket needs (a subject, a body); its text is the ticket's to validate.
+Needed = Annotated[Any, NEEDED]
+#: An id the ticket needs, sent as a string or an integer.
+NeededId = Annotated[Identifier, NEEDED]
+
 #: What each pydantic type error expects, in JSON's words.
 EXPECTED = {"dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
             "list_type": "an array", "string_type": "a string", "int_type": "an integer", "bool_type": "a boolean"}
 
 
 class Shape(BaseModel):
-    """The JSON types of the parts of a payload a source's mapping reads (other keys are allowed
-    and not read): a body whose field has another type is parked naming the field and what it
-    is, instead of failing in the mapping. Strict: nothing is coerced."""
+    """The parts of a payload a source's mapping reads, by JSON type (other keys are allowed and
+    not read): a body whose field has another type, or lacks what the ticket needs, is parked
+    naming the field and what is wrong, instead of failing in the mapping. Strict: nothing is
+    coerced."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, populate_by_name=True)
 
 
-def check_shape(model: type[Shape], payload: Any, where: str = "") -> None:
-    """Unusable (naming the first field at fault, `where` + its path) unless `payload` has the
-    JSON types `model` declares."""
+ShapeModel = TypeVar("ShapeModel", bound=Shape)
+
+
+def read_shape(model: type[ShapeModel], payload: Any) -> ShapeModel:
+    """`payload` read as `model`, what the source maps the ticket from; Unusable naming the first
+    field at fault."""
     try:
-        model.model_validate(payload)
+        return model.model_validate(payload)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
-        path = where + ".".join(str(part) for part in first["loc"])
+        path = ".".join(str(part) for part in first["loc"]) or "the body"
+        if first["type"] in ("missing", "needed"):
+            raise Unusable(f"{path} is missing or empty: the policy needs it and it is not guessed") from None
         expected = EXPECTED.get(first["type"])
         if expected:
             why = f"is a JSON {json_kind(first.get('input'))}, not {expected}"
@@ -195,25 +217,13 @@ def check_shape(model: type[Shape], payload: Any, where: str = "") -> None:
             why = str(first.get("ctx", {}).get("error", first["msg"]))
         else:
             why = first["msg"][:200]
-        raise Unusable(f"{path or 'the body'} {why}: the ticket cannot be mapped from it") from None
+        raise Unusable(f"{path} {why}: the ticket cannot be mapped from it") from None
 
 
-def tier(tags: list[Any], default: str) -> str:
-    """The tier a `tier-*` tag names, else `default`. `tags` is a list (the source's Shape checks it)."""
-    if not isinstance(tags, list):
-        raise Unusable(f"the tags are a JSON {json_kind(tags)}, not an array")
-    for tag in tags:
+def tier(tags: list[Any] | None, default: str) -> str:
+    """The tier a `tier-*` tag names, else `default` (the source's Shape reads `tags` as a list)."""
+    for tag in tags or []:
         match = TIER_TAG.match(str(tag))
         if match:
             return match.group(1).lower()
     return default
-
-
-def need(data: Mapping[str, Any], path: str, where: str = "") -> Any:
-    """The value at `path` (named `where + path` when missing or empty: Unusable)."""
-    value: Any = data
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise Unusable(f"{where}{path} is missing or empty: the policy needs it and it is not guessed")
-    return value

@@ -7,21 +7,22 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 from ..items import Ticket
 from .webhook import (
-    Identifier,
+    NEEDED,
+    Needed,
+    NeededId,
     Shape,
     TicketSource,
     Unauthorized,
     build_ticket,
-    check_shape,
     check_time,
     header,
     hmac_sha256,
-    need,
     parse_time,
+    read_shape,
     same,
     tier,
 )
@@ -43,14 +44,17 @@ class Via(Shape):
 class Detail(Shape):
     """The parts of `detail` the mapping reads, by JSON type (the text fields the ticket validates)."""
 
-    id: Identifier = None
-    requester_id: Identifier = None
+    id: NeededId
+    subject: Needed
+    description: Needed
+    requester_id: NeededId
+    created_at: Needed
     tags: list[Any] | None = None
     via: Via | None = None
 
 
 class TicketCreated(Shape):
-    detail: Detail | None = None
+    detail: Annotated[Detail, NEEDED]
 
 
 class ZendeskWebhook(TicketSource):
@@ -76,15 +80,13 @@ class ZendeskWebhook(TicketSource):
         kind = str(payload.get("type", ""))
         if not kind.endswith("ticket.created"):
             return f"Zendesk event {kind or '(no type)'}: only ticket.created is routed"
-        check_shape(TicketCreated, payload)
-        detail = need(payload, "detail")
-        ticket_id = str(need(detail, "id", "detail."))
-        via = detail.get("via") or {}
+        detail = read_shape(TicketCreated, payload).detail
+        ticket_id = str(detail.id)
+        channel = detail.via.channel if detail.via is not None else None
         return build_ticket({
-            "ticket_id": f"zendesk-{ticket_id}", "subject": need(detail, "subject", "detail."),
-            "body": need(detail, "description", "detail."),
-            "customer": {"id": str(need(detail, "requester_id", "detail.")), "tier": tier(detail.get("tags") or [], default_tier)},
-            "channel": CHANNELS.get(str(via.get("channel", "")).lower(), "web"), "created_at": need(detail, "created_at", "detail."),
+            "ticket_id": f"zendesk-{ticket_id}", "subject": detail.subject, "body": detail.description,
+            "customer": {"id": str(detail.requester_id), "tier": tier(detail.tags, default_tier)},
+            "channel": CHANNELS.get((channel or "").lower(), "web"), "created_at": detail.created_at,
             "reference": {"system": NAME, "id": ticket_id},
         })
 
