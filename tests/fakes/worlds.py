@@ -89,9 +89,13 @@ class MotoWorld(FakeWorld):
     """The template's resources created in moto (inside mock_aws), wired as the functions wire
     them: only the endpoint is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, stack: Stack | None = None) -> None:
+        """`stack`: one a test created in moto already (else the whole template is created here)."""
         super().__init__()
-        self.template.create()
+        if stack is not None:
+            self.template = stack
+        else:
+            self.template.create()
 
     def environment(self, function: str) -> dict[str, str]:
         return self.template.function_environment(function)

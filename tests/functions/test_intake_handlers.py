@@ -28,6 +28,7 @@ from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake, ticket_json
 from decision_router.items import InvalidItem, parse_item
+from local.cloudformation import Stack
 from tests.fakes.intake import FakeQueue
 from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
@@ -116,7 +117,10 @@ class StubbedEndpoint:
                                       service_message="Rate exceeded", http_status_code=400, expected_params=self.params)
 
 
-def make_intake(monkeypatch, world, app, kind: str, function: str, endpoint) -> Intake:
+def make_intake(monkeypatch, world: FakeWorld | Stack, app, kind: str, function: str, endpoint) -> Intake:
+    """The handler module's intake over `world`'s parts (a Stack created in moto: its functions' own wiring)."""
+    if isinstance(world, Stack):
+        world = MotoWorld(world)
     env = world.environment(function)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

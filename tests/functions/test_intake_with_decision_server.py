@@ -70,7 +70,8 @@ def assert_consistent(record: DecisionRecord, embedded_sha256: str) -> None:
 
 
 def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_engine):
-    from tests.functions.test_intake_handlers import FakeLambdaContext, dead_letters
+    from tests.fakes.worlds import MotoWorld
+    from tests.functions.test_intake_handlers import FakeLambdaContext
     from ticket_intake import app
 
     use_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction")
@@ -78,7 +79,7 @@ def test_ticket_batch_through_the_real_container(monkeypatch, stack, embedded_en
     response = app.lambda_handler(event, FakeLambdaContext())
     malformed = next(r for r in event["Records"] if "T-1099" in r["body"])
     assert response == {"batchItemFailures": []}  # the malformed ticket is parked in the DLQ at once, alone
-    (parked,) = dead_letters(stack)
+    (parked,) = MotoWorld(stack).dead_letters()
     assert parked["Body"] == malformed["body"]
 
     found = records(stack)
