@@ -8,7 +8,7 @@ import json
 import pytest
 
 from decision_router.domain.policies import POLICY_DIR, load_policy
-from local.cloudformation import Stack, TemplateError
+from local.cloudformation import Stack, TemplateError, load_template
 
 INTERFACE_ENV = {  # docs: the configuration reference, "Function environment"
     "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
@@ -247,16 +247,14 @@ def test_decision_image_uri_is_accepted_only_by_digest(uri):
 @pytest.mark.parametrize(("uri", "refused"), [(IMAGE_BY_DIGEST[1], False), (IMAGE_NOT_BY_DIGEST[0], True)], ids=["digest", "tag"])
 def test_cfn_lint_reads_the_image_pattern_as_cloudformation_does(tmp_path, uri, refused):
     """cfn-lint checks a parameter's Default against its AllowedPattern (E2015) with CloudFormation's
-    semantics, so a copy of the template whose default is a tag must be flagged, a digest not."""
+    semantics, so the template's parameter with a tag as its default must be flagged, a digest not.
+    The parameter is linted in a template of its own (the whole one is linted by test_template_lint)."""
     from cfnlint.api import ManualArgs, lint_file
 
-    from local.cloudformation import TEMPLATE_PATH
-
-    text = TEMPLATE_PATH.read_text()
-    anchor = '  DecisionImageUri:\n    Type: String\n    Default: ""\n'
-    assert anchor in text
-    copy = tmp_path / "template.yaml"
-    copy.write_text(text.replace(anchor, f'  DecisionImageUri:\n    Type: String\n    Default: "{uri}"\n'))
+    spec = dict(load_template()["Parameters"]["DecisionImageUri"], Default=uri)
+    copy = tmp_path / "template.json"
+    copy.write_text(json.dumps({"AWSTemplateFormatVersion": "2010-09-09", "Parameters": {"DecisionImageUri": spec},
+                                "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}))
     rules = {m.rule.id for m in lint_file(copy, config=ManualArgs(regions=["us-east-1"]))}
     assert ("E2015" in rules) is refused
 
