@@ -8,7 +8,11 @@ cannot run here, and the real embedded model on 2 shared cores would make the ti
 the machine). It behaves as the decision container does when boto3's sagemaker-runtime client
 reaches it directly (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME, as in `make demo`): one model context,
 a request waits for it at most ADMISSION_WAIT_SECONDS (DECISION_ADMISSION_WAIT_SECONDS) and is
-then refused with 503 `busy`, `"retryable": true` and `Retry-After`."""
+then refused with 503 `busy`, `"retryable": true` and `Retry-After`.
+
+What is tried is the endpoint and its adapter: the intake's other ports (the open incidents, the
+idempotency store, the workflow) are the in-memory fakes of tests/fakes/worlds.py on the
+template's names."""
 
 from __future__ import annotations
 
@@ -26,12 +30,12 @@ from decision_contract import BatchDecisionResponse, BatchTiming
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.config import Settings
 from decision_router.intake.pipeline import Intake
-from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
+from tests.fakes.worlds import FakeWorld
 from tests.functions.conftest import make_result
 from tests.functions.test_intake_handlers import ENDPOINT, FakeLambdaContext
 
-pytestmark = [pytest.mark.stack, pytest.mark.server]  # a slow endpoint served over HTTP, the stack in moto
+pytestmark = pytest.mark.server  # a slow endpoint served over HTTP
 
 INCIDENTS = 20
 SERVICE_SECONDS = 0.4  # one batched decision (priority + team) on the model context
@@ -107,11 +111,10 @@ def incident_concurrency(stack: Stack) -> int:
 
 
 def test_an_alert_storm_is_absorbed_not_sent_to_review_as_busy(slow_endpoint, incident_data):
-    with mock_aws():
-        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT}).create()
-        env = stack.function_environment("IncidentIntakeFunction")
-        settings = Settings.from_env(env)
-        concurrency = incident_concurrency(stack)
+    with mock_aws():  # a call no fake answers fails at once against an empty moto
+        world = FakeWorld()
+        settings = Settings.from_env(world.environment("IncidentIntakeFunction"))
+        concurrency = incident_concurrency(world.template)
         assert concurrency < INCIDENTS, "incident intake needs a concurrency cap"
 
         def invoke(n: int) -> dict:
@@ -119,7 +122,7 @@ def test_an_alert_storm_is_absorbed_not_sent_to_review_as_busy(slow_endpoint, in
             endpoint = DecisionEndpoint(ENDPOINT, read_timeout=settings.endpoint_read_timeout_seconds,
                                         max_attempts=settings.endpoint_max_attempts)
             intake = Intake("incident", logger=Logger(service="incident-intake"), metrics=Metrics(),
-                            wiring=Wiring(settings, endpoint=endpoint))
+                            wiring=world.wiring("IncidentIntakeFunction", endpoint=endpoint))
             return intake.handle(dict(incident_data, incident_id=f"INC-{n:03d}"), FakeLambdaContext())
 
         try:

@@ -1,5 +1,7 @@
-"""Hostile bodies, VALIDLY signed, through the real webhook handler on template.yaml's resources in
-moto, and the incident webhooks' forwarded events on through the real incident-intake handler.
+"""Hostile bodies, VALIDLY signed, through the real webhook handler on template.yaml's names over
+in-memory fakes of its ports (tests/fakes/webhook_worlds.py), and once more on its resources in moto
+(a smoke test, marked `stack`), and the incident webhooks' forwarded events on through the real
+incident-intake handler.
 
 Each leaf and each object of every source's real sample is replaced in turn by a hostile value
 (null, wrong JSON types, 100 KB text, huge and odd numbers, control and bidi characters, a lone
@@ -18,17 +20,13 @@ import random
 import time
 from datetime import datetime, timezone
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from local.cloudformation import Stack
+from tests.fakes.webhook_worlds import webhook_world
 from tests.functions.conftest import make_result
-from tests.functions.test_intake_handlers import FakeLambdaContext, make_intake
+from tests.functions.test_intake_handlers import ON_THE_STACK, FakeLambdaContext, make_intake
 from tests.functions.test_webhook_attacks import grafana_headers, pagerduty_headers, sample
-from tests.functions.test_webhooks import SECRETS, payload, request, sign, webhook_function
-
-pytestmark = pytest.mark.stack
+from tests.functions.test_webhooks import payload, request, sign
 
 HOSTILE = [None, True, 0, -1, 10**39, 1.5e308, -0.0, "", " ", "x" * 100_000, "\u0000\u202e\u2028", "\\ud800",
            "2026-13-45T99:99:99Z", "0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", [], {}, [[[[{}]]]],
@@ -113,13 +111,11 @@ def bodies(source: str, rng: random.Random) -> list[bytes]:
     return [encode(replaced(base(source), p, v)) for p, v in wrong_type + others] + WHOLE_BODIES
 
 
-def take(url: str) -> list[dict]:
-    sqs, found = boto3.client("sqs"), []
-    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages", []):
-        for message in batch:
-            found.append(message)
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    return found
+@pytest.fixture
+def world(request, monkeypatch):
+    """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto."""
+    with webhook_world(getattr(request, "param", "fakes"), monkeypatch) as world:
+        yield world
 
 
 class AnyAnswer:
@@ -129,50 +125,46 @@ class AnyAnswer:
         return {d.id: make_result(d.id, [o.id for o in d.options], [0.0] * len(d.options)) for d in decisions}
 
 
-def test_fuzz_every_leaf_of_every_sample_replaced_by_hostile_values_is_handled(monkeypatch):
+@ON_THE_STACK
+def test_fuzz_every_leaf_of_every_sample_replaced_by_hostile_values_is_handled(world, monkeypatch):
     from incident_intake import app as incident_app
 
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):
-        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create()
-        boto3.client("secretsmanager").put_secret_value(SecretId=stack.ref("WebhookSecret"), SecretString=json.dumps(SECRETS))
-        webhook = webhook_function(stack, monkeypatch)
-        webhook.intake()  # built on the webhook function's environment, before the incident intake's is set
-        bus = stack.observe_bus("DecisionBus", {"source": ["decision-router.webhooks"]}, "fuzz")
-        make_intake(monkeypatch, stack, incident_app, "incident", "IncidentIntakeFunction", AnyAnswer())
-        rng, problems, outcomes, n = random.Random(SEED), [], set(), 0
-        for source in SOURCES:
-            for raw in bodies(source, rng):
-                n += 1
-                headers = headers_for(source, raw, n)
-                if n % 7 == 0:  # header oddities: names in upper case, long and empty delivery ids
-                    headers = {**{k.upper(): v for k, v in headers.items()}, "x-webhook-id": "\u202e" * 300,
-                               "X-Zendesk-Webhook-Id": ""}
-                event = request(source, b"", headers) | {"body": raw.decode("utf-8", "surrogateescape")}
+    webhook = world.webhook()
+    make_intake(monkeypatch, world, incident_app, "incident", "IncidentIntakeFunction", AnyAnswer())
+    rng, problems, outcomes, n = random.Random(SEED), [], set(), 0
+    for source in SOURCES:
+        for raw in bodies(source, rng):
+            n += 1
+            headers = headers_for(source, raw, n)
+            if n % 7 == 0:  # header oddities: names in upper case, long and empty delivery ids
+                headers = {**{k.upper(): v for k, v in headers.items()}, "x-webhook-id": "\u202e" * 300,
+                           "X-Zendesk-Webhook-Id": ""}
+            event = request(source, b"", headers) | {"body": raw.decode("utf-8", "surrogateescape")}
+            try:
+                response = webhook.lambda_handler(event, FakeLambdaContext())
+            except Exception as error:  # noqa: BLE001 - what Lambda would report (API Gateway: 500)
+                problems.append((source, raw[:80], f"{type(error).__name__}: {error}"[:200]))
+                continue
+            answer = json.loads(response["body"])
+            status = response["statusCode"]
+            outcome = answer.get("status") if status < 300 else "refused"
+            outcomes.add(outcome)
+            if status >= 500 or (status < 300 and outcome not in OUTCOMES) or (300 <= status < 400):
+                problems.append((source, raw[:80], status, answer))
+            if outcome == "parked":
+                parked = world.queued("TicketDeadLetterQueue")
+                if not (len(parked) == 1 and parked[0]["MessageAttributes"]["failure_reason"]["StringValue"]):
+                    problems.append((source, raw[:80], "parked without its reason on the DLQ"))
+            if outcome == "queued" and len(world.queued()) != 1:
+                problems.append((source, raw[:80], "queued, but not one ticket on the queue"))
+            if outcome != "forwarded":
+                continue
+            for forwarded in world.on_bus():  # on to the incident intake, as IncidentWebhookRule delivers it
                 try:
-                    response = webhook.lambda_handler(event, FakeLambdaContext())
-                except Exception as error:  # noqa: BLE001 - what Lambda would report (API Gateway: 500)
-                    problems.append((source, raw[:80], f"{type(error).__name__}: {error}"[:200]))
-                    continue
-                answer = json.loads(response["body"])
-                status = response["statusCode"]
-                outcome = answer.get("status") if status < 300 else "refused"
-                outcomes.add(outcome)
-                if status >= 500 or (status < 300 and outcome not in OUTCOMES) or (300 <= status < 400):
-                    problems.append((source, raw[:80], status, answer))
-                if outcome == "parked":
-                    parked = take(stack.ref("TicketDeadLetterQueue"))
-                    if not (len(parked) == 1 and parked[0]["MessageAttributes"]["failure_reason"]["StringValue"]):
-                        problems.append((source, raw[:80], "parked without its reason on the DLQ"))
-                if outcome == "queued" and len(take(stack.ref("TicketQueue"))) != 1:
-                    problems.append((source, raw[:80], "queued, but not one ticket on the queue"))
-                if outcome != "forwarded":
-                    continue
-                for message in take(bus):  # on to the incident intake, as IncidentWebhookRule delivers it
-                    try:
-                        incident_app.lambda_handler(json.loads(message["Body"]), FakeLambdaContext())
-                    except Exception as error:  # noqa: BLE001
-                        problems.append(("incident intake", raw[:80], f"{type(error).__name__}: {str(error)[:200]}"))
-        # Nothing was handed on without its answer saying so.
-        assert take(stack.ref("TicketQueue")) == take(stack.ref("TicketDeadLetterQueue")) == take(bus) == []
+                    incident_app.lambda_handler(forwarded, FakeLambdaContext())
+                except Exception as error:  # noqa: BLE001
+                    problems.append(("incident intake", raw[:80], f"{type(error).__name__}: {str(error)[:200]}"))
+    # Nothing was handed on without its answer saying so.
+    assert world.queued() == world.queued("TicketDeadLetterQueue") == world.on_bus() == []
     assert problems == [], f"{len(problems)} of {n} requests: {problems[:10]}"
     assert {"queued", "forwarded", "parked", "refused"} <= outcomes, outcomes

@@ -1,8 +1,9 @@
-"""Ticket webhooks through the real handler (Powertools HTTP API resolver) on the template's
-resources in moto (ticket queue, ticket DLQ, the signing secret in Secrets Manager): good
-signatures queue the ticket, and the ticket intake then routes it; bad, missing and replayed
-signatures get 401 with nothing queued; a payload without the needed text is parked with why.
-The attacks on the webhook API, and its fuzz, are in test_webhook_attacks.py."""
+"""Ticket webhooks through the real handler (Powertools HTTP API resolver) on the template's names
+over in-memory fakes of its ports (tests/fakes/webhook_worlds.py), and two smoke tests of the same
+flows on the template's resources in moto (ticket queue, ticket DLQ, the signing secret in Secrets
+Manager): good signatures queue the ticket, and the ticket intake then routes it; bad, missing and
+replayed signatures get 401 with nothing queued; a payload without the needed text is parked with
+why. The attacks on the webhook API, and its fuzz, are in test_webhook_attacks.py."""
 
 from __future__ import annotations
 
@@ -13,27 +14,21 @@ import json
 import time
 from datetime import datetime, timezone
 
-import boto3
 import pytest
-from aws_lambda_powertools.utilities import parameters
-from moto import mock_aws
 
 from decision_router.intake.webhooks import scheme, verify
 from decision_router.sources.webhook import Unauthorized
-from local.cloudformation import Stack
+from tests.fakes.webhook_worlds import SECRETS, webhook_world
 from tests.functions.conftest import EVENTS
 from tests.functions.test_intake_handlers import (
+    ON_THE_STACK,
     TICKET_OPTIONS,
     FakeLambdaContext,
     StubbedEndpoint,
     body,
-    executions,
     make_intake,
     ticket_event,
 )
-
-SECRETS = {"zendesk": "zendesk-signing-secret", "jira": "jira-webhook-secret", "generic": "our-own-secret",
-           "pagerduty": "pagerduty-subscription-secret", "grafana": "grafana-hmac-secret"}
 
 
 def payload(name: str) -> dict:
@@ -81,34 +76,15 @@ RAW = {"zendesk": lambda: json.dumps(payload("zendesk_ticket_created")).encode()
 
 
 @pytest.fixture
-def stack():
-    with mock_aws():
-        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create()
-        boto3.client("secretsmanager").put_secret_value(SecretId=stack.ref("WebhookSecret"),
-                                                        SecretString=json.dumps(SECRETS))
-        yield stack
+def world(request, monkeypatch):
+    """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto."""
+    with webhook_world(getattr(request, "param", "fakes"), monkeypatch) as world:
+        yield world
 
 
 @pytest.fixture
-def webhook(stack, monkeypatch):
-    return webhook_function(stack, monkeypatch)
-
-
-def webhook_function(stack, monkeypatch):
-    """The webhook handler's module, cold-started on the stack's environment."""
-    from ticket_webhook import app
-
-    for name, value in stack.function_environment("TicketWebhookFunction").items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(app, "WIRING", app.Wiring())  # a cold start: clients and settings from this environment
-    parameters.clear_caches()
-    return app
-
-
-def queued(stack, queue: str = "TicketQueue") -> list[dict]:
-    messages = boto3.client("sqs").receive_message(QueueUrl=stack.ref(queue), MaxNumberOfMessages=10,
-                                                   MessageAttributeNames=["All"]).get("Messages", [])
-    return messages
+def webhook(world):
+    return world.webhook()
 
 
 def call(webhook, source: str, raw: bytes, headers: dict[str, str]) -> tuple[int, dict]:
@@ -116,26 +92,25 @@ def call(webhook, source: str, raw: bytes, headers: dict[str, str]) -> tuple[int
     return response["statusCode"], json.loads(response["body"])
 
 
-@pytest.mark.stack
+@ON_THE_STACK
 @pytest.mark.parametrize("source, ticket_id, tier, reference", [
     ("zendesk", "zendesk-48213", "pro", {"system": "zendesk", "id": "48213"}),
     ("jira", "jira-SUP-1187", "enterprise", {"system": "jira", "id": "SUP-1187", "url": "https://acme.atlassian.net/browse/SUP-1187"}),
     ("generic", "W-3001", "pro", {"system": "crm", "id": "OPP-55120"}),
 ])
-def test_a_good_signature_queues_the_ticket_it_carries(webhook, stack, source, ticket_id, tier, reference):
+def test_a_good_signature_queues_the_ticket_it_carries(webhook, world, source, ticket_id, tier, reference):
     raw = RAW[source]()
     status, answer = call(webhook, source, raw, sign(source, raw))
     assert (status, answer["status"], answer["ticket_id"]) == (202, "queued", ticket_id)
-    (message,) = queued(stack)
+    (message,) = world.queued()
     ticket = json.loads(message["Body"])
     assert ticket["ticket_id"] == ticket_id and ticket["customer"]["tier"] == tier and ticket["reference"] == reference
     assert ticket["subject"] and ticket["body"]
 
 
-@pytest.mark.stack
 @pytest.mark.parametrize("source", ["zendesk", "jira", "generic"])
 @pytest.mark.parametrize("attack", ["bad", "missing", "replayed", "tampered"])
-def test_a_bad_missing_or_replayed_signature_is_refused_and_nothing_is_queued(webhook, stack, source, attack):
+def test_a_bad_missing_or_replayed_signature_is_refused_and_nothing_is_queued(webhook, world, source, attack):
     raw = RAW[source]()
     headers = sign(source, raw, secret="someone-else" if attack == "bad" else None)
     if attack == "missing":
@@ -151,16 +126,15 @@ def test_a_bad_missing_or_replayed_signature_is_refused_and_nothing_is_queued(we
     status, answer = call(webhook, source, raw, headers)
     # One fixed reason, whatever failed: the answer says nothing of what is configured.
     assert (status, answer) == (401, {"status": "refused", "message": "unauthorized", "reason": "signature missing, invalid or expired"})
-    assert queued(stack) == [] and queued(stack, "TicketDeadLetterQueue") == []
+    assert world.queued() == [] and world.queued("TicketDeadLetterQueue") == []
 
 
-@pytest.mark.stack
 @pytest.mark.parametrize("source, remove, reason", [
     ("zendesk", ("detail", "description"), "detail.description is missing or empty"),
     ("jira", ("issue", "fields", "description"), "fields.description is missing or empty"),
     ("generic", ("body",), "body: Field required"),
 ])
-def test_a_payload_without_the_needed_text_is_parked_with_its_reason(webhook, stack, source, remove, reason):
+def test_a_payload_without_the_needed_text_is_parked_with_its_reason(webhook, world, source, remove, reason):
     data = json.loads(RAW[source]())
     holder = data
     for part in remove[:-1]:
@@ -171,39 +145,37 @@ def test_a_payload_without_the_needed_text_is_parked_with_its_reason(webhook, st
     raw = json.dumps(data).encode()
     status, answer = call(webhook, source, raw, sign(source, raw))
     assert (status, answer["status"]) == (202, "parked") and reason in answer["reason"]
-    assert queued(stack) == []
-    (parked,) = queued(stack, "TicketDeadLetterQueue")
+    assert world.queued() == []
+    (parked,) = world.queued("TicketDeadLetterQueue")
     assert reason in parked["MessageAttributes"]["failure_reason"]["StringValue"] and parked["Body"] == raw.decode()
 
 
-@pytest.mark.stack
-def test_other_events_are_acknowledged_and_ignored(webhook, stack):
+def test_other_events_are_acknowledged_and_ignored(webhook, world):
     data = payload("zendesk_ticket_created") | {"type": "zen:event-type:ticket.status_changed"}
     raw = json.dumps(data).encode()
     status, answer = call(webhook, "zendesk", raw, sign("zendesk", raw))
     assert (status, answer["status"]) == (202, "ignored") and "only ticket.created" in answer["reason"]
-    assert queued(stack) == []
+    assert world.queued() == []
 
 
-@pytest.mark.stack
-def test_an_unknown_source_is_refused(webhook, stack):
+def test_an_unknown_source_is_refused(webhook, world):
     raw = RAW["generic"]()
     status, answer = call(webhook, "servicenow", raw, sign("generic", raw))
-    assert status == 401 and answer["reason"] == "signature missing, invalid or expired" and queued(stack) == []
+    assert status == 401 and answer["reason"] == "signature missing, invalid or expired" and world.queued() == []
 
 
-@pytest.mark.stack
-def test_a_queued_webhook_ticket_is_routed_by_the_ticket_intake(webhook, stack, monkeypatch):
+@ON_THE_STACK
+def test_a_queued_webhook_ticket_is_routed_by_the_ticket_intake(webhook, world, monkeypatch):
     from ticket_intake import app as tickets
 
     raw = RAW["zendesk"]()
     assert call(webhook, "zendesk", raw, sign("zendesk", raw))[0] == 202
-    (message,) = queued(stack)
+    (message,) = world.queued()
     stub = StubbedEndpoint()
-    make_intake(monkeypatch, stack, tickets, "ticket", "TicketIntakeFunction", stub.endpoint)
+    make_intake(monkeypatch, world, tickets, "ticket", "TicketIntakeFunction", stub.endpoint)
     stub.answer(body(TICKET_OPTIONS, [7.0, 0, 0, 0, 0]))  # billing
     assert tickets.lambda_handler(ticket_event(json.loads(message["Body"])), FakeLambdaContext()) == {"batchItemFailures": []}
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.item_id == "zendesk-48213" and record.destination.target == "billing"
     assert record.item["reference"] == {"system": "zendesk", "id": "48213", "url": None}
 
