@@ -18,18 +18,19 @@ whenever the world is asked a question, as far as the workflow would have gone b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import boto3
 import pytest
+from moto import mock_aws
 
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.records import AuditRow, DecisionRecord
-from local.lambda_worker import LambdaContext
 from local.lambdas import LocalFunction
 from tests.fakes.console import (
     Clock,
@@ -215,18 +216,15 @@ class ConsoleWorld(_Questions, FakeWorld):
                                        examples=self.examples, queue_at=self._queue_at)
 
     # -------------------------------------------------------------------- the functions, over this world's parts
-    def console_function(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[dict], dict]:
-        """The review console's handler, its wiring made of this world's fakes: event -> response."""
-        from review_console import app
+    def console_function(self) -> Callable[[dict], dict]:
+        """The console function, cold-started with the template's environment (in this process,
+        under mock_aws), its wiring made of this world's fakes: event -> response."""
         from review_console.wiring import Wiring
 
-        monkeypatch.setattr(app, "WIRING", Wiring(
-            Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
-            workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
-            resolved_items=self.resolved_items))
-        arn = f"arn:aws:lambda:{self.template.region}:{self.template.account_id}:function:review-console"
-        return lambda event: app.lambda_handler(event, LambdaContext(
-            function_name="review-console", memory_limit_in_mb=512, invoked_function_arn=arn, timeout_seconds=30))
+        wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
+                        workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
+                        resolved_items=self.resolved_items)
+        return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The review function (review.app) wired with this world's fakes."""
@@ -306,7 +304,7 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         super().__init__()
         self.audit = AuditTrail(self.ref("AuditTable"))
 
-    def console_function(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[dict], dict]:
+    def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""
         return LocalFunction(self.template, "ReviewConsoleFunction").invoke
 
@@ -375,3 +373,11 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def put_labelled_example(self, columns: dict[str, str]) -> None:
         boto3.client("dynamodb").put_item(TableName=self.ref("LabelledExamplesTable"),
                                           Item={name: {"S": value} for name, value in columns.items()})
+
+
+@contextlib.contextmanager
+def console_world(kind: str) -> Iterator[ConsoleWorld]:
+    """The world of a test's `world` fixture: "moto" (the stack), else the fakes, inside mock_aws
+    all the same, so a call no fake answers fails at once against an empty moto."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield MotoConsoleWorld() if kind == "moto" else ConsoleWorld()

@@ -17,7 +17,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from moto import mock_aws
 
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.judging import build_record, explain, model_entry
@@ -27,7 +26,7 @@ from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.event_sources import http_event
-from tests.fakes.console_worlds import ConsoleWorld, MotoConsoleWorld
+from tests.fakes.console_worlds import ConsoleWorld, console_world
 from tests.functions.conftest import letters_only, make_result
 from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK
 
@@ -58,18 +57,17 @@ SURE_TICKET = {"queue": [30.0, 0.0, 0.0, 0.0, 0.0]}
 
 @pytest.fixture
 def world(request, monkeypatch):
-    """The fakes (inside mock_aws all the same, so a call no fake answers fails at once against an
-    empty moto), or, for a test marked `ON_THE_STACK`, also the template's resources in moto with
+    """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto with
     the routing workflow executing."""
     monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield MotoConsoleWorld() if getattr(request, "param", "fakes") == "moto" else ConsoleWorld()
+    with console_world(getattr(request, "param", "fakes")) as world:
+        yield world
 
 
 @pytest.fixture
-def console(world, monkeypatch):
+def console(world):
     """The console function over the world's parts, called like API Gateway does."""
-    invoke = world.console_function(monkeypatch)
+    invoke = world.console_function()
 
     def call(method: str, path: str, *, claims: dict | None = ALICE, body=None, query: str = "") -> dict:
         text = body if body is None or isinstance(body, str) else json.dumps(body)
