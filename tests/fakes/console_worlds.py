@@ -31,6 +31,7 @@ from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.records import AuditRow, DecisionRecord
+from local.cloudformation import Stack
 from local.lambdas import LocalFunction
 from tests.fakes.console import (
     Clock,
@@ -48,6 +49,49 @@ from tests.fakes.worlds import FakeWorld, MotoWorld
 WAIT_SECONDS = 30.0
 
 
+# ------------------------------------------------------------------------------ a stack in moto
+# Over any stack in moto (the moto world's, or a local run's behind a moto server: tests/e2e/).
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
+    """The predicate's first true value, asked every 0.2 s (moto runs the workflow in its threads)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(stack: Stack, record: DecisionRecord) -> str:
+    """The record's routing execution started, as the intakes start it; its name."""
+    name, started = WorkflowStarter(stack.ref("RoutingStateMachine")).start(record)
+    assert started, name
+    return name
+
+
+def status(stack: Stack, name: str) -> str:
+    arn = stack.ref("RoutingStateMachine").replace(":stateMachine:", ":execution:") + ":" + name
+    return boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+
+
+def depth(url: str) -> int:
+    """The messages on the queue, hidden or not."""
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])
+    return sum(int(v) for v in attributes["Attributes"].values())
+
+
+def delivered(url: str) -> list[dict[str, Any]]:
+    """The queue's messages (their JSON bodies), taken off it."""
+    sqs = boto3.client("sqs")
+    found = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        for message in batch:
+            found.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return found
+
+
+# ------------------------------------------------------------------------------ the fake routing workflow
 class NotPlayed(AssertionError):
     """A step of the routing workflow the fake world does not play: run the test on the stack."""
 
@@ -318,37 +362,20 @@ class MotoConsoleWorld(_Questions, MotoWorld):
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:
-        name, started = WorkflowStarter(self.ref("RoutingStateMachine")).start(record)
-        assert started, name
-        return name
+        return start(self.template, record)
 
     def status(self, name: str) -> str | None:
-        arn = self.ref("RoutingStateMachine").replace(":stateMachine:", ":execution:") + ":" + name
-        return boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+        return status(self.template, name)
 
     def wait_for(self, predicate: Callable[[], Any], what: str) -> Any:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while time.monotonic() < deadline:
-            if value := predicate():
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}")
+        return wait_for(predicate, what)
 
     # -------------------------------------------------------------------- queues and tables
     def depth(self, logical_id: str) -> int:
-        attributes = boto3.client("sqs").get_queue_attributes(
-            QueueUrl=self.ref(logical_id),
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])
-        return sum(int(v) for v in attributes["Attributes"].values())
+        return depth(self.ref(logical_id))
 
     def delivered(self, logical_id: str) -> list[dict[str, Any]]:
-        sqs, url = boto3.client("sqs"), self.ref(logical_id)
-        found = []
-        while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
-            for message in batch:
-                found.append(json.loads(message["Body"]))
-                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        return found
+        return delivered(self.ref(logical_id))
 
     def pending_message(self) -> dict[str, Any]:
         (message,) = boto3.client("sqs").receive_message(QueueUrl=self.ref("ReviewQueue"),

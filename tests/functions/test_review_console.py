@@ -25,8 +25,9 @@ from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
+from local.cloudformation import Stack
 from local.event_sources import http_event
-from tests.fakes.console_worlds import ConsoleWorld, console_world
+from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import letters_only, make_result
 from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK
 
@@ -40,10 +41,11 @@ INCIDENT = {"incident_id": "INC-77", "title": "Replica lag", "description": "rea
             "service": "orders-db", "severity": "sev3", "source": "cloudwatch", "reported_at": "2026-11-29T12:00:00Z"}
 
 
-def decided(world: ConsoleWorld, kind: str, data: dict, logits: dict[str, list[float]]) -> DecisionRecord:
-    """A record built by the real routing code from model answers with these option logits."""
+def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]]) -> DecisionRecord:
+    """A record built by the real routing code from model answers with these option logits, for
+    the stack's queues (a world's `template`)."""
     policy = letters_only(load_policy("incident" if kind == "incident" else "support-ticket"))
-    env = world.environment("TicketIntakeFunction")
+    env = stack.function_environment("TicketIntakeFunction")
     item = parse_item(kind, data)
     entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions])
     return build_record(policy, item, entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
@@ -114,7 +116,7 @@ def test_attack_a_group_name_with_a_comma_is_not_split(groups):
 
 
 def test_attack_a_self_set_email_is_neither_shown_nor_audited(world, console):
-    (name,) = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     mallory = {"sub": "m-666", "cognito:username": "mallory", "email": "ceo@example.com", "cognito:groups": ["reviewers"]}
 
     response = console("POST", f"/api/reviews/{name}", claims=mallory, body={"answers": {"queue": "billing"}})
@@ -157,7 +159,7 @@ def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_questi
     now = datetime(2026, 11, 29, 13, 0, tzinfo=timezone.utc)
     reviews = []
     for minutes, (kind, data, logits) in zip((10, 50), (("ticket", TICKET, UNSURE_TICKET), ("incident", INCIDENT, UNSURE_INCIDENT))):
-        record = decided(world, kind, data, logits)
+        record = decided(world.template, kind, data, logits)
         reviews.append(PendingReview(task_token="t", execution_name=f"{kind}-x", record=record,
                                      requested_at=(now - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")))
     summaries = [pending_summary(r, load_policy(r.record.policy.name), now) for r in reviews]
@@ -170,8 +172,8 @@ def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_questi
 
 
 def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(world, console):
-    ticket, incident = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET),
-                                     decided(world, "incident", INCIDENT, UNSURE_INCIDENT))
+    ticket, incident = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET),
+                                     decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
 
     listing = console("GET", "/api/reviews")
     assert listing["statusCode"] == 200
@@ -202,7 +204,7 @@ def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_toke
 
 @ON_THE_STACK
 def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(world, console):
-    (name,) = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
 
     response = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "technical_fault"}, "note": "a bug"})
 
@@ -227,7 +229,7 @@ def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(world, con
 
 
 def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(world, console):
-    (name,) = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     cases = [
         ({"answers": {"queue": "billing"}, "reviewer": "mallory@example.com"}, "reviewer: Extra inputs are not permitted"),
         ({"answers": {"queue": "refunds"}}, "answers.queue: 'refunds' is not an option"),
@@ -245,7 +247,7 @@ def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(world, cons
 # ---------------------------------------------------------------------------- corrections
 @ON_THE_STACK
 def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(world, console):
-    record = decided(world, "ticket", TICKET, SURE_TICKET)
+    record = decided(world.template, "ticket", TICKET, SURE_TICKET)
     assert record.route == "auto" and record.destination.target == "billing"
     name = world.start(record)
     assert world.finished(name) == "SUCCEEDED"
@@ -279,14 +281,14 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(world, conso
 
 
 def test_only_a_delivered_automatic_route_can_be_corrected(world, console):
-    (name,) = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     response = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
     assert response["statusCode"] == 409 and "only a delivered automatic route" in response["json"]["error"]
 
 
 # ---------------------------------------------------------------------------- export
 def test_export_writes_what_review_cli_export_writes(world, console):
-    (name,) = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     assert console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})["statusCode"] == 200
     world.wait_for(lambda: world.status(name) == "SUCCEEDED", "the workflow")
 
@@ -377,7 +379,7 @@ def test_the_workflow_checks_a_correction_like_any_answer(world):
     from decision_router.domain.records import Destination, ReviewChoice
     from decision_router.review.console import correction
 
-    record = decided(world, "ticket", TICKET, SURE_TICKET)
+    record = decided(world.template, "ticket", TICKET, SURE_TICKET)
     fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, reviewer_from_claims(ALICE, "reviewers"))
     forged_choice = ReviewChoice(answers={"queue": "sales"}, escalate=False,
                                  destination=Destination(target="sales", queue_url=world.ref("EscalationQueue")))
@@ -401,11 +403,11 @@ OUTAGE_TICKET = {**TICKET, "ticket_id": "T-88", "subject": "Cannot pay", "body":
 def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_is_suggested(world, console):
     from decision_router.domain.linking import OpenIncident, link_ticket
 
-    incident_record = decided(world, "incident", OUTAGE, UNSURE_INCIDENT)
+    incident_record = decided(world.template, "incident", OUTAGE, UNSURE_INCIDENT)
     link = link_ticket(parse_item("ticket", OUTAGE_TICKET), [OpenIncident(
         key="arn:alarm:payments", incident_id="INC-88", service="payments-api", opened_at=OUTAGE["reported_at"])])
     assert link is not None
-    ticket_record = decided(world, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
+    ticket_record = decided(world.template, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
     incident, ticket = world.pending(incident_record, ticket_record)
 
     # The ticket's page names its incident; no suggestion while the incident's review is open.

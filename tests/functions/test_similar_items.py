@@ -127,7 +127,7 @@ def test_the_store_keeps_rows_per_policy_newest_first():
 
 
 def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(world, capsys):  # noqa: F811
-    record = decided(world, "ticket", TICKET, UNSURE_TICKET)
+    record = decided(world.template, "ticket", TICKET, UNSURE_TICKET)
     log = io.StringIO()
     logger = Logger(service="resolved-items-test", stream=log)  # its own stream: no other test's handler
     remember_resolved(record, {"queue": "billing"}, "router", resolved_items("no-such-table"), logger=logger)  # no raise
@@ -153,7 +153,7 @@ def test_an_item_the_router_routes_on_its_own_is_kept_as_resolved_by_the_router(
 
 @ON_THE_STACK
 def test_an_answered_review_is_kept_and_shown_beside_a_look_alike_in_review(world, console):  # noqa: F811
-    first, = world.pending(decided(world, "ticket", TICKET, UNSURE_TICKET))
+    first, = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     assert console("GET", f"/api/reviews/{first}")["json"]["similar"] == []  # nothing resolved yet
     answered = console("POST", f"/api/reviews/{first}", body={"answers": {"queue": "billing"}})
     assert answered["statusCode"] == 200, answered["body"]
@@ -161,8 +161,8 @@ def test_an_answered_review_is_kept_and_shown_beside_a_look_alike_in_review(worl
 
     look_alike = dict(TICKET, ticket_id="T-78", body="I see two charges of $49 on my card. Refund one please.")
     unrelated = dict(TICKET, ticket_id="T-79", subject="Export to CSV", body="How do I export my reports as CSV?")
-    second, third = world.pending(decided(world, "ticket", look_alike, UNSURE_TICKET),
-                                  decided(world, "ticket", unrelated, UNSURE_TICKET))
+    second, third = world.pending(decided(world.template, "ticket", look_alike, UNSURE_TICKET),
+                                  decided(world.template, "ticket", unrelated, UNSURE_TICKET))
     (similar,) = console("GET", f"/api/reviews/{second}")["json"]["similar"]
     assert similar["item_id"] == "T-77" and similar["answers"] == {"queue": "billing"}
     assert similar["target"] == "billing" and similar["by"] == "reviewer"
