@@ -7,7 +7,7 @@ row, the labelled example), so a test reads alike on either.
 
     world = ConsoleWorld()                       # nothing created; stray AWS calls hit an empty moto
     (name,) = world.pending(record)              # started, and its review requested
-    invoke = world.console_function(monkeypatch) # the console's handler over this world's parts
+    invoke = world.console_function()            # the console function over this world's parts
     ...
     world.finished(name)                         # "SUCCEEDED", once the workflow went on
     world.delivered("BillingQueue")              # the messages that reached the team's queue
