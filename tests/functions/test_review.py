@@ -105,7 +105,7 @@ def world(request):
 @pytest.fixture
 def pending_ticket(monkeypatch, world, ticket_data):
     """T-1001 sent to review by an unsure model answer, the workflow waiting on the review queue;
-    the review function cold-started on its environment."""
+    the review function wired as the world wires it (its fakes, or cold-started on its environment)."""
     from ticket_intake import app
 
     stub = StubbedEndpoint()
