@@ -15,8 +15,8 @@ import pytest
 from decision_router.intake.webhooks import sign
 from local import review
 from tests.e2e.test_demo_pipeline import RULE_TICKET, sample
+from tests.fakes.console_worlds import wait_for
 from tests.functions.conftest import EVENTS
-from tests.functions.test_review_console import wait_for
 
 
 @pytest.mark.model  # `make review` starts the decision container on the embedded model

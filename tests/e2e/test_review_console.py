@@ -20,6 +20,7 @@ import pytest
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
+from tests.fakes.console_worlds import delivered, depth, start, status, wait_for
 from tests.functions.test_review_console import (
     INCIDENT,
     SURE_TICKET,
@@ -27,11 +28,6 @@ from tests.functions.test_review_console import (
     UNSURE_INCIDENT,
     UNSURE_TICKET,
     decided,
-    delivered,
-    depth,
-    start,
-    status,
-    wait_for,
 )
 
 from .conftest import UNUSED_ENDPOINT

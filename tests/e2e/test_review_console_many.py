@@ -25,10 +25,10 @@ from decision_router.items import parse_item
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
+from tests.fakes.console_worlds import delivered, depth, start, wait_for
 from tests.functions.conftest import MODEL_INFO
 from tests.functions.many_options import head_document, raw_policy
 from tests.functions.test_many_options import signals_result
-from tests.functions.test_review_console import delivered, depth, start, wait_for
 
 from . import test_review_console
 from .conftest import UNUSED_ENDPOINT

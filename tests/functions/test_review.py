@@ -1,5 +1,9 @@
-"""Review completion: validation (pure), then the review function and the reviewer CLI against
-the real routing workflow executed by moto (task token from the real review-queue message)."""
+"""Review completion: validation (pure), then the review function over a ticket the ticket intake
+sent to review (task token from the review-queue message): on template.yaml's names over the fakes
+of the ports with the routing workflow played over them (tests/fakes/console_worlds.py), and as a
+smoke test also on the template's resources in moto with the real workflow executing. The reviewer
+CLI makes its own adapters from the environment, and the review queue's long polls are the real
+adapter's: those run on the stack only."""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import time
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.domain.judging import build_record, model_entry
@@ -16,10 +19,18 @@ from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
 from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
-from local.cloudformation import Stack
 from ops import review_cli
+from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import EVENTS, letters_only, make_result
-from tests.functions.test_intake_handlers import TICKET_OPTIONS, FakeLambdaContext, StubbedEndpoint, body, make_intake
+from tests.functions.test_intake_handlers import (
+    ON_THE_STACK,
+    ONLY_ON_THE_STACK,
+    TICKET_OPTIONS,
+    FakeLambdaContext,
+    StubbedEndpoint,
+    body,
+    make_intake,
+)
 
 QUEUES = {t: f"https://sqs/{t}" for t in ["billing", "account-access", "technical-support", "product-help", "sales",
                                           "platform-oncall", "data-oncall", "security-oncall", "app-oncall"]}
@@ -84,69 +95,34 @@ def test_completion_event_is_validated():
 
 # ---------------------------------------------------------------------------- with the workflow
 @pytest.fixture
-def stack():
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
-        stack.create()
-        yield stack
-
-
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def queue_depth(url: str) -> int:
-    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
-
-
-def execution_status(stack) -> str:
-    sfn = boto3.client("stepfunctions")
-    (execution,) = sfn.list_executions(stateMachineArn=stack.ref("RoutingStateMachine"))["executions"]
-    return sfn.describe_execution(executionArn=execution["executionArn"])["status"]
-
-
-def finished(stack) -> str | None:
-    status = execution_status(stack)
-    return None if status == "RUNNING" else status
+def world(request):
+    """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto with
+    the routing workflow executing."""
+    with console_world(getattr(request, "param", "fakes")) as world:
+        yield world
 
 
 @pytest.fixture
-def pending_ticket(monkeypatch, stack, ticket_data):
-    """T-1001 sent to review by an unsure model answer, the workflow waiting on the review queue."""
+def pending_ticket(monkeypatch, world, ticket_data):
+    """T-1001 sent to review by an unsure model answer, the workflow waiting on the review queue;
+    the review function wired as the world wires it (its fakes, or cold-started on its environment)."""
     from ticket_intake import app
 
     stub = StubbedEndpoint()
     stub.answer(body(TICKET_OPTIONS, [1.0, 0.9, 0.8, 0.0, 0.0]))
-    make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", stub.endpoint)
     event = {"Records": [dict(json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0])]}
     assert app.lambda_handler(event, FakeLambdaContext()) == {"batchItemFailures": []}
-    review_queue = stack.ref("ReviewQueue")
-    wait_for(lambda: queue_depth(review_queue) == 1, "the review request")
-    for name, value in stack.function_environment("ReviewCompletionFunction").items():
-        monkeypatch.setenv(name, value)
-    from review import app as review_app
-
-    monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
-    return review_queue
+    world.wait_for(lambda: world.depth("ReviewQueue") == 1, "the review request")
+    world.review_function(monkeypatch)
+    return world
 
 
-def pending_message(queue_url: str) -> dict:
-    (message,) = boto3.client("sqs").receive_message(QueueUrl=queue_url, VisibilityTimeout=0)["Messages"]
-    return dict(json.loads(message["Body"]), receipt_handle=message["ReceiptHandle"])
-
-
-@pytest.mark.stack
-def test_review_function_completes_the_workflow(stack, pending_ticket):
+@ON_THE_STACK
+def test_review_function_completes_the_workflow(world, pending_ticket):
     from review import app
 
-    message = pending_message(pending_ticket)
+    message = world.pending_message()
     assert message["record"]["route"] == "review" and message["record"]["item_id"] == "T-1001"
     event = json.loads((EVENTS / "review_completion.json").read_text())
     event.update(task_token=message["task_token"], execution_name=message["execution_name"],
@@ -154,37 +130,35 @@ def test_review_function_completes_the_workflow(stack, pending_ticket):
 
     result = app.lambda_handler(event, FakeLambdaContext())
 
-    assert result["status"] == "completed" and result["destination"]["queue_url"] == stack.ref("BillingQueue")
-    assert wait_for(lambda: finished(stack), "the workflow") == "SUCCEEDED"
-    assert queue_depth(stack.ref("BillingQueue")) == 1
-    assert queue_depth(pending_ticket) == 0  # the review message was removed
+    assert result["status"] == "completed" and result["destination"]["queue_url"] == world.ref("BillingQueue")
+    assert world.finished(message["execution_name"]) == "SUCCEEDED"
+    assert world.depth("BillingQueue") == 1
+    assert world.depth("ReviewQueue") == 0  # the review message was removed
 
 
-@pytest.mark.stack
-def test_invalid_answer_sends_nothing_and_the_review_stays_pending(stack, pending_ticket):
+def test_invalid_answer_sends_nothing_and_the_review_stays_pending(world, pending_ticket):
     from review import app
 
-    message = pending_message(pending_ticket)
+    message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
                  execution_name=message["execution_name"], answers={"queue": "refunds"})
     with pytest.raises(InvalidReview, match="answers.queue: 'refunds' is not an option"):
         app.lambda_handler(event, FakeLambdaContext())
-    assert execution_status(stack) == "RUNNING"
+    assert world.status(message["execution_name"]) == "RUNNING"
 
 
-@pytest.mark.stack
-def test_unknown_task_token_is_reported(stack, pending_ticket):
+def test_unknown_task_token_is_reported(world, pending_ticket):
     from review import app
 
-    message = pending_message(pending_ticket)
+    message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()),  # the sample's token is not a live one
                  execution_name=message["execution_name"])
     with pytest.raises(ReviewTaskGone, match="can no longer be completed"):
         app.lambda_handler(event, FakeLambdaContext())
 
 
-@pytest.mark.stack
-def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticket, capsys, tmp_path):
+@ONLY_ON_THE_STACK
+def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticket, capsys, tmp_path):
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
     assert review_cli.main(["list"]) == 0
     listed = capsys.readouterr().out
@@ -204,7 +178,7 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, stack, pending_ticke
     assert review_cli.main(["complete", name, "--answer", "queue=billing", "--reviewer", "carol@example.com",
                             "--note", "refund"]) == 0
     assert json.loads(capsys.readouterr().out)["destination"]["target"] == "billing"
-    assert wait_for(lambda: finished(stack), "the workflow") == "SUCCEEDED"
+    assert world.finished(name) == "SUCCEEDED"
 
     out = tmp_path / "labelled.jsonl"
     assert review_cli.main(["export", "--out", str(out)]) == 0
@@ -222,12 +196,12 @@ def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
         ReviewCompletion.parse(dict(event, task_token="t" * 2049))
 
 
-@pytest.mark.stack
-def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack, pending_ticket, capsys):
+@ONLY_ON_THE_STACK
+def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, world, pending_ticket, capsys):
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
-    sqs = boto3.client("sqs")
-    sqs.send_message(QueueUrl=pending_ticket, MessageBody="not json at all")
-    sqs.send_message(QueueUrl=pending_ticket, MessageBody=json.dumps({"task_token": "t", "execution_name": "x"}))
+    sqs, review_queue = boto3.client("sqs"), world.ref("ReviewQueue")
+    sqs.send_message(QueueUrl=review_queue, MessageBody="not json at all")
+    sqs.send_message(QueueUrl=review_queue, MessageBody=json.dumps({"task_token": "t", "execution_name": "x"}))
 
     assert review_cli.main(["list"]) == 0
 
@@ -238,14 +212,14 @@ def test_cli_list_skips_and_reports_malformed_review_messages(monkeypatch, stack
     assert "not JSON" in captured.err and "record: Field required" in captured.err
 
     time.sleep(1.2)  # `list` hides what it peeked at for a moment
-    assert queue_depth(pending_ticket) == 3  # nothing was deleted: the bad messages stay for inspection
+    assert world.depth("ReviewQueue") == 3  # nothing was deleted: the bad messages stay for inspection
     name = listed.split()[0]
     assert review_cli.main(["show", name]) == 0  # the other commands read past them too
     assert "Charged twice" in capsys.readouterr().out
 
 
-@pytest.mark.stack
-def test_listing_long_polls(stack, pending_ticket):
+@ONLY_ON_THE_STACK
+def test_listing_long_polls(world, pending_ticket):
     """Short polling samples a subset of SQS servers and may answer empty while messages wait,
     which would end a listing early; every receive must wait (moto cannot show the sampling)."""
     from decision_router.adapters.review import ReviewQueue
@@ -254,6 +228,6 @@ def test_listing_long_polls(stack, pending_ticket):
     waits = []
     client.meta.events.register("before-parameter-build.sqs.ReceiveMessage",
                                 lambda params, **_: waits.append(params.get("WaitTimeSeconds", 0)))
-    reviews = ReviewQueue(pending_ticket, client=client).pending()
+    reviews = ReviewQueue(world.ref("ReviewQueue"), client=client).pending()
     assert len(reviews.reviews) == 1
     assert waits and min(waits) >= 1

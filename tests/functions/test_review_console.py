@@ -1,7 +1,10 @@
-"""The review console's handler (functions/review_console) on template.yaml's resources in moto,
-the real routing workflow executing: pending reviews listed oldest first with their reason,
-answers checked against the execution's own record and delivered, the reviewer taken from the
-token's claims only, corrections of automatic routes, the export, and the page's headers.
+"""The review console's handler (functions/review_console): pending reviews listed oldest first
+with their reason, answers checked against the execution's own record and delivered, the
+reviewer taken from the token's claims only, corrections of automatic routes, the export, and the
+page's headers. On template.yaml's names over the fakes of the ports with the routing workflow
+played over them (tests/fakes/console_worlds.py); three smoke tests run on both worlds, also on
+the template's resources in moto with the real routing workflow executing, and one check of the
+real workflow runs there only.
 
 Events are HTTP API payload 2.0 events as `local.event_sources.http_event` builds them (the local
 gateway's own builder); the claims are what API Gateway's JWT authorizer would pass on."""
@@ -9,14 +12,11 @@ gateway's own builder); the claims are what API Gateway's JWT authorizer would p
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.judging import build_record, explain, model_entry
@@ -27,8 +27,9 @@ from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack
 from local.event_sources import http_event
-from local.lambdas import LocalFunction
+from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import letters_only, make_result
+from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK
 
 STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
 ALICE = {"sub": "a-1", "email": "alice@example.com", "email_verified": "true", "cognito:username": "alice",
@@ -41,7 +42,8 @@ INCIDENT = {"incident_id": "INC-77", "title": "Replica lag", "description": "rea
 
 
 def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]]) -> DecisionRecord:
-    """A record built by the real routing code from model answers with these option logits."""
+    """A record built by the real routing code from model answers with these option logits, for
+    the stack's queues (a world's `template`)."""
     policy = letters_only(load_policy("incident" if kind == "incident" else "support-ticket"))
     env = stack.function_environment("TicketIntakeFunction")
     item = parse_item(kind, data)
@@ -55,65 +57,28 @@ UNSURE_INCIDENT = {"priority": [0.2, 0.1, 0.0, 0.0], "team": [0.1, 0.3, 0.0, 0.0
 SURE_TICKET = {"queue": [30.0, 0.0, 0.0, 0.0, 0.0]}
 
 
-def start(stack: Stack, record: DecisionRecord) -> str:
-    name, started = WorkflowStarter(stack.ref("RoutingStateMachine")).start(record)
-    assert started
-    return name
-
-
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def status(stack: Stack, name: str) -> str:
-    arn = stack.ref("RoutingStateMachine").replace(":stateMachine:", ":execution:") + ":" + name
-    return boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
-
-
-def depth(url: str) -> int:
-    attributes = boto3.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
-                                                                                        "ApproximateNumberOfMessagesNotVisible"])
-    return sum(int(v) for v in attributes["Attributes"].values())
-
-
-def delivered(queue_url: str) -> list[dict]:
-    messages = boto3.client("sqs").receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
-    return [json.loads(m["Body"]) for m in messages]
-
-
 @pytest.fixture
-def stack(monkeypatch):
+def world(request, monkeypatch):
+    """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto with
+    the routing workflow executing."""
     monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
-        stack.create()
-        yield stack
+    with console_world(getattr(request, "param", "fakes")) as world:
+        yield world
 
 
 @pytest.fixture
-def console(stack):
-    """The console function, cold-started with the template's environment, called like API Gateway does."""
-    function = LocalFunction(stack, "ReviewConsoleFunction")
+def console(world):
+    """The console function over the world's parts, called like API Gateway does."""
+    invoke = world.console_function()
 
     def call(method: str, path: str, *, claims: dict | None = ALICE, body=None, query: str = "") -> dict:
         text = body if body is None or isinstance(body, str) else json.dumps(body)
-        response = function.invoke(http_event(method, path, query=query, body=text, claims=claims))
+        response = invoke(http_event(method, path, query=query, body=text, claims=claims))
         is_json = response["headers"].get("Content-Type", "").startswith("application/json")
         response["json"] = json.loads(response["body"]) if is_json else None
         return response
 
     return call
-
-
-def pending(stack: Stack, *records: DecisionRecord) -> list[str]:
-    names = [start(stack, record) for record in records]
-    wait_for(lambda: depth(stack.ref("ReviewQueue")) == len(records), "the review requests")
-    return names
 
 
 # ---------------------------------------------------------------------------- identity
@@ -150,25 +115,22 @@ def test_attack_a_group_name_with_a_comma_is_not_split(groups):
     assert reviewer_from_claims({"sub": "r-1", "cognito:groups": '["a,b", "reviewers"]'}, "reviewers").sub == "r-1"
 
 
-@pytest.mark.stack
-def test_attack_a_self_set_email_is_neither_shown_nor_audited(stack, console):
-    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+def test_attack_a_self_set_email_is_neither_shown_nor_audited(world, console):
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     mallory = {"sub": "m-666", "cognito:username": "mallory", "email": "ceo@example.com", "cognito:groups": ["reviewers"]}
 
     response = console("POST", f"/api/reviews/{name}", claims=mallory, body={"answers": {"queue": "billing"}})
 
     assert response["statusCode"] == 200 and response["json"]["reviewer"] == "mallory"
     assert response["json"]["reviewer_sub"] == "m-666"
-    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "SUCCEEDED"
-    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"),
-                                              Key={"item_id": {"S": "T-77"}, "execution_name": {"S": name}})["Item"]
+    assert world.finished(name) == "SUCCEEDED"
+    audit = world.audit_columns("T-77", name)
     assert "ceo@example.com" not in json.dumps(audit)
-    detail = json.loads(audit["outcome_detail"]["S"])
+    detail = json.loads(audit["outcome_detail"])
     assert detail["reviewer"] == "m-666" and detail["review"]["reviewer_username"] == "mallory"
     assert detail["review"]["reviewer_email"] is None
-    example = boto3.client("dynamodb").get_item(TableName=stack.ref("LabelledExamplesTable"), Key={
-        "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
-    assert example["reviewer"]["S"] == "m-666" and "ceo@example.com" not in json.dumps(example)
+    example = world.labelled_example("support-ticket", "T-77")
+    assert example["reviewer"] == "m-666" and "ceo@example.com" not in json.dumps(example)
     assert console("GET", "/api/me", claims=mallory)["json"] == {"reviewer": "mallory", "sub": "m-666",
                                                                  "username": "mallory", "email": None}
 
@@ -183,7 +145,6 @@ def test_an_audit_row_from_before_reviewers_were_audited_by_sub_stays_readable()
     assert audited_reviewer({"reviewer": "a-1", "review": {"reviewer_email": "alice@example.com"}}) == "alice@example.com"
 
 
-@pytest.mark.stack
 def test_without_verified_claims_the_api_answers_401_and_outside_the_group_403(console):
     for path in ("/api/reviews", "/api/routes", "/api/export", "/api/me"):
         response = console("GET", path, claims=None)
@@ -194,12 +155,11 @@ def test_without_verified_claims_the_api_answers_401_and_outside_the_group_403(c
 
 
 # ---------------------------------------------------------------------------- pending reviews
-@pytest.mark.stack
-def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_question(stack):
+def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_question(world):
     now = datetime(2026, 11, 29, 13, 0, tzinfo=timezone.utc)
     reviews = []
     for minutes, (kind, data, logits) in zip((10, 50), (("ticket", TICKET, UNSURE_TICKET), ("incident", INCIDENT, UNSURE_INCIDENT))):
-        record = decided(stack, kind, data, logits)
+        record = decided(world.template, kind, data, logits)
         reviews.append(PendingReview(task_token="t", execution_name=f"{kind}-x", record=record,
                                      requested_at=(now - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")))
     summaries = [pending_summary(r, load_policy(r.record.policy.name), now) for r in reviews]
@@ -211,10 +171,9 @@ def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_questi
     assert pending_list(summaries, question="nothing") == []
 
 
-@pytest.mark.stack
-def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(stack, console):
-    ticket, incident = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET),
-                               decided(stack, "incident", INCIDENT, UNSURE_INCIDENT))
+def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(world, console):
+    ticket, incident = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET),
+                                     decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
 
     listing = console("GET", "/api/reviews")
     assert listing["statusCode"] == 200
@@ -243,9 +202,9 @@ def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_toke
     assert console("GET", "/api/reviews/ticket-nothing-0")["statusCode"] == 409
 
 
-@pytest.mark.stack
-def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(stack, console):
-    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+@ON_THE_STACK
+def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(world, console):
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
 
     response = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "technical_fault"}, "note": "a bug"})
 
@@ -253,26 +212,24 @@ def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(stack, con
     assert response["json"] == {"status": "answered", "execution_name": name, "item_id": "T-77",
                                 "reviewer": "alice@example.com", "reviewer_sub": "a-1", "answers": {"queue": "technical_fault"},
                                 "target": "technical-support", "escalate": False}
-    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "SUCCEEDED"
-    (message,) = delivered(stack.ref("TechnicalSupportQueue"))
+    assert world.finished(name) == "SUCCEEDED"
+    (message,) = world.delivered("TechnicalSupportQueue")
     assert message["item_id"] == "T-77"
-    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"),
-                                              Key={"item_id": {"S": "T-77"}, "execution_name": {"S": name}})["Item"]
-    assert audit["outcome"]["S"] == "reviewed"
-    detail = json.loads(audit["outcome_detail"]["S"])
+    audit = world.audit_columns("T-77", name)
+    assert audit["outcome"] == "reviewed"
+    detail = json.loads(audit["outcome_detail"])
     assert detail["reviewer"] == "a-1" and detail["review"]["reviewer_email"] == "alice@example.com"
     outcome = console("GET", f"/api/executions/{name}")["json"]
     assert outcome == {"execution_name": name, "status": "SUCCEEDED", "item_id": "T-77", "outcome": "reviewed",
                        "target": "technical-support", "reviewer": "alice@example.com", "escalated": False}
-    assert depth(stack.ref("ReviewQueue")) == 0
+    assert world.depth("ReviewQueue") == 0
     # Answered already: nothing is pending any more.
     again = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})
     assert again["statusCode"] == 409 and "SUCCEEDED" in again["json"]["error"]
 
 
-@pytest.mark.stack
-def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(stack, console):
-    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(world, console):
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     cases = [
         ({"answers": {"queue": "billing"}, "reviewer": "mallory@example.com"}, "reviewer: Extra inputs are not permitted"),
         ({"answers": {"queue": "refunds"}}, "answers.queue: 'refunds' is not an option"),
@@ -283,18 +240,18 @@ def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(stack, cons
     for body, message in cases:
         response = console("POST", f"/api/reviews/{name}", body=body)
         assert response["statusCode"] == 400 and message in response["json"]["error"], (body, response["body"])
-    assert status(stack, name) == "RUNNING"  # nothing was sent: the review still waits
+    assert world.status(name) == "RUNNING"  # nothing was sent: the review still waits
     assert console("GET", f"/api/reviews/{name}")["statusCode"] == 200
 
 
 # ---------------------------------------------------------------------------- corrections
-@pytest.mark.stack
-def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(stack, console):
-    record = decided(stack, "ticket", TICKET, SURE_TICKET)
+@ON_THE_STACK
+def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(world, console):
+    record = decided(world.template, "ticket", TICKET, SURE_TICKET)
     assert record.route == "auto" and record.destination.target == "billing"
-    name = start(stack, record)
-    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the auto route") == "SUCCEEDED"
-    assert [m["item_id"] for m in delivered(stack.ref("BillingQueue"))] == ["T-77"]
+    name = world.start(record)
+    assert world.finished(name) == "SUCCEEDED"
+    assert [m["item_id"] for m in world.delivered("BillingQueue")] == ["T-77"]
 
     (listed,) = console("GET", "/api/routes")["json"]["routes"]
     assert listed["execution_name"] == name and listed["target"] == "billing" and listed["corrected"] is None
@@ -309,56 +266,49 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(stack, conso
     assert fixed["statusCode"] == 200, fixed["body"]
     assert fixed["json"]["execution_name"] == correction_name(record) and fixed["json"]["target"] == "sales"
     corrected = fixed["json"]["execution_name"]
-    assert wait_for(lambda: status(stack, corrected) != "RUNNING" and status(stack, corrected), "the correction") == "SUCCEEDED"
-    assert [m["item_id"] for m in delivered(stack.ref("SalesQueue"))] == ["T-77"]
-    example = boto3.client("dynamodb").get_item(TableName=stack.ref("LabelledExamplesTable"), Key={
-        "policy_name": {"S": "support-ticket"}, "item_id": {"S": "T-77"}})["Item"]
-    assert json.loads(example["answers"]["S"]) == {"queue": "sales"} and example["reviewer"]["S"] == "a-1"
-    assert example["route_reason"]["S"].startswith("correction by alice@example.com of the automatic route to billing")
-    audit = boto3.client("dynamodb").get_item(TableName=stack.ref("AuditTable"), Key={
-        "item_id": {"S": "T-77"}, "execution_name": {"S": corrected}})["Item"]
-    assert (audit["route"]["S"], audit["outcome"]["S"]) == ("correction", "reviewed")
-    assert json.loads(audit["outcome_detail"]["S"])["reviewer"] == "a-1"
+    assert world.finished(corrected) == "SUCCEEDED"
+    assert [m["item_id"] for m in world.delivered("SalesQueue")] == ["T-77"]
+    example = world.labelled_example("support-ticket", "T-77")
+    assert json.loads(example["answers"]) == {"queue": "sales"} and example["reviewer"] == "a-1"
+    assert example["route_reason"].startswith("correction by alice@example.com of the automatic route to billing")
+    audit = world.audit_columns("T-77", corrected)
+    assert (audit["route"], audit["outcome"]) == ("correction", "reviewed")
+    assert json.loads(audit["outcome_detail"])["reviewer"] == "a-1"
     (after,) = console("GET", "/api/routes")["json"]["routes"]
     assert after["corrected"]["target"] == "sales" and after["corrected"]["reviewer"] == "alice@example.com"
     twice = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "how_to"}})
     assert twice["statusCode"] == 409 and "already corrected" in twice["json"]["error"]
 
 
-@pytest.mark.stack
-def test_only_a_delivered_automatic_route_can_be_corrected(stack, console):
-    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+def test_only_a_delivered_automatic_route_can_be_corrected(world, console):
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     response = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
     assert response["statusCode"] == 409 and "only a delivered automatic route" in response["json"]["error"]
 
 
 # ---------------------------------------------------------------------------- export
-@pytest.mark.stack
-def test_export_writes_what_review_cli_export_writes(stack, console):
-    (name,) = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+def test_export_writes_what_review_cli_export_writes(world, console):
+    (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     assert console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})["statusCode"] == 200
-    wait_for(lambda: status(stack, name) == "SUCCEEDED", "the workflow")
+    world.wait_for(lambda: world.status(name) == "SUCCEEDED", "the workflow")
 
     response = console("GET", "/api/export")
 
     assert response["statusCode"] == 200 and response["headers"]["Content-Type"].startswith("application/x-ndjson")
     assert "attachment" in response["headers"]["Content-Disposition"]
-    rows = boto3.client("dynamodb").scan(TableName=stack.ref("LabelledExamplesTable"))["Items"]
-    expected = [labelled_example({k: v["S"] for k, v in row.items() if "S" in v}) for row in rows]
+    expected = [labelled_example(row) for row in world.labelled_examples()]
     assert [json.loads(line) for line in response["body"].splitlines()] == expected
     assert expected[0] == {"policy": "support-ticket", "item": json.loads(json.dumps(parse_item("ticket", TICKET).model_dump(mode="json"))),
                            "gold": {"queue": "billing"}}
     assert console("GET", "/api/export", query="policy=incident")["body"] == ""
 
 
-@pytest.mark.stack
-def test_export_comes_in_pages_each_naming_the_next(stack, console, monkeypatch):
+def test_export_comes_in_pages_each_naming_the_next(world, console, monkeypatch):
     """Attack (6 MB): the export is no longer one scan in one answer."""
-    table = stack.ref("LabelledExamplesTable")
     for i in range(7):
-        boto3.client("dynamodb").put_item(TableName=table, Item={
-            "policy_name": {"S": "support-ticket"}, "item_id": {"S": f"T-{i}"}, "reviewer": {"S": "a-1"},
-            "item": {"S": json.dumps({**TICKET, "ticket_id": f"T-{i}"})}, "answers": {"S": '{"queue": "sales"}'}})
+        world.put_labelled_example({
+            "policy_name": "support-ticket", "item_id": f"T-{i}", "reviewer": "a-1",
+            "item": json.dumps({**TICKET, "ticket_id": f"T-{i}"}), "answers": '{"queue": "sales"}'})
     monkeypatch.setattr("decision_router.review.console.EXPORT_PAGE_ROWS", 3)  # the function runs in this process
     lines, query, pages = [], "", 0
     while True:
@@ -395,7 +345,6 @@ class _Tags(HTMLParser):
             self.script_text += data.strip()
 
 
-@pytest.mark.stack
 def test_the_page_comes_with_a_strict_content_security_policy_and_no_inline_script(console):
     page = console("GET", "/", claims=None)
     assert page["statusCode"] == 200 and page["headers"]["Content-Type"].startswith("text/html")
@@ -423,24 +372,24 @@ def test_the_script_never_parses_text_as_html():
             assert sink not in script, (path.name, sink)
 
 
-@pytest.mark.stack
-def test_the_workflow_checks_a_correction_like_any_answer(stack):
+@ONLY_ON_THE_STACK
+def test_the_workflow_checks_a_correction_like_any_answer(world):
     """A correction whose choice the record does not offer (here: pointed at the escalation
     queue) routes nothing: the workflow dead-letters it, as it does a foreign review answer."""
     from decision_router.domain.records import Destination, ReviewChoice
     from decision_router.review.console import correction
 
-    record = decided(stack, "ticket", TICKET, SURE_TICKET)
+    record = decided(world.template, "ticket", TICKET, SURE_TICKET)
     fixed = correction(record, "ticket-T-77-original", {"queue": "sales"}, reviewer_from_claims(ALICE, "reviewers"))
     forged_choice = ReviewChoice(answers={"queue": "sales"}, escalate=False,
-                                 destination=Destination(target="sales", queue_url=stack.ref("EscalationQueue")))
+                                 destination=Destination(target="sales", queue_url=world.ref("EscalationQueue")))
     forged = fixed.model_copy(update={"correction": fixed.correction.model_copy(update={"choice": forged_choice.wire()})})
     name = fixed.correction.execution_name
-    assert WorkflowStarter(stack.ref("RoutingStateMachine")).start_named(name, forged)
+    assert WorkflowStarter(world.ref("RoutingStateMachine")).start_named(name, forged)
 
-    assert wait_for(lambda: status(stack, name) != "RUNNING" and status(stack, name), "the workflow") == "FAILED"
-    assert depth(stack.ref("EscalationQueue")) == 0 and depth(stack.ref("SalesQueue")) == 0
-    (dead,) = delivered(stack.ref("WorkflowDeadLetterQueue"))
+    assert world.finished(name) == "FAILED"
+    assert world.depth("EscalationQueue") == 0 and world.depth("SalesQueue") == 0
+    (dead,) = world.delivered("WorkflowDeadLetterQueue")
     assert dead["error"]["Error"] == "InvalidReviewAnswer" and dead["execution_name"] == name
 
 
@@ -450,17 +399,16 @@ OUTAGE = {"incident_id": "INC-88", "title": "payments-api 5xx above 20%", "descr
 OUTAGE_TICKET = {**TICKET, "ticket_id": "T-88", "subject": "Cannot pay", "body": "payments-api says 503 at checkout."}
 
 
-@pytest.mark.stack
-def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_is_suggested(stack, console):
-    from decision_router.adapters.review import AuditTrail
+@ON_THE_STACK
+def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_is_suggested(world, console):
     from decision_router.domain.linking import OpenIncident, link_ticket
 
-    incident_record = decided(stack, "incident", OUTAGE, UNSURE_INCIDENT)
+    incident_record = decided(world.template, "incident", OUTAGE, UNSURE_INCIDENT)
     link = link_ticket(parse_item("ticket", OUTAGE_TICKET), [OpenIncident(
         key="arn:alarm:payments", incident_id="INC-88", service="payments-api", opened_at=OUTAGE["reported_at"])])
     assert link is not None
-    ticket_record = decided(stack, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
-    incident, ticket = pending(stack, incident_record, ticket_record)
+    ticket_record = decided(world.template, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
+    incident, ticket = world.pending(incident_record, ticket_record)
 
     # The ticket's page names its incident; no suggestion while the incident's review is open.
     linked = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]
@@ -473,8 +421,8 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
 
     answered = console("POST", f"/api/reviews/{incident}", body={"answers": {"priority": "P2", "team": "platform"}})
     assert answered["statusCode"] == 200, answered["body"]
-    assert wait_for(lambda: status(stack, incident) != "RUNNING" and status(stack, incident), "the workflow") == "SUCCEEDED"
-    audit = AuditTrail(stack.ref("AuditTable"))
+    assert world.finished(incident) == "SUCCEEDED"
+    audit = world.audit
     (incident_row,) = audit.of_item("INC-88")
     assert incident_row.linked_incident == "null"  # audited as not linked
 
@@ -482,11 +430,11 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
     suggestion = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]["suggestion"]
     assert (suggestion["incident_id"], suggestion["team"]) == ("INC-88", "platform")
     assert suggestion["question"] is None and suggestion["line"].endswith("not applied")
-    assert status(stack, ticket) == "RUNNING"
+    assert world.status(ticket) == "RUNNING"
 
     answered = console("POST", f"/api/reviews/{ticket}", body={"answers": {"queue": "technical_fault"}})
     assert answered["statusCode"] == 200, answered["body"]
-    assert wait_for(lambda: status(stack, ticket) != "RUNNING" and status(stack, ticket), "the workflow") == "SUCCEEDED"
+    assert world.finished(ticket) == "SUCCEEDED"
     (row,) = audit.linked_to("INC-88")
     assert row.item_id == "T-88" and row.outcome == "reviewed" and row.link() == link
     assert audit.linked_to("INC-other") == []

@@ -1,7 +1,9 @@
 """Similar items (domain/similar.py, adapters/similar_items.py): an item's vector, its nearest
 resolved items, the store in moto, and the two ways an item is kept: routed by the router (the
-ticket intake on template.yaml's resources in moto) and answered by a reviewer (the review
-console's function), after which the console shows it beside a look-alike in review."""
+ticket intake on template.yaml's resources in moto: the intake makes its store from its settings,
+so only the stack has one) and answered by a reviewer (the review console's function, on the
+fakes of the ports and as a smoke test also on the stack), after which the console shows it
+beside a look-alike in review."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import math
 from pathlib import Path
 
 import boto3
-import pytest
 from aws_lambda_powertools import Logger
 from moto import mock_aws
 
@@ -30,23 +31,20 @@ from decision_router.intake.resolved_items import remember_resolved, resolved_it
 from decision_router.items import parse_item
 from tests.functions.conftest import letters_only
 from tests.functions.test_intake_handlers import (  # noqa: F401 - fixtures
+    ON_THE_STACK,
+    ONLY_ON_THE_STACK,
     TICKET_OPTIONS,
     body,
     context,
-    executions,
     ticket_event,
     tickets,
 )
 from tests.functions.test_review_console import (  # noqa: F401 - fixtures
-    ALICE,
     TICKET,
     UNSURE_TICKET,
     console,
     decided,
-    pending,
-    stack,
-    status,
-    wait_for,
+    world,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,9 +126,8 @@ def test_the_store_keeps_rows_per_policy_newest_first():
     assert store.recent("incident") == [other]
 
 
-@pytest.mark.stack
-def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(stack, capsys):  # noqa: F811
-    record = decided(stack, "ticket", TICKET, UNSURE_TICKET)
+def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(world, capsys):  # noqa: F811
+    record = decided(world.template, "ticket", TICKET, UNSURE_TICKET)
     log = io.StringIO()
     logger = Logger(service="resolved-items-test", stream=log)  # its own stream: no other test's handler
     remember_resolved(record, {"queue": "billing"}, "router", resolved_items("no-such-table"), logger=logger)  # no raise
@@ -141,31 +138,31 @@ def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(stack, capsys)
 
 
 # ---------------------------------------------------------------------------- kept and shown
-@pytest.mark.stack
-def test_an_item_the_router_routes_on_its_own_is_kept_as_resolved_by_the_router(tickets, stack, context, ticket_data):  # noqa: F811
+@ONLY_ON_THE_STACK
+def test_an_item_the_router_routes_on_its_own_is_kept_as_resolved_by_the_router(tickets, world, context, ticket_data):  # noqa: F811
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [9.0, 0, 0, 0, 0]))
     app.lambda_handler(ticket_event(ticket_data), context)
-    (record,) = executions(stack).values()
+    (record,) = world.executions().values()
     assert record.route == "auto"
-    (kept,) = ResolvedItems(stack.ref("ResolvedItemsTable")).recent("support-ticket")
+    (kept,) = ResolvedItems(world.ref("ResolvedItemsTable")).recent("support-ticket")
     assert kept.item_id == ticket_data["ticket_id"] and kept.resolved_by == "router"
     assert kept.answers == {"queue": TICKET_OPTIONS[0]} and kept.target == record.destination.target
     assert kept.summary.startswith(ticket_data["subject"])
 
 
-@pytest.mark.stack
-def test_an_answered_review_is_kept_and_shown_beside_a_look_alike_in_review(stack, console):  # noqa: F811
-    first, = pending(stack, decided(stack, "ticket", TICKET, UNSURE_TICKET))
+@ON_THE_STACK
+def test_an_answered_review_is_kept_and_shown_beside_a_look_alike_in_review(world, console):  # noqa: F811
+    first, = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     assert console("GET", f"/api/reviews/{first}")["json"]["similar"] == []  # nothing resolved yet
     answered = console("POST", f"/api/reviews/{first}", body={"answers": {"queue": "billing"}})
     assert answered["statusCode"] == 200, answered["body"]
-    wait_for(lambda: status(stack, first) == "SUCCEEDED", "the answered workflow")
+    world.wait_for(lambda: world.status(first) == "SUCCEEDED", "the answered workflow")
 
     look_alike = dict(TICKET, ticket_id="T-78", body="I see two charges of $49 on my card. Refund one please.")
     unrelated = dict(TICKET, ticket_id="T-79", subject="Export to CSV", body="How do I export my reports as CSV?")
-    second, third = pending(stack, decided(stack, "ticket", look_alike, UNSURE_TICKET),
-                            decided(stack, "ticket", unrelated, UNSURE_TICKET))
+    second, third = world.pending(decided(world.template, "ticket", look_alike, UNSURE_TICKET),
+                                  decided(world.template, "ticket", unrelated, UNSURE_TICKET))
     (similar,) = console("GET", f"/api/reviews/{second}")["json"]["similar"]
     assert similar["item_id"] == "T-77" and similar["answers"] == {"queue": "billing"}
     assert similar["target"] == "billing" and similar["by"] == "reviewer"

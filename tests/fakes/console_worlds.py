@@ -1,0 +1,410 @@
+"""Where a review-side flow test runs (the review console, the review function): the template's
+names over the in-memory fakes of tests/fakes/console.py (the fast tier), or the template's
+resources in moto with the real routing workflow executing (the smoke tests, marked `stack`).
+Both are intake worlds too (tests/fakes/worlds.py), so an intake can put an item in review, and
+both answer the same questions afterwards (an execution's status, what reached a queue, the audit
+row, the labelled example), so a test reads alike on either.
+
+    world = ConsoleWorld()                       # nothing created; stray AWS calls hit an empty moto
+    (name,) = world.pending(record)              # started, and its review requested
+    invoke = world.console_function()            # the console function over this world's parts
+    ...
+    world.finished(name)                         # "SUCCEEDED", once the workflow went on
+    world.delivered("BillingQueue")              # the messages that reached the team's queue
+
+In the fake world nothing runs by itself: `PlayedWorkflow` takes the routing workflow's steps
+whenever the world is asked a question, as far as the workflow would have gone by then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any, Callable, Iterator
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.adapters.review import AuditTrail
+from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
+from decision_router.config import Settings
+from decision_router.domain.records import AuditRow, DecisionRecord
+from local.cloudformation import Stack
+from local.lambdas import LocalFunction
+from tests.fakes.console import (
+    Clock,
+    FakeAuditTrail,
+    FakeLabelledExamples,
+    FakeResolvedItems,
+    FakeReviewQueue,
+    FakeReviewTasks,
+    entered_time,
+)
+from tests.fakes.intake import Execution, FakeQueue, RecordingWorkflow
+from tests.fakes.worlds import FakeWorld, MotoWorld
+
+#: How long the moto world waits for the workflow (moto runs it in its own threads).
+WAIT_SECONDS = 30.0
+
+
+# ------------------------------------------------------------------------------ a stack in moto
+# Over any stack in moto (the moto world's, or a local run's behind a moto server: tests/e2e/).
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
+    """The predicate's first true value, asked every 0.2 s (moto runs the workflow in its threads)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(stack: Stack, record: DecisionRecord) -> str:
+    """The record's routing execution started, as the intakes start it; its name."""
+    name, started = WorkflowStarter(stack.ref("RoutingStateMachine")).start(record)
+    assert started, name
+    return name
+
+
+def status(stack: Stack, name: str) -> str:
+    arn = stack.ref("RoutingStateMachine").replace(":stateMachine:", ":execution:") + ":" + name
+    return boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+
+
+def depth(url: str) -> int:
+    """The messages on the queue, hidden or not."""
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])
+    return sum(int(v) for v in attributes["Attributes"].values())
+
+
+def delivered(url: str) -> list[dict[str, Any]]:
+    """The queue's messages (their JSON bodies), taken off it."""
+    sqs = boto3.client("sqs")
+    found = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        for message in batch:
+            found.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return found
+
+
+# ------------------------------------------------------------------------------ the fake routing workflow
+class NotPlayed(AssertionError):
+    """A step of the routing workflow the fake world does not play: run the test on the stack."""
+
+
+def _compact(value: Any) -> str:
+    """JSON text as States.JsonToString writes it."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+class PlayedWorkflow(RecordingWorkflow):
+    """The routing workflow (statemachine/routing.asl.json) played over the fakes: started as the
+    intakes start it (`start`, RecordingWorkflow's rules for names used before) and as the console
+    starts a correction (`start_named`); read as the review side reads it (`describe`,
+    `running_record`, ConsoleWorkflow's answers). `play` takes each running execution as far as
+    the workflow would by now:
+
+    - an automatic route: delivered to its destination, audited `auto_routed`, SUCCEEDED;
+    - a review: requested on the review queue under a task token the review tasks issue; once the
+      token is answered, the answer is checked (this execution, a reviewer, one of the record's own
+      choices), then delivered, its labelled example stored, audited `reviewed`, SUCCEEDED;
+    - a correction: its answer checked and carried out as a review's.
+
+    Each row and message is written field for field as the state that writes it in AWS. What it
+    does not play raises NotPlayed: an escalation (no bus here), a review closed or timed out, an
+    answer the workflow would refuse (dead-lettered), an unknown route. The Item Routed
+    announcement is not put (no bus: nothing here can read it). The smoke tests, run on both
+    worlds, hold what it plays to the real workflow in moto."""
+
+    def __init__(self, state_machine_arn: str, *, review_queue_url: str, review_queue: FakeReviewQueue,
+                 tasks: FakeReviewTasks, audit: FakeAuditTrail, examples: FakeLabelledExamples,
+                 queue_at: Callable[[str], FakeQueue], clock: Clock = time.time) -> None:
+        super().__init__()
+        self.state_machine_arn, self.review_queue_url = state_machine_arn, review_queue_url
+        self.review_queue, self.tasks, self.audit, self.examples = review_queue, tasks, audit, examples
+        self.queue_at, self.clock = queue_at, clock
+        self.tokens: dict[str, str] = {}  # execution name -> the task token its review waits on
+
+    # -------------------------------------------------------------------- the review side's port (Executions)
+    def start_named(self, name: str, record: DecisionRecord) -> bool:
+        """Start one execution of exactly this name; False when one exists (whatever its status)."""
+        if name in self.executions:
+            return False
+        self.executions[name] = Execution(name, record, record.model_dump_json())
+        return True
+
+    def describe(self, name: str) -> tuple[str, dict[str, Any]]:
+        if name not in self.executions:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}")
+        execution = self.executions[name]
+        return execution.status, json.loads(execution.input)
+
+    def running_record(self, name: str) -> DecisionRecord:
+        status, _ = self.describe(name)
+        if status != "RUNNING":
+            raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
+        return DecisionRecord.model_validate_json(self.executions[name].input)
+
+    def execution_arn(self, name: str) -> str:
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+
+    # -------------------------------------------------------------------- the workflow's steps
+    def play(self) -> None:
+        """Each running execution taken as far as the workflow would take it by now."""
+        for execution in list(self.executions.values()):
+            if execution.status == "RUNNING":
+                self._step(execution, json.loads(execution.input))
+
+    def _step(self, execution: Execution, given: dict[str, Any]) -> None:
+        route = given.get("route")
+        if route == "auto":
+            self._carry_out(execution, given, given["destination"], given["escalate"],
+                            {"status": "auto_routed", "target": given["destination"]["target"],
+                             "escalated": given["escalate"], "reviewer": None})
+        elif route == "correction":
+            self._answered(execution, given, given["correction"])
+        elif route == "review":
+            self._review(execution, given)
+        else:
+            raise NotPlayed(f"{execution.name}: route {route!r} is dead-lettered by the workflow")
+
+    def _review(self, execution: Execution, given: dict[str, Any]) -> None:
+        if given["escalate"]:
+            raise NotPlayed(f"{execution.name}: an escalation before the review (PutItemEscalatedBeforeReview)")
+        token = self.tokens.get(execution.name)
+        if token is None:  # RequestReview
+            if given["review"]["queue_url"] != self.review_queue_url:
+                raise NotPlayed(f"{execution.name}: a review queue this world has no fake of")
+            token = self.tokens[execution.name] = self.tasks.issue()
+            self.review_queue.request_review(execution.record, execution.name, token)
+        if token in self.tasks.answered:
+            self._answered(execution, given, json.loads(self.tasks.answered[token].model_dump_json()))
+        elif token in self.tasks.closed or token in self.tasks.timed_out:
+            raise NotPlayed(f"{execution.name}: a review closed at its source or timed out")
+
+    def _answered(self, execution: Execution, given: dict[str, Any], answer: dict[str, Any]) -> None:
+        """CheckReviewAnswer* and LookUpReviewChoice, then the route the chosen answer names."""
+        accepted = (answer.get("execution_name") == execution.name and isinstance(answer.get("reviewer"), str)
+                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"])
+        if not accepted:
+            raise NotPlayed(f"{execution.name}: the workflow refuses this answer (RejectReviewAnswer): {answer}")
+        chosen = json.loads(answer["choice"])
+        escalates = chosen["escalate"] and not (given["route"] == "review" and given["escalate"])
+        outcome = {"status": "reviewed", "target": chosen["destination"]["target"], "escalated": chosen["escalate"],
+                   "reviewer": answer["reviewer"], "answers": chosen["answers"], "review": answer}
+        self._carry_out(execution, given, chosen["destination"], escalates, outcome, answer=answer,
+                        answers=chosen["answers"])
+
+    def _carry_out(self, execution: Execution, given: dict[str, Any], destination: dict[str, Any], escalates: bool,
+                   outcome: dict[str, Any], *, answer: dict[str, Any] | None = None,
+                   answers: dict[str, str] | None = None) -> None:
+        """DeliverToDestination, StoreLabelledExample (an answered item), WriteAuditRecord: SUCCEEDED."""
+        if escalates:
+            raise NotPlayed(f"{execution.name}: an escalation (PutItemEscalated)")
+        name = execution.name
+        self.queue_at(destination["queue_url"]).send(json.dumps({
+            "item_kind": given["item_kind"], "item_id": given["item_id"], "item": given["item"],
+            "target": destination["target"], "route": given["route"], "route_reason": given["route_reason"],
+            "policy": given["policy"], "decisions": given["decisions"], "execution_name": name}))
+        if answer is not None:
+            self.examples.put({
+                "policy_name": given["policy"]["name"], "item_id": given["item_id"],
+                "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
+                "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
+                "model_decisions": _compact(given["decisions"]), "route_reason": given["route_reason"],
+                "execution_name": name, "labelled_at": entered_time(self.clock())})
+        self.audit.write(AuditRow(
+            item_id=given["item_id"], execution_name=name, item_kind=given["item_kind"], outcome=outcome["status"],
+            outcome_detail=_compact(outcome), route=given["route"], route_reason=given["route_reason"],
+            policy_name=given["policy"]["name"], policy_version=given["policy"]["version"],
+            decisions=_compact(given["decisions"]), item=_compact(given["item"]), decided_at=given["decided_at"],
+            audited_at=entered_time(self.clock()), execution_arn=self.execution_arn(name),
+            linked_incident=_compact(given.get("linked"))))  # a record without `linked`: audited as not linked
+        execution.status = "SUCCEEDED"
+
+
+class _Questions:
+    """What both worlds answer alike, from what each answers its own way (`start`, `status`,
+    `depth`, `wait_for`)."""
+
+    def pending(self, *records: DecisionRecord) -> list[str]:
+        """Each record's execution started, once the workflow requested every review."""
+        names = [self.start(record) for record in records]
+        self.wait_for(lambda: self.depth("ReviewQueue") == len(records), "the review requests")
+        return names
+
+    def finished(self, name: str) -> str:
+        """The execution's status once it ended."""
+        return self.wait_for(lambda: self.status(name) != "RUNNING" and self.status(name), f"execution {name}")
+
+
+class ConsoleWorld(_Questions, FakeWorld):
+    """The template's names (nothing is created) over the fakes of the review side, beside the
+    intake's: one review queue, review tasks, audit table, labelled examples and resolved items,
+    and the routing workflow played over them (`PlayedWorkflow`, in place of the intake world's
+    RecordingWorkflow)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.review_queue = FakeReviewQueue()
+        self.tasks = FakeReviewTasks()
+        self.audit = FakeAuditTrail()
+        self.examples = FakeLabelledExamples()
+        self.resolved_items = FakeResolvedItems()
+        self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
+                                       review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
+                                       examples=self.examples, queue_at=self._queue_at)
+
+    # -------------------------------------------------------------------- the functions, over this world's parts
+    def console_function(self) -> Callable[[dict], dict]:
+        """The console function, cold-started with the template's environment (in this process,
+        under mock_aws), its wiring made of this world's fakes: event -> response."""
+        from review_console.wiring import Wiring
+
+        wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
+                        workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
+                        resolved_items=self.resolved_items)
+        return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
+
+    def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The review function (review.app) wired with this world's fakes."""
+        from review import app
+        from review.wiring import Wiring
+
+        monkeypatch.setattr(app, "WIRING", Wiring(
+            Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
+            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items))
+
+    # -------------------------------------------------------------------- the workflow
+    def start(self, record: DecisionRecord) -> str:
+        name, started = self.workflow.start(record)
+        assert started, name
+        return name
+
+    def status(self, name: str) -> str | None:
+        self.workflow.play()
+        return self.workflow.status(name)
+
+    def wait_for(self, predicate: Callable[[], Any], what: str) -> Any:
+        """The predicate's value once the workflow played what it could (nothing runs later here)."""
+        self.workflow.play()
+        if value := predicate():
+            return value
+        raise AssertionError(f"waited in vain for {what}: the workflow played all it could")
+
+    # -------------------------------------------------------------------- queues and tables
+    def depth(self, logical_id: str) -> int:
+        """The messages on the queue, hidden or not."""
+        self.workflow.play()
+        if logical_id == "ReviewQueue":
+            return len(self.review_queue.bodies())
+        return len(self.queue(logical_id).waiting)
+
+    def delivered(self, logical_id: str) -> list[dict[str, Any]]:
+        """The queue's messages (their JSON bodies), taken off it."""
+        self.workflow.play()
+        queue = self.queue(logical_id)
+        found = []
+        for message in queue.messages(limit=1000):
+            found.append(json.loads(message["Body"]))
+            queue.delete(message)
+        return found
+
+    def pending_message(self) -> dict[str, Any]:
+        """The one review request on the review queue, with a receipt handle (left visible)."""
+        self.workflow.play()
+        (queued,) = self.review_queue.pending().reviews
+        self.review_queue.release([queued])
+        return dict(json.loads(queued.review.model_dump_json()), receipt_handle=queued.receipt_handle)
+
+    def audit_columns(self, item_id: str, execution_name: str) -> dict[str, str]:
+        """The audit row's columns (KeyError: no row)."""
+        self.workflow.play()
+        return dict(self.audit.rows[(item_id, execution_name)])
+
+    def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
+        """The labelled example's columns (KeyError: none)."""
+        self.workflow.play()
+        return dict(self.examples.rows[(policy, item_id)])
+
+    def labelled_examples(self) -> list[dict[str, str]]:
+        self.workflow.play()
+        return list(self.examples.scan())
+
+    def put_labelled_example(self, columns: dict[str, str]) -> None:
+        self.examples.put(columns)
+
+
+class MotoConsoleWorld(_Questions, MotoWorld):
+    """The template's resources created in moto (inside mock_aws with Step Functions executing),
+    the functions wired from their environments as in the account: the routing workflow runs in
+    moto's threads, so each question that waits polls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.audit = AuditTrail(self.ref("AuditTable"))
+
+    def console_function(self) -> Callable[[dict], dict]:
+        """The console function, cold-started with the template's environment: event -> response."""
+        return LocalFunction(self.template, "ReviewConsoleFunction").invoke
+
+    def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The review function cold-started on its environment (also os.environ: ops tools read it)."""
+        from review import app
+
+        for name, value in self.environment("ReviewCompletionFunction").items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(app, "WIRING", app.Wiring())
+
+    # -------------------------------------------------------------------- the workflow
+    def start(self, record: DecisionRecord) -> str:
+        return start(self.template, record)
+
+    def status(self, name: str) -> str | None:
+        return status(self.template, name)
+
+    def wait_for(self, predicate: Callable[[], Any], what: str) -> Any:
+        return wait_for(predicate, what)
+
+    # -------------------------------------------------------------------- queues and tables
+    def depth(self, logical_id: str) -> int:
+        return depth(self.ref(logical_id))
+
+    def delivered(self, logical_id: str) -> list[dict[str, Any]]:
+        return delivered(self.ref(logical_id))
+
+    def pending_message(self) -> dict[str, Any]:
+        (message,) = boto3.client("sqs").receive_message(QueueUrl=self.ref("ReviewQueue"),
+                                                         VisibilityTimeout=0)["Messages"]
+        return dict(json.loads(message["Body"]), receipt_handle=message["ReceiptHandle"])
+
+    def _get(self, table: str, key: dict[str, str]) -> dict[str, str]:
+        item = boto3.client("dynamodb").get_item(TableName=self.ref(table),
+                                                 Key={k: {"S": v} for k, v in key.items()})["Item"]
+        return {name: value["S"] for name, value in item.items()}
+
+    def audit_columns(self, item_id: str, execution_name: str) -> dict[str, str]:
+        return self._get("AuditTable", {"item_id": item_id, "execution_name": execution_name})
+
+    def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
+        return self._get("LabelledExamplesTable", {"policy_name": policy, "item_id": item_id})
+
+    def labelled_examples(self) -> list[dict[str, str]]:
+        rows = boto3.client("dynamodb").scan(TableName=self.ref("LabelledExamplesTable"))["Items"]
+        return [{k: v["S"] for k, v in row.items() if "S" in v} for row in rows]
+
+    def put_labelled_example(self, columns: dict[str, str]) -> None:
+        boto3.client("dynamodb").put_item(TableName=self.ref("LabelledExamplesTable"),
+                                          Item={name: {"S": value} for name, value in columns.items()})
+
+
+@contextlib.contextmanager
+def console_world(kind: str) -> Iterator[ConsoleWorld]:
+    """The world of a test's `world` fixture: "moto" (the stack), else the fakes, inside mock_aws
+    all the same, so a call no fake answers fails at once against an empty moto."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield MotoConsoleWorld() if kind == "moto" else ConsoleWorld()
