@@ -15,18 +15,19 @@ from typing import Any
 
 import boto3
 
+from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.config import Settings
 from decision_router.domain.ports import Endpoint
 from decision_router.domain.records import DecisionRecord
 from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
-from tests.fakes.console import FakeAuditTrail, FakeReviewQueue, FakeReviewTasks
+from tests.fakes.console import FakeAuditTrail, FakeResolvedItems, FakeReviewQueue, FakeReviewTasks
 from tests.fakes.intake import FakeAlarmStates, FakeOpenIncidents, FakeQueue, InMemoryIdempotency, RecordingWorkflow
 
 ENDPOINT_NAME = "decision-endpoint"
-#: What the fake world's functions are not given: no head store (the shipped heads decide), no
-#: resolved items (nothing kept for similar items), as a stack deployed without them.
-NOT_GIVEN = ("HEAD_STORE_BUCKET", "HEAD_HISTORY_TABLE_NAME", "RESOLVED_ITEMS_TABLE_NAME")
+#: What the fake world's functions are not given: no head store (the shipped heads decide, and no
+#: shadow is counted), as a stack deployed without one.
+NOT_GIVEN = ("HEAD_STORE_BUCKET", "HEAD_HISTORY_TABLE_NAME")
 
 
 class FakeWorld:
@@ -41,6 +42,7 @@ class FakeWorld:
         self.audit = FakeAuditTrail()
         self.review_queue = FakeReviewQueue()
         self.review_tasks = FakeReviewTasks()
+        self.resolved_items: FakeResolvedItems | ResolvedItems = FakeResolvedItems()
         self._queues: dict[str, FakeQueue] = {}
 
     def ref(self, logical_id: str) -> str:
@@ -65,7 +67,7 @@ class FakeWorld:
                       dead_letters=self._queue_at(settings.dead_letter_queue_url),
                       ticket_queue=self._queue_at(settings.ticket_queue_url) if settings.ticket_queue_url else None,
                       alarm_states=self.alarm_states, idempotency_store=self.idempotency, audit=self.audit,
-                      review_queue=self.review_queue, review_tasks=self.review_tasks)
+                      review_queue=self.review_queue, review_tasks=self.review_tasks, resolved_items=self.resolved_items)
 
     # ------------------------------------------------------------------ what became of the items
     def executions(self) -> dict[str, DecisionRecord]:
@@ -96,6 +98,7 @@ class MotoWorld(FakeWorld):
             self.template = stack
         else:
             self.template.create()
+        self.resolved_items = ResolvedItems(self.ref("ResolvedItemsTable"))  # what the functions keep there
 
     def environment(self, function: str) -> dict[str, str]:
         return self.template.function_environment(function)

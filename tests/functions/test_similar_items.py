@@ -138,14 +138,14 @@ def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(world, capsys)
 
 
 # ---------------------------------------------------------------------------- kept and shown
-@ONLY_ON_THE_STACK
+@ON_THE_STACK
 def test_an_item_the_router_routes_on_its_own_is_kept_as_resolved_by_the_router(tickets, world, context, ticket_data):  # noqa: F811
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [9.0, 0, 0, 0, 0]))
     app.lambda_handler(ticket_event(ticket_data), context)
     (record,) = world.executions().values()
     assert record.route == "auto"
-    (kept,) = ResolvedItems(world.ref("ResolvedItemsTable")).recent("support-ticket")
+    (kept,) = world.resolved_items.recent("support-ticket")
     assert kept.item_id == ticket_data["ticket_id"] and kept.resolved_by == "router"
     assert kept.answers == {"queue": TICKET_OPTIONS[0]} and kept.target == record.destination.target
     assert kept.summary.startswith(ticket_data["subject"])

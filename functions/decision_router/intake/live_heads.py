@@ -138,11 +138,8 @@ class LiveHeads:
         return True
 
 
-def live_heads(policy: Policy, settings: Any, logger: Logger) -> LiveHeads | None:
-    """The live heads for a function whose settings name a head store; None without one."""
-    if not settings.head_store_bucket or not settings.head_parameter_prefix:
+def live_heads(policy: Policy, store: PointerSource | None, settings: Any, logger: Logger) -> LiveHeads | None:
+    """The live heads of a function given a head store; None without one (the shipped heads decide)."""
+    if store is None:
         return None
-    from ..adapters.head_store import HeadStore
-
-    store = HeadStore(settings.head_store_bucket, settings.head_parameter_prefix, settings.head_history_table)
     return LiveHeads(policy, store, refresh_seconds=settings.head_refresh_seconds, logger=logger)

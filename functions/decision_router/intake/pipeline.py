@@ -34,16 +34,16 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
 from ..adapters.shadow_tally import ShadowTally
-from ..adapters.similar_items import ResolvedItems
 from ..domain.linking import LinkedIncident
 from ..domain.policies import Policy, load_policy
+from ..domain.ports import ResolvedItemStore
 from ..domain.records import DecisionRecord
 from ..domain.routing import Router, ShadowHead
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from ..items import InvalidItem, Item, parse_item
 from .live_heads import LiveHeads, live_heads, question_metric
-from .resolved_items import remember_resolved, resolved_items
+from .resolved_items import remember_resolved
 from .wiring import Wiring
 
 #: Time kept back from the Lambda deadline to start the workflow after the endpoint answered.
@@ -110,7 +110,7 @@ class IntakeParts:
     #: Where the shadow heads' answers are counted (None: no head store, no shadow).
     tally: ShadowTally | None = None
     #: Where an item the router routes on its own is kept for the console's similar items (None: nowhere).
-    resolved_items: ResolvedItems | None = None
+    resolved_items: ResolvedItemStore | None = None
 
 
 class Intake:
@@ -154,9 +154,9 @@ class Intake:
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
                                          persistence_store=self.wiring.idempotency_store,
                                          output_serializer=StoredRecord())
-        live = live_heads(policy, s, self.logger)
-        tally = ShadowTally(s.head_history_table) if live is not None and s.head_history_table else None
-        return IntakeParts(policy, router, judge_once, live, tally, resolved_items(s.resolved_items_table))
+        live = live_heads(policy, self.wiring.head_store, s, self.logger)
+        tally = self.wiring.shadow_tally if live is not None else None
+        return IntakeParts(policy, router, judge_once, live, tally, self.wiring.resolved_items)
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:

@@ -17,12 +17,25 @@ from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePer
 
 from ..adapters.alarm_states import AlarmStates
 from ..adapters.endpoint import DecisionEndpoint
+from ..adapters.head_store import HeadStore
 from ..adapters.open_incidents import OpenIncidents
 from ..adapters.queues import Queue
 from ..adapters.review import AuditTrail, ReviewQueue, ReviewTasks
+from ..adapters.shadow_tally import ShadowTally
+from ..adapters.similar_items import ResolvedItems
 from ..adapters.workflow import WorkflowStarter
 from ..config import Settings
-from ..domain.ports import AlarmStateReader, AuditWriter, Endpoint, OpenIncidentStore, Sender, Waiting, Workflow
+from ..domain.ports import (
+    AlarmStateReader,
+    AuditWriter,
+    Endpoint,
+    OpenIncidentStore,
+    PointerSource,
+    ResolvedItemStore,
+    Sender,
+    Waiting,
+    Workflow,
+)
 
 
 class Wiring:
@@ -31,12 +44,13 @@ class Wiring:
                  dead_letters: Sender | None = None, ticket_queue: Waiting | None = None,
                  alarm_states: AlarmStateReader | None = None, idempotency_store: BasePersistenceLayer | None = None,
                  audit: AuditWriter | None = None, review_queue: ReviewQueue | None = None,
-                 review_tasks: ReviewTasks | None = None):
+                 review_tasks: ReviewTasks | None = None, head_store: PointerSource | None = None,
+                 resolved_items: ResolvedItemStore | None = None):
         """Each part given here replaces the one the settings would make (tests, the local run)."""
         given = {"settings": settings, "endpoint": endpoint, "workflow": workflow, "open_incidents": open_incidents,
                  "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states,
                  "idempotency_store": idempotency_store, "audit": audit, "review_queue": review_queue,
-                 "review_tasks": review_tasks}
+                 "review_tasks": review_tasks, "head_store": head_store, "resolved_items": resolved_items}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
 
     @cached_property
@@ -87,3 +101,23 @@ class Wiring:
     @cached_property
     def review_tasks(self) -> ReviewTasks:
         return ReviewTasks()
+
+    @cached_property
+    def head_store(self) -> PointerSource | None:
+        """The head store the heads in service are read from; None when the function is given none."""
+        s = self.settings
+        if not s.head_store_bucket or not s.head_parameter_prefix:
+            return None
+        return HeadStore(s.head_store_bucket, s.head_parameter_prefix, s.head_history_table)
+
+    @cached_property
+    def shadow_tally(self) -> ShadowTally | None:
+        """Where the shadow heads' answers are counted (the head store's history table); None without it."""
+        table = self.settings.head_history_table
+        return ShadowTally(table) if table else None
+
+    @cached_property
+    def resolved_items(self) -> ResolvedItemStore | None:
+        """Where an item routed or answered is kept for the console's similar items; None: nowhere."""
+        table = self.settings.resolved_items_table
+        return ResolvedItems(table) if table else None
