@@ -71,9 +71,12 @@ $(CHROMIUM_STAMP): | $(STAMP)
 	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	@touch $@
 
-# The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv.
+# The suite also runs `sam validate --lint`, so it needs the SAM CLI's own venv. It runs on every
+# core (TEST_WORKERS=1: in this process): each worker takes whole test files, so a file's module
+# fixtures are made once and its tests keep their order.
+TEST_WORKERS ?= auto
 test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
 # MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets, incidents and raw source events (events/sources.jsonl);
