@@ -52,6 +52,7 @@ def free_port() -> int:
 
 
 @pytest.mark.model
+@pytest.mark.server  # the installed launcher serves in a process of its own
 def test_real_install_serves_a_decision(tmp_path):
     """A real install into a temporary prefix (pip's wheel cache makes it ~1 min), then the
     installed launcher — what the image's ENTRYPOINT runs — serves /ping and a decision."""

@@ -20,7 +20,7 @@ from decision_server.settings import Settings
 from local.fuzz import FUZZ_SETTINGS
 from local.services import DecisionContainer
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.server]  # the fuzzed server runs in a process of its own
 
 #: Generated cases per operation and generation mode (valid / invalid) in the fuzzing phase.
 MAX_EXAMPLES = 15
