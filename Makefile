@@ -12,8 +12,8 @@ export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
-	@echo "make unit   the fast tests: no model, no SAM CLI, no servers, no stack in moto (about 5 min on 2 cores)"
-	@echo "make test   the whole test suite (what CI runs)"
+	@echo "make unit   the fast tests: the flows on fakes of the ports; no model, servers or stack in moto (about 1 min on 2 cores)"
+	@echo "make test   the whole test suite on every core (what CI runs; about 20 min on 2 cores; TEST_WORKERS=1: one process)"
 	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops)"
 	@echo "make browser  Debian's chromium for the console's browser tests (make test installs it too)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
