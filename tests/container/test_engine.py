@@ -27,6 +27,19 @@ pytestmark = pytest.mark.model
 #: this file's own shared-state batch drifts by 0.0503. The tolerance is 1.5 times the largest seen.
 #: The argmax agrees unless the top two are within it.
 BATCH_TOLERANCE = 0.1
+#: The same drift in the final hidden state (576 values, Euclidean norm about 56), as the Euclidean
+#: distance to the decision's hidden state alone: batched or warm, max 1.46 (248 on zen4), 1.31 (56
+#: on haswell); its prompt re-read from the cache, its last token evaluated again, max 1.42 (96 on
+#: zen4, most of them exact). The tolerance is 1.5 times the largest seen. One value alone moves by
+#: up to 0.6 (the largest are near 48), about what tells two questions apart in a single value, so
+#: a per-value bound cannot be both safe and sharp; the distance is: another question's hidden
+#: state on the same state sits 5.26 or more away, so a result carrying another sequence's still fails.
+HIDDEN_TOLERANCE = 2.2
+
+
+def hidden_distance(a, b) -> float:
+    """The Euclidean distance between two hidden states (see HIDDEN_TOLERANCE)."""
+    return math.dist(a, b)
 
 
 def ticket_decision(**changes) -> Decision:
@@ -278,7 +291,9 @@ def test_hidden_states_in_a_shared_state_batch(embedded_engine):
     for decision, result in zip(decisions, batch.results):
         if decision.return_hidden_state:
             alone = cold_decision(embedded_engine, decision)
-            assert max(abs(a - b) for a, b in zip(result.hidden_state, alone.hidden_state)) < 0.5
+            # tolerance: batched cells sum in another order (was max |Δ| < 0.5 per value, which
+            # the measured drift, 0.6, exceeds)
+            assert hidden_distance(result.hidden_state, alone.hidden_state) <= HIDDEN_TOLERANCE
 
 
 def test_many_questions_on_one_state_are_scored_in_chunks(embedded_engine):
