@@ -3,7 +3,11 @@
 For each of 12 states x ROUNDS and 4 questions (`bench/engine_questions.py`, the engine tests'
 too): the batch cold, the batch again after the state's first question was cached, and each
 question alone; the max |Δp| over options of warm vs. cold and of batch vs. alone. The float sums run in another order in each
-(see BATCH_TOLERANCE in tests/container/test_engine.py, which these figures justify).
+(see BATCH_TOLERANCE in tests/container/test_engine.py, which these figures justify). Beside them,
+the same drift in the letters' logits (max |Δlogit|, LOGIT_TOLERANCE) and in the final hidden state
+(Euclidean distance, HIDDEN_TOLERANCE), each of batch, warm batch and a prompt re-read from the
+cache (cached without its hidden state, so its last token is evaluated again) against the decision
+alone.
 
     PYTHONPATH=contract:container:. .venv/bin/python -m bench.batch_drift [--variant haswell] [--rounds 4]
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 
@@ -42,6 +47,14 @@ def max_delta(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
+def max_logit_delta(a, b) -> float:
+    return max(abs(x - y) for x, y in zip(a.option_logits, b.option_logits))
+
+
+def hidden_distance(a, b) -> float:
+    return math.dist(a.hidden_state, b.hidden_state)
+
+
 def summary(deltas: list[float]) -> dict:
     return {"max": max(deltas), "median": statistics.median(deltas), "n": len(deltas)}
 
@@ -52,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="each state again under another prefix, this often")
     args = parser.parse_args(argv)
     engine = DecisionEngine(model_path=embedded_model_path(), cpu_variant=args.variant)
-    warm_vs_cold, batch_vs_alone = [], []
+    warm_vs_cold, batch_vs_alone, logits_vs_alone, hidden_vs_alone = [], [], [], []
     for n, text in [(f"{r}.{k}", text) for r in range(args.rounds) for k, text in enumerate(STATES)]:
-        decisions = [Decision(id=f"q{i}", state=f"State {n}: {text}", question=q, options=o)
+        decisions = [Decision(id=f"q{i}", state=f"State {n}: {text}", question=q, options=o, return_hidden_state=True)
                      for i, (q, o) in enumerate(QUESTIONS)]
         engine.scheduler.clear_cache()
         cold = engine.decide(decisions)
@@ -62,11 +75,18 @@ def main(argv: list[str] | None = None) -> int:
         engine.decide_one(decisions[0])  # the state is cached now
         warm = engine.decide(decisions)
         warm_vs_cold += [max_delta(c.probabilities, w.probabilities) for c, w in zip(cold.results, warm.results)]
-        for decision, batched in zip(decisions, cold.results):
+        for decision, batched, warmed in zip(decisions, cold.results, warm.results):
             engine.scheduler.clear_cache()
-            batch_vs_alone.append(max_delta(batched.probabilities, engine.decide_one(decision).probabilities))
+            alone = engine.decide_one(decision)
+            batch_vs_alone.append(max_delta(batched.probabilities, alone.probabilities))
+            engine.scheduler.clear_cache()
+            engine.decide_one(decision.model_copy(update={"return_hidden_state": False}))
+            reread = engine.decide_one(decision)  # its last token evaluated again, for the hidden state
+            logits_vs_alone += [max_logit_delta(x, alone) for x in (batched, warmed, reread)]
+            hidden_vs_alone += [hidden_distance(x, alone) for x in (batched, warmed, reread)]
     print(json.dumps({"cpu_variant": engine.llama_build.cpu_variant, "warm_vs_cold": summary(warm_vs_cold),
-                      "batch_vs_alone": summary(batch_vs_alone)}))
+                      "batch_vs_alone": summary(batch_vs_alone), "logits_vs_alone": summary(logits_vs_alone),
+                      "hidden_distance_vs_alone": summary(hidden_vs_alone)}))
     engine.close()
     return 0
 

@@ -48,11 +48,19 @@ def test_a_150_option_question_routes_through_the_whole_pipeline_in_the_demo(tmp
     lines = [json.loads(line) for line in report_file.read_text().splitlines()]
     assert [line["item_id"] for line in lines] == [f"CL-{i:03d}" for i in range(1, 9)]
     outcomes = {line["outcome"] for line in lines}
+    # Both outcomes, with a wide margin: the head's confidence (min_confidence 0.94) is 0.99 or
+    # more for CL-002, CL-004 and CL-005 and 0.67 or less for CL-006, CL-007 and CL-008 (measured
+    # alone and batched together; the batch moved none by more than 0.03). CL-001 and CL-003 sit
+    # near the threshold (0.953, 0.950), which is why neither is named here: each line is held
+    # to its own recorded confidence and threshold instead.
     assert outcomes <= {"routed", "review"} and "routed" in outcomes and "review" in outcomes, lines
     for line in lines:
         decision = line["decisions"][question.id]
         assert decision["readout"] == "head" and decision["answer"] in question.option_ids
         assert decision["head_version"] == question.learned_head.version
+        checks = decision["why"]["checks"]
+        assert checks and all(c["passed"] == (c["value"] >= c["threshold"]) for c in checks), checks
+        assert decision["auto"] == all(c["passed"] for c in checks) == (line["outcome"] == "routed"), line
         if line["outcome"] == "routed":  # delivered to the queue of the head's answer
             assert decision["auto"] and line["target"] == policy.target(decision["answer"]), line
     assert "through the review function (label=" in demo.output and "wrote audit 'reviewed'" in demo.output

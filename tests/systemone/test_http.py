@@ -120,12 +120,21 @@ def test_a_lopsided_answer_is_still_a_float(decision_server_url):
     assert not [path for path in wire_ints(response) if path.startswith(".answers")]
 
 
+def answered_from_the_cache(readout: dict) -> bool:
+    """Whether a question's prompt came whole from the prompt cache: its answer is then the very
+    output read when the same tokens were evaluated first, to the last digit."""
+    return readout["reused_prefix_tokens"] == readout["input_tokens"]
+
+
 def test_equivalent_to_the_same_decisions_through_semif(decision_server_url, mixed):
     decisions = to_decisions(SystemOneRequest.model_validate(body()))
     semif = post(decision_server_url, {"decisions": [d.model_dump(mode="json") for d in decisions]}, "/invocations")
     assert semif.status_code == 200, semif.text
     answers = mixed.json()["answers"]
     by_id = {r["id"]: r for r in semif.json()["results"]}
+    # Fixed state, so abs=1e-9 holds: the same prompts (the cache matches tokens) answered from what
+    # `mixed` evaluated; evaluated again, a batch's answers could move in their last digits.
+    assert all(answered_from_the_cache(r) for r in by_id.values()), by_id
     assert answers["billing"]["noul"] == pytest.approx(by_id["billing"]["probabilities"][0], abs=1e-9)
     assert list(answers["tone"]["probabilities"].values()) == pytest.approx(by_id["tone"]["probabilities"], abs=1e-9)
     assert list(answers["urgency"]["probabilities"].values()) == pytest.approx(by_id["urgency"]["probabilities"], abs=1e-9)
@@ -143,6 +152,9 @@ def test_a_choice_is_the_hand_written_semif_decision(decision_server_url):
     semif = post(decision_server_url, {"decision": decision}, "/invocations")
     assert one.status_code == 200 and semif.status_code == 200, (one.text, semif.text)
     result = semif.json()["result"]
+    # Fixed state: the hand-written decision's prompt is the one System One's question gave, token
+    # for token, so it is answered from the cache with the same digits (abs=1e-9 below).
+    assert answered_from_the_cache(result), result
     assert list(one.json()["answers"]["tone"]["probabilities"].values()) == pytest.approx(result["probabilities"], abs=1e-9)
     assert one.json()["metadata"]["questions"]["tone"]["input_tokens"] == result["input_tokens"]
 
@@ -151,6 +163,8 @@ def test_a_choice_is_the_hand_written_semif_decision(decision_server_url):
 def test_invocations_with_questions_is_system_one(decision_server_url, single, path):
     response = post(decision_server_url, body({"billing": QUESTIONS["billing"]}), path)
     assert response.status_code == 200, response.text
+    # Exact (fixed state): the repeat is answered from the cache, the digits `single` read.
+    assert answered_from_the_cache(response.json()["metadata"]["questions"]["billing"])
     assert response.json()["answers"] == single.json()["answers"]
     assert response.json()["usage"] == single.json()["usage"]
 
@@ -165,7 +179,10 @@ def test_a_sagemaker_runtime_client_gets_system_one_answers(decision_server_url,
         EndpointName="router-decisions", ContentType="application/json", Accept="application/json",
         Body=json.dumps(body({"billing": QUESTIONS["billing"]})),
     )
-    assert json.loads(response["Body"].read())["answers"] == single.json()["answers"]
+    answered = json.loads(response["Body"].read())
+    # Exact (fixed state): the repeat is answered from the cache, the digits `single` read.
+    assert answered_from_the_cache(answered["metadata"]["questions"]["billing"])
+    assert answered["answers"] == single.json()["answers"]
 
 
 # --- errors -----------------------------------------------------------------------------------
