@@ -47,7 +47,6 @@ from decision_router.adapters.review import (
 from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.domain.head_versions import parameter_name
-from decision_router.domain.judging import build_record, explain, model_entry
 from decision_router.domain.linking import LinkedIncident
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
@@ -67,7 +66,7 @@ from tests.fakes.console import (
     FakeReviewQueue,
     FakeReviewTasks,
 )
-from tests.functions.conftest import ALL_TARGETS, letters_only, make_result
+from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
 VARIANTS = ["fake", "moto"]
 ASL = Path(__file__).resolve().parents[2] / "statemachine" / "routing.asl.json"
@@ -106,14 +105,7 @@ def template(monkeypatch) -> Iterator[Stack]:
 
 def ticket_record(ticket_id: str) -> DecisionRecord:
     """A ticket the routing code sends to review (the model unsure between two queues)."""
-    policy = letters_only(load_policy("support-ticket"))
-    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Two charges of $49.",
-                                 "customer": {"id": "C-9", "tier": "pro"}, "channel": "email",
-                                 "created_at": "2026-11-29T12:00:00Z"})
-    results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
-               for q in policy.questions]
-    return build_record(policy, item, explain(policy, item, results), destinations=DESTINATIONS,
-                        review_queue_url=DESTINATIONS["billing"], review_timeout_seconds=3600)
+    return unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=DESTINATIONS["billing"])
 
 
 # ------------------------------------------------------------------------------ webhook deliveries

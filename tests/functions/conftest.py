@@ -115,3 +115,22 @@ def policy_files_beside(directory: Path) -> None:
     from decision_router.domain.policies import POLICY_DIR
 
     shutil.copytree(POLICY_DIR / "heads", directory / "heads", dirs_exist_ok=True)
+
+
+def unsure_ticket(ticket_id: str, *, destinations: dict[str, str], review_queue_url: str):
+    """A ticket's decision record as the routing code writes it when the letters are unsure
+    between billing and technical support: sent to review (the review side's tests start there)."""
+    from decision_router.domain.judging import build_record, explain, model_entry
+    from decision_router.domain.policies import load_policy
+    from decision_router.items import parse_item
+
+    policy = letters_only(load_policy("support-ticket"))
+    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Two charges of $49.",
+                                 "customer": {"id": "C-9", "tier": "pro"}, "channel": "email",
+                                 "created_at": "2026-11-29T12:00:00Z"})
+    results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
+               for q in policy.questions]
+    record = build_record(policy, item, explain(policy, item, results), destinations=destinations,
+                          review_queue_url=review_queue_url, review_timeout_seconds=3600)
+    assert record.route == "review"
+    return record

@@ -13,11 +13,8 @@ import pytest
 
 from decision_router.adapters.review import ReviewQueue
 from decision_router.config import ConfigError, Settings
-from decision_router.domain.judging import build_record, explain, model_entry
-from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.webhooks import sign
-from decision_router.items import parse_item
 from decision_router.sources.webhook import FORWARDED_SOURCE
 from local.event_sources import http_event
 from tests.fakes.console import (
@@ -30,7 +27,8 @@ from tests.fakes.console import (
     FakeReviewQueue,
     FakeReviewTasks,
 )
-from tests.functions.conftest import ALL_TARGETS, EVENTS, letters_only, make_result
+from tests.functions.conftest import ALL_TARGETS, EVENTS
+from tests.functions.conftest import unsure_ticket as shared_unsure_ticket
 from tests.functions.test_intake_handlers import FakeLambdaContext
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/review"
@@ -52,16 +50,7 @@ class Sent:
 
 def unsure_ticket(ticket_id: str) -> DecisionRecord:
     """A ticket the routing code sends to review, between billing and technical support."""
-    policy = letters_only(load_policy("support-ticket"))
-    item = parse_item("ticket", {"ticket_id": ticket_id, "subject": "Charged twice", "body": "Two charges of $49.",
-                                 "customer": {"id": "C-9", "tier": "pro"}, "channel": "email",
-                                 "created_at": "2026-11-29T12:00:00Z"})
-    results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
-               for q in policy.questions]
-    record = build_record(policy, item, explain(policy, item, results), destinations=DESTINATIONS,
-                          review_queue_url=QUEUE_URL, review_timeout_seconds=3600)
-    assert record.route == "review"
-    return record
+    return shared_unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=QUEUE_URL)
 
 
 @pytest.fixture
