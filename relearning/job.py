@@ -59,7 +59,7 @@ from decision_router.review.completion import labelled_example
 from evaluation.cases import Case, case_from_row, load_file
 from evaluation.runners import RunFailure, Scored
 from training import gate, shipped_signals
-from training.features import Example, FeatureCache, decision_key, extract
+from training.features import Example, FeatureCache, extract, request_key
 from training.fitting import SHIPPED, TEST_SPLIT, fit_head
 
 #: Items asked of the endpoint between two saves of their signals.
@@ -268,7 +268,7 @@ class Relearning:
         if seeded:
             cache.save()
             self.logger.info("model signals shipped for this model used", extra={"decisions": seeded})
-        pending = [c for c in cases if any(cache.get(decision_key(model.sha256, d.decision)) is None for d in c.decisions)]
+        pending = [c for c in cases if any(cache.get(request_key(model.sha256, d.decision)) is None for d in c.decisions)]
         complete = True
         for start in range(0, len(pending), CHUNK):
             if deadline is not None and start > 0 and time.monotonic() > deadline:  # one chunk at least

@@ -8,7 +8,6 @@ model and data reads the cache, and a changed prompt, question or model scores a
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from decision_contract import Decision, DecisionResult, ModelInfo
+from decision_contract import DecisionResult, ModelInfo
+from decision_contract.signals import request_key
 from evaluation.cases import Case, RowError
 from evaluation.runners import RunFailure, Runner
 
@@ -54,11 +54,6 @@ class Example:
             timing={"tokenize_seconds": 0.0, "prefill_seconds": 0.0, "total_seconds": 0.0},
             hidden_state=self.hidden.tolist(),
         )
-
-
-def decision_key(model_sha256: str, decision: Decision) -> str:
-    content = decision.model_dump_json(exclude={"id", "return_hidden_state", "temperature"})
-    return hashlib.sha256(f"{model_sha256}\n{content}".encode()).hexdigest()
 
 
 class FeatureCache:
@@ -102,7 +97,7 @@ def extract(runner: Runner, model: ModelInfo, cases: Sequence[Case], cache_dir: 
 
     def score(case: Case) -> None:
         decisions = [labelled.decision.model_copy(update={"return_hidden_state": True}) for labelled in case.decisions]
-        keys = [decision_key(model.sha256, d) for d in decisions]
+        keys = [request_key(model.sha256, d) for d in decisions]
         if all(cache.get(k) is not None for k in keys):
             return
         try:
@@ -126,7 +121,7 @@ def extract(runner: Runner, model: ModelInfo, cases: Sequence[Case], cache_dir: 
     examples = []
     for case in cases:
         for labelled in case.decisions:
-            row = cache.get(decision_key(model.sha256, labelled.decision))
+            row = cache.get(request_key(model.sha256, labelled.decision))
             if row is None:
                 continue
             hidden, logits, mass, version = row

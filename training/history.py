@@ -54,6 +54,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionResult, ModelInfo
+from decision_contract.signals import request_key
 from decision_router.domain.heads import FORMAT
 from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import question_decision
@@ -62,7 +63,6 @@ from evaluation import metrics
 from evaluation.runners import RunFailure, Runner
 
 from . import learn
-from .features import decision_key
 from .history_policy import (
     MERGED,
     HistoryError,
@@ -129,7 +129,7 @@ def score(runner: Runner, model: ModelInfo, decisions: Sequence[Decision], cache
           progress: bool = True, workers: int = 4, save_every: int = 500) -> list[tuple[np.ndarray, np.ndarray, float, str]]:
     """The model's signals for each decision (one request each), from the cache where it has them;
     a progress bar says how many are left and how long that takes."""
-    keys = [decision_key(model.sha256, d) for d in decisions]
+    keys = [request_key(model.sha256, d) for d in decisions]
     todo = [i for i, k in enumerate(dict.fromkeys(keys)) if cache.get(k) is None]
     unique = list(dict.fromkeys(keys))
     first = {k: keys.index(k) for k in unique} if todo else {}

@@ -8,7 +8,7 @@ without asking the model for them first (about an hour on two CPU cores).
 
 One file per model, named by the GGUF's sha256 (`bench/data/signals/<sha256>.npz`): a run whose
 model is another finds no file and asks its endpoint as before. Each row is keyed as `make fit`'s
-cache keys it (`features.decision_key`: the model's sha256 and the decision's content), so a
+cache keys it (`decision_contract.signals.request_key`: the model's sha256 and the decision's content), so a
 changed prompt, question or item simply finds no row. The format is compact: the hidden state in
 float16 (its values are far inside float16's range; the rounding moves a head's probabilities
 slightly, which can tip a verdict taken on a handful of labels, never the sets' figures), the
@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from decision_contract.signals import read_shard, request_key, write_shard
 from evaluation.cases import load_file
 
-from .features import FeatureCache, decision_key, extract
+from .features import FeatureCache, extract
 from .fitting import REPO, SHIPPED
 
 #: Where the shipped signals are, one file per model (its GGUF's sha256).
@@ -40,34 +41,18 @@ def signals_path(model_sha256: str, directory: Path = SIGNALS_DIR) -> Path:
 
 def write(path: Path, model_sha256: str, rows: dict[str, tuple[np.ndarray, np.ndarray, float, str]]) -> None:
     """The rows (FeatureCache's: hidden state, letter logits, allowed-token mass, prompt version)
-    in the compact format."""
+    as one compressed signals shard (decision_contract.signals)."""
     keys = sorted(rows)
-    versions = sorted({rows[k][3] for k in keys})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(
-        path, model_sha256=np.str_(model_sha256),
-        keys=np.array([bytes.fromhex(k) for k in keys], dtype="S32"),
-        hidden=np.array([rows[k][0] for k in keys], dtype=np.float16),
-        n_options=np.array([len(rows[k][1]) for k in keys], dtype=np.uint8),
-        logits=np.concatenate([np.asarray(rows[k][1], dtype=np.float32) for k in keys]),
-        mass=np.array([rows[k][2] for k in keys], dtype=np.float32),
-        versions=np.array(versions, dtype=np.str_),
-        version=np.array([versions.index(rows[k][3]) for k in keys], dtype=np.uint8))
+    write_shard(path, model_sha256, keys, [rows[k][0] for k in keys], [rows[k][1] for k in keys],
+                [rows[k][2] for k in keys], [rows[k][3] for k in keys], compress=True)
 
 
 def read(path: Path, model_sha256: str) -> dict[str, tuple[np.ndarray, np.ndarray, float, str]]:
     """The file's rows as FeatureCache holds them; ValueError when it is another model's."""
-    with np.load(path, allow_pickle=False) as data:
-        if str(data["model_sha256"]) != model_sha256:
-            raise ValueError(f"{path}: signals of model {data['model_sha256']}, not {model_sha256}")
-        keys, hidden, n_options = data["keys"], data["hidden"], data["n_options"]
-        logits, mass, versions, version = data["logits"], data["mass"], data["versions"], data["version"]
-    ends = np.cumsum(n_options.astype(np.int64))
-    # numpy's bytes type drops trailing NUL bytes: a key ending in 00 is padded back to 32 bytes
-    starts = ends - n_options
-    return {bytes(k).ljust(32, b"\0").hex(): (hidden[i].astype(np.float32), logits[starts[i]:ends[i]].astype(np.float64),
-                             float(mass[i]), str(versions[version[i]]))
-            for i, k in enumerate(keys)}
+    shard = read_shard(path)
+    if shard.model_sha256 != model_sha256:
+        raise ValueError(f"{path}: signals of model {shard.model_sha256}, not {model_sha256}")
+    return {key: shard.row(i) for i, key in enumerate(shard.keys)}
 
 
 def seed(cache: FeatureCache, model_sha256: str, directory: Path = SIGNALS_DIR) -> int:
@@ -97,7 +82,7 @@ def nearest_agreement(path: Path, question: str, directory: Path = SIGNALS_DIR) 
     pairs: dict[str, list[tuple[np.ndarray, str]]] = {"train": [], "test": []}
     for case in load_file(path).cases:
         for d in case.decisions:
-            key = decision_key(sha, d.decision.model_copy(update={"return_hidden_state": True}))
+            key = request_key(sha, d.decision.model_copy(update={"return_hidden_state": True}))
             if d.question == question and key in rows and case.split in pairs:
                 pairs[case.split].append((rows[key][0], d.gold))
     if not pairs["train"] or not pairs["test"]:
@@ -134,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = runner.model_info()
         cases = [c for path in SHIPPED for c in load_file(path).cases if c.kind == "policy"]
-        keys = {decision_key(model.sha256, d.decision.model_copy(update={"return_hidden_state": True}))
+        keys = {request_key(model.sha256, d.decision.model_copy(update={"return_hidden_state": True}))
                 for c in cases for d in c.decisions}
         path = signals_path(model.sha256)
         shipped = read(path, model.sha256) if path.is_file() else {}

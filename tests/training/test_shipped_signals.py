@@ -12,7 +12,7 @@ from decision_server.model_files import describe, embedded_model_path
 from evaluation.cases import load_file
 from local.learn import SHIPPED_SIGNALS, signals_at_hand
 from training import shipped_signals
-from training.features import FeatureCache, decision_key
+from training.features import FeatureCache, request_key
 from training.fitting import SHIPPED
 
 MODEL = "c" * 64
@@ -71,7 +71,7 @@ def test_the_file_shipped_for_the_embedded_model_covers_every_shipped_decision()
     path = shipped_signals.signals_path(sha256)
     assert path.is_file(), f"{path.name}: no signals shipped for the embedded model (python -m training.shipped_signals)"
     cases = [c for p in SHIPPED for c in load_file(p).cases if c.kind == "policy"]
-    keys = {decision_key(sha256, d.decision.model_copy(update={"return_hidden_state": True}))
+    keys = {request_key(sha256, d.decision.model_copy(update={"return_hidden_state": True}))
             for c in cases for d in c.decisions}
     missing = keys - set(shipped_signals.read(path, sha256))
     assert not missing, f"{len(missing)} of {len(keys)} shipped decisions have no signals: make the file again"

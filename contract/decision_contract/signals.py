@@ -1,0 +1,103 @@
+"""The model's signals for many decisions, as files: what the batch scorer writes and what the
+fitter reads (its signal cache, and the signals shipped with the repository).
+
+A decision's signals are the hidden state at its answer position, the option letters' logits,
+the token mass the letters hold and the prompt version. They are keyed by `request_key`: the
+model's sha256 and the decision's content (not its id), so the same item asked again of the
+same model finds its row, and a changed prompt, question or model finds none.
+
+A shard file is a numpy `.npz` holding, for n rows:
+
+- `model_sha256`: the model the rows come from (one model a file);
+- `keys`: the request keys, 32 raw bytes each;
+- `hidden`: n x hidden width, float16 (a hidden state's values lie far inside its range);
+- `n_options`, `logits`: how many letter logits each row has, and all of them end to end (float32);
+- `mass`: float32; `versions` and `version`: the prompt versions, and each row's index into them.
+
+Written under a temporary name and renamed, so a reader never sees half a shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .models import Decision
+
+#: A shard's file name ends so; anything else in a signals folder is not a shard.
+SHARD_SUFFIX = ".signals.npz"
+
+
+def request_key(model_sha256: str, decision: Decision) -> str:
+    """The key of a decision's signals: sha256 (hex) of the model's sha256 and the decision's
+    content, leaving out what does not change the forward pass (id, temperature, whether the
+    hidden state is returned)."""
+    content = decision.model_dump_json(exclude={"id", "return_hidden_state", "temperature"})
+    return hashlib.sha256(f"{model_sha256}\n{content}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SignalShard:
+    """One shard's rows, as arrays (row i: `keys[i]`, `hidden[i]`, `logits_of(i)`, ...)."""
+
+    model_sha256: str
+    keys: list[str]
+    hidden: np.ndarray  # float16, n x width
+    offsets: np.ndarray  # row i's logits are logits[offsets[i]:offsets[i + 1]]
+    logits: np.ndarray  # float32
+    mass: np.ndarray  # float32
+    versions: list[str]
+    version: np.ndarray  # index into versions
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def logits_of(self, i: int) -> np.ndarray:
+        return self.logits[self.offsets[i]:self.offsets[i + 1]]
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray, float, str]:
+        """Row i as (hidden float32, letter logits float64, token mass, prompt version)."""
+        return (self.hidden[i].astype(np.float32), self.logits_of(i).astype(np.float64), float(self.mass[i]),
+                self.versions[int(self.version[i])])
+
+
+def write_shard(path: Path, model_sha256: str, keys: Sequence[str], hidden: np.ndarray | Sequence[np.ndarray],
+                logits: Sequence[Sequence[float]], mass: Sequence[float], versions: Sequence[str], *,
+                compress: bool = False) -> Path:
+    """Write rows as one shard at `path` (atomically); the path written."""
+    names = sorted(set(versions))
+    if not len(keys) == len(hidden) == len(logits) == len(mass) == len(versions):
+        raise ValueError("a shard's keys, hidden states, logits, masses and versions must be as many")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    save = np.savez_compressed if compress else np.savez
+    width = np.shape(hidden)[1] if len(keys) else 0
+    save(temporary, model_sha256=np.str_(model_sha256),
+         keys=np.array([bytes.fromhex(k) for k in keys], dtype="S32"),
+         hidden=np.asarray(hidden, dtype=np.float16).reshape(len(keys), width),
+         n_options=np.array([len(z) for z in logits], dtype=np.uint8),
+         logits=np.concatenate([np.asarray(z, dtype=np.float32) for z in logits]) if len(keys) else np.zeros(0, np.float32),
+         mass=np.asarray(mass, dtype=np.float32),
+         versions=np.array(names, dtype=np.str_),
+         version=np.array([names.index(v) for v in versions], dtype=np.uint8))
+    temporary.replace(path)
+    return path
+
+
+def read_shard(path: Path) -> SignalShard:
+    """A shard's rows; ValueError naming the file when it is not a shard."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            n_options = data["n_options"].astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(n_options)])
+            # numpy's bytes type drops trailing NUL bytes: a key ending in 00 is padded back to 32 bytes
+            keys = [bytes(k).ljust(32, b"\0").hex() for k in data["keys"]]
+            return SignalShard(str(data["model_sha256"]), keys, data["hidden"], offsets, data["logits"], data["mass"],
+                               [str(v) for v in data["versions"]], data["version"])
+    except (OSError, KeyError, ValueError) as error:
+        raise ValueError(f"{path}: not a signals shard ({error})") from error
