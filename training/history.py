@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
 import time
 import warnings
@@ -54,7 +55,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionResult, ModelInfo
-from decision_contract.signals import request_key
+from decision_contract.signals import SHARD_SUFFIX, read_shard, request_key, write_shard
 from decision_router.domain.heads import FORMAT
 from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import question_decision
@@ -87,61 +88,179 @@ LETTERED_WEIGHTS = 150_000
 MODEL_WEIGHTS = (0.0, 1.0)
 HEAD_C = 10.0
 HOLDOUT = 0.2
+#: A larger history is learned from stratified samples, so that fitting takes minutes and bounded
+#: memory at a million rows: the model's weight, the temperature and the threshold are chosen on at
+#: most GRID_ROWS rows (a held-out fifth of them), the head is fitted on at most FIT_ROWS. Beyond
+#: these sizes a linear head's held-out accuracy barely moves (docs/benchmarks/history-scale.md).
+GRID_ROWS, FIT_ROWS = 20_000, 100_000
+#: A label keeps at least this many rows (all it has, if fewer) in a sample.
+SAMPLE_FLOOR = 20
+
+
+def stratified_sample(gold: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Sorted row indexes of a sample of about `size` rows, each label in proportion (and at
+    least SAMPLE_FLOOR of its rows, or all of them); every row when there are no more than `size`."""
+    n = len(gold)
+    if n <= size:
+        return np.arange(n)
+    rng = np.random.default_rng(seed)
+    labels, counts = np.unique(gold, return_counts=True)
+    picked = []
+    for label, count in zip(labels, counts):
+        rows = np.flatnonzero(gold == label)
+        take = min(count, max(SAMPLE_FLOOR, int(count * size / n)))
+        picked.append(rng.choice(rows, size=take, replace=False))
+    return np.sort(np.concatenate(picked))
 
 
 
 # ----------------------------------------------------------------------------------- signals
+@dataclass(frozen=True)
+class Gathered:
+    """The signals of a list of request keys, row i for key i."""
+
+    hidden: np.ndarray  # float16, n x width
+    logits: list[np.ndarray]
+    mass: np.ndarray
+    versions: list[str]
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray, float, str]:
+        return self.hidden[i].astype(np.float32), self.logits[i], float(self.mass[i]), self.versions[i]
+
+
 class SignalCache:
-    """Hidden state, letter logits, token mass and prompt version per request key, kept in
-    shards under one folder per model (its sha256), so a run appends and a rerun reads."""
+    """The model's signals per request key, in shard files (decision_contract.signals: hidden
+    states in float16) under one folder per model (its sha256). What the batch scorer writes is
+    a shard too, so its output joins the cache as it is. Only the keys are indexed in memory; the
+    signals are read from the shards when gathered, one shard at a time."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self.rows: dict[str, tuple[np.ndarray, np.ndarray, float, str]] = {}
-        self.fresh: list[str] = []
+        self._shards: list[Path] = []
+        self._keys: list[np.ndarray] = []  # per shard, its keys as 32 raw bytes
+        self._index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # sorted keys, shard, row
+        self._pending: dict[str, DecisionResult] = {}  # answers not yet written (no folder: kept here)
         if folder is not None and folder.is_dir():
-            for shard in sorted(folder.glob("shard-*.npz")):
-                with np.load(shard, allow_pickle=False) as data:
-                    for key, h, z, m, v in zip(data["keys"], data["hidden"], data["logits"], data["mass"], data["version"]):
-                        self.rows[str(key)] = (h, z, float(m), str(v))
+            for shard in sorted(folder.glob(f"*{SHARD_SUFFIX}")):
+                self._add(shard)
 
-    def get(self, key: str):
-        return self.rows.get(key)
+    def _add(self, shard: Path) -> None:
+        self._shards.append(shard)
+        self._keys.append(_raw_keys(read_shard(shard).keys))
+        self._index = None
+
+    def __len__(self) -> int:
+        return sum(len(k) for k in self._keys) + len(self._pending)
+
+    def _lookup(self, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found, shard, row) per key: a sorted index over every shard's keys, searched at once
+        (n log n, never a scan per key)."""
+        if self._index is None:
+            every = np.concatenate(self._keys) if self._keys else np.zeros(0, dtype="S32")
+            shard = np.concatenate([np.full(len(k), i, dtype=np.int32) for i, k in enumerate(self._keys)]) if self._keys \
+                else np.zeros(0, dtype=np.int32)
+            row = np.concatenate([np.arange(len(k), dtype=np.int64) for k in self._keys]) if self._keys \
+                else np.zeros(0, dtype=np.int64)
+            order = np.argsort(every, kind="stable")
+            self._index = every[order], shard[order], row[order]
+        sorted_keys, shards, rows = self._index
+        if not len(sorted_keys):
+            return np.zeros(len(keys), bool), np.zeros(len(keys), np.int32), np.zeros(len(keys), np.int64)
+        wanted = _raw_keys(keys)
+        at = np.minimum(np.searchsorted(sorted_keys, wanted), len(sorted_keys) - 1)
+        return sorted_keys[at] == wanted, shards[at], rows[at]
+
+    def missing(self, keys: Sequence[str]) -> list[int]:
+        """Indexes of the first occurrence of each key the cache lacks."""
+        found, _, _ = self._lookup(keys)
+        seen: set[str] = set()
+        out = []
+        for i in np.flatnonzero(~found):
+            key = keys[i]
+            if key not in seen and key not in self._pending:
+                seen.add(key)
+                out.append(int(i))
+        return out
 
     def put(self, key: str, result: DecisionResult) -> None:
-        self.rows[key] = (np.asarray(result.hidden_state, dtype=np.float32), np.asarray(result.option_logits),
-                          result.allowed_token_mass, result.prompt_version)
-        self.fresh.append(key)
+        self._pending[key] = result
 
     def save(self) -> None:
-        if self.folder is None or not self.fresh:
+        """The answers put since the last save, as one more shard."""
+        if self.folder is None or not self._pending:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        keys, self.fresh = self.fresh, []
-        name = self.folder / f"shard-{time.time_ns()}.npz"
-        np.savez(name.with_suffix(".tmp.npz"), keys=np.array(keys), hidden=np.stack([self.rows[k][0] for k in keys]),
-                 logits=np.stack([self.rows[k][1] for k in keys]), mass=np.array([self.rows[k][2] for k in keys]),
-                 version=np.array([self.rows[k][3] for k in keys]))
-        name.with_suffix(".tmp.npz").rename(name)
+        pending, self._pending = self._pending, {}
+        keys = list(pending)
+        shard = write_shard(self.folder / f"local-{time.time_ns()}{SHARD_SUFFIX}", self.model_of(pending), keys,
+                            [pending[k].hidden_state or [] for k in keys], [pending[k].option_logits for k in keys],
+                            [pending[k].allowed_token_mass for k in keys], [pending[k].prompt_version for k in keys])
+        self._add(shard)
+
+    @staticmethod
+    def model_of(results: dict[str, DecisionResult]) -> str:
+        return next(iter(results.values())).model.sha256
+
+    def adopt(self, shards: Sequence[Path]) -> None:
+        """Shards written elsewhere (the batch scorer's output) moved into the cache."""
+        for shard in shards:
+            if self.folder is None:
+                self._add(shard)
+                continue
+            self.folder.mkdir(parents=True, exist_ok=True)
+            target = self.folder / shard.name
+            if target.exists():
+                target = self.folder / f"{shard.name[:-len(SHARD_SUFFIX)]}-{time.time_ns()}{SHARD_SUFFIX}"
+            shutil.move(str(shard), target)
+            self._add(target)
+
+    def gather(self, keys: Sequence[str]) -> Gathered:
+        """The signals of every key (each must be cached), reading each shard once."""
+        self.save()
+        found, shard_of, row_of = self._lookup(keys)
+        pending = [i for i in np.flatnonzero(~found) if keys[i] in self._pending]
+        if int((~found).sum()) != len(pending):
+            raise RunFailure(f"{int((~found).sum()) - len(pending)} item(s) have no signals after scoring")
+        hidden: np.ndarray | None = None
+        logits: list[np.ndarray] = [np.zeros(0)] * len(keys)
+        mass = np.zeros(len(keys), dtype=np.float32)
+        versions = [""] * len(keys)
+        for shard_number in np.unique(shard_of[found]):
+            shard = read_shard(self._shards[int(shard_number)])
+            here = np.flatnonzero(found & (shard_of == shard_number))
+            rows = row_of[here]
+            if hidden is None:
+                hidden = np.zeros((len(keys), shard.hidden.shape[1]), dtype=np.float16)
+            hidden[here] = shard.hidden[rows]
+            mass[here] = shard.mass[rows]
+            for i, r in zip(here, rows):
+                logits[i] = shard.logits_of(int(r)).astype(np.float64)
+                versions[i] = shard.versions[int(shard.version[r])]
+        for i in pending:
+            result = self._pending[keys[i]]
+            if hidden is None:
+                hidden = np.zeros((len(keys), len(result.hidden_state or [])), dtype=np.float16)
+            hidden[i] = np.asarray(result.hidden_state, dtype=np.float16)
+            logits[i], mass[i], versions[i] = np.asarray(result.option_logits), result.allowed_token_mass, result.prompt_version
+        return Gathered(hidden if hidden is not None else np.zeros((len(keys), 0), np.float16), logits, mass, versions)
 
 
-def score(runner: Runner, model: ModelInfo, decisions: Sequence[Decision], cache: SignalCache, *, what: str,
-          progress: bool = True, workers: int = 4, save_every: int = 500) -> list[tuple[np.ndarray, np.ndarray, float, str]]:
-    """The model's signals for each decision (one request each), from the cache where it has them;
-    a progress bar says how many are left and how long that takes."""
-    keys = [request_key(model.sha256, d) for d in decisions]
-    todo = [i for i, k in enumerate(dict.fromkeys(keys)) if cache.get(k) is None]
-    unique = list(dict.fromkeys(keys))
-    first = {k: keys.index(k) for k in unique} if todo else {}
+def _raw_keys(keys: Sequence[str]) -> np.ndarray:
+    return np.array([bytes.fromhex(k) for k in keys], dtype="S32")
+
+
+def score(runner: Runner, model: ModelInfo, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
+          what: str, progress: bool = True, workers: int = 4, save_every: int = 500) -> None:
+    """Ask the endpoint, one request per decision, for every decision whose key the cache lacks
+    (`request(i)` is the decision of `keys[i]`); a progress bar says how many are left."""
+    todo = cache.missing(keys)
     bar = tqdm(total=len(todo), desc=f"scoring {what} ({len(keys) - len(todo)} cached)", unit="item",
                disable=not progress or not todo, file=sys.stderr, mininterval=2.0)
 
     def one(index: int) -> None:
-        key = unique[index]
-        result = runner.decide([decisions[first[key]]]).results[0]
+        result = runner.decide([request(index)]).results[0]
         if result.hidden_state is None or result.model.sha256 != model.sha256:
             raise RunFailure("the endpoint returned no hidden state, or another model answered")
-        cache.put(key, result)
+        cache.put(keys[index], result)
         bar.update(1)
 
     try:
@@ -152,7 +271,6 @@ def score(runner: Runner, model: ModelInfo, decisions: Sequence[Decision], cache
     finally:
         cache.save()
         bar.close()
-    return [cache.rows[k] for k in keys]
 
 
 # ----------------------------------------------------------------------------------- fitting
@@ -177,13 +295,17 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
-    s = _signals(train_states, train_hidden, gold, fields)
+    rows = stratified_sample(gold, FIT_ROWS, seed)
+    if len(rows) < len(gold):
+        say(f"  {len(gold)} training rows: the head is fitted on a stratified sample of {len(rows)}")
+    s = _signals([train_states[i] for i in rows], train_hidden[rows].astype(np.float64), gold[rows], fields)
     test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields)
     n = len(s)
+    grid = stratified_sample(s.gold, GRID_ROWS, seed)
     rng = np.random.default_rng(seed)
-    order = rng.permutation(n)
-    held = np.sort(order[:max(1, int(round(HOLDOUT * n)))])
-    fit_rows = np.setdiff1d(np.arange(n), held)
+    order = rng.permutation(grid)
+    held = np.sort(order[:max(1, int(round(HOLDOUT * len(grid))))])
+    fit_rows = np.setdiff1d(grid, held)
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
     max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
@@ -217,13 +339,15 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         **({"model_sha256": model.sha256, "hidden_size": model.hidden_size, "prompt_version": prompt_version} if reads_model else {}),
         "options": [o["id"] for o in question["options"]], **blocks, "temperature": round(temperature, 4),
         "thresholds": {"min_confidence": readout.min_confidence if readout.min_confidence is not None else 1.0, "min_margin": 0.0},
-        "fit": {"examples": n, "fitted_on": date.today().isoformat(), "data": data, "regularisation": HEAD_C,
+        "fit": {"examples": n, **({"sampled_from": len(gold)} if n < len(gold) else {}),
+                "fitted_on": date.today().isoformat(), "data": data, "regularisation": HEAD_C,
                 "model_weight": weight, "folds": 2, "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
                 "text_only_cv_accuracy": round(base_readout.accuracy, 4)},
     }
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
-    holdout = {"rows": len(held), "model_weight": weight, "log_loss": {str(w): v for w, v in losses.items()},
+    holdout = {"rows": len(held), "grid_rows": len(grid), "fitted_rows": n, "model_weight": weight,
+               "log_loss": {str(w): v for w, v in losses.items()},
                "accuracy": readout.accuracy, "min_confidence": readout.min_confidence, "auto_share": readout.auto_routed_share,
                "baseline_accuracy": base_readout.accuracy, "baseline_min_confidence": base_readout.min_confidence,
                "terms": len(final.space.terms)}
@@ -307,9 +431,21 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any]:
-    started = time.perf_counter()
-    say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr, flush=True))
+@dataclass
+class Export:
+    """The export as the fitter uses it: its rows (only the named fields), the policy written
+    from its labels, and each training row's option index."""
+
+    fields: list[str]
+    raw: dict[str, Any]
+    question: Question
+    vocab: Any
+    train_rows: list[dict[str, str]]
+    test_rows: list[dict[str, str]]
+    gold: np.ndarray
+
+
+def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
     fields = [f.strip() for f in args.text.split(",") if f.strip()]
     if not fields:
         raise HistoryError("--text names no field")
@@ -323,11 +459,30 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     name = args.name or key_of(args.out.resolve().name).lower()[:64]
     targets = read_targets(args.targets, vocab) if args.targets else None
     raw = raw_policy(name, fields, args.label, vocab, args.max_error, targets)
-    question = question_of(raw)
     train_rows = [r for r in train_rows if vocab.option_of(r[args.label]) is not None]
-    gold = np.array([vocab.options.index(vocab.option_of(r[args.label])) for r in train_rows])
+    position = {label: i for i, label in enumerate(vocab.options)}
+    gold = np.array([position[vocab.option_of(r[args.label])] for r in train_rows])
+    return Export(fields, raw, question_of(raw), vocab, train_rows, test_rows, gold)
+
+
+def requests(question: Question, item_states: Sequence[Any]) -> Callable[[int], Decision]:
+    """The decision the endpoint is asked for row i (built when needed: a million requests are
+    never held at once)."""
+    return lambda i: question_decision(question, item_states[i]).model_copy(update={"return_hidden_state": True})
+
+
+def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) -> list[str]:
+    return [request_key(model_sha256, request(i)) for i in range(n)]
+
+
+def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any]:
+    started = time.perf_counter()
+    say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr, flush=True))
+    export = read_export(args, say)
+    fields, raw, question, vocab = export.fields, export.raw, export.question, export.vocab
+    train_rows, test_rows, gold = export.train_rows, export.test_rows, export.gold
     train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
-    ask = lambda state: question_decision(question, state).model_copy(update={"return_hidden_state": True})  # noqa: E731
+    train_request, test_request = requests(question, train_states), requests(question, test_states)
 
     own = runner is None
     if runner is None:
@@ -340,15 +495,19 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items; "
             f"model {model.file} ({runner.description})")
         scoring = time.perf_counter()
-        train_signals = score(runner, model, [ask(s) for s in train_states], cache, what="DATA", progress=not args.no_progress)
-        test_signals = score(runner, model, [ask(s) for s in test_states], cache, what="TEST", progress=not args.no_progress)
+        train_keys = request_keys(train_request, len(train_states), model.sha256)
+        test_keys = request_keys(test_request, len(test_states), model.sha256)
+        score(runner, model, train_request, train_keys, cache, what="DATA", progress=not args.no_progress)
+        score(runner, model, test_request, test_keys, cache, what="TEST", progress=not args.no_progress)
         scoring = time.perf_counter() - scoring
     finally:
         if own:
             runner.close()
-    train_hidden = np.array([row[0] for row in train_signals], dtype=np.float64)
-    test_hidden = np.array([row[0] for row in test_signals], dtype=np.float64)
-    prompt_version = train_signals[0][3]
+    train_signals, test_gathered = cache.gather(train_keys), cache.gather(test_keys)
+    train_hidden = train_signals.hidden  # float16: converted only for the rows fitted on
+    test_hidden = test_gathered.hidden.astype(np.float64)
+    test_signals = [test_gathered.row(i) for i in range(len(test_keys))]
+    prompt_version = train_signals.versions[0]
 
     fitting = time.perf_counter()
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,

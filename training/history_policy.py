@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from decision_router.domain.heads import question_digest
 from decision_router.domain.model_requests import build_state
@@ -37,19 +37,42 @@ class HistoryError(ValueError):
 def read_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None) -> list[dict[str, str]]:
     """The rows of a CSV (by extension) or JSONL export, each with the text fields and the label
     as strings; HistoryError names the file, the line and the missing or empty field."""
+    rows = list(iter_rows(path, fields, label, limit=limit))
+    if not rows:
+        raise HistoryError(f"{path}: no rows")
+    return rows
+
+
+def iter_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None) -> Iterator[dict[str, str]]:
+    """`read_rows` as a stream: one row at a time, only the named fields kept, so an export of a
+    million rows is never held whole (neither the file nor the fields no one reads)."""
     if not path.is_file():
         raise HistoryError(f"{path}: no such file")
-    rows: list[dict[str, str]] = []
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
+    wanted = [*fields, label]
+    for count, (line, row) in enumerate(_records(path, wanted)):
+        if limit is not None and count >= limit:
+            return
+        out = {}
+        for name in wanted:
+            value = row.get(name)
+            if value is None or not str(value).strip():
+                raise HistoryError(f"{path}:{line}: field {name!r} is missing or empty")
+            out[name] = str(value).strip()
+        yield out
+
+
+def _records(path: Path, wanted: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a CSV with a header or a JSONL file, read line by line."""
+    with path.open(newline="" if path.suffix.lower() == ".csv" else None, encoding="utf-8") as handle:
+        if path.suffix.lower() == ".csv":
             reader = csv.DictReader(handle)
-            missing = [f for f in [*fields, label] if f not in (reader.fieldnames or [])]
+            missing = [f for f in wanted if f not in (reader.fieldnames or [])]
             if missing:
                 raise HistoryError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(reader.fieldnames or [])})")
-            raw = [(line + 2, row) for line, row in enumerate(reader)]
-    else:
-        raw = []
-        for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for row in reader:
+                yield reader.line_num, row
+            return
+        for line, text in enumerate(handle, 1):
             if not text.strip():
                 continue
             try:
@@ -58,18 +81,7 @@ def read_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | Non
                 raise HistoryError(f"{path}:{line}: not JSON ({error.msg})") from None
             if not isinstance(row, dict):
                 raise HistoryError(f"{path}:{line}: a JSON object per line is expected")
-            raw.append((line, row))
-    for line, row in raw[:limit] if limit else raw:
-        out = {}
-        for name in [*fields, label]:
-            value = row.get(name)
-            if value is None or not str(value).strip():
-                raise HistoryError(f"{path}:{line}: field {name!r} is missing or empty")
-            out[name] = str(value).strip()
-        rows.append(out)
-    if not rows:
-        raise HistoryError(f"{path}: no rows")
-    return rows
+            yield line, row
 
 
 def option_ids(labels: Sequence[str]) -> dict[str, str]:

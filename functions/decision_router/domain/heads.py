@@ -69,6 +69,8 @@ class FitReport(StrictModel):
     """How the head was fitted, for the people who decide to trust it."""
 
     examples: int = Field(ge=1, description="Labelled decisions the head was fitted on.")
+    sampled_from: int | None = Field(None, ge=1, description="Labelled decisions there were, when the head was "
+                                     "fitted on a stratified sample of them (a large history).")
     fitted_on: date
     data: list[str] = Field(default_factory=list, description="Labelled sets used (files, split).")
     regularisation: float = Field(gt=0, description="Inverse L2 strength C, chosen by grouped cross-validation.")
