@@ -40,8 +40,10 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
 import time
 import warnings
+from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
@@ -90,9 +92,12 @@ HEAD_C = 10.0
 HOLDOUT = 0.2
 #: A larger history is learned from stratified samples, so that fitting takes minutes and bounded
 #: memory at a million rows: the model's weight, the temperature and the threshold are chosen on at
-#: most GRID_ROWS rows (a held-out fifth of them), the head is fitted on at most FIT_ROWS. Beyond
-#: these sizes a linear head's held-out accuracy barely moves (docs/benchmarks/history-scale.md).
-GRID_ROWS, FIT_ROWS = 20_000, 100_000
+#: most GRID_ROWS rows (a held-out fifth of them), the head is fitted on at most FIT_ROWS, and the
+#: text classifier it is compared with (scikit-learn's, whose character n-grams are unbounded) on
+#: at most BASELINE_ROWS. Figures in docs/benchmarks/history-scale.md.
+GRID_ROWS, FIT_ROWS, BASELINE_ROWS = 20_000, 50_000, 10_000
+#: Items a shard when the batch scorer scores in this process (an interrupted run resumes at its shard).
+BATCH_CHUNK = 2000
 #: A label keeps at least this many rows (all it has, if fewer) in a sample.
 SAMPLE_FLOOR = 20
 
@@ -273,6 +278,79 @@ def score(runner: Runner, model: ModelInfo, request: Callable[[int], Decision], 
         bar.close()
 
 
+class Requests(SequenceABC):
+    """The decisions of some rows, built when read (the batch scorer's writer takes a sequence)."""
+
+    def __init__(self, request: Callable[[int], Decision], rows: Sequence[int]) -> None:
+        self.request, self.rows = request, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self.request(i) for i in self.rows[index]]
+        return self.request(self.rows[index])
+
+
+def score_in_process(engine: Any, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
+                     what: str, say: Callable[[str], None], chunk: int = BATCH_CHUNK) -> None:
+    """Score what the cache lacks with the batch scorer (decision_server.batch) on the engine in
+    this process, a chunk at a time, each chunk's signals joining the cache as soon as it is done
+    (an interrupted run resumes at the chunk it was in)."""
+    from decision_server.batch import score_folder, write_inputs
+
+    todo = cache.missing(keys)
+    if not todo:
+        return
+    say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {chunk} a shard")
+    for start in range(0, len(todo), chunk):
+        with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
+            inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
+            write_inputs(Requests(request, todo[start:start + chunk]), inputs, shards=1)
+            score_folder(engine, inputs, outputs, log=say)
+            _refuse_errors(outputs)
+            cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+
+
+def score_on_sagemaker(args: argparse.Namespace, requests_of: Sequence[tuple[Callable[[int], Decision], int]],
+                       say: Callable[[str], None]) -> tuple[ModelInfo, SignalCache]:
+    """Every distinct request scored in one SageMaker Processing job on the stack's image and
+    model (training.sagemaker_scoring); its signals join the local cache of that model."""
+    from decision_server.batch import write_inputs
+
+    from .sagemaker_scoring import SageMakerScoring, shard_count
+
+    scoring = SageMakerScoring.from_stack(args.stack, instances=args.instances, instance_type=args.instance_type, say=say)
+    rows: list[Decision] = []
+    seen: set[str] = set()
+    for request, n in requests_of:
+        for i in range(n):
+            decision = request(i)
+            content = request_key("", decision)  # the model is not known before the job answers
+            if content not in seen:
+                seen.add(content)
+                rows.append(decision)
+    with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
+        inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
+        write_inputs(rows, inputs, shard_count(len(rows), args.instances))
+        del rows
+        model = scoring.run(inputs, outputs, yes=args.yes)
+        _refuse_errors(outputs)
+        cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
+        cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+    return model, cache
+
+
+def _refuse_errors(outputs: Path) -> None:
+    """The batch scorer's errors files: a row it could not score stops the fit, named."""
+    errors = [(path.name, line) for path in sorted(outputs.glob("*.errors.jsonl"))
+              for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if errors:
+        shown = "; ".join(f"{name}: {line}" for name, line in errors[:3])
+        raise HistoryError(f"{len(errors)} request(s) could not be scored ({shown})")
+
+
 # ----------------------------------------------------------------------------------- fitting
 @dataclass
 class Fitted:
@@ -318,18 +396,19 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
             started = time.perf_counter()
             linear = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
             held_logits[weight] = learn.numpy_logits(linear, s, held)
-            losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(gold[held]), 1.0)
+            losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(s.gold[held]), 1.0)
             say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
         weight = min(weights, key=lambda w: (round(losses[w], 9), w))
-        temperature = metrics.fit_temperature(list(held_logits[weight]), list(gold[held])).temperature
-        readout = judge(learn._softmax_rows(held_logits[weight], temperature), gold[held], formula, max_error, 5)
+        temperature = metrics.fit_temperature(list(held_logits[weight]), list(s.gold[held])).temperature
+        readout = judge(learn._softmax_rows(held_logits[weight], temperature), s.gold[held], formula, max_error, 5)
         started = time.perf_counter()
         final = learn.fit_linear(s, np.arange(n), k, HEAD_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms))
         say(f"  head on all {n}: {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
-        base_held = learn.baseline_probabilities(s, fit_rows, held, k)
-        base_readout = judge(list(base_held), gold[held], formula, max_error, 5)
-        base_test = learn.baseline_probabilities(s, np.arange(n), np.arange(len(test)), k, test)
+        base_rows = stratified_sample(s.gold, BASELINE_ROWS, seed)
+        base_held = learn.baseline_probabilities(s, np.intersect1d(fit_rows, base_rows), held, k)
+        base_readout = judge(list(base_held), s.gold[held], formula, max_error, 5)
+        base_test = learn.baseline_probabilities(s, base_rows, np.arange(len(test)), k, test)
         say(f"  text classifier (TF-IDF + logistic regression): {time.perf_counter() - started:.0f} s")
     blocks = final.blocks(s)
     blocks.pop("letters", None)
@@ -350,7 +429,7 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
                "log_loss": {str(w): v for w, v in losses.items()},
                "accuracy": readout.accuracy, "min_confidence": readout.min_confidence, "auto_share": readout.auto_routed_share,
                "baseline_accuracy": base_readout.accuracy, "baseline_min_confidence": base_readout.min_confidence,
-               "terms": len(final.space.terms)}
+               "terms": len(final.space.terms), "baseline_rows": len(base_rows)}
     return Fitted(document, holdout, base_readout.min_confidence, base_test)
 
 
@@ -395,8 +474,8 @@ def _ece(confidences: Sequence[float], hits: Sequence[bool], bins: int = 15) -> 
 # ----------------------------------------------------------------------------------- the command
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.history", description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True, help="training export (.csv with a header, or JSONL)")
-    p.add_argument("--test", type=Path, required=True, help="test export, same fields; never fitted on")
+    p.add_argument("--data", required=True, help="training export (.csv with a header, or JSONL; or s3://bucket/key)")
+    p.add_argument("--test", required=True, help="test export, same fields; never fitted on (or s3://bucket/key)")
     p.add_argument("--text", required=True, help="the text field(s), comma-separated (first: subject, others: body)")
     p.add_argument("--label", required=True, help="the field to predict (the group that took the item)")
     p.add_argument("--out", type=Path, required=True)
@@ -413,7 +492,13 @@ def parser() -> argparse.ArgumentParser:
                    help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
-    p.add_argument("--url", help="score with a running decision container instead")
+    p.add_argument("--url", help="score with a running decision container instead (one request an item)")
+    p.add_argument("--on", choices=("local", "sagemaker"), default="local",
+                   help="where the rows are scored: on this machine, or in one SageMaker Processing job of --stack")
+    p.add_argument("--stack", help="--on sagemaker: the deployed stack whose image, model and scoring role are used")
+    p.add_argument("--instances", type=int, default=1, help="--on sagemaker: instances of the processing job (1-100)")
+    p.add_argument("--instance-type", default="ml.c7i.8xlarge", help="--on sagemaker: their type")
+    p.add_argument("--yes", action="store_true", help="--on sagemaker: start the paid job (after the printed estimate)")
     p.add_argument("--threads", type=int)
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="signal cache folder ('' to disable)")
     p.add_argument("--seed", type=int, default=0)
@@ -475,15 +560,11 @@ def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) 
     return [request_key(model_sha256, request(i)) for i in range(n)]
 
 
-def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any]:
-    started = time.perf_counter()
-    say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr, flush=True))
-    export = read_export(args, say)
-    fields, raw, question, vocab = export.fields, export.raw, export.question, export.vocab
-    train_rows, test_rows, gold = export.train_rows, export.test_rows, export.gold
-    train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
-    train_request, test_request = requests(question, train_states), requests(question, test_states)
-
+def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Callable[[int], Decision], int],
+                test: tuple[Callable[[int], Decision], int], say: Callable[[str], None]
+                ) -> tuple[ModelInfo, SignalCache, list[str], list[str]]:
+    """Score on this machine: the batch scorer on the engine in this process, or one request an
+    item to a container (--url) or to the runner a caller gives."""
     own = runner is None
     if runner is None:
         from evaluation.runners import EngineRunner, HttpRunner
@@ -491,18 +572,51 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         runner = HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads)
     try:
         model = runner.model_info()
+        say(f"model {model.file} ({runner.description})")
         cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
-        say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items; "
-            f"model {model.file} ({runner.description})")
-        scoring = time.perf_counter()
-        train_keys = request_keys(train_request, len(train_states), model.sha256)
-        test_keys = request_keys(test_request, len(test_states), model.sha256)
-        score(runner, model, train_request, train_keys, cache, what="DATA", progress=not args.no_progress)
-        score(runner, model, test_request, test_keys, cache, what="TEST", progress=not args.no_progress)
-        scoring = time.perf_counter() - scoring
+        keys = []
+        engine = getattr(runner, "engine", None)
+        for (request, n), what in ((train, "DATA"), (test, "TEST")):
+            keys.append(request_keys(request, n, model.sha256))
+            if engine is not None:
+                score_in_process(engine, request, keys[-1], cache, what=what, say=say)
+            else:
+                score(runner, model, request, keys[-1], cache, what=what, progress=not args.no_progress)
     finally:
         if own:
             runner.close()
+    return model, cache, keys[0], keys[1]
+
+
+def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any]:
+    started = time.perf_counter()
+    say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr, flush=True))
+    if args.on == "sagemaker" and not args.stack:
+        raise HistoryError("--on sagemaker needs --stack (make fit-history ON=sagemaker STACK=name): the deployed stack "
+                           "whose image, model and scoring role the job uses")
+    with tempfile.TemporaryDirectory(prefix="fit-history-export-") as downloads:
+        if any(str(path).startswith("s3://") for path in (args.data, args.test)):
+            from .sagemaker_scoring import fetch_export
+
+            args.data, args.test = (fetch_export(path, Path(downloads) / name) for name, path in
+                                    (("data", args.data), ("test", args.test)))
+        args.data, args.test = Path(args.data), Path(args.test)
+        export = read_export(args, say)
+    fields, raw, question, vocab = export.fields, export.raw, export.question, export.vocab
+    train_rows, test_rows, gold = export.train_rows, export.test_rows, export.gold
+    train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
+    train_request, test_request = requests(question, train_states), requests(question, test_states)
+
+    say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items")
+    scoring = time.perf_counter()
+    if args.on == "sagemaker":
+        model, cache = score_on_sagemaker(args, [(train_request, len(train_states)), (test_request, len(test_states))], say)
+        train_keys = request_keys(train_request, len(train_states), model.sha256)
+        test_keys = request_keys(test_request, len(test_states), model.sha256)
+    else:
+        model, cache, train_keys, test_keys = _score_here(args, runner, (train_request, len(train_states)),
+                                                          (test_request, len(test_states)), say)
+    scoring = time.perf_counter() - scoring
     train_signals, test_gathered = cache.gather(train_keys), cache.gather(test_keys)
     train_hidden = train_signals.hidden  # float16: converted only for the rows fitted on
     test_hidden = test_gathered.hidden.astype(np.float64)
