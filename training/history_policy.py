@@ -10,6 +10,7 @@ scores, fits and reports on top of these.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 from collections import Counter
@@ -49,9 +50,7 @@ def iter_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | Non
     if not path.is_file():
         raise HistoryError(f"{path}: no such file")
     wanted = [*fields, label]
-    for count, (line, row) in enumerate(_records(path, wanted)):
-        if limit is not None and count >= limit:
-            return
+    for line, row in itertools.islice(_records(path, wanted), limit):
         out = {}
         for name in wanted:
             value = row.get(name)
