@@ -11,6 +11,7 @@ the image's batch scorer over the uploaded shards when the job is created."""
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import re
 from pathlib import Path
@@ -47,8 +48,9 @@ def template() -> Stack:
 class World:
     """The deployed stack in moto, the CreateProcessingJob requests made, and the job's doings."""
 
-    def __init__(self, template: Stack, outputs: dict[str, str] | None = None) -> None:
-        self.session = boto3.session.Session(region_name=REGION)
+    def __init__(self, template: Stack, outputs: dict[str, str] | None = None,
+                 session: boto3.session.Session | None = None) -> None:
+        self.session = session or boto3.session.Session(region_name=REGION)
         template.create(only=["HeadBucket"])
         self.bucket = template.ref("HeadBucket")
         self.outputs = template.outputs() if outputs is None else outputs
@@ -309,3 +311,127 @@ def test_an_export_on_s3_is_downloaded_under_its_own_name_and_a_local_one_is_use
         assert fetch_export(Path("s3://exports/desk/2026/train.csv"), tmp_path / "again", session=session).is_file()
         with pytest.raises(HistoryError, match="s3://exports/desk/missing.csv"):
             fetch_export("s3://exports/desk/missing.csv", tmp_path / "fetched", session=session)
+
+
+# ----------------------------------------------------------------------------------- for real
+def the_image_scores(world: World, engine: Any, tmp: Path) -> Callable[[dict[str, Any]], None]:
+    """What the job's instances do, done here when CreateProcessingJob returns (moto marks the job
+    Completed at once and runs nothing): each instance takes its ShardedByS3Key share of the input
+    objects and runs the image's batch scorer on them, and what they write lands in the output prefix."""
+    from decision_server.batch import score_folder
+
+    def job(request: dict[str, Any]) -> None:
+        bucket, prefix = split(request["ProcessingInputs"][0]["S3Input"]["S3Uri"])
+        keys = world.keys(prefix)
+        instances = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
+        output = tmp / "job-output"
+        for i in range(instances):
+            folder = tmp / f"instance-{i}"
+            folder.mkdir(parents=True)
+            for key in keys[i::instances]:
+                world.s3.download_file(bucket, key, str(folder / Path(key).name))
+            if any(folder.iterdir()):
+                score_folder(engine, folder, output)
+        for path in sorted(output.iterdir()):
+            world.put_output(request, path.name, path.read_bytes())
+
+    return job
+
+
+def ticket_decisions(rows: list[dict[str, str]]) -> list[Any]:
+    """The decisions make fit-history asks of the model for these rows (text, label)."""
+    from decision_router.domain.model_requests import question_decision
+    from training.history_policy import question_of, raw_policy, states, vocabulary
+
+    raw = raw_policy("history", ["text"], "label", vocabulary([r["label"] for r in rows], 1, "review"), 0.03)
+    question = question_of(raw)
+    return [question_decision(question, s).model_copy(update={"return_hidden_state": True})
+            for s in states(raw, rows, ["text"])]
+
+
+def clinc150(labels: int, per_label: int, offset: int) -> list[dict[str, str]]:
+    """`per_label` queries of each of the first `labels` CLINC150 intents (the shipped copy)."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "bench/public/clinc150/data_full.json").read_text())
+    by_label: dict[str, list[str]] = {}
+    for text, label in data["train"]:
+        by_label.setdefault(label, []).append(text)
+    return [{"text": text, "label": label} for label in sorted(by_label)[:labels]
+            for text in by_label[label][offset:offset + per_label]]
+
+
+@pytest.mark.model
+def test_the_images_batch_scorer_writes_what_the_scorer_brings_back(world, tmp_path, embedded_engine):
+    """The scorer and the image's batch scorer agree on the files: every decision's signals come
+    back keyed by its request key, from the model that scored them."""
+    from decision_contract.signals import request_key
+    from decision_server.batch import write_inputs
+
+    decisions = ticket_decisions(clinc150(4, 3, 0))
+    scorer = world.scorer(instances=2)
+    write_inputs(decisions, tmp_path / "in", shard_count(len(decisions), 2))
+    world.job_does = the_image_scores(world, embedded_engine, tmp_path / "job")
+    model = scorer.run(tmp_path / "in", tmp_path / "signals", yes=True)
+    assert model == embedded_engine.model_info
+    keys = {key for shard in sorted((tmp_path / "signals").glob(f"*{SHARD_SUFFIX}")) for key in read_shard(shard).keys}
+    assert keys == {request_key(model.sha256, d) for d in decisions}
+    assert not list((tmp_path / "signals").glob(f"*{scoring.ERRORS_SUFFIX}"))
+
+
+def _history_takes_sagemaker() -> bool:
+    try:
+        from training import history
+
+        return "--on" in history.parser().format_help() and __import__("decision_server.batch") is not None
+    except ImportError:
+        return False
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not _history_takes_sagemaker(),
+                    reason="needs training.history's --on sagemaker (calling training.sagemaker_scoring) and "
+                           "decision_server.batch")
+def test_fit_history_on_sagemaker_writes_what_a_local_run_writes(template, tmp_path, embedded_engine):
+    """make fit-history ON=sagemaker end to end in moto: DATA on S3, the decisions scored by the
+    image's batch scorer in the job (run here, by the handler, as moto runs nothing), and the
+    policy, head and report the same as a run that scores here."""
+    from evaluation.runners import EngineRunner
+    from training import history
+
+    train, test = clinc150(4, 10, 0), clinc150(4, 5, 20)
+    local_data, local_test = tmp_path / "train.csv", tmp_path / "test.csv"
+    for path, rows in ((local_data, train), (local_test, test)):
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows(rows)
+    common = ["--text", "text", "--label", "label", "--min-examples", "2", "--no-progress"]
+    assert history.main(["--data", str(local_data), "--test", str(local_test), "--out", str(tmp_path / "local" / "out"),
+                         "--cache", str(tmp_path / "cache-local"), "--on", "local", *common],
+                        runner=EngineRunner(embedded_engine)) == 0
+
+    with mock_aws():
+        boto3.setup_default_session(region_name=REGION)  # what the command's scorer uses
+        try:
+            world = World(template, session=boto3.DEFAULT_SESSION)
+            world.s3.create_bucket(Bucket="exports")
+            world.s3.upload_file(str(local_data), "exports", "desk/train.csv")
+            world.job_does = the_image_scores(world, embedded_engine, tmp_path / "job")
+            code = history.main(["--data", "s3://exports/desk/train.csv", "--test", str(local_test),
+                                 "--out", str(tmp_path / "sagemaker" / "out"), "--cache", str(tmp_path / "cache-sagemaker"),
+                                 "--on", "sagemaker", "--stack", STACK, "--instances", "2", "--instance-type", "ml.c7i.xlarge",
+                                 "--yes", *common])
+        finally:
+            boto3.DEFAULT_SESSION = None
+    assert code == 0
+    (request,) = world.requests
+    assert request["AppSpecification"]["ImageUri"] == IMAGE and request["RoleArn"] == world.outputs["HistoryScoringRoleArn"]
+    assert request["ProcessingInputs"][0]["S3Input"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 2
+    local, remote = tmp_path / "local" / "out", tmp_path / "sagemaker" / "out"
+    assert (remote / "policy.json").read_text() == (local / "policy.json").read_text()
+    (head,) = (local / "heads").iterdir()
+    assert (remote / "heads" / head.name).read_bytes() == head.read_bytes()
+    reports = [json.loads((folder / "report.json").read_text()) for folder in (local, remote)]
+    for report in reports:
+        report.pop("seconds")
+    assert reports[0] == reports[1]
