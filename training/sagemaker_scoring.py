@@ -120,8 +120,9 @@ def offer(instance_type: str, prices_path: Path = PRICES) -> Offer:
     row = next((r for r in processing.get("instances", []) if r.get("type") == instance_type), None)
     if row is not None:
         measured = row.get("items_per_second_per_vcpu", measured)
-        basis = (f"SageMaker Processing price, {processing.get('region', prices.get('region', '?'))} on-demand as of "
-                 f"{processing.get('as_of', prices.get('as_of', '?'))}")
+        region, as_of = processing.get("region", prices.get("region", "?")), processing.get("as_of", prices.get("as_of", "?"))
+        basis = (f"SageMaker Processing price{' (estimated, not published)' if processing.get('estimated') else ''}, "
+                 f"{region} on-demand as of {as_of}")
     else:
         row = next((r for r in prices.get("instances", []) if r.get("type") == instance_type), None)
         basis = (f"real-time inference price, {prices.get('region', '?')} on-demand as of {prices.get('as_of', '?')}: "

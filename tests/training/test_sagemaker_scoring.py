@@ -258,7 +258,7 @@ def test_the_estimate_is_instances_times_hours_times_the_processing_price(tmp_pa
     prices.write_text(json.dumps({
         "as_of": "2025-10-01", "region": "us-east-1", "instances": [{"type": "ml.c7i.8xlarge", "vcpus": 32, "gpu": None,
                                                                      "usd_per_hour": 9.0}],
-        "processing": {"as_of": "2026-01-01", "items_per_second_per_vcpu": 0.5,
+        "processing": {"as_of": "2026-01-01", "estimated": True, "items_per_second_per_vcpu": 0.5,
                        "instances": [{"type": "ml.c7i.8xlarge", "vcpus": 32, "gpu": None, "usd_per_hour": 1.5}]}}))
     found = offer("ml.c7i.8xlarge", prices)
     assert (found.usd_per_hour, found.items_per_second_per_vcpu, found.vcpus) == (1.5, 0.5, 32)
@@ -267,7 +267,8 @@ def test_the_estimate_is_instances_times_hours_times_the_processing_price(tmp_pa
     assert plan.hours == pytest.approx(3725 / 3600) and plan.usd == pytest.approx(2 * 3725 / 3600 * 1.5)
     first, second = plan.text.splitlines()
     assert first.endswith("16.0 items/s an instance, 1.0 h each: 2 x 1.0 h x $1.500/h = $3.10")
-    assert "SageMaker Processing price" in second and "0.5 items/s per vCPU (measured)" in second
+    assert "SageMaker Processing price (estimated, not published), us-east-1 on-demand as of 2026-01-01" in second
+    assert "0.5 items/s per vCPU (measured)" in second
     assert plan.max_runtime_seconds == int(scoring.RUNTIME_HEADROOM * 3725)
 
 
