@@ -20,6 +20,7 @@ help:
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir   a policy + head + report from a labelled export"
+	@echo "                 ON=sagemaker STACK=name [INSTANCES=2 INSTANCE_TYPE=ml.c7i.8xlarge YES=1]: scored on SageMaker Processing (DATA/TEST may be s3://)"
 	@echo "make bench-public [LIMIT=N]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
 	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
@@ -143,10 +144,16 @@ fit: $(STAMP)
 # its head, predictions on TEST and a report (training/history.py). TEXT may name several fields
 # (comma-separated); MIN_EXAMPLES (10) and RARE=merge|review (review) say what becomes of rare labels;
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
+# ON=sagemaker scores the export's items in one SageMaker Processing job of the deployed stack STACK
+# (docs/learning/fit-history.md): it prints the estimate and starts nothing without YES=1.
+FIT_HISTORY_USAGE := make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [TARGETS=map.json] [MODEL=...] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
 fit-history: $(STAMP)
-	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [TARGETS=map.json] [MODEL=...]"; exit 2; }
+	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "$(FIT_HISTORY_USAGE)"; exit 2; }
+	@test "$(ON)" != sagemaker -o -n "$(STACK)" || { echo "ON=sagemaker needs STACK=<the deployed stack's name>"; echo "$(FIT_HISTORY_USAGE)"; exit 2; }
 	$(PY) -m training.history --data "$(DATA)" --test "$(TEST)" --text "$(TEXT)" --label "$(LABEL)" --out "$(OUT)" \
-		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(if $(TARGETS),--targets "$(TARGETS)") $(HISTORY_ARGS)
+		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(if $(TARGETS),--targets "$(TARGETS)") \
+		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
+		$(HISTORY_ARGS)
 
 # Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
 # bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).

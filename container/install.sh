@@ -8,7 +8,7 @@
 # Run from the repository root (it installs contract/ and container/). Result:
 #   PREFIX/venv                  Python environment (llama-cpp-python built by container/llama-build.sh)
 #   PREFIX/app/decision_server   the server package
-#   PREFIX/bin/decision-server   launcher: `decision-server [serve] [--port N]`
+#   PREFIX/bin/decision-server   launcher: `decision-server [serve] [--port N]`, `decision-server batch ...`
 set -euo pipefail
 
 PREFIX=/opt/decision-server

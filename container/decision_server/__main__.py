@@ -1,6 +1,8 @@
 """`python -m decision_server [serve] [--port N]`: the container's entrypoint.
 
 SageMaker starts the container as `docker run IMAGE serve`; `serve` is accepted and ignored.
+`batch` runs the batch scorer instead (`decision-server batch --help`; batch.py), as a SageMaker
+Processing job's container arguments do.
 Settings and the model file are checked before the port opens, so a bad variable stops
 start-up at once with a message naming it; the model then loads in the background.
 """
@@ -33,6 +35,11 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["batch"]:
+        from .batch import main as batch_main
+
+        return batch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m decision_server", description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="?", choices=["serve"], help="accepted for SageMaker; optional")
     parser.add_argument("--host", default="0.0.0.0")

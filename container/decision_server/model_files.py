@@ -59,12 +59,7 @@ def find_gguf(settings: Settings) -> tuple[Path, bool]:
 
     model_dir = settings.model_dir
     if model_dir.is_dir():
-        found = sorted(
-            p
-            for pattern in ("*.gguf", "*/*.gguf")
-            for p in model_dir.glob(pattern)
-            if p.is_file() and not _is_later_shard(p)
-        )
+        found = ggufs_under(model_dir)
         if len(found) == 1:
             return found[0], False
         if len(found) > 1:
@@ -80,6 +75,17 @@ def find_gguf(settings: Settings) -> tuple[Path, bool]:
             f"deep); package the GGUF in model.tar.gz or set SM_LLAMA_CPP_MODEL"
         )
     return embedded_model_path(), True
+
+
+def ggufs_under(directory: Path) -> list[Path]:
+    """The GGUF files up to two levels under `directory`, sorted; a split model counts once, by
+    its first shard."""
+    return sorted(
+        p
+        for pattern in ("*.gguf", "*/*.gguf")
+        for p in directory.glob(pattern)
+        if p.is_file() and not _is_later_shard(p)
+    )
 
 
 def _is_later_shard(path: Path) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -89,6 +90,11 @@ def write_shard(path: Path, model_sha256: str, keys: Sequence[str], hidden: np.n
     return path
 
 
+#: What numpy raises for a file that is not an npz, or one without a shard's members (an empty or
+#: truncated file: EOFError; a damaged zip: BadZipFile).
+_NOT_A_SHARD = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile)
+
+
 def read_shard(path: Path) -> SignalShard:
     """A shard's rows; ValueError naming the file when it is not a shard."""
     try:
@@ -99,5 +105,15 @@ def read_shard(path: Path) -> SignalShard:
             keys = [bytes(k).ljust(32, b"\0").hex() for k in data["keys"]]
             return SignalShard(str(data["model_sha256"]), keys, data["hidden"], offsets, data["logits"], data["mass"],
                                [str(v) for v in data["versions"]], data["version"])
-    except (OSError, KeyError, ValueError) as error:
+    except _NOT_A_SHARD as error:
+        raise ValueError(f"{path}: not a signals shard ({error})") from error
+
+
+def read_model_sha256(path: Path) -> str:
+    """The model a shard's rows come from, without reading its rows (an npz loads members one by
+    one); ValueError naming the file when it is not a shard."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return str(data["model_sha256"])
+    except _NOT_A_SHARD as error:
         raise ValueError(f"{path}: not a signals shard ({error})") from error

@@ -1,0 +1,435 @@
+"""`make fit-history ON=sagemaker`: an export's decisions scored on SageMaker Processing.
+
+A help desk's export of 30k–300k rows takes hours to score on one machine. This module scores the
+decision shards `make fit-history` wrote (`part-00000.jsonl`, ... one Decision a line) in one
+SageMaker Processing job that runs the decision image the stack deploys, on as many instances as
+asked, and brings the signals back:
+
+    scoring = SageMakerScoring.from_stack("decisions", instances=2, instance_type="ml.c7i.8xlarge", say=print)
+    print(scoring.estimate(items))                      # instances x hours x price
+    model = scoring.run(shards_folder, signals_folder, yes=True)
+
+`run` uploads the shards to `<HistoryScoringUri><run>/input/`, creates the job (the image's
+`decision-server batch`; each instance gets its share of the shards, `ShardedByS3Key`, and the
+model archive), shows its progress from the signal shards it uploads as it finishes them
+(`Continuous`), and downloads `*.signals.npz`, `*.errors.jsonl` and `model.json` when it completes.
+Ctrl-C stops the job. What it reads of the stack are its outputs (`STACK_OUTPUTS`): a stack that
+creates its own endpoint has them (template.yaml's HistoryScoringRole).
+
+The estimate's throughput for CPU types is MEASURED_ITEMS_PER_SECOND_PER_VCPU; the prices are
+bench/data/instance-prices.json's (`offer`, the one place that reads them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import boto3
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from decision_contract import ModelInfo
+from decision_contract.signals import SHARD_SUFFIX
+
+from .history_policy import HistoryError
+
+#: Decisions a second per vCPU of a CPU instance, for the estimate. A placeholder until the batch
+#: scorer's own measurement lands in docs/benchmarks/batch-scoring.md: 0.51 decisions/s on 2 threads
+#: of a loaded machine (docs/benchmarks/index.md), about 0.25 a vCPU. A measured figure in the
+#: price file's processing list wins over it.
+MEASURED_ITEMS_PER_SECOND_PER_VCPU = 0.25
+#: Instances starting, the image pulled and the model archive fetched and extracted, before a decision.
+STARTUP_SECONDS = 600
+#: The job stops itself after the estimate times this (a slower instance than measured is not cut off).
+RUNTIME_HEADROOM = 2.0
+#: SageMaker Processing's longest run (ProcessingMaxRuntimeInSeconds), and a GPU job's limit (unmeasured).
+MAX_RUNTIME_SECONDS = 777_600
+UNMEASURED_RUNTIME_SECONDS = 24 * 3600
+#: Items a shard: a shard is the unit of progress and of what a failed instance loses.
+ITEMS_PER_SHARD = 2_000
+VOLUME_GB = 30
+POLL_SECONDS = 30.0
+
+PRICES = Path(__file__).resolve().parents[1] / "bench" / "data" / "instance-prices.json"
+
+#: The image's batch scorer and where a processing job puts its inputs and takes its output.
+ENTRYPOINT = ["/opt/decision-server/bin/decision-server", "batch"]
+DECISIONS_DIR = "/opt/ml/processing/input/decisions"
+MODEL_DIR = "/opt/ml/processing/input/model"
+SIGNALS_DIR = "/opt/ml/processing/output/signals"
+ERRORS_SUFFIX = ".errors.jsonl"
+MODEL_FILE = "model.json"
+
+#: The stack outputs the scorer reads (template.yaml, with the stack's own endpoint).
+ROLE_OUTPUT, URI_OUTPUT, IMAGE_OUTPUT, MODEL_OUTPUT, COMPUTE_OUTPUT = (
+    "HistoryScoringRoleArn", "HistoryScoringUri", "DecisionImageUri", "DecisionModelDataUrl", "DecisionCompute")
+STACK_OUTPUTS = (ROLE_OUTPUT, URI_OUTPUT, IMAGE_OUTPUT, MODEL_OUTPUT)
+
+_S3_URI = re.compile(r"^s3:/+([^/]+)/(.*)$")
+_SIZE = re.compile(r"^(\d*)xlarge$")
+
+
+# ----------------------------------------------------------------------------------- instances and prices
+@dataclass(frozen=True)
+class Offer:
+    """What an instance type has and costs, and how fast it scores (None: not known)."""
+
+    instance_type: str
+    vcpus: int
+    gpu: bool
+    usd_per_hour: float | None
+    items_per_second_per_vcpu: float | None
+    basis: str  # where the price and the throughput come from, in words
+
+
+def is_gpu(instance_type: str) -> bool:
+    return instance_type.split(".")[1].startswith(("g", "p")) if instance_type.count(".") >= 2 else False
+
+
+def vcpus_of(instance_type: str) -> int:
+    """vCPUs of an instance type from its size (large 2, xlarge 4, Nxlarge 4N; medium 2)."""
+    size = instance_type.rsplit(".", 1)[-1]
+    if size in ("medium", "large"):
+        return 2
+    match = _SIZE.match(size)
+    if not match:
+        raise HistoryError(f"{instance_type}: cannot tell its vCPUs from its size {size!r}")
+    return 4 * int(match.group(1) or 1)
+
+
+def offer(instance_type: str, prices_path: Path = PRICES) -> Offer:
+    """The one lookup of prices and throughput: the price file's `processing` list first (its price
+    and, where measured, items/s per vCPU), else its real-time inference price (an upper bound:
+    processing instances cost no more), else no price."""
+    try:
+        prices = json.loads(prices_path.read_text())
+    except (OSError, ValueError):
+        prices = {}
+    processing = prices.get("processing") or {}
+    if isinstance(processing, list):
+        processing = {"instances": processing}
+    measured = processing.get("items_per_second_per_vcpu")
+    row = next((r for r in processing.get("instances", []) if r.get("type") == instance_type), None)
+    if row is not None:
+        measured = row.get("items_per_second_per_vcpu", measured)
+        region, as_of = processing.get("region", prices.get("region", "?")), processing.get("as_of", prices.get("as_of", "?"))
+        basis = (f"SageMaker Processing price{' (estimated, not published)' if processing.get('estimated') else ''}, "
+                 f"{region} on-demand as of {as_of}")
+    else:
+        row = next((r for r in prices.get("instances", []) if r.get("type") == instance_type), None)
+        basis = (f"real-time inference price, {prices.get('region', '?')} on-demand as of {prices.get('as_of', '?')}: "
+                 "no processing price listed" if row else f"no price for {instance_type} in {prices_path.name}")
+    price = float(row["usd_per_hour"]) if row and row.get("usd_per_hour") else None
+    vcpus = int(row["vcpus"]) if row and row.get("vcpus") else vcpus_of(instance_type)
+    gpu = bool(row.get("gpu")) if row and "gpu" in row else is_gpu(instance_type)
+    rate = None if gpu else float(measured or MEASURED_ITEMS_PER_SECOND_PER_VCPU)
+    if rate is not None:
+        basis += f"; {rate:g} items/s per vCPU ({'measured' if measured else 'placeholder until docs/benchmarks/batch-scoring.md'})"
+    return Offer(instance_type, vcpus, gpu, price, rate, basis)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    hours: float | None  # each instance's, startup included; None: throughput unknown
+    usd: float | None
+    max_runtime_seconds: int
+    text: str
+
+
+def estimate_for(items: int, instances: int, found: Offer) -> Estimate:
+    """Hours, dollars and the job's time limit for `items` decisions on `instances` of `found`."""
+    head = f"{instances} x {found.instance_type} ({found.vcpus} vCPUs{', GPU' if found.gpu else ''}) for {items:,} items"
+    price = f"${found.usd_per_hour:.3f}/h" if found.usd_per_hour else "price unknown"
+    if found.items_per_second_per_vcpu is None:
+        return Estimate(None, None, UNMEASURED_RUNTIME_SECONDS, (
+            f"{head}: throughput on a GPU processing instance is unmeasured, so time and cost are unknown\n"
+            f"  ({price} an instance while it runs; the job stops itself after {UNMEASURED_RUNTIME_SECONDS / 3600:.0f} h; "
+            f"{found.basis})"))
+    per_instance = found.items_per_second_per_vcpu * found.vcpus
+    seconds = math.ceil(items / instances) / per_instance + STARTUP_SECONDS
+    hours = seconds / 3600
+    limit = int(min(MAX_RUNTIME_SECONDS, max(3600, RUNTIME_HEADROOM * seconds)))
+    usd = instances * hours * found.usd_per_hour if found.usd_per_hour else None
+    cost = f"{instances} x {hours:.1f} h x {price} = ${usd:,.2f}" if usd is not None else f"{instances} x {hours:.1f} h, {price}"
+    return Estimate(hours, usd, limit, (
+        f"{head}: about {per_instance:.1f} items/s an instance, {hours:.1f} h each: {cost}\n"
+        f"  ({found.basis}; the job stops itself after {limit / 3600:.1f} h)"))
+
+
+def shard_count(items: int, instances: int) -> int:
+    """How many input shards to write: about ITEMS_PER_SHARD items each, as many for every
+    instance, and at least one an instance (never more shards than items)."""
+    shards = max(instances, math.ceil(items / ITEMS_PER_SHARD))
+    shards = math.ceil(shards / instances) * instances
+    return max(1, min(shards, items))
+
+
+def job_name(stack_name: str, now: datetime | None = None) -> str:
+    """A unique processing job name (63 characters at most, letters, digits and hyphens)."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    suffix = f"history-{stamp}-{secrets.token_hex(2)}"
+    base = re.sub(r"[^A-Za-z0-9]+", "-", stack_name).strip("-")[:63 - len(suffix) - 1].rstrip("-")
+    return f"{base}-{suffix}" if base else suffix
+
+
+def progress_line(done_shards: int, total_shards: int, done_items: int, total_items: int, seconds: float) -> str:
+    if not done_items:
+        return f"scored 0 of {total_shards} shards ({total_items:,} items) after {_duration(seconds)}: waiting for the first"
+    rate = done_items / max(seconds, 1.0)
+    left = (total_items - done_items) / rate
+    return (f"scored {done_shards} of {total_shards} shards ({done_items:,} of {total_items:,} items), "
+            f"{rate:.1f} items/s, about {_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+# ----------------------------------------------------------------------------------- the stack
+@dataclass(frozen=True)
+class ScoringStack:
+    """What the scorer needs of a deployed stack, from its outputs."""
+
+    name: str
+    role_arn: str
+    bucket: str
+    prefix: str  # ends with "/"
+    image_uri: str
+    model_data_url: str
+    compute: str | None  # CPU or GPU: the kind of image
+
+    @classmethod
+    def from_outputs(cls, name: str, outputs: dict[str, str]) -> ScoringStack:
+        missing = [key for key in STACK_OUTPUTS if not outputs.get(key)]
+        if missing:
+            raise HistoryError(
+                f"stack {name} has no output {', '.join(missing)}: scoring on SageMaker needs a stack that creates its own "
+                "endpoint (DecisionImageUri and ModelDataUrl set, no ExistingEndpointName) deployed with this template; "
+                "deploy it so, or score here (--on local)")
+        match = _S3_URI.match(outputs[URI_OUTPUT])
+        if not match:
+            raise HistoryError(f"stack {name}: {URI_OUTPUT} {outputs[URI_OUTPUT]!r} is not an s3:// URI")
+        prefix = match.group(2).strip("/")
+        return cls(name, outputs[ROLE_OUTPUT], match.group(1), f"{prefix}/" if prefix else "", outputs[IMAGE_OUTPUT],
+                   outputs[MODEL_OUTPUT], outputs.get(COMPUTE_OUTPUT))
+
+
+def stack_outputs(name: str, cloudformation: Any) -> dict[str, str]:
+    try:
+        (stack,) = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        raise HistoryError(f"stack {name}: {error.response['Error'].get('Message') or error}") from None
+    except BotoCoreError as error:
+        raise HistoryError(f"stack {name}: {error}") from None
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+# ----------------------------------------------------------------------------------- the job
+class SageMakerScoring:
+    """One processing job over a folder of decision shards, on the stack's image and model."""
+
+    def __init__(self, stack: ScoringStack, *, instances: int, instance_type: str, say: Callable[[str], None],
+                 session: boto3.session.Session) -> None:
+        self.stack = stack
+        self.instances = instances
+        self.instance_type = instance_type
+        self.say = say
+        self.region = session.region_name
+        self.sagemaker = session.client("sagemaker")
+        self.s3 = session.client("s3")
+        #: How the wait between polls is made (a test interrupts it as Ctrl-C would).
+        self.sleep: Callable[[float], None] = time.sleep
+        self.poll_seconds = POLL_SECONDS
+        known = self.sagemaker.meta.service_model.shape_for("ProcessingInstanceType").enum
+        if instance_type not in known:
+            raise HistoryError(f"--instance-type {instance_type}: not a SageMaker Processing instance type "
+                               f"(e.g. ml.c7i.8xlarge, ml.m7i.8xlarge, ml.g5.xlarge)")
+        if not 1 <= instances <= 100:
+            raise HistoryError(f"--instances {instances}: a processing job runs on 1 to 100 instances")
+        self.offer = offer(instance_type)
+        if self.offer.gpu and stack.compute == "CPU":
+            raise HistoryError(f"stack {stack.name} deploys the CPU image, which leaves a {instance_type}'s GPU idle: "
+                               "choose a CPU instance type (e.g. ml.c7i.8xlarge)")
+        if not self.offer.gpu and stack.compute == "GPU":
+            say(f"note: stack {stack.name} deploys the CUDA image; on {instance_type} it must run on the CPU alone")
+
+    @classmethod
+    def from_stack(cls, stack_name: str, *, instances: int, instance_type: str, say: Callable[[str], None],
+                   session: boto3.session.Session | None = None) -> SageMakerScoring:
+        """The scorer for a deployed stack, from its outputs (HistoryError when it has none)."""
+        session = session or boto3.DEFAULT_SESSION or boto3.session.Session()
+        if not session.region_name:
+            raise HistoryError("no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION) to the stack's")
+        stack = ScoringStack.from_outputs(stack_name, stack_outputs(stack_name, session.client("cloudformation")))
+        return cls(stack, instances=instances, instance_type=instance_type, say=say, session=session)
+
+    # ------------------------------------------------------------------ the estimate
+    def plan(self, items: int) -> Estimate:
+        return estimate_for(items, self.instances, self.offer)
+
+    def estimate(self, items: int) -> str:
+        """One or two lines: instances x expected hours x price = USD (or why it is unknown)."""
+        return self.plan(items).text
+
+    # ------------------------------------------------------------------ the request
+    def job_request(self, name: str, items: int) -> dict[str, Any]:
+        """CreateProcessingJob's parameters for the run `name` (its S3 folders under the stack's prefix)."""
+        base = f"s3://{self.stack.bucket}/{self.stack.prefix}{name}"
+        environment = {"SM_LLAMA_CPP_THREADS": str(self.offer.vcpus)}
+        if self.offer.gpu:
+            environment["SM_LLAMA_CPP_N_GPU_LAYERS"] = "999"
+        return {
+            "ProcessingJobName": name,
+            "RoleArn": self.stack.role_arn,
+            "AppSpecification": {"ImageUri": self.stack.image_uri, "ContainerEntrypoint": list(ENTRYPOINT)},
+            "ProcessingInputs": [
+                {"InputName": "decisions", "S3Input": {
+                    "S3Uri": f"{base}/input/", "LocalPath": DECISIONS_DIR, "S3DataType": "S3Prefix",
+                    "S3InputMode": "File", "S3DataDistributionType": "ShardedByS3Key"}},
+                {"InputName": "model", "S3Input": {
+                    "S3Uri": self.stack.model_data_url, "LocalPath": MODEL_DIR, "S3DataType": "S3Prefix",
+                    "S3InputMode": "File", "S3DataDistributionType": "FullyReplicated"}},
+            ],
+            "ProcessingOutputConfig": {"Outputs": [
+                {"OutputName": "signals", "S3Output": {"S3Uri": f"{base}/output/", "LocalPath": SIGNALS_DIR,
+                                                       "S3UploadMode": "Continuous"}},
+            ]},
+            "ProcessingResources": {"ClusterConfig": {"InstanceCount": self.instances, "InstanceType": self.instance_type,
+                                                      "VolumeSizeInGB": VOLUME_GB}},
+            "StoppingCondition": {"MaxRuntimeInSeconds": self.plan(items).max_runtime_seconds},
+            "NetworkConfig": {"EnableNetworkIsolation": True},
+            "Environment": environment,
+            # no Tags: tagging on create takes sagemaker:AddTags too; the job's name starts with the stack's
+        }
+
+    # ------------------------------------------------------------------ the run
+    def run(self, inputs: Path, download_to: Path, *, yes: bool) -> ModelInfo:
+        """Score the shards in `inputs` in one processing job and download its signals, errors
+        and model.json into `download_to`; the model that scored them."""
+        shards = sorted(inputs.glob("part-*.jsonl"))
+        if not shards:
+            raise HistoryError(f"{inputs}: no decision shards (part-*.jsonl) to score")
+        counts = {p.name: _lines(p) for p in shards}
+        items = sum(counts.values())
+        for line in self.estimate(items).splitlines():
+            self.say(line)
+        if not yes:
+            raise HistoryError("scoring on SageMaker starts paid instances: pass --yes (make fit-history ... YES=1) "
+                               "once the estimate above suits")
+        if len(shards) < self.instances:
+            self.say(f"note: {len(shards)} shard(s) for {self.instances} instances: some instances get none")
+        name = job_name(self.stack.name)
+        run_prefix = f"{self.stack.prefix}{name}/"
+        self.say(f"uploading {len(shards)} shards ({items:,} items) to s3://{self.stack.bucket}/{run_prefix}input/")
+        try:
+            for path in shards:
+                self.s3.upload_file(str(path), self.stack.bucket, f"{run_prefix}input/{path.name}")
+            self.sagemaker.create_processing_job(**self.job_request(name, items))
+        except (ClientError, S3UploadFailedError) as error:
+            raise HistoryError(f"cannot start the processing job {name}: {error} (docs/learning/fit-history.md lists "
+                               "the permissions it takes)") from None
+        self.say(f"processing job {name} started: https://{self.region}.console.aws.amazon.com/sagemaker/home"
+                 f"?region={self.region}#/processing-jobs/{name} (logs: /aws/sagemaker/ProcessingJobs, {name}/*)")
+        expected = {_signals_name(shard): n for shard, n in counts.items()}
+        job = self._wait(name, f"{run_prefix}output/", expected)
+        status = job["ProcessingJobStatus"]
+        if status != "Completed":
+            reason = job.get("FailureReason") or job.get("ExitMessage") or "no reason given"
+            raise HistoryError(f"processing job {name} {status.lower()}: {reason} (its log: CloudWatch "
+                               f"/aws/sagemaker/ProcessingJobs, streams {name}/*)")
+        return self._download(f"{run_prefix}output/", download_to, expected)
+
+    def _outputs(self, prefix: str) -> list[str]:
+        """Keys under the run's output prefix."""
+        keys: list[str] = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.stack.bucket, Prefix=prefix):
+            keys += [o["Key"] for o in page.get("Contents", [])]
+        return keys
+
+    def _wait(self, name: str, output_prefix: str, expected: dict[str, int]) -> dict[str, Any]:
+        """Poll the job until it ends, saying its progress; Ctrl-C stops it."""
+        total_items = sum(expected.values())
+        said_status = said_line = None
+        done: set[str] = set()
+        try:
+            while True:
+                job = self.sagemaker.describe_processing_job(ProcessingJobName=name)
+                status = job["ProcessingJobStatus"]
+                if status != said_status:
+                    self.say(f"job {name}: {status}")
+                    said_status = status
+                if status in ("Completed", "Failed", "Stopped"):
+                    return job
+                done = {Path(k).name for k in self._outputs(output_prefix)} & set(expected)
+                started = job.get("ProcessingStartTime") or job.get("CreationTime") or datetime.now(timezone.utc)
+                line = progress_line(len(done), len(expected), sum(expected[d] for d in done), total_items,
+                                     (datetime.now(timezone.utc) - started).total_seconds())
+                if line != said_line:
+                    self.say(line)
+                    said_line = line
+                self.sleep(self.poll_seconds)
+        except KeyboardInterrupt:
+            self.say(f"Ctrl-C: stopping processing job {name}")
+            try:
+                self.sagemaker.stop_processing_job(ProcessingJobName=name)
+            except ClientError as error:  # it ended meanwhile
+                self.say(f"  could not stop it: {error}")
+            raise HistoryError(f"processing job {name} stopped (Ctrl-C) with {len(done)} of {len(expected)} shards scored; "
+                               "nothing was fitted. A new run scores every shard again") from None
+
+    def _download(self, prefix: str, folder: Path, expected: dict[str, int]) -> ModelInfo:
+        folder.mkdir(parents=True, exist_ok=True)
+        got: set[str] = set()
+        for key in self._outputs(prefix):
+            file = Path(key).name
+            if file.endswith((SHARD_SUFFIX, ERRORS_SUFFIX)) or file == MODEL_FILE:
+                self.s3.download_file(self.stack.bucket, key, str(folder / file))
+                got.add(file)
+        if MODEL_FILE not in got:
+            raise HistoryError(f"processing job completed without writing {MODEL_FILE} under s3://{self.stack.bucket}/{prefix}")
+        missing = sorted(set(expected) - got)
+        if missing:
+            self.say(f"note: {len(missing)} of {len(expected)} shards have no signals file (first: {missing[0]})")
+        errors = sum(_lines(folder / f) for f in got if f.endswith(ERRORS_SUFFIX))
+        if errors:
+            self.say(f"note: {errors} item(s) could not be scored (*{ERRORS_SUFFIX} in {folder})")
+        self.say(f"downloaded {len(got & set(expected))} signal shards to {folder}")
+        return ModelInfo.model_validate_json((folder / MODEL_FILE).read_text())
+
+
+def _signals_name(shard: str) -> str:
+    return shard.removesuffix(".jsonl") + SHARD_SUFFIX
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+# ----------------------------------------------------------------------------------- exports on S3
+def fetch_export(url_or_path: str | Path, folder: Path, *, session: boto3.session.Session | None = None) -> Path:
+    """DATA or TEST: an s3://bucket/key is downloaded into `folder` (its file name kept, so a .csv
+    is read as CSV); a local path is returned as it is."""
+    match = _S3_URI.match(str(url_or_path))
+    if not match or Path(url_or_path).exists():
+        return Path(url_or_path)
+    bucket, key = match.groups()
+    if not key or key.endswith("/"):
+        raise HistoryError(f"{url_or_path}: an export is one object, s3://bucket/key")
+    session = session or boto3.DEFAULT_SESSION or boto3.session.Session()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / Path(key).name
+    try:
+        session.client("s3").download_file(bucket, key, str(target))
+    except ClientError as error:
+        raise HistoryError(f"s3://{bucket}/{key}: {error.response['Error'].get('Message') or error}") from None
+    return target
