@@ -127,7 +127,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_heads.py
 	$(PY) bench/bench_many_options.py
 	$(PY) bench/handler_overhead.py
-	$(PY) bench/history_scale.py
+	$(PY) -m training.scale
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".

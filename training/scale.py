@@ -1,7 +1,7 @@
 """How make fit-history's own steps grow with the export: seconds and peak memory for reading the
 rows, preparing the signals and fitting the head, at 10,000, 100,000 and 1,000,000 rows.
 
-    python bench/history_scale.py [--rows 10000,100000,1000000] [--labels 77] [--width 576]
+    python -m training.scale [--rows 10000,100000,1000000] [--labels 77] [--width 576]    (make bench runs it)
 
 No model is needed: the export is synthetic (77 labels, a dozen words a row, some of them the
 label's own) and its signals are stored beforehand as a scoring run would store them (one hidden
@@ -31,16 +31,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-REPO = Path(__file__).resolve().parents[1]
-for root in ("contract", "container", "functions", "."):
-    sys.path.insert(0, str(REPO / root))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from decision_contract import ModelInfo
+from decision_contract.signals import SHARD_SUFFIX, write_shard
 
-from decision_contract import ModelInfo  # noqa: E402
-from decision_contract.signals import SHARD_SUFFIX, write_shard  # noqa: E402
-from training import history  # noqa: E402
-from training.history_policy import states  # noqa: E402
+from . import history
+from .fitting import REPO
+from .history_policy import states
 
 MODEL = ModelInfo(file="synthetic.gguf", bytes=1, sha256="5" * 64, context_size=4096, threads=1, gpu_layers=0,
                   llama_cpp_python_version="bench", hidden_size=576)
@@ -85,6 +83,14 @@ def store_signals(folder: Path, args: SimpleNamespace, width: int, seed: int) ->
 
 
 def peak_mib() -> float:
+    """This process's peak resident memory. Linux's VmHWM starts afresh with the program; the
+    rusage maximum would include the parent's size when it was forked."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             write_export(folder / "test.csv", TEST_ROWS, args.labels, seed=2)
             store_signals(folder, arguments(folder, rows), args.width, seed=3)
             print(f"{rows} rows: export and signals stored in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            done = subprocess.run([sys.executable, __file__, "--rows", str(rows), "--one", str(folder)],
+            done = subprocess.run([sys.executable, "-m", "training.scale", "--rows", str(rows), "--one", str(folder)],
                                   capture_output=True, text=True, check=True)
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr)
