@@ -347,7 +347,11 @@ def write_signals(path: Path, model_sha256: str, scored: Sequence[tuple[Decision
 def score_folder(engine: Any, input_dir: Path, output_dir: Path, *, in_flight: int | None = None,
                  log: Callable[[str], None] = logger.info, progress_seconds: float = PROGRESS_SECONDS) -> BatchSummary:
     """Score every input shard in `input_dir` not yet scored in `output_dir` for the engine's model
-    (see the module's docstring for the files); BatchError when there is no input shard."""
+    (see the module's docstring for the files); BatchError when there is no input shard.
+
+    `in_flight`: requests queued or running at once (default `default_in_flight`); `log`: where the
+    progress lines and the summary go (default the `decision_server.batch` logger at INFO; `print`
+    shows them where logging is not configured)."""
     started = time.perf_counter()
     shards = input_shards(input_dir)
     model = engine.model_info
