@@ -41,11 +41,10 @@ from decision_contract.signals import SHARD_SUFFIX
 
 from .history_policy import HistoryError
 
-#: Decisions a second per vCPU of a CPU instance, for the estimate. A placeholder until the batch
-#: scorer's own measurement lands in docs/benchmarks/batch-scoring.md: 0.51 decisions/s on 2 threads
-#: of a loaded machine (docs/benchmarks/index.md), about 0.25 a vCPU. A measured figure in the
-#: price file's processing list wins over it.
-MEASURED_ITEMS_PER_SECOND_PER_VCPU = 0.25
+#: Decisions a second per vCPU of a CPU instance, for the estimate: the batch scorer's 1.26 items/s
+#: on 2 threads of a shared 2-CPU machine (docs/benchmarks/batch-scoring.md), scaled linearly with
+#: vCPUs. A figure in the price file's processing list wins over it.
+MEASURED_ITEMS_PER_SECOND_PER_VCPU = 0.63
 #: Instances starting, the image pulled and the model archive fetched and extracted, before a decision.
 STARTUP_SECONDS = 600
 #: The job stops itself after the estimate times this (a slower instance than measured is not cut off).
@@ -132,7 +131,7 @@ def offer(instance_type: str, prices_path: Path = PRICES) -> Offer:
     gpu = bool(row.get("gpu")) if row and "gpu" in row else is_gpu(instance_type)
     rate = None if gpu else float(measured or MEASURED_ITEMS_PER_SECOND_PER_VCPU)
     if rate is not None:
-        basis += f"; {rate:g} items/s per vCPU ({'measured' if measured else 'placeholder until docs/benchmarks/batch-scoring.md'})"
+        basis += f"; {rate:g} items/s per vCPU ({'from the price file' if measured else 'measured, docs/benchmarks/batch-scoring.md'})"
     return Offer(instance_type, vcpus, gpu, price, rate, basis)
 
 

@@ -268,7 +268,7 @@ def test_the_estimate_is_instances_times_hours_times_the_processing_price(tmp_pa
     first, second = plan.text.splitlines()
     assert first.endswith("16.0 items/s an instance, 1.0 h each: 2 x 1.0 h x $1.500/h = $3.10")
     assert "SageMaker Processing price (estimated, not published), us-east-1 on-demand as of 2026-01-01" in second
-    assert "0.5 items/s per vCPU (measured)" in second
+    assert "0.5 items/s per vCPU (from the price file)" in second
     assert plan.max_runtime_seconds == int(scoring.RUNTIME_HEADROOM * 3725)
 
 
@@ -279,7 +279,7 @@ def test_without_a_processing_price_the_estimate_says_where_its_figures_come_fro
     unknown = offer("ml.c7i.48xlarge", tmp_path / "none.json")
     assert (unknown.vcpus, unknown.usd_per_hour) == (192, None)
     text = estimate_for(300_000, 2, unknown).text
-    assert "price unknown" in text and "placeholder" in text
+    assert "price unknown" in text and "measured, docs/benchmarks/batch-scoring.md" in text
     huge = estimate_for(10_000_000, 1, offer("ml.c7i.large", tmp_path / "none.json"))
     assert huge.max_runtime_seconds == scoring.MAX_RUNTIME_SECONDS  # capped at the service's maximum
 
