@@ -19,7 +19,8 @@ Prefix reuse, without re-evaluating anything:
 - sequence 0 holds the prompt prefix every decision shares (chat template header, the fixed
   system instruction, the start of the user payload), evaluated once at start-up;
 - a batch of decisions on one state evaluates its common prefix once in a *stem* sequence,
-  then each question's sequence starts as a copy of the stem and evaluates only its suffix.
+  then each question's sequence starts as a copy of the stem and evaluates only its suffix; a
+  criterion-first decision's stem is its prompt up to the evidence (readout.py).
 
 Across requests (the prompt cache, prompt_cache.py): a finished request's cells are saved to
 host memory as a cache entry before its sequence is cleared, and a new stream whose longest
