@@ -206,7 +206,8 @@ class DecisionResult(BaseModel):
     reused_prefix_tokens: int = Field(0, description="Tokens taken from a shared, already evaluated prefix.")
     allowed_token_mass: float = Field(description="Share of next-token probability on the option letters.")
     prompt_sha256: str
-    prompt_version: str
+    prompt_version: str = Field(description="The prompt the numbers come from: `direct-options-v1` (the "
+                                "evidence-first layout) or `criterion-first-v1`; a head reads only its own.")
     model: ModelInfo
     timing: DecisionTiming
     # The AWS SemIf sample's result fields, so that its clients work unchanged.
