@@ -40,6 +40,7 @@ import hashlib
 import json
 import sys
 import time
+import typing
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from sklearn.metrics import f1_score
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from decision_contract import MAX_OPTIONS, Decision, DecisionResult, ModelInfo
+from decision_contract import MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
 from decision_contract.signals import request_key
 from decision_router.domain.heads import FORMAT
 from decision_router.domain.judging import model_entry
@@ -287,6 +288,8 @@ def parser() -> argparse.ArgumentParser:
                    "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
                    help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
+    p.add_argument("--layout", choices=typing.get_args(Layout),
+                   help="the prompt layout of a many-option question's signals decision (default: the request's own)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead")
@@ -327,7 +330,7 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     train_rows = [r for r in train_rows if vocab.option_of(r[args.label]) is not None]
     gold = np.array([vocab.options.index(vocab.option_of(r[args.label])) for r in train_rows])
     train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
-    ask = lambda state: question_decision(question, state).model_copy(update={"return_hidden_state": True})  # noqa: E731
+    ask = lambda state: question_decision(question, state, args.layout).model_copy(update={"return_hidden_state": True})  # noqa: E731
 
     own = runner is None
     if runner is None:

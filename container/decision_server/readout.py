@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from decision_contract import OPTION_LETTERS, Decision, DecisionOption, Layout
+from decision_contract import LAYOUT_PROMPT_VERSIONS, OPTION_LETTERS, Decision, DecisionOption
 
 from .errors import EngineFault
 from .prompt_cache import FinalOutput
@@ -39,11 +39,10 @@ from .prompt_cache import FinalOutput
 #: SemIf's name for this prompt, echoed in every result. The instruction and the user payload
 #: below are SemIf's `direct-options-v1` to the byte: any other wording changes `prompt_sha256`
 #: and the probabilities, and breaks parity with the AWS sample and with fitted heads.
-PROMPT_VERSION = "direct-options-v1"
+PROMPT_VERSION = LAYOUT_PROMPT_VERSIONS["evidence-first"]
 #: The criterion-first layout's name: its numbers differ from `direct-options-v1`'s (the model
 #: reads the parts in another order), so heads fitted on one refuse the other's.
-CRITERION_FIRST_VERSION = "criterion-first-v1"
-PROMPT_VERSIONS: dict[Layout, str] = {"evidence-first": PROMPT_VERSION, "criterion-first": CRITERION_FIRST_VERSION}
+CRITERION_FIRST_VERSION = LAYOUT_PROMPT_VERSIONS["criterion-first"]
 
 SYSTEM_INSTRUCTION = (
     "Apply the supplied criterion to the supplied evidence. Choose exactly one listed option. "
@@ -67,7 +66,7 @@ class Prompt:
 
 def prompt_version(decision: Decision) -> str:
     """The name of the prompt a decision is rendered with (echoed in its result)."""
-    return PROMPT_VERSIONS[decision.layout]
+    return LAYOUT_PROMPT_VERSIONS[decision.layout]
 
 
 def user_payload(decision: Decision) -> str:

@@ -12,6 +12,7 @@ from .confidence import (
 )
 from .models import (
     DEFAULT_LAYOUT,
+    LAYOUT_PROMPT_VERSIONS,
     MAX_OPTIONS,
     MAX_STATE_DEPTH,
     MIN_OPTIONS,

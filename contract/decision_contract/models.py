@@ -34,6 +34,8 @@ MAX_OPTIONS = len(OPTION_LETTERS)
 #: many items share the prompt up to their evidence.
 Layout = Literal["evidence-first", "criterion-first"]
 DEFAULT_LAYOUT: Layout = "evidence-first"
+#: The prompt version a result names for each layout (a head fitted on one reads only that one).
+LAYOUT_PROMPT_VERSIONS: dict[Layout, str] = {"evidence-first": "direct-options-v1", "criterion-first": "criterion-first-v1"}
 #: Deepest nesting accepted inside a JSON `state` (objects and arrays).
 MAX_STATE_DEPTH = 32
 
