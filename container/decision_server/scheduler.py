@@ -203,7 +203,16 @@ class Scheduler:
         return sum(w.reservation for w in self._active) + self._slots.extra_cost
 
     def _start_streams(self) -> None:
-        """Give waiting streams a sequence (copying their prefix) while slots allow."""
+        """Give waiting streams a sequence (copying their prefix) while slots allow. A stem
+        restored whole from the prompt cache is ready at once: its questions start in this same
+        pass, so that they join this step's decode rather than wait for the next."""
+        while self._start_waiting_streams():
+            pass
+
+    def _start_waiting_streams(self) -> bool:
+        """One pass of `_start_streams`; True when a stem got ready at once (its work may now
+        have further streams to start)."""
+        ready = False
         for work in self._active:
             stream = work.next_stream() if not work.cancelled else None
             while stream is not None:
@@ -231,7 +240,9 @@ class Scheduler:
                 # a stem whose every token was cached: ready at once
                 stream.started_at = time.perf_counter()
                 stream.work.on_stream_done(stream)
+                ready = True
         self._waiting = still_waiting
+        return ready
 
     def _answer_from_cache(self, stream: Stream) -> bool:
         """Finish `stream` without a sequence when its whole prompt is cached with its output."""

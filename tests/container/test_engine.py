@@ -335,6 +335,27 @@ def test_criterion_first_decisions_of_one_criterion_reuse_its_evaluated_prefix(e
     assert hidden_distance(cold.hidden_state, second.hidden_state) <= HIDDEN_TOLERANCE
 
 
+def test_questions_of_a_cached_stem_join_the_decode_of_the_step_they_start_in(embedded_engine, monkeypatch):
+    """Criterion-first items arriving while other work runs: their stems are restored whole from the
+    prompt cache, so their questions start at once and are evaluated in the same decodes as the
+    rest (not a step later, in decodes of their own)."""
+    engine = embedded_engine
+    engine.scheduler.clear_cache()
+    ask = lambda text: ticket_decision(id=text, state={"text": text}, layout="criterion-first",  # noqa: E731
+                                       return_hidden_state=True)
+    engine.decide_one(ask("Warm the criterion's prefix."))
+    decodes: list[int] = []
+    decode = engine.ctx.decode
+    monkeypatch.setattr(engine.ctx, "decode", lambda tokens, **kw: (decodes.append(len(tokens)), decode(tokens, **kw))[1])
+    with engine.scheduler.held():
+        works = [engine.submit_decisions([d], field="decision") for d in (
+            ticket_decision(state="Other work: a state of its own, evaluated meanwhile.", return_hidden_state=True),
+            ask("My card was declined."), ask("How do I reset my password?"))]
+    results = [work.future.result(timeout=120).results[0] for work in works]
+    assert [r.reused_prefix_tokens > len(engine.scheduler.prefix_tokens) for r in results] == [False, True, True]
+    assert len(decodes) == 2  # the three prompts together, then the three answers' hidden states
+
+
 def test_hidden_state_comes_from_the_same_forward_pass(embedded_engine):
     plain = cold_decision(embedded_engine, ticket_decision())
     embedded_engine.scheduler.clear_cache()
