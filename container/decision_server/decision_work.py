@@ -58,11 +58,12 @@ class DecisionWork(Work):
         # decision sees exactly the tokens it would see alone; one token at least stays per
         # decision so that its final position is evaluated after the copy. A criterion-first
         # decision asked alone has its evidence-free prefix as its stem, so that the prompt
-        # cache keeps that prefix once, for the next item asked the same criterion.
+        # cache keeps that prefix once, for the next item asked the same criterion (without a
+        # cache, a stem would only split its evaluation in two).
         self.shared_prefix = 0
         if len(prompts) > 1:
             self.shared_prefix = min(longest_common_prefix([p.tokens for p in prompts]), min(lengths) - 1)
-        else:
+        elif scheduler.cache is not None:
             self.shared_prefix = min(prompts[0].fixed_prefix, lengths[0] - 1)
         self.reuse = scheduler.reusable(prompts[0].tokens, self.shared_prefix if len(prompts) > 1 or self.shared_prefix else None)
         by_state = scheduler.copy_by_state
