@@ -42,6 +42,7 @@ import shutil
 import sys
 import tempfile
 import time
+import typing
 import warnings
 from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +57,7 @@ from sklearn.metrics import f1_score
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from decision_contract import MAX_OPTIONS, Decision, DecisionResult, ModelInfo
+from decision_contract import MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard, request_key, write_shard
 from decision_router.domain.heads import FORMAT
 from decision_router.domain.judging import model_entry
@@ -490,6 +491,8 @@ def parser() -> argparse.ArgumentParser:
                    "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
                    help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
+    p.add_argument("--layout", choices=typing.get_args(Layout),
+                   help="the prompt layout of a many-option question's signals decision (default: the request's own)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
     p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead (one request an item)")
@@ -550,10 +553,10 @@ def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
     return Export(fields, raw, question_of(raw), vocab, train_rows, test_rows, gold)
 
 
-def requests(question: Question, item_states: Sequence[Any]) -> Callable[[int], Decision]:
+def requests(question: Question, item_states: Sequence[Any], layout: Layout | None = None) -> Callable[[int], Decision]:
     """The decision the endpoint is asked for row i (built when needed: a million requests are
-    never held at once)."""
-    return lambda i: question_decision(question, item_states[i]).model_copy(update={"return_hidden_state": True})
+    never held at once), in `layout` (None: the request's own)."""
+    return lambda i: question_decision(question, item_states[i], layout).model_copy(update={"return_hidden_state": True})
 
 
 def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) -> list[str]:
@@ -605,7 +608,7 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     fields, raw, question, vocab = export.fields, export.raw, export.question, export.vocab
     train_rows, test_rows, gold = export.train_rows, export.test_rows, export.gold
     train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
-    train_request, test_request = requests(question, train_states), requests(question, test_states)
+    train_request, test_request = requests(question, train_states, args.layout), requests(question, test_states, args.layout)
 
     say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items")
     scoring = time.perf_counter()

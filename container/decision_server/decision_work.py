@@ -2,8 +2,11 @@
 
 A batch of decisions evaluates the token prefix they share once, in a *stem* sequence; each
 question's sequence is then copied from the stem (or from the global prefix, sequence 0) and
-evaluates only its own suffix. The answer at a question's last position goes through the
-readout maths (readout.py) into a `DecisionResult`. The engine (engine.py) validates and
+evaluates only its own suffix. A criterion-first decision asked alone has a stem too: the part of
+its prompt before the evidence, which the prompt cache keeps once for every item asked the same
+criterion (a recurrent model's cache serves whole prompts only, and the next item's stem is that
+prompt whole). The answer at a question's last position goes through the readout maths
+(readout.py) into a `DecisionResult`. The engine (engine.py) validates and
 tokenizes the decisions and queues this work.
 """
 
@@ -26,7 +29,7 @@ from decision_contract import (
 
 from .llama import LlamaContext
 from .prompt_cache import FinalOutput
-from .readout import PROMPT_VERSION, Prompt, Readout, letter_readout, longest_common_prefix, read_final_output
+from .readout import Prompt, Readout, letter_readout, longest_common_prefix, read_final_output
 from .scheduler import Scheduler
 from .work import PREFIX_SEQUENCE, Stream, Work
 
@@ -53,15 +56,20 @@ class DecisionWork(Work):
         lengths = [len(p.tokens) for p in prompts]
         # The shared prefix is the longest common *token* prefix of the full prompts, so each
         # decision sees exactly the tokens it would see alone; one token at least stays per
-        # decision so that its final position is evaluated after the copy.
+        # decision so that its final position is evaluated after the copy. A criterion-first
+        # decision asked alone has its evidence-free prefix as its stem, so that the prompt
+        # cache keeps that prefix once, for the next item asked the same criterion (without a
+        # cache, a stem would only split its evaluation in two).
         self.shared_prefix = 0
         if len(prompts) > 1:
             self.shared_prefix = min(longest_common_prefix([p.tokens for p in prompts]), min(lengths) - 1)
-        self.reuse = scheduler.reusable(prompts[0].tokens, self.shared_prefix if len(prompts) > 1 else None)
+        elif scheduler.cache is not None:
+            self.shared_prefix = min(prompts[0].fixed_prefix, lengths[0] - 1)
+        self.reuse = scheduler.reusable(prompts[0].tokens, self.shared_prefix if len(prompts) > 1 or self.shared_prefix else None)
         by_state = scheduler.copy_by_state
         self._stem: Stream | None = None
         stem_source, stem_start = (PREFIX_SEQUENCE, self.reuse) if self.reuse else (None, 0)
-        if len(prompts) > 1 and self.shared_prefix > self.reuse:
+        if self.shared_prefix > self.reuse:
             self._stem = Stream(self, prompts[0].tokens[: self.shared_prefix], start=stem_start, source=stem_source,
                                 wants_output=False, index=-1)
             self._stem.cost = self.shared_prefix if by_state else self.shared_prefix - self.reuse
@@ -116,10 +124,10 @@ class DecisionWork(Work):
             option_logits=logits,
             temperature=decision.temperature,
             input_tokens=len(prompt.tokens),
-            reused_prefix_tokens=stream.start,
+            reused_prefix_tokens=self._reused(stream),
             allowed_token_mass=mass,
             prompt_sha256=prompt.sha256,
-            prompt_version=PROMPT_VERSION,
+            prompt_version=prompt.version,
             model=engine.model_info,
             timing=DecisionTiming(tokenize_seconds=tokenize, prefill_seconds=forward, total_seconds=tokenize + forward),
             answer_token_ids=list(letter_ids),
@@ -128,6 +136,14 @@ class DecisionWork(Work):
             total_seconds=time.perf_counter() - self.started,
             hidden_state=hidden.tolist() if hidden is not None else None,
         )
+
+    def _reused(self, stream: Stream) -> int:
+        """Tokens of the stream's prompt taken already evaluated: a batch's questions count the
+        prefix their stem evaluated for all of them; a decision asked alone counts only what its
+        stem was given (from the global prefix or the prompt cache), as it evaluated the rest."""
+        if self._stem is None or len(self.decisions) > 1 or stream.start > self.shared_prefix:
+            return stream.start
+        return self._stem.start
 
     @property
     def done(self) -> bool:

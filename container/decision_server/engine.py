@@ -26,7 +26,7 @@ from .decision_work import DecisionWork
 from .errors import BadRequest, ForbiddenToken, PromptTooLong
 from .llama import LlamaContext, LlamaModel, init_backend
 from .prompt_cache import MIB, PromptCache, PromptCacheStats
-from .readout import PROBE, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
+from .readout import PROBE, PROBE_STATES, ControlTokens, Prompt, Readout, ReadoutError, longest_common_prefix
 from .scheduler import Scheduler
 from .settings import Settings
 from .work import PrefillWork
@@ -158,8 +158,7 @@ class DecisionEngine:
         """The tokens every decision prompt starts with: prompts whose states differ from their
         first character on (text, object, array) share exactly the template header, the
         instruction and the start of the payload."""
-        prompts = [self.readout.prompt(PROBE.model_copy(update={"state": state})).tokens
-                   for state in ("a", "z", {"a": 1}, ["a"])]
+        prompts = [self.readout.prompt(PROBE.model_copy(update={"state": state})).tokens for state in PROBE_STATES]
         return prompts[0][: longest_common_prefix(prompts)]
 
     # --- tokens ------------------------------------------------------------------------------

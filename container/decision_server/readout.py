@@ -7,6 +7,12 @@ shares a token prefix); options lettered A…P by position, their ids never show
 final-position logits of the letter tokens are the answer. Invariants are checked once,
 when the model loads, so a model whose letters are not single tokens never serves.
 
+A decision may ask for the other layout (`criterion-first-v1`): the same instruction and the
+same JSON members, the criterion and lettered options first and the evidence last, so that
+decisions asking one criterion of many items share their prompt up to the evidence. The part
+before the evidence is the prompt's `fixed_prefix`: the engine evaluates it once and keeps it
+(a stem, cached across requests), and each item evaluates only its own tokens.
+
 The maths of the answer is here too: what is read at a decision's last position
 (`read_final_output`, kept by the prompt cache) and the option letters' logits and mass taken
 from it (`letter_readout`).
@@ -18,13 +24,14 @@ import hashlib
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from decision_contract import OPTION_LETTERS, Decision, DecisionOption
+from decision_contract import LAYOUT_PROMPT_VERSIONS, OPTION_LETTERS, Decision, DecisionOption
 
 from .errors import EngineFault
 from .prompt_cache import FinalOutput
@@ -32,7 +39,10 @@ from .prompt_cache import FinalOutput
 #: SemIf's name for this prompt, echoed in every result. The instruction and the user payload
 #: below are SemIf's `direct-options-v1` to the byte: any other wording changes `prompt_sha256`
 #: and the probabilities, and breaks parity with the AWS sample and with fitted heads.
-PROMPT_VERSION = "direct-options-v1"
+PROMPT_VERSION = LAYOUT_PROMPT_VERSIONS["evidence-first"]
+#: The criterion-first layout's name: its numbers differ from `direct-options-v1`'s (the model
+#: reads the parts in another order), so heads fitted on one refuse the other's.
+CRITERION_FIRST_VERSION = LAYOUT_PROMPT_VERSIONS["criterion-first"]
 
 SYSTEM_INSTRUCTION = (
     "Apply the supplied criterion to the supplied evidence. Choose exactly one listed option. "
@@ -49,21 +59,28 @@ class Prompt:
     text: str
     tokens: list[int]
     sha256: str
+    #: Leading tokens that do not depend on the evidence (criterion-first prompts; else 0).
+    fixed_prefix: int = 0
+    version: str = PROMPT_VERSION
+
+
+def prompt_version(decision: Decision) -> str:
+    """The name of the prompt a decision is rendered with (echoed in its result)."""
+    return LAYOUT_PROMPT_VERSIONS[decision.layout]
 
 
 def user_payload(decision: Decision) -> str:
-    """The user message: evidence first, then the criterion, then lettered options."""
-    return json.dumps(
-        {
-            "evidence": decision.state,
-            "criterion": decision.question,
-            "options": [
-                {"letter": letter, "description": option.description}
-                for letter, option in zip(OPTION_LETTERS, decision.options)
-            ],
-        },
-        ensure_ascii=False,
-    )
+    """The user message: evidence first, then the criterion, then lettered options; or, for a
+    criterion-first decision, the criterion and lettered options, then the evidence."""
+    options = [
+        {"letter": letter, "description": option.description}
+        for letter, option in zip(OPTION_LETTERS, decision.options)
+    ]
+    if decision.layout == "criterion-first":
+        payload = {"criterion": decision.question, "options": options, "evidence": decision.state}
+    else:
+        payload = {"evidence": decision.state, "criterion": decision.question, "options": options}
+    return json.dumps(payload, ensure_ascii=False)
 
 
 def messages(decision: Decision) -> list[dict[str, str]]:
@@ -92,6 +109,8 @@ class Readout:
             template=chat_template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True
         )
         self._tokenize = tokenize
+        self._criterion_prefixes: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
         self.letter_token_ids: list[int] = self._check_letters(token_text)
 
     def render(self, decision: Decision) -> str:
@@ -99,7 +118,30 @@ class Readout:
 
     def prompt(self, decision: Decision) -> Prompt:
         text = self.render(decision)
-        return Prompt(text=text, tokens=self._tokenize(text), sha256=hashlib.sha256(text.encode()).hexdigest())
+        tokens = self._tokenize(text)
+        fixed = 0
+        if decision.layout == "criterion-first":
+            fixed = longest_common_prefix([self._criterion_prefix(decision), tokens])
+        return Prompt(text=text, tokens=tokens, sha256=hashlib.sha256(text.encode()).hexdigest(),
+                      fixed_prefix=fixed, version=prompt_version(decision))
+
+    def _criterion_prefix(self, decision: Decision) -> list[int]:
+        """The tokens every criterion-first prompt of this criterion and these options starts
+        with, whatever its evidence: the common prefix of probe prompts whose states differ from
+        their first character on (text, object, array), kept for the criteria asked recently."""
+        key = json.dumps([decision.question, [o.description for o in decision.options]], ensure_ascii=False)
+        with self._lock:  # requests are rendered on their own threads
+            cached = self._criterion_prefixes.pop(key, None)
+            if cached is not None:
+                self._criterion_prefixes[key] = cached  # the most recent last
+                return cached
+        probes = [self._tokenize(self.render(decision.model_copy(update={"state": state}))) for state in PROBE_STATES]
+        cached = probes[0][: longest_common_prefix(probes)]
+        with self._lock:
+            self._criterion_prefixes[key] = cached
+            while len(self._criterion_prefixes) > CRITERION_PREFIXES_KEPT:
+                del self._criterion_prefixes[next(iter(self._criterion_prefixes))]
+        return cached
 
     def _check_letters(self, token_text: Callable[[int], str]) -> list[int]:
         ids = []
@@ -123,6 +165,11 @@ class Readout:
                 )
         return ids
 
+
+#: States that differ from their first character on, in each JSON shape a state may take.
+PROBE_STATES: tuple[Any, ...] = ("a", "z", {"a": 1}, ["a"])
+#: Criteria whose evidence-free prefix is kept (a few hundred tokens each).
+CRITERION_PREFIXES_KEPT = 64
 
 PROBE = Decision(
     id="readout-probe",

@@ -19,7 +19,8 @@ Prefix reuse, without re-evaluating anything:
 - sequence 0 holds the prompt prefix every decision shares (chat template header, the fixed
   system instruction, the start of the user payload), evaluated once at start-up;
 - a batch of decisions on one state evaluates its common prefix once in a *stem* sequence,
-  then each question's sequence starts as a copy of the stem and evaluates only its suffix.
+  then each question's sequence starts as a copy of the stem and evaluates only its suffix; a
+  criterion-first decision's stem is its prompt up to the evidence (readout.py).
 
 Across requests (the prompt cache, prompt_cache.py): a finished request's cells are saved to
 host memory as a cache entry before its sequence is cleared, and a new stream whose longest
@@ -202,7 +203,16 @@ class Scheduler:
         return sum(w.reservation for w in self._active) + self._slots.extra_cost
 
     def _start_streams(self) -> None:
-        """Give waiting streams a sequence (copying their prefix) while slots allow."""
+        """Give waiting streams a sequence (copying their prefix) while slots allow. A stem
+        restored whole from the prompt cache is ready at once: its questions start in this same
+        pass, so that they join this step's decode rather than wait for the next."""
+        while self._start_waiting_streams():
+            pass
+
+    def _start_waiting_streams(self) -> bool:
+        """One pass of `_start_streams`; True when a stem got ready at once (its work may now
+        have further streams to start)."""
+        ready = False
         for work in self._active:
             stream = work.next_stream() if not work.cancelled else None
             while stream is not None:
@@ -230,7 +240,9 @@ class Scheduler:
                 # a stem whose every token was cached: ready at once
                 stream.started_at = time.perf_counter()
                 stream.work.on_stream_done(stream)
+                ready = True
         self._waiting = still_waiting
+        return ready
 
     def _answer_from_cache(self, stream: Stream) -> bool:
         """Finish `stream` without a sequence when its whole prompt is cached with its output."""

@@ -11,6 +11,8 @@ from .confidence import (
     top_two_margin,
 )
 from .models import (
+    DEFAULT_LAYOUT,
+    LAYOUT_PROMPT_VERSIONS,
     MAX_OPTIONS,
     MAX_STATE_DEPTH,
     MIN_OPTIONS,
@@ -28,6 +30,7 @@ from .models import (
     ErrorDetail,
     ErrorResponse,
     FieldProblem,
+    Layout,
     ModelInfo,
     NonEmptyJson,
     SingleDecisionResponse,

@@ -13,11 +13,13 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
@@ -27,6 +29,13 @@ from pydantic_core import CoreSchema
 OPTION_LETTERS = "ABCDEFGHIJKLMNOP"
 MIN_OPTIONS = 2
 MAX_OPTIONS = len(OPTION_LETTERS)
+#: How a decision's prompt orders its parts: the evidence before the criterion and options (the
+#: default, SemIf's `direct-options-v1`), or after them, so that decisions asking one criterion of
+#: many items share the prompt up to their evidence.
+Layout = Literal["evidence-first", "criterion-first"]
+DEFAULT_LAYOUT: Layout = "evidence-first"
+#: The prompt version a result names for each layout (a head fitted on one reads only that one).
+LAYOUT_PROMPT_VERSIONS: dict[Layout, str] = {"evidence-first": "direct-options-v1", "criterion-first": "criterion-first-v1"}
 #: Deepest nesting accepted inside a JSON `state` (objects and arrays).
 MAX_STATE_DEPTH = 32
 
@@ -103,6 +112,23 @@ class Decision(StrictModel):
         description="Also return the final-position hidden state (the vector the letter logits are "
         "computed from), from the same forward pass; for learned heads over the decision.",
     )
+    layout: Layout = Field(
+        default=DEFAULT_LAYOUT,
+        description="The order of the prompt's parts. `evidence-first` (the default; prompt version "
+        "`direct-options-v1`): the state, then the question and options, so decisions about one state share "
+        "their prefix. `criterion-first` (prompt version `criterion-first-v1`): the question and options, then "
+        "the state, so decisions asking one question of many states share their prefix, and it is evaluated "
+        "once across requests. The result's `prompt_version` names the layout its numbers come from.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _default_layout_unsaid(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A decision of the default layout is written exactly as before the field existed: its
+        # request body (an older server forbids unknown fields) and its signals' key are unchanged.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("layout") == DEFAULT_LAYOUT:
+            del data["layout"]
+        return data
 
     @field_validator("state")
     @classmethod
@@ -182,7 +208,8 @@ class DecisionResult(BaseModel):
     reused_prefix_tokens: int = Field(0, description="Tokens taken from a shared, already evaluated prefix.")
     allowed_token_mass: float = Field(description="Share of next-token probability on the option letters.")
     prompt_sha256: str
-    prompt_version: str
+    prompt_version: str = Field(description="The prompt the numbers come from: `direct-options-v1` (the "
+                                "evidence-first layout) or `criterion-first-v1`; a head reads only its own.")
     model: ModelInfo
     timing: DecisionTiming
     # The AWS SemIf sample's result fields, so that its clients work unchanged.

@@ -37,7 +37,8 @@ SHARD_SUFFIX = ".signals.npz"
 def request_key(model_sha256: str, decision: Decision) -> str:
     """The key of a decision's signals: sha256 (hex) of the model's sha256 and the decision's
     content, leaving out what does not change the forward pass (id, temperature, whether the
-    hidden state is returned)."""
+    hidden state is returned). A decision of the default layout is written without its layout
+    (`Decision`'s serializer), so its key is the one it had before decisions had a layout."""
     content = decision.model_dump_json(exclude={"id", "return_hidden_state", "temperature"})
     return hashlib.sha256(f"{model_sha256}\n{content}".encode()).hexdigest()
 

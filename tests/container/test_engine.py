@@ -283,6 +283,79 @@ def test_rendered_prompt_is_semifs_direct_options_v1_byte_for_byte(embedded_engi
     assert result.prompt_version == "direct-options-v1"
 
 
+def test_a_criterion_first_decision_renders_its_evidence_last(embedded_engine):
+    decision = Decision(id="layout", state={"text": "Charged twice"}, question="Which queue?",
+                        options=[{"id": "b", "description": "Billing"}, {"id": "t", "description": "Technical"}],
+                        layout="criterion-first")
+    expected = (
+        "<|im_start|>system\n"
+        "Apply the supplied criterion to the supplied evidence. Choose exactly one listed option. "
+        "Respond with only its uppercase letter, with no explanation or reasoning.<|im_end|>\n"
+        "<|im_start|>user\n"
+        '{"criterion": "Which queue?", "options": [{"letter": "A", "description": "Billing"}, '
+        '{"letter": "B", "description": "Technical"}], "evidence": {"text": "Charged twice"}}'
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert embedded_engine.readout.render(decision) == expected
+    result = embedded_engine.decide_one(decision)
+    assert result.prompt_sha256 == hashlib.sha256(expected.encode()).hexdigest()
+    assert result.prompt_version == "criterion-first-v1"
+    evidence_first = embedded_engine.decide_one(decision.model_copy(update={"layout": "evidence-first"}))
+    assert evidence_first.prompt_version == "direct-options-v1" and evidence_first.option_logits != result.option_logits
+
+
+def test_criterion_first_decisions_of_one_criterion_reuse_its_evaluated_prefix(embedded_engine):
+    """The criterion and options come before the evidence, so a second item asked the same criterion
+    (another request) evaluates only its own tokens: the first one's prefix is kept in the prompt
+    cache, once, and restored."""
+    engine = embedded_engine
+    engine.scheduler.clear_cache()
+    ask = lambda text: ticket_decision(id=text, state={"text": text}, layout="criterion-first",  # noqa: E731
+                                       return_hidden_state=True)
+    prompt = engine.readout.prompt(ask("My card was declined."))
+    criterion_and_options = prompt.fixed_prefix
+    before = engine.prompt_cache_stats()
+    first = engine.decide_one(ask("My card was declined."))
+    # alone and cold, it evaluated its criterion and options itself: only the global prefix's start was reused
+    assert first.reused_prefix_tokens < criterion_and_options
+    second = engine.decide_one(ask("How do I reset my password?"))
+    third = engine.decide_one(ask("I want to buy forty more seats."))
+    after = engine.prompt_cache_stats()
+    for later in (second, third):
+        assert later.reused_prefix_tokens == criterion_and_options
+        assert later.input_tokens - later.reused_prefix_tokens <= 25  # the item's words and the closing tokens
+        assert later.prompt_version == "criterion-first-v1" and len(later.hidden_state) == engine.model.n_embd
+    assert after.reused_tokens - before.reused_tokens >= 2 * (criterion_and_options - first.reused_prefix_tokens)
+    # the prefix's cells are kept once, not once per item (the items keep their answers only)
+    assert sum(entry.state is not None for entry in engine.scheduler.cache.entries()) == 1
+    # and a restored prefix answers as one evaluated afresh
+    engine.scheduler.clear_cache()
+    cold = engine.decide_one(ask("How do I reset my password?"))
+    assert max(abs(a - b) for a, b in zip(cold.option_logits, second.option_logits)) <= LOGIT_TOLERANCE
+    assert hidden_distance(cold.hidden_state, second.hidden_state) <= HIDDEN_TOLERANCE
+
+
+def test_questions_of_a_cached_stem_join_the_decode_of_the_step_they_start_in(embedded_engine, monkeypatch):
+    """Criterion-first items arriving while other work runs: their stems are restored whole from the
+    prompt cache, so their questions start at once and are evaluated in the same decodes as the
+    rest (not a step later, in decodes of their own)."""
+    engine = embedded_engine
+    engine.scheduler.clear_cache()
+    ask = lambda text: ticket_decision(id=text, state={"text": text}, layout="criterion-first",  # noqa: E731
+                                       return_hidden_state=True)
+    engine.decide_one(ask("Warm the criterion's prefix."))
+    decodes: list[int] = []
+    decode = engine.ctx.decode
+    monkeypatch.setattr(engine.ctx, "decode", lambda tokens, **kw: (decodes.append(len(tokens)), decode(tokens, **kw))[1])
+    with engine.scheduler.held():
+        works = [engine.submit_decisions([d], field="decision") for d in (
+            ticket_decision(state="Other work: a state of its own, evaluated meanwhile.", return_hidden_state=True),
+            ask("My card was declined."), ask("How do I reset my password?"))]
+    results = [work.future.result(timeout=120).results[0] for work in works]
+    assert [r.reused_prefix_tokens > len(engine.scheduler.prefix_tokens) for r in results] == [False, True, True]
+    assert len(decodes) == 2  # the three prompts together, then the three answers' hidden states
+
+
 def test_hidden_state_comes_from_the_same_forward_pass(embedded_engine):
     plain = cold_decision(embedded_engine, ticket_decision())
     embedded_engine.scheduler.clear_cache()

@@ -91,6 +91,10 @@ DECISION_BODIES = [
     {"decision": {**DECISION, "temperature": True}},
     {"decision": {**DECISION, "temperature": 2}},
     {"decision": {**DECISION, "extra": 1}},
+    {"decision": {**DECISION, "layout": "criterion-first"}},
+    {"decision": {**DECISION, "layout": "evidence-first"}},
+    {"decision": {**DECISION, "layout": "evidence-last"}},
+    {"decision": {**DECISION, "layout": None}},
     # Schema-valid, once refused (found by Schemathesis): ids are positional labels, a batch may mix states.
     {"decision": {**DECISION, "options": [OPTIONS[0], OPTIONS[0]]}},
     {"decisions": [DECISION, DECISION]},
@@ -189,6 +193,15 @@ def test_the_endpoint_name_follows_sagemakers_rule(doc):
     name = jsonschema_rs.Draft202012Validator(parameter["schema"])
     assert all(name.is_valid(n) for n in ("decision-router", "a", "A1-b--2", "x" * 63))
     assert not any(name.is_valid(n) for n in ("", "-a", "a-", "a_b", "a.b", "x" * 64))
+
+
+def test_the_document_describes_the_prompt_layouts(doc):
+    schemas = doc["components"]["schemas"]
+    layout = schemas["Decision"]["properties"]["layout"]
+    assert layout["enum"] == ["evidence-first", "criterion-first"] and layout["default"] == "evidence-first"
+    assert "direct-options-v1" in layout["description"] and "criterion-first-v1" in layout["description"]
+    version = schemas["DecisionResult"]["properties"]["prompt_version"]["description"]
+    assert "direct-options-v1" in version and "criterion-first-v1" in version
 
 
 def test_the_published_limits_are_this_servers(doc):

@@ -426,3 +426,39 @@ def test_a_model_copied_by_state_restores_a_cached_state_only_whole(state_copy_e
     assert warm.reused_prefix_tokens == stem
     cold = cold_decision(embedded_engine, third)
     assert max(abs(a - b) for a, b in zip(warm.probabilities, cold.probabilities)) <= BATCH_TOLERANCE
+
+
+def criterion_first(text: str) -> Decision:
+    return ticket_decision(id=text, state={"text": text}, layout="criterion-first", return_hidden_state=True)
+
+
+@pytest.mark.model
+def test_a_model_copied_by_state_reuses_a_criterion_first_prefix_across_requests(state_copy_engine, embedded_engine):
+    # a cached state serves only prompts that extend it whole: the next item's stem is that prompt whole
+    engine = state_copy_engine
+    engine.scheduler.clear_cache()
+    fixed = engine.readout.prompt(criterion_first("a")).fixed_prefix
+    engine.decide_one(criterion_first("My card was declined."))
+    second = engine.decide_one(criterion_first("How do I reset my password?"))
+    assert second.reused_prefix_tokens == fixed
+    embedded_engine.scheduler.clear_cache()
+    cold = embedded_engine.decide_one(criterion_first("How do I reset my password?"))
+    assert hidden_distance(second.hidden_state, cold.hidden_state) <= HIDDEN_TOLERANCE
+
+
+@pytest.mark.model
+def test_without_a_prompt_cache_a_criterion_first_decision_is_evaluated_in_one_go(embedded_engine):
+    from decision_server.engine import DecisionEngine
+    from decision_server.model_files import embedded_model_path
+
+    engine = DecisionEngine(model_path=embedded_model_path(), ctx_size=1024, max_decision_tokens=1024,
+                            parallel_sequences=1, prompt_cache_mib=0)
+    try:
+        decodes: list[int] = []
+        decode = engine.ctx.decode
+        engine.ctx.decode = lambda tokens, **kw: (decodes.append(len(tokens)), decode(tokens, **kw))[1]
+        result = engine.decide_one(criterion_first("How do I reset my password?"))
+    finally:
+        engine.close()
+    assert len(decodes) == 2  # the prompt but its last token, then that token with its hidden state
+    assert result.prompt_version == "criterion-first-v1"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from decision_contract import NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
+from decision_contract import DEFAULT_LAYOUT, NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
+from decision_contract.signals import request_key
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
 
@@ -88,3 +89,32 @@ def test_the_non_blank_pattern_is_what_strip_keeps():
         kept = bool(char.strip())
         assert (re.search(NON_BLANK_PATTERN, char) is not None) == kept, hex(code)
         assert schema.is_valid(char) == kept, hex(code)
+
+
+def test_a_decision_is_evidence_first_unless_it_asks_for_criterion_first():
+    assert Decision(**decision()).layout == DEFAULT_LAYOUT == "evidence-first"
+    assert Decision(**decision(layout="criterion-first")).layout == "criterion-first"
+    with pytest.raises(ValidationError):
+        Decision(**decision(layout="evidence-last"))
+    schema = Decision.model_json_schema()["properties"]["layout"]
+    assert schema["enum"] == ["evidence-first", "criterion-first"] and schema["default"] == "evidence-first"
+
+
+def test_a_default_layout_decision_is_written_as_before_the_layout_existed():
+    # an older server forbids unknown fields, and the shipped signals are keyed by this text
+    written = Decision(**decision()).model_dump(mode="json")
+    assert "layout" not in written and Decision.model_validate(written).layout == "evidence-first"
+    assert "layout" not in Decision(**decision(layout="evidence-first")).model_dump_json()
+    chosen = Decision(**decision(layout="criterion-first"))
+    assert chosen.model_dump()["layout"] == "criterion-first"
+    assert Decision.model_validate_json(chosen.model_dump_json()) == chosen
+
+
+def test_request_keys_of_default_layout_decisions_are_unchanged():
+    asked = Decision(id="d", state={"text": "my card was declined"}, question="Which intent?",
+                     options=[{"id": "known", "description": "K"}, {"id": "unknown", "description": "U"}],
+                     return_hidden_state=True)
+    # the key this decision had before decisions had a layout
+    assert request_key("0" * 64, asked) == "b3adfffed88d7db09aed1fe0684c8f19a8c792c3c2ec8a554558d93ee61a3896"
+    assert request_key("0" * 64, asked.model_copy(update={"layout": "evidence-first"})) == request_key("0" * 64, asked)
+    assert request_key("0" * 64, asked.model_copy(update={"layout": "criterion-first"})) != request_key("0" * 64, asked)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionOption
 from decision_router.domain.judging import build_record, model_entry
-from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
+from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, SIGNALS_LAYOUT, build_decisions, question_decision
 from decision_router.domain.policies import MAX_QUESTION_OPTIONS, PolicyError, load_policy
 from decision_router.items import parse_item
 
@@ -69,6 +69,23 @@ def test_the_endpoint_is_asked_a_signals_decision_within_the_letter_contract(tmp
     Decision.model_validate(decision.model_dump())
     with pytest.raises(ValidationError, match="at most 16 items"):
         Decision(id="x", state="s", question="q", options=[DecisionOption(id=f"o{i}", description="d") for i in range(17)])
+
+
+@pytest.mark.parametrize("version, layout", [("direct-options-v1", "evidence-first"), ("criterion-first-v1", "criterion-first")])
+def test_a_signals_decision_is_asked_in_the_layout_its_head_was_fitted_on(tmp_path, version, layout):
+    # the head refuses hidden states of any other prompt version (heads.mismatch)
+    policy = load_policy(install(tmp_path, 150, model_sha256=MODEL_INFO.sha256, hidden_size=8, prompt_version=version))
+    (decision,) = build_decisions(policy, ticket("intent42 please"))
+    assert decision.layout == layout
+    # a caller fitting a head chooses (make fit-history --layout)
+    other = "evidence-first" if layout == "criterion-first" else "criterion-first"
+    assert question_decision(policy.questions[0], {"body": "x"}, other).layout == other
+
+
+def test_a_signals_decision_whose_head_reads_no_model_is_asked_in_the_default_signals_layout(tmp_path):
+    policy = load_policy(install(tmp_path, 150))  # a text-only head names no prompt version
+    (decision,) = build_decisions(policy, ticket("intent42 please"))
+    assert decision.layout == SIGNALS_LAYOUT
 
 
 def test_the_head_answers_a_150_option_question_and_the_record_routes_to_its_target(tmp_path):

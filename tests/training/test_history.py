@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from decision_contract import DecisionResult, ModelInfo, softmax
+from decision_contract import LAYOUT_PROMPT_VERSIONS, DecisionResult, ModelInfo, softmax
 from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decisions
 from decision_router.domain.policies import load_policy
@@ -51,7 +51,7 @@ class WordRunner:
             logits = [0.0] * len(d.options)
             results.append(DecisionResult(
                 id=d.id, option_ids=d.option_ids, probabilities=softmax(logits), option_logits=logits, temperature=1.0,
-                input_tokens=10, allowed_token_mass=0.5, prompt_sha256="0" * 64, prompt_version="direct-options-v1",
+                input_tokens=10, allowed_token_mass=0.5, prompt_sha256="0" * 64, prompt_version=LAYOUT_PROMPT_VERSIONS[d.layout],
                 model=MODEL, timing={"tokenize_seconds": 0, "prefill_seconds": 0, "total_seconds": 0},
                 hidden_state=hidden.tolist()))
         return Scored(results, 0.0)
@@ -130,6 +130,27 @@ def test_an_export_of_twenty_labels_becomes_a_policy_the_router_loads_with_its_r
                                  "--out", str(tmp_path / "again")])
     assert code == 0 and again.calls == 0
     assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / MODEL.sha256]
+
+
+def test_a_head_fitted_on_criterion_first_signals_is_asked_in_that_layout(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", export(20, 12, 1))
+    test = write_jsonl(tmp_path / "test.jsonl", export(20, 2, 2))
+    out = tmp_path / "out"
+    code, runner = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                                  "--out", str(out), "--layout", "criterion-first", "--model-weight", "1.0"])
+    assert code == 0
+    policy = load_policy(out / "policy.json")
+    assert policy.questions[0].learned_head.prompt_version == "criterion-first-v1"
+    item = parse_item("ticket", {"ticket_id": "T-1", "subject": "card topic0 card", "body": "card topic0",
+                                 "customer": {"id": "C", "tier": "pro"}, "channel": "email", "created_at": "2026-12-01T00:00:00Z"})
+    (decision,) = build_decisions(policy, item)
+    assert decision.layout == "criterion-first"
+    entry = model_entry(policy.questions[0], runner.decide([decision]).results[0], decision.state)
+    assert entry.readout == "head"  # not refused: the request's prompt version is the head's
+    # the other layout's signals are other requests: nothing cached serves them
+    code, again = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                                 "--out", str(tmp_path / "again"), "--layout", "evidence-first", "--model-weight", "1.0"])
+    assert code == 0 and again.calls == 20 * 14
 
 
 @pytest.mark.parametrize("mode", ["merge", "review"])

@@ -6,13 +6,16 @@ options: the endpoint's contract letters at most 16, and the model's letters cou
 a 77th. It is asked a signals decision instead (`signals_decision`): the same evidence and the
 question's criterion with two fixed options, whatever the number of options, so its prompt and
 its cost are the same at 17 options and at 200. The question's learned head answers from the
-model's hidden state of that forward pass and the evidence's text (judging.model_entry)."""
+model's hidden state of that forward pass and the evidence's text (judging.model_entry). The
+request is asked in the prompt layout the head's hidden states came from (its `prompt_version`):
+`criterion-first` puts the evidence last, so the endpoint evaluates the criterion once for every
+item (signals_layout)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from decision_contract import Decision, DecisionOption
+from decision_contract import DEFAULT_LAYOUT, LAYOUT_PROMPT_VERSIONS, Decision, DecisionOption, Layout
 
 from ..items import Item, field_value
 from .policies import Policy, Question
@@ -27,19 +30,35 @@ SIGNAL_OPTIONS = (
 SIGNAL_OPTION_IDS = [option.id for option in SIGNAL_OPTIONS]
 
 
-def signals_decision(question: Question, state: Any) -> Decision:
+#: The layout of a signals decision whose head names no prompt version (a head not fitted yet,
+#: or one reading the text alone).
+SIGNALS_LAYOUT: Layout = DEFAULT_LAYOUT
+_LAYOUT_OF_VERSION = {version: layout for layout, version in LAYOUT_PROMPT_VERSIONS.items()}
+
+
+def signals_layout(question: Question) -> Layout:
+    """The layout a question's signals decision is asked in: the one its head's hidden states come
+    from (the head refuses any other prompt version), else SIGNALS_LAYOUT."""
+    head = question.learned_head
+    version = head.prompt_version if head is not None else None
+    return _LAYOUT_OF_VERSION.get(version or "", SIGNALS_LAYOUT)
+
+
+def signals_decision(question: Question, state: Any, layout: Layout | None = None) -> Decision:
     """The request of a question with more options than letters: its criterion over the evidence,
-    with SIGNAL_OPTIONS, the hidden state asked for when its head reads it."""
+    with SIGNAL_OPTIONS, the hidden state asked for when its head reads it; in `layout` when given,
+    else in the layout its head was fitted on (signals_layout)."""
     head = question.learned_head
     return Decision(id=question.id, state=state, question=question.question, options=list(SIGNAL_OPTIONS),
-                    return_hidden_state=head is not None and head.reads_hidden_state)
+                    return_hidden_state=head is not None and head.reads_hidden_state,
+                    layout=layout or signals_layout(question))
 
 
-def question_decision(question: Question, state: Any) -> Decision:
+def question_decision(question: Question, state: Any, signals_layout: Layout | None = None) -> Decision:
     """What the endpoint is asked for one question: its options lettered (at most 16), or, for a
-    question with more options than letters, its signals decision."""
+    question with more options than letters, its signals decision (in `signals_layout`, when given)."""
     if question.many_options:
-        return signals_decision(question, state)
+        return signals_decision(question, state, signals_layout)
     return Decision(
         id=question.id,
         state=state,
