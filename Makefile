@@ -118,7 +118,8 @@ lint: $(STAMP) $(SAM_STAMP)
 # Decisions on the embedded model, default threads: readout vs prefill floor, hidden-state cost,
 # batch of 8 vs eight singles, the prompt cache, 1/4/8/16 concurrent clients on the serial and
 # batched engines, the stock llama-server side by side (xllamacpp, installed here on first use;
-# skipped with a message where it cannot install), and the cost of 1,000 decisions.
+# skipped with a message where it cannot install), and the cost of 1,000 decisions; then the batch
+# scorer against per-request scoring, and fit-history's steps at 10k-1M synthetic rows (training.scale).
 # Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
 bench: $(STAMP)
 	@$(PY) -c "import xllamacpp" 2>/dev/null || $(PY) -m pip install --quiet -r bench/requirements-peer.txt \
@@ -127,6 +128,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_heads.py
 	$(PY) bench/bench_many_options.py
 	$(PY) bench/handler_overhead.py
+	$(PY) -m bench.batch_scorer -n 100
 	$(PY) -m training.scale
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
