@@ -69,7 +69,7 @@ MODEL_FILE = "model.json"
 
 #: The stack outputs the scorer reads (template.yaml, with the stack's own endpoint).
 ROLE_OUTPUT, URI_OUTPUT, IMAGE_OUTPUT, MODEL_OUTPUT, COMPUTE_OUTPUT = (
-    "HistoryScoringRoleArn", "HistoryScoringUri", "DecisionImageUri", "DecisionModelDataUrl", "DecisionCompute")
+    "HistoryScoringRoleArn", "HistoryScoringUri", "DecisionImage", "DecisionModelDataUrl", "DecisionCompute")
 STACK_OUTPUTS = (ROLE_OUTPUT, URI_OUTPUT, IMAGE_OUTPUT, MODEL_OUTPUT)
 
 _S3_URI = re.compile(r"^s3:/+([^/]+)/(.*)$")

@@ -10,7 +10,7 @@ from local.cloudformation import Stack
 
 IMAGE = "1.dkr.ecr.us-east-1.amazonaws.com/d@sha256:" + "a" * 64
 #: What training/sagemaker_scoring.py reads of the stack.
-SCORING_OUTPUTS = {"HistoryScoringRoleArn", "HistoryScoringUri", "DecisionImageUri", "DecisionModelDataUrl", "DecisionCompute"}
+SCORING_OUTPUTS = {"HistoryScoringRoleArn", "HistoryScoringUri", "DecisionImage", "DecisionModelDataUrl", "DecisionCompute"}
 CPU = {"DecisionImageUri": IMAGE, "ModelDataUrl": "s3://models/smollm2/model.tar.gz", "EndpointCompute": "CPU"}
 
 
@@ -64,7 +64,7 @@ def test_the_stack_outputs_what_the_scorer_reads_with_its_own_endpoint_only(stac
     assert {key: outputs[key] for key in SCORING_OUTPUTS} == {
         "HistoryScoringRoleArn": stack.get_att("HistoryScoringRole", "Arn"),
         "HistoryScoringUri": f"s3://{stack.ref('HeadBucket')}/history-scoring/",
-        "DecisionImageUri": IMAGE, "DecisionModelDataUrl": CPU["ModelDataUrl"], "DecisionCompute": "CPU"}
+        "DecisionImage": IMAGE, "DecisionModelDataUrl": CPU["ModelDataUrl"], "DecisionCompute": "CPU"}
     existing = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
     assert "HistoryScoringRole" not in existing.resources
     assert not SCORING_OUTPUTS & set(existing.outputs())

@@ -27,6 +27,7 @@ from moto.sagemaker.models import sagemaker_backends
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard, write_shard
 from local.cloudformation import Stack
+from tests.training.test_history import clinc150_slice
 from training import sagemaker_scoring as scoring
 from training.history_policy import HistoryError
 from training.sagemaker_scoring import SageMakerScoring, ScoringStack, estimate_for, fetch_export, offer, shard_count
@@ -350,16 +351,6 @@ def ticket_decisions(rows: list[dict[str, str]]) -> list[Any]:
             for s in states(raw, rows, ["text"])]
 
 
-def clinc150(labels: int, per_label: int, offset: int) -> list[dict[str, str]]:
-    """`per_label` queries of each of the first `labels` CLINC150 intents (the shipped copy)."""
-    data = json.loads((Path(__file__).resolve().parents[2] / "bench/public/clinc150/data_full.json").read_text())
-    by_label: dict[str, list[str]] = {}
-    for text, label in data["train"]:
-        by_label.setdefault(label, []).append(text)
-    return [{"text": text, "label": label} for label in sorted(by_label)[:labels]
-            for text in by_label[label][offset:offset + per_label]]
-
-
 @pytest.mark.model
 def test_the_images_batch_scorer_writes_what_the_scorer_brings_back(world, tmp_path, embedded_engine):
     """The scorer and the image's batch scorer agree on the files: every decision's signals come
@@ -367,7 +358,7 @@ def test_the_images_batch_scorer_writes_what_the_scorer_brings_back(world, tmp_p
     from decision_contract.signals import request_key
     from decision_server.batch import write_inputs
 
-    decisions = ticket_decisions(clinc150(4, 3, 0))
+    decisions = ticket_decisions(clinc150_slice(4, 3, 0))
     scorer = world.scorer(instances=2)
     write_inputs(decisions, tmp_path / "in", shard_count(len(decisions), 2))
     world.job_does = the_image_scores(world, embedded_engine, tmp_path / "job")
@@ -398,7 +389,7 @@ def test_fit_history_on_sagemaker_writes_what_a_local_run_writes(template, tmp_p
     from evaluation.runners import EngineRunner
     from training import history
 
-    train, test = clinc150(4, 10, 0), clinc150(4, 5, 20)
+    train, test = clinc150_slice(4, 10, 0), clinc150_slice(4, 5, 20)
     local_data, local_test = tmp_path / "train.csv", tmp_path / "test.csv"
     for path, rows in ((local_data, train), (local_test, test)):
         with path.open("w", newline="") as handle:
