@@ -17,9 +17,11 @@ and the label field named on the command line, becomes:
 - `dir/predictions.jsonl`: one line per TEST item, `{"text", "gold", "answer", "confidence",
   "auto"}`, scored through the routing function's own judging (`judging.model_entry`);
 - `dir/report.json`: `n_train`, `n_test`, `options`, `accuracy`, `macro_f1`, `ece`, `auto_share`,
-  `auto_precision`, and `baseline` with the same figures for the text classifier a user would
-  compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression C=10), fitted in the
-  same run on the same split, its threshold chosen the same way.
+  `auto_precision`, `auto_precision_lower_bound`, and `baseline` with the same figures for the text
+  classifier a user would compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression
+  C=10), fitted in the same run on the same split, its threshold chosen the same way; and whether
+  TEST kept the promise (`target_precision`, `target_missed`, `missed_by`), or, when no threshold
+  qualified, `routed_alone: false` and `items_needed` (see `promise`).
 
 Each option routes to a destination of its own, named after its label, unless `--targets` maps
 the labels onto the deployment's destination keys (`DESTINATION_QUEUES`; `"*"`: every other label).
