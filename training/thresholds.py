@@ -24,7 +24,7 @@ class OutOfFoldReadout:
     accuracy: float
     ece: float
     log_loss: float
-    min_confidence: float | None  # lowest threshold meeting the target error; None: none does
+    min_confidence: float | None  # lowest threshold meeting the target with confidence; None: none does
     auto_routed_share: float
     auto_routed_accuracy: float | None
     threshold_table: list[metrics.ThresholdRow]
