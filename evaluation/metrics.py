@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 import numpy as np
+from scipy.stats import beta
 
 from decision_contract import confidence, softmax
 
@@ -24,6 +25,9 @@ ECE_BINS = 10
 #: Where the temperature search looks: far wider than the T ≈ 1.2–2.5 usually found.
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 DEFAULT_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(21))
+#: How sure a threshold must be that its automatic answers meet the target precision: the
+#: one-sided confidence level of the Clopper–Pearson lower bound that must reach the target.
+PRECISION_CONFIDENCE = 0.95
 
 
 def _check(probabilities: Vectors, gold: Sequence[int]) -> None:
@@ -242,6 +246,31 @@ def confidences(probabilities: Vectors, formula: str) -> np.ndarray:
     return np.array([confidence(list(map(float, p)), formula) for p in probabilities])
 
 
+def precision_lower_bound(right: int, n: int, level: float = PRECISION_CONFIDENCE) -> float | None:
+    """The one-sided Clopper–Pearson (exact binomial) lower confidence bound, at `level`, of a
+    precision measured as `right` correct among `n` answers: the true precision is at least this
+    with probability `level`. None when n is 0; 0.0 when none is right."""
+    if not 0 <= right <= n:
+        raise ValueError(f"{right} right among {n} answers")
+    if n == 0:
+        return None
+    if right == 0:
+        return 0.0
+    return float(beta.ppf(1.0 - level, right, n - right + 1))
+
+
+def items_needed(target_precision: float, level: float = PRECISION_CONFIDENCE) -> int:
+    """The fewest answers that, all of them right, have a lower bound (`precision_lower_bound`)
+    of at least `target_precision`: fewer labelled items cannot set a threshold for that target."""
+    if not 0.0 < target_precision < 1.0:
+        raise ValueError(f"target precision {target_precision} outside (0, 1)")
+    # all n right: the bound is (1 - level) ** (1 / n), so n >= log(1 - level) / log(target)
+    n = max(1, math.ceil(math.log(1.0 - level) / math.log(target_precision)) - 1)
+    while (precision_lower_bound(n, n, level) or 0.0) < target_precision:  # settle rounding on the exact bound
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class ThresholdRow:
     threshold: float
@@ -250,6 +279,8 @@ class ThresholdRow:
     errors: int
     #: Wrong among the auto-routed; None when nothing is auto-routed.
     error_rate: float | None
+    #: `precision_lower_bound` of the auto-routed (right among them); None when nothing is auto-routed.
+    precision_lower_bound: float | None = None
 
 
 def threshold_table(
@@ -274,16 +305,25 @@ def threshold_table(
                 share_auto_routed=count / conf.size,
                 errors=errors,
                 error_rate=errors / count if count else None,
+                precision_lower_bound=precision_lower_bound(count - errors, count),
             )
         )
     return rows
 
 
+def meets_target(right: int, n: int, target_error: float) -> bool:
+    """Whether `right` correct among `n` automatic answers show, at PRECISION_CONFIDENCE, a
+    precision of at least 1 - target_error (its lower bound, not its point estimate)."""
+    bound = precision_lower_bound(right, n)
+    return bound is not None and bound >= 1.0 - target_error
+
+
 def threshold_for_error_rate(table: Sequence[ThresholdRow], target: float, min_auto_routed: int = 1) -> ThresholdRow | None:
-    """The lowest threshold whose auto-routed error rate is <= target (most automation at that
-    risk), over at least `min_auto_routed` decisions; None when no threshold qualifies."""
+    """The lowest threshold (most automation) at which the lower confidence bound of the
+    auto-routed precision (`precision_lower_bound`) is at least 1 - target, over at least
+    `min_auto_routed` decisions; None when no threshold qualifies."""
     for row in sorted(table, key=lambda r: r.threshold):
-        if row.auto_routed >= min_auto_routed and row.error_rate is not None and row.error_rate <= target:
+        if row.auto_routed >= min_auto_routed and meets_target(row.auto_routed - row.errors, row.auto_routed, target):
             return row
     return None
 

@@ -11,14 +11,17 @@ and the label field named on the command line, becomes:
   the routing function's own loader (this command loads it before it ends);
 - `dir/heads/<question>.json`: the head, fitted on DATA (TF-IDF word and character n-grams of the
   text and the model's hidden state, the model's weight chosen on a held-out fifth of DATA), with
-  its temperature and its `min_confidence` from the question's target precision (`--max-error`,
-  97 % precision by default) on that held-out fifth;
+  its temperature and its `min_confidence` read from 5-fold out-of-fold answers over DATA: the
+  lowest at which the automatic answers' precision is, with 95 % confidence (its one-sided
+  Clopper–Pearson lower bound), at least the question's target (`--max-error`, 97 % by default);
 - `dir/predictions.jsonl`: one line per TEST item, `{"text", "gold", "answer", "confidence",
   "auto"}`, scored through the routing function's own judging (`judging.model_entry`);
 - `dir/report.json`: `n_train`, `n_test`, `options`, `accuracy`, `macro_f1`, `ece`, `auto_share`,
-  `auto_precision`, and `baseline` with the same figures for the text classifier a user would
-  compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression C=10), fitted in the
-  same run on the same split, its threshold chosen the same way.
+  `auto_precision`, `auto_precision_lower_bound`, and `baseline` with the same figures for the text
+  classifier a user would compare with (TF-IDF word 1-2 + character 2-5-grams, logistic regression
+  C=10), fitted in the same run on the same split, its threshold chosen the same way; and whether
+  TEST kept the promise (`target_precision`, `target_missed`, `missed_by`), or, when no threshold
+  qualified, `routed_alone: false` and `items_needed` (see `promise`).
 
 Each option routes to a destination of its own, named after its label, unless `--targets` maps
 the labels onto the deployment's destination keys (`DESTINATION_QUEUES`; `"*"`: every other label).
@@ -90,10 +93,13 @@ LETTERED_WEIGHTS = 150_000
 #: The model's blocks against the lexical ones, chosen on the held-out fifth (0: text only).
 MODEL_WEIGHTS = (0.0, 1.0)
 HEAD_C = 10.0
-HOLDOUT = 0.2
+#: The temperature and the threshold are read from out-of-fold logits of this many folds over the
+#: grid sample (every row held out once); the model's weight from the first fold alone.
+FOLDS = 5
 #: A larger history is learned from stratified samples, so that fitting takes minutes and bounded
 #: memory at a million rows: the model's weight, the temperature and the threshold are chosen on at
-#: most GRID_ROWS rows (a held-out fifth of them), the head is fitted on at most FIT_ROWS, and the
+#: most GRID_ROWS rows (the weight on a held-out fifth of them, the temperature and the threshold
+#: out of fold over all of them), the head is fitted on at most FIT_ROWS, and the
 #: text classifier it is compared with (scikit-learn's, whose character n-grams are unbounded) on
 #: at most BASELINE_ROWS. Figures in docs/benchmarks/history-scale.md.
 GRID_ROWS, FIT_ROWS, BASELINE_ROWS = 20_000, 50_000, 10_000
@@ -381,9 +387,8 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields)
     n = len(s)
     grid = stratified_sample(s.gold, GRID_ROWS, seed)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(grid)
-    held = np.sort(order[:max(1, int(round(HOLDOUT * len(grid))))])
+    parts = [grid[part] for part in metrics.fold_indices(len(grid), FOLDS, seed)]
+    held = parts[0]  # the model's weight is chosen on this fifth; it is also the first fold
     fit_rows = np.setdiff1d(grid, held)
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
     max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
@@ -400,15 +405,24 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
             losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(s.gold[held]), 1.0)
             say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
         weight = min(weights, key=lambda w: (round(losses[w], 9), w))
-        temperature = metrics.fit_temperature(list(held_logits[weight]), list(s.gold[held])).temperature
-        readout = judge(learn._softmax_rows(held_logits[weight], temperature), s.gold[held], formula, max_error, 5)
+        started = time.perf_counter()
+        oof_logits = [held_logits[weight]]
+        for part in parts[1:]:
+            train = np.setdiff1d(grid, part)
+            linear = learn.fit_linear(s, train, k, HEAD_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms))
+            oof_logits.append(learn.numpy_logits(linear, s, part))
+        oof_rows, oof = np.concatenate(parts), np.vstack(oof_logits)
+        say(f"  head out of fold ({len(parts)} folds of {len(grid)} rows): {time.perf_counter() - started:.0f} s")
+        temperature = metrics.fit_temperature(list(oof), list(s.gold[oof_rows])).temperature
+        readout = judge(learn._softmax_rows(oof, temperature), s.gold[oof_rows], formula, max_error, 5)
         started = time.perf_counter()
         final = learn.fit_linear(s, np.arange(n), k, HEAD_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms))
         say(f"  head on all {n}: {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
         base_rows = stratified_sample(s.gold, BASELINE_ROWS, seed)
-        base_held = learn.baseline_probabilities(s, np.intersect1d(fit_rows, base_rows), held, k)
-        base_readout = judge(list(base_held), s.gold[held], formula, max_error, 5)
+        base_oof = np.vstack([learn.baseline_probabilities(s, np.intersect1d(np.setdiff1d(grid, part), base_rows), part, k)
+                              for part in parts])
+        base_readout = judge(list(base_oof), s.gold[oof_rows], formula, max_error, 5)
         base_test = learn.baseline_probabilities(s, base_rows, np.arange(len(test)), k, test)
         say(f"  text classifier (TF-IDF + logistic regression): {time.perf_counter() - started:.0f} s")
     blocks = final.blocks(s)
@@ -421,14 +435,16 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         "thresholds": {"min_confidence": readout.min_confidence if readout.min_confidence is not None else 1.0, "min_margin": 0.0},
         "fit": {"examples": n, **({"sampled_from": len(gold)} if n < len(gold) else {}),
                 "fitted_on": date.today().isoformat(), "data": data, "regularisation": HEAD_C,
-                "model_weight": weight, "folds": 2, "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
+                "model_weight": weight, "folds": len(parts), "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
                 "text_only_cv_accuracy": round(base_readout.accuracy, 4)},
     }
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
-    holdout = {"rows": len(held), "grid_rows": len(grid), "fitted_rows": n, "model_weight": weight,
+    holdout = {"rows": len(held), "grid_rows": len(grid), "folds": len(parts), "fitted_rows": n, "model_weight": weight,
                "log_loss": {str(w): v for w, v in losses.items()},
                "accuracy": readout.accuracy, "min_confidence": readout.min_confidence, "auto_share": readout.auto_routed_share,
+               "auto_precision": readout.auto_routed_accuracy, "auto_precision_lower_bound": readout.auto_routed_lower_bound,
+               "items_needed": readout.items_needed,
                "baseline_accuracy": base_readout.accuracy, "baseline_min_confidence": base_readout.min_confidence,
                "terms": len(final.space.terms), "baseline_rows": len(base_rows)}
     return Fitted(document, holdout, base_readout.min_confidence, base_test)
@@ -438,7 +454,8 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
 def figures(gold: Sequence[str | None], answers: Sequence[str], confidences: Sequence[float], auto: Sequence[bool],
             options: Sequence[str]) -> dict[str, Any]:
     """accuracy (out of scope right only when not routed), macro-F1 and ECE over in-scope items,
-    the share routed automatically and its precision, and the out-of-scope figures."""
+    the share routed automatically, its precision and that precision's lower confidence bound
+    (`metrics.precision_lower_bound`), and the out-of-scope figures."""
     n = len(gold)
     right = [(g is None and not a) or (g is not None and ans == g) for g, ans, a in zip(gold, answers, auto)]
     scope = [i for i, g in enumerate(gold) if g is not None]
@@ -454,6 +471,7 @@ def figures(gold: Sequence[str | None], answers: Sequence[str], confidences: Seq
         "ece": _ece([confidences[i] for i in scope], hits) if scope else None,
         "auto_share": len(routed) / n,
         "auto_precision": (sum(right[i] for i in routed) / len(routed)) if routed else None,
+        "auto_precision_lower_bound": metrics.precision_lower_bound(sum(right[i] for i in routed), len(routed)),
     }
     if oos:
         out["out_of_scope"] = {"items": len(oos), "caught": sum(not auto[i] for i in oos) / len(oos),
@@ -661,11 +679,12 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     base_conf = [float(c) for c in metrics.confidences(list(P), "normalized_peak")]
     base_threshold = fitted.baseline_threshold if fitted.baseline_threshold is not None else 1.01
     base_answers = [vocab.options[int(i)] for i in P.argmax(axis=1)]
+    head_figures = figures(golds, head_answers, head_conf, head_auto, vocab.options)
     report = {
         "n_train": len(train_rows), "n_test": len(test_rows), "options": len(vocab.options),
-        **figures(golds, head_answers, head_conf, head_auto, vocab.options),
+        **head_figures,
+        **promise(head_figures["auto_precision"], 1 - args.max_error, fitted.holdout["items_needed"]),
         "baseline": figures(golds, base_answers, base_conf, [c >= base_threshold for c in base_conf], vocab.options),
-        "target_precision": 1 - args.max_error,
         "readout": "head over the model's signals (signals decision)" if question.many_options else "head over the letters' request",
         "head": {"file": head_name, "bytes": len(head_bytes), "version": fitted.document["version"],
                  "model_weight": fitted.document["fit"]["model_weight"], "min_confidence": question.learned_head.thresholds.min_confidence,
@@ -678,8 +697,31 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically "
         f"{report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
-        f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s")
+        f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s{verdict(report)}")
     return report
+
+
+def promise(auto_precision: float | None, target: float, items_needed: int | None) -> dict[str, Any]:
+    """Whether TEST's automatic answers kept the target precision: `target_missed` (their
+    precision below the target; false when nothing was routed alone) and `missed_by` (how far
+    below, 0.0 when kept), and, when the training data set no threshold (nothing is routed
+    alone), `items_needed`: the fewest labelled items, all answered right, that could."""
+    missed = auto_precision is not None and auto_precision < target
+    return {"target_precision": target, "target_missed": missed,
+            "missed_by": round(target - auto_precision, 6) if missed and auto_precision is not None else 0.0,
+            "routed_alone": items_needed is None, "items_needed": items_needed}
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """The end of the last printed line: whether the promise was missed, or why nothing is routed alone."""
+    target = report["target_precision"]
+    if not report["routed_alone"]:
+        return (f"; NOTHING IS ROUTED ALONE: out of fold, no threshold shows {target:.1%} precision with 95 % confidence "
+                f"(that takes at least {report['items_needed']} labelled items above it, all answered right)")
+    if report["target_missed"]:
+        return (f"; TARGET MISSED: automatic answers {report['auto_precision']:.1%} right on TEST, "
+                f"{report['missed_by']:.1%} below the promised {target:.1%}")
+    return ""
 
 
 def _result(question: Question, model: ModelInfo, signal: tuple[np.ndarray, np.ndarray, float, str]) -> DecisionResult:

@@ -50,6 +50,7 @@ def _scores(probabilities: list[np.ndarray], gold: list[int], auto: list[bool], 
         "auto_routed": len(right),
         "auto_routed_share": len(right) / len(correct),
         "auto_routed_accuracy": float(np.mean(right)) if right else None,
+        "auto_routed_lower_bound": metrics.precision_lower_bound(int(sum(right)), len(right)),
         **({"protected_auto_assigned_lower": int(sum(under))} if protected else {}),
     }
 
@@ -153,7 +154,31 @@ def _shorten(diff: str, width: int = 160) -> str:
 
 def _readout(r: Any) -> dict:
     return {"accuracy": r.accuracy, "ece": r.ece, "log_loss": r.log_loss, "min_confidence": r.min_confidence,
-            "auto_routed_share": r.auto_routed_share, "auto_routed_accuracy": r.auto_routed_accuracy}
+            "auto_routed_share": r.auto_routed_share, "auto_routed_accuracy": r.auto_routed_accuracy,
+            "auto_routed_lower_bound": r.auto_routed_lower_bound, "items_needed": r.items_needed}
+
+
+def promise(fit: QuestionFit, test: dict) -> dict:
+    """Whether the test split's automatic answers (the combined head, at the thresholds written)
+    kept the question's target precision: `target_missed` (false when none was routed) and
+    `missed_by`; `items_needed` when the training folds set no threshold (nothing routed alone)."""
+    target = 1 - fit.targets.max_error
+    precision = test.get("head", {}).get("auto_routed_accuracy")
+    missed = precision is not None and precision < target
+    return {"target_precision": target, "target_missed": missed,
+            "missed_by": round(target - precision, 6) if missed else 0.0,
+            "routed_alone": fit.head.min_confidence is not None, "items_needed": fit.head.items_needed}
+
+
+def verdict(q: dict) -> str:
+    """A clause for the printed and written summaries: a missed target, or why nothing is routed alone."""
+    if not q["routed_alone"]:
+        return (f"nothing routed alone: out of fold no threshold shows {q['target_precision']:.1%} precision with 95 % "
+                f"confidence (that takes at least {q['items_needed']} labelled items above it, all right)")
+    if q["target_missed"]:
+        return (f"TARGET MISSED: auto-routed answers {q['target_precision'] - q['missed_by']:.1%} right on test, "
+                f"{q['missed_by']:.1%} below the promised {q['target_precision']:.1%}")
+    return ""
 
 
 def build(results: Sequence[QuestionResult], changes: list[dict], *, command: str, model: ModelInfo,
@@ -180,6 +205,7 @@ def build(results: Sequence[QuestionResult], changes: list[dict], *, command: st
             "learning_curve": f.learning_curve,
             "overtakes_letters_at": f.overtakes_letters_at,
             "head_version": r.head["version"],
+            **promise(f, r.test),
         }
     return {"run": {"command": command, "model": model.model_dump(), "data": sources, "seconds": round(seconds, 1),
                     "scoring_failures": failures},
@@ -219,8 +245,11 @@ def markdown(summary: dict) -> str:
         "on: the letters and the combined head are scored through the routing function at the thresholds "
         "written, the other two at the thresholds their own folds chose.",
         "",
-        "| question | readout | CV accuracy | CV log loss | CV ECE | CV auto-routed (right) | test accuracy | "
-        "test log loss | test ECE | test auto-routed (right) |",
+        "Auto-routed cells: the share routed alone, (the share of those right, and the one-sided 95 % lower "
+        "confidence bound of that precision, which thresholds hold to the target).",
+        "",
+        "| question | readout | CV accuracy | CV log loss | CV ECE | CV auto-routed (right, ≥) | test accuracy | "
+        "test log loss | test ECE | test auto-routed (right, ≥) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, q in summary["questions"].items():
@@ -229,9 +258,11 @@ def markdown(summary: dict) -> str:
             test = q["test"].get(readout, {})
             lines.append(
                 f"| {name} | {READOUT_NAMES[readout]} | {_pct(cv['accuracy'])} | {_num(cv['log_loss'])} | "
-                f"{_num(cv['ece'])} | {_pct(cv['auto_routed_share'])} ({_pct(cv['auto_routed_accuracy'])}) | "
+                f"{_num(cv['ece'])} | {_pct(cv['auto_routed_share'])} ({_pct(cv['auto_routed_accuracy'])}, "
+                f"≥ {_pct(cv.get('auto_routed_lower_bound'))}) | "
                 f"{_pct(test.get('accuracy'))} | {_num(test.get('log_loss'))} | {_num(test.get('ece'))} | "
-                f"{_pct(test.get('auto_routed_share'))} ({_pct(test.get('auto_routed_accuracy'))}) |"
+                f"{_pct(test.get('auto_routed_share'))} ({_pct(test.get('auto_routed_accuracy'))}, "
+                f"≥ {_pct(test.get('auto_routed_lower_bound'))}) |"
             )
     languages = [(name, q) for name, q in summary["questions"].items() if q["test"].get("head", {}).get("by_language")]
     if languages:
@@ -249,8 +280,9 @@ def markdown(summary: dict) -> str:
         overtakes = q["overtakes_letters_at"]
         lines.append(f"- **{name}**: {verdict}{why}. C = {q['regularisation']}, model weight = {q['model_weight']}, "
                      f"head T = {q['head_temperature']:.3f}, thresholds {q['thresholds']} (at most "
-                     f"{q['max_auto_error']:.0%} of auto-routed answers wrong, out of fold); overtakes the letters at "
-                     f"{overtakes if overtakes is not None else '–'} labelled examples.")
+                     f"{q['max_auto_error']:.0%} of auto-routed answers wrong with 95 % confidence, out of fold); "
+                     f"overtakes the letters at {overtakes if overtakes is not None else '–'} labelled examples."
+                     + (f" **{verdict(q)}**." if verdict(q) else ""))
         if q["under_assignment"]:
             u = q["under_assignment"]
             test = q["test"].get("head", {})
@@ -316,7 +348,8 @@ def print_summary(summary: dict, paths: dict[str, Path]) -> None:
         cells = " | ".join(f"{r} CV {_pct(cv[r]['accuracy'])} test {_pct(test.get(r, {}).get('accuracy'))} "
                            f"auto {_pct(test.get(r, {}).get('auto_routed_share'))} "
                            f"({_pct(test.get(r, {}).get('auto_routed_accuracy'))})" for r in READOUTS)
-        print(f"{name}: n={q['train_decisions']} | {cells} | {'head written' if q['head_written'] else 'letters kept'}")
+        note = f" | {verdict(q)}" if verdict(q) else ""
+        print(f"{name}: n={q['train_decisions']} | {cells} | {'head written' if q['head_written'] else 'letters kept'}{note}")
     for change in summary["policy_changes"]:
         print(f"\npolicy {change['policy']}: {'written' if change['written'] else 'unchanged or dry run'}\n"
               f"{change['diff'] or '(no change)'}")

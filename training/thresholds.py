@@ -1,5 +1,7 @@
 """Choosing thresholds from out-of-fold probabilities: a readout's accuracy, calibration and the
-lowest min_confidence that meets the question's error target (`judge`), and per-option minimums
+lowest min_confidence at which the automatic answers' precision meets the question's target with
+95 % confidence (its one-sided Clopper–Pearson lower bound, `evaluation.metrics.meets_target`), not
+merely on average (`judge`), and per-option minimums
 that keep protected answers (priority's most urgent options) from being auto-assigned a less
 urgent option (`option_thresholds`). `training.learn` fits the heads whose probabilities these read."""
 
@@ -22,10 +24,15 @@ class OutOfFoldReadout:
     accuracy: float
     ece: float
     log_loss: float
-    min_confidence: float | None  # lowest threshold meeting the target error; None: none does
+    min_confidence: float | None  # lowest threshold meeting the target with confidence; None: none does
     auto_routed_share: float
     auto_routed_accuracy: float | None
     threshold_table: list[metrics.ThresholdRow]
+    #: The lower confidence bound of auto_routed_accuracy (at min_confidence); None: nothing routed alone.
+    auto_routed_lower_bound: float | None = None
+    #: When no threshold qualifies: how many labelled items, all answered right, it would take
+    #: at the least (`metrics.items_needed`); None when a threshold qualifies.
+    items_needed: int | None = None
 
 
 #: Thresholds tried, finer than the evaluation report's: calibrated heads are rarely near 1.0.
@@ -42,7 +49,9 @@ def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, targe
         probabilities=probabilities, accuracy=scores.accuracy, ece=scores.ece, log_loss=scores.log_loss,
         min_confidence=chosen.threshold if chosen else None,
         auto_routed_share=chosen.share_auto_routed if chosen else 0.0,
-        auto_routed_accuracy=(1 - chosen.error_rate) if chosen else None, threshold_table=table,
+        auto_routed_accuracy=(1 - chosen.error_rate) if chosen and chosen.error_rate is not None else None,
+        threshold_table=table, auto_routed_lower_bound=chosen.precision_lower_bound if chosen else None,
+        items_needed=None if chosen else max(metrics.items_needed(1 - target_error), min_auto_routed),
     )
 
 
@@ -64,7 +73,8 @@ def under_assigned(predicted: np.ndarray, gold: np.ndarray, protected: Sequence[
 def option_thresholds(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, floor: float,
                       targets: Targets) -> dict[int, float]:
     """Per answered option, the lowest min_confidence (≥ floor) at which, among out-of-fold items
-    auto-assigned that option: the error rate is at most the target, and protected gold answers
+    auto-assigned that option: the precision's lower confidence bound meets the target
+    (`metrics.meets_target`), and protected gold answers
     assigned it are at most their share of the under-assignment budget. 1.0: never alone."""
     P = np.array(probabilities)
     predicted, conf = P.argmax(axis=1), metrics.confidences(probabilities, formula)
@@ -81,7 +91,8 @@ def option_thresholds(probabilities: list[np.ndarray], gold: np.ndarray, formula
             auto = mine[conf[mine] >= t]
             if len(auto) < targets.min_auto_routed:
                 break
-            if wrong[auto].mean() <= targets.max_error and under[auto].sum() <= budget:
+            if metrics.meets_target(int((~wrong[auto]).sum()), len(auto), targets.max_error) \
+                    and under[auto].sum() <= budget:
                 chosen = t
                 break
         out[option] = chosen

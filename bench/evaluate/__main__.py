@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
         help="cross-validation folds for ECE after calibration (default 5); rows sharing a `group` stay in one fold",
     )
     p.add_argument("--seed", type=int, default=0, help="shuffle seed of the folds (default 0)")
-    p.add_argument("--target-error", type=_unit, default=0.10, help="error rate the recommended threshold must meet (default 0.10)")
+    p.add_argument("--target-error", type=_unit, default=0.10, help="error rate the recommended threshold must meet with 95 %% confidence "
+                   "(default 0.10)")
     p.add_argument("--min-auto", type=_positive, default=5, help="auto-routed decisions a threshold needs to be recommended (default 5)")
     p.add_argument("--no-decode", action="store_true", help="skip the readout-vs-generation comparison")
     p.add_argument("--decode-limit", type=_positive, help="compare decoding on at most this many decisions (default: all)")

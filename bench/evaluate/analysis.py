@@ -196,10 +196,11 @@ def calibrate_group(
         min_auto_routed=min_auto_routed,
         recommended_min_confidence=recommended,
         recommendation_note=(
-            f"lowest threshold with error rate <= {target_error:.0%} over >= {min_auto_routed} auto-routed decisions"
+            f"lowest threshold whose auto-routed precision is >= {1 - target_error:.0%} with 95 % confidence "
+            f"(one-sided Clopper-Pearson lower bound) over >= {min_auto_routed} auto-routed decisions"
             if chosen
-            else f"no threshold below 1.0 kept the error rate <= {target_error:.0%} over >= {min_auto_routed} "
-            "auto-routed decisions: send everything to review"
+            else f"no threshold below 1.0 showed auto-routed precision >= {1 - target_error:.0%} with 95 % confidence "
+            f"over >= {min_auto_routed} auto-routed decisions: send everything to review"
         ),
         policy_now=_policy_route(observations, None, None) if policy else None,
         policy_proposed=_policy_route(observations, round(fit.temperature, 3), recommended) if policy else None,

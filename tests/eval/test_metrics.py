@@ -188,9 +188,55 @@ def test_threshold_table_by_hand():
     assert [r.share_auto_routed for r in rows] == [1.0, 0.75, 0.25, 0.0]
     assert rows[1].error_rate == pytest.approx(1 / 3)
     assert rows[3].error_rate is None  # nothing auto-routed: no rate, not 0
-    assert metrics.threshold_for_error_rate(rows, 0.4).threshold == 0.5
-    assert metrics.threshold_for_error_rate(rows, 0.1).threshold == 0.8
-    assert metrics.threshold_for_error_rate(rows, 0.1, min_auto_routed=2) is None
+    assert rows[3].precision_lower_bound is None
+    assert rows[1].precision_lower_bound == pytest.approx(metrics.precision_lower_bound(2, 3))
+    # 2 right of 3, 1 of 1: the point estimates meet 60 % and 90 %, their lower bounds do not
+    assert metrics.threshold_for_error_rate(rows, 0.4) is None
+    assert metrics.threshold_for_error_rate(rows, 0.1) is None
+    # 2 of 4 right shows more than 8 % precision (bound 0.098), 2 of 3 more than 12 % (0.135)
+    assert metrics.threshold_for_error_rate(rows, 0.92).threshold == 0.0
+    assert metrics.threshold_for_error_rate(rows, 0.88).threshold == 0.5
+    assert metrics.threshold_for_error_rate(rows, 0.88, min_auto_routed=4) is None
+
+
+def test_precision_lower_bound_is_the_one_sided_clopper_pearson_bound():
+    from scipy.stats import binomtest
+
+    for right, n in ((2, 4), (97, 100), (290, 295), (30, 30)):
+        two_sided_90 = binomtest(right, n).proportion_ci(confidence_level=0.90, method="exact").low
+        assert metrics.precision_lower_bound(right, n) == pytest.approx(two_sided_90)
+    assert metrics.precision_lower_bound(30, 30) == pytest.approx(0.05 ** (1 / 30))  # all right: alpha^(1/n)
+    assert metrics.precision_lower_bound(0, 10) == 0.0
+    assert metrics.precision_lower_bound(0, 0) is None
+    with pytest.raises(ValueError):
+        metrics.precision_lower_bound(3, 2)
+
+
+def _all_right(n: int, confidence: float = 0.9) -> list[metrics.ThresholdRow]:
+    return metrics.threshold_table([confidence] * n, [True] * n, thresholds=[0.5])
+
+
+def test_thirty_right_of_thirty_cannot_promise_97_percent_but_99_of_99_can():
+    assert metrics.threshold_for_error_rate(_all_right(30), 0.03) is None
+    assert metrics.precision_lower_bound(30, 30) < 0.97
+    assert metrics.threshold_for_error_rate(_all_right(98), 0.03) is None
+    assert metrics.threshold_for_error_rate(_all_right(99), 0.03).threshold == 0.5
+    # one wrong among them takes many more: 97 right of 100 is 97 % on average, not with confidence
+    rows = metrics.threshold_table([0.9] * 100, [True] * 97 + [False] * 3, thresholds=[0.5])
+    assert rows[0].error_rate == pytest.approx(0.03)
+    assert metrics.threshold_for_error_rate(rows, 0.03) is None
+
+
+def test_items_needed_is_the_fewest_all_right_answers_meeting_the_target():
+    assert metrics.items_needed(0.97) == 99
+    assert metrics.items_needed(0.95) == 59
+    assert metrics.items_needed(0.5) == 5
+    for target in (0.5, 0.9, 0.95, 0.97, 0.99):
+        n = metrics.items_needed(target)
+        assert metrics.precision_lower_bound(n, n) >= target > metrics.precision_lower_bound(n - 1, n - 1)
+    assert metrics.items_needed(0.97, level=0.5) < metrics.items_needed(0.97)
+    with pytest.raises(ValueError):
+        metrics.items_needed(1.0)
 
 
 def test_a_confidence_equal_to_the_threshold_is_auto_routed():

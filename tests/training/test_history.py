@@ -107,9 +107,11 @@ def test_an_export_of_twenty_labels_becomes_a_policy_the_router_loads_with_its_r
     assert question.many_options and len(question.options) == 20 and question.learned_head is not None
     assert [s.field for s in policy.state] == ["subject", "body"]
     report = json.loads((out / "report.json").read_text())
-    for key in ("n_train", "n_test", "options", "accuracy", "macro_f1", "ece", "auto_share", "auto_precision"):
+    for key in ("n_train", "n_test", "options", "accuracy", "macro_f1", "ece", "auto_share", "auto_precision",
+                "auto_precision_lower_bound", "target_precision", "target_missed", "missed_by", "routed_alone", "items_needed"):
         assert key in report, key
-    assert set(report["baseline"]) >= {"accuracy", "auto_share", "auto_precision"}
+    assert set(report["baseline"]) >= {"accuracy", "auto_share", "auto_precision", "auto_precision_lower_bound"}
+    assert report["holdout"]["folds"] == 5 and report["holdout"]["grid_rows"] == 480
     assert (report["n_train"], report["n_test"], report["options"]) == (480, 81, 20)
     assert report["accuracy"] > 0.6 and report["baseline"]["accuracy"] > 0.6
     assert report["out_of_scope"]["items"] == 1
@@ -297,3 +299,36 @@ def test_the_real_model_scores_a_tiny_export_and_the_head_it_writes_reads_that_m
     first, second = (json.loads((folder / "report.json").read_text()) for folder in (out, tmp_path / "again"))
     figures = ("accuracy", "macro_f1", "ece", "auto_share", "auto_precision", "baseline")
     assert [first[k] for k in figures] == [second[k] for k in figures]
+
+
+def test_a_tiny_export_routes_nothing_alone_and_says_how_many_items_it_would_take(tmp_path):
+    # 60 rows: out of fold, no threshold can show 97 % precision with 95 % confidence (that takes 99)
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 15, 11))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 5, 12))
+    out = tmp_path / "tiny"
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                             "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_train"] == 60 and report["holdout"]["folds"] == 5 and report["holdout"]["grid_rows"] == 60
+    assert report["holdout"]["min_confidence"] is None and report["head"]["min_confidence"] == 1.0
+    assert report["routed_alone"] is False and report["items_needed"] == 99 == report["holdout"]["items_needed"]
+    assert report["auto_share"] == 0.0 and report["auto_precision"] is None and report["auto_precision_lower_bound"] is None
+    assert report["target_missed"] is False and report["missed_by"] == 0.0
+    assert load_policy(out / "policy.json").questions[0].learned_head.thresholds.min_confidence == 1.0
+    assert "NOTHING IS ROUTED ALONE" in history.verdict(report) and "99 labelled items" in history.verdict(report)
+
+
+def test_the_report_flags_a_missed_target_and_by_how_much():
+    kept = history.promise(0.98, 0.97, None)
+    assert kept == {"target_precision": 0.97, "target_missed": False, "missed_by": 0.0, "routed_alone": True,
+                    "items_needed": None}
+    missed = history.promise(0.955, 0.97, None)
+    assert missed["target_missed"] is True and missed["missed_by"] == pytest.approx(0.015)
+    nothing = history.promise(None, 0.97, 99)
+    assert nothing["target_missed"] is False and nothing["routed_alone"] is False and nothing["items_needed"] == 99
+    assert history.verdict({"auto_precision": 0.98, **kept}) == ""
+    assert "TARGET MISSED" in history.verdict({"auto_precision": 0.955, **missed})
+    assert "1.5% below the promised 97.0%" in history.verdict({"auto_precision": 0.955, **missed})
+    assert "NOTHING IS ROUTED ALONE" in history.verdict({"auto_precision": None, **nothing})
+    assert "at least 99 labelled items" in history.verdict({"auto_precision": None, **nothing})

@@ -127,6 +127,10 @@ def test_thresholds_come_from_held_out_folds_only():
     table = result.head.threshold_table
     chosen = next(row for row in table if row.threshold == result.head.min_confidence)
     assert chosen.error_rate <= 0.05 and chosen.auto_routed >= 5
+    assert chosen.precision_lower_bound >= 0.95 and result.head.auto_routed_lower_bound == chosen.precision_lower_bound
+    # every lower threshold's bound falls short: the lowest that keeps the promise with confidence
+    assert all(row.precision_lower_bound is None or row.precision_lower_bound < 0.95
+               for row in table if row.threshold < chosen.threshold)
 
 
 def test_protected_options_get_stricter_thresholds_and_are_rarely_auto_assigned_lower():
