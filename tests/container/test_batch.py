@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import tarfile
 from pathlib import Path
@@ -22,6 +23,18 @@ from decision_server.__main__ import main as server_main
 from decision_server.model_files import ModelFileError
 
 MODEL = "ab" * 32
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The command configures the root logger onto the sys.stdout of its call (pytest's capture
+    here, closed after the test): put the process's logging back, or a later test's log line
+    fails to write."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def decision(i: int = 0, **changes) -> Decision:
