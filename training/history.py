@@ -82,7 +82,7 @@ from .history_policy import (
     states,
     vocabulary,
 )
-from .thresholds import judge
+from .thresholds import judge, promise, verdict
 
 DEFAULT_CACHE = Path.home() / ".cache/decision-router/signals"
 #: Weights in a head's rows (options x terms + hidden width) at most; make fit-history keeps the
@@ -697,31 +697,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically "
         f"{report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
-        f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s{verdict(report)}")
+        f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s"
+        + (f"; {verdict(report)}" if verdict(report) else ""))
     return report
-
-
-def promise(auto_precision: float | None, target: float, items_needed: int | None) -> dict[str, Any]:
-    """Whether TEST's automatic answers kept the target precision: `target_missed` (their
-    precision below the target; false when nothing was routed alone) and `missed_by` (how far
-    below, 0.0 when kept), and, when the training data set no threshold (nothing is routed
-    alone), `items_needed`: the fewest labelled items, all answered right, that could."""
-    missed = auto_precision is not None and auto_precision < target
-    return {"target_precision": target, "target_missed": missed,
-            "missed_by": round(target - auto_precision, 6) if missed and auto_precision is not None else 0.0,
-            "routed_alone": items_needed is None, "items_needed": items_needed}
-
-
-def verdict(report: dict[str, Any]) -> str:
-    """The end of the last printed line: whether the promise was missed, or why nothing is routed alone."""
-    target = report["target_precision"]
-    if not report["routed_alone"]:
-        return (f"; NOTHING IS ROUTED ALONE: out of fold, no threshold shows {target:.1%} precision with 95 % confidence "
-                f"(that takes at least {report['items_needed']} labelled items above it, all answered right)")
-    if report["target_missed"]:
-        return (f"; TARGET MISSED: automatic answers {report['auto_precision']:.1%} right on TEST, "
-                f"{report['missed_by']:.1%} below the promised {target:.1%}")
-    return ""
 
 
 def _result(question: Question, model: ModelInfo, signal: tuple[np.ndarray, np.ndarray, float, str]) -> DecisionResult:

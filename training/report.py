@@ -23,6 +23,7 @@ from evaluation import metrics
 from . import learn
 from .features import Example
 from .learn import QuestionFit
+from .thresholds import promise, verdict
 
 
 @dataclass
@@ -158,27 +159,10 @@ def _readout(r: Any) -> dict:
             "auto_routed_lower_bound": r.auto_routed_lower_bound, "items_needed": r.items_needed}
 
 
-def promise(fit: QuestionFit, test: dict) -> dict:
-    """Whether the test split's automatic answers (the combined head, at the thresholds written)
-    kept the question's target precision: `target_missed` (false when none was routed) and
-    `missed_by`; `items_needed` when the training folds set no threshold (nothing routed alone)."""
-    target = 1 - fit.targets.max_error
-    precision = test.get("head", {}).get("auto_routed_accuracy")
-    missed = precision is not None and precision < target
-    return {"target_precision": target, "target_missed": missed,
-            "missed_by": round(target - precision, 6) if missed else 0.0,
-            "routed_alone": fit.head.min_confidence is not None, "items_needed": fit.head.items_needed}
-
-
-def verdict(q: dict) -> str:
-    """A clause for the printed and written summaries: a missed target, or why nothing is routed alone."""
-    if not q["routed_alone"]:
-        return (f"nothing routed alone: out of fold no threshold shows {q['target_precision']:.1%} precision with 95 % "
-                f"confidence (that takes at least {q['items_needed']} labelled items above it, all right)")
-    if q["target_missed"]:
-        return (f"TARGET MISSED: auto-routed answers {q['target_precision'] - q['missed_by']:.1%} right on test, "
-                f"{q['missed_by']:.1%} below the promised {q['target_precision']:.1%}")
-    return ""
+def kept_promise(fit: QuestionFit, test: dict) -> dict:
+    """`thresholds.promise` for the test split's automatic answers (the combined head, at the
+    thresholds written)."""
+    return promise(test.get("head", {}).get("auto_routed_accuracy"), 1 - fit.targets.max_error, fit.head.items_needed)
 
 
 def build(results: Sequence[QuestionResult], changes: list[dict], *, command: str, model: ModelInfo,
@@ -205,7 +189,7 @@ def build(results: Sequence[QuestionResult], changes: list[dict], *, command: st
             "learning_curve": f.learning_curve,
             "overtakes_letters_at": f.overtakes_letters_at,
             "head_version": r.head["version"],
-            **promise(f, r.test),
+            **kept_promise(f, r.test),
         }
     return {"run": {"command": command, "model": model.model_dump(), "data": sources, "seconds": round(seconds, 1),
                     "scoring_failures": failures},

@@ -97,3 +97,27 @@ def option_thresholds(probabilities: list[np.ndarray], gold: np.ndarray, formula
                 break
         out[option] = chosen
     return out
+
+
+def promise(auto_precision: float | None, target: float, items_needed: int | None) -> dict:
+    """Whether a test split's automatic answers kept the target precision: `target_missed` (their
+    precision below the target; false when nothing was routed alone) and `missed_by` (how far
+    below, 0.0 when kept), and, when the training data set no threshold (nothing is routed
+    alone), `items_needed`: the fewest labelled items, all answered right, that could."""
+    missed = auto_precision is not None and auto_precision < target
+    return {"target_precision": target, "target_missed": missed,
+            "missed_by": round(target - auto_precision, 6) if missed and auto_precision is not None else 0.0,
+            "routed_alone": items_needed is None, "items_needed": items_needed}
+
+
+def verdict(kept: dict) -> str:
+    """A clause for the printed and written summaries (`promise`'s fields): a missed target, or why
+    nothing is routed alone; empty when the promise was kept."""
+    target = kept["target_precision"]
+    if not kept["routed_alone"]:
+        return (f"NOTHING IS ROUTED ALONE: out of fold, no threshold shows {target:.1%} precision with 95 % confidence "
+                f"(that takes at least {kept['items_needed']} labelled items above it, all answered right)")
+    if kept["target_missed"]:
+        return (f"TARGET MISSED: automatic answers {target - kept['missed_by']:.1%} right on test, "
+                f"{kept['missed_by']:.1%} below the promised {target:.1%}")
+    return ""

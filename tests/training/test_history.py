@@ -19,7 +19,7 @@ from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decis
 from decision_router.domain.policies import load_policy
 from decision_router.items import parse_item
 from evaluation.runners import Scored
-from training import history, history_policy
+from training import history, history_policy, thresholds
 
 MODEL = ModelInfo(file="words.gguf", bytes=1, sha256="a" * 64, context_size=2048, threads=1, gpu_layers=0,
                   llama_cpp_python_version="test", hidden_size=16)
@@ -316,19 +316,19 @@ def test_a_tiny_export_routes_nothing_alone_and_says_how_many_items_it_would_tak
     assert report["auto_share"] == 0.0 and report["auto_precision"] is None and report["auto_precision_lower_bound"] is None
     assert report["target_missed"] is False and report["missed_by"] == 0.0
     assert load_policy(out / "policy.json").questions[0].learned_head.thresholds.min_confidence == 1.0
-    assert "NOTHING IS ROUTED ALONE" in history.verdict(report) and "99 labelled items" in history.verdict(report)
+    assert "NOTHING IS ROUTED ALONE" in thresholds.verdict(report) and "99 labelled items" in thresholds.verdict(report)
 
 
 def test_the_report_flags_a_missed_target_and_by_how_much():
-    kept = history.promise(0.98, 0.97, None)
+    kept = thresholds.promise(0.98, 0.97, None)
     assert kept == {"target_precision": 0.97, "target_missed": False, "missed_by": 0.0, "routed_alone": True,
                     "items_needed": None}
-    missed = history.promise(0.955, 0.97, None)
+    missed = thresholds.promise(0.955, 0.97, None)
     assert missed["target_missed"] is True and missed["missed_by"] == pytest.approx(0.015)
-    nothing = history.promise(None, 0.97, 99)
+    nothing = thresholds.promise(None, 0.97, 99)
     assert nothing["target_missed"] is False and nothing["routed_alone"] is False and nothing["items_needed"] == 99
-    assert history.verdict({"auto_precision": 0.98, **kept}) == ""
-    assert "TARGET MISSED" in history.verdict({"auto_precision": 0.955, **missed})
-    assert "1.5% below the promised 97.0%" in history.verdict({"auto_precision": 0.955, **missed})
-    assert "NOTHING IS ROUTED ALONE" in history.verdict({"auto_precision": None, **nothing})
-    assert "at least 99 labelled items" in history.verdict({"auto_precision": None, **nothing})
+    assert thresholds.verdict({"auto_precision": 0.98, **kept}) == ""
+    assert "TARGET MISSED" in thresholds.verdict({"auto_precision": 0.955, **missed})
+    assert "1.5% below the promised 97.0%" in thresholds.verdict({"auto_precision": 0.955, **missed})
+    assert "NOTHING IS ROUTED ALONE" in thresholds.verdict({"auto_precision": None, **nothing})
+    assert "at least 99 labelled items" in thresholds.verdict({"auto_precision": None, **nothing})

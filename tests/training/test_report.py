@@ -16,7 +16,7 @@ def fit(max_error: float = 0.03, min_confidence: float | None = 0.8, items_neede
 
 
 def test_a_test_split_below_the_target_is_flagged_with_by_how_much():
-    q = report.promise(fit(), {"head": {"auto_routed_accuracy": 0.955}})
+    q = report.kept_promise(fit(), {"head": {"auto_routed_accuracy": 0.955}})
     assert q["target_precision"] == pytest.approx(0.97)
     assert q["target_missed"] is True and q["missed_by"] == pytest.approx(0.015)
     assert q["routed_alone"] is True and q["items_needed"] is None
@@ -24,12 +24,12 @@ def test_a_test_split_below_the_target_is_flagged_with_by_how_much():
 
 
 def test_a_kept_target_says_nothing():
-    q = report.promise(fit(), {"head": {"auto_routed_accuracy": 0.99}})
+    q = report.kept_promise(fit(), {"head": {"auto_routed_accuracy": 0.99}})
     assert q["target_missed"] is False and q["missed_by"] == 0.0 and report.verdict(q) == ""
 
 
 def test_nothing_routed_alone_says_how_many_items_it_would_take():
-    q = report.promise(fit(min_confidence=None, items_needed=99), {"head": {"auto_routed_accuracy": None}})
+    q = report.kept_promise(fit(min_confidence=None, items_needed=99), {"head": {"auto_routed_accuracy": None}})
     assert q["target_missed"] is False and q["routed_alone"] is False and q["items_needed"] == 99
-    assert "nothing routed alone" in report.verdict(q) and "at least 99 labelled items" in report.verdict(q)
-    assert report.promise(fit(), {})["target_missed"] is False  # no test split: nothing to miss
+    assert "NOTHING IS ROUTED ALONE" in report.verdict(q) and "at least 99 labelled items" in report.verdict(q)
+    assert report.kept_promise(fit(), {})["target_missed"] is False  # no test split: nothing to miss
