@@ -61,7 +61,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
-from decision_contract.signals import SHARD_SUFFIX, read_shard, request_key, write_shard
+from decision_contract.signals import SHARD_SUFFIX, read_keys, read_shard, request_key, write_shard
 from decision_router.domain.heads import FORMAT
 from decision_router.domain.judging import model_entry
 from decision_router.domain.model_requests import question_decision
@@ -158,7 +158,7 @@ class SignalCache:
 
     def _add(self, shard: Path) -> None:
         self._shards.append(shard)
-        self._keys.append(_raw_keys(read_shard(shard).keys))
+        self._keys.append(read_keys(shard))  # the keys alone: the signals are read when gathered
         self._index = None
 
     def __len__(self) -> int:

@@ -118,3 +118,14 @@ def read_model_sha256(path: Path) -> str:
             return str(data["model_sha256"])
     except _NOT_A_SHARD as error:
         raise ValueError(f"{path}: not a signals shard ({error})") from error
+
+
+def read_keys(path: Path) -> np.ndarray:
+    """A shard's request keys as 32 raw bytes each (numpy "S32", whose trailing zero bytes compare
+    as absent, alike on both sides of a lookup), without reading its rows; ValueError naming the
+    file when it is not a shard."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return data["keys"].astype("S32")
+    except _NOT_A_SHARD as error:
+        raise ValueError(f"{path}: not a signals shard ({error})") from error

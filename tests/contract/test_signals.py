@@ -91,3 +91,15 @@ def test_an_npz_without_the_shards_members_is_not_a_shard(tmp_path):
     np.savez(path, something=np.arange(3))
     with pytest.raises(ValueError, match=r"other\.npz: not a signals shard"):
         read_shard(path)
+
+
+def test_a_shards_keys_are_read_alone_and_match_the_keys_it_was_written_with(tmp_path):
+    from decision_contract.signals import read_keys
+
+    keys = ["ab" * 31 + "00", "cd" * 32]
+    path = write_shard(tmp_path / "k.signals.npz", "a" * 64, keys, np.zeros((2, 3)), [[0.0, 1.0]] * 2, [0.5, 0.5], ["v", "v"])
+    raw = read_keys(path)
+    assert raw.dtype == np.dtype("S32")
+    assert list(raw) == list(np.array([bytes.fromhex(k) for k in keys], dtype="S32"))
+    with pytest.raises(ValueError, match="not a signals shard"):
+        read_keys(tmp_path / "missing.signals.npz")
