@@ -351,7 +351,9 @@ def score_on_sagemaker(args: argparse.Namespace, requests_of: Sequence[tuple[Cal
 
 def _refuse_errors(outputs: Path) -> None:
     """The batch scorer's errors files: a row it could not score stops the fit, named."""
-    errors = [(path.name, line) for path in sorted(outputs.glob("*.errors.jsonl"))
+    from decision_server.batch import ERRORS_SUFFIX
+
+    errors = [(path.name, line) for path in sorted(outputs.glob(f"*{ERRORS_SUFFIX}"))
               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if errors:
         shown = "; ".join(f"{name}: {line}" for name, line in errors[:3])

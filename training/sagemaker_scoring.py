@@ -38,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX
+from decision_server import batch
 
 from .history_policy import HistoryError
 
@@ -59,13 +60,11 @@ POLL_SECONDS = 30.0
 
 PRICES = Path(__file__).resolve().parents[1] / "bench" / "data" / "instance-prices.json"
 
-#: The image's batch scorer and where a processing job puts its inputs and takes its output.
+#: The image's batch scorer; where a processing job puts its inputs and takes its output, and the
+#: files it writes, are the batch scorer's own (decision_server.batch).
 ENTRYPOINT = ["/opt/decision-server/bin/decision-server", "batch"]
-DECISIONS_DIR = "/opt/ml/processing/input/decisions"
-MODEL_DIR = "/opt/ml/processing/input/model"
-SIGNALS_DIR = "/opt/ml/processing/output/signals"
-ERRORS_SUFFIX = ".errors.jsonl"
-MODEL_FILE = "model.json"
+DECISIONS_DIR, MODEL_DIR, SIGNALS_DIR = str(batch.DEFAULT_INPUT), str(batch.DEFAULT_MODEL_DIR), str(batch.DEFAULT_OUTPUT)
+ERRORS_SUFFIX, MODEL_FILE = batch.ERRORS_SUFFIX, batch.MODEL_JSON
 
 #: The stack outputs the scorer reads (template.yaml, with the stack's own endpoint).
 ROLE_OUTPUT, URI_OUTPUT, IMAGE_OUTPUT, MODEL_OUTPUT, COMPUTE_OUTPUT = (
