@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 import numpy as np
-from scipy.stats import beta
 
 from decision_contract import confidence, softmax
+
+# One definition of how sure a precision is, shared with the routing functions' live checks.
+from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, precision_lower_bound  # noqa: F401 - re-exported
 
 from .stats import percentile
 
@@ -25,9 +27,6 @@ ECE_BINS = 10
 #: Where the temperature search looks: far wider than the T ≈ 1.2–2.5 usually found.
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 DEFAULT_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(21))
-#: How sure a threshold must be that its automatic answers meet the target precision: the
-#: one-sided confidence level of the Clopper–Pearson lower bound that must reach the target.
-PRECISION_CONFIDENCE = 0.95
 
 
 def _check(probabilities: Vectors, gold: Sequence[int]) -> None:
@@ -244,31 +243,6 @@ def out_of_fold_probabilities(
 def confidences(probabilities: Vectors, formula: str) -> np.ndarray:
     """The policy's named confidence (from decision_contract) of each probability vector."""
     return np.array([confidence(list(map(float, p)), formula) for p in probabilities])
-
-
-def precision_lower_bound(right: int, n: int, level: float = PRECISION_CONFIDENCE) -> float | None:
-    """The one-sided Clopper–Pearson (exact binomial) lower confidence bound, at `level`, of a
-    precision measured as `right` correct among `n` answers: the true precision is at least this
-    with probability `level`. None when n is 0; 0.0 when none is right."""
-    if not 0 <= right <= n:
-        raise ValueError(f"{right} right among {n} answers")
-    if n == 0:
-        return None
-    if right == 0:
-        return 0.0
-    return float(beta.ppf(1.0 - level, right, n - right + 1))
-
-
-def items_needed(target_precision: float, level: float = PRECISION_CONFIDENCE) -> int:
-    """The fewest answers that, all of them right, have a lower bound (`precision_lower_bound`)
-    of at least `target_precision`: fewer labelled items cannot set a threshold for that target."""
-    if not 0.0 < target_precision < 1.0:
-        raise ValueError(f"target precision {target_precision} outside (0, 1)")
-    # all n right: the bound is (1 - level) ** (1 / n), so n >= log(1 - level) / log(target)
-    n = max(1, math.ceil(math.log(1.0 - level) / math.log(target_precision)) - 1)
-    while (precision_lower_bound(n, n, level) or 0.0) < target_precision:  # settle rounding on the exact bound
-        n += 1
-    return n
 
 
 @dataclass(frozen=True)
