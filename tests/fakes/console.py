@@ -30,6 +30,7 @@ from decision_router.adapters.review import Malformed, Pending, QueuedReview, Re
 from decision_router.adapters.similar_items import RECENT
 from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
+from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
 from decision_router.domain.similar import ResolvedItem
 from decision_router.review.completion import InvalidReview, PendingReview
@@ -505,3 +506,25 @@ class FakeResolvedItems:
         """The policy's latest `limit` resolved items, newest first."""
         keys = sorted((k for k in self.rows if k[0] == policy), reverse=True)
         return [self.rows[k] for k in keys[:limit]]
+
+
+# ------------------------------------------------------------------------------ precision tallies
+class FakePrecisionTally:
+    """The live precision's tallies (port `PrecisionTallies`, adapter
+    `adapters.precision_tally.PrecisionTally`): `rows`, by (policy, question, option or None for
+    the question's row), each a `CheckCounts`."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str | None], CheckCounts] = {}
+
+    def add(self, policy: str, question: str, option: str, **counts: int) -> CheckCounts:
+        unknown = set(counts) - set(CheckCounts.model_fields)
+        if unknown or not counts:
+            raise ValueError(f"precision counts {sorted(counts)}: name one or more of {sorted(CheckCounts.model_fields)}")
+        for key in ((policy, question, option), (policy, question, None)):
+            row = self.rows.get(key, CheckCounts()).model_dump()
+            self.rows[key] = CheckCounts(**{name: row[name] + int(counts.get(name, 0)) for name in row})
+        return self.rows[(policy, question, None)]
+
+    def counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
+        return self.rows.get((policy, question, option), CheckCounts())

@@ -34,6 +34,7 @@ from decision_router.adapters import deliveries as deliveries_adapter
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Deliveries
 from decision_router.adapters.head_store import HeadStore
+from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.queues import EventBus
 from decision_router.adapters.review import (
     GONE_CODES,
@@ -62,6 +63,7 @@ from tests.fakes.console import (
     FakeDeliveries,
     FakeHeadStore,
     FakeLabelledExamples,
+    FakePrecisionTally,
     FakeResolvedItems,
     FakeReviewQueue,
     FakeReviewTasks,
@@ -764,3 +766,33 @@ def test_the_same_resolution_kept_twice_is_one_row_the_later(resolved):
 
     (kept,) = resolved.recent("support-ticket")
     assert kept.answers == {"queue": "technical_fault"}
+
+
+# ------------------------------------------------------------------------------ precision tallies
+@pytest.fixture(params=VARIANTS)
+def precision(request) -> Any:
+    if request.param == "fake":
+        return FakePrecisionTally()
+    stack = request.getfixturevalue("template").create(client=client, only=["HeadHistoryTable"])
+    return PrecisionTally(stack.ref("HeadHistoryTable"), client=client("dynamodb"))
+
+
+def test_a_checked_answer_counts_for_its_question_and_its_option_and_hands_back_the_questions_counts(precision):
+    assert precision.counts("support-ticket", "queue").checked == 0
+    first = precision.add("support-ticket", "queue", "billing", checked=1, right=1)
+    second = precision.add("support-ticket", "queue", "account_access", checked=1, right=0)
+    precision.add("support-ticket", "queue", "billing", corrected=1)
+
+    assert (first.checked, first.right, second.checked, second.right) == (1, 1, 2, 1)
+    assert precision.counts("support-ticket", "queue").model_dump() == {"checked": 2, "right": 1, "corrected": 1}
+    assert precision.counts("support-ticket", "queue", "billing").model_dump() == {"checked": 1, "right": 1, "corrected": 1}
+    assert precision.counts("support-ticket", "queue", "account_access").model_dump() == {
+        "checked": 1, "right": 0, "corrected": 0}
+    assert precision.counts("incident", "queue").checked == 0  # another policy's question is its own row
+
+
+def test_a_count_the_tally_does_not_keep_is_refused(precision):
+    with pytest.raises(ValueError, match="name one or more of"):
+        precision.add("support-ticket", "queue", "billing", wrong=1)
+    with pytest.raises(ValueError, match="name one or more of"):
+        precision.add("support-ticket", "queue", "billing")

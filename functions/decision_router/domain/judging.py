@@ -19,6 +19,7 @@ from .heads import Head
 from .lexical import State
 from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds
+from .precision import check_reason, sampled
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
 from .why import Why, field_effects, rule_checks, threshold_checks
@@ -218,6 +219,10 @@ def build_record(
     failing = [e for e in ordered if not e.passed]
     route = "review" if failing else "auto"
     reason = "; ".join(f"{e.question}: {r}" for e in failing for r in e.reasons) if failing else ALL_MET
+    checked = sampled(policy, item.key, ordered) if route == "auto" else []
+    if checked:  # held for a reviewer, who checks the automatic answers (domain/precision.py)
+        route, reason = "review", check_reason(policy, checked)
+        ordered = [e.model_copy(update={"check": True}) if e.question in checked else e for e in ordered]
     destination = None
     if route == "auto":
         chosen = by_question[policy.routing_question.id].option_id

@@ -74,6 +74,15 @@ class Learning(StrictModel):
                                        "auto-assigned a later option; the rest of those go to review.")
 
 
+class PrecisionCheck(StrictModel):
+    """Sampled checks of the automatic answers (domain/precision.py): a share of the items the router
+    would route automatically is held for review instead, so the live precision of the automatic
+    answers is measured on a random sample, not only on the mistakes someone reports."""
+
+    sample_rate: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False, description=(
+        "Share of automatically answered items held for review as a check (0: off, 0.02: one in fifty)."))
+
+
 class Question(StrictModel):
     id: Id
     question: Text
@@ -83,6 +92,8 @@ class Question(StrictModel):
     confidence_formula: ConfidenceFormula = ConfidenceFormula.NORMALIZED_PEAK
     thresholds: Thresholds = Field(description="For the letter readout.")
     learning: Learning = Field(default_factory=Learning)
+    precision_check: PrecisionCheck | None = Field(
+        default=None, description="This question's sampled checks, in place of the policy's `precision_check`.")
     head: HeadFile | None = Field(
         default=None, description="A learned head (make fit): a file beside the policy, read when the policy "
         "loads; it decides when it fits the endpoint's model, else the letters do."
@@ -153,6 +164,9 @@ class Policy(StrictModel):
     rules: list[Rule] = Field(default_factory=list)
     source_severity: dict[Id, SeverityTable] = Field(
         default_factory=dict, description="Native incident source (aws.cloudwatch, pagerduty, ...) → its severity table.")
+    precision_check: PrecisionCheck = Field(
+        default_factory=PrecisionCheck, description="Sampled checks of the automatic answers (off by default); a "
+                                                    "question's own `precision_check` takes its place.")
     noise: NoiseControls = Field(
         default_factory=NoiseControls, description="Grouping, flapping and maintenance windows of native-source "
                                                    "incidents (an incident policy's only).")

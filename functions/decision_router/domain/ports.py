@@ -18,6 +18,7 @@ tests wire the same adapters over moto.
   execution's own record, any execution's status and input) and a correction started by name.
 - `ReviewMessages`: the review queue as a function that answered a review sees it.
 - `ResolvedItemStore`: the resolved items kept for the console's similar items.
+- `PrecisionTallies`: the live precision's tallies of checked and corrected automatic answers.
 - `PointerSource`: which head serves (or shadows) a question, and its bytes (the head store).
 """
 
@@ -31,6 +32,7 @@ from decision_contract import Decision, DecisionResult
 
 from .head_versions import HeadPointer
 from .linking import OpenIncident
+from .precision import CheckCounts
 from .records import AuditRow, DecisionRecord, ReviewAnswer
 from .similar import ResolvedItem
 
@@ -203,6 +205,15 @@ class ResolvedItemStore(Protocol):
     def remember(self, resolved: ResolvedItem) -> None: ...
 
     def recent(self, policy: str, limit: int = ...) -> list[ResolvedItem]: ...
+
+
+class PrecisionTallies(Protocol):
+    """The live precision's tallies (domain/precision.py): a checked or corrected automatic answer
+    counted for its question and its option (the question's counts after it), a tally read."""
+
+    def add(self, policy: str, question: str, option: str, **counts: int) -> CheckCounts: ...
+
+    def counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts: ...
 
 
 class PointerSource(Protocol):

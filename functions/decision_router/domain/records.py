@@ -60,6 +60,9 @@ class DecisionEntry(_Record):
     prompt_sha256: str | None = None
     latency_seconds: float | None = None
     why: Why | None = Field(None, description="The reason for the decision (why.py); null on records from before it.")
+    check: bool = Field(False, description=(
+        "Sampled for a precision check (domain/precision.py): an automatic answer held for a reviewer, "
+        "whose answer is compared with it."))
 
 
 class ShadowAnswer(_Record):
@@ -153,6 +156,11 @@ class DecisionRecord(_Record):
         "question → the answer of the candidate head serving in shadow beside the head in service, if any."))
     linked: LinkedIncident | None = Field(None, description=(
         "The open incident a ticket describes (domain/linking.py); null when none, or not a ticket."))
+
+    @property
+    def checked(self) -> list[str]:
+        """The questions whose automatic answer this item was held to check (domain/precision.py)."""
+        return [d.question for d in self.decisions if d.check]
 
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":

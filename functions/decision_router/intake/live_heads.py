@@ -29,10 +29,11 @@ from ..domain.routing import ShadowHead
 HEAD_LOAD_FAILED = "HeadLoadFailed"
 
 
-def question_metric(name: str, policy: str, question: str, value: float = 1.0) -> None:
+def question_metric(name: str, policy: str, question: str, value: float = 1.0,
+                    unit: MetricUnit = MetricUnit.Count) -> None:
     """One metric with exactly the policy and question as its dimensions (EMF on stdout): the
     alarms and the dashboard name those two, whichever function emits it."""
-    with single_metric(name=name, unit=MetricUnit.Count, value=value) as metric:
+    with single_metric(name=name, unit=unit, value=value) as metric:
         metric.service = ""  # no `service` dimension from POWERTOOLS_SERVICE_NAME
         metric.add_dimension(name="policy", value=policy)
         metric.add_dimension(name="question", value=question)
