@@ -7,6 +7,8 @@ with every problem named; nothing is sent then, so the review stays pending."""
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from decision_router.domain.policies import load_policy
+from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review.completion import ReviewCompletion, submit_review
@@ -29,6 +31,7 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
         given.review_queue.remove(completion.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)
+    count_check(record, chosen.answers, load_policy(record.policy.name), given.precision_tally, logger)
     remember_resolved(record, chosen.answers, output.reviewer, given.resolved_items, logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,
               "note": output.note, **chosen.model_dump(mode="json")}

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import ReviewQueue, ReviewTasks
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
-from decision_router.domain.ports import Executions, ResolvedItemStore, ReviewMessages, TaskCompleter
+from decision_router.domain.ports import Executions, PrecisionTallies, ResolvedItemStore, ReviewMessages, TaskCompleter
 from decision_router.intake.resolved_items import resolved_items
 
 
 class Wiring:
     def __init__(self, settings: Settings | None = None, *, workflow: Executions | None = None,
                  tasks: TaskCompleter | None = None, review_queue: ReviewMessages | None = None,
-                 resolved_items: ResolvedItemStore | None = None):
+                 resolved_items: ResolvedItemStore | None = None, precision_tally: PrecisionTallies | None = None):
         """Each part given here replaces the one the settings would make (tests, the local run)."""
         given = {"settings": settings, "workflow": workflow, "tasks": tasks, "review_queue": review_queue,
-                 "resolved_items": resolved_items}
+                 "resolved_items": resolved_items, "precision_tally": precision_tally}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
 
     @cached_property
@@ -45,3 +46,9 @@ class Wiring:
     def resolved_items(self) -> ResolvedItemStore | None:
         """The resolved-items store; None when the function is given none (nothing is kept)."""
         return resolved_items(self.settings.resolved_items_table)
+
+    @cached_property
+    def precision_tally(self) -> PrecisionTallies | None:
+        """The live precision's tallies (the head history table); None when the function is given none."""
+        table = self.settings.head_history_table
+        return PrecisionTally(table) if table else None

@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
+from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
@@ -106,6 +107,7 @@ def answer_review(name: str) -> dict[str, Any]:
     given.queue.remove(queued.receipt_handle)
     chosen = output.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)
+    count_check(record, chosen.answers, given.policy(record.policy.name), given.precision_tally, logger)
     remember_resolved(record, chosen.answers, who.shown, given.resolved_items, logger,
                       policy=given.policy(record.policy.name))
     logger.info("review answered in the console", extra={"execution_name": name, "reviewer": who.sub,

@@ -20,6 +20,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import ValidationError
 
+from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import (
     AuditTrail,
     LabelledExamples,
@@ -32,7 +33,7 @@ from decision_router.adapters.review import (
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.ports import Executions, ResolvedItemStore, ReviewMessages, TaskCompleter
+from decision_router.domain.ports import Executions, PrecisionTallies, ResolvedItemStore, ReviewMessages, TaskCompleter
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
@@ -78,9 +79,10 @@ class Wiring:
     def __init__(self, settings: Settings | None = None, *, queue: ReviewInbox | None = None,
                  workflow: Executions | None = None, audit: AuditReader | None = None,
                  examples: ExamplePages | None = None, tasks: TaskCompleter | None = None,
-                 resolved_items: ResolvedItemStore | None = None) -> None:
+                 resolved_items: ResolvedItemStore | None = None,
+                 precision_tally: PrecisionTallies | None = None) -> None:
         given = {"settings": settings, "queue": queue, "workflow": workflow, "audit": audit, "examples": examples,
-                 "tasks": tasks, "resolved_items": resolved_items}
+                 "tasks": tasks, "resolved_items": resolved_items, "precision_tally": precision_tally}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
         self._policies: dict[str, Policy] = {}
 
@@ -112,6 +114,12 @@ class Wiring:
     def resolved_items(self) -> ResolvedItemStore | None:
         """The resolved-items store; None when the function is given none (no similar items, none kept)."""
         return resolved_items(self.settings.resolved_items_table)
+
+    @cached_property
+    def precision_tally(self) -> PrecisionTallies | None:
+        """The live precision's tallies (the head history table); None when the function is given none."""
+        table = self.settings.head_history_table
+        return PrecisionTally(table) if table else None
 
     def policy(self, name: str) -> Policy:
         if name not in self._policies:

@@ -27,9 +27,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
+from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AuditRow, DecisionRecord
 from local.cloudformation import Stack
 from local.lambdas import LocalFunction
@@ -37,6 +39,7 @@ from tests.fakes.console import (
     Clock,
     FakeAuditTrail,
     FakeLabelledExamples,
+    FakePrecisionTally,
     FakeResolvedItems,
     FakeReviewQueue,
     FakeReviewTasks,
@@ -255,6 +258,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.audit = FakeAuditTrail()
         self.examples = FakeLabelledExamples()
         self.resolved_items = FakeResolvedItems()
+        self.precision = FakePrecisionTally()
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
                                        review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
                                        examples=self.examples, queue_at=self._queue_at)
@@ -267,7 +271,7 @@ class ConsoleWorld(_Questions, FakeWorld):
 
         wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
                         workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
-                        resolved_items=self.resolved_items)
+                        resolved_items=self.resolved_items, precision_tally=self.precision)
         return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,7 +281,8 @@ class ConsoleWorld(_Questions, FakeWorld):
 
         monkeypatch.setattr(app, "WIRING", Wiring(
             Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
-            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items))
+            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items,
+            precision_tally=self.precision))
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:
@@ -337,6 +342,10 @@ class ConsoleWorld(_Questions, FakeWorld):
 
     def put_labelled_example(self, columns: dict[str, str]) -> None:
         self.examples.put(columns)
+
+    def precision_counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
+        """The live precision's tally of a question (or one of its options)."""
+        return self.precision.counts(policy, question, option)
 
 
 class MotoConsoleWorld(_Questions, MotoWorld):
@@ -400,6 +409,9 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def put_labelled_example(self, columns: dict[str, str]) -> None:
         boto3.client("dynamodb").put_item(TableName=self.ref("LabelledExamplesTable"),
                                           Item={name: {"S": value} for name, value in columns.items()})
+
+    def precision_counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
+        return PrecisionTally(self.ref("HeadHistoryTable")).counts(policy, question, option)
 
 
 @contextlib.contextmanager

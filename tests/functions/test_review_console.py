@@ -20,7 +20,7 @@ import pytest
 
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.judging import build_record, explain, model_entry
-from decision_router.domain.policies import load_policy
+from decision_router.domain.policies import PrecisionCheck, load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview, labelled_example
@@ -29,7 +29,7 @@ from local.cloudformation import Stack
 from local.event_sources import http_event
 from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import letters_only, make_result
-from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK
+from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK, FakeLambdaContext
 
 STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
 ALICE = {"sub": "a-1", "email": "alice@example.com", "email_verified": "true", "cognito:username": "alice",
@@ -284,6 +284,69 @@ def test_only_a_delivered_automatic_route_can_be_corrected(world, console):
     (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     response = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
     assert response["statusCode"] == 409 and "only a delivered automatic route" in response["json"]["error"]
+
+
+# ---------------------------------------------------------------------------- sampled checks
+def sampled_ticket(stack: Stack) -> DecisionRecord:
+    """A ticket the letters answer surely, under the shipped policy with every automatic answer
+    sampled for a check: the real routing code holds it for review."""
+    policy = letters_only(load_policy("support-ticket"))
+    policy = policy.model_copy(update={"precision_check": PrecisionCheck(sample_rate=1.0)})
+    env = stack.function_environment("TicketIntakeFunction")
+    item = parse_item("ticket", TICKET)
+    entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, SURE_TICKET[q.id])) for q in policy.questions])
+    return build_record(policy, item, entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
+                        review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
+
+
+@ON_THE_STACK
+def test_a_sampled_automatic_answer_is_a_check_in_the_list_and_its_answer_counts_for_the_live_precision(world, console):
+    record = sampled_ticket(world.template)
+    assert record.route == "review" and record.checked == ["queue"]
+    (name,) = world.pending(record)
+
+    (listed,) = console("GET", "/api/reviews")["json"]["reviews"]
+    assert listed["execution_name"] == name and listed["check"] == ["queue"] and listed["questions"] == ["queue"]
+    assert listed["reason"].startswith("precision check") and listed["suggested"] == {"queue": "billing"}
+    assert console("GET", "/api/reviews", query="question=queue")["json"]["reviews"][0]["execution_name"] == name
+    page = console("GET", f"/api/reviews/{name}")["json"]
+    assert page["check"] == ["queue"] and page["questions"][0]["passed"] is True
+
+    answered = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})
+
+    assert answered["statusCode"] == 200, answered["body"]
+    assert world.finished(name) == "SUCCEEDED"
+    assert [m["item_id"] for m in world.delivered("BillingQueue")] == ["T-77"]
+    assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 1, "corrected": 0}
+    assert world.precision_counts("support-ticket", "queue", "billing").checked == 1
+    audit = world.audit_columns("T-77", name)  # the audit row says the answer was sampled
+    assert audit["route_reason"].startswith("precision check") and json.loads(audit["decisions"])[0]["check"] is True
+
+
+def test_a_check_answered_otherwise_counts_as_wrong_and_a_correction_only_as_corrected(world, console):
+    (name,) = world.pending(sampled_ticket(world.template))
+    assert console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "sales"}})["statusCode"] == 200
+    assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 0, "corrected": 0}
+
+    routed = world.start(decided(world.template, "ticket", TICKET | {"ticket_id": "T-78"}, SURE_TICKET))
+    assert world.finished(routed) == "SUCCEEDED"
+    assert console("POST", f"/api/routes/{routed}/correction", body={"answers": {"queue": "sales"}})["statusCode"] == 200
+    # only wrong answers are reported: a correction is counted beside the sample, never in it
+    assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 0, "corrected": 1}
+    assert world.precision_counts("support-ticket", "queue", "billing").corrected == 1
+
+
+def test_the_review_function_counts_a_checks_answer_too(world, monkeypatch):
+    from review import app
+
+    (name,) = world.pending(sampled_ticket(world.template))
+    world.review_function(monkeypatch)
+    message = world.pending_message()
+    result = app.lambda_handler({"execution_name": name, "task_token": message["task_token"], "reviewer": "bob",
+                                 "answers": {"queue": "billing"}, "receipt_handle": message["receipt_handle"]},
+                                FakeLambdaContext())
+    assert result["status"] == "completed"
+    assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 1, "corrected": 0}
 
 
 # ---------------------------------------------------------------------------- export

@@ -146,7 +146,10 @@ class PendingSummary(BaseModel):
     policy: str
     headline: str
     reason: str = Field(description="Why it came to review, e.g. 'queue: confidence 0.41 < 0.80'.")
-    questions: list[str] = Field(description="The questions in doubt (what the reviewer must look at).")
+    questions: list[str] = Field(description="The questions in doubt, or checked (what the reviewer must look at).")
+    check: list[str] = Field(default_factory=list, description=(
+        "The questions whose automatic answer this review checks (a sampled check, domain/precision.py); "
+        "empty for a review the thresholds asked for."))
     suggested: dict[str, str | None]
     requested_at: str | None
     age_seconds: float | None
@@ -159,7 +162,7 @@ def pending_summary(review: PendingReview, policy: Policy, now: datetime) -> Pen
     return PendingSummary(
         execution_name=review.execution_name, item_kind=record.item_kind, item_id=record.item_id,
         policy=record.policy.name, headline=headline(record.item, policy), reason=record.route_reason,
-        questions=_doubtful(record), suggested={d.question: d.option_id for d in record.decisions},
+        questions=_doubtful(record) or record.checked, check=record.checked, suggested={d.question: d.option_id for d in record.decisions},
         requested_at=review.requested_at, timeout_seconds=record.review.timeout_seconds,
         age_seconds=max(0.0, (now - requested).total_seconds()) if requested else None)
 

@@ -161,6 +161,14 @@ function answersText(answers) {
   return Object.entries(answers || {}).map(([q, o]) => `${q}=${o ?? "?"}`).join(", ");
 }
 
+// A sampled check: the router would have routed it alone; the reviewer's answer measures it.
+function checkBadge(questions) {
+  if (!questions || !questions.length) return null;
+  return el("span", { class: "badge check", "data-check": questions.join(" "),
+    title: `Sampled to measure the automatic answers' precision (${questions.join(", ")}): answer as for any review.` },
+  "check of an automatic answer");
+}
+
 // ------------------------------------------------------------------ pending list
 async function showReviews() {
   show("reviews");
@@ -176,7 +184,7 @@ async function showReviews() {
     return el("tr", { "data-name": r.execution_name, onclick: () => { location.hash = `#/review/${r.execution_name}`; } },
       el("td", {}, el("a", { href: `#/review/${r.execution_name}` }, r.headline || r.item_id),
         el("div", { class: "id" }, `${r.item_kind} ${r.item_id}`)),
-      el("td", { class: "reason" }, r.reason),
+      el("td", { class: "reason" }, checkBadge(r.check), r.reason),
       el("td", {}, answersText(r.suggested)),
       el("td", { class: "age" }, `${duration(r.age_seconds)} of ${duration(r.timeout_seconds)}`,
         el("div", { class: `meter ${state}` }, el("span", { style: null, "data-share": Math.min(1, share).toFixed(3) }))));
@@ -301,8 +309,8 @@ async function showItem(task, name) {
   $("back").href = task === "review" ? "#/reviews" : "#/routes";
   $("item-title").textContent = data.headline || data.item_id;
   $("item-kind").textContent = `${data.item_kind} ${data.item_id} · ${data.policy} v${data.policy_version}`;
-  $("item-reason").textContent = task === "review"
-    ? `In review because ${data.reason}` : `Routed automatically to ${data.target} (${data.reason}). Give the right answer:`;
+  $("item-reason").replaceChildren(checkBadge(data.check), task === "review"
+    ? `In review because ${data.reason}` : `Routed automatically to ${data.target} (${data.reason}). Give the right answer:`);
   $("item-links").replaceChildren(...linkBlocks(data));
   $("answer-heading").textContent = task === "review" ? "Your answer" : "The right answer";
   $("item-fields").replaceChildren(...fieldRows(data.item));
