@@ -12,7 +12,8 @@ through its queue with a task token; the function answers with the step's output
   sets and the older reviews, judged against the head in service on the newest reviews and on
   the shipped sets' test split (training.gate: no reviewer more than `max_reviewer_share` of
   either the reviews trained on or those judged on); each candidate and its verdict written under
-  `runs/<run>/`, each refusal recorded with its reason.
+  `runs/<run>/`, each refusal recorded with its reason; beside each verdict, the question's live
+  precision (its sampled checks, `live_precision`), as context.
 - `shadow`: each candidate the gate passed serves in shadow (domain/shadow.py): named in its
   question's shadow pointer, the routing functions answer every live item with it beside the head
   in service and count its agreement and, where a reviewer answers, which of the two was right.
@@ -48,11 +49,14 @@ from aws_lambda_powertools import Logger
 from decision_contract import Decision, ModelInfo
 from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
+from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.shadow_tally import ShadowTally
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
+from decision_router.domain.ports import PrecisionTallies
+from decision_router.domain.precision import precision_figure, target_of
 from decision_router.domain.shadow import ShadowCounts, shadow_verdict
 from decision_router.intake.live_heads import question_metric
 from decision_router.review.completion import labelled_example
@@ -179,7 +183,8 @@ class Relearning:
                  max_reviewer_share: float = gate.MAX_REVIEWER_SHARE,
                  announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
-                 clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR):
+                 clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR,
+                 precision: PrecisionTallies | None = None):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
         the reviews a candidate trains on, and of those it is judged on. `announce(notice)`: each
@@ -197,6 +202,7 @@ class Relearning:
         self.shadow_items, self.shadow_timeout_seconds = shadow_items, shadow_timeout_seconds
         self.shadow_check_seconds = shadow_check_seconds
         self.tally = tally or ShadowTally(store.history_table)
+        self.precision = precision or PrecisionTally(store.history_table)  # the live precision's tallies
         self.clock, self.signals_dir = clock, signals_dir
         self.store, self.labels, self.endpoint = store, labels, endpoint
         self.shipped, self.min_new_labels = list(shipped), min_new_labels
@@ -324,7 +330,8 @@ class Relearning:
             candidate = Head.model_validate(document)
         verdict = gate.judge(question, current, candidate, fit, held_out, len(train), model, test_split=test_split,
                              max_share=self.max_reviewer_share)
-        out: dict[str, Any] = {"question": question.id, **verdict.as_dict(), "in_service": in_service}
+        out: dict[str, Any] = {"question": question.id, **verdict.as_dict(), "in_service": in_service,
+                               "live_precision": self.live_precision(policy, question)}
         if document is not None and candidate is not None:
             data = json.dumps(document, sort_keys=True).encode()
             key = candidate_key(run, policy.name, question.id)
@@ -343,6 +350,18 @@ class Relearning:
                             self.store.refusals_in_a_row(policy.name, question.id))
         self.logger.info("relearning verdict", extra={k: v for k, v in out.items() if k != "candidate_key"})
         return out
+
+    def live_precision(self, policy: Policy, question: Any) -> dict[str, Any]:
+        """The question's live precision (its sampled checks, domain/precision.py: the realized
+        precision, its lower bound and the target), reported beside the verdict as context, never
+        judged: the tally counts whichever heads served the question, and a head in service under
+        its target is a reason to relearn, not to keep it. What cannot be read is reported so."""
+        try:
+            counts = self.precision.counts(policy.name, question.id)
+        except Exception as error:  # noqa: BLE001 - context only: the verdict stands without it
+            return {"unavailable": f"{type(error).__name__}: {error}"}
+        figure = precision_figure(counts, target_of(question))
+        return {**figure.model_dump(), "summary": figure.line()}
 
     def head_in_service(self, policy: Policy, question_id: str) -> tuple[Head | None, str]:
         """The head deciding the question now, as the routing functions load it (the store's, verified;

@@ -3,8 +3,9 @@
 The candidate and the head in service are scored on the SAME held-out slice, the newest labels
 by time (what the router will meet next), through the routing function's own code
 (`judging.model_entry`, at each head's own thresholds): accuracy, log loss, the share routed
-automatically and how often those automatic answers were wrong (at most the question's
-`learning.max_auto_error`, or no worse than the head in service), and, where the question
+automatically and how sure its automatic answers are (by the confidence bounds the fitter sets
+thresholds with, `precision_lower_bound`: not shown under the question's target, 1 -
+`learning.max_auto_error`, nor less sure than the head in service's: `_less_sure`), and, where the question
 protects options (priority), how many protected gold answers were auto-assigned a less urgent
 option. A candidate is promoted only when it is not worse on every one of them; otherwise the
 verdict names each way it is worse. Too few labels to fit or to judge on, or a head that does
@@ -29,6 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from decision_contract import ModelInfo
+from decision_contract.precision import precision_lower_bound
+from decision_router.domain.precision import target_of
 from evaluation import metrics
 
 from .features import Example
@@ -159,6 +162,9 @@ def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInf
         "log_loss": round(metrics.log_loss(probabilities, gold), 4),
         "auto_routed_share": round(sum(auto) / len(auto), 4),
         "auto_routed_error": round(wrong_auto / sum(auto), 4) if any(auto) else 0.0,
+        "auto_routed_lower_bound": _bound(precision_lower_bound(sum(auto) - wrong_auto, sum(auto))),
+        # the upper bound: one minus the lower bound of the wrong share, by the same definition
+        "auto_routed_upper_bound": _bound(None if not any(auto) else 1.0 - (precision_lower_bound(wrong_auto, sum(auto)) or 0.0)),
         **({"protected_auto_assigned_lower": int(under)} if protected else {}),
     }
 
@@ -210,12 +216,35 @@ def _worse(question: Any, current: dict[str, Any], candidate: dict[str, Any], sa
         worse.append(f"log loss {candidate['log_loss']:.3f} > {current['log_loss']:.3f}")
     if not safety_only and candidate["auto_routed_share"] < current["auto_routed_share"] - TOLERANCE:
         worse.append(f"routes {candidate['auto_routed_share']:.0%} automatically < {current['auto_routed_share']:.0%}")
-    allowed = max(question.learning.max_auto_error, current["auto_routed_error"])
-    if candidate["auto_routed_error"] > allowed + TOLERANCE:
-        worse.append(f"its automatic answers are wrong {candidate['auto_routed_error']:.1%} of the time "
-                     f"> {allowed:.1%} (max_auto_error {question.learning.max_auto_error:.1%})")
+    unsure = _less_sure(question, current, candidate)
+    if unsure:
+        worse.append(unsure)
     if candidate.get("protected_auto_assigned_lower", 0) > current.get("protected_auto_assigned_lower", 0):
         worse.append(f"auto-assigns {candidate['protected_auto_assigned_lower']} protected answers "
                      f"({', '.join(question.learning.protect)}) a less urgent option > "
                      f"{current['protected_auto_assigned_lower']}")
     return worse
+
+
+def _bound(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _less_sure(question: Any, current: dict[str, Any], candidate: dict[str, Any]) -> str | None:
+    """The precision criterion, on the confidence bound the fitter sets thresholds with
+    (`precision_lower_bound`), not on the point estimate: refused when the candidate's automatic
+    answers show, with 95 % confidence, a precision under the question's target (their upper
+    bound below it), or when they are less sure than the head in service's on the same labels
+    (their lower bound under both the target and the head in service's). A held-out slice of a
+    few dozen labels rarely shows a 95 % target by itself; it can show a candidate worse."""
+    bound, upper = candidate.get("auto_routed_lower_bound"), candidate.get("auto_routed_upper_bound")
+    if bound is None or upper is None:
+        return None  # nothing routed automatically promises nothing
+    target, serving = target_of(question), current.get("auto_routed_lower_bound")
+    wrong = f"wrong {candidate['auto_routed_error']:.1%} of the time"
+    if upper < target - TOLERANCE:
+        return f"its automatic answers show under {upper:.1%} precision with 95 % confidence ({wrong}), under the target {target:.1%}"
+    if serving is not None and bound < min(target, serving) - TOLERANCE:
+        return (f"its automatic answers show {bound:.1%} precision with 95 % confidence ({wrong}), less than the head "
+                f"in service's {serving:.1%} (target {target:.1%})")
+    return None
