@@ -287,7 +287,15 @@ def alarms_page(template_path: Path) -> str:
         *[f"- `{name}`" for name in dashboards],
         "",
         "The `<stack>-learning` dashboard (`LearningDashboard`) shows, per policy question, what relearning "
-        "watches: [Watching it learn](../learning/relearning.md#watching-it-learn).",
+        "watches: [Watching it learn](../learning/relearning.md#watching-it-learn), and the live precision of "
+        "the sampled checks beside it: [Precision tracked live](../learning/thresholds.md#precision-tracked-live).",
+        "",
+        "The alarms over per-question metrics (`HeadLoadFailedAlarm`, `CorrectionsAlarm`, "
+        "`RelearningRefusalsAlarm`, `PrecisionBelowTargetAlarm`) name each shipped policy question in a "
+        "metric math expression, since a template cannot loop over the policies: a policy question added "
+        "later is added to them (a test holds them to the shipped policies). `PrecisionBelowTargetAlarm` "
+        "reads `PrecisionBelowTarget`, which the review functions emit as 0 or 1 with each answered check, "
+        "so one alarm covers every question and the dashboard tells which.",
         "",
     ])
 

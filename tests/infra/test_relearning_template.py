@@ -12,12 +12,14 @@ import pytest
 
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED
+from decision_router.intake.precision_checks import BELOW_TARGET
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS
 
 EMITTED = {HEAD_LOAD_FAILED, "CorrectionsOfAutomaticRoutes", "RelearningRefusalsInARow", "ReviewerAgreement",
            "LabelsSinceRelearning", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
-           "QuestionSentToReview", "ShadowItems", "ShadowAgreed", "ShadowPrecision", "ServicePrecision"}
+           "QuestionSentToReview", "ShadowItems", "ShadowAgreed", "ShadowPrecision", "ServicePrecision",
+           BELOW_TARGET, "LivePrecision", "LivePrecisionLowerBound"}
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = {(p.stem, q.id) for p in POLICY_DIR.glob("*.json") for q in load_policy(p.stem).questions}
 
@@ -34,7 +36,7 @@ def test_relearning_needs_its_image_and_the_head_store_is_always_there():
 
 def test_the_alarms_watch_every_question_with_the_dimensions_the_code_emits():
     stack = Stack.load(parameters=LOCAL_PARAMETERS)
-    for alarm in ("HeadLoadFailedAlarm", "CorrectionsAlarm", "RelearningRefusalsAlarm"):
+    for alarm in ("HeadLoadFailedAlarm", "CorrectionsAlarm", "RelearningRefusalsAlarm", "PrecisionBelowTargetAlarm"):
         stats = [m["MetricStat"]["Metric"] for m in stack.properties(alarm)["Metrics"] if "MetricStat" in m]
         assert {m["MetricName"] for m in stats} <= EMITTED
         assert {(d[0]["Value"], d[1]["Value"]) for d in (m["Dimensions"] for m in stats)} == QUESTIONS
