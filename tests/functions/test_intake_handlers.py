@@ -344,6 +344,30 @@ def test_endpoint_faults_send_the_ticket_to_review(tickets, world, context, tick
     assert record.route_reason.startswith(f"queue: endpoint error: {kind}")
 
 
+def test_a_sampled_automatic_answer_is_held_for_review_as_a_check_once_per_item(tickets, world, context, ticket_data,
+                                                                                 monkeypatch, capsys):
+    from decision_router.domain.policies import PrecisionCheck, load_policy
+    from decision_router.intake import pipeline
+
+    def checking(name, **kwargs):
+        policy = load_policy(name, **kwargs)
+        return policy.model_copy(update={"precision_check": PrecisionCheck(sample_rate=1.0)})
+
+    monkeypatch.setattr(pipeline, "load_policy", checking)
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    event = ticket_event(ticket_data)
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivered: judged once
+
+    (record,) = world.executions().values()
+    assert record.route == "review" and record.destination is None and record.checked == ["queue"]
+    assert record.route_reason.startswith("precision check") and record.decisions[0].passed
+    assert record.review.queue_url == world.ref("ReviewQueue") and len(stub.requests) == 1
+    sampled = [blob for blob in emf(capsys) if "PrecisionCheckSampled" in blob]
+    assert [(b["policy"], b["question"]) for b in sampled] == [("support-ticket", "queue")]
+
+
 def test_retryable_503_then_success_routes_automatically(tickets, world, context, ticket_data):
     app, stub = tickets
     stub.model_error(503)

@@ -271,6 +271,8 @@ class Intake:
             if decision.source == "model":  # the share each question routes without a person
                 question_metric("QuestionAutoRouted" if decision.passed else "QuestionSentToReview",
                                 record.policy.name, decision.question)
+            if decision.check:  # held for review to check the automatic answer (domain/precision.py)
+                question_metric("PrecisionCheckSampled", record.policy.name, decision.question)
         skipped = [d for d in record.decisions if d.head_skipped]
         add(name="HeadSkipped", unit=MetricUnit.Count, value=len(skipped))
         for decision in skipped:
