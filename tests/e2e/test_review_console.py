@@ -17,6 +17,7 @@ import boto3
 import httpx
 import pytest
 
+from decision_router.adapters.precision_tally import PrecisionTally
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
@@ -28,6 +29,7 @@ from tests.functions.test_review_console import (
     UNSURE_INCIDENT,
     UNSURE_TICKET,
     decided,
+    sampled_ticket,
 )
 
 from .conftest import UNUSED_ENDPOINT
@@ -173,6 +175,28 @@ def test_an_item_in_review_shows_how_its_nearest_resolved_items_went(site, page)
     assert not page.is_visible("#similar-empty")
     # beside the decision's reason, in one line
     assert page.locator('details.why[data-why="queue"] summary').inner_text().startswith("why: ")
+    assert page.problems == []
+
+
+def test_a_sampled_check_is_badged_in_the_list_and_on_its_page_and_answered_like_any_review(site, page):
+    (check,) = pending(site, sampled_ticket(site.stack))
+    (plain,) = pending(site, decided(site.stack, "incident", INCIDENT, UNSURE_INCIDENT))
+    sign_in(page, site)
+
+    badge = page.locator(f'tr[data-name="{check}"] .badge.check')
+    badge.wait_for()
+    assert badge.inner_text() == "check of an automatic answer" and badge.get_attribute("data-check") == "queue"
+    page.wait_for_selector(f'tr[data-name="{plain}"]')
+    assert page.locator(f'tr[data-name="{plain}"] .badge').count() == 0  # a review the thresholds asked for
+    page.click(f'tr[data-name="{check}"] a')
+    page.wait_for_selector("#questions fieldset")
+    assert page.inner_text("#item-reason .badge.check") == "check of an automatic answer"
+    assert "In review because precision check" in page.inner_text("#item-reason")
+    page.keyboard.press("Enter")  # the automatic answer, preselected: billing
+    page.locator("#outcome[data-target='billing']").wait_for()
+    wait_for(lambda: status(site.stack, check) == "SUCCEEDED", "the answered check")
+    tally = PrecisionTally(site.stack.ref("HeadHistoryTable")).counts("support-ticket", "queue")
+    assert tally.model_dump() == {"checked": 1, "right": 1, "corrected": 0}
     assert page.problems == []
 
 
