@@ -356,12 +356,19 @@ class Relearning:
         precision, its lower bound and the target), reported beside the verdict as context, never
         judged: the tally counts whichever heads served the question, and a head in service under
         its target is a reason to relearn, not to keep it. What cannot be read is reported so."""
+        target = target_of(question)
         try:
             counts = self.precision.counts(policy.name, question.id)
+            options = self.precision.options(policy.name, question.id)
         except Exception as error:  # noqa: BLE001 - context only: the verdict stands without it
             return {"unavailable": f"{type(error).__name__}: {error}"}
-        figure = precision_figure(counts, target_of(question))
-        return {**figure.model_dump(), "summary": figure.line()}
+        figure = precision_figure(counts, target)
+        # per option only where its checks could show the target: fewer say nothing of one option
+        shown = {option: precision_figure(c, target) for option, c in sorted(options.items())}
+        return {**figure.model_dump(), "summary": figure.line(),
+                "options": {option: {"checked": f.checked, "right": f.right, "precision": f.precision,
+                                     "lower_bound": f.lower_bound, "below_target": f.below_target}
+                            for option, f in shown.items() if f.checked >= f.items_needed}}
 
     def head_in_service(self, policy: Policy, question_id: str) -> tuple[Head | None, str]:
         """The head deciding the question now, as the routing functions load it (the store's, verified;

@@ -528,3 +528,7 @@ class FakePrecisionTally:
 
     def counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
         return self.rows.get((policy, question, option), CheckCounts())
+
+    def options(self, policy: str, question: str) -> dict[str, CheckCounts]:
+        return {option: counts for (p, q, option), counts in self.rows.items()
+                if (p, q) == (policy, question) and option is not None}

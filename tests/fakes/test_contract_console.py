@@ -789,6 +789,10 @@ def test_a_checked_answer_counts_for_its_question_and_its_option_and_hands_back_
     assert precision.counts("support-ticket", "queue", "account_access").model_dump() == {
         "checked": 1, "right": 0, "corrected": 0}
     assert precision.counts("incident", "queue").checked == 0  # another policy's question is its own row
+    assert precision.options("support-ticket", "queue") == {
+        "billing": precision.counts("support-ticket", "queue", "billing"),
+        "account_access": precision.counts("support-ticket", "queue", "account_access")}
+    assert precision.options("support-ticket", "team") == {}
 
 
 def test_a_count_the_tally_does_not_keep_is_refused(precision):

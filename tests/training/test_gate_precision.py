@@ -49,10 +49,13 @@ def test_the_relearning_job_reports_the_live_precision_beside_the_verdict():
         tally = PrecisionTally(table, client=boto3.client("dynamodb"))
         for n in range(60):
             tally.add("incident", "priority", "P3", checked=1, right=int(n != 0))
+        tally.add("incident", "priority", "P1", checked=1, right=1)
         job = Relearning(HeadStore("bucket", "/heads", table), labels=None, endpoint=lambda probe: None)
         live = job.live_precision(load_policy("incident"), PRIORITY)
-        assert (live["checked"], live["right"], live["target"]) == (60, 59, pytest.approx(0.95))
-        assert live["lower_bound"] == pytest.approx(precision_lower_bound(59, 60)) and live["below_target"] is True
-        assert live["summary"].startswith("59 of 60 checked automatic answers right")
+        assert (live["checked"], live["right"], live["target"]) == (61, 60, pytest.approx(0.95))
+        assert live["lower_bound"] == pytest.approx(precision_lower_bound(60, 61)) and live["below_target"] is True
+        assert live["summary"].startswith("60 of 61 checked automatic answers right")
+        # per option only where the checks could show the target: P3's 60, not P1's one
+        assert list(live["options"]) == ["P3"] and live["options"]["P3"]["right"] == 59
         gone = Relearning(HeadStore("bucket", "/heads", "no-such-table"), labels=None, endpoint=lambda probe: None)
         assert gone.live_precision(load_policy("incident"), PRIORITY)["unavailable"].startswith("ResourceNotFoundException")

@@ -14,11 +14,12 @@ from . import AwsAdapter
 #: The history table's partition of the precision tallies (the review functions may write only these and the shadows').
 PREFIX = "precision#"
 QUESTION_ROW = "question"
+OPTION_ROW = "option#"
 
 
 def tally_key(policy: str, question: str, option: str | None = None) -> dict[str, dict[str, str]]:
     return {"policy_question": {"S": f"{PREFIX}{policy}/{question}"},
-            "at": {"S": QUESTION_ROW if option is None else f"option#{option}"}}
+            "at": {"S": QUESTION_ROW if option is None else f"{OPTION_ROW}{option}"}}
 
 
 def _counts(item: dict[str, Any]) -> CheckCounts:
@@ -51,3 +52,19 @@ class PrecisionTally(AwsAdapter):
         item = self.client.get_item(TableName=self.table, Key=tally_key(policy, question, option),
                                     ConsistentRead=True).get("Item", {})
         return _counts(item)
+
+    def options(self, policy: str, question: str) -> dict[str, CheckCounts]:
+        """Each option's counts so far, by option id (only options counted at least once): one
+        query of the question's partition."""
+        out: dict[str, CheckCounts] = {}
+        kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True,
+                                  "KeyConditionExpression": "policy_question = :pq AND begins_with(#at, :option)",
+                                  "ExpressionAttributeNames": {"#at": "at"},
+                                  "ExpressionAttributeValues": {":pq": {"S": f"{PREFIX}{policy}/{question}"},
+                                                                ":option": {"S": OPTION_ROW}}}
+        while True:
+            page = self.client.query(**kwargs)
+            out.update({item["at"]["S"][len(OPTION_ROW):]: _counts(item) for item in page.get("Items", [])})
+            if "LastEvaluatedKey" not in page:
+                return out
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -215,6 +215,8 @@ class PrecisionTallies(Protocol):
 
     def counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts: ...
 
+    def options(self, policy: str, question: str) -> dict[str, CheckCounts]: ...
+
 
 class PointerSource(Protocol):
     """The head store as the routing functions read it: which head serves (and which shadows) a question."""
