@@ -6,7 +6,8 @@ router would route automatically for a reviewer instead (`sampled`, applied by
 review, and is compared with the automatic answer it was held with (`check_tally`). Holding the
 item, rather than routing it and opening a second kind of review task beside it, keeps one review
 path (the task token, the review queue, the console, the overdue escalation, the labelled example);
-it costs the sampled items (say 2 %) the reviewer's latency.
+it costs the sampled items (say 2 %) the reviewer's latency, and a check nobody answers in time
+goes the way of any overdue review (the escalation queue).
 
 Which items are sampled is decided by a draw from the hash of the policy and the item's full key
 (`check_draw`): a retry, a redelivery or a second judgement of the same item draws the same, and a
