@@ -189,11 +189,15 @@ class LocalDeployment:
     def export_audit(self, path: Path) -> int:
         """The audit table's rows, one JSON object per line (what `make replay` reads once this
         stack is gone); how many."""
-        from decision_router.adapters.review import AuditTrail
+        from decision_router.adapters.review import AuditTrail, Unreadable
 
         rows = AuditTrail(self.audit_table, self.dynamodb).all()
+        unreadable = [r for r in rows if isinstance(r, Unreadable)]
+        if unreadable:  # what this stack's own workflow wrote: a row that does not read is a bug here
+            raise ValueError(f"audit row {unreadable[0].item_id}/{unreadable[0].execution_name}: {unreadable[0].problem}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(row.model_dump_json() + "\n" for row in rows), encoding="utf-8")
+        path.write_text("".join(row.model_dump_json() + "\n" for row in rows if not isinstance(row, Unreadable)),
+                        encoding="utf-8")
         return len(rows)
 
     def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
