@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from decision_contract import confidence, top_two_margin
+from decision_router.adapters.review import Unreadable
 from decision_router.domain.judging import build_record, rule_entry, threshold_reasons
 from decision_router.domain.policies import Policy, Question, Thresholds, load_policy
 from decision_router.domain.records import AuditRow, DecisionEntry, DecisionRecord
-from decision_router.adapters.review import Unreadable
 from decision_router.domain.rules import apply_rules
 from decision_router.items import parse_item
 
@@ -227,8 +227,9 @@ def report(policy: Policy, comparison: Comparison, out: TextIO) -> None:
 # ------------------------------------------------------------------------------ reading rows
 def rows_from_file(path: Path) -> list[AuditRow | Unreadable]:
     """Each line's row; a line that is no audit row is named (its line, its key where it has one)."""
-    from decision_router.validation import describe_errors
     from pydantic import ValidationError
+
+    from decision_router.validation import describe_errors
 
     rows: list[AuditRow | Unreadable] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
