@@ -5,10 +5,15 @@ drift from the code:
   description) and Outputs; the functions' and the decision container's environment variables
   from their pydantic settings models (type, default, constraints, description);
 - reference/container-api.md and reference/openapi.json: the OpenAPI document the decision
-  server serves, built from its FastAPI app without loading a model, rendered statically.
+  server serves, built from its FastAPI app without loading a model, rendered statically;
+- reference/items.md: the item shapes (ticket, incident) from their pydantic models
+  (decision_router.items): every field, its type, whether it is required, its allowed values and
+  limits, and the models it holds (a ticket's customer, an incident's evidence per source);
+- operations/alarms.md: template.yaml's alarms (their AlarmDescription) and dashboards.
 
-A template parameter or a settings field without a description, or an environment variable the
-template sets that nothing here describes, stops the build with a message naming it.
+A template parameter, a settings field or an item field (of Ticket, Incident and the models they
+hold, evidence aside) without a description, or an environment variable the template sets that
+nothing here describes, stops the build with a message naming it.
 DOCS_TEMPLATE points the generator at another template (the tests build from a copied one).
 """
 
@@ -19,6 +24,9 @@ import json
 import os
 import re
 import sys
+import types
+import typing
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +39,7 @@ import cfnlint.decode.cfn_yaml  # noqa: E402  (the loader that reads !Ref, !Sub,
 from openapidocs.mk.v3 import OpenAPIV3DocumentationHandler  # noqa: E402
 
 from decision_router.config import Settings as FunctionSettings  # noqa: E402
+from decision_router.items import ITEM_MODELS  # noqa: E402
 from decision_server.app import create_app  # noqa: E402
 from decision_server.settings import Settings as ContainerSettings  # noqa: E402
 
@@ -300,6 +309,135 @@ def alarms_page(template_path: Path) -> str:
     ])
 
 
+# --- item shapes ----------------------------------------------------------------------------------
+
+#: A field's Python type as JSON names it.
+JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def ours(value: str) -> str:
+    """Our own models' descriptions and docstrings: one line, `code` kept, no HTML, `|` escaped."""
+    return html.escape(" ".join(value.split()), quote=False).replace("|", "\\|")
+
+
+def _unwrap(annotation: Any) -> tuple[Any, bool, list[Any]]:
+    """(the type, whether None is allowed, its Annotated metadata) of a field's annotation."""
+    optional, metadata = False, []
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation, *extra = typing.get_args(annotation)
+            metadata += extra
+        elif origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation):
+            optional = True
+            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
+        else:
+            return annotation, optional, metadata
+
+
+def _models_of(annotation: Any) -> list[type]:
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+    return [m for m in members if isinstance(m, type) and hasattr(m, "model_fields")]
+
+
+def _limits(metadata: list[Any]) -> list[str]:
+    parts = []
+    for item in metadata:
+        if getattr(item, "min_length", None) is not None:
+            parts.append(f"length ≥ {item.min_length}")
+        if getattr(item, "max_length", None) is not None:
+            parts.append(f"length ≤ {item.max_length}")
+        if getattr(item, "pattern", None):
+            parts.append(f"pattern {code(item.pattern)}")
+        if getattr(item, "strip_whitespace", None):
+            parts.append("surrounding spaces removed first")
+        for attribute, symbol in {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}.items():
+            if getattr(item, attribute, None) is not None:
+                parts.append(f"{symbol} {getattr(item, attribute)}")
+    return parts
+
+
+def item_field_row(name: str, field: Any) -> tuple[str, list[type]]:
+    """A field as a table row (name, type, required, allowed values and limits, description), and
+    the models it holds (their own tables follow)."""
+    annotation, optional, metadata = _unwrap(field.annotation)
+    metadata = list(field.metadata) + metadata
+    models = _models_of(annotation)
+    allowed_parts = _limits(metadata)
+    if typing.get_origin(annotation) is typing.Literal:
+        kind = "string"
+        allowed_parts.insert(0, "one of " + ", ".join(code(v) for v in typing.get_args(annotation)))
+    elif models:
+        kind = " or ".join(f"[{m.__name__}](#{m.__name__.lower()})" for m in models)
+        if len(models) > 1:
+            kind = "one of " + kind
+    elif isinstance(annotation, type) and (issubclass(annotation, datetime) or annotation.__name__ == "AwareDatetime"):
+        kind = "date-time"
+        allowed_parts.insert(0, "ISO 8601 with a timezone, converting to UTC")
+    else:
+        kind = JSON_TYPES.get(annotation, type_name(annotation))
+    required = "required" if field.is_required() else ("optional" + (", may be null" if optional else ""))
+    row = f"| `{name}` | {kind} | {required} | {'; '.join(allowed_parts)} | {ours(field.description or '')} |"
+    return row, models
+
+
+def item_model_section(model: type, level: str, strict: bool, seen: set[type]) -> list[str]:
+    """A model's table, then those of the models its fields hold (each once)."""
+    seen.add(model)
+    if strict:
+        missing = [f"{model.__name__} field {n!r}" for n, f in model.model_fields.items() if not (f.description or "").strip()]
+        if missing:
+            raise MissingDescription(missing)
+    doc = " ".join((model.__doc__ or "").split())
+    lines = [f"{level} {model.__name__}", ""]
+    if doc:
+        lines += [ours(doc), ""]
+    extra = (getattr(model, "model_config", {}) or {}).get("extra")
+    if extra == "forbid":
+        lines += ["A field not listed here is refused (a misspelt field fails, naming it).", ""]
+    lines += ["| field | type | required | allowed values and limits | description |", "|---|---|---|---|---|"]
+    held: list[type] = []
+    for name, field in model.model_fields.items():
+        row, models = item_field_row(name, field)
+        lines.append(row)
+        held += [m for m in models if m not in seen and m not in held]
+    lines.append("")
+    for nested in held:
+        if nested not in seen:
+            # the evidence models (one per source) say what their sources send; they are not held to descriptions
+            lines += item_model_section(nested, level, strict and not nested.__module__.endswith(".evidence"), seen)
+    return lines
+
+
+def items_page() -> str:
+    seen: set[type] = set()
+    sections: list[str] = []
+    for model in ITEM_MODELS.values():
+        sections += item_model_section(model, "##", True, seen)
+    return "\n".join([
+        "# Item shapes",
+        "",
+        "!!! note \"Generated\"",
+        "    This page is generated when the site is built from the pydantic models in "
+        "`functions/decision_router/items.py` (and `evidence.py`); edit those, not this page. An item field "
+        "without a description fails the build.",
+        "",
+        "What the intakes take as **our own shape**: a ticket is the body of one SQS message "
+        "([SQS tickets](../sources/sqs-tickets.md)), an incident the `detail` of an `Incident Reported` "
+        "event ([Incident Reported](../sources/incident-reported.md)); the native sources (CloudWatch, "
+        "GuardDuty, Zendesk, …) build the same shapes from their own events. An item that does not "
+        "validate fails alone, with an error naming each bad field; it goes to its dead-letter queue with "
+        "that reason and is never half-routed. Dates need a timezone (`Z` or `+01:00`). A policy rule "
+        "names a field by its dotted path (`customer.tier`, `evidence.namespace`).",
+        "",
+        "Kinds: " + ", ".join(f"`{kind}` ([{model.__name__}](#{model.__name__.lower()}))"
+                              for kind, model in ITEM_MODELS.items()) + ".",
+        "",
+        *sections,
+    ])
+
+
 def openapi_document() -> dict[str, Any]:
     """The document the server serves at /openapi.json, with the default settings; no model is loaded."""
     return create_app(settings=ContainerSettings.from_env({})).openapi()
@@ -331,6 +469,8 @@ def main() -> None:
         page.write(configuration_page(template_path))
     with mkdocs_gen_files.open("operations/alarms.md", "w") as page:
         page.write(alarms_page(template_path))
+    with mkdocs_gen_files.open("reference/items.md", "w") as page:
+        page.write(items_page())
     document = openapi_document()
     with mkdocs_gen_files.open("reference/openapi.json", "w") as out:
         json.dump(document, out, indent=2)

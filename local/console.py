@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -133,6 +134,34 @@ class LocalTokens:
         return dict(token.claims)
 
 
+#: What a client that leaves mid-request (a browser closing its tab, a reload) raises on its socket.
+DROPPED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def dropped(name: str, what: str, error: BaseException, out: TextIO | None = None) -> None:
+    """One line for a client that left before its answer was sent: nothing failed on our side."""
+    print(f"{name}: the client left before the answer to {what} was sent ({type(error).__name__}); "
+          "nothing else is affected", file=out or sys.stderr, flush=True)
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """The loopback HTTP server of a local API: a client that leaves mid-request is one line on
+    stderr, not socketserver's traceback (any other error still prints its traceback)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        super().__init__(address, handler)
+        self.name = name
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, DROPPED):
+            dropped(self.name, f"a request from {client_address[0]}:{client_address[1]}", error)
+            return
+        super().handle_error(request, client_address)
+
+
 class LocalHttpApi:
     """One function behind a loopback HTTP server, routed as its HTTP API in template.yaml routes
     it; a context manager."""
@@ -143,8 +172,7 @@ class LocalHttpApi:
         self.function = LocalFunction(stack, function, log=log, env=env, overrides=overrides)
         self.routes, self.jwt_config = template_routes(stack, function)
         self.tokens: LocalTokens | None = None
-        self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = LoopbackServer((LOOPBACK, port), self._handler_class(), name=self.function.logical_id)
         self._thread: threading.Thread | None = None
 
     @property
@@ -198,12 +226,16 @@ class LocalHttpApi:
                 self._send(status, headers, payload)
 
             def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except DROPPED as error:  # the browser went away while the function answered
+                    self.close_connection = True
+                    dropped(console.function.logical_id, f"{self.command} {urlsplit(self.path).path}", error)
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 

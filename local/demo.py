@@ -51,7 +51,7 @@ from local.items import DEFAULT_ITEMS, InputItem, read_items
 from local.outcomes import write_report
 from local.pipeline import DEMO_REVIEWER, LOG_DIR, LocalPipeline
 from local.services import Terminated, unwinding_on_signals
-from local.tables import explain, format_table, table_rows
+from local.tables import audit_lines, explain, format_table, table_rows, wrapped
 
 Progress = Callable[[str], None]
 
@@ -162,27 +162,30 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         print("", file=out)
         print(format_table(table_rows(outcomes)), file=out)
         print("", file=out)
-        for line in explain(outcomes, args.model):
-            print(line, file=out)
+        for line in explain(outcomes, args.model, head_of=lambda policy, question: next(
+                (q.learned_head for q in pipeline.load_policy(policy).questions if q.id == question), None)):
+            print(wrapped(line), file=out)
 
         pending = [o for o in outcomes if o.item.item_id in pipeline.pending_reviews and o.status == "RUNNING"]
         if pending and not args.no_review:
             outcome = pending[0]
             answer = pipeline.complete_review(outcome)
-            print(f"\nReview loop: {DEMO_REVIEWER} answered {outcome.item.label} through the review function "
+            print("\n" + wrapped(f"Review loop: {DEMO_REVIEWER} answered {outcome.item.label} through the review function "
                   f"({', '.join(f'{q}={a}' for q, a in answer['answers'].items())}); the workflow then delivered it "
                   f"to {', '.join(outcome.queues) or '(nowhere)'} and wrote audit '{outcome.audit}'"
                   + (", plus a labelled example for calibration." if pipeline.labelled_example(
-                      outcome.record.policy.name, outcome.item.item_id) else "."), file=out)
+                      outcome.record.policy.name, outcome.item.item_id) else ".")), file=out)
             if len(pending) > 1:
-                print(f"{len(pending) - 1} review(s) still pending (in a deployment: python -m "
-                      "ops.review_cli list / complete).", file=out)
+                print(wrapped(f"{len(pending) - 1} review(s) still pending (make review answers them in the console; in a "
+                              "deployment: PYTHONPATH=contract:functions:. python -m ops.review_cli list / complete)."),
+                      file=out)
         if args.report:
             write_report(args.report, outcomes)
             print(f"\nReport: {args.report} (one JSON line per input line)", file=out)
         audited = pipeline.export_audit(args.log_dir / "audit.jsonl")
-        print(f"\nAudit: {audited} row(s) in {args.log_dir / 'audit.jsonl'} (make replay POLICY=candidate.json "
-              "replays a policy change over them).", file=out)
+        print("", file=out)
+        for line in audit_lines(outcomes, audited, args.log_dir / "audit.jsonl"):
+            print(wrapped(line), file=out)
         print(f"\nDone in {time.monotonic() - began:.1f}s; logs in {args.log_dir}. Stopping the container and moto.",
               file=out)
     return 0

@@ -22,7 +22,7 @@ from local.lambdas import FunctionPool, LocalFunction
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview
     from decision_router.domain.policies import Policy
-    from decision_router.domain.records import DecisionRecord
+    from decision_router.domain.records import AuditRow, DecisionRecord
 
 ENDPOINT_NAME = "local-decision"
 LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service logs
@@ -186,15 +186,19 @@ class LocalDeployment:
         resolved = ResolvedItems(self.resolved_items_table, self.dynamodb).recent(record.policy.name)
         return [s.item_id for s in similar_to(record, self.load_policy(record.policy.name), resolved)]
 
-    def export_audit(self, path: Path) -> int:
+    def export_audit(self, path: Path) -> list[AuditRow]:
         """The audit table's rows, one JSON object per line (what `make replay` reads once this
-        stack is gone); how many."""
-        from decision_router.adapters.review import AuditTrail
+        stack is gone); the rows written."""
+        from decision_router.adapters.review import AuditTrail, Unreadable
 
         rows = AuditTrail(self.audit_table, self.dynamodb).all()
+        unreadable = [r for r in rows if isinstance(r, Unreadable)]
+        if unreadable:  # what this stack's own workflow wrote: a row that does not read is a bug here
+            raise ValueError(f"audit row {unreadable[0].item_id}/{unreadable[0].execution_name}: {unreadable[0].problem}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(row.model_dump_json() + "\n" for row in rows), encoding="utf-8")
-        return len(rows)
+        readable = [row for row in rows if not isinstance(row, Unreadable)]
+        path.write_text("".join(row.model_dump_json() + "\n" for row in readable), encoding="utf-8")
+        return readable
 
     def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
         row = self.dynamodb.get_item(TableName=self.labelled_table, Key={

@@ -34,8 +34,16 @@ grouped, flapping, suppressed, resolved, ignored, dead_lettered), `paged` (a wor
 for it: routed to a team or to review), `route` (auto, review), `target` (a destination's name;
 null for review), `escalate`, `answers` (question → option), `grouped_with` (the case whose
 incident leads its group), `window` (the maintenance window that held or marked it) and
-`reason_contains`. A failure prints one line per field, expected against got; the exit status is
-1 when a case failed, 2 when a suite or policy file is malformed.
+`reason_contains`. A failure prints one line per field, expected against got, and for each question
+the model answered, how its probabilities became the confidence the thresholds judged. The exit
+status is 1 when a case failed, 2 when a suite or policy file is malformed (a field, an unknown
+question or option in `answers`, a `sample` outside the repository and the suite's folder); the
+last line says which. `make route-test` turns any failing status into make's own 2: CI that tells the
+two apart runs the module itself (docs/operations/route-tests.md).
+
+A `sample` is a path relative to the repository root, or else to the suite's folder, and must stay
+inside the one it is found in: an absolute path, or one that `../` or a link takes out of both, is
+refused, so a suite file cannot make the runner read (and print the keys of) any file it can read.
 
 With --policy, the intake of the policy's item kind applies that file instead of the shipped
 policy of its name: the same suite shows what a changed rule, threshold or window does.
@@ -94,7 +102,8 @@ class Expect(_Strict):
 
 class Case(_Strict):
     name: str = Field(min_length=1)
-    sample: str | None = Field(None, description="a JSON file (path from the repository root) holding the item")
+    sample: str | None = Field(None, description="a JSON file holding the item: a path from the repository root "
+                               "or the suite's folder, inside it")
     item: dict[str, Any] | None = None
     patch: dict[str, Any] = Field(default_factory=dict, alias="with")
     answers: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -110,12 +119,30 @@ class Case(_Strict):
                 raise ValueError(f"answers.{question}: probabilities must be ≥ 0 and add up to at most 1, not {total:g}")
         return self
 
-    def data(self, root: Path) -> dict[str, Any]:
+    def sample_path(self, root: Path, folder: Path | None = None) -> Path:
+        """Where `sample` is: under the repository root `root`, else under the suite's `folder`.
+        SuiteError for an absolute path, one that leaves both, or no such file."""
+        assert self.sample is not None
+        if Path(self.sample).is_absolute():
+            raise SuiteError(f"case {self.name!r}: sample {self.sample!r}: an absolute path; give it relative to "
+                             "the repository root or the suite's folder")
+        bases = [root.resolve()] + ([folder.resolve()] if folder is not None else [])
+        escaped = []
+        for base in bases:
+            path = (base / self.sample).resolve()  # `..` and links followed, then held to the base
+            if not path.is_relative_to(base):
+                escaped.append(str(base))
+            elif path.is_file():
+                return path
+        if escaped:
+            raise SuiteError(f"case {self.name!r}: sample {self.sample!r} leads out of {' and '.join(escaped)}: "
+                             "samples are read from inside the repository root or the suite's folder only")
+        raise SuiteError(f"case {self.name!r}: sample {self.sample!r}: no such file under "
+                         + " or ".join(str(b) for b in bases))
+
+    def data(self, root: Path, folder: Path | None = None) -> dict[str, Any]:
         if self.sample is not None:
-            path = root / self.sample
-            if not path.is_file():
-                raise ValueError(f"case {self.name!r}: sample {self.sample!r}: no such file")
-            base = json.loads(path.read_text(encoding="utf-8"))
+            base = json.loads(self.sample_path(root, folder).read_text(encoding="utf-8"))
         else:
             base = copy.deepcopy(self.item)
         return merged(base, self.patch)
@@ -166,10 +193,17 @@ def load_suite(path: Path) -> Suite:
     except (OSError, yaml.YAMLError) as error:
         raise ValueError(f"{path}: {error}") from error
     try:
-        return Suite.model_validate(raw)
+        suite = Suite.model_validate(raw)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ValueError(f"{path}: {problems}") from error
+    for case in suite.cases:
+        if case.sample is not None:
+            try:
+                case.sample_path(REPO_ROOT, path.resolve().parent)
+            except SuiteError as error:
+                raise SuiteError(f"{path}: {error}") from None
+    return suite
 
 
 # ------------------------------------------------------------------------------ the stand-ins
@@ -232,6 +266,10 @@ class CaseError(Exception):
     """A case that cannot run as written (not a routing failure)."""
 
 
+class SuiteError(ValueError):
+    """A malformed suite: what no run of the routing code could make right (exit status 2)."""
+
+
 # ------------------------------------------------------------------------------ running
 @dataclass
 class Result:
@@ -272,6 +310,7 @@ class RouteTests:
 
         from decision_router.config import Settings
         from decision_router.domain import policies as shipped
+        from decision_router.domain.policies import load_policy
         from decision_router.intake.incidents import IncidentIntake
         from decision_router.intake.pipeline import Intake
         from decision_router.intake.tickets import TicketIntake
@@ -304,16 +343,43 @@ class RouteTests:
                     wiring = Wiring(settings, endpoint=self.endpoint, workflow=self.workflow)
                     intake = Intake("incident", logger=logger, metrics=metrics, wiring=wiring)
                     self.incidents = IncidentIntake(intake, logger=logger, metrics=metrics)
+                self.policies_in_use = {kind: load_policy(policy_dir / f"{env['POLICY_NAME']}.json")
+                                        for kind, env in self.env.items()}
                 self.incident_ids: dict[str, str] = {}  # case name → the incident id its item opened
                 yield self
             finally:
                 shipped.POLICY_DIR = saved_dir
 
-    def run(self, case: Case, root: Path = REPO_ROOT) -> Result:
+    def check(self, suite: Suite, folder: Path | None = None, root: Path = REPO_ROOT) -> None:
+        """SuiteError where a case's `answers` name a question or an option that the policy of its
+        item's kind does not have: no routing could make such a case pass, so it is the suite that
+        is wrong. An item that cannot be told (or read) is left to its case, which fails saying why."""
+        for case in suite.cases:
+            if not case.answers:
+                continue
+            try:
+                item = classify(case.sample or case.name, json.dumps(case.data(root, folder)))
+            except ValueError:
+                continue
+            if item.rejected or item.kind not in self.policies_in_use:
+                continue
+            policy = self.policies_in_use[item.kind]
+            questions = {q.id: q for q in policy.questions}
+            for question_id, given in case.answers.items():
+                question = questions.get(question_id)
+                if question is None:
+                    raise SuiteError(f"case {case.name!r}: answers.{question_id}: the {item.kind} policy "
+                                     f"{policy.name!r} has no question {question_id!r} (its questions: {', '.join(questions)})")
+                unknown = sorted(set(given) - set(question.option_ids))
+                if unknown:
+                    raise SuiteError(f"case {case.name!r}: answers.{question_id}: {', '.join(unknown)} not among its "
+                                     f"options in policy {policy.name!r} ({', '.join(question.option_ids)})")
+
+    def run(self, case: Case, root: Path = REPO_ROOT, folder: Path | None = None) -> Result:
         self.endpoint.case = case
         before = len(self.workflow.records)
         try:
-            data = case.data(root)
+            data = case.data(root, folder)
             # The functions' metrics (EMF) print to stdout, and Powertools warns that no Lambda
             # context gives it a deadline: neither is what a route test reports.
             with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -325,7 +391,8 @@ class RouteTests:
         if started:
             record = started[-1]
             got.update(paged=True, route=record.route, target=record.destination.target if record.destination else None,
-                       escalate=record.escalate, answers={d.question: d.option_id for d in record.decisions})
+                       escalate=record.escalate, answers={d.question: d.option_id for d in record.decisions},
+                       confidence=[line for d in record.decisions if (line := explain_confidence(d))])
             self.incident_ids.setdefault(case.name, record.item_id)
         else:
             got.setdefault("paged", False)
@@ -378,6 +445,24 @@ class RouteTests:
         return {"outcome": "routed" if summary.get("started") else "duplicate", "reason": str(summary.get("route_reason", ""))}
 
 
+def explain_confidence(entry: Any) -> str | None:
+    """How a model decision's probabilities became the confidence its thresholds judged (None for a
+    rule's): the given probability is not the confidence. With `normalized_peak`, the policies'
+    formula, confidence = (n·p − 1)/(n − 1) over the question's n options: 0 when the top option is
+    no likelier than a uniform guess, so p 0.55 over 5 options is confidence 0.44."""
+    from decision_contract.confidence import FORMULA_TEXT, ConfidenceFormula
+
+    if entry.source != "model" or not entry.probabilities or entry.option_id is None or entry.confidence is None:
+        return None
+    n = len(entry.probabilities)
+    p = entry.probabilities[entry.option_id]
+    thresholds = entry.thresholds
+    calibrated = f" after the policy's temperature {entry.temperature:g}" if entry.temperature != 1 else ""
+    return (f"{entry.question}: {entry.option_id} has p {p:.2f}{calibrated} over {n} options, so confidence "
+            f"{entry.confidence:.2f} = {entry.confidence_formula} {FORMULA_TEXT[ConfidenceFormula(entry.confidence_formula)]}"
+            f" (needs ≥ {thresholds.min_confidence:g}); margin {entry.margin:.2f} (needs ≥ {thresholds.min_margin:g})")
+
+
 def compare(expect: Expect, got: dict[str, Any], incident_ids: dict[str, str]) -> list[str]:
     """One line per expected field that differs: `field: expected X, got Y`."""
     diffs = []
@@ -402,8 +487,13 @@ def run_files(paths: Sequence[Path], policies: dict[str, str] | None = None) -> 
     suites = [(path, load_suite(path)) for path in paths]
     out = []
     for path, suite in suites:
+        folder = path.resolve().parent
         with RouteTests(policies).running() as tests:
-            out.append((path, [tests.run(case) for case in suite.cases]))
+            try:
+                tests.check(suite, folder)
+            except SuiteError as error:
+                raise SuiteError(f"{path}: {error}") from None
+            out.append((path, [tests.run(case, folder=folder) for case in suite.cases]))
     return out
 
 
@@ -422,8 +512,13 @@ def report(results: list[tuple[Path, list[Result]]], out: Any = None) -> int:
                 print(f"        {line}", file=out)
             if not result.error and result.got.get("reason"):
                 print(f"        (its reason: {result.got['reason']})", file=out)
+            for line in result.got.get("confidence", []) if not result.error else []:
+                print(f"        ({line})", file=out)
     total = sum(len(rows) for _, rows in results)
     print(f"{total - failed} of {total} route tests passed", file=out)
+    if failed:
+        print(f"route-test: {failed} case(s) FAILED: the routing differs from what the suite expects "
+              "(exit status 1; a malformed suite would be 2)", file=out)
     return failed
 
 
@@ -448,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
         results = run_files(args.tests, _policy_kinds(args.policy))
     except ValueError as error:
         print(f"route-test: {error}", file=sys.stderr)
+        print("route-test: MALFORMED suite or policy file: nothing was checked (exit status 2; a failed case "
+              "would be 1)", file=sys.stderr)
         return 2
     return 1 if report(results) else 0
 

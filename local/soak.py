@@ -305,7 +305,7 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
         seconds = time.monotonic() - started
         lambda_log.flush()
         ledger = reconcile(pipeline, outcomes, log_dir / "lambda.log")
-        audited = pipeline.export_audit(log_dir / "audit.jsonl")  # what make replay reads afterwards
+        audited = len(pipeline.export_audit(log_dir / "audit.jsonl"))  # what make replay reads afterwards
     if report:
         write_report(report, outcomes)
     decisions = sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")

@@ -11,13 +11,16 @@ then, judged against the candidate's thresholds (with the letters, a changed tem
 them as the router would: p ** (T_then / T_now), renormalised). The model is not asked again. A
 question whose deciding head the candidate replaces cannot be replayed from the audit (the hidden
 state a head reads is not kept): such an item is counted as not replayable, with the reason, as is
-one whose question no model answered then (a rule did, and the candidate drops the rule).
+one whose question no model answered then (a rule did, and the candidate drops the rule), and
+one whose audit row does not read (a missing column, decisions that do not validate): each is
+counted, with its reason, and the replay goes on.
 
 Printed, candidate against what served: per question a table of the option served (rows) against
 the option the candidate gives (columns), the share routed automatically, the precision of the
 candidate's automatic answers on items a person reviewed (their answer is the truth; a Wilson 95 %
 interval), and the escalations (pages) the candidate adds and removes. Markdown, to paste into a
-pull request.
+pull request: every value that comes from the audit (an item id is its sender's text) is escaped by
+`markdown_text`, so it reads as text and never as a heading, a table row or a link.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from decision_contract import confidence, top_two_margin
+from decision_router.adapters.review import Unreadable
 from decision_router.domain.judging import build_record, rule_entry, threshold_reasons
 from decision_router.domain.policies import Policy, Question, Thresholds, load_policy
 from decision_router.domain.records import AuditRow, DecisionEntry, DecisionRecord
@@ -43,11 +48,11 @@ from decision_router.items import parse_item
 class Replayed:
     """One audited item, as it served and as the candidate would decide it (None: not replayable)."""
 
-    row: AuditRow
-    served: list[DecisionEntry]
-    served_route: str
-    served_escalate: bool
-    reviewed: dict[str, str] | None  # a person's answers, where one answered
+    row: AuditRow | Unreadable
+    served: list[DecisionEntry] = field(default_factory=list)
+    served_route: str = ""
+    served_escalate: bool = False
+    reviewed: dict[str, str] | None = None  # a person's answers, where one answered
     candidate: DecisionRecord | None = None
     why_not: str | None = None
 
@@ -59,6 +64,18 @@ class Comparison:
     @property
     def replayed(self) -> list[Replayed]:
         return [r for r in self.items if r.candidate is not None]
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
+
+
+def markdown_text(value: object) -> str:
+    """`value` as inline Markdown text that nothing reads into: one line (line breaks become spaces),
+    every character Markdown or a table gives a meaning escaped (`|`, `#`, backticks, brackets,
+    emphasis, HTML's `<`, `&`), so an item id cannot start a heading, end a table cell or make a link."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
 def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -105,11 +122,16 @@ def rethreshold(question: Question, then: DecisionEntry) -> DecisionEntry:
 
 
 def replay_row(policy: Policy, row: AuditRow) -> Replayed:
-    served = [DecisionEntry.model_validate(d) for d in json.loads(row.decisions)]
+    result = Replayed(row)
+    try:
+        served = _served(row)
+    except ValueError as error:  # pydantic's ValidationError and JSON's decode error too
+        result.why_not = f"the audit row does not read: {error}"
+        return result
     detail = row.detail()
     reviewed = detail.get("answers") if detail.get("status") == "reviewed" else None
-    served_escalate = bool(detail.get("escalated"))
-    result = Replayed(row, served, row.route, served_escalate, reviewed if isinstance(reviewed, dict) else None)
+    result.served, result.served_route, result.served_escalate = served, row.route, bool(detail.get("escalated"))
+    result.reviewed = reviewed if isinstance(reviewed, dict) else None
     try:
         item = parse_item(row.item_kind, json.loads(row.item))
         hits = apply_rules(policy, item)
@@ -130,10 +152,23 @@ def replay_row(policy: Policy, row: AuditRow) -> Replayed:
     return result
 
 
-def compare(policy: Policy, rows: Iterable[AuditRow], since: str | None = None) -> Comparison:
-    """Every audited item of the policy's name decided at or after `since`, replayed."""
+def _served(row: AuditRow) -> list[DecisionEntry]:
+    """The decisions that served, read back (ValueError where they, or the outcome, do not read)."""
+    decisions = json.loads(row.decisions)
+    if not isinstance(decisions, list):
+        raise ValueError(f"decisions: a JSON list expected, got {type(decisions).__name__}")
+    row.detail()
+    return [DecisionEntry.model_validate(d) for d in decisions]
+
+
+def compare(policy: Policy, rows: Iterable[AuditRow | Unreadable], since: str | None = None) -> Comparison:
+    """Every audited item of the policy's name decided at or after `since`, replayed; a row that
+    does not read at all (its policy unknown) is counted as not replayable, with its problem."""
     out = Comparison()
     for row in rows:
+        if isinstance(row, Unreadable):
+            out.items.append(Replayed(row, why_not=f"the audit row does not read: {row.problem}"))
+            continue
         if row.policy_name != policy.name or (since and row.decided_at < since):
             continue
         if not row.decisions or row.decisions == "null":
@@ -148,11 +183,16 @@ def pct(x: float) -> str:
 
 def report(policy: Policy, comparison: Comparison, out: TextIO) -> None:
     done = comparison.replayed
-    print(f"# Replay of policy {policy.name!r} version {policy.version!r} over {len(comparison.items)} audited "
-          f"items ({len(done)} replayed)\n", file=out)
-    skipped = Counter(r.why_not for r in comparison.items if r.candidate is None)
-    for why, n in skipped.most_common():
-        print(f"- not replayable ({n}): {why}", file=out)
+    md = markdown_text
+    print(f"# Replay of policy {md(repr(policy.name))} version {md(repr(policy.version))} over {len(comparison.items)} "
+          f"audited items ({len(done)} replayed)\n", file=out)
+    skipped: dict[str, list[str]] = {}
+    for r in comparison.items:
+        if r.candidate is None:
+            skipped.setdefault(str(r.why_not), []).append(r.row.item_id)
+    for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
+        print(f"- not replayable ({len(ids)}): {md(why)} (items: {', '.join(md(i) for i in ids[:10])}"
+              f"{', …' if len(ids) > 10 else ''})", file=out)
     if not done:
         return
     auto_then = sum(r.served_route == "auto" for r in done) / len(done)
@@ -164,12 +204,12 @@ def report(policy: Policy, comparison: Comparison, out: TextIO) -> None:
                  next(d.option_id for d in r.candidate.decisions if d.question == question.id)) for r in done if r.candidate]
         options = question.option_ids
         counts = Counter(rows)
-        print(f"\n**{question.id}**: served (rows) against candidate (columns); {sum(a != b for a, b in rows)} changed\n",
-              file=out)
-        print("| served \\ candidate | " + " | ".join(options) + " |", file=out)
+        print(f"\n**{md(question.id)}**: served (rows) against candidate (columns); {sum(a != b for a, b in rows)} "
+              "changed\n", file=out)
+        print("| served \\ candidate | " + " | ".join(md(o) for o in options) + " |", file=out)
         print("|---|" + "---:|" * len(options), file=out)
         for then in options:
-            print(f"| {then} | " + " | ".join(str(counts[(then, now)] or "") for now in options) + " |", file=out)
+            print(f"| {md(then)} | " + " | ".join(str(counts[(then, now)] or "") for now in options) + " |", file=out)
     judged = [r for r in done if r.reviewed and r.candidate and r.candidate.route == "auto"]
     right = sum(all(r.reviewed.get(d.question) == d.option_id for d in r.candidate.decisions)  # type: ignore[union-attr]
                 for r in judged)
@@ -178,25 +218,37 @@ def report(policy: Policy, comparison: Comparison, out: TextIO) -> None:
     print(f"\nOn the {reviewed} items a person reviewed, the candidate routes {len(judged)} automatically, "
           f"{right} as the person answered" + (f" (precision {pct(right / len(judged))}, 95 % interval "
                                                f"{pct(low)}–{pct(high)})" if judged else "") + ".", file=out)
-    added = [r.row.item_id for r in done if r.candidate and r.candidate.escalate and not r.served_escalate]
-    removed = [r.row.item_id for r in done if r.candidate and not r.candidate.escalate and r.served_escalate]
+    added = [md(r.row.item_id) for r in done if r.candidate and r.candidate.escalate and not r.served_escalate]
+    removed = [md(r.row.item_id) for r in done if r.candidate and not r.candidate.escalate and r.served_escalate]
     print(f"Pages (escalations) added: {len(added)}{' (' + ', '.join(added[:10]) + ')' if added else ''}; "
           f"removed: {len(removed)}{' (' + ', '.join(removed[:10]) + ')' if removed else ''}.", file=out)
 
 
 # ------------------------------------------------------------------------------ reading rows
-def rows_from_file(path: Path) -> list[AuditRow]:
-    rows = []
+def rows_from_file(path: Path) -> list[AuditRow | Unreadable]:
+    """Each line's row; a line that is no audit row is named (its line, its key where it has one)."""
+    from pydantic import ValidationError
+
+    from decision_router.validation import describe_errors
+
+    rows: list[AuditRow | Unreadable] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
+            rows.append(AuditRow.model_validate_json(line))
+        except ValidationError as error:
             try:
-                rows.append(AuditRow.model_validate_json(line))
-            except ValueError as error:
-                raise ValueError(f"{path}:{number}: not an audit row: {error}") from error
+                raw = json.loads(line)
+            except ValueError:
+                raw = None
+            columns = raw if isinstance(raw, dict) else {}
+            rows.append(Unreadable(str(columns.get("item_id", f"line {number}")), str(columns.get("execution_name", "?")),
+                                   f"{path.name}:{number}: " + "; ".join(describe_errors(error))))
     return rows
 
 
-def rows_from_table(table: str) -> list[AuditRow]:
+def rows_from_table(table: str) -> list[AuditRow | Unreadable]:
     """Every row of the audit table (a read-only scan)."""
     from decision_router.adapters.review import AuditTrail
 

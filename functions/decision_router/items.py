@@ -49,8 +49,10 @@ Channel = Literal["email", "chat", "web", "billing-portal", "phone"]
 
 
 class Customer(StrictModel):
-    id: ItemId
-    tier: Tier
+    """Who sent the ticket."""
+
+    id: ItemId = Field(description="The customer's id in your systems.")
+    tier: Tier = Field(description="The customer's plan; policy rules can name it (`customer.tier`).")
 
 
 class Item(StrictModel):
@@ -86,8 +88,8 @@ class Reference(StrictModel):
     what routes it can write back there (the `Item Routed` event carries it)."""
 
     system: Name = Field(description="zendesk, jira, or the generic webhook's `system`.")
-    id: ItemId
-    url: str | None = None
+    id: ItemId = Field(description="The ticket's id in that system.")
+    url: str | None = Field(None, description="A link to the ticket there, when the system sends one.")
 
 
 class Ticket(Item):
@@ -98,11 +100,11 @@ class Ticket(Item):
     source_field: ClassVar[str] = "channel"
     unkeyed_when_empty: ClassVar[tuple[str, ...]] = ("reference",)
 
-    ticket_id: ItemId
-    subject: Text
-    body: Text
-    customer: Customer
-    channel: Channel
+    ticket_id: ItemId = Field(description="Unique per channel: with the channel and the content, the ticket's key.")
+    subject: Text = Field(description="What the model reads first.")
+    body: Text = Field(description="The customer's message.")
+    customer: Customer = Field(description="Who sent it.")
+    channel: Channel = Field(description="Where it came in; ticket ids are unique per channel.")
     created_at: UtcDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     language: Language | None = Field(default=None, description="BCP 47 tag such as 'en' or 'de-DE'.")
     reference: Reference | None = Field(default=None, description="The ticket in its own system (webhook intake).")
@@ -118,13 +120,14 @@ class Incident(Item):
     source_field: ClassVar[str] = "source"
     unkeyed_when_empty: ClassVar[tuple[str, ...]] = ("evidence",)
 
-    incident_id: ItemId
-    title: Text
-    description: Text
-    service: Name
+    incident_id: ItemId = Field(description="Unique per source: with the source and the content, the incident's key.")
+    title: Text = Field(description="What the model reads first.")
+    description: Text = Field(description="What happened, in the source's words.")
+    service: Name = Field(description="The service affected; correlation and maintenance windows name it.")
     severity: Severity = Field(description="As reported by the monitoring source; not the routed priority.")
-    source: Name
-    reported_at: UtcDatetime
+    source: Name = Field(description="The monitoring source that reported it (e.g. `datadog`; a native source sets "
+                         "its own, such as `aws.cloudwatch`); incident ids are unique per source.")
+    reported_at: UtcDatetime = Field(description="ISO 8601 with a timezone, e.g. 2026-11-29T12:00:00Z.")
     evidence: Evidence | None = Field(None, description="The native source's own fields (none for Incident Reported).")
 
 

@@ -118,3 +118,26 @@ def test_a_parameter_without_a_description_fails_the_build_naming_it(tmp_path):
     run = build(tmp_path / "site", DOCS_TEMPLATE=str(copied))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "UndescribedKnob" in (tmp_path / "site/reference/configuration/index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.server
+def test_the_drawings_are_mermaid_diagrams_drawn_by_the_sites_own_copy_of_mermaid(site):
+    """No ASCII drawing cut off at the column's width: Mermaid fences, which the theme draws with the
+    copy of Mermaid the site carries (with it on the page, the theme fetches none from a CDN)."""
+    for page in ("index.html", "architecture/index.html", "learning/index.html", "learning/relearning/index.html"):
+        html = (site / page).read_text(encoding="utf-8")
+        assert '<pre class="mermaid"><code>' in html, page
+        assert re.search(r'<script src="(\.\./)*javascripts/mermaid\.min\.js"></script>', html), page
+        assert "──▶" not in html and "─▶" not in html, page
+    assert (site / "javascripts/mermaid.min.js").stat().st_size > 1_000_000
+
+
+@pytest.mark.server
+def test_the_item_shapes_page_lists_each_fields_allowed_values(site):
+    rows = table_rows((site / "reference/items/index.html").read_text(encoding="utf-8"))
+    assert rows["tier"][1:4] == ["string", "required", "one of free, pro, enterprise"]
+    assert rows["channel"][3] == "one of email, chat, web, billing-portal, phone"
+    assert rows["severity"][3] == "one of sev1, sev2, sev3, sev4"
+    assert rows["ticket_id"][3].startswith("length ≥ 1; length ≤ 128")
+    tickets = (site / "sources/sqs-tickets/index.html").read_text(encoding="utf-8")
+    assert 'href="../../reference/items/#ticket"' in tickets

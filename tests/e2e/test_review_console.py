@@ -254,3 +254,38 @@ def test_the_api_refuses_requests_without_a_valid_token(site):
     assert response.status_code == 200 and len(response.json()["reviews"]) == 1
     assert httpx.get(site.url + "/").status_code == 200  # the page itself needs no token
 
+
+
+def test_an_item_shows_that_it_is_loading_and_keeps_its_title_in_view_with_submit_focused(site, page):
+    """The item's API answer takes seconds in a deployment (its similar items, its links): the page
+    says it is loading (and no key answers the item shown before) until it arrives. Then Submit has
+    the focus without the page scrolling to it: on a short window the title stays in view."""
+    (name,) = pending(site, decided(site.stack, "ticket", TICKET, UNSURE_TICKET))
+    page.set_viewport_size({"width": 1000, "height": 420})  # Submit is below the fold
+    sign_in(page, site)
+    held = []  # the item's answer, held back until the test has looked at the page
+    item = f"**/api/reviews/{name}"
+    page.route(item, lambda route: held.append(route))
+    page.evaluate(f"location.hash = '#/review/{name}'")
+    loading = page.locator("#item-loading")
+    loading.wait_for(state="visible")
+    assert loading.inner_text() == "Loading the item…" and loading.get_attribute("role") == "status"
+    assert page.get_attribute("#view-item", "aria-busy") == "true"
+    assert not page.is_visible("#item-title") and not page.is_visible("#answer-form")
+    page.keyboard.press("Enter")  # nothing to submit yet
+    assert len(held) == 1
+    held[0].continue_()
+    page.unroute(item)  # the answer's POST goes to the same path
+
+    page.wait_for_selector("#questions fieldset")
+    assert not page.is_visible("#item-loading") and page.get_attribute("#view-item", "aria-busy") == "false"
+    assert page.evaluate("document.activeElement.id") == "submit"
+    title = page.locator("#item-title").bounding_box()
+    submit = page.locator("#submit").bounding_box()
+    assert title is not None and submit is not None
+    assert 0 <= title["y"] and title["y"] + title["height"] <= 420, title  # the title is in view
+    assert submit["y"] > 420  # and Submit, focused, below it: the page did not scroll to it
+    assert page.evaluate("window.scrollY") == 0
+    page.keyboard.press("Enter")  # the keys still answer: the suggestion, billing
+    page.locator("#outcome[data-target='billing']").wait_for()
+    assert page.problems == []

@@ -245,7 +245,7 @@ class FakeAuditTrail:
     `rows`: by (item_id, execution_name), the table's key, each its string columns. `write` is the
     conditional put of the adapter and of the workflow's WriteAuditRecord (never over an existing
     row); `put_columns` a row as any writer put it, however it reads back (an `Unreadable` where it
-    does not fit `AuditRow`; `all` and `row` raise on it, as the adapter's do)."""
+    does not fit `AuditRow`; `row` raises on it, as the adapter's does)."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], dict[str, str]] = {}
@@ -270,8 +270,8 @@ class FakeAuditTrail:
         """Every row of one item, in execution-name order."""
         return [_read(self.rows[key]) for key in sorted(k for k in self.rows if k[0] == item_id)]
 
-    def all(self) -> list[AuditRow]:
-        return [AuditRow.model_validate(r) for r in self.rows.values()]
+    def all(self) -> list[AuditRow | Unreadable]:
+        return [_read(r) for r in self.rows.values()]
 
     def linked_to(self, incident_id: str) -> list[AuditRow]:
         """The readable rows whose linked incident is `incident_id` exactly."""

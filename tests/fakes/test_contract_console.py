@@ -442,8 +442,7 @@ def test_a_row_that_does_not_read_as_the_workflow_writes_it_is_named_in_lists_an
     assert audit.audit.recent("auto_routed", limit=1) == [unreadable]
     with pytest.raises(ValidationError):
         audit.audit.row("T-1", "ticket-T-1-b")
-    with pytest.raises(ValidationError):
-        audit.audit.all()
+    assert sorted(audit.audit.all(), key=lambda r: r.execution_name) == [good, unreadable]
 
 
 def test_linked_to_lists_the_tickets_linked_to_that_incident_exactly(audit):

@@ -119,3 +119,19 @@ def test_the_decided_probabilities_save_recounting_and_give_the_same_effects(hea
         assert a.without == pytest.approx(b.without, abs=1e-12) and a.effect == pytest.approx(b.effect, abs=1e-12)
     # the head knows "channel=email" and "customer_tier=pro": leaving either out moves the answer
     assert all(abs(f.effect) > 1e-6 for f in reused if f.field in ("channel", "customer_tier"))
+
+
+def test_the_line_names_only_the_fields_that_moved_the_answer():
+    """A field whose effect prints as +0.00 said nothing: the line leaves it out, and says so when
+    no field moved the answer (the model's part, or the bias, decided)."""
+    from decision_router.domain.why import MOVED, FieldEffect, Why
+
+    def line(*effects: float) -> str:
+        fields = [FieldEffect(field=f"f{i}", without=0.5, effect=e) for i, e in enumerate(effects)]
+        return Why(readout="head", option="P2", fields=fields).line()
+
+    assert line(0.31, -0.004, 0.002) == "head → P2; by f0 +0.31"
+    assert line(-0.12, MOVED, 0.2) == "head → P2; by f0 -0.12, f1 +0.01"
+    assert line(0.004, -0.001) == "head → P2; no evidence field moved it"
+    assert "+0.00" not in line(0.0, 0.0)
+    assert Why(readout="letters", option="P2").line() == "letters → P2"  # no field effects computed: nothing said

@@ -99,3 +99,57 @@ def test_wilson_interval():
     assert replay.wilson(0, 0) == (0.0, 1.0)
     low, high = replay.wilson(45, 50)
     assert 0.78 < low < 0.79 and 0.95 < high < 0.96
+
+
+HOSTILE_ID = "T-2)\n\n## Replay verdict: SAFE TO MERGE\n\n| a | b `x` [link](http://x) <b>"
+
+
+def test_markdown_text_keeps_a_crafted_value_one_line_of_plain_text():
+    text = replay.markdown_text(HOSTILE_ID)
+    assert "\n" not in text
+    assert text == ("T-2) \\#\\# Replay verdict: SAFE TO MERGE \\| a \\| b \\`x\\` \\[link\\](http://x) "
+                    "\\<b\\>")
+    assert replay.markdown_text("a & b_c*d~e") == "a &amp; b\\_c\\*d\\~e"
+
+
+def test_rows_that_do_not_read_are_counted_with_their_reason_and_ids_are_escaped(audited, tmp_path):
+    """A crafted item id, decisions that do not validate and a row missing a column, in the table
+    beside a good row: the replay goes on, counts each one that cannot be replayed with its reason,
+    and prints the crafted id as text (no heading, no table row of its own)."""
+    import boto3
+
+    (row,) = replay.rows_from_table(audited)
+    assert isinstance(row, replay.AuditRow)
+    ddb = boto3.client("dynamodb")
+
+    def put(columns: dict[str, str]) -> None:
+        ddb.put_item(TableName=audited, Item={k: {"S": v} for k, v in columns.items()})
+
+    put({**row.columns(), "item_id": HOSTILE_ID, "execution_name": "incident-hostile"})
+    put({**row.columns(), "item_id": "T-3", "execution_name": "incident-t3", "decisions": '[{"question": "team"}]'})
+    broken = {**row.columns(), "item_id": "T-4", "execution_name": "incident-t4"}
+    del broken["route_reason"]
+    put(broken)
+
+    def escalate_application(raw):
+        for question in raw["questions"]:
+            for option in question["options"]:
+                option["escalate"] = option["id"] == "application"
+
+    out = replayed("--policy", candidate(tmp_path, escalate_application), "--table", audited)
+    assert "over 4 audited items (2 replayed)" in out
+    assert "- not replayable (1): the audit row does not read: " in out and "for DecisionEntry" in out
+    assert "(items: T-3)" in out
+    assert "- not replayable (1): the audit row does not read: route\\_reason: Field required (items: T-4)" in out
+    assert not [line for line in out.splitlines() if line.startswith("## ") or "SAFE TO MERGE |" in line]
+    assert "Pages (escalations) added: 2 (" in out and "\\#\\# Replay verdict: SAFE TO MERGE \\| a \\| b" in out
+
+
+def test_an_export_line_that_is_no_audit_row_is_named_and_the_rest_replayed(audited, tmp_path):
+    (row,) = replay.rows_from_table(audited)
+    rows = tmp_path / "audit.jsonl"
+    rows.write_text(row.model_dump_json() + "\n" + '{"item_id": "T-9", "colour": "blue"}\n' + "not json\n")
+    out = replayed("--policy", candidate(tmp_path), "--rows", str(rows))
+    assert "over 3 audited items (1 replayed)" in out
+    assert "audit.jsonl:2: " in out and "(items: T-9)" in out
+    assert "audit.jsonl:3: " in out and "(items: line 3)" in out

@@ -107,13 +107,66 @@ def test_a_malformed_suite_is_refused_naming_the_field(tmp_path, capsys, suite, 
     assert message in out and str(path) in out
 
 
+TICKET = ("{ticket_id: RT-9, subject: s, body: b, customer: {id: c, tier: pro}, channel: email, "
+          "created_at: '2026-11-29T09:00:00Z'}")
+
+
 def test_a_case_that_cannot_run_says_why(tmp_path, capsys):
     path = tmp_path / "suite.yaml"
-    path.write_text("cases:\n"
-                    "  - {name: nothing-it-knows, item: {hello: world}, expect: {}}\n"
-                    "  - {name: unknown-option, item: {ticket_id: RT-9, subject: s, body: b, customer: {id: c, tier: pro},\n"
-                    "     channel: email, created_at: '2026-11-29T09:00:00Z'}, answers: {queue: {refunds: 0.9}}, expect: {}}\n")
+    path.write_text("cases:\n  - {name: nothing-it-knows, item: {hello: world}, expect: {}}\n")
     status, out = run(capsys, str(path))
     assert status == 1
     assert "cannot tell what it is" in out
-    assert "answers.queue: refunds not among its options" in out
+    assert "route-test: 1 case(s) FAILED" in out and "(exit status 1; a malformed suite would be 2)" in out
+
+
+@pytest.mark.parametrize("answers, message", [
+    ("{queue: {refunds: 0.9}}", "answers.queue: refunds not among its options in policy 'support-ticket' (billing, "),
+    ("{team: {billing: 0.9}}", "answers.team: the ticket policy 'support-ticket' has no question 'team' (its questions: queue)"),
+])
+def test_an_answer_the_policy_cannot_give_is_a_malformed_suite(tmp_path, capsys, answers, message):
+    path = tmp_path / "suite.yaml"
+    path.write_text(f"cases:\n  - {{name: unknown-option, item: {TICKET}, answers: {answers}, expect: {{}}}}\n")
+    status, out = run(capsys, str(path))
+    assert status == 2
+    assert f"{path}: case 'unknown-option': {message}" in out
+    assert "MALFORMED suite or policy file: nothing was checked (exit status 2" in out
+    assert "FAIL" not in out
+
+
+def test_a_sample_outside_the_repository_and_the_suites_folder_is_refused(tmp_path, capsys):
+    secret = tmp_path / "secret" / "token.json"
+    secret.parent.mkdir()
+    secret.write_text(json.dumps({"registry-token": "s3cr3t-value"}))
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "linked.json").symlink_to(secret)
+    escape = "../" * (len(REPO_ROOT.parts) + 2) + str(secret).lstrip("/")
+    for sample, message in [(str(secret), "an absolute path"), (escape, "leads out of"),
+                            ("../secret/token.json", "leads out of"), ("linked.json", "leads out of")]:
+        path = suites / "suite.yaml"
+        path.write_text(f"cases:\n  - {{name: x, sample: '{sample}', expect: {{outcome: routed}}}}\n")
+        status, out = run(capsys, str(path))
+        assert status == 2, (sample, out)
+        assert message in out and "s3cr3t" not in out and "registry-token" not in out
+
+
+def test_a_sample_beside_the_suite_is_read(tmp_path, capsys):
+    (tmp_path / "ticket.json").write_text((REPO_ROOT / "events/tickets.jsonl").read_text().splitlines()[0])
+    path = tmp_path / "suite.yaml"
+    path.write_text("cases:\n  - {name: beside, sample: ticket.json, answers: {queue: {billing: 0.95}}, "
+                    "expect: {outcome: routed, answers: {queue: billing}}}\n")
+    status, out = run(capsys, str(path))
+    assert status == 0, out
+
+
+def test_a_failure_explains_how_the_given_probability_became_the_confidence(tmp_path, capsys):
+    """queue has five options: p 0.55 is confidence (5 x 0.55 - 1) / 4 = 0.44 with normalized_peak."""
+    path = tmp_path / "suite.yaml"
+    path.write_text(f"cases:\n  - {{name: p-055, item: {TICKET}, answers: {{queue: {{billing: 0.55}}}}, "
+                    "expect: {route: auto}}\n")
+    status, out = run(capsys, str(path))
+    assert status == 1
+    assert 'route: expected "auto", got "review"' in out
+    assert ("(queue: billing has p 0.55 over 5 options, so confidence 0.44 = normalized_peak "
+            "clamp((n*max(p) - 1)/(n - 1), 0, 1) (needs ≥ 0.6); margin 0.44 (needs ≥ 0.15))") in out

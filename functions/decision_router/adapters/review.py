@@ -156,9 +156,10 @@ class AuditTrail(AwsAdapter):
                                      ExpressionAttributeValues={":i": {"S": item_id}})
         return [_audit_row(row) for row in response["Items"]]
 
-    def all(self) -> list[AuditRow]:
-        """Every row (a read-only scan, page by page): what a replay reads."""
-        return [AuditRow.model_validate(_strings(row)) for page in self.client.get_paginator("scan").paginate(
+    def all(self) -> list[AuditRow | Unreadable]:
+        """Every row (a read-only scan, page by page): what a replay reads. A row that does not read
+        is named in the list, so one damaged row does not hide the others."""
+        return [_audit_row(row) for page in self.client.get_paginator("scan").paginate(
             TableName=self.table_name) for row in page["Items"]]
 
     def linked_to(self, incident_id: str) -> list[AuditRow]:

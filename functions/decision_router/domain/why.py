@@ -111,8 +111,10 @@ class Why(_Why):
             if compared:
                 head += " (" + ", ".join(compared) + ")"
         parts = [head]
-        if self.fields:
-            parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in self.fields[:2]))
+        if self.fields is not None:
+            moved = [f for f in self.fields if abs(f.effect) >= MOVED]
+            parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in moved[:2]) if moved
+                         else "no evidence field moved it")
         if self.readout != "rule" and self.rules:
             parts.append(f"{sum(r.matched for r in self.rules)}/{len(self.rules)} rules matched")
         if self.noise is not None:
@@ -120,6 +122,11 @@ class Why(_Why):
         if self.linked is not None:
             parts.append(self.linked)
         return "; ".join(parts)
+
+
+#: The least change of the chosen option's probability that a field is said to have moved: what
+#: shows as ±0.01 at two decimals (a smaller one printed `+0.00` and said nothing).
+MOVED = 0.005
 
 
 def rule_checks(policy: Policy, item: Item, question: str) -> tuple[list[RuleCheck], str | None]:

@@ -272,7 +272,7 @@ function whyBlock(question) {
 function nextAfter(question) {
   const later = current.questions.slice(current.questions.findIndex((q) => q.id === question.id) + 1);
   const next = later.map((q) => pickerFilter($("questions"), q.id)).find(Boolean);
-  (next || $("submit")).focus();
+  (next || $("submit")).focus({ preventScroll: true });
 }
 
 // Duplicates linked: a ticket's incident (and the team its answered review suggests: shown, never
@@ -302,10 +302,32 @@ function similarRow(s) {
     el("p", { class: "resolution" }, `${s.target ? `→ ${s.target}` : ""} (${answersText(s.answers)}), ${who}, ${s.resolved_at.slice(0, 16).replace("T", " ")}`));
 }
 
+// While an item loads (its similar items and links take the API seconds), the page says so and
+// shows nothing of the item it showed before.
+function loading(busy) {
+  $("view-item").setAttribute("aria-busy", busy ? "true" : "false");
+  $("item-loading").hidden = !busy;
+  for (const part of $("view-item").querySelectorAll(".heading, #item-reason, #item-links, .columns")) part.hidden = busy;
+}
+
+// Focus the first thing to answer without scrolling to it: the item's title stays in view.
+function focusAnswer(target) {
+  target.focus({ preventScroll: true });
+  $("item-title").scrollIntoView({ block: "nearest" });
+}
+
 async function showItem(task, name) {
   show("item");
   $("outcome").hidden = true;
-  const data = await api(task === "review" ? `/api/reviews/${encodeURIComponent(name)}` : `/api/routes/${encodeURIComponent(name)}`);
+  $("item-title").textContent = "";
+  current = null; // no key answers the item shown before while this one loads
+  loading(true);
+  let data;
+  try {
+    data = await api(task === "review" ? `/api/reviews/${encodeURIComponent(name)}` : `/api/routes/${encodeURIComponent(name)}`);
+  } finally {
+    loading(false);
+  }
   $("back").href = task === "review" ? "#/reviews" : "#/routes";
   $("item-title").textContent = data.headline || data.item_id;
   $("item-kind").textContent = `${data.item_kind} ${data.item_id} · ${data.policy} v${data.policy_version}`;
@@ -325,7 +347,8 @@ async function showItem(task, name) {
   current = { task, name, item_id: data.item_id, questions: data.questions, keys };
   // A question with many options starts with its picker's filter box; otherwise the keys answer.
   const picker = data.questions.map((q) => pickerFilter($("questions"), q.id)).find(Boolean);
-  (picker || $("submit")).focus();
+  window.scrollTo(0, 0);
+  focusAnswer(picker || $("submit"));
 }
 
 async function submitAnswer(event) {
