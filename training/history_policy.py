@@ -150,7 +150,8 @@ def _records(path: Path, wanted: Sequence[str], encoding: str, stats: ReadStats)
             except csv.Error as error:
                 cell = "a cell longer than the reader's limit of " \
                        f"{MAX_CELL_CHARS:,} characters" if "field limit" in str(error) else str(error)
-                raise HistoryError(f"{path}:{reader.line_num}: row {records + 1}: {cell} (leave the row out of the export "
+                # the reader counts the line it failed on only once it is parsed
+                raise HistoryError(f"{path}:{reader.line_num + 1}: row {records + 1}: {cell} (leave the row out of the export "
                                    "or cut the cell)") from None
             records += 1
             yield reader.line_num, row
