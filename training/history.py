@@ -708,7 +708,7 @@ def resolve_targets(args: argparse.Namespace, vocab: Vocabulary, say: Callable[[
         return own
     start = nearest_targets(vocab, destinations)
     path: Path = args.out / "targets.json"
-    shown = ", ".join(f"{label} → {target}" for label, target in list(start.items())[:8]) + (" …" if len(start) > 8 else "")
+    shown = ", ".join(f"{label!r} → {target}" for label, target in list(start.items())[:8]) + (" …" if len(start) > 8 else "")
     if path.exists():
         raise HistoryError(f"the labels are not the deployment's destinations ({', '.join(destinations)}), and {path} is "
                            f"already there: check it, then run again with TARGETS={path} (--targets {path})")

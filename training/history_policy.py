@@ -227,6 +227,7 @@ class Vocabulary:
 
 def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Vocabulary:
     counts = Counter(labels)
+    spellings(counts, merge=False)  # labels spelled several ways are never options apart (read_export merges them when asked)
     rare = {label: n for label, n in sorted(counts.items()) if n < min_examples}
     kept = sorted(label for label in counts if label not in rare)
     merged: set[str] = set()

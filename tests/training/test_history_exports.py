@@ -271,3 +271,10 @@ def test_the_last_line_states_the_verdict_plainly(tmp_path, capsys):
     assert history.last_line({**report, "target_missed": True, "missed_by": 0.05, "auto_precision": 0.92}) \
         .startswith("TARGET MISSED: automatic answers 92.0% right on test, 5.0% below the promised 97.0%")
     assert history.last_line({**report, "auto_precision_lower_bound": 0.975}).startswith("target kept")
+
+
+def test_the_vocabulary_itself_never_makes_two_options_of_one_label_spelled_two_ways():
+    from training.history_policy import vocabulary
+
+    with pytest.raises(HistoryError, match=r"'BILLING.' \(12\), 'Billing' \(12\); correct the export"):
+        vocabulary(["Billing"] * 12 + ["BILLING."] * 12 + ["Sales"] * 12, 10, "review")
