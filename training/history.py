@@ -805,6 +805,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     if args.on == "sagemaker" and not args.stack:
         raise HistoryError("--on sagemaker needs --stack (make fit-history ON=sagemaker STACK=name): the deployed stack "
                            "whose image, model and scoring role the job uses")
+    if args.text_only and (args.on == "sagemaker" or args.url or args.model or args.model_weight):
+        raise HistoryError("--text-only (MODEL=none) scores nothing: it takes no --on sagemaker, --url, --model or "
+                           "--model-weight other than 0")
     check_out(args, say)
     with tempfile.TemporaryDirectory(prefix="fit-history-export-") as downloads:
         if any(str(path).startswith("s3://") for path in (args.data, args.test)):

@@ -278,3 +278,9 @@ def test_the_vocabulary_itself_never_makes_two_options_of_one_label_spelled_two_
 
     with pytest.raises(HistoryError, match=r"'BILLING.' \(12\), 'Billing' \(12\); correct the export"):
         vocabulary(["Billing"] * 12 + ["BILLING."] * 12 + ["Sales"] * 12, 10, "review")
+
+
+def test_text_only_refuses_what_would_score(tmp_path, capsys):
+    data = write_csv(tmp_path / "desk.csv", desk_rows())
+    assert fit(tmp_path, data, "--text-only", "--model-weight", "1.0") == 2
+    assert "--text-only (MODEL=none) scores nothing" in capsys.readouterr().err
