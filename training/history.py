@@ -32,8 +32,8 @@ OUT/targets.json and the run stops, saying to edit and pass it. OUT must be empt
 
 TEXT may name several comma-separated fields: one is the ticket's body; of several, the first is
 its subject and the others, one a paragraph, its body (what a ticket to route must carry where).
-A TEST item whose gold label is not an option (out
-of scope) is right only when it is not routed automatically; the report counts those apart too.
+A TEST item whose gold label is not an option (out of scope) is right only when it is not routed
+automatically; the report counts those apart too.
 Labels with fewer than MIN_EXAMPLES training items are reported and, as RARE says, merged into one
 option `other` (`merge`) or left out of the options, so that their items go to review (`review`).
 Exports are read as they come (training/history_policy.py): the CSV delimiter sniffed, a byte
