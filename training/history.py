@@ -901,9 +901,10 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         "rare": {"min_examples": args.min_examples, "mode": args.rare, "labels": vocab.rare},
         "read": export.read,
         "scoring": "text-only" if args.text_only else "model",
-        "text_curve": {**curve, "outlook": outlook},
+        "text_curve": {**{k: v for k, v in curve.items() if k != "seconds"}, "outlook": outlook},
         "model": None if args.text_only else {"file": model.file, "sha256": model.sha256},
-        "seconds": {"scoring": round(scoring, 1), "fitting": round(fitting, 1), "total": round(time.perf_counter() - started, 1)},
+        "seconds": {"text_curve": curve["seconds"], "scoring": round(scoring, 1), "fitting": round(fitting, 1),
+                    "total": round(time.perf_counter() - started, 1)},
     }
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically "
