@@ -19,7 +19,7 @@ help:
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
-	@echo "make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir   a policy + head + report from a labelled export"
+	@echo "make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [TARGETS=map.json MODEL=none REPLACE=1 ...]   a policy + head + report from a labelled export"
 	@echo "                 ON=sagemaker STACK=name [INSTANCES=2 INSTANCE_TYPE=ml.c7i.8xlarge YES=1]: scored on SageMaker Processing (DATA/TEST may be s3://)"
 	@echo "make bench-public [LIMIT=N]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
 	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
@@ -148,12 +148,15 @@ fit: $(STAMP)
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
 # ON=sagemaker scores the export's items in one SageMaker Processing job of the deployed stack STACK
 # (docs/learning/fit-history.md): it prints the estimate and starts nothing without YES=1.
-FIT_HISTORY_USAGE := make fit-history DATA=train.jsonl TEST=test.jsonl TEXT=text LABEL=label OUT=dir [MIN_EXAMPLES=10] [RARE=merge|review] [TARGETS=map.json] [MODEL=...] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
+FIT_HISTORY_USAGE := make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [NAME=policy-name] [TARGETS=map.json|own] [MODEL=...|none] [REPLACE=1] [ENCODING=cp1252] [SKIP_UNLABELLED=1] [MERGE_LABELS=1] [LIMIT=N] [MIN_EXAMPLES=10] [RARE=merge|review] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
 fit-history: $(STAMP)
 	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "$(FIT_HISTORY_USAGE)"; exit 2; }
 	@test "$(ON)" != sagemaker -o -n "$(STACK)" || { echo "ON=sagemaker needs STACK=<the deployed stack's name>"; echo "$(FIT_HISTORY_USAGE)"; exit 2; }
 	$(PY) -m training.history --data "$(DATA)" --test "$(TEST)" --text "$(TEXT)" --label "$(LABEL)" --out "$(OUT)" \
-		$(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) $(if $(MODEL),--model "$(MODEL)") $(if $(TARGETS),--targets "$(TARGETS)") \
+		$(if $(NAME),--name "$(NAME)") $(if $(MIN_EXAMPLES),--min-examples $(MIN_EXAMPLES)) $(if $(RARE),--rare $(RARE)) \
+		$(if $(filter none,$(MODEL)),--text-only,$(if $(MODEL),--model "$(MODEL)")) $(if $(TARGETS),--targets "$(TARGETS)") \
+		$(if $(ENCODING),--encoding "$(ENCODING)") $(if $(LIMIT),--limit $(LIMIT)) $(if $(filter 1,$(REPLACE)),--replace) \
+		$(if $(filter 1,$(SKIP_UNLABELLED)),--skip-unlabelled) $(if $(filter 1,$(MERGE_LABELS)),--merge-labels) \
 		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
 		$(HISTORY_ARGS)
 

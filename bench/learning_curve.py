@@ -30,7 +30,8 @@ def pct(value: float | None) -> str:
 
 def run(data: Path, test: Path, out: Path, args: argparse.Namespace, weight: str) -> dict:
     command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(test), "--text", args.text,
-               "--label", args.label, "--out", str(out), "--min-examples", "1", "--model-weight", weight, "--no-progress"]
+               "--label", args.label, "--out", str(out), "--targets", "own", "--replace", "--min-examples", "1",
+               "--model-weight", weight, "--no-progress"]
     if args.cache is not None:
         command += ["--cache", str(args.cache)]
     subprocess.run(command, cwd=REPO, check=True)

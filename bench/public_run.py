@@ -87,7 +87,7 @@ def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: P
     folder = out / name
     data, held = write(folder / "train.jsonl", train), write(folder / "test.jsonl", test)
     command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(held), "--text", "text",
-               "--label", "label", "--out", str(folder / "fit"), "--name", name,
+               "--label", "label", "--out", str(folder / "fit"), "--name", name, "--targets", "own", "--replace",
                "--min-examples", "2" if limit else "10"]
     command += ["--model", model] if model else []
     command += ["--cache", str(cache)] if cache is not None else []

@@ -105,10 +105,17 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 1
 
 
+#: What to do about a policy whose options route to destinations the stack lacks.
+TARGETS_FIX = ("Each option's target must be one of these: set them in the policy file (its head does not depend on "
+               "them), or, for a policy from make fit-history, fit it again with TARGETS=map.json (label → destination, "
+               "\"*\": every other label; without TARGETS it writes a starting map to OUT/targets.json; "
+               "docs/learning/fit-history.md)")
+
+
 def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
     """item kind → the policy file's absolute path, and what is wrong with the files: each loaded by
     the routing function's own loader, checked against the stack's destinations, one per kind."""
-    from decision_router.domain.policies import PolicyError, load_policy
+    from decision_router.domain.policies import PolicyError, check_targets, load_policy
     from local.cloudformation import Stack
 
     destinations: list[str] | None = None
@@ -122,9 +129,14 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
             stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
             destinations = sorted(json.loads(stack.function_environment(TICKET_FUNCTION)["DESTINATION_QUEUES"]))
         try:
-            policy = load_policy(path.resolve(), known_targets=destinations)
+            policy = load_policy(path.resolve())
         except PolicyError as error:
             problems.append(f"--policy {path}: {error}")
+            continue
+        try:
+            check_targets(policy, destinations)
+        except PolicyError as error:
+            problems.append(f"--policy {path}: {error}. {TARGETS_FIX}")
             continue
         if policy.item_kind in policies:
             problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")

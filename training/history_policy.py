@@ -9,10 +9,13 @@ scores, fits and reports on top of these.
 
 from __future__ import annotations
 
+import codecs
 import csv
+import difflib
 import itertools
 import json
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any, Iterator, Sequence
 
 from decision_router.domain.heads import question_digest
 from decision_router.domain.model_requests import build_state
-from decision_router.domain.policies import Question
+from decision_router.domain.policies import MAX_QUESTION_OPTIONS, Question
 from decision_router.items import parse_item
 
 #: Text entries of the policy's evidence are cut here (the ticket's own limit is 20,000).
@@ -35,52 +38,154 @@ class HistoryError(ValueError):
 
 
 # ----------------------------------------------------------------------------------- reading
-def read_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None) -> list[dict[str, str]]:
+#: The delimiters an export's CSV may use, told apart by its header (`sniff_delimiter`).
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab"}
+#: The longest CSV cell the reader takes (Python's csv module's own limit): a longer one is named.
+MAX_CELL_CHARS = csv.field_size_limit()
+
+
+@dataclass
+class ReadStats:
+    """What reading an export found besides its rows: the CSV delimiter it used, and how many
+    rows had no label (left out with `skip_unlabelled`)."""
+
+    delimiter: str | None = None
+    unlabelled: int = 0
+
+    def delimiter_name(self) -> str:
+        return DELIMITERS.get(self.delimiter or "", repr(self.delimiter))
+
+
+def read_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None, encoding: str = "utf-8",
+              skip_unlabelled: bool = False, stats: ReadStats | None = None) -> list[dict[str, str]]:
     """The rows of a CSV (by extension) or JSONL export, each with the text fields and the label
     as strings; HistoryError names the file, the line and the missing or empty field."""
-    rows = list(iter_rows(path, fields, label, limit=limit))
+    rows = list(iter_rows(path, fields, label, limit=limit, encoding=encoding, skip_unlabelled=skip_unlabelled, stats=stats))
     if not rows:
         raise HistoryError(f"{path}: no rows")
     return rows
 
 
-def iter_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None) -> Iterator[dict[str, str]]:
+def iter_rows(path: Path, fields: Sequence[str], label: str, *, limit: int | None = None, encoding: str = "utf-8",
+              skip_unlabelled: bool = False, stats: ReadStats | None = None) -> Iterator[dict[str, str]]:
     """`read_rows` as a stream: one row at a time, only the named fields kept, so an export of a
-    million rows is never held whole (neither the file nor the fields no one reads)."""
+    million rows is never held whole (neither the file nor the fields no one reads). With
+    `skip_unlabelled` a row whose label is empty is left out and counted in `stats`."""
     if not path.is_file():
         raise HistoryError(f"{path}: no such file")
+    stats = stats if stats is not None else ReadStats()
     wanted = [*fields, label]
-    for line, row in itertools.islice(_records(path, wanted), limit):
+    kept = 0
+    if limit is not None and limit <= 0:
+        return
+    for line, row in _records(path, wanted, encoding, stats):
+        value = row.get(label)
+        if value is None or not str(value).strip():
+            if skip_unlabelled:
+                stats.unlabelled += 1
+                continue
+            raise HistoryError(f"{path}:{line}: field {label!r} is missing or empty (to leave rows without a label "
+                               "out, counted in the report: --skip-unlabelled, make fit-history SKIP_UNLABELLED=1)")
         out = {}
         for name in wanted:
             value = row.get(name)
             if value is None or not str(value).strip():
                 raise HistoryError(f"{path}:{line}: field {name!r} is missing or empty")
             out[name] = str(value).strip()
+        kept += 1
         yield out
+        if limit is not None and kept >= limit:
+            return  # before the next record is read: LIMIT reads no more of the file than it keeps
 
 
-def _records(path: Path, wanted: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a CSV with a header or a JSONL file, read line by line."""
-    with path.open(newline="" if path.suffix.lower() == ".csv" else None, encoding="utf-8") as handle:
-        if path.suffix.lower() == ".csv":
-            reader = csv.DictReader(handle)
-            missing = [f for f in wanted if f not in (reader.fieldnames or [])]
-            if missing:
-                raise HistoryError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(reader.fieldnames or [])})")
-            for row in reader:
-                yield reader.line_num, row
-            return
-        for line, text in enumerate(handle, 1):
-            if not text.strip():
-                continue
+def _lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a file read line by line in `encoding`, a UTF-8 byte order mark
+    dropped (spreadsheets write one); a byte that is not `encoding` is named with its line."""
+    try:
+        codec = codecs.lookup(encoding)
+    except LookupError:
+        raise HistoryError(f"--encoding {encoding!r}: no such encoding (e.g. utf-8, cp1252, latin-1)") from None
+    decoder = codecs.getincrementaldecoder("utf-8-sig" if codec.name == "utf-8" else codec.name)()
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
             try:
-                row = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise HistoryError(f"{path}:{line}: not JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise HistoryError(f"{path}:{line}: a JSON object per line is expected")
-            yield line, row
+                text = decoder.decode(raw)
+            except UnicodeDecodeError as error:
+                raise HistoryError(
+                    f"{path}:{number}: not {codec.name} text (byte 0x{raw[error.start]:02x} at byte {error.start + 1} of the "
+                    f"line): pass the export's encoding, e.g. --encoding cp1252 (make fit-history ENCODING=cp1252; "
+                    "spreadsheets and older help desks often export Windows-1252 or Latin-1)") from None
+            if number == 1:
+                text = text.removeprefix("\ufeff")
+            yield number, text
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a CSV export, from its header: whichever of comma, semicolon and tab it
+    holds most of (a spreadsheet in a comma-decimal locale writes `;`); a comma when none."""
+    counts = {d: header.count(d) for d in DELIMITERS}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def _records(path: Path, wanted: Sequence[str], encoding: str, stats: ReadStats) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a CSV with a header or a JSONL file, read line by line."""
+    lines = _lines(path, encoding)
+    if path.suffix.lower() == ".csv":
+        first = next(lines, None)
+        if first is None:
+            raise HistoryError(f"{path}: empty (a CSV export needs a header line)")
+        stats.delimiter = sniff_delimiter(first[1])
+        reader = csv.DictReader(itertools.chain([first[1]], (text for _, text in lines)), delimiter=stats.delimiter)
+        missing = [f for f in wanted if f not in (reader.fieldnames or [])]
+        if missing:
+            raise HistoryError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(reader.fieldnames or [])}; "
+                               f"delimiter: {stats.delimiter_name()})")
+        records = 0
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                cell = "a cell longer than the reader's limit of " \
+                       f"{MAX_CELL_CHARS:,} characters" if "field limit" in str(error) else str(error)
+                # the reader counts the line it failed on only once it is parsed
+                raise HistoryError(f"{path}:{reader.line_num + 1}: row {records + 1}: {cell} (leave the row out of the export "
+                                   "or cut the cell)") from None
+            records += 1
+            yield reader.line_num, row
+    for line, text in lines:
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise HistoryError(f"{path}:{line}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise HistoryError(f"{path}:{line}: a JSON object per line is expected")
+        yield line, row
+
+
+def label_key(label: str) -> str:
+    """What two spellings of one label share: case, spaces and punctuation ignored."""
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", label).casefold())
+
+
+def spellings(counts: Counter[str], merge: bool) -> dict[str, str]:
+    """label → the spelling it counts as, for labels that differ only in case, spaces or
+    punctuation ("Billing", "billing", "BILLING."): the most frequent spelling of each group when
+    `merge`, else HistoryError naming every such group (each would be an option of its own)."""
+    groups: dict[str, list[str]] = {}
+    for label in counts:
+        groups.setdefault(label_key(label) or label, []).append(label)
+    clashes = [sorted(group, key=lambda s: (-counts[s], s)) for group in groups.values() if len(group) > 1]
+    if clashes and not merge:
+        shown = "; ".join(", ".join(f"{s!r} ({counts[s]})" for s in group) for group in clashes[:5])
+        raise HistoryError(f"{len(clashes)} label(s) spelled more than one way, which would each be an option: {shown}"
+                           f"{' …' if len(clashes) > 5 else ''}; correct the export, or count each group as its most "
+                           "frequent spelling with --merge-labels (make fit-history MERGE_LABELS=1)")
+    return {spelling: group[0] for group in clashes for spelling in group}
 
 
 def option_ids(labels: Sequence[str]) -> dict[str, str]:
@@ -122,6 +227,7 @@ class Vocabulary:
 
 def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Vocabulary:
     counts = Counter(labels)
+    spellings(counts, merge=False)  # labels spelled several ways are never options apart (read_export merges them when asked)
     rare = {label: n for label, n in sorted(counts.items()) if n < min_examples}
     kept = sorted(label for label in counts if label not in rare)
     merged: set[str] = set()
@@ -132,6 +238,11 @@ def vocabulary(labels: Sequence[str], min_examples: int, rare_mode: str) -> Voca
         kept.append(MERGED)
     if len(kept) < 2:
         raise HistoryError(f"{len(kept)} label(s) with at least {min_examples} training examples; a question needs two")
+    if len(kept) > MAX_QUESTION_OPTIONS:
+        raise HistoryError(f"{len(kept)} options from {len(counts)} labels (at least {min_examples} training items each"
+                           f"{', plus ' + repr(MERGED) if merged else ''}); a question has at most {MAX_QUESTION_OPTIONS}: "
+                           "raise MIN_EXAMPLES (the labels below it go to review, or into one option with RARE=merge), "
+                           "or group the labels in the export")
     return Vocabulary(kept, option_ids(kept), rare, merged)
 
 
@@ -210,3 +321,37 @@ def states(raw: dict[str, Any], rows: Sequence[dict[str, str]], fields: Sequence
                                      "created_at": "2026-01-01T00:00:00Z"})
         out.append(build_state(shape, item))  # type: ignore[arg-type]
     return out
+
+
+# ----------------------------------------------------------------------------------- destinations
+#: Where a starting map (`nearest_targets`) sends a label whose name is like no destination's.
+FALLBACK_DESTINATION = "technical-support"
+
+
+def nearest_targets(vocab: Vocabulary, destinations: Sequence[str]) -> dict[str, str]:
+    """A starting map of each option label onto the deployment's destinations, for the user to
+    edit: the destination of its own name, else the one sharing most of its words (then the most
+    alike, by difflib's ratio, at least 0.6), else FALLBACK_DESTINATION."""
+    known = sorted(destinations)
+    fallback = FALLBACK_DESTINATION if FALLBACK_DESTINATION in known else known[0]
+    out = {}
+    for label in vocab.options:
+        own = target_of(vocab.ids[label])
+        best = max(known, key=lambda destination: _likeness(own, destination))
+        shared, ratio = _likeness(own, best)
+        out[label] = own if own in known else best if shared or ratio >= 0.6 else fallback
+    return out
+
+
+def _likeness(name: str, destination: str) -> tuple[int, float]:
+    """Words two destination keys share, then how alike they are (difflib's ratio)."""
+    return len(set(name.split("-")) & set(destination.split("-"))), difflib.SequenceMatcher(None, name, destination).ratio()
+
+
+def check_destinations(targets: dict[str, str], destinations: Sequence[str], where: str) -> None:
+    """Every mapped destination is one the deployment has (a policy naming another is refused
+    where it is loaded: better here, before anything is scored)."""
+    unknown = sorted({t for t in targets.values() if t not in destinations})
+    if unknown:
+        raise HistoryError(f"{where}: destination(s) the deployment does not have: {', '.join(unknown)} "
+                           f"(its destinations: {', '.join(sorted(destinations))})")

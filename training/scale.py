@@ -48,7 +48,8 @@ SHARD_ROWS = 50_000
 
 def arguments(folder: Path, rows: int) -> SimpleNamespace:
     return SimpleNamespace(data=folder / "train.csv", test=folder / "test.csv", text="text", label="label", limit=None,
-                           min_examples=10, rare="review", out=folder / "out", name="scale", targets=None, max_error=0.03)
+                           min_examples=10, rare="review", out=folder / "out", name="scale", targets="own", max_error=0.03,
+                           encoding="utf-8", skip_unlabelled=False, merge_labels=False, destinations=None)
 
 
 def write_export(path: Path, rows: int, labels: int, seed: int) -> None:

@@ -396,7 +396,7 @@ def test_fit_history_on_sagemaker_writes_what_a_local_run_writes(template, tmp_p
             writer = csv.DictWriter(handle, fieldnames=["text", "label"])
             writer.writeheader()
             writer.writerows(rows)
-    common = ["--text", "text", "--label", "label", "--min-examples", "2", "--no-progress"]
+    common = ["--text", "text", "--label", "label", "--min-examples", "2", "--targets", "own", "--no-progress"]
     assert history.main(["--data", str(local_data), "--test", str(local_test), "--out", str(tmp_path / "local" / "out"),
                          "--cache", str(tmp_path / "cache-local"), "--on", "local", *common],
                         runner=EngineRunner(embedded_engine)) == 0

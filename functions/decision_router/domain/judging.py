@@ -16,7 +16,7 @@ from decision_contract import DecisionResult, confidence, softmax, top_two_margi
 from ..items import Item
 from .failures import EndpointFailure
 from .heads import Head
-from .lexical import State
+from .lexical import State, evidence_text
 from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds
 from .precision import check_reason, sampled
@@ -48,6 +48,18 @@ def threshold_reasons(conf: float, margin: float, mass: float, thresholds: Thres
     if mass < thresholds.min_allowed_token_mass:
         reasons.append(shortfall("allowed_token_mass", mass, thresholds.min_allowed_token_mass))
     return reasons
+
+
+EMPTY_EVIDENCE = "the evidence the head reads is empty"
+
+
+def empty_evidence(head: Head, state: State) -> list[str]:
+    """A reason to hold the answer when every evidence field the head reads is empty: it would
+    give any such item the same answer (an item sent with its text in a field the policy does not
+    read), so it is not the item's."""
+    if head.text is None or head.categorical is not None or evidence_text(state, head.text.fields).strip():
+        return []
+    return [f"{EMPTY_EVIDENCE} ({', '.join(head.text.fields)}): its answer would be any such item's"]
 
 
 def model_entry(question: Question, result: DecisionResult, state: State | None = None) -> DecisionEntry:
@@ -92,6 +104,8 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
     reasons = threshold_reasons(conf, margin, result.allowed_token_mass, thresholds, tie)
+    if applied is not None and state is not None:
+        reasons += empty_evidence(applied, state)
     return DecisionEntry(
         question=question.id,
         source="model",
@@ -149,7 +163,7 @@ def _many_options_entry(question: Question, result: DecisionResult, state: State
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
-    reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie)
+    reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie) + empty_evidence(head, state)
     by_option = dict(zip(question.option_ids, probabilities))
     return DecisionEntry(
         question=question.id, source="model", readout="head", option_id=question.options[top].id,
@@ -276,5 +290,8 @@ def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state:
                 why.fields_note = "the letters decided: a field's effect would need another model call"
         elif entry.source == "endpoint_error":
             why.fields_note = "the endpoint gave no answer"
+        empty = [reason for reason in entry.reasons if reason.startswith(EMPTY_EVIDENCE)]
+        if empty:  # said where a reader of the why looks for what moved the answer
+            why.fields_note = empty[0]
         explained.append(entry.model_copy(update={"why": why}))
     return explained
