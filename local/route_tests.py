@@ -35,8 +35,9 @@ for it: routed to a team or to review), `route` (auto, review), `target` (a dest
 null for review), `escalate`, `answers` (question → option), `grouped_with` (the case whose
 incident leads its group), `window` (the maintenance window that held or marked it),
 `held_under` (the case whose incident it is held under: the policy's dependencies), `releases`
-(a resolution: the cases whose held incidents it routed) and `reason_contains`. A failure prints one line per field, expected against got; the exit status is
-1 when a case failed, 2 when a suite or policy file is malformed.
+(a resolution: the cases whose held incidents it routed) and `reason_contains`. A failure prints
+one line per field, expected against got; the exit status is 1 when a case failed, 2 when a suite
+or policy file is malformed.
 
 With --policy, the intake of the policy's item kind applies that file instead of the shipped
 policy of its name: the same suite shows what a changed rule, threshold or window does.
