@@ -34,6 +34,7 @@ class Outcome:
     delivered_by: list[str] = field(default_factory=list)  # the executions whose messages reached team queues
     audit_missing: str | None = None  # routed, but the workflow could not write its audit row (why)
     similar: list[str] = field(default_factory=list)  # the nearest resolved items' ids, nearest first
+    dependency: dict[str, Any] | None = None  # held under a parent, or a resolution's releases (local.dependency_report)
 
     @property
     def route(self) -> str:

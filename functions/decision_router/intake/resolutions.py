@@ -76,13 +76,15 @@ class Resolutions:
                                  {"group": group_key, "members": members, "execution_name": name},
                                  json.dumps({"group": group_key, "members": members}))
         closed = self._close_review(name, outcome.reason) if name else False
-        if was.held_under:
+        held = bool(was.held_under) and not was.execution_name  # (a released child was routed: it paged)
+        if held:
             reason += f"; it was held under {was.held_under}: nobody was paged for it, and nothing stays open"
         released = self.release(was, context) if self.release is not None else []
         if released:
             reason += f"; {len(released)} incident(s) held under it and still open: routed now"
         result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
-                  "review_closed": closed, **({"released": released} if self.release is not None else {})}
+                  "review_closed": closed, **({"released": released} if self.release is not None else {}),
+                  **({"resolved_held_under": was.held_under} if held else {})}
         self.logger.info("incident resolved", extra=result)
         return result
 
