@@ -251,3 +251,16 @@ def test_a_resolution_retried_after_its_release_failed_releases_again(incidents,
     again = deliver(incidents, ok)  # Lambda retries the event
     assert again["outcome"] == "resolved" and [r["key"] for r in again["released"]] == [ARN + "checkout-5xx"]
     assert row(incidents, "checkout-5xx").execution_name is not None
+
+
+def test_a_released_child_meets_grouping_as_it_would_have_when_it_opened(incidents, world):
+    """Released, a child joins the group its service's paged incident leads (one page for the
+    service, as grouping would have had it when it opened)."""
+    leader = deliver(incidents, alarm("checkout-5xx", "medium", "ALARM", 0, 1, service="checkout"))
+    assert leader["outcome"] == "routed"
+    deliver(incidents, alarm("orders-db-cpu", "high", "ALARM", 1, 2, service="orders-db"))
+    assert deliver(incidents, alarm("checkout-latency", "medium", "ALARM", 2, 3, service="checkout"))["outcome"] == "held"
+    parent = deliver(incidents, alarm("orders-db-cpu", "high", "OK", 5, 4, service="orders-db"))
+    (released,) = parent["released"]
+    assert released["outcome"] == "grouped" and released["leader"] == ARN + "checkout-5xx"
+    assert row(incidents, "checkout-latency").group is not None
