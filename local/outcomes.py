@@ -61,7 +61,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
     review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
     resolved, updated, ignored, or held by the policy's noise controls: grouped (joined an open
-    incident), flapping, suppressed (a maintenance window) (`reason` says why); `via` says how it
+    incident), flapping, suppressed (a maintenance window), held (under an open parent incident: the
+    policy's dependencies) (`reason` says why); `via` says how it
     came in; each decision says which readout gave the answer (rule, letters, head), whether it
     stood without a person (`auto`), the head that decided (`head_version`) and the reason (`why`:
     the decision's trace, decision_router.domain.why). Per item, `similar` (the nearest resolved

@@ -10,7 +10,7 @@ holds these properties over random dependency graphs."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from aws_lambda_powertools import Logger, Metrics
@@ -264,3 +264,15 @@ def test_a_released_child_meets_grouping_as_it_would_have_when_it_opened(inciden
     (released,) = parent["released"]
     assert released["outcome"] == "grouped" and released["leader"] == ARN + "checkout-5xx"
     assert row(incidents, "checkout-latency").group is not None
+
+
+def test_a_database_incident_a_window_held_covers_nothing_until_the_window_ends_and_it_pages(incidents, world):
+    sunday = datetime(2026, 11, 29, 2, 30, tzinfo=timezone.utc)  # 02:30 Dublin: the orders-db patching window
+    held = deliver(incidents, alarm("orders-db-lag", "high", "ALARM", 0, 1, service="orders-db", day=sunday))
+    assert held["outcome"] == "suppressed"
+    during = deliver(incidents, alarm("checkout-5xx", "medium", "ALARM", 5, 2, service="checkout", day=sunday))
+    assert during["outcome"] == "routed"  # nobody was paged for orders-db: checkout's page is the only one
+    incidents.clock = lambda: sunday + timedelta(hours=2)  # the window ended at 04:00: the sweep pages orders-db
+    assert [o["outcome"] for o in incidents.sweep_holds()["outcomes"]] == ["routed"]
+    after = deliver(incidents, alarm("payments-5xx", "medium", "ALARM", 125, 3, service="payments-api", day=sunday))
+    assert after["outcome"] == "held" and after["held_under"] == ARN + "orders-db-lag"

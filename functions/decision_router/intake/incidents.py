@@ -40,6 +40,7 @@ from ..domain.noise import recent
 from ..domain.ports import IncidentRow, OpenIncidentStore
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
+from ..items import Incident
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.events import Opened, Resolved, SourceEvent, SourceEventError, SourceOutcome
@@ -159,6 +160,7 @@ class IncidentIntake:
         if claim in ("duplicate", "update") and noise.maintenance:
             released = self.holds.release(opened, delivery, now, context)
             if released is not None:
+                self._covered(opened.key, opened.incident)
                 return {**base, **released}
         if claim == "duplicate":
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
@@ -242,7 +244,18 @@ class IncidentIntake:
 
     def sweep_holds(self, context: Any = None) -> dict:
         """Route every open incident whose maintenance window has ended (the template's schedule)."""
-        return self.holds.sweep(self.clock(), context)
+        swept = self.holds.sweep(self.clock(), context)
+        for result in swept["outcomes"]:
+            row = self.store.get(result["key"])
+            if row is not None and row.held_item is not None:
+                self._covered(result["key"], Incident.model_validate_json(row.held_item))
+        return swept
+
+    def _covered(self, key: str, incident: Incident) -> None:
+        """A window's hold released, the incident paged: it may hold its dependents from now on."""
+        dependencies = self.intake.policy.dependencies
+        if not dependencies.empty:
+            self.dependency_holds.cover(key, incident, dependencies)
 
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
