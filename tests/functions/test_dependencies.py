@@ -278,10 +278,10 @@ def test_a_database_incident_a_window_held_covers_nothing_until_the_window_ends_
     assert after["outcome"] == "held" and after["held_under"] == ARN + "orders-db-lag"
 
 
-def test_the_intake_logs_a_policy_warning_when_it_loads_the_policy(world, monkeypatch, tmp_path, capsys):
+def test_the_intake_logs_a_policy_warning_when_it_loads_the_policy(world, monkeypatch, tmp_path, caplog):
     flow = make_flow(world, monkeypatch, policy_with(tmp_path, services={"checkout": ["orders-bd"]}))
-    assert flow.intake.policy.dependencies.services == {"checkout": ["orders-bd"]}
-    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    (warning,) = [entry for entry in logged if entry.get("message") == "policy warning"]
-    assert "depends on 'orders-bd', a service the policy does not declare" in warning["warning"]
+    with caplog.at_level("WARNING"):
+        assert flow.intake.policy.dependencies.services == {"checkout": ["orders-bd"]}
+    (warning,) = [r for r in caplog.records if r.getMessage() == "policy warning"]
+    assert "depends on 'orders-bd', a service the policy does not declare" in warning.__dict__["warning"]
     Metrics(namespace="Test").clear_metrics()
