@@ -228,13 +228,11 @@ class IncidentIntake:
                           group=group[1] if joined is not None and group is not None else None)
         if joined is not None and group is not None:
             self.store.group_routed(group[1], summary["execution_name"])
-        if not dependencies.empty:
-            self.dependency_holds.cover(opened.key, incident, dependencies)  # paged: it may hold children now
+        self._covered(opened.key, incident)
         result = {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
         if released_after is not None:
             result["released_after"] = released_after
             result["reason"] = f"held under {released_after}, which resolved while it was still open: routed now"
-
         if window is not None:
             result["window"] = window.id
         if took_over_from is not None:
@@ -252,7 +250,7 @@ class IncidentIntake:
         return swept
 
     def _covered(self, key: str, incident: Incident) -> None:
-        """A window's hold released, the incident paged: it may hold its dependents from now on."""
+        """A paged incident (routed, or a window's hold released): it may hold its dependents from now on."""
         dependencies = self.intake.policy.dependencies
         if not dependencies.empty:
             self.dependency_holds.cover(key, incident, dependencies)
