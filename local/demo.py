@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from local.cloudformation import REPO_ROOT
+from local.dependency_report import dependency_figures
 from local.deployment import ENDPOINT_NAME, TICKET_FUNCTION
 from local.items import DEFAULT_ITEMS, InputItem, read_items
 from local.outcomes import write_report
@@ -177,6 +178,9 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         for line in explain(outcomes, args.model, head_of=lambda policy, question: next(
                 (q.learned_head for q in pipeline.load_policy(policy).questions if q.id == question), None)):
             print(wrapped(line), file=out)
+        dependencies = dependency_figures(outcomes)
+        if dependencies is not None:
+            print(f"\n{dependencies.line()}", file=out)
 
         pending = [o for o in outcomes if o.item.item_id in pipeline.pending_reviews and o.status == "RUNNING"]
         if pending and not args.no_review:

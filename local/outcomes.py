@@ -34,6 +34,7 @@ class Outcome:
     delivered_by: list[str] = field(default_factory=list)  # the executions whose messages reached team queues
     audit_missing: str | None = None  # routed, but the workflow could not write its audit row (why)
     similar: list[str] = field(default_factory=list)  # the nearest resolved items' ids, nearest first
+    dependency: dict[str, Any] | None = None  # held under a parent, or a resolution's releases (local.dependency_report)
 
     @property
     def route(self) -> str:
@@ -60,7 +61,8 @@ def report_line(outcome: Outcome) -> dict[str, Any]:
     """What became of one input line, for scripts (`--report`): `outcome` is one of routed,
     review, duplicate, dead_lettered, rejected, and for a raw source event that routed nothing
     resolved, updated, ignored, or held by the policy's noise controls: grouped (joined an open
-    incident), flapping, suppressed (a maintenance window) (`reason` says why); `via` says how it
+    incident), flapping, suppressed (a maintenance window), held (under an open parent incident: the
+    policy's dependencies) (`reason` says why); `via` says how it
     came in; each decision says which readout gave the answer (rule, letters, head), whether it
     stood without a person (`auto`), the head that decided (`head_version`) and the reason (`why`:
     the decision's trace, decision_router.domain.why). Per item, `similar` (the nearest resolved

@@ -30,11 +30,12 @@ naming it. The workflow is not run: what the intake would start it with (the dec
 what is checked.
 
 `expect` names only what matters to the case, from: `outcome` (routed, duplicate, updated,
-grouped, flapping, suppressed, resolved, ignored, dead_lettered), `paged` (a workflow was started
+grouped, flapping, suppressed, held, resolved, ignored, dead_lettered), `paged` (a workflow was started
 for it: routed to a team or to review), `route` (auto, review), `target` (a destination's name;
 null for review), `escalate`, `answers` (question → option), `grouped_with` (the case whose
-incident leads its group), `window` (the maintenance window that held or marked it) and
-`reason_contains`. A failure prints one line per field, expected against got, and for each question
+incident leads its group), `window` (the maintenance window that held or marked it),
+`held_under` (the case whose incident it is held under: the policy's dependencies), `releases`
+(a resolution: the cases whose held incidents it routed) and `reason_contains`. A failure prints one line per field, expected against got, and for each question
 the model answered, how its probabilities became the confidence the thresholds judged. The exit
 status is 1 when a case failed, 2 when a suite or policy file is malformed (a field, an unknown
 question or option in `answers`, a `sample` outside the repository and the suite's folder); the
@@ -78,7 +79,7 @@ from local.items import classify
 OWN_INCIDENT_SOURCE = "local.route-test"
 #: The functions whose environment (template.yaml's) each intake gets.
 FUNCTIONS = {"ticket": "TicketIntakeFunction", "incident": "IncidentIntakeFunction"}
-OUTCOMES = ("routed", "duplicate", "updated", "grouped", "flapping", "suppressed", "resolved", "ignored",
+OUTCOMES = ("routed", "duplicate", "updated", "grouped", "flapping", "suppressed", "held", "resolved", "ignored",
             "dead_lettered")
 
 
@@ -97,6 +98,8 @@ class Expect(_Strict):
     answers: dict[str, str] | None = None
     grouped_with: str | None = None
     window: str | None = None
+    held_under: str | None = None
+    releases: list[str] | None = None
     reason_contains: str | None = None
 
 
@@ -159,9 +162,12 @@ class Suite(_Strict):
             raise ValueError(f"case names must be unique: {', '.join(repeated)} repeated")
         known: set[str] = set()
         for case in self.cases:
-            if case.expect.grouped_with is not None and case.expect.grouped_with not in known:
-                raise ValueError(f"case {case.name!r}: expect.grouped_with names {case.expect.grouped_with!r}, "
-                                 "which is no earlier case")
+            for field_name in ("grouped_with", "held_under", "releases"):
+                value = getattr(case.expect, field_name)
+                for named in ([value] if isinstance(value, str) else value or []):
+                    if named not in known:
+                        raise ValueError(f"case {case.name!r}: expect.{field_name} names {named!r}, "
+                                         "which is no earlier case")
             known.add(case.name)
         return self
 
@@ -387,6 +393,9 @@ class RouteTests:
                 got = self._deliver(case, data)
         except (CaseError, ValueError) as error:
             return Result(case, {}, [], f"{type(error).__name__}: {error}" if not isinstance(error, CaseError) else str(error))
+        opened = got.pop("incident_id", None)
+        if opened:  # a held incident started nothing, and is named by the cases after it all the same
+            self.incident_ids.setdefault(case.name, opened)
         started = self.workflow.records[before:]
         if started:
             record = started[-1]
@@ -427,6 +436,12 @@ class RouteTests:
             got["grouped_with"] = result["leader_incident_id"]
         if result.get("window"):
             got["window"] = result["window"]
+        if result.get("parent_incident_id"):
+            got["held_under"] = result["parent_incident_id"]
+        if result.get("outcome") in ("routed", "grouped", "flapping", "suppressed", "held") and result.get("incident_id"):
+            got["incident_id"] = result["incident_id"]
+        if "released" in result:
+            got["releases"] = sorted(r["incident_id"] for r in result["released"] if r.get("outcome") == "routed")
         return got
 
     def _ticket(self, body: str) -> dict[str, Any]:
@@ -472,8 +487,10 @@ def compare(expect: Expect, got: dict[str, Any], incident_ids: dict[str, str]) -
             if want not in got.get("reason", ""):
                 diffs.append(f"reason: expected to contain {want!r}, got {got.get('reason', '')!r}")
             continue
-        if name == "grouped_with":
+        if name in ("grouped_with", "held_under"):
             want = incident_ids.get(want, f"(case {want!r} opened no incident)")
+        if name == "releases":
+            want = sorted(incident_ids.get(n, f"(case {n!r} opened no incident)") for n in want)
         have = got.get(name)
         if name == "answers" and isinstance(want, dict):
             have = {q: (have or {}).get(q) for q in want}

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
 from local.cloudwatch import play_alarm_states
+from local.dependency_report import dependency_of
 from local.event_sources import AsyncResult, BatchReport, http_event, invoke_async
 from local.outcomes import Outcome
 
@@ -199,6 +200,9 @@ def settle_invocation(pipeline: LocalDeployment, outcome: Outcome, result: Async
         outcome.execution_arn = f"{pipeline.state_machine_arn.replace(':stateMachine:', ':execution:')}:{first['execution_name']}"
     else:
         outcome.source_outcome, outcome.note = first["outcome"], first.get("reason")
+    outcome.dependency = dependency_of(first)
+    if first["outcome"] == "held":  # named by its incident, as a routed line is
+        outcome.item = replace(outcome.item, item_id=first.get("incident_id") or outcome.item.item_id)
     for each in results:
         progress(f"{outcome.item.label}: {each['outcome']} {each.get('key') or ''}".rstrip()
                  + (f" ({each['reason']})" if each.get("reason") else ""))

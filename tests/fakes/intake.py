@@ -44,6 +44,7 @@ from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import MAX_RACES
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS
+from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
 from decision_router.domain.ports import AlarmState, Claim, GroupRow, IncidentRow, Joined
@@ -233,6 +234,27 @@ class FakeOpenIncidents:
             row.update(status="resolved", resolved_at=_now(), resolved_by=delivery)
             return GroupRow.model_validate(_plain(row))
         return group
+
+    # ------------------------------------------------------------------ dependencies
+    def parents(self, slot: str) -> list[ParentEntry]:
+        entries = self.rows.get(slot, {}).get("parents", {})
+        return sorted((ParentEntry.model_validate({**value, "key": key}) for key, value in entries.items()),
+                      key=lambda e: (e.opened_at, e.key))
+
+    def register_parent(self, slot: str, entry: ParentEntry) -> None:
+        self._row(slot).setdefault("parents", {})[entry.key] = entry.model_dump(exclude={"key"})
+        row = self._row(entry.key)
+        row["parent_slots"] = row.get("parent_slots", set()) | {slot}
+
+    def unregister_parent(self, slot: str, key: str) -> None:
+        self.rows.get(slot, {}).get("parents", {}).pop(key, None)
+
+    def link_child(self, parent_key: str, child_key: str) -> bool:
+        row = self.rows.get(parent_key)
+        if row is None or row.get("status") != "open" or not ("execution_name" in row or "held_under" in row):
+            return False
+        row["held_children"] = row.get("held_children", set()) | {child_key}
+        return True
 
 
 # --------------------------------------------------------------------------- the decision endpoint

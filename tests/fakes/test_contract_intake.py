@@ -55,6 +55,7 @@ from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpo
 from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
+from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
@@ -358,6 +359,71 @@ def test_a_grouped_incident_is_listed_on_its_leaders_row(store):
     store.add_member("a", "c")
     store.add_member("a", "b")
     assert rows(store)["a"]["members"] == {"b", "c"}
+
+
+def parent(key: str, opened_at: str = T0, severity: str = "sev2") -> ParentEntry:
+    return ParentEntry(key=key, incident_id="INC-" + key, service="orders-db", severity=severity, opened_at=opened_at)
+
+
+def test_a_slot_lists_the_parents_registered_in_it_oldest_first_until_each_is_taken_out(store):
+    assert store.parents("parent#service#orders-db") == []
+    claim(store, "d1", key="p2")
+    claim(store, "d1", key="p1")
+    store.register_parent("parent#service#orders-db", parent("p2", T1))
+    store.register_parent("parent#service#orders-db", parent("p1", T0, "sev1"))
+    store.register_parent("parent#service#orders-db", parent("p1", T0, "sev1"))  # a retry writes the same
+    store.register_parent("parent#inhibit#r#abc", parent("p1", T0, "sev1"))
+    assert store.parents("parent#service#orders-db") == [parent("p1", T0, "sev1"), parent("p2", T1)]
+    assert store.get("p1").parent_slots == ["parent#inhibit#r#abc", "parent#service#orders-db"]
+    store.unregister_parent("parent#service#orders-db", "p1")
+    store.unregister_parent("parent#service#orders-db", "p1")  # gone already: nothing
+    store.unregister_parent("parent#service#nothing", "p1")  # no such slot: nothing
+    assert store.parents("parent#service#orders-db") == [parent("p2", T1)]
+    assert "parent#service#nothing" not in rows(store)
+
+
+def test_a_child_is_linked_only_to_an_open_parent_that_was_paged_or_is_held_under_one(store):
+    claim(store, "d1", key="paged")
+    assert not store.link_child("paged", "c1")  # open, but not routed yet
+    store.routed("paged", "d1", "exec-paged")
+    assert store.link_child("paged", "c1") and store.link_child("paged", "c2") and store.link_child("paged", "c1")
+    claim(store, "d1", key="held")
+    store.held("held", "d1", "held under paged", held_under="paged", held_item="{}")
+    assert store.link_child("held", "c3")
+    claim(store, "d1", key="window")
+    store.held("window", "d1", "a window", window="w", held_until=T2, held_item="{}")
+    assert not store.link_child("window", "c4")  # a window's hold pages nobody: it covers nothing
+    assert not store.link_child("missing", "c5")
+    store.resolve("paged", "ok", "over")
+    assert not store.link_child("paged", "c6")
+    found = rows(store)
+    assert found["paged"]["held_children"] == {"c1", "c2"} and found["held"]["held_children"] == {"c3"}
+    assert "missing" not in found
+    was = store.get("paged")
+    assert was.held_children == ["c1", "c2"] and was.resolved_by == "ok" and was.incident_id == "INC-paged"
+
+
+def test_the_dependency_writes_leave_the_rows_dynamodb_holds():
+    def life(store) -> None:
+        claim(store, "d1", key="p")
+        store.routed("p", "d1", "exec-p")
+        store.register_parent("parent#service#orders-db", parent("p"))
+        store.link_child("p", "c")
+        claim(store, "d1", key="c")
+        store.held("c", "d1", "held under p", held_under="p", held_item="{}")
+        store.register_parent("parent#service#checkout", parent("c"))
+        store.resolve("p", "ok", "over")
+        store.unregister_parent("parent#service#orders-db", "p")
+
+    fake = FakeOpenIncidents()
+    life(fake)
+    with created("OpenIncidentsTable") as stack:
+        adapter = OpenIncidents(stack.ref("OpenIncidentsTable"))
+        life(adapter)
+        held = rows(adapter)
+    drop = ("opened_at", "resolved_at")
+    assert ({k: {n: v for n, v in r.items() if n not in drop} for k, r in rows(fake).items()}
+            == {k: {n: v for n, v in r.items() if n not in drop} for k, r in held.items()})
 
 
 def test_the_unconditional_updates_write_a_row_that_is_not_there(store):

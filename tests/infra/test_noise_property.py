@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import event as event_note
 from hypothesis import strategies as st
 from moto import mock_aws
 
@@ -162,3 +163,90 @@ def test_no_noise_control_swallows_a_page_or_outlasts_its_window(intake, alarms,
                 reported = open_since[name] if source == "grafana" else at  # Grafana's first startsAt
                 assert service == "orders-db" and window_start <= reported < window_end
                 held_until[key] = window_end
+
+
+# ----------------------------------------------------------------------------- dependencies
+#: Services of a random dependency graph: each depends on one or two of those before it, the
+#: first on nothing (acyclic by construction).
+SERVICES = 4
+graph = st.tuples(st.just(frozenset()), *(st.frozensets(st.integers(0, i - 1), min_size=1, max_size=2)
+                                          for i in range(1, SERVICES)))
+#: Mostly the severities that may be held; a sev1 now and then.
+dependency_severity = st.sampled_from(["high", "medium", "medium", "low", "low", "critical"])
+
+
+@pytest.fixture
+def with_dependencies(intake):
+    """Each example's own dependency graph, on the function's policy (put back after)."""
+    import dataclasses
+
+    from decision_router.domain.dependencies import Dependencies
+
+    shipped = intake.intake.parts
+
+    def use(services: dict[str, list[str]], include_sev1: bool) -> None:
+        policy = shipped.policy.model_copy(update={"dependencies": Dependencies(services=services,
+                                                                                include_sev1=include_sev1)})
+        intake.intake._parts = dataclasses.replace(shipped, policy=policy)
+
+    yield use
+    intake.intake._parts = shipped
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parents=graph, include_sev1=st.booleans(),
+       alarms=st.lists(st.tuples(st.integers(0, SERVICES - 1), dependency_severity, st.integers(0, 30),
+                                 st.none() | st.integers(1, 60)), min_size=2, max_size=8))
+def test_no_dependency_hold_orphans_a_page(intake, with_dependencies, parents, include_sev1, alarms):
+    """Over random dependency graphs and alarm streams (services of their own per example):
+    - no sev1 is held unless the graph's rule includes sev1, nor a child more severe than its parent;
+    - every child still open when its parent resolves is routed by that resolution (it pages, or
+      joins the group its service's paged incident leads, as grouping would have had it), or held
+      again under another covered parent: an open held incident's parent is always open;
+    - a held incident's own resolution closes it, and it stays closed (nothing held is left open)."""
+    n = next(examples)
+    services = [f"d{n}-s{i}" for i in range(SERVICES)]
+    graph_of = {services[i]: sorted(services[j] for j in parents[i]) for i in range(SERVICES)}
+    with_dependencies(graph_of, include_sev1)
+    store = intake.incidents.store
+    day = datetime(2026, 12, 1, tzinfo=timezone.utc) + timedelta(days=n)  # a Tuesday on: no window holds them
+    names = [f"d{n}-a{i}" for i in range(len(alarms))]
+    keys = {name: f"arn:aws:cloudwatch:eu-west-1:123456789012:alarm:{name}" for name in names}
+    severity_of: dict[str, int] = {}
+    # Each alarm opens, and closes after its duration (None: still firing at the end).
+    steps = sorted([(opened, 0, i, "ALARM") for i, (_, _, opened, _) in enumerate(alarms)]
+                   + [(opened + lasted, 1, i, "OK") for i, (_, _, opened, lasted) in enumerate(alarms) if lasted])
+    for i, (minute, _, which, state) in enumerate(steps):
+        service_index, severity, _, _ = alarms[which]
+        name = names[which]
+        at = day + timedelta(hours=9, minutes=minute)
+        intake.incidents.clock = lambda now=at: now
+        event = cloudwatch(name, services[service_index], severity, state, at, i)
+        event["id"] = f"dep-{n}-{i}"
+        play_alarm_states(event)
+        answer = intake.lambda_handler(event, FakeLambdaContext())
+        (outcome,) = [o for a in answer.get("records", [answer]) for o in a.get("outcomes", [a])]
+        what = outcome["outcome"]
+        event_note(f"{state} {what}" + (" releasing" if outcome.get("released") else ""))
+        if state == "ALARM" and what == "held":
+            parent_row = store.get(outcome["held_under"])
+            assert SEV[severity] > 1 or include_sev1, f"a sev1 was held without include_sev1: {outcome}"
+            assert parent_row is not None and parent_row.status == "open", outcome
+            assert severity_of[outcome["held_under"]] <= SEV[severity], f"held under a less severe parent: {outcome}"
+        if state == "ALARM" and what in ("routed", "held", "grouped", "flapping"):
+            severity_of[keys[name]] = SEV[severity]
+        if state == "OK" and what == "resolved":
+            row = store.get(keys[name])
+            assert row is not None and row.status == "resolved"
+            for child in row.held_children:  # each still open was routed now, or is held under an open parent
+                child_row = store.get(child)
+                assert child_row is not None
+                if child_row.status == "open":  # routed (it paged), grouped under its service's paged leader, or moved
+                    assert (child_row.execution_name is not None or child_row.group is not None
+                            or child_row.held_under != keys[name]), f"{child} was left held under {keys[name]}: {outcome}"
+        for key in keys.values():  # after every delivery: nothing open is held under a resolved parent
+            row = store.get(key)
+            if (row is not None and row.status == "open" and row.held_under and row.execution_name is None
+                    and row.group is None):
+                parent = store.get(row.held_under)
+                assert parent is not None and parent.status == "open", f"{key} is held under a resolved {row.held_under}"

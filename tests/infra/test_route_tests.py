@@ -53,6 +53,8 @@ def test_the_shipped_suites_pass_and_cover_every_rule_and_noise_control(capsys):
             assert "outcome: grouped" in text and "more severe" in text
         if noise.get("flapping"):
             assert "outcome: flapping" in text
+        if (policy.get("dependencies") or {}).get("services"):
+            assert "outcome: held" in text and "held_under:" in text and "releases: [" in text
 
 
 def test_a_broken_rule_fails_its_case_with_a_diff(tmp_path, capsys):
@@ -80,6 +82,20 @@ def test_a_moved_maintenance_window_fails_the_cases_it_held(tmp_path, capsys):
     assert 'window: expected "orders-db-sunday-patching", got null' in out
 
 
+def test_a_dropped_dependency_fails_the_cases_it_held(tmp_path, capsys):
+    def no_checkout_dependency(raw):
+        raw["dependencies"]["services"]["checkout"] = []
+
+    status, out = run(capsys, str(REPO_ROOT / "events/route-tests/incident.yaml"),
+                      "--policy", changed_incident_policy(tmp_path, no_checkout_dependency))
+    assert status == 1
+    failing = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert failing == ["FAIL  incident.yaml: checkout-held-under-orders-db",
+                       "FAIL  incident.yaml: orders-db-recovery-releases-checkout"]
+    assert 'outcome: expected "held", got "routed"' in out
+    assert "releases: expected [" in out and "got []" in out
+
+
 def test_a_raised_threshold_sends_a_confident_answer_to_review(tmp_path, capsys):
     def stricter(raw):
         raw["questions"][1]["thresholds"]["min_confidence"] = 0.95  # team
@@ -97,6 +113,7 @@ def test_a_raised_threshold_sends_a_confident_answer_to_review(tmp_path, capsys)
     ("cases: [{name: a, item: {}, sample: events/x.json, expect: {}}]", "give exactly one of `sample`"),
     ("cases: [{name: a, item: {}, expect: {outcome: paged}}]", "cases.0.expect.outcome"),
     ("cases: [{name: a, item: {}, expect: {grouped_with: b}}]", "names 'b', which is no earlier case"),
+    ("cases: [{name: a, item: {}, expect: {releases: [a]}}]", "expect.releases names 'a', which is no earlier case"),
     ("cases: [{name: a, item: {}, answers: {team: {x: 0.8, y: 0.7}}, expect: {}}]", "add up to at most 1"),
 ])
 def test_a_malformed_suite_is_refused_naming_the_field(tmp_path, capsys, suite, message):

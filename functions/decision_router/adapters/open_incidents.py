@@ -10,6 +10,10 @@ the recent openings (`opens`, for flapping) and the resolution; the incident's `
 have neither and are never linked). A flap (ALARM, OK, ALARM) reopens
 the row as a new incident. A group of incidents (grouping) has a row of its own, keyed
 `group#<rule>#<digest>`: its leader (the routed incident), its members and those still open.
+A slot of the dependencies (`parent#...`, domain/dependencies.py) has a row of its own too: the
+covered incidents registered in it (`parents`, a map by incident key), read with one GetItem; an
+incident held under a parent is listed on the parent's row (`held_children`) and names it
+(`held_under`), so the parent's resolution finds its children by key, never by a Scan.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, TypeVar
 from boto3.dynamodb.types import TypeDeserializer
 from pydantic import BaseModel, ValidationError
 
+from ..domain.dependencies import ParentEntry
 from ..domain.linking import OpenIncident
 from ..domain.ports import Claim, GroupRow, IncidentRow, Joined
 from . import AwsAdapter
@@ -293,3 +298,50 @@ class OpenIncidents(AwsAdapter):
                 return _read(GroupRow, raw) if raw else None
             return _read(GroupRow, row)
         return group
+
+    # ------------------------------------------------------------------ dependencies (domain/dependencies.py)
+    def parents(self, slot: str) -> list[ParentEntry]:
+        """The covered incidents registered in `slot`, oldest first (one GetItem: no Scan)."""
+        raw = self._item(slot)
+        entries = _plain(raw).get("parents", {}) if raw else {}
+        return sorted((ParentEntry.model_validate({**value, "key": key}) for key, value in entries.items()),
+                      key=lambda e: (e.opened_at, e.key))
+
+    def register_parent(self, slot: str, entry: ParentEntry) -> None:
+        """Register a covered incident in `slot`, and the slot on its own row (its resolution
+        takes it off again). Each write is idempotent: a retried event writes the same."""
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": slot}},
+                                UpdateExpression="SET #p = if_not_exists(#p, :empty)",
+                                ExpressionAttributeNames={"#p": "parents"}, ExpressionAttributeValues={":empty": {"M": {}}})
+        value = {name: {"S": text} for name, text in entry.model_dump(exclude={"key"}).items()}
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": slot}},
+                                UpdateExpression="SET #p.#k = :entry",
+                                ExpressionAttributeNames={"#p": "parents", "#k": entry.key},
+                                ExpressionAttributeValues={":entry": {"M": value}})
+        self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": entry.key}},
+                                UpdateExpression="ADD parent_slots :s", ExpressionAttributeValues={":s": {"SS": [slot]}})
+
+    def unregister_parent(self, slot: str, key: str) -> None:
+        """Take the incident of `key` (resolved) out of `slot`; nothing when it is not there."""
+        try:
+            self.client.update_item(TableName=self.table_name, Key={"incident_key": {"S": slot}},
+                                    UpdateExpression="REMOVE #p.#k", ConditionExpression="attribute_exists(#p)",
+                                    ExpressionAttributeNames={"#p": "parents", "#k": key})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass
+
+    def link_child(self, parent_key: str, child_key: str) -> bool:
+        """List `child_key` on its parent's row, only while the parent is open and covered (paged:
+        an execution routed it; or held under a parent of its own). False: it is not, so the
+        child is not held. The parent's resolution reads this list with the row it closes, so a
+        child linked before it is released by it, and one after it is refused here."""
+        try:
+            self.client.update_item(
+                TableName=self.table_name, Key={"incident_key": {"S": parent_key}},
+                UpdateExpression="ADD held_children :c",
+                ConditionExpression="#s = :open AND (attribute_exists(execution_name) OR attribute_exists(held_under))",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":c": {"SS": [child_key]}, ":open": {"S": "open"}})
+            return True
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False

@@ -23,6 +23,7 @@ from ..items import ITEM_MODELS, Item, ItemKind, field_annotation, literal_value
 from ..severity import SeverityTable
 from ..validation import StrictModel, describe_errors
 from .conditions import Condition
+from .dependencies import Dependencies
 from .heads import Head, HeadFile, load_head, question_digest
 from .noise import NoiseControls
 
@@ -170,6 +171,9 @@ class Policy(StrictModel):
     noise: NoiseControls = Field(
         default_factory=NoiseControls, description="Grouping, flapping and maintenance windows of native-source "
                                                    "incidents (an incident policy's only).")
+    dependencies: Dependencies = Field(
+        default_factory=Dependencies, description="Which services depend on which, and inhibition rules: a new "
+                                                  "incident is held under its open parent (an incident policy's only).")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":
@@ -213,7 +217,10 @@ class Policy(StrictModel):
             problems.append("noise: grouping, flapping and maintenance windows apply to incidents only")
         problems += _duplicates("noise.grouping id", [g.id for g in self.noise.grouping])
         problems += _duplicates("noise.maintenance id", [w.id for w in self.noise.maintenance])
-        for where, field in self.noise.fields():
+        if not self.dependencies.empty and self.item_kind != "incident":
+            problems.append("dependencies: they apply to incidents only")
+        problems += _duplicates("dependencies.inhibit id", [r.id for r in self.dependencies.inhibit])
+        for where, field in self.noise.fields() + self.dependencies.fields():
             try:
                 field_annotation(model, field)
             except KeyError as error:
@@ -246,6 +253,11 @@ class Policy(StrictModel):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def warnings(self) -> list[str]:
+        """What loads but is likely a mistake (an undeclared service in a dependency)."""
+        return self.dependencies.warnings()
 
     def head_problems(self, question: Question, head: Head) -> list[str]:
         """Why `head` cannot decide `question` of this policy (its options, or the prompt it was

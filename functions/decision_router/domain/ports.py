@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from decision_contract import Decision, DecisionResult
 
+from .dependencies import ParentEntry
 from .head_versions import HeadPointer
 from .linking import OpenIncident
 from .precision import CheckCounts
@@ -64,11 +65,16 @@ class IncidentRow(BaseModel):
     incident_key: str
     status: Literal["open", "resolved"]
     opened_by: str | None = None
+    incident_id: str | None = None
     routed: bool = False
     execution_name: str | None = Field(None, description="The execution that routed it.")
     group: str | None = Field(None, description="The group it leads or was held in (grouping).")
     opens: list[str] = Field(default_factory=list, description="Its recent openings (flapping).")
-    held_item: str | None = Field(None, description="The incident a maintenance window holds, as JSON.")
+    held_item: str | None = Field(None, description="The incident a maintenance window or a parent holds, as JSON.")
+    resolved_by: str | None = Field(None, description="The delivery that resolved it.")
+    held_under: str | None = Field(None, description="The parent incident's key it is held under (dependencies).")
+    held_children: list[str] = Field(default_factory=list, description="The incidents held under it (dependencies).")
+    parent_slots: list[str] = Field(default_factory=list, description="The slots it is registered in as a parent.")
 
 
 class GroupRow(BaseModel):
@@ -124,6 +130,15 @@ class OpenIncidentStore(Protocol):
     def group_routed(self, group_key: str, execution_name: str) -> None: ...
 
     def leave_group(self, group_key: str, member: str, delivery: str) -> GroupRow | None: ...
+
+    # dependencies (domain/dependencies.py): covered incidents registered in slots, held children linked
+    def parents(self, slot: str) -> list[ParentEntry]: ...
+
+    def register_parent(self, slot: str, entry: ParentEntry) -> None: ...
+
+    def unregister_parent(self, slot: str, key: str) -> None: ...
+
+    def link_child(self, parent_key: str, child_key: str) -> bool: ...
 
 
 class AlarmStateReader(Protocol):

@@ -71,7 +71,11 @@ class NoiseTrace(_Why):
     window_action: str | None = None
     flapping_opens: int | None = Field(None, description="Openings of its key within the flapping window.")
     flapping_max: int | None = None
-    held: str | None = Field(None, description="grouped | flapping | suppressed when a control held it (no decision).")
+    held: str | None = Field(None, description="grouped | flapping | suppressed | held when a control held it (no decision).")
+    held_under: str | None = Field(None, description="The parent incident id it was held under (dependencies).")
+    parent_service: str | None = None
+    parent_opened: str | None = Field(None, description="When the parent opened (HH:MM, UTC).")
+    released_after: str | None = Field(None, description="The parent incident whose resolution released it.")
 
     def line(self) -> str:
         parts = []
@@ -82,6 +86,10 @@ class NoiseTrace(_Why):
             parts.append(f"window {self.window} ({self.window_action})")
         if self.flapping_opens is not None:
             parts.append(f"opened {self.flapping_opens}x (flapping above {self.flapping_max})")
+        if self.held_under is not None:
+            parts.append(f"held under {self.parent_service} incident {self.held_under}, opened {self.parent_opened}")
+        if self.released_after is not None:
+            parts.append(f"released when {self.released_after} resolved")
         if self.held is not None:
             parts.append(f"held: {self.held}")
         return ", ".join(parts) or "no noise control applied"

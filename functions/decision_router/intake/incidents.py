@@ -14,6 +14,8 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
   open incident of its group; its source keeps opening it; a maintenance window holds it): its row
   records it, an audit row of that outcome says why, nobody is paged. A window whose action is
   `review` routes the incident to review instead (outcome routed, with the window named);
+- held: a new incident of a service whose parent (the policy's `dependencies`) has an open,
+  covered incident: held under it (`dependency_holds.py`), routed when the parent resolves;
 - dead_lettered: an event of a kind no adapter maps, or one missing what the mapping needs:
   parked in the incident DLQ at once with the precise reason (retrying cannot help).
 A failure to reach the store or start the workflow raises, so Lambda retries the event and then
@@ -35,13 +37,15 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.noise import recent
-from ..domain.ports import OpenIncidentStore
+from ..domain.ports import IncidentRow, OpenIncidentStore
 from ..domain.records import AuditRow
 from ..domain.why import NoiseTrace
+from ..items import Incident
 from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.events import Opened, Resolved, SourceEvent, SourceEventError, SourceOutcome
 from ..sources.sns import carried
+from .dependency_holds import DependencyHolds
 from .noise_holds import NoiseHolds, iso
 from .pipeline import Intake
 from .resolutions import Resolutions
@@ -87,10 +91,16 @@ class IncidentIntake:
                           metrics=self.metrics)
 
     @cached_property
+    def dependency_holds(self) -> DependencyHolds:
+        return DependencyHolds(self.store, write_audit=self._write_audit, logger=self.logger, metrics=self.metrics)
+
+    @cached_property
     def resolutions(self) -> Resolutions:
+        dependencies = not self.intake.policy.dependencies.empty
         return Resolutions(self.store, self.wiring.alarm_states, self.wiring.workflow, self.wiring,
                            write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
-                           metrics=self.metrics)
+                           metrics=self.metrics,
+                           release=self._release_children if dependencies else None)
 
     def handle(self, event: dict, context: Any = None) -> dict:
         """One invocation: an EventBridge event, a Lambda alarm action, or an SNS event (each of
@@ -125,7 +135,7 @@ class IncidentIntake:
         if isinstance(outcome, Opened):
             return self._open(outcome, delivery, context)
         if isinstance(outcome, Resolved):
-            return self.resolutions.resolve(outcome, delivery)
+            return self.resolutions.resolve(outcome, delivery, context)
         touched = outcome.key is not None and self.store.touch(outcome.key, delivery)
         return self._ignore(outcome.source, outcome.key, outcome.reason, touched=touched)
 
@@ -150,6 +160,7 @@ class IncidentIntake:
         if claim in ("duplicate", "update") and noise.maintenance:
             released = self.holds.release(opened, delivery, now, context)
             if released is not None:
+                self._covered(opened.key, opened.incident)
                 return {**base, **released}
         if claim == "duplicate":
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
@@ -163,6 +174,25 @@ class IncidentIntake:
         held = self.holds.held(opened, delivery, opens, noise)
         if held is not None:
             return {**base, **held}
+        return self._decide(opened, delivery, context, opens)
+
+    def _release_children(self, was: IncidentRow, context: Any) -> list[dict]:
+        """The resolved incident's held children still open: each routed now (or held again)."""
+        return self.dependency_holds.release(
+            was, lambda opened, delivery, parent: self._decide(opened, delivery, context, None, released_after=parent))
+
+    def _decide(self, opened: Opened, delivery: str, context: Any, opens: list[str] | None, *,
+                released_after: str | None = None) -> dict:
+        """A new incident past flapping and maintenance holds (or a held child released when its
+        parent resolved): held under a covered parent, grouped, or routed."""
+        incident = opened.incident
+        noise, dependencies = self.intake.policy.noise, self.intake.policy.dependencies
+        at = iso(incident.reported_at)
+        base = {"key": opened.key, "incident_id": incident.incident_id}
+        if not dependencies.empty:
+            held_under = self.dependency_holds.hold(opened, delivery, dependencies)
+            if held_under is not None:
+                return {**base, **held_under}
         window = noise.window(incident, incident.reported_at)
         review = (f"maintenance window {window.id!r} ({window.description}): decided, and sent to review instead "
                   "of paging" if window is not None else None)
@@ -190,14 +220,19 @@ class IncidentIntake:
             took_over_from=took_over_from, window=window.id if window is not None else None,
             window_action=window.action if window is not None else None,
             flapping_opens=len(opens) if opens is not None and noise.flapping is not None else None,
-            flapping_max=noise.flapping.max_opens if opens is not None and noise.flapping is not None else None)
+            flapping_max=noise.flapping.max_opens if opens is not None and noise.flapping is not None else None,
+            released_after=released_after)
         summary = self.intake.route(incident, context, review_reason=review,
                                     noise=trace if trace != NoiseTrace() else None)
         self.store.routed(opened.key, delivery, summary["execution_name"],
                           group=group[1] if joined is not None and group is not None else None)
         if joined is not None and group is not None:
             self.store.group_routed(group[1], summary["execution_name"])
+        self._covered(opened.key, incident)
         result = {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
+        if released_after is not None:
+            result["released_after"] = released_after
+            result["reason"] = f"held under {released_after}, which resolved while it was still open: routed now"
         if window is not None:
             result["window"] = window.id
         if took_over_from is not None:
@@ -207,7 +242,18 @@ class IncidentIntake:
 
     def sweep_holds(self, context: Any = None) -> dict:
         """Route every open incident whose maintenance window has ended (the template's schedule)."""
-        return self.holds.sweep(self.clock(), context)
+        swept = self.holds.sweep(self.clock(), context)
+        for result in swept["outcomes"]:
+            row = self.store.get(result["key"])
+            if row is not None and row.held_item is not None:
+                self._covered(result["key"], Incident.model_validate_json(row.held_item))
+        return swept
+
+    def _covered(self, key: str, incident: Incident) -> None:
+        """A paged incident (routed, or a window's hold released): it may hold its dependents from now on."""
+        dependencies = self.intake.policy.dependencies
+        if not dependencies.empty:
+            self.dependency_holds.cover(key, incident, dependencies)
 
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one

@@ -146,6 +146,8 @@ class Intake:
         if policy.item_kind != self.kind:
             raise RuntimeError(f"POLICY_NAME={s.policy_name!r} decides {policy.item_kind}s; this function takes {self.kind}s")
         self.metrics.set_default_dimensions(policy=policy.name)
+        for warning in policy.warnings:  # it loads, but likely is not what was meant
+            self.logger.warning("policy warning", extra={"policy": policy.name, "warning": warning})
         router = Router(self.wiring.endpoint, destinations=s.destination_queues, review_queue_url=s.review_queue_url,
                         review_timeout_seconds=s.review_timeout_seconds,
                         wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False))

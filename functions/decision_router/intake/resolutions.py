@@ -7,13 +7,13 @@ audits it as resolved_at_source).
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..adapters.review import ReviewTaskGone
-from ..domain.ports import AlarmStateReader, OpenIncidentStore, Workflow
+from ..domain.ports import AlarmStateReader, IncidentRow, OpenIncidentStore, Workflow
 from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Resolved
 from .noise_holds import WriteAudit
@@ -30,20 +30,31 @@ class Ignore(Protocol):
 
 class Resolutions:
     def __init__(self, store: OpenIncidentStore, alarm_states: AlarmStateReader, workflow: Workflow, wiring: Wiring, *,
-                 write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics):
+                 write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics,
+                 release: Callable[[IncidentRow, Any], list[dict]] | None = None):
         """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
         row of a group whose last member is resolved. The review queue (from `wiring`) is reached
-        only when a resolved incident's execution still runs."""
+        only when a resolved incident's execution still runs. `release` (with the policy's
+        dependencies) routes what was held under the resolved incident."""
         self.store, self.alarm_states, self.workflow, self.wiring = store, alarm_states, workflow, wiring
+        self.release = release
         self.write_audit, self.ignore = write_audit, ignore
         self.logger, self.metrics = logger, metrics
 
-    def resolve(self, outcome: Resolved, delivery: str) -> dict:
+    def resolve(self, outcome: Resolved, delivery: str, context: Any = None) -> dict:
         refused = self._unconfirmed(outcome)
         if refused is not None:
             touched = self.store.touch(outcome.key, delivery)
             return self.ignore(outcome.source, outcome.key, refused, touched=touched)
         was = self.store.resolve(outcome.key, delivery, outcome.reason)
+        if was is None and self.release is not None:
+            again = self.store.get(outcome.key)
+            if again is not None and again.resolved_by == delivery and again.held_children:
+                # This delivery resolved it and is retried: its release may not have finished.
+                released = self.release(again, context)
+                return {"outcome": "resolved", "key": outcome.key, "execution_name": again.execution_name,
+                        "reason": f"{outcome.reason}; resolved already by this delivery: its held incidents "
+                                  f"released again ({len(released)} routed now)", "released": released}
         if was is None:
             return self.ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
                                "(already resolved, or never opened here)")
@@ -65,8 +76,15 @@ class Resolutions:
                                  {"group": group_key, "members": members, "execution_name": name},
                                  json.dumps({"group": group_key, "members": members}))
         closed = self._close_review(name, outcome.reason) if name else False
+        held = bool(was.held_under) and not was.execution_name  # (a released child was routed: it paged)
+        if held:
+            reason += f"; it was held under {was.held_under}: nobody was paged for it, and nothing stays open"
+        released = self.release(was, context) if self.release is not None else []
+        if released:
+            reason += f"; {len(released)} incident(s) held under it and still open: routed now"
         result = {"outcome": "resolved", "key": outcome.key, "reason": reason, "execution_name": name,
-                  "review_closed": closed}
+                  "review_closed": closed, **({"released": released} if self.release is not None else {}),
+                  **({"resolved_held_under": was.held_under} if held else {})}
         self.logger.info("incident resolved", extra=result)
         return result
 
