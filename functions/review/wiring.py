@@ -44,4 +44,4 @@ class Wiring:
     @cached_property
     def resolved_items(self) -> ResolvedItemStore | None:
         """The resolved-items store; None when the function is given none (nothing is kept)."""
-        return resolved_items(self.settings.resolved_items_table)
+        return resolved_items(self.settings)
