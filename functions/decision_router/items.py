@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from .evidence import Evidence
 from .severity import Severity
-from .validation import StrictModel, describe_errors
+from .validation import StrictModel, Url, describe_errors
 
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
@@ -87,7 +87,7 @@ class Reference(StrictModel):
 
     system: Name = Field(description="zendesk, jira, or the generic webhook's `system`.")
     id: ItemId
-    url: str | None = None
+    url: Url | None = None
 
 
 class Ticket(Item):
