@@ -30,6 +30,7 @@ SENDERS: dict[str, tuple[str, list[str]]] = {
     "TeamDeadLetterQueue": ("none", []),
     "RelearningQueue": ("aws:PrincipalArn", ["RelearningStateMachineRole"]),
     "RelearningDeadLetterQueue": ("none", []),
+    "ApprovalQueue": ("aws:PrincipalArn", ["RelearningStateMachineRole"]),
     "NotificationDeadLetterQueue": ("aws:SourceArn", ALARMS),
     "RelearningPromotionTopic": ("aws:PrincipalArn", ["RelearningStateMachineRole", "RelearningFunctionRole"]),
     "EscalationTopic": ("aws:SourceArn", ALARMS),
