@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo route-test replay review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
@@ -28,6 +28,7 @@ help:
 	@echo "make fuzz   Schemathesis against a real decision server on the embedded model (>= 1000 requests)"
 	@echo "make route-test [TESTS=suite.yaml ...] [POLICY=policy.json]   what must become of each item, checked (no model, no AWS)"
 	@echo "make replay POLICY=candidate.json [STACK=name | TABLE=name | ROWS=audit.jsonl] [SINCE=2026-11-01]   a policy change over audited items (default: the last demo or soak)"
+	@echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1]   remove one item's text from every table of a deployed stack (an erasure request)"
 	@echo "make learn  the relearning loop locally: route FIRST, answer its reviews from ANSWERS, relearn, route THEN (REPORT=out.jsonl)"
 	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
@@ -91,6 +92,13 @@ demo: $(STAMP)
 TESTS ?= events/route-tests/*.yaml
 route-test: $(STAMP)
 	$(PY) -m local.route_tests $(TESTS) $(if $(POLICY),--policy "$(POLICY)")
+
+# Erase (docs/operations/erase.md): one item's rows, by its full key kind:source:id, from every
+# table of the deployed stack STACK= that holds its text (ERASE_ARGS="--audit-table …" instead of a
+# stack); DRY_RUN=1 counts them only.
+erase: $(STAMP)
+	@test -n "$(ITEM)" || { echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1] [ERASE_ARGS=...]"; exit 2; }
+	$(PY) -m ops.erase "$(ITEM)" $(if $(STACK),--stack "$(STACK)") $(if $(DRY_RUN),--dry-run) $(ERASE_ARGS)
 
 # Replay (docs/operations/replay.md): a candidate policy over the items a stack audited, read only:
 # STACK= (its AuditTableName output) or TABLE= (a deployed stack), else ROWS= an export, by default

@@ -3,8 +3,8 @@
     python -m ops.heads status   --policy support-ticket --question queue
     python -m ops.heads history  --policy support-ticket --question queue
     python -m ops.heads rollback --policy support-ticket --question queue --reason "routes billing to sales"
-    python -m ops.heads approve  --token <task_token> --reason "checked the fit report"
-    python -m ops.heads reject   --token <task_token> --reason "one team's labels only"
+    python -m ops.heads approve  --run <run> --reason "checked the fit report"
+    python -m ops.heads reject   --run <run> --reason "one team's labels only"
 
 `rollback` puts back the head the one in service replaced (the shipped head when it was the
 first promotion); the routing functions pick it up within HEAD_REFRESH_SECONDS, no deploy. Every
@@ -17,8 +17,11 @@ HeadBucketName, HeadParameterPrefix, HeadHistoryTableName) or the flags.
 
 `approve` and `reject` answer a relearning run that waits for a person (RelearningApproval
 manual): the notice on the promotion topic (the stack's RelearningPromotionTopicArn) names the
-candidates, their verdicts and the task token. `approve` lets the run promote them; `reject`
-ends it with nothing promoted. Both keep who (`--by`) and why in the workflow's history.
+run, its candidates and their verdicts, never the task token; the token waits on the approval
+queue (the stack's ApprovalQueueUrl, APPROVAL_QUEUE_URL or `--approval-queue-url`), which only the
+relearning workflow may send to, and is read from there by the run's name. `approve` lets the run
+promote them; `reject` ends it with nothing promoted. Both keep who (`--by`) and why in the
+workflow's history, and take the request off the queue.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 from typing import Any
 
 from decision_router.adapters.head_store import HeadStore
-from decision_router.adapters.notices import ApprovalAnswers
+from decision_router.adapters.notices import ApprovalAnswers, ApprovalRequests
 from decision_router.domain.policies import PolicyError, load_policy
 
 
@@ -39,7 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["status", "history", "rollback", "approve", "reject"])
     p.add_argument("--policy", help="required for status, history and rollback")
     p.add_argument("--question", help="required for status, history and rollback")
-    p.add_argument("--token", help="approve, reject: the task token the approval notice carries")
+    p.add_argument("--run", help="approve, reject: the run the approval notice names")
+    p.add_argument("--approval-queue-url", default=os.environ.get("APPROVAL_QUEUE_URL", ""),
+                   help="approve, reject: where the runs' requests wait (the stack's ApprovalQueueUrl)")
     p.add_argument("--reason", default="", help="why (kept in the audit; required for rollback, approve, reject)")
     p.add_argument("--by", default=None, help="who rolls back or answers, in words (default: the caller's AWS identity; "
                                              "the caller's ARN is audited beside it either way)")
@@ -55,34 +60,47 @@ def caller() -> str:
     return str(boto3.client("sts").get_caller_identity()["Arn"])
 
 
-def answer(args: argparse.Namespace, answers: ApprovalAnswers | None) -> int:
+def answer(args: argparse.Namespace, answers: ApprovalAnswers | None, requests: ApprovalRequests | None) -> int:
     """approve / reject: the person's answer to a run waiting for approval."""
-    if not (args.token or "").strip():
-        print(f"error: --token: {args.action} needs the task token the approval notice carries", file=sys.stderr)
+    if not (args.run or "").strip():
+        print(f"error: --run: {args.action} needs the run the approval notice names", file=sys.stderr)
         return 2
     if not args.reason.strip():
         print(f"error: --reason: say why you {args.action} (it is kept in the workflow's history)", file=sys.stderr)
         return 2
+    if requests is None and not args.approval_queue_url:
+        print("error: not set: --approval-queue-url / APPROVAL_QUEUE_URL (the stack's ApprovalQueueUrl output)",
+              file=sys.stderr)
+        return 2
+    requests = requests or ApprovalRequests(args.approval_queue_url)
+    taken = requests.take(args.run.strip())
+    if taken is None:
+        print(f"error: no request of run {args.run.strip()!r} waits on the approval queue (answered already, timed "
+              "out, or another run)", file=sys.stderr)
+        return 1
+    token, receipt = taken
     answers = answers or ApprovalAnswers()
     by = args.by or caller()
     from botocore.exceptions import ClientError
 
     try:
-        (answers.approve if args.action == "approve" else answers.reject)(args.token.strip(), by=by,
-                                                                            reason=args.reason.strip())
+        (answers.approve if args.action == "approve" else answers.reject)(token, by=by, reason=args.reason.strip())
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
-        print(f"error: the workflow refused the answer ({code}): the run no longer waits on this token "
-              "(answered already, timed out, or not a token of it)", file=sys.stderr)
+        requests.remove(receipt)  # the run waits on it no more: a stale request
+        print(f"error: the workflow refused the answer ({code}): the run no longer waits on its request "
+              "(answered already, or timed out)", file=sys.stderr)
         return 1
-    print(json.dumps({"answer": args.action, "by": by, "reason": args.reason.strip()}, indent=2))
+    requests.remove(receipt)
+    print(json.dumps({"answer": args.action, "run": args.run.strip(), "by": by, "reason": args.reason.strip()}, indent=2))
     return 0
 
 
-def main(argv: list[str] | None = None, store: HeadStore | None = None, answers: ApprovalAnswers | None = None) -> int:
+def main(argv: list[str] | None = None, store: HeadStore | None = None, answers: ApprovalAnswers | None = None,
+         requests: ApprovalRequests | None = None) -> int:
     args = parser().parse_args(argv)
     if args.action in ("approve", "reject"):
-        return answer(args, answers)
+        return answer(args, answers, requests)
     if not args.policy or not args.question:
         print(f"error: {args.action} needs --policy and --question", file=sys.stderr)
         return 2

@@ -75,6 +75,8 @@ class Settings(BaseSettings):
         "Head store: the history of promotions, refusals and rollbacks (and each question's change lock).")
     resolved_items_table: str = _env("RESOLVED_ITEMS_TABLE_NAME",
         "Resolved items with their vectors: the review console's similar items (unset: none kept).")
+    resolved_items_retention_days: int = _env("RESOLVED_ITEMS_RETENTION_DAYS",
+        "Days a resolved item is kept for similar items (the table's TTL removes it after).", 180, ge=1)
     head_refresh_seconds: float = _env("HEAD_REFRESH_SECONDS",
         "How often the routing functions look for a newly promoted head.", 120.0, ge=0)
 

@@ -15,6 +15,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from .validation import Url
+
 
 class SourceEvidence(BaseModel):
     """What every native source's evidence has; each source's model extends it with its own
@@ -26,7 +28,7 @@ class SourceEvidence(BaseModel):
     source_ref: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)] = Field(
         description="The source's own id: alarm ARN, Health event ARN, finding id, PagerDuty incident id. "
                     "Also the correlation key.")
-    source_url: str | None = Field(None, description="A link to the item in the source's console, when it sends one.")
+    source_url: Url | None = Field(None, description="A link to the item in the source's console, when it sends one.")
     source_severity: str | None = Field(None, description="The source's severity label as mapped by the policy's "
                                                           "source_severity table (e.g. HIGH, P2, issue).")
     source_score: float | None = Field(None, description="A numeric severity the source sent (GuardDuty 1.0-10.0).")

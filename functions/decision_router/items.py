@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from .evidence import Evidence
 from .severity import Severity
-from .validation import StrictModel, describe_errors
+from .validation import StrictModel, Url, describe_errors
 
 ItemId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=20_000)]
@@ -89,7 +89,7 @@ class Reference(StrictModel):
 
     system: Name = Field(description="zendesk, jira, or the generic webhook's `system`.")
     id: ItemId = Field(description="The ticket's id in that system.")
-    url: str | None = Field(None, description="A link to the ticket there, when the system sends one.")
+    url: Url | None = Field(None, description="A link to the ticket there, when the system sends one (at most 2,048 characters).")
 
 
 class Ticket(Item):

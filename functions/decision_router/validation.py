@@ -3,7 +3,13 @@ the same way ('field.path: reason'); and the strict model the domain's input mod
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+
+#: A link back to an item in its own system: as long as browsers and proxies keep a URL (an
+#: unbounded one would carry its bytes into every record, to the workflow's input limit).
+Url = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2_048)]
 
 
 class StrictModel(BaseModel):

@@ -45,7 +45,7 @@ class Wiring:
     @cached_property
     def resolved_items(self) -> ResolvedItemStore | None:
         """The resolved-items store; None when the function is given none (nothing is kept)."""
-        return resolved_items(self.settings.resolved_items_table)
+        return resolved_items(self.settings)
 
     @cached_property
     def precision_tally(self) -> PrecisionTallies | None:

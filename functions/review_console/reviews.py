@@ -5,12 +5,14 @@ message of the pending execution, and the answer is checked against the executio
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from decision_router.adapters.review import ReviewTaskGone
+from decision_router.adapters.review import QueuedReview, ReviewTaskGone
+from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
 from decision_router.intake.precision_checks import count_check
@@ -23,6 +25,8 @@ from .wiring import Wiring, answer, now, readable, wiring
 
 logger = Logger(child=True)
 router = APIGatewayHttpRouter()
+#: Executions described at once while a listing checks its messages (boto3 clients are thread-safe).
+VERIFY_WORKERS = 8
 
 
 @router.get("/api/me")
@@ -39,7 +43,8 @@ def reviews() -> dict[str, Any]:
     given.queue.release(pending.reviews)  # shown, not taken: any reviewer may open one at once
     moment = now()
     summaries = []
-    for queued in pending.reviews:
+    trusted = verified(given, pending.reviews)
+    for queued in trusted:
         try:
             summaries.append(console.pending_summary(queued.review, given.policy(queued.review.record.policy.name), moment))
         except PolicyError as error:
@@ -47,8 +52,32 @@ def reviews() -> dict[str, Any]:
     query = router.current_event.query_string_parameters or {}
     shown = console.pending_list(summaries, kind=query.get("kind") or None, question=query.get("question") or None)
     return {"reviews": [s.model_dump() for s in shown], "malformed": len(pending.malformed),
+            "unverified": len(pending.reviews) - len(trusted),
             "kinds": sorted({s.item_kind for s in summaries}),
             "questions": sorted({q for s in summaries for q in s.questions})}
+
+
+def verified(given: Wiring, queued: list[QueuedReview]) -> list[QueuedReview]:
+    """The review messages whose execution vouches for them: it exists under the routing state
+    machine (the name is looked up there, never an ARN from the message), it is RUNNING, and its
+    input is the record the message carries. Anyone who may send to the review queue could put a
+    message there; one its execution does not vouch for is never listed (logged, and counted as
+    `unverified`). One DescribeExecution each, a few at a time."""
+    def vouched(review: QueuedReview) -> bool:
+        try:
+            record = given.workflow.running_record(review.review.execution_name)
+        except ExecutionNotRunning as error:
+            logger.warning("review message without a waiting execution", extra={
+                "execution_name": review.review.execution_name, "reason": str(error)})
+            return False
+        if record != review.review.record:
+            logger.warning("review message whose record is not its execution's", extra={
+                "execution_name": review.review.execution_name})
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=VERIFY_WORKERS) as pool:
+        return [review for review, ok in zip(queued, pool.map(vouched, queued)) if ok]
 
 
 @router.get("/api/reviews/<name>")

@@ -27,7 +27,7 @@ from decision_router.adapters import review as review_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
 from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
-from decision_router.adapters.similar_items import RECENT
+from decision_router.adapters.similar_items import RECENT, resolved_key
 from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
 from decision_router.domain.precision import CheckCounts
@@ -493,19 +493,22 @@ class FakeHeadStore:
 # ------------------------------------------------------------------------------ resolved items
 class FakeResolvedItems:
     """The resolved-items store (port `ResolvedItemStore`, adapter `adapters.similar_items.ResolvedItems`):
-    `rows` by (policy, resolved_key), the key the adapter writes (`<resolved_at>#<item_id>`: the
-    same item resolved at the same moment is one row)."""
+    `rows` by (policy, resolved_key), the key the adapter writes (`<kind>#<resolved_at>#<item_id>`:
+    the same item resolved at the same moment by the same kind is one row)."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], ResolvedItem] = {}
 
     def remember(self, resolved: ResolvedItem) -> None:
-        self.rows[(resolved.policy, f"{resolved.resolved_at}#{resolved.item_id}")] = resolved
+        self.rows[(resolved.policy, resolved_key(resolved))] = resolved
 
     def recent(self, policy: str, limit: int = RECENT) -> list[ResolvedItem]:
-        """The policy's latest `limit` resolved items, newest first."""
-        keys = sorted((k for k in self.rows if k[0] == policy), reverse=True)
-        return [self.rows[k] for k in keys[:limit]]
+        """The policy's latest `limit` resolved items of each kind, newest first."""
+        kept: list[ResolvedItem] = []
+        for kind in ("router#", "reviewer#"):
+            keys = sorted((k for k in self.rows if k[0] == policy and k[1].startswith(kind)), reverse=True)
+            kept.extend(self.rows[k] for k in keys[:limit])
+        return sorted(kept, key=lambda row: (row.resolved_at, row.item_id), reverse=True)
 
 
 # ------------------------------------------------------------------------------ precision tallies

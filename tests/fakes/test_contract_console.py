@@ -758,6 +758,15 @@ def test_recent_hands_over_a_policys_latest_resolved_items_newest_first(resolved
     assert resolved.recent("incident") == [other]
 
 
+def test_the_routers_and_the_reviewers_rows_each_have_their_own_window(resolved):
+    resolved.remember(answered := resolved_ticket("T-R", "2026-11-29T11:00:00.000+00:00"))
+    for minute in range(5):  # newer automatic routes: they fill the router's window only
+        resolved.remember(resolved_ticket(f"T-{minute}", f"2026-11-29T12:0{minute}:00.000+00:00").model_copy(
+            update={"resolved_by": "router"}))
+    assert [r.item_id for r in resolved.recent("support-ticket", limit=3)] == ["T-4", "T-3", "T-2", "T-R"]
+    assert resolved.recent("support-ticket", limit=3)[-1] == answered
+
+
 def test_the_same_resolution_kept_twice_is_one_row_the_later(resolved):
     at = "2026-11-29T12:00:00.000+00:00"
     resolved.remember(resolved_ticket("T-1", at, "billing"))

@@ -203,6 +203,22 @@ def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_toke
 
 
 @ON_THE_STACK
+def test_a_review_message_its_execution_does_not_vouch_for_is_never_listed(world, console):
+    """Anyone who may send to the review queue could list a made-up review ("URGENT from the CFO"):
+    a message is listed only when its execution runs under the routing workflow with its record."""
+    (real,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
+    made_up = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-666", "subject": "URGENT from the CFO"},
+                      UNSURE_TICKET)
+    world.send_review_message(PendingReview(task_token="t", execution_name="ticket-T-666-0123456789ab",
+                                            record=made_up).model_dump_json())  # no such execution
+    world.send_review_message(PendingReview(task_token="t", execution_name=real,
+                                            record=made_up).model_dump_json())  # a running one, another record
+    listing = console("GET", "/api/reviews")["json"]
+    assert [r["execution_name"] for r in listing["reviews"]] == [real]
+    assert listing["unverified"] == 2 and "URGENT" not in json.dumps(listing)
+
+
+@ON_THE_STACK
 def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(world, console):
     (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
 

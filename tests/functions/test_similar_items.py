@@ -10,25 +10,31 @@ from __future__ import annotations
 import io
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
+import pytest
 from aws_lambda_powertools import Logger
 from moto import mock_aws
 
 from bench.nearest_neighbour import kept_agreement
-from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.similar_items import RECENT, ResolvedItems
+from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.domain.similar import (
     SIMILAR_TERMS,
     ResolvedItem,
     item_terms,
+    mask_personal,
     nearest,
     resolved_item,
     summary,
 )
 from decision_router.intake.resolved_items import remember_resolved, resolved_items
 from decision_router.items import parse_item
+from local.cloudformation import Stack
+from tests.fakes.console import FakeResolvedItems
 from tests.functions.conftest import letters_only
 from tests.functions.test_intake_handlers import (  # noqa: F401 - fixtures
     ON_THE_STACK,
@@ -130,10 +136,11 @@ def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(world, capsys)
     record = decided(world.template, "ticket", TICKET, UNSURE_TICKET)
     log = io.StringIO()
     logger = Logger(service="resolved-items-test", stream=log)  # its own stream: no other test's handler
-    remember_resolved(record, {"queue": "billing"}, "router", resolved_items("no-such-table"), logger=logger)  # no raise
+    missing = resolved_items(Settings.from_env({"RESOLVED_ITEMS_TABLE_NAME": "no-such-table"}))
+    remember_resolved(record, {"queue": "billing"}, "router", missing, logger=logger)  # no raise
     assert "resolved item not kept for similar items" in log.getvalue() and "ResourceNotFoundException" in log.getvalue()
     assert '"ResolvedItemNotKept"' in capsys.readouterr().out  # counted, by policy
-    remember_resolved(record, {"queue": "billing"}, "router", resolved_items(""), logger=logger)  # no table: none kept
+    remember_resolved(record, {"queue": "billing"}, "router", resolved_items(Settings.from_env({})), logger=logger)  # no table: none kept
     assert capsys.readouterr().out == "" and log.getvalue().count("not kept") == 1
 
 
@@ -170,3 +177,89 @@ def test_an_answered_review_is_kept_and_shown_beside_a_look_alike_in_review(worl
     assert similar["summary"].startswith("Charged twice") and 0.3 < similar["similarity"] <= 1.0
     assert all(s["similarity"] < similar["similarity"]
                for s in console("GET", f"/api/reviews/{third}")["json"]["similar"])
+
+
+# ---------------------------------------------------------------------------- what a summary keeps
+@pytest.mark.parametrize(("text", "kept"), [
+    ("mail me at jane.doe+billing@example.co.uk now", "mail me at [email] now"),
+    ("card 4111 1111 1111 1111, 4111-1111-1111-1111 or 4111111111111111", "card [card], [card] or [card]"),
+    ("amex 3782 822463 10005 (15 digits)", "amex [card] (15 digits)"),
+    ("IBAN DE89 3704 0044 0532 0130 00 or GB82WEST12345698765432", "IBAN [iban] or [iban]"),
+    ("call +44 20 7946 0958, (555) 123-4567, 555-123-4567 or +14155552671",
+     "call [phone], [phone], [phone] or [phone]"),
+])
+def test_a_summary_masks_emails_cards_ibans_and_phone_numbers(text, kept):
+    assert mask_personal(text) == kept
+
+
+@pytest.mark.parametrize("text", [
+    "ticket T-12345, INC-2024-001 and ZD#48213 since 2026-11-29",  # ids glued to letters, a date
+    "order 1234, 3 items, v1.2.3 on 10.0.0.1 at 12:30, charged $49 twice (20 EUR)",  # short numbers
+    "error 0x80070005 in build 4.12.1-rc2",
+])
+def test_a_summary_keeps_ids_dates_and_short_numbers(text):
+    assert mask_personal(text) == text
+
+
+def test_a_kept_summary_holds_no_card_email_phone_or_iban():
+    item = parse_item("ticket", ticket("T-5", "Refund to jane@example.com", "Card 4111 1111 1111 1111, call me on "
+                                       "+44 20 7946 0958, or wire to DE89 3704 0044 0532 0130 00. Ticket T-4 too."))
+    kept = resolved_item(TICKETS, item, {"queue": "billing"}, resolved_by="alice", resolved_at="2026-12-01T10:00:00+00:00")
+    assert kept is not None
+    assert kept.summary == ("Refund to [email]\nCard [card], call me on [phone], or wire to [iban]. Ticket T-4 too.")
+
+
+# ---------------------------------------------------------------------------- how long a row is kept, who writes it
+RESOLVED_WRITERS = {"TicketIntakeFunction": ["support-ticket"], "IncidentIntakeFunction": ["incident"],
+                    "ReviewCompletionFunction": ["support-ticket", "incident"],
+                    "ReviewConsoleFunction": ["support-ticket", "incident"]}
+
+
+def test_every_role_that_writes_resolved_items_writes_only_its_policies_rows():
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+    table = stack.template["Resources"]["ResolvedItemsTable"]["Properties"]
+    assert table["KeySchema"][0] == {"AttributeName": "policy", "KeyType": "HASH"}  # what LeadingKeys reads
+    writers = {}
+    for name, resource in stack.template["Resources"].items():
+        for policy in resource.get("Properties", {}).get("Policies", []):
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                writes = any(a in ("dynamodb:PutItem", "dynamodb:BatchWriteItem", "dynamodb:*") for a in actions)
+                if "ResolvedItemsTable" in json.dumps(statement.get("Resource")) and writes:
+                    writers[name] = statement.get("Condition")
+    assert set(writers) == set(RESOLVED_WRITERS)
+    for name, condition in writers.items():
+        assert condition == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": RESOLVED_WRITERS[name]}}, name
+        policy_name = stack.template["Resources"][name]["Properties"].get("Environment", {}).get("Variables", {}).get("POLICY_NAME")
+        assert policy_name is None or [policy_name] == RESOLVED_WRITERS[name]  # an intake: its own policy only
+    # The review side answers both policies: no more names than the policies shipped.
+    assert sorted(p.stem for p in (REPO / "functions/decision_router/policies").glob("*.json")) == ["incident", "support-ticket"]
+
+
+@mock_aws
+def test_each_row_expires_its_retention_after_its_resolution_by_the_tables_ttl():
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint",
+                                   "ResolvedItemsRetentionDays": "30"}).create(only=["ResolvedItemsTable"])
+    table = stack.ref("ResolvedItemsTable")
+    dynamodb = boto3.client("dynamodb")
+    assert dynamodb.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+    settings = Settings.from_env({"RESOLVED_ITEMS_TABLE_NAME": table, "RESOLVED_ITEMS_RETENTION_DAYS": "30"})
+    store = resolved_items(settings)
+    assert store is not None and Settings.from_env({}).resolved_items_retention_days == 180  # the default
+    store.remember(resolved("T-1", "Charged twice", "refund one", "billing", at="2026-12-01T10:00:00.000+00:00"))
+    (row,) = dynamodb.scan(TableName=table)["Items"]
+    assert int(row["expires_at"]["N"]) == int(datetime(2026, 12, 31, 10, tzinfo=timezone.utc).timestamp())
+
+
+def test_two_thousand_automatic_routes_leave_the_reviewers_answers_in_the_window():
+    store = FakeResolvedItems()
+    answered = resolved("T-R", "Charged twice", "refund one", "billing", at="2026-11-01T10:00:00.000+00:00", by="alice")
+    store.remember(answered)
+    routed = resolved("T-0", "Charged twice", "refund one please", "billing")
+    for n in range(2000):  # all newer than the reviewer's answer
+        store.remember(routed.model_copy(update={"item_id": f"T-{n}", "resolved_at": f"2026-12-01T10:{n // 60:02}:{n % 60:02}.000+00:00"}))
+    window = store.recent("support-ticket")
+    assert answered in window and len(window) == RECENT + 1
+    found = nearest(item_terms(TICKETS, parse_item("ticket", TICKET)), window, k=2000)
+    assert any(s.by == "reviewer" and s.item_id == "T-R" for s in found)

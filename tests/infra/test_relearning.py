@@ -292,8 +292,9 @@ def notices(url: str) -> list[dict]:
 @pytest.mark.parametrize("approval", ["manual"])
 @pytest.mark.parametrize("answer", ["approve", "reject"])
 def test_with_manual_approval_a_candidate_waits_for_a_person(stack, answer, capsys):
-    """RelearningApproval manual: the passing candidate is announced with a task token and promoted
-    only once a person approves it (python -m ops.heads approve); a rejection promotes nothing."""
+    """RelearningApproval manual: the passing candidate is announced (the notice names the run, not
+    its task token, which waits on the approval queue) and promoted only once a person approves it
+    (python -m ops.heads approve --run); a rejection promotes nothing."""
     import threading
     import time
 
@@ -309,8 +310,10 @@ def test_with_manual_approval_a_candidate_waits_for_a_person(stack, answer, caps
         time.sleep(0.2)
     assert request is not None, done
     assert request["policy"] == POLICY and request["questions"][0]["promoted"]
+    assert "task_token" not in request and "Task.Token" not in json.dumps(request)
     assert store.pointer(POLICY, "queue").head_version == "know-nothing"  # nothing promoted while it waits
-    code = heads.main([answer, "--token", request["task_token"], "--reason", "checked the fit report", "--by", "ana"],
+    approvals = ["--approval-queue-url", stack.ref("ApprovalQueue")]
+    code = heads.main([answer, "--run", request["run"], "--reason", "checked the fit report", "--by", "ana", *approvals],
                       answers=ApprovalAnswers())
     assert code == 0, capsys.readouterr().err
     runner.join(600)
@@ -324,7 +327,5 @@ def test_with_manual_approval_a_candidate_waits_for_a_person(stack, answer, caps
         assert "promote" not in run.output and run.output["error"]["Error"] == "RelearningNotApproved", run.output
         assert "rejected by ana" in (run.output["error"].get("Cause") or "rejected by ana")
         assert store.pointer(POLICY, "queue").head_version == "know-nothing"
-    # The token is spent: a second answer is refused in words. (moto accepts a second
-    # SendTaskFailure on a spent token, which AWS refuses, so only the approval shows it here.)
-    if answer == "approve":
-        assert heads.main([answer, "--token", request["task_token"], "--reason", "again", "--by", "ana"]) == 1
+    # The request is answered and gone: a second answer is refused in words.
+    assert heads.main([answer, "--run", request["run"], "--reason", "again", "--by", "ana", *approvals]) == 1

@@ -100,13 +100,22 @@ def test_manual_approval_waits_for_a_person_before_the_promote_step(approval):
         states["ShadowJudged"]["Choices"] and states["EveryShadowRefused"]["Type"] == "Succeed"
     assert states["ApprovalMode"]["Result"] == "${RelearningApproval}"
     (manual,) = states["ApprovalNeeded"]["Choices"]
-    assert manual == {"Variable": "$.approval", "StringEquals": "manual", "Next": "AwaitApproval"}
+    assert manual == {"Variable": "$.approval", "StringEquals": "manual", "Next": "AnnounceApproval"}
     assert states["ApprovalNeeded"]["Default"] == "PromoteHeads"
-    wait = states["AwaitApproval"]
-    assert wait["Resource"] == "arn:aws:states:::sns:publish.waitForTaskToken" and wait["Next"] == "PromoteHeads"
-    assert wait["Parameters"]["TopicArn"] == "${RelearningTopicArn}"
+    # The notice on the topic names the run, never its task token (any subscriber reads a topic);
+    # the token waits on the approval queue, which only the relearning workflow may send to.
+    notice = states["AnnounceApproval"]
+    assert notice["Resource"] == "arn:aws:states:::sns:publish" and notice["Next"] == "AwaitApproval"
+    assert notice["Parameters"]["TopicArn"] == "${RelearningTopicArn}"
     assert props["DefinitionSubstitutions"]["RelearningTopicArn"] == stack.ref("RelearningPromotionTopic")
-    assert wait["Parameters"]["Message"]["task_token.$"] == "$$.Task.Token"
+    assert "$$.Task.Token" not in json.dumps(notice) and notice["Parameters"]["Message"]["run.$"] == "$$.Execution.Name"
+    assert not any("Task.Token" in json.dumps(state) for state in states.values()
+                   if "sns:publish" in state.get("Resource", ""))
+    wait = states["AwaitApproval"]
+    assert wait["Resource"] == "arn:aws:states:::sqs:sendMessage.waitForTaskToken" and wait["Next"] == "PromoteHeads"
+    assert wait["Parameters"]["QueueUrl"] == "${ApprovalQueueUrl}"
+    assert props["DefinitionSubstitutions"]["ApprovalQueueUrl"] == stack.ref("ApprovalQueue")
+    assert wait["Parameters"]["MessageBody"]["task_token.$"] == "$$.Task.Token"
     assert {"States.Timeout", "RelearningNotApproved"} <= set(wait["Catch"][0]["ErrorEquals"])
     assert wait["Catch"][0]["Next"] == "NotApproved" and states["NotApproved"]["Type"] == "Succeed"
     # each step message names its execution (the run `fit` and `promote` act on)

@@ -42,3 +42,49 @@ class ApprovalAnswers(AwsAdapter):
 
     def reject(self, token: str, *, by: str, reason: str) -> None:
         self.client.send_task_failure(taskToken=token, error=NOT_APPROVED, cause=f"rejected by {by}: {reason}"[:32_000])
+
+
+class ApprovalRequests(AwsAdapter):
+    """The approval queue (SQS): one message per run waiting for a person, with its task token
+    (the workflow's AwaitApproval state sends it; the promotion topic's notice names the run only)."""
+
+    service = "sqs"
+
+    def __init__(self, queue_url: str, client: Any = None):
+        if not queue_url:
+            raise ValueError("the approval queue's URL is empty (--approval-queue-url / APPROVAL_QUEUE_URL)")
+        super().__init__(client)
+        self.queue_url = queue_url
+
+    def take(self, run: str) -> tuple[str, str] | None:
+        """(task token, receipt handle) of the run's request, the others left visible at once;
+        None when no request of the run waits. A message that is not a request is left as it is."""
+        seen: set[str] = set()
+        mine: tuple[str, str] | None = None
+        others: list[str] = []
+        while mine is None:
+            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                                   VisibilityTimeout=30, WaitTimeSeconds=1).get("Messages", [])
+            new = [m for m in messages if m["MessageId"] not in seen]
+            if not new:
+                break
+            for message in new:
+                seen.add(message["MessageId"])
+                try:
+                    body = json.loads(message["Body"])
+                    found = body["execution"] == run and isinstance(body["task_token"], str)
+                except (ValueError, KeyError, TypeError):
+                    found = False
+                if found and mine is None:
+                    mine = (body["task_token"], message["ReceiptHandle"])
+                else:
+                    others.append(message["ReceiptHandle"])
+        for start in range(0, len(others), 10):
+            self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=[
+                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                for i, handle in enumerate(others[start:start + 10])])
+        return mine
+
+    def remove(self, receipt_handle: str) -> None:
+        """The answered request, off the queue."""
+        self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)

@@ -215,7 +215,8 @@ class ReviewMessages(Protocol):
 
 
 class ResolvedItemStore(Protocol):
-    """The resolved items kept for the console's similar items: one more kept, a policy's latest read."""
+    """The resolved items kept for the console's similar items: one more kept, a policy's latest
+    read (the latest `limit` of each kind, routed by the router and answered by a reviewer)."""
 
     def remember(self, resolved: ResolvedItem) -> None: ...
 

@@ -265,3 +265,37 @@ class AuditRow(_Record):
         if not isinstance(value, dict):
             raise ValueError(f"audit row {self.item_id}/{self.execution_name}: outcome_detail is not a JSON object")
         return value
+
+
+#: Step Functions refuses an execution input (and any state's input or output) over 256 KiB.
+STEP_FUNCTIONS_PAYLOAD_BYTES = 256 * 1024
+#: What the routing workflow adds to the record on its way (the review's answer and note, the
+#: outcome, the audit link): kept free, so a record that starts can also finish.
+WORKFLOW_RESERVE_BYTES = 32 * 1024
+#: The largest record an execution is started with.
+MAX_RECORD_BYTES = STEP_FUNCTIONS_PAYLOAD_BYTES - WORKFLOW_RESERVE_BYTES
+
+
+class RecordTooLarge(ValueError):
+    """A record too large to start the workflow with; no retry can make it smaller, so the item is
+    parked with this reason."""
+
+    failure_kind = "record_too_large"
+
+
+def record_bytes(record: DecisionRecord) -> int:
+    """The record's size as the workflow's input: its JSON in UTF-8 (what StartExecution counts)."""
+    return len(record.model_dump_json().encode("utf-8"))
+
+
+def check_size(record: DecisionRecord) -> None:
+    """RecordTooLarge, naming the size and what makes it large, when the record is over MAX_RECORD_BYTES."""
+    size = record_bytes(record)
+    if size <= MAX_RECORD_BYTES:
+        return
+    item = len(json.dumps(record.item, ensure_ascii=False).encode("utf-8"))
+    choices = len(json.dumps(record.review.choices).encode("utf-8"))
+    raise RecordTooLarge(
+        f"the decision record is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a routing execution may start with "
+        f"(Step Functions' {STEP_FUNCTIONS_PAYLOAD_BYTES:,}-byte input limit less {WORKFLOW_RESERVE_BYTES:,} kept for "
+        f"the workflow): the item is {item:,} bytes, its {len(record.review.choices)} review choices {choices:,} bytes")

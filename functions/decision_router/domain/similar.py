@@ -12,6 +12,7 @@ comparable after a relearning run promotes a new one. Cosine compares two of the
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +31,22 @@ NEAREST = 3
 SUMMARY_CHARS = 280
 #: Who resolves an item without a person.
 ROUTER = "router"
+#: Days a resolved item is kept (DynamoDB's TTL removes it after): the stack's
+#: ResolvedItemsRetentionDays, this when unset.
+RETENTION_DAYS = 180
+
+# What a summary never keeps, masked in this order (an email's digits are not a phone's). A card:
+# 13 to 19 digits, spaces or dashes between. An IBAN: a country, two check digits, 11 to 30
+# letters or digits in groups. A phone: 9 to 15 digits in two or more groups (or after a "+"); a
+# date (8 digits), a ticket id glued to its letters (T-12345, INC-2024-001) or a short number stays.
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_PHONE = re.compile(r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,5}(?:[ .-]\d{2,5}){1,4}(?![\w-])"
+                    r"|(?<![\w-])\+\d{9,15}(?![\w-])")
+MASKS = (("[email]", _EMAIL), ("[iban]", _IBAN), ("[card]", _CARD), ("[phone]", _PHONE))
+
+Kind = Literal["router", "reviewer"]
 
 Terms = dict[str, float]
 
@@ -63,7 +80,7 @@ class SimilarItem(BaseModel):
     resolved_by: str
     resolved_at: str
     similarity: float = Field(description="Cosine of the two items' vectors, 0 to 1.")
-    by: Literal["router", "reviewer"]
+    by: Kind
 
 
 def item_terms(policy: Policy, item: Item) -> Terms:
@@ -82,13 +99,36 @@ def item_terms(policy: Policy, item: Item) -> Terms:
     return {text.terms[column]: round(value / norm, 4) for column, value in heaviest}
 
 
+def mask_personal(text: str) -> str:
+    """`text` with its emails, card numbers, IBANs and phone numbers replaced by what they were
+    ("[email]", "[card]", "[iban]", "[phone]"): a resolved item shows how a look-alike was
+    answered, not whom it was about."""
+    for mask, pattern in MASKS:
+        text = pattern.sub(_phone if mask == "[phone]" else mask, text)
+    return text
+
+
+def _phone(found: re.Match[str]) -> str:
+    return "[phone]" if _phone_digits(found.group()) else found.group()
+
+
+def _phone_digits(found: str) -> bool:
+    """Whether a phone-shaped match has a phone's 9 to 15 digits (a date or a version has fewer)."""
+    return 9 <= sum(char.isdigit() for char in found) <= 15
+
+
 def summary(policy: Policy, item: Item) -> str:
     """The item's text as a reviewer reads it: its free-text fields (those the policy cuts to a
-    length: a subject, a body), one a line."""
+    length: a subject, a body), one a line, personal data masked (`mask_personal`)."""
     state = build_state(policy, item)
-    text = "\n".join(str(state[entry.key]) for entry in policy.state
-                     if entry.max_chars is not None and isinstance(state.get(entry.key), str))
+    text = mask_personal("\n".join(str(state[entry.key]) for entry in policy.state
+                                    if entry.max_chars is not None and isinstance(state.get(entry.key), str)))
     return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1].rstrip() + "…"
+
+
+def kind(resolved: ResolvedItem) -> Kind:
+    """Who answered it, as a kind: the router, or a reviewer (each kind has its own window)."""
+    return "router" if resolved.resolved_by == ROUTER else "reviewer"
 
 
 def cosine(a: Mapping[str, float], b: Mapping[str, float]) -> float:
@@ -110,7 +150,7 @@ def nearest(terms: Mapping[str, float], resolved: Sequence[ResolvedItem], *, exc
     scored.sort(key=lambda pair: (-pair[0], pair[1].item_id))
     return [SimilarItem(item_kind=row.item_kind, item_id=row.item_id, summary=row.summary, answers=row.answers,
                         target=row.target, resolved_by=row.resolved_by, resolved_at=row.resolved_at,
-                        similarity=round(score, 4), by="router" if row.resolved_by == ROUTER else "reviewer")
+                        similarity=round(score, 4), by=kind(row))
             for score, row in scored[:k]]
 
 

@@ -38,7 +38,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.noise import recent
 from ..domain.ports import IncidentRow, OpenIncidentStore
-from ..domain.records import AuditRow
+from ..domain.records import AuditRow, RecordTooLarge
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..severity import SeverityTable
@@ -120,14 +120,20 @@ class IncidentIntake:
             if (envelope.source, envelope.detail_type) == SWEEP:
                 return self.sweep_holds(context)
             if envelope.detail_type == OWN_DETAIL_TYPE:
-                summary = self.intake.handle(envelope.detail, context)
+                try:
+                    summary = self.intake.handle(envelope.detail, context)
+                except RecordTooLarge as error:
+                    return self.park(event, error)
                 return {**summary, "outcome": "routed" if summary["started"] else "duplicate"}
         source, native = read
         try:
             outcomes = native_outcomes(source, native, self.intake.policy.source_severity)
         except SourceEventError as error:
             return self.park(event, error)
-        results = [self._apply(outcome, outcome.delivery or native.id, context) for outcome in outcomes]
+        try:
+            results = [self._apply(outcome, outcome.delivery or native.id, context) for outcome in outcomes]
+        except RecordTooLarge as error:  # no retry makes it smaller
+            return self.park(event, error)
         return {"event_id": native.id, "source": native.source, "detail_type": native.detail_type,
                 "outcomes": results}
 
@@ -273,7 +279,7 @@ class IncidentIntake:
         self.logger.info("event ignored", extra=result)
         return result
 
-    def park(self, event: Any, error: SourceEventError) -> dict:
+    def park(self, event: Any, error: SourceEventError | RecordTooLarge) -> dict:
         """An event no retry can map: into the incident DLQ at once, the reason in its attributes
         (a failure to park raises, so Lambda retries and its on-failure destination keeps it)."""
         sns = carried(event)  # as it came: an event parked for a bad notification is parked too

@@ -37,7 +37,7 @@ from ..adapters.shadow_tally import ShadowTally
 from ..domain.linking import LinkedIncident
 from ..domain.policies import Policy, load_policy
 from ..domain.ports import ResolvedItemStore
-from ..domain.records import DecisionRecord
+from ..domain.records import DecisionRecord, RecordTooLarge, check_size
 from ..domain.routing import Router, ShadowHead
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
@@ -213,7 +213,8 @@ class Intake:
 
     def route(self, item: Item, context: Any = None, *, review_reason: str | None = None,
               noise: NoiseTrace | None = None, linked: LinkedIncident | None = None) -> dict:
-        """Route one validated item; raises when the workflow cannot start. With `review_reason`
+        """Route one validated item; raises when the workflow cannot start (RecordTooLarge: never
+        can, the caller parks the item). With `review_reason`
         (a maintenance window's) it is decided as usual and sent to review, paging nobody. `noise`
         (the noise controls the incident met) joins each decision's reason; `linked` (the open
         incident a ticket describes) goes on the record and, in one line, into each reason."""
@@ -231,6 +232,12 @@ class Intake:
             record = with_reason(record, noise=noise)
         if linked is not None:
             record = with_reason(record, linked=linked.line()).model_copy(update={"linked": linked})
+        try:
+            check_size(record)  # StartExecution would refuse it, on every retry alike
+        except RecordTooLarge as error:
+            self.metrics.add_metric(name="RecordsTooLarge", unit=MetricUnit.Count, value=1)
+            self.logger.error("record too large to route", extra={"item_id": item.item_id, "reason": str(error)})
+            raise
         name, started = self.wiring.workflow.start(record)
         summary = RouteOutcome(record, name, started).summary()
         if started and record.route == "auto":

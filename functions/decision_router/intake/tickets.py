@@ -30,6 +30,7 @@ from pydantic_core import from_json
 
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
+from ..domain.records import RecordTooLarge
 from ..items import InvalidItem, Ticket, parse_item
 from ..sources.sns import SnsNotification, carried, faults_the_notification
 from ..validation import describe_errors
@@ -101,10 +102,13 @@ class TicketIntake:
             ticket = parse_ticket(cast(str, record.body))  # SqsRecordModel's body is the message text
         except InvalidItem as error:
             self.intake.invalid(error)
-            self.park(record, error)
+            self.park(record, error, item_id=error.item_id)
             return {"item_id": error.item_id, "dead_lettered": True, "reason": str(error)}
         try:
             return self.intake.route(ticket, context, linked=self.link(ticket))
+        except RecordTooLarge as error:
+            self.park(record, error, item_id=ticket.ticket_id)
+            return {"item_id": ticket.ticket_id, "dead_lettered": True, "reason": str(error)}
         except WaitingForCapacity as waiting:
             self.wait_for_capacity(record, waiting)
             raise
@@ -129,11 +133,13 @@ class TicketIntake:
             "message_id": record.messageId, "receive_count": receives, "retry_in_seconds": seconds,
             "reason": str(waiting)})
 
-    def park(self, record: SqsRecordModel, error: InvalidItem) -> None:
-        """Put an invalid ticket on the ticket DLQ with the reason (a failure here fails the record,
-        so SQS redelivers it: nothing is lost)."""
+    def park(self, record: SqsRecordModel, error: InvalidItem | RecordTooLarge, *, item_id: str | None) -> None:
+        """Put a ticket no retry can route (invalid, or a record too large to start the workflow
+        with) on the ticket DLQ with the reason (a failure here fails the record, so SQS redelivers
+        it: nothing is lost)."""
+        kind = "invalid_item" if isinstance(error, InvalidItem) else error.failure_kind
         self.wiring.dead_letters.send(cast(str, record.body), {
-            "failure_kind": "invalid_item", "failure_reason": str(error), "item_id": error.item_id or "",
+            "failure_kind": kind, "failure_reason": str(error), "item_id": item_id or "",
             "source_message_id": record.messageId})
-        self.logger.warning("invalid ticket parked in the ticket DLQ", extra={
-            "message_id": record.messageId, "item_id": error.item_id, "reason": str(error)})
+        self.logger.warning("ticket parked in the ticket DLQ", extra={
+            "message_id": record.messageId, "item_id": item_id, "failure_kind": kind, "reason": str(error)})

@@ -22,7 +22,6 @@ from ..adapters.open_incidents import OpenIncidents
 from ..adapters.queues import Queue
 from ..adapters.review import AuditTrail, ReviewQueue, ReviewTasks
 from ..adapters.shadow_tally import ShadowTally
-from ..adapters.similar_items import ResolvedItems
 from ..adapters.workflow import WorkflowStarter
 from ..config import Settings
 from ..domain.ports import (
@@ -36,6 +35,7 @@ from ..domain.ports import (
     Waiting,
     Workflow,
 )
+from .resolved_items import resolved_items as resolved_item_store
 
 
 class Wiring:
@@ -119,5 +119,4 @@ class Wiring:
     @cached_property
     def resolved_items(self) -> ResolvedItemStore | None:
         """Where an item routed or answered is kept for the console's similar items; None: nowhere."""
-        table = self.settings.resolved_items_table
-        return ResolvedItems(table) if table else None
+        return resolved_item_store(self.settings)

@@ -1,0 +1,266 @@
+"""Erase one item's text from every table of a stack that holds it (a customer's erasure request).
+
+    python -m ops.erase ITEM [--stack NAME | --audit-table … --labelled-table … --resolved-table …
+                              --open-incidents-table … --idempotency-table … --review-queue-url …] [--dry-run]
+
+ITEM is the item's full key, `kind:source:id` (`ticket:email:T-1001`,
+`incident:cloudwatch:arn:aws:cloudwatch:…`: the id is everything after the second colon), as the
+pipeline names an item: the same id from another source is another item and is left alone. Each
+row is matched by the item it holds (its kind, its source and its id read from the row), never by
+an id alone. What holds an item's text, and what is removed there:
+
+| table / queue | rows of the item |
+|---|---|
+| audit | every outcome row (`item_id`, then each row's item read) |
+| labelled examples | the reviewer's answer kept for training (every policy) |
+| resolved items | the rows kept for the console's similar items (every policy, both kinds) |
+| open incidents | an incident's row (its id and source; incidents only) |
+| idempotency | the record kept a day for a duplicate delivery |
+| review queue | a pending review's message; its execution is stopped, so the review is never answered |
+
+Printed: one line per table with the rows removed (or, with --dry-run, found). Not erasable here:
+a Step Functions execution's history keeps its input 90 days (then Step Functions removes it), and
+the team queues' messages belong to their consumers. The webhook deliveries and the head history
+hold no item text (a delivery's hash and source; a shadow tally's counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, TextIO
+
+from decision_router.items import ITEM_MODELS
+
+#: Each table: its stack output and the flag that names it instead.
+TABLES = {"audit": "AuditTableName", "labelled": "LabelledExamplesTableName", "resolved": "ResolvedItemsTableName",
+          "open-incidents": "OpenIncidentsTableName", "idempotency": "IdempotencyTableName"}
+REVIEW_QUEUE = "ReviewQueueUrl"
+
+
+class EraseError(ValueError):
+    """An item key or a stack that cannot be erased from, in words."""
+
+
+@dataclass(frozen=True)
+class ItemKey:
+    kind: str
+    source: str
+    id: str
+
+    @classmethod
+    def parse(cls, text: str) -> ItemKey:
+        kind, _, rest = text.partition(":")
+        source, _, item_id = rest.partition(":")
+        if kind not in ITEM_MODELS:
+            raise EraseError(f"ITEM {text!r}: the kind {kind!r} is not one of {', '.join(sorted(ITEM_MODELS))} "
+                             f"(expected kind:source:id)")
+        if not source or not item_id:
+            raise EraseError(f"ITEM {text!r}: expected kind:source:id, e.g. ticket:email:T-1001")
+        return cls(kind, source, item_id)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.source}:{self.id}"
+
+    def holds(self, kind: Any, item: Any) -> bool:
+        """Whether a row's kind and item (a dict, or its JSON text) are this item."""
+        if kind != self.kind:
+            return False
+        if isinstance(item, str):
+            try:
+                item = json.loads(item)
+            except ValueError:
+                return False
+        if not isinstance(item, Mapping):
+            return False
+        model = ITEM_MODELS[self.kind]
+        return item.get(model.id_field) == self.id and item.get(model.source_field) == self.source
+
+
+@dataclass
+class Erased:
+    """Rows removed (or found, on a dry run) per table."""
+
+    dry_run: bool = False
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def report(self, out: TextIO) -> None:
+        verb = "found (dry run, nothing removed)" if self.dry_run else "removed"
+        for table, count in self.rows.items():
+            out.write(f"{table}: {count} row(s) {verb}\n")
+
+
+def _scan(dynamodb: Any, table: str, **filters: Any) -> Iterator[dict[str, Any]]:
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table, **filters):
+        yield from page["Items"]
+
+
+class Eraser:
+    """Finds and removes one item's rows, table by table (each given by name; an empty name: skipped)."""
+
+    def __init__(self, key: ItemKey, names: Mapping[str, str], *, dynamodb: Any, sqs: Any, stepfunctions: Any,
+                 dry_run: bool = False):
+        self.key, self.names, self.dry_run = key, names, dry_run
+        self.dynamodb, self.sqs, self.stepfunctions = dynamodb, sqs, stepfunctions
+
+    def erase(self) -> Erased:
+        erased = Erased(dry_run=self.dry_run)
+        steps: dict[str, Callable[[str], int]] = {
+            "audit": self.audit, "labelled": self.labelled, "resolved": self.resolved,
+            "open-incidents": self.open_incidents, "idempotency": self.idempotency}
+        for name, step in steps.items():
+            if self.names.get(name):
+                erased.rows[name] = step(self.names[name])
+        if self.names.get("review-queue"):
+            erased.rows["review-queue"] = self.review_queue(self.names["review-queue"])
+        return erased
+
+    def _delete(self, table: str, keys: list[dict[str, Any]]) -> int:
+        if not self.dry_run:
+            for key in keys:
+                self.dynamodb.delete_item(TableName=table, Key=key)
+        return len(keys)
+
+    def audit(self, table: str) -> int:
+        keys = []
+        for page in self.dynamodb.get_paginator("query").paginate(
+                TableName=table, KeyConditionExpression="item_id = :i", ExpressionAttributeValues={":i": {"S": self.key.id}}):
+            keys += [{"item_id": row["item_id"], "execution_name": row["execution_name"]} for row in page["Items"]
+                     if self.key.holds(row.get("item_kind", {}).get("S"), row.get("item", {}).get("S"))]
+        return self._delete(table, keys)
+
+    def labelled(self, table: str) -> int:
+        # Every policy's rows: the item is read from each row, whatever its sort key names it by.
+        keys = [{"policy_name": row["policy_name"], "item_id": row["item_id"]} for row in _scan(self.dynamodb, table)
+                if self.key.holds(row.get("item_kind", {}).get("S"), row.get("item", {}).get("S"))]
+        return self._delete(table, keys)
+
+    def resolved(self, table: str) -> int:
+        keys = []
+        for row in _scan(self.dynamodb, table):
+            body = json.loads(row.get("body", {}).get("S", "{}"))
+            # A resolved row keeps the item's kind and id (and its source, where it names one).
+            same = (body.get("item_kind") == self.key.kind and body.get("item_id") in (self.key.id, str(self.key))
+                    and body.get("source", self.key.source) == self.key.source)
+            if same:
+                keys.append({"policy": row["policy"], "resolved_key": row["resolved_key"]})
+        return self._delete(table, keys)
+
+    def open_incidents(self, table: str) -> int:
+        if self.key.kind != "incident":
+            return 0
+        keys = [{"incident_key": row["incident_key"]} for row in _scan(
+            self.dynamodb, table, FilterExpression="incident_id = :i AND #s = :s", ExpressionAttributeNames={"#s": "source"},
+            ExpressionAttributeValues={":i": {"S": self.key.id}, ":s": {"S": self.key.source}})]
+        return self._delete(table, keys)
+
+    def idempotency(self, table: str) -> int:
+        keys = []
+        for row in _scan(self.dynamodb, table):
+            try:
+                data = json.loads(row.get("data", {}).get("S", "null"))
+            except ValueError:
+                continue
+            if isinstance(data, dict) and self.key.holds(data.get("item_kind"), data.get("item")):
+                keys.append({"id": row["id"]})
+        return self._delete(table, keys)
+
+    def review_queue(self, queue_url: str) -> int:
+        """Delete the item's pending review messages and stop their executions; every other
+        message is made visible again at once."""
+        found: list[tuple[dict[str, Any], Any]] = []
+        others: list[tuple[dict[str, Any], Any]] = []
+        seen: set[str] = set()
+        while True:
+            messages = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=30,
+                                                WaitTimeSeconds=1).get("Messages", [])
+            new = [m for m in messages if m["MessageId"] not in seen]
+            if not new:
+                break
+            for message in new:
+                seen.add(message["MessageId"])
+                try:
+                    body = json.loads(message["Body"])
+                    record = body["record"]
+                    mine = self.key.holds(record.get("item_kind"), record.get("item"))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    mine = False
+                (found if mine else others).append((message, body if mine else None))
+        for start in range(0, len(others), 10):
+            self.sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                for i, (m, _) in enumerate(others[start:start + 10])])
+        for message, body in found:
+            if self.dry_run:
+                self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"],
+                                                   VisibilityTimeout=0)
+                continue
+            self._stop(body)
+            self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return len(found)
+
+    def _stop(self, body: Any) -> None:
+        arn = self.names.get("state-machine", "")
+        name = body.get("execution_name") if isinstance(body, dict) else None
+        if arn and name:
+            execution = arn.replace(":stateMachine:", ":execution:") + f":{name}"
+            try:
+                self.stepfunctions.stop_execution(executionArn=execution, error="ItemErased",
+                                                  cause="the item was erased on request")
+            except self.stepfunctions.exceptions.ExecutionDoesNotExist:
+                pass  # finished or never started: nothing waits for the message
+
+
+def names_of_stack(stack: str, client: Any) -> dict[str, str]:
+    """The tables, the review queue and the routing state machine of a deployed stack (its outputs)."""
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
+    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, "state-machine": "RoutingStateMachineArn"}
+    missing = sorted(output for output in wanted.values() if output not in outputs)
+    if missing:
+        raise EraseError(f"stack {stack} has no output {', '.join(missing)}")
+    return {name: outputs[output] for name, output in wanted.items()}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ops.erase", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("item", help="the item's full key, kind:source:id (e.g. ticket:email:T-1001)")
+    p.add_argument("--stack", help="a deployed stack's name: every table, queue and state machine from its outputs")
+    for name in TABLES:
+        p.add_argument(f"--{name}-table", default="", help=f"the {name} table's name (instead of --stack)")
+    p.add_argument("--review-queue-url", default="", help="the review queue's URL (instead of --stack)")
+    p.add_argument("--state-machine-arn", default="", help="the routing state machine (its waiting executions are stopped)")
+    p.add_argument("--dry-run", action="store_true", help="only count the rows, remove nothing")
+    return p
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any = None) -> int:
+    out = out or sys.stdout
+    args = parser().parse_args(argv)
+    if session is None:
+        import boto3
+
+        session = boto3.Session()
+    try:
+        key = ItemKey.parse(args.item)
+        if args.stack:
+            names = names_of_stack(args.stack, session.client("cloudformation"))
+        else:
+            names = {name: getattr(args, f"{name.replace('-', '_')}_table") for name in TABLES}
+            names |= {"review-queue": args.review_queue_url, "state-machine": args.state_machine_arn}
+            if not any(names.values()):
+                raise EraseError("name the stack (--stack) or at least one table or queue")
+    except EraseError as error:
+        print(f"erase: {error}", file=sys.stderr)
+        return 2
+    erased = Eraser(key, names, dynamodb=session.client("dynamodb"), sqs=session.client("sqs"),
+                    stepfunctions=session.client("stepfunctions"), dry_run=args.dry_run).erase()
+    out.write(f"erase {key}\n")
+    erased.report(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

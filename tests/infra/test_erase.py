@@ -1,0 +1,141 @@
+"""`make erase ITEM=kind:source:id` (ops/erase.py): one item's rows removed from every table of the
+real template that holds its text (created in moto from template.yaml), each table's count
+reported; the same id from another source, and every other item, left as they were."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.adapters.review import AuditTrail
+from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.domain.policies import load_policy
+from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.domain.similar import resolved_item
+from decision_router.items import parse_item
+from decision_router.review.completion import PendingReview
+from local.cloudformation import Stack
+from ops import erase
+from tests.functions.conftest import ALL_TARGETS, unsure_ticket
+
+ERASED = ["AuditTable", "LabelledExamplesTable", "ResolvedItemsTable", "OpenIncidentsTable", "IdempotencyTable"]
+#: Tables that hold no item text: a webhook delivery's hash and source; heads and shadow tallies.
+NO_ITEM_TEXT = {"WebhookDeliveriesTable", "HeadHistoryTable"}
+DESTINATIONS = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t in ALL_TARGETS}
+
+
+def test_every_table_of_the_template_is_erased_or_holds_no_item_text():
+    tables = {name for name, r in Stack.load().template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
+    assert tables == set(ERASED) | NO_ITEM_TEXT
+    assert {f"{name}Name" for name in ERASED} == set(erase.TABLES.values())
+
+
+def ticket_record(ticket_id: str, channel: str = "email") -> DecisionRecord:
+    record = unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=DESTINATIONS["billing"])
+    item = {**record.item, "channel": channel}
+    return record.model_copy(update={"item": item, "item_key": parse_item("ticket", item).key})
+
+
+def audit_row(record: DecisionRecord, execution: str) -> AuditRow:
+    return AuditRow(item_id=record.item_id, execution_name=execution, item_kind=record.item_kind, outcome="reviewed",
+                    outcome_detail="{}", route=record.route, route_reason=record.route_reason,
+                    policy_name=record.policy.name, policy_version=record.policy.version, decisions="[]",
+                    item=json.dumps(record.item), decided_at=record.decided_at, audited_at="2026-12-01T10:00:00Z")
+
+
+def labelled_row(record: DecisionRecord) -> dict[str, Any]:
+    """A row as the workflow's StoreLabelledExample state writes it (its columns)."""
+    return {"policy_name": {"S": record.policy.name}, "item_id": {"S": f"{record.item_id}-{record.item['channel']}"},
+            "item_kind": {"S": record.item_kind}, "item": {"S": json.dumps(record.item)}, "answers": {"S": "{}"},
+            "reviewer": {"S": "alice"}, "labelled_at": {"S": "2026-12-01T10:00:00Z"}}
+
+
+@pytest.fixture
+def stack():
+    with mock_aws():
+        yield Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=[*ERASED, "ReviewQueue"])
+
+
+def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
+    dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    mine, same_id_other_source, other = ticket_record("T-1"), ticket_record("T-1", "chat"), ticket_record("T-2")
+    audit, resolved = AuditTrail(stack.ref("AuditTable")), ResolvedItems(stack.ref("ResolvedItemsTable"))
+    policy = load_policy("support-ticket")
+    for minute, record in enumerate((mine, same_id_other_source, other)):
+        for n in (1, 2):
+            audit.write(audit_row(record, f"{record.item_id}-{record.item['channel']}-{n}"))
+        dynamodb.put_item(TableName=stack.ref("LabelledExamplesTable"), Item=labelled_row(record))
+        kept = resolved_item(policy, parse_item("ticket", record.item), {"queue": "billing"}, resolved_by="alice",
+                             resolved_at=f"2026-12-01T10:0{minute}:00.000+00:00")
+        assert kept is not None
+        resolved.remember(kept)
+        dynamodb.put_item(TableName=stack.ref("IdempotencyTable"), Item={
+            "id": {"S": f"intake#{record.item_key}"}, "status": {"S": "COMPLETED"}, "data": {"S": record.model_dump_json()}})
+    incidents = OpenIncidents(stack.ref("OpenIncidentsTable"))
+    incidents.claim("cloudwatch#arn:alarm:db", "d-1", incident_id="arn:alarm:db", source="cloudwatch")
+    incidents.claim("cloudwatch#arn:alarm:api", "d-2", incident_id="arn:alarm:api", source="cloudwatch")
+    # Pending reviews: the item's is stopped (its execution waits on the token) and deleted.
+    states = boto3.client("stepfunctions")
+    machine = states.create_state_machine(name="routing", roleArn="arn:aws:iam::123456789012:role/r", definition=json.dumps(
+        {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}))["stateMachineArn"]
+    execution = states.start_execution(stateMachineArn=machine, name="ticket-T-1-abc")["executionArn"]
+    for record, name in ((mine, "ticket-T-1-abc"), (other, "ticket-T-2-def")):
+        sqs.send_message(QueueUrl=stack.ref("ReviewQueue"), MessageBody=PendingReview(
+            task_token="tok", execution_name=name, record=record).model_dump_json())
+    names = ["--audit-table", stack.ref("AuditTable"), "--labelled-table", stack.ref("LabelledExamplesTable"),
+             "--resolved-table", stack.ref("ResolvedItemsTable"), "--open-incidents-table", stack.ref("OpenIncidentsTable"),
+             "--idempotency-table", stack.ref("IdempotencyTable"), "--review-queue-url", stack.ref("ReviewQueue"),
+             "--state-machine-arn", machine]
+
+    dry = io.StringIO()
+    assert erase.main(["ticket:email:T-1", *names, "--dry-run"], out=dry, session=boto3.Session()) == 0
+    assert "audit: 2 row(s) found (dry run, nothing removed)" in dry.getvalue()
+    assert len(audit.of_item("T-1")) == 4  # nothing removed
+
+    out = io.StringIO()
+    assert erase.main(["ticket:email:T-1", *names], out=out, session=boto3.Session()) == 0
+    assert out.getvalue().splitlines() == [
+        "erase ticket:email:T-1", "audit: 2 row(s) removed", "labelled: 1 row(s) removed",
+        "resolved: 2 row(s) removed",  # kept by kind and id: the other source's row of the same id too (no source kept)
+        "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "review-queue: 1 row(s) removed"]
+    # The other source's item and every other item are as they were.
+    assert sorted(json.loads(r.item)["channel"] for r in audit.of_item("T-1")) == ["chat", "chat"]  # type: ignore[union-attr]
+    assert len(audit.of_item("T-2")) == 2
+    labelled = dynamodb.scan(TableName=stack.ref("LabelledExamplesTable"))["Items"]
+    assert sorted(r["item_id"]["S"] for r in labelled) == ["T-1-chat", "T-2-email"]
+    assert [r.item_id for r in resolved.recent("support-ticket")] == ["T-2"]
+    idempotency = dynamodb.scan(TableName=stack.ref("IdempotencyTable"))["Items"]
+    assert len(idempotency) == 2 and all("T-1:" not in r["id"]["S"] or ":chat:" in r["id"]["S"] for r in idempotency)
+    left = sqs.receive_message(QueueUrl=stack.ref("ReviewQueue"), MaxNumberOfMessages=10)["Messages"]
+    assert [PendingReview.from_message(m["Body"]).execution_name for m in left] == ["ticket-T-2-def"]
+    assert states.describe_execution(executionArn=execution)["status"] == "ABORTED"
+
+    # An incident: its open-incident row goes, the other alarm's stays.
+    out = io.StringIO()
+    assert erase.main(["incident:cloudwatch:arn:alarm:db", *names], out=out, session=boto3.Session()) == 0
+    assert "open-incidents: 1 row(s) removed" in out.getvalue()
+    assert [r["incident_id"]["S"] for r in dynamodb.scan(TableName=stack.ref("OpenIncidentsTable"))["Items"]] == ["arn:alarm:api"]
+
+
+@pytest.mark.parametrize(("item", "why"), [
+    ("T-1", "the kind 'T-1' is not one of incident, ticket"),
+    ("ticket:email", "expected kind:source:id"),
+    ("ticket::T-1", "expected kind:source:id"),
+])
+def test_an_item_key_that_is_not_kind_source_id_is_refused_with_the_reason(item, why, capsys):
+    assert erase.main([item, "--audit-table", "audit"], session=object()) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_a_stack_names_every_table_the_queue_and_the_state_machine_by_its_outputs():
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
+        outputs = stack.outputs()
+    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, "RoutingStateMachineArn"}
+    assert wanted <= set(outputs)
