@@ -164,7 +164,9 @@ def _run(args: argparse.Namespace, answers: dict[str, tuple[dict[str, str], str]
         pipeline = cleanup.enter_context(LocalPipeline(log=log, parameters={
             **LOCAL_PARAMETERS, "HeadRefreshSeconds": "0", "RelearningMinNewLabels": "1",
             "RelearningShadowItems": str(args.shadow_items), "RelearningShadowCheckSeconds": "1",
-            "RelearningShadowTimeoutSeconds": str(SHADOW_TIMEOUT_SECONDS)}))
+            "RelearningShadowTimeoutSeconds": str(SHADOW_TIMEOUT_SECONDS),
+            # The demo's live items in shadow are routed, never reviewed: a deployment keeps the defaults.
+            "RelearningShadowMinReviewed": "0", "RelearningShadowMaxDisagreement": "1"}))
         shipped = args.shipped == "yes" or (args.shipped == "auto" and signals_at_hand(args.model or embedded_model_path()))
         # RELEARNING_SHIPPED_SETS unset: the shipped sets (relearning.app.shipped_sets); empty: none.
         relearning = LocalRelearning(pipeline.stack, log=log, env=None if shipped else {"RELEARNING_SHIPPED_SETS": ""})

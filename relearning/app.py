@@ -29,6 +29,7 @@ from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.notices import PromotionNotices
 from decision_router.adapters.review import LabelledExamples
 from decision_router.config import Settings
+from decision_router.domain import shadow
 from relearning.job import EndpointSignals, Relearning
 from training.fitting import REPO, SHIPPED
 
@@ -98,6 +99,10 @@ def job() -> Relearning:
                           shadow_items=int(os.environ.get("RELEARNING_SHADOW_ITEMS", "0")),
                           shadow_timeout_seconds=float(os.environ.get("RELEARNING_SHADOW_TIMEOUT_SECONDS", "604800")),
                           shadow_check_seconds=int(os.environ.get("RELEARNING_SHADOW_CHECK_SECONDS", "900")),
+                          shadow_min_reviewed=int(os.environ.get("RELEARNING_SHADOW_MIN_REVIEWED",
+                                                                 str(shadow.MIN_REVIEWED))),
+                          shadow_max_disagreement=float(os.environ.get("RELEARNING_SHADOW_MAX_DISAGREEMENT",
+                                                                       str(shadow.MAX_DISAGREEMENT))),
                           logger=logger)
     return _job
 

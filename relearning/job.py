@@ -50,6 +50,7 @@ from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
 from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.shadow_tally import ShadowTally
+from decision_router.domain import shadow
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
@@ -179,6 +180,7 @@ class Relearning:
                  max_reviewer_share: float = gate.MAX_REVIEWER_SHARE,
                  announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
+                 shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
                  clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
@@ -186,7 +188,10 @@ class Relearning:
         promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only.
         `shadow_items`: the live items each candidate must answer in shadow before it is judged
         again; `shadow_timeout_seconds`: how long the workflow waits for them (then the candidate
-        is refused), looking every `shadow_check_seconds`. `tally`: the shadow heads' counts (default: the head store's history table).
+        is refused), looking every `shadow_check_seconds`; of them at least `shadow_min_reviewed`
+        reviewed, and at most `shadow_max_disagreement` answered otherwise than the head in service
+        among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
+        counts (default: the head store's history table).
         `signals_dir`: the shipped signals (training/shipped_signals.py)."""
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
@@ -196,6 +201,10 @@ class Relearning:
                              "at least 1")
         self.shadow_items, self.shadow_timeout_seconds = shadow_items, shadow_timeout_seconds
         self.shadow_check_seconds = shadow_check_seconds
+        if shadow_min_reviewed < 0 or not 0 <= shadow_max_disagreement <= 1:
+            raise ValueError(f"shadow_min_reviewed {shadow_min_reviewed!r} must be 0 or more, shadow_max_disagreement "
+                             f"{shadow_max_disagreement!r} from 0 to 1")
+        self.shadow_min_reviewed, self.shadow_max_disagreement = shadow_min_reviewed, shadow_max_disagreement
         self.tally = tally or ShadowTally(store.history_table)
         self.clock, self.signals_dir = clock, signals_dir
         self.store, self.labels, self.endpoint = store, labels, endpoint
@@ -447,13 +456,16 @@ class Relearning:
                                   ("ServicePrecision", figures["service_precision"])):
                 if value is not None:
                     question_metric(metric, policy.name, shadowed["question"], value)
-        if not timed_out and any(c.items < self.shadow_items for c in counts.values()):
+        if not timed_out and any(c.items < self.shadow_items or c.reviewed < self.shadow_min_reviewed
+                                 for c in counts.values()):
             return {"ready": False, "waited_seconds": round(waited), "min_items": self.shadow_items,
-                    "shadowed": {q: c.items for q, c in counts.items()}}
+                    "min_reviewed": self.shadow_min_reviewed, "shadowed": {q: c.items for q, c in counts.items()},
+                    "reviewed": {q: c.reviewed for q, c in counts.items()}}
         verdicts = []
         for shadowed in started["questions"]:
             question_id, tally = shadowed["question"], counts[shadowed["question"]]
-            ok, reason = shadow_verdict(tally, self.shadow_items, timed_out=timed_out)
+            ok, reason = shadow_verdict(tally, self.shadow_items, min_reviewed=self.shadow_min_reviewed,
+                                        max_disagreement=self.shadow_max_disagreement, timed_out=timed_out)
             self.store.put(shadow_verdict_key(run, policy.name, question_id), json.dumps(
                 {"promoted": ok, "reason": reason, "sha256": shadowed["sha256"], "counts": tally.figures(),
                  "waited_seconds": round(waited)}, sort_keys=True).encode())

@@ -101,7 +101,9 @@ def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
                          work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
-                         shadow_items=shadow_items, shadow_check_seconds=1, signals_dir=tmp_path / "none-shipped")
+                         shadow_items=shadow_items, shadow_check_seconds=1,
+                         shadow_min_reviewed=0, shadow_max_disagreement=1.0,  # live items here are not reviewed
+                         signals_dir=tmp_path / "none-shipped")
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
