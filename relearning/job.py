@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from aws_lambda_powertools import Logger
 
@@ -50,6 +50,7 @@ from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
 from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.shadow_tally import ShadowTally
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.domain import shadow
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
@@ -113,11 +114,24 @@ class LabelledRow:
     answers: dict[str, str]
     suggested: dict[str, str]  # the model's answer per question, where the model answered
     corrected_auto: bool  # the row is a correction of an automatic route
-    reviewer: str | None = None  # who answered (None: the row names nobody)
+    reviewer: str | None = None  # the display name the answer gave (None: the row names nobody)
+    #: Who answered, authenticated: the row's `reviewer_id` where the stack's key signed it for this
+    #: row's execution; None (counted as gate.UNAUTHENTICATED) for every other row.
+    reviewer_id: str | None = None
 
 
-def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[LabelledRow], list[str]]:
-    """The table's rows as cases (a row that does not parse is reported, never fatal)."""
+def verified_identity(row: Mapping[str, str], key: SigningKey | None) -> str | None:
+    """The row's reviewer identity when its signature verifies with `key`; else None. Without a
+    key (a run outside a stack) no row's identity can be verified: none counts apart."""
+    reviewer_id, execution = (row.get("reviewer_id") or "").strip(), row.get("execution_name") or ""
+    if key is None or not reviewer_id or not key.review_verified(execution, reviewer_id, row.get("identity_signature")):
+        return None
+    return reviewer_id
+
+
+def read_labels(rows: Sequence[dict[str, str]], key: SigningKey | None = None) -> tuple[list[LabelledRow], list[str]]:
+    """The table's rows as cases (a row that does not parse is reported, never fatal), each with
+    its verified reviewer identity (`verified_identity`)."""
     found, problems = [], []
     for number, row in enumerate(rows, start=1):
         try:
@@ -129,7 +143,7 @@ def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[LabelledRow], list
         suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
         found.append(LabelledRow(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
                               (row.get("route_reason") or "").startswith("correction by"),
-                              (row.get("reviewer") or "").strip() or None))
+                              (row.get("reviewer") or "").strip() or None, verified_identity(row, key)))
     return found, problems
 
 
@@ -181,6 +195,7 @@ class Relearning:
                  announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
                  shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
+                 signing_key: SigningKey | None = None,
                  clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
@@ -192,7 +207,8 @@ class Relearning:
         reviewed, and at most `shadow_max_disagreement` answered otherwise than the head in service
         among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
         counts (default: the head store's history table).
-        `signals_dir`: the shipped signals (training/shipped_signals.py)."""
+        `signals_dir`: the shipped signals (training/shipped_signals.py). `signing_key`: the stack's
+        key, which verifies who answered each label (the gate counts verified identities only)."""
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
         if shadow_items < 0 or shadow_timeout_seconds <= 0 or shadow_check_seconds < 1:
@@ -205,6 +221,7 @@ class Relearning:
             raise ValueError(f"shadow_min_reviewed {shadow_min_reviewed!r} must be 0 or more, shadow_max_disagreement "
                              f"{shadow_max_disagreement!r} from 0 to 1")
         self.shadow_min_reviewed, self.shadow_max_disagreement = shadow_min_reviewed, shadow_max_disagreement
+        self.signing_key = signing_key
         self.tally = tally or ShadowTally(store.history_table)
         self.clock, self.signals_dir = clock, signals_dir
         self.store, self.labels, self.endpoint = store, labels, endpoint
@@ -220,7 +237,7 @@ class Relearning:
         policy = shipped_policy(policy_name)
         runs = self.store.history(policy.name, RUNS, limit=1)
         since = runs[0]["at"] if runs else ""
-        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)))
+        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
         new = [row for row in labelled if row.labelled_at > since]
         question_metric("LabelsSinceRelearning", policy.name, "*", len(new))
         for question in policy.questions:
@@ -248,10 +265,10 @@ class Relearning:
             if mine:
                 cases += mine
                 sources.append(path.name)
-        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)))
+        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
         for problem in problems:
             self.logger.warning("labelled example not used", extra={"problem": problem})
-        times = {row.case.where: (row.labelled_at, row.reviewer) for row in labelled}
+        times = {row.case.where: (row.labelled_at, row.reviewer_id) for row in labelled}
         cases += [row.case for row in labelled]
         sources.append(f"labelled examples table ({len(labelled)} reviews)")
         return cases, times, sources

@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
+from decision_router.domain.signatures import cognito_identity
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
@@ -96,7 +97,8 @@ def answer_review(name: str) -> dict[str, Any]:
                                   reviewer_username=who.username, reviewer_email=who.email,
                                   answers=answered.answers, note=answered.note)
     try:
-        output = submit_review(completion, record, tasks=given.tasks)
+        output = submit_review(completion, record, tasks=given.tasks, reviewer_id=cognito_identity(who.sub),
+                               sign=given.identity_signer())
     except InvalidReview:
         given.queue.release([queued])
         raise

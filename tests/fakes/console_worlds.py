@@ -28,6 +28,7 @@ import pytest
 from moto import mock_aws
 
 from decision_router.adapters.review import AuditTrail
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.records import AuditRow, DecisionRecord
@@ -189,7 +190,8 @@ class PlayedWorkflow(RecordingWorkflow):
     def _answered(self, execution: Execution, given: dict[str, Any], answer: dict[str, Any]) -> None:
         """CheckReviewAnswer* and LookUpReviewChoice, then the route the chosen answer names."""
         accepted = (answer.get("execution_name") == execution.name and isinstance(answer.get("reviewer"), str)
-                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"])
+                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"]
+                    and isinstance(answer.get("reviewer_id"), str) and isinstance(answer.get("identity_signature"), str))
         if not accepted:
             raise NotPlayed(f"{execution.name}: the workflow refuses this answer (RejectReviewAnswer): {answer}")
         chosen = json.loads(answer["choice"])
@@ -215,6 +217,7 @@ class PlayedWorkflow(RecordingWorkflow):
                 "policy_name": given["policy"]["name"], "item_id": given["item_id"],
                 "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
                 "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
+                "reviewer_id": answer["reviewer_id"], "identity_signature": answer["identity_signature"],
                 "model_decisions": _compact(given["decisions"]), "route_reason": given["route_reason"],
                 "execution_name": name, "labelled_at": entered_time(self.clock())})
         self.audit.write(AuditRow(
@@ -255,6 +258,8 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.audit = FakeAuditTrail()
         self.examples = FakeLabelledExamples()
         self.resolved_items = FakeResolvedItems()
+        # SigningKeySecret is not created in this world: the functions get its key as bytes.
+        self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
                                        review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
                                        examples=self.examples, queue_at=self._queue_at)
@@ -267,7 +272,7 @@ class ConsoleWorld(_Questions, FakeWorld):
 
         wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
                         workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
-                        resolved_items=self.resolved_items)
+                        resolved_items=self.resolved_items, signing_key=self.signing_key)
         return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,7 +282,8 @@ class ConsoleWorld(_Questions, FakeWorld):
 
         monkeypatch.setattr(app, "WIRING", Wiring(
             Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
-            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items))
+            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items,
+            signing_key=self.signing_key))
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:
@@ -347,6 +353,7 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def __init__(self) -> None:
         super().__init__()
         self.audit = AuditTrail(self.ref("AuditTable"))
+        self.signing_key = SigningKey.from_secret(self.ref("SigningKeySecret"))
 
     def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""

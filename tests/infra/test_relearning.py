@@ -25,6 +25,7 @@ from moto import mock_aws
 from decision_router.adapters.head_store import REFUSED, HeadStore
 from decision_router.adapters.notices import ApprovalAnswers, PromotionNotices
 from decision_router.adapters.review import LabelledExamples
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.intake.pipeline import Intake
@@ -51,12 +52,18 @@ def shipped_rows(n: int) -> list[dict]:
 
 
 def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
-    """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart."""
+    """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart, each
+    answered by one of three console reviewers (their `sub` signed with the stack's key)."""
     dynamodb = boto3.client("dynamodb")
+    (secret,) = [s["ARN"] for s in boto3.client("secretsmanager").list_secrets()["SecretList"]
+                 if "SigningKeySecret" in s["Name"]]
+    key = SigningKey.from_secret(secret)
     for i, (row, gold) in enumerate(zip(rows, golds)):
+        reviewer_id = f"cognito:{REVIEWERS[i % len(REVIEWERS)]}"
         item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
                 "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
                 "reviewer": REVIEWERS[i % len(REVIEWERS)], "model_decisions": "[]", "route_reason": "queue: confidence low",
+                "reviewer_id": reviewer_id, "identity_signature": key.review_signature(f"e-{i}", reviewer_id),
                 "execution_name": f"e-{i}", "labelled_at": f"2026-11-30T{i // 60:02d}:{i % 60:02d}:00Z"}
         dynamodb.put_item(TableName=table, Item={k: {"S": v} for k, v in item.items()})
 
@@ -103,7 +110,8 @@ def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
                          work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
                          shadow_items=shadow_items, shadow_check_seconds=1,
                          shadow_min_reviewed=0, shadow_max_disagreement=1.0,  # live items here are not reviewed
-                         signals_dir=tmp_path / "none-shipped")
+                         signals_dir=tmp_path / "none-shipped",
+                         signing_key=SigningKey.from_secret(env["SIGNING_KEY_SECRET_ARN"]))
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:

@@ -181,6 +181,7 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
 
 
 def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_review_messages(stack):
+    # and read the signing key: it signs who answered (docs/security.md)
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
@@ -191,7 +192,8 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
                       (("states:DescribeExecution",), executions),
                       (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn")),
-                      (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn"))}
+                      (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn")),
+                      (("secretsmanager:GetSecretValue",), stack.ref("SigningKeySecret"))}
     # The answered item is kept for similar items: a row of its own, never another table.
     # A reviewer's answer counts for the head serving in shadow: its tally rows, and no other row.
     (tally,) = [s for s in stack.resolve(policy)["Statement"] if s["Action"] == "dynamodb:UpdateItem"]
@@ -325,3 +327,18 @@ def test_a_reviewer_cannot_change_their_own_email_and_mfa_is_a_parameter():
     off = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
     pool = off.resolve(off.properties("ReviewerUserPool"))
     assert pool["MfaConfiguration"] == "OFF" and "EnabledMfas" not in pool
+
+
+def test_only_the_functions_that_sign_or_verify_may_read_the_signing_key(stack):
+    """The key signs who answered and the heads the gate passed: a function that could read it could
+    sign for anyone, so only the review function, the console, the relearning function and the
+    routing functions (which verify heads) hold the grant."""
+    arn = stack.ref("SigningKeySecret")
+    readers = set()
+    for logical_id in stack.of_type("AWS::Serverless::Function", "AWS::IAM::Role"):
+        text = json.dumps(stack.resolve(stack.properties(logical_id)))
+        if "secretsmanager:GetSecretValue" in text and arn in text:
+            readers.add(logical_id)
+    assert readers <= {"ReviewCompletionFunction", "ReviewConsoleFunction", "RelearningFunctionRole",
+                       "TicketIntakeFunction", "IncidentIntakeFunction"}
+    assert {"ReviewCompletionFunction", "ReviewConsoleFunction"} <= readers  # the relearning role: RelearningImageUri only
