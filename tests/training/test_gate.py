@@ -202,3 +202,52 @@ def test_one_reviewers_poisoned_labels_are_refused_by_the_gate():
         assert not verdict.promote
         assert verdict.reason.startswith(f"one reviewer ({reviewer or gate.UNAUTHENTICATED}) gave {len(split.held_out)} of the "
                                          f"{len(split.held_out)} labels to judge on")
+
+
+def poisoned_rows(names: list[str], key: bytes | None, identity: str = "iam:arn:aws:iam::123456789012:user/mallory"):
+    """200 reviews of new sev2 payouts incidents (truly P2) answered P4 under `names` in turn, as
+    the routing workflow stores them: all by one caller, its identity signed with `key` (None: the
+    rows carry no signature, as a SendTaskSuccess sent straight to Step Functions leaves them)."""
+    from decision_router.domain.signatures import review_identity_signature
+
+    rng = random.Random(5)
+    rows = []
+    for n in range(200):
+        item = {"incident_id": f"LIVE-{n}", "title": f"payouts-ledger: payout batch failed {rng.randint(0, 99)}",
+                "description": f"Payouts delayed since {rng.randint(0, 23):02d}:00 UTC; {rng.randint(2, 900)} merchants "
+                               "are not paid. On-call looking.",
+                "service": "payouts-ledger", "severity": "sev2", "source": "grafana", "reported_at": "2026-12-01T00:00:00Z"}
+        execution = f"incident-LIVE-{n}"
+        rows.append({"policy_name": "incident", "item_id": f"LIVE-{n}", "item": json.dumps(item),
+                     "answers": json.dumps({"priority": "P4", "team": "application"}), "reviewer": names[n % len(names)],
+                     "reviewer_id": identity, "execution_name": execution,
+                     "identity_signature": review_identity_signature(key, execution, identity) if key else "",
+                     "labelled_at": f"2026-12-0{1 + n // 40}T00:{n % 60:02d}:00Z"})
+    return rows
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_one_callers_poisoned_labels_under_two_names_are_refused_by_the_gate(signed):
+    """The same 200 poisoned answers under two display names once passed the per-reviewer cap
+    (it counted names). relearning now reads the verified identity (or, unsigned, the one
+    unauthenticated reviewer): one reviewer, refused on the slice it would be judged on."""
+    from decision_router.adapters.signing_key import SigningKey
+    from relearning.job import read_labels
+
+    key = b"k" * 32
+    stored = poisoned_rows(["mallory", "mallory.ops"], key if signed else None)
+    read, problems = read_labels(stored, SigningKey(key))
+    assert problems == [] and {r.reviewer for r in read} == {"mallory", "mallory.ops"}
+    rows = [json.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    shipped = [labelled(r["item"], r["gold"]["priority"], f"shipped:{i}", None) for i, r in enumerate(rows)
+               if r["split"] == "train"]
+    reviews = [(row.labelled_at, labelled(json.loads(raw["item"]), "P4", f"review:{n}", row.reviewer_id))
+               for n, (row, raw) in enumerate(zip(read, stored))]
+    split = gate.reviewed_split(reviews, trusted=len(shipped))  # as relearning.job fit splits them
+    train = shipped + split.train
+    verdict = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, split.held_out, len(train), MODEL)
+    who = "iam:arn:aws:iam::123456789012:user/mallory" if signed else gate.UNAUTHENTICATED
+    assert not verdict.promote
+    assert verdict.reason.startswith(f"one reviewer ({who}) gave {len(split.held_out)} of the {len(split.held_out)} "
+                                     "labels to judge on")
+    assert sum(gate.reviewer_of(e) == who for e in split.train) <= gate.MAX_REVIEWER_SHARE * len(train)
