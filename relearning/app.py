@@ -101,6 +101,8 @@ def job() -> Relearning:
                           shadow_timeout_seconds=float(os.environ.get("RELEARNING_SHADOW_TIMEOUT_SECONDS", "604800")),
                           shadow_check_seconds=int(os.environ.get("RELEARNING_SHADOW_CHECK_SECONDS", "900")),
                           signing_key=SigningKey.from_secret(s.signing_key_secret_arn) if s.signing_key_secret_arn else None,
+                          head_signing_key=(SigningKey.from_secret(s.head_signing_key_secret_arn)
+                                            if s.head_signing_key_secret_arn else None),
                           shadow_min_reviewed=int(os.environ.get("RELEARNING_SHADOW_MIN_REVIEWED",
                                                                  str(shadow.MIN_REVIEWED))),
                           shadow_max_disagreement=float(os.environ.get("RELEARNING_SHADOW_MAX_DISAGREEMENT",

@@ -195,7 +195,7 @@ class Relearning:
                  announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
                  shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
-                 signing_key: SigningKey | None = None,
+                 signing_key: SigningKey | None = None, head_signing_key: SigningKey | None = None,
                  clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
@@ -208,7 +208,8 @@ class Relearning:
         among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
         counts (default: the head store's history table).
         `signals_dir`: the shipped signals (training/shipped_signals.py). `signing_key`: the stack's
-        key, which verifies who answered each label (the gate counts verified identities only)."""
+        key, which verifies who answered each label (the gate counts verified identities only);
+        `head_signing_key`: the stack's head key, which signs each head the gate (and its shadow) passed."""
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
         if shadow_items < 0 or shadow_timeout_seconds <= 0 or shadow_check_seconds < 1:
@@ -221,7 +222,7 @@ class Relearning:
             raise ValueError(f"shadow_min_reviewed {shadow_min_reviewed!r} must be 0 or more, shadow_max_disagreement "
                              f"{shadow_max_disagreement!r} from 0 to 1")
         self.shadow_min_reviewed, self.shadow_max_disagreement = shadow_min_reviewed, shadow_max_disagreement
-        self.signing_key = signing_key
+        self.signing_key, self.head_signing_key = signing_key, head_signing_key
         self.tally = tally or ShadowTally(store.history_table)
         self.clock, self.signals_dir = clock, signals_dir
         self.store, self.labels, self.endpoint = store, labels, endpoint
@@ -444,7 +445,8 @@ class Relearning:
             {"started_at": started, "questions": shadowing}, sort_keys=True).encode())
         for question_id, data, _, sha256, head, reason in passed:
             self.store.shadow(policy.name, question_id, data, sha256=sha256, head_version=head.version,
-                              by=f"relearning:{run}", reason=reason)
+                              by=f"relearning:{run}", reason=reason,
+                              signature=self._head_signature(policy.name, question_id, sha256, head.version))
             question_metric("ShadowStarted", policy.name, question_id)
             self.logger.info("candidate serving in shadow", extra={"question": question_id,
                                                                    "head_version": head.version})
@@ -502,6 +504,11 @@ class Relearning:
                 "waited_seconds": round(waited), "min_items": self.shadow_items, "questions": verdicts}
 
     # ------------------------------------------------------------------------------ promote
+    def _head_signature(self, policy: str, question: str, sha256: str, head_version: str) -> str:
+        """The head signing key's signature of what the gate passed ("" without a key: unsigned)."""
+        key = self.head_signing_key
+        return key.head_signature(policy, question, sha256, head_version) if key is not None else ""
+
     def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Each candidate this run's `fit` stored as passing and its `judge_shadow` stored as
         passing in shadow, named in service. The verdicts (the workflow's copy of `judge_shadow`'s
@@ -513,7 +520,8 @@ class Relearning:
         for question_id, data, report_bytes, sha256, head, reason in passed:
             _, came_from = self.head_in_service(policy, question_id)
             pointer = self.store.promote(policy.name, question_id, data, report_bytes, sha256=sha256,
-                                         head_version=head.version, by=f"relearning:{run}", reason=reason)
+                                         head_version=head.version, by=f"relearning:{run}", reason=reason,
+                                         signature=self._head_signature(policy.name, question_id, sha256, head.version))
             self.store.audit(policy.name, question_id, PROMOTED, by=f"relearning:{run}", reason=reason,
                              came_from=came_from, went_to=head.version)
             question_metric("RelearningPromoted", policy.name, question_id)

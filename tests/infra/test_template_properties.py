@@ -329,16 +329,24 @@ def test_a_reviewer_cannot_change_their_own_email_and_mfa_is_a_parameter():
     assert pool["MfaConfiguration"] == "OFF" and "EnabledMfas" not in pool
 
 
-def test_only_the_functions_that_sign_or_verify_may_read_the_signing_key(stack):
-    """The key signs who answered and the heads the gate passed: a function that could read it could
-    sign for anyone, so only the review function, the console, the relearning function and the
-    routing functions (which verify heads) hold the grant."""
-    arn = stack.ref("SigningKeySecret")
+def readers_of(stack, secret: str) -> set[str]:
+    arn = stack.ref(secret)
     readers = set()
     for logical_id in stack.of_type("AWS::Serverless::Function", "AWS::IAM::Role"):
-        text = json.dumps(stack.resolve(stack.properties(logical_id)))
-        if "secretsmanager:GetSecretValue" in text and arn in text:
-            readers.add(logical_id)
-    assert readers <= {"ReviewCompletionFunction", "ReviewConsoleFunction", "RelearningFunctionRole",
-                       "TicketIntakeFunction", "IncidentIntakeFunction"}
-    assert {"ReviewCompletionFunction", "ReviewConsoleFunction"} <= readers  # the relearning role: RelearningImageUri only
+        for statement in json.loads(json.dumps(stack.resolve(stack.properties(logical_id).get("Policies", [])))):
+            for grant in statement.get("Statement", []) if isinstance(statement, dict) else []:
+                resources = grant.get("Resource")
+                resources = resources if isinstance(resources, list) else [resources]
+                if "secretsmanager:GetSecretValue" in json.dumps(grant.get("Action")) and arn in resources:
+                    readers.add(logical_id)
+    return readers
+
+
+def test_only_the_functions_that_sign_or_verify_may_read_the_signing_keys(stack):
+    """SigningKeySecret signs who answered: the review function, the console (and the relearning
+    role, created with RelearningImageUri) alone; the routing functions, which read hostile input,
+    hold only HeadSigningKeySecret, to verify heads."""
+    assert readers_of(stack, "SigningKeySecret") == {"ReviewCompletionFunction", "ReviewConsoleFunction"}
+    assert readers_of(stack, "HeadSigningKeySecret") == {"TicketIntakeFunction", "IncidentIntakeFunction"}
+    env = stack.function_environment("TicketIntakeFunction")
+    assert env["HEAD_SIGNING_KEY_SECRET_ARN"] == stack.ref("HeadSigningKeySecret")

@@ -1,12 +1,14 @@
-"""What the stack's signing key vouches for: who answered a review, and which heads the
+"""What the stack's signing keys vouch for: who answered a review, and which heads the
 relearning gate passed.
 
-One HMAC-SHA256 key (the stack's SigningKeySecret, read by `adapters.signing_key`) signs each
-purpose apart: the purpose is part of the signed message, so a signature made for one can never
-stand for the other. Only the functions that authenticate a reviewer (the review function, the
-review console) and the relearning function may read the key; whoever else writes a labelled
-example or a head (SendTaskSuccess with a token from the review queue, s3:PutObject on the head
-store) cannot make a signature that verifies.
+An HMAC-SHA256 key signs each purpose apart (the purpose is part of the signed message, so a
+signature made for one can never stand for the other), and each purpose has its own key in a
+stack: SigningKeySecret for reviewer identities (read by the review function, the review console
+and the relearning function), HeadSigningKeySecret for heads (read by the relearning function,
+which signs, and the routing functions, which verify and must not be able to sign who answered).
+Whoever else writes a labelled example or a head (SendTaskSuccess with a token from the review
+queue, s3:PutObject on the head store, ssm:PutParameter on a pointer) cannot make a signature
+that verifies.
 
 Reviewer identities are authenticated principals, never names typed by the reviewer:
 `cognito:<sub>` for the console's signed-in reviewer (the JWT API Gateway verified), `iam:<ARN>`
@@ -63,6 +65,12 @@ def iam_identity(arn: str) -> str:
 def review_identity_signature(key: bytes, execution_name: str, reviewer_id: str) -> str:
     """What the workflow stores beside a label: the key's word that `reviewer_id` answered this execution."""
     return sign(key, REVIEW_IDENTITY, execution_name, reviewer_id)
+
+
+def head_signature(key: bytes, policy: str, question: str, sha256: str, head_version: str) -> str:
+    """What a head pointer carries: the key's word that the relearning gate passed these bytes
+    (by their sha256) as this version of this policy question's head."""
+    return sign(key, HEAD, policy, question, sha256, head_version)
 
 
 def review_identity_verified(key: bytes, execution_name: str, reviewer_id: str, signature: str | None) -> bool:
