@@ -25,6 +25,10 @@ from ..domain.signatures import IdentityNotProven, iam_identity
 #: The longest validity a proof may ask for (the CLI asks PROOF_SECONDS).
 MAX_PROOF_SECONDS = 300
 PROOF_SECONDS = 60
+#: Headers added to the proof's request: none in AWS. A local run on moto's server (which routes
+#: an unsigned request by its Authorization header's scope, and checks no signature) names STS
+#: there (local/deployment.py); real STS would refuse a request signed twice.
+LOCAL_ROUTING_HEADERS: dict[str, str] = {}
 #: Query parameters a presigned GetCallerIdentity carries, and nothing else.
 ALLOWED = {"Action", "Version", "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
            "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
@@ -81,6 +85,8 @@ class StsCallerIdentity:
             # The request botocore built is replaced by the caller's presigned one, at our own endpoint.
             request.url = f"{self.client.meta.endpoint_url.rstrip('/')}/?{query}"
             request.method, request.data = "GET", b""
+            for name, value in LOCAL_ROUTING_HEADERS.items():
+                request.headers[name] = value
             if "Content-Type" in request.headers:
                 del request.headers["Content-Type"]
 
