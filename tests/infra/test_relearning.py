@@ -56,7 +56,7 @@ def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
     answered by one of three console reviewers (their `sub` signed with the stack's key)."""
     dynamodb = boto3.client("dynamodb")
     (secret,) = [s["ARN"] for s in boto3.client("secretsmanager").list_secrets()["SecretList"]
-                 if "SigningKeySecret" in s["Name"]]
+                 if s["Name"].endswith("-SigningKeySecret")]
     key = SigningKey.from_secret(secret)
     for i, (row, gold) in enumerate(zip(rows, golds)):
         reviewer_id = f"cognito:{REVIEWERS[i % len(REVIEWERS)]}"
@@ -111,7 +111,8 @@ def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
                          shadow_items=shadow_items, shadow_check_seconds=1,
                          shadow_min_reviewed=0, shadow_max_disagreement=1.0,  # live items here are not reviewed
                          signals_dir=tmp_path / "none-shipped",
-                         signing_key=SigningKey.from_secret(env["SIGNING_KEY_SECRET_ARN"]))
+                         signing_key=SigningKey.from_secret(env["SIGNING_KEY_SECRET_ARN"]),
+                         head_signing_key=SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]))
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
@@ -155,8 +156,12 @@ def labelled_behind_a_head_that_knows_nothing(store, env) -> list[dict]:
     rows = recurring_rows()
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
     data = know_nothing_head()
-    store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
-                  by="test", reason="a head that knows nothing")
+    sha256 = hashlib.sha256(data).hexdigest()
+    # signed with the stack's head key, as the relearning function signs what it promotes
+    signature = SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]).head_signature(
+        POLICY, "queue", sha256, "know-nothing")
+    store.promote(POLICY, "queue", data, b"{}", sha256=sha256, head_version="know-nothing",
+                  by="test", reason="a head that knows nothing", signature=signature)
     return rows
 
 
