@@ -62,6 +62,11 @@ OTHER_VARIABLES = {
                                           "to reach its items; then it is refused (RelearningShadowTimeoutSeconds)."),
     "RELEARNING_SHADOW_CHECK_SECONDS": ("`900`", "Relearning function: how often the workflow looks at the shadow's "
                                         "counts (RelearningShadowCheckSeconds)."),
+    "RELEARNING_SHADOW_MIN_REVIEWED": ("`20`", "Relearning function: reviewed shadowed items a shadow needs before "
+                                       "it is judged; fewer refuses it (RelearningShadowMinReviewed)."),
+    "RELEARNING_SHADOW_MAX_DISAGREEMENT": ("`0.25`", "Relearning function: the most a shadow may answer otherwise "
+                                           "than the head in service on the unreviewed shadowed items "
+                                           "(RelearningShadowMaxDisagreement)."),
 }
 
 

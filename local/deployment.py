@@ -30,6 +30,9 @@ LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service log
 TICKET_FUNCTION = "TicketIntakeFunction"
 INCIDENT_FUNCTION = "IncidentIntakeFunction"
 REVIEW_FUNCTION = "ReviewCompletionFunction"
+#: What the review function adds to its caller's identity proof here, so moto's server routes it to STS.
+STS_ROUTING = {"Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/sts/aws4_request, "
+                                "SignedHeaders=host, Signature=0"}
 WEBHOOK_FUNCTION = "TicketWebhookFunction"
 DEMO_REVIEWER = "demo-reviewer@example.com"
 #: The stand-in for PagerDuty's partner event bus (moto cannot create partner buses).
@@ -99,7 +102,9 @@ class LocalDeployment:
                                      env={"POLICY_NAME": names["ticket"]} if "ticket" in names else None)
         self.incidents = LocalFunction(self.stack, INCIDENT_FUNCTION, log=log, wait=False, overrides=overrides,
                                        env={"POLICY_NAME": names["incident"]} if "incident" in names else None)
-        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False, overrides=overrides)
+        # moto's server routes the caller's identity proof to STS by an Authorization scope (it checks no signature).
+        self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False, overrides={
+            **(overrides or {}), "decision_router.adapters.caller_identity.LOCAL_ROUTING_HEADERS": STS_ROUTING})
         self.webhooks = LocalFunction(self.stack, WEBHOOK_FUNCTION, log=log, wait=False)
         self.ticket_pool = FunctionPool(self.tickets, concurrency)
         self.incident_pool = FunctionPool(self.incidents, concurrency)

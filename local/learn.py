@@ -7,9 +7,9 @@
    before every item (HeadRefreshSeconds=0).
 2. Routes FIRST. Each item that reached review is answered through the review function (the path
    a reviewer's answer takes) with its line of ANSWERS (`{"item_id", "answers": {question: option},
-   "reviewer"?}`; questions left out take the model's suggestion; the samples are answered by three
-   reviewers, as a team would: one reviewer alone may give at most half of what a candidate is
-   judged on); an item without a line stays pending.
+   "reviewer"?}`; questions left out take the model's suggestion; `reviewer` is the display name:
+   every answer counts under this machine's AWS identity, so the per-reviewer cap is off here, and
+   the shadow asks for no reviewed items); an item without a line stays pending.
    Lines for items that did not reach review are not used.
 3. Runs the relearning workflow (statemachine/relearning.asl.json, executed by moto; its steps by
    the real relearning function) for every policy that got answers: fit, judge against the head
@@ -164,7 +164,12 @@ def _run(args: argparse.Namespace, answers: dict[str, tuple[dict[str, str], str]
         pipeline = cleanup.enter_context(LocalPipeline(log=log, parameters={
             **LOCAL_PARAMETERS, "HeadRefreshSeconds": "0", "RelearningMinNewLabels": "1",
             "RelearningShadowItems": str(args.shadow_items), "RelearningShadowCheckSeconds": "1",
-            "RelearningShadowTimeoutSeconds": str(SHADOW_TIMEOUT_SECONDS)}))
+            "RelearningShadowTimeoutSeconds": str(SHADOW_TIMEOUT_SECONDS),
+            # The demo's live items in shadow are routed, never reviewed, and every answer comes from this
+            # machine's one AWS identity (the review function counts the caller, not the line's
+            # `reviewer`): no cap per reviewer here. A deployment keeps the defaults.
+            "RelearningShadowMinReviewed": "0", "RelearningShadowMaxDisagreement": "1",
+            "RelearningMaxReviewerShare": "1"}))
         shipped = args.shipped == "yes" or (args.shipped == "auto" and signals_at_hand(args.model or embedded_model_path()))
         # RELEARNING_SHIPPED_SETS unset: the shipped sets (relearning.app.shipped_sets); empty: none.
         relearning = LocalRelearning(pipeline.stack, log=log, env=None if shipped else {"RELEARNING_SHIPPED_SETS": ""})

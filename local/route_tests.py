@@ -29,18 +29,18 @@ endpoint's letters has no answer without its head: such an item goes to review h
 naming it. The workflow is not run: what the intake would start it with (the decision record) is
 what is checked.
 
-`expect` names only what matters to the case, from: `outcome` (routed, duplicate, updated,
-grouped, flapping, suppressed, held, resolved, ignored, dead_lettered), `paged` (a workflow was started
-for it: routed to a team or to review), `route` (auto, review), `target` (a destination's name;
-null for review), `escalate`, `answers` (question → option), `grouped_with` (the case whose
-incident leads its group), `window` (the maintenance window that held or marked it),
-`held_under` (the case whose incident it is held under: the policy's dependencies), `releases`
-(a resolution: the cases whose held incidents it routed) and `reason_contains`. A failure prints one line per field, expected against got, and for each question
-the model answered, how its probabilities became the confidence the thresholds judged. The exit
-status is 1 when a case failed, 2 when a suite or policy file is malformed (a field, an unknown
-question or option in `answers`, a `sample` outside the repository and the suite's folder); the
-last line says which. `make route-test` turns any failing status into make's own 2: CI that tells the
-two apart runs the module itself (docs/operations/route-tests.md).
+`expect` names only what matters to the case, from: `outcome` (routed, duplicate, updated, grouped,
+flapping, suppressed, held, resolved, ignored, dead_lettered), `paged` (a workflow was started for
+it: routed to a team or to review), `route` (auto, review), `target` (a destination's name; null for
+review), `escalate`, `answers` (question → option), `grouped_with` (the case whose incident leads
+its group), `window` (the maintenance window that held or marked it), `held_under` (the case whose
+incident it is held under: the policy's dependencies), `releases` (a resolution: the cases whose
+held incidents it routed) and `reason_contains`. A failure prints one line per field, expected
+against got, and for each question the model answered, how its probabilities became the confidence
+the thresholds judged. The exit status is 1 when a case failed, 2 when a suite or policy file is
+malformed (a field, an unknown question or option in `answers`, a `sample` outside the repository
+and the suite's folder); the last line says which. `make route-test` turns any failing status into
+make's own 2: CI that tells the two apart runs the module itself (docs/operations/route-tests.md).
 
 A `sample` is a path relative to the repository root, or else to the suite's folder, and must stay
 inside the one it is found in: an absolute path, or one that `../` or a link takes out of both, is

@@ -125,6 +125,16 @@ def read_back(pipeline: LocalDeployment, outcomes: list[Outcome]) -> None:
         outcome.similar = pipeline.similar(outcome.record)
 
 
+def identity_proof() -> str:
+    """What the review function asks of its caller: this process's AWS credentials' presigned
+    GetCallerIdentity (adapters/caller_identity.py), as `review_cli complete` sends it."""
+    import boto3
+
+    from decision_router.adapters.caller_identity import make_proof
+
+    return make_proof(boto3.client("sts"))
+
+
 def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, timeout: float = 60,
                     answers: dict[str, str] | None = None) -> dict[str, Any]:
     """Answer a pending review through the real review function (`answers` where given, else the
@@ -140,7 +150,7 @@ def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, 
         "task_token": review.task_token, "execution_name": review.execution_name,
         "reviewer": reviewer, "answers": chosen,
         "note": "answered from the answers file (make learn)" if given else "accepted the model's suggestion (make demo)",
-        "receipt_handle": pending.receipt_handle})
+        "receipt_handle": pending.receipt_handle, "identity_proof": identity_proof()})
     deadline = time.monotonic() + timeout
     while (status := pipeline.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]) == "RUNNING":
         if time.monotonic() > deadline:

@@ -61,6 +61,7 @@ from local.faults import READ_TIMEOUT_SECONDS, AwsFaults, FaultProxy
 from local.items import classify
 from local.outcomes import Outcome, report_line, write_report
 from local.pipeline import LocalPipeline
+from local.settling import identity_proof
 
 DATA = REPO_ROOT / "bench" / "data"
 SOURCES = REPO_ROOT / "events" / "sources.jsonl"
@@ -221,7 +222,8 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
         try:
             pipeline.reviews.invoke({"task_token": review.review.task_token, "execution_name": review.review.execution_name,
                                      "reviewer": "second-reviewer@example.com", "answers": answer["answers"],
-                                     "note": "the same review answered again (soak fault)"})
+                                     "note": "the same review answered again (soak fault)",
+                                     "identity_proof": identity_proof()})
             counts["second answer accepted"] += 1
         except Exception:  # noqa: BLE001 - what must happen: the spent token is refused
             counts["second answer refused"] += 1

@@ -3,26 +3,30 @@
     python -m ops.review_cli list
     python -m ops.review_cli show ticket-T-1003-1a2b3c4d
     python -m ops.review_cli complete ticket-T-1003-1a2b3c4d --answer queue=technical_fault \
-        --reviewer alice@example.com --note "export bug"
+        --reviewer "Alice" --note "export bug"
     python -m ops.review_cli export --out labelled.jsonl [--policy support-ticket]
 
 Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
-LABELLED_EXAMPLES_TABLE_NAME) or the flags. Completing goes through the same validation and
-SendTaskSuccess as the review function: the answers are checked against the pending record's
-own policy, and the destination comes from that record.
+LABELLED_EXAMPLES_TABLE_NAME, REVIEW_FUNCTION_NAME: the stack's ReviewCompletionFunctionName
+output) or the flags. Completing invokes the review function with your AWS credentials' proof of
+who you are (an STS GetCallerIdentity request presigned for a minute, adapters/caller_identity.py):
+the label counts under that IAM principal, and `--reviewer` is only the name shown beside it. The
+function checks the answers against the pending record's own policy, and the destination comes
+from that record.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
-from decision_router.review.completion import InvalidReview, ReviewCompletion, labelled_example, submit_review
+from decision_router.review.completion import InvalidReview, ReviewCompletion, answer_problems, labelled_example
 
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview, ReviewQueue
@@ -107,25 +111,43 @@ def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     return 0
 
 
+def _review_function(args: argparse.Namespace) -> Callable[[dict], Any]:
+    """The review function's invoke (a test hands the template's function run in process)."""
+    from decision_router.adapters.functions import SyncFunction
+
+    name = args.function or os.environ.get("REVIEW_FUNCTION_NAME", "")
+    if not name:
+        raise LookupError("no review function: set REVIEW_FUNCTION_NAME (the stack's ReviewCompletionFunctionName "
+                          "output) or pass --function")
+    return SyncFunction(name).invoke
+
+
 def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from decision_router.adapters.review import ReviewTaskGone, ReviewTasks
+    import boto3
+
+    from decision_router.adapters.caller_identity import make_proof
+    from decision_router.adapters.functions import FunctionFailed
 
     queue = _queue(args, settings)
     queued = _find(queue, args.execution_name)
     answers = dict(_answer(a) for a in args.answer)
     completion = ReviewCompletion.parse({"execution_name": queued.review.execution_name,
-                                         "task_token": queued.review.task_token,
-                                         "reviewer": args.reviewer, "answers": answers, "note": args.note or ""})
-    # The message carries the token and its record together: answers are checked against that record.
+                                         "task_token": queued.review.task_token, "reviewer": args.reviewer,
+                                         "answers": answers, "note": args.note or "",
+                                         "receipt_handle": queued.receipt_handle})
+    # Checked here first against the record the message carries, so a typo costs no invoke.
+    problems = answer_problems(load_policy(queued.review.record.policy.name), answers, args.reviewer)
+    if problems:
+        raise InvalidReview("; ".join(problems))
+    invoke = _review_function(args)
+    event = {**completion.model_dump(exclude_none=True), "identity_proof": make_proof(boto3.client("sts"))}
     try:
-        output = submit_review(completion, queued.review.record, tasks=ReviewTasks())
-    except ReviewTaskGone as error:
-        queue.remove(queued.receipt_handle)  # a dead task: its message is of no further use
-        print(f"error: {error}; removed the stale review message", file=sys.stderr)
-        return 3
-    queue.remove(queued.receipt_handle)
-    print(json.dumps({"execution_name": output.execution_name, "reviewer": output.reviewer, "note": output.note,
-                      **output.chosen.model_dump(mode="json")}, ensure_ascii=False), file=out)
+        output = invoke(event)
+    except FunctionFailed as error:
+        print(f"error: the review function refused: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: output.get(k) for k in ("execution_name", "reviewer", "reviewer_id", "note", "destination",
+                                                 "escalate", "answers")}, ensure_ascii=False), file=out)
     return 0
 
 
@@ -171,7 +193,9 @@ def _parser() -> argparse.ArgumentParser:
     complete = commands.add_parser("complete", help="answer a pending review (SendTaskSuccess)")
     complete.add_argument("execution_name")
     complete.add_argument("--answer", action="append", required=True, metavar="QUESTION=OPTION")
-    complete.add_argument("--reviewer", required=True)
+    complete.add_argument("--reviewer", required=True, help="the name shown beside your answer (display only: "
+                          "the label counts under your AWS principal)")
+    complete.add_argument("--function", help="review function (default: REVIEW_FUNCTION_NAME)")
     complete.add_argument("--note")
     complete.set_defaults(run=cmd_complete)
     export = commands.add_parser("export", help="labelled examples as the eval tool's JSONL")

@@ -28,7 +28,9 @@ from decision_router.adapters.endpoint import DecisionEndpoint
 from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.notices import PromotionNotices
 from decision_router.adapters.review import LabelledExamples
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.config import Settings
+from decision_router.domain import shadow
 from relearning.job import EndpointSignals, Relearning
 from training.fitting import REPO, SHIPPED
 
@@ -98,6 +100,13 @@ def job() -> Relearning:
                           shadow_items=int(os.environ.get("RELEARNING_SHADOW_ITEMS", "0")),
                           shadow_timeout_seconds=float(os.environ.get("RELEARNING_SHADOW_TIMEOUT_SECONDS", "604800")),
                           shadow_check_seconds=int(os.environ.get("RELEARNING_SHADOW_CHECK_SECONDS", "900")),
+                          signing_key=SigningKey.from_secret(s.signing_key_secret_arn) if s.signing_key_secret_arn else None,
+                          head_signing_key=(SigningKey.from_secret(s.head_signing_key_secret_arn)
+                                            if s.head_signing_key_secret_arn else None),
+                          shadow_min_reviewed=int(os.environ.get("RELEARNING_SHADOW_MIN_REVIEWED",
+                                                                 str(shadow.MIN_REVIEWED))),
+                          shadow_max_disagreement=float(os.environ.get("RELEARNING_SHADOW_MAX_DISAGREEMENT",
+                                                                       str(shadow.MAX_DISAGREEMENT))),
                           logger=logger)
     return _job
 

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from aws_lambda_powertools import Logger
 
@@ -52,6 +52,8 @@ from decision_router.adapters.head_store import PROMOTED, REFUSED, HeadStore
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.shadow_tally import ShadowTally
+from decision_router.adapters.signing_key import SigningKey
+from decision_router.domain import shadow
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
@@ -116,11 +118,24 @@ class LabelledRow:
     answers: dict[str, str]
     suggested: dict[str, str]  # the model's answer per question, where the model answered
     corrected_auto: bool  # the row is a correction of an automatic route
-    reviewer: str | None = None  # who answered (None: the row names nobody)
+    reviewer: str | None = None  # the display name the answer gave (None: the row names nobody)
+    #: Who answered, authenticated: the row's `reviewer_id` where the stack's key signed it for this
+    #: row's execution; None (counted as gate.UNAUTHENTICATED) for every other row.
+    reviewer_id: str | None = None
 
 
-def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[LabelledRow], list[str]]:
-    """The table's rows as cases (a row that does not parse is reported, never fatal)."""
+def verified_identity(row: Mapping[str, str], key: SigningKey | None) -> str | None:
+    """The row's reviewer identity when its signature verifies with `key`; else None. Without a
+    key (a run outside a stack) no row's identity can be verified: none counts apart."""
+    reviewer_id, execution = (row.get("reviewer_id") or "").strip(), row.get("execution_name") or ""
+    if key is None or not reviewer_id or not key.review_verified(execution, reviewer_id, row.get("identity_signature")):
+        return None
+    return reviewer_id
+
+
+def read_labels(rows: Sequence[dict[str, str]], key: SigningKey | None = None) -> tuple[list[LabelledRow], list[str]]:
+    """The table's rows as cases (a row that does not parse is reported, never fatal), each with
+    its verified reviewer identity (`verified_identity`)."""
     found, problems = [], []
     for number, row in enumerate(rows, start=1):
         try:
@@ -132,7 +147,7 @@ def read_labels(rows: Sequence[dict[str, str]]) -> tuple[list[LabelledRow], list
         suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
         found.append(LabelledRow(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
                               (row.get("route_reason") or "").startswith("correction by"),
-                              (row.get("reviewer") or "").strip() or None))
+                              (row.get("reviewer") or "").strip() or None, verified_identity(row, key)))
     return found, problems
 
 
@@ -183,6 +198,8 @@ class Relearning:
                  max_reviewer_share: float = gate.MAX_REVIEWER_SHARE,
                  announce: Callable[[dict[str, Any]], Any] | None = None, shadow_items: int = 0,
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
+                 shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
+                 signing_key: SigningKey | None = None, head_signing_key: SigningKey | None = None,
                  clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR,
                  precision: PrecisionTallies | None = None):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
@@ -191,8 +208,13 @@ class Relearning:
         promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only.
         `shadow_items`: the live items each candidate must answer in shadow before it is judged
         again; `shadow_timeout_seconds`: how long the workflow waits for them (then the candidate
-        is refused), looking every `shadow_check_seconds`. `tally`: the shadow heads' counts (default: the head store's history table).
-        `signals_dir`: the shipped signals (training/shipped_signals.py)."""
+        is refused), looking every `shadow_check_seconds`; of them at least `shadow_min_reviewed`
+        reviewed, and at most `shadow_max_disagreement` answered otherwise than the head in service
+        among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
+        counts (default: the head store's history table).
+        `signals_dir`: the shipped signals (training/shipped_signals.py). `signing_key`: the stack's
+        key, which verifies who answered each label (the gate counts verified identities only);
+        `head_signing_key`: the stack's head key, which signs each head the gate (and its shadow) passed."""
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
         if shadow_items < 0 or shadow_timeout_seconds <= 0 or shadow_check_seconds < 1:
@@ -201,6 +223,11 @@ class Relearning:
                              "at least 1")
         self.shadow_items, self.shadow_timeout_seconds = shadow_items, shadow_timeout_seconds
         self.shadow_check_seconds = shadow_check_seconds
+        if shadow_min_reviewed < 0 or not 0 <= shadow_max_disagreement <= 1:
+            raise ValueError(f"shadow_min_reviewed {shadow_min_reviewed!r} must be 0 or more, shadow_max_disagreement "
+                             f"{shadow_max_disagreement!r} from 0 to 1")
+        self.shadow_min_reviewed, self.shadow_max_disagreement = shadow_min_reviewed, shadow_max_disagreement
+        self.signing_key, self.head_signing_key = signing_key, head_signing_key
         self.tally = tally or ShadowTally(store.history_table)
         self.precision = precision or PrecisionTally(store.history_table)  # the live precision's tallies
         self.clock, self.signals_dir = clock, signals_dir
@@ -217,7 +244,7 @@ class Relearning:
         policy = shipped_policy(policy_name)
         runs = self.store.history(policy.name, RUNS, limit=1)
         since = runs[0]["at"] if runs else ""
-        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)))
+        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
         new = [row for row in labelled if row.labelled_at > since]
         question_metric("LabelsSinceRelearning", policy.name, "*", len(new))
         for question in policy.questions:
@@ -245,10 +272,10 @@ class Relearning:
             if mine:
                 cases += mine
                 sources.append(path.name)
-        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)))
+        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
         for problem in problems:
             self.logger.warning("labelled example not used", extra={"problem": problem})
-        times = {row.case.where: (row.labelled_at, row.reviewer) for row in labelled}
+        times = {row.case.where: (row.labelled_at, row.reviewer_id) for row in labelled}
         cases += [row.case for row in labelled]
         sources.append(f"labelled examples table ({len(labelled)} reviews)")
         return cases, times, sources
@@ -444,7 +471,8 @@ class Relearning:
             {"started_at": started, "questions": shadowing}, sort_keys=True).encode())
         for question_id, data, _, sha256, head, reason in passed:
             self.store.shadow(policy.name, question_id, data, sha256=sha256, head_version=head.version,
-                              by=f"relearning:{run}", reason=reason)
+                              by=f"relearning:{run}", reason=reason,
+                              signature=self._head_signature(policy.name, question_id, sha256, head.version))
             question_metric("ShadowStarted", policy.name, question_id)
             self.logger.info("candidate serving in shadow", extra={"question": question_id,
                                                                    "head_version": head.version})
@@ -473,13 +501,16 @@ class Relearning:
                                   ("ServicePrecision", figures["service_precision"])):
                 if value is not None:
                     question_metric(metric, policy.name, shadowed["question"], value)
-        if not timed_out and any(c.items < self.shadow_items for c in counts.values()):
+        if not timed_out and any(c.items < self.shadow_items or c.reviewed < self.shadow_min_reviewed
+                                 for c in counts.values()):
             return {"ready": False, "waited_seconds": round(waited), "min_items": self.shadow_items,
-                    "shadowed": {q: c.items for q, c in counts.items()}}
+                    "min_reviewed": self.shadow_min_reviewed, "shadowed": {q: c.items for q, c in counts.items()},
+                    "reviewed": {q: c.reviewed for q, c in counts.items()}}
         verdicts = []
         for shadowed in started["questions"]:
             question_id, tally = shadowed["question"], counts[shadowed["question"]]
-            ok, reason = shadow_verdict(tally, self.shadow_items, timed_out=timed_out)
+            ok, reason = shadow_verdict(tally, self.shadow_items, min_reviewed=self.shadow_min_reviewed,
+                                        max_disagreement=self.shadow_max_disagreement, timed_out=timed_out)
             self.store.put(shadow_verdict_key(run, policy.name, question_id), json.dumps(
                 {"promoted": ok, "reason": reason, "sha256": shadowed["sha256"], "counts": tally.figures(),
                  "waited_seconds": round(waited)}, sort_keys=True).encode())
@@ -499,6 +530,11 @@ class Relearning:
                 "waited_seconds": round(waited), "min_items": self.shadow_items, "questions": verdicts}
 
     # ------------------------------------------------------------------------------ promote
+    def _head_signature(self, policy: str, question: str, sha256: str, head_version: str) -> str:
+        """The head signing key's signature of what the gate passed ("" without a key: unsigned)."""
+        key = self.head_signing_key
+        return key.head_signature(policy, question, sha256, head_version) if key is not None else ""
+
     def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Each candidate this run's `fit` stored as passing and its `judge_shadow` stored as
         passing in shadow, named in service. The verdicts (the workflow's copy of `judge_shadow`'s
@@ -510,7 +546,8 @@ class Relearning:
         for question_id, data, report_bytes, sha256, head, reason in passed:
             _, came_from = self.head_in_service(policy, question_id)
             pointer = self.store.promote(policy.name, question_id, data, report_bytes, sha256=sha256,
-                                         head_version=head.version, by=f"relearning:{run}", reason=reason)
+                                         head_version=head.version, by=f"relearning:{run}", reason=reason,
+                                         signature=self._head_signature(policy.name, question_id, sha256, head.version))
             self.store.audit(policy.name, question_id, PROMOTED, by=f"relearning:{run}", reason=reason,
                              came_from=came_from, went_to=head.version)
             question_metric("RelearningPromoted", policy.name, question_id)

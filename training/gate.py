@@ -12,10 +12,16 @@ verdict names each way it is worse. Too few labels to fit or to judge on, or a h
 not beat always-the-commonest-answer on its own held-out folds (shuffled labels), is refused
 before any comparison.
 
+No option may lose recall: a candidate that finds fewer of any option's gold answers (a priority
+it now calls something else) than the head in service, on the held-out slice or the shipped test
+split, is refused with the figures.
+
 Who labelled counts: no one reviewer may give more than MAX_REVIEWER_SHARE of the reviewed labels
 a candidate trains on (with the shipped labels) nor of the held-out slice it is judged on, and
-the held-out slice is drawn first from reviewers who do not dominate the reviews; labels that name
-no reviewer count as one reviewer. A held-out slice one reviewer still dominates is refused: the
+the held-out slice is drawn first from reviewers who do not dominate the reviews. A reviewer is an
+authenticated identity (`Example.reviewer`: the console's Cognito `sub` or the IAM caller of the
+review function, as relearning reads and verifies it), never a name the reviewer typed; labels
+without a verified identity all count as one reviewer, UNAUTHENTICATED. A held-out slice one reviewer still dominates is refused: the
 candidate would be judged by the labels it learned from. Where the shipped test split (labels
 nobody can change from the console) is given, the candidate must also not be worse on it.
 """
@@ -46,8 +52,8 @@ HELD_OUT_SHARE = 0.25
 TOLERANCE = 1e-9
 #: The most one reviewer may give of the reviewed labels trained on, and of the held-out slice.
 MAX_REVIEWER_SHARE = 0.5
-#: Labels that name no reviewer count as this one reviewer (nobody vouches for them apart).
-UNNAMED = "(no reviewer named)"
+#: Labels without a verified reviewer identity count as this one reviewer (nobody vouches for them apart).
+UNAUTHENTICATED = "(unauthenticated)"
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class ReviewedSplit:
 
 
 def reviewer_of(example: Example) -> str:
-    return example.reviewer or UNNAMED
+    return example.reviewer or UNAUTHENTICATED
 
 
 def _check_share(max_share: float) -> float:
@@ -166,7 +172,18 @@ def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInf
         # the upper bound: one minus the lower bound of the wrong share, by the same definition
         "auto_routed_upper_bound": _bound(None if not any(auto) else 1.0 - (precision_lower_bound(wrong_auto, sum(auto)) or 0.0)),
         **({"protected_auto_assigned_lower": int(under)} if protected else {}),
+        "recall": recall(question.option_ids, chosen, gold),
     }
+
+
+def recall(option_ids: Sequence[str], chosen: Sequence[int], gold: Sequence[int]) -> dict[str, float]:
+    """Per option with gold answers here: the share of them the head chose (options nobody gave: absent)."""
+    found: dict[str, float] = {}
+    for index, option in enumerate(option_ids):
+        mine = [c for c, g in zip(chosen, gold) if g == index]
+        if mine:
+            found[option] = round(sum(c == index for c in mine) / len(mine), 4)
+    return found
 
 
 def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_out: Sequence[Example],
@@ -206,8 +223,8 @@ def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_
 
 
 def _worse(question: Any, current: dict[str, Any], candidate: dict[str, Any], safety_only: bool = False) -> list[str]:
-    """Each way the candidate's scores are worse than the head in service's. `safety_only`: accuracy,
-    wrong automatic answers and protected answers only (a set the router no longer meets may be
+    """Each way the candidate's scores are worse than the head in service's. `safety_only`: each
+    option's recall, accuracy, wrong automatic answers and protected answers only (a set the router no longer meets may be
     routed less automatically, or with less confidence, by a head that learned newer labels)."""
     worse = []
     if candidate["accuracy"] < current["accuracy"] - TOLERANCE:
@@ -223,6 +240,11 @@ def _worse(question: Any, current: dict[str, Any], candidate: dict[str, Any], sa
         worse.append(f"auto-assigns {candidate['protected_auto_assigned_lower']} protected answers "
                      f"({', '.join(question.learning.protect)}) a less urgent option > "
                      f"{current['protected_auto_assigned_lower']}")
+    # Each option's gold answers found as often: a poisoned option (P2 learned as P4) shows here.
+    for option, was in current.get("recall", {}).items():
+        now = candidate.get("recall", {}).get(option, was)
+        if now < was - TOLERANCE:
+            worse.append(f"recall of {option} {now:.3f} < {was:.3f}")
     return worse
 
 

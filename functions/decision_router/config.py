@@ -61,6 +61,10 @@ class Settings(BaseSettings):
         "open incidents a ticket may be linked to (unset: tickets are not linked).")
     ticket_queue_url: str = _env("TICKET_QUEUE_URL",
         "Webhooks: where tickets go; ticket intake: the queue a ticket waiting for a waking endpoint is hidden in.")
+    signing_key_secret_arn: str = _env("SIGNING_KEY_SECRET_ARN",
+        "The stack's signing key: who answered a review, and the heads the relearning gate passed.")
+    head_signing_key_secret_arn: str = _env("HEAD_SIGNING_KEY_SECRET_ARN",
+        "The stack's head signing key: set, a head from the store is used only when its pointer's signature verifies.")
     webhook_secret_arn: str = _env("WEBHOOK_SECRET_ARN", "Webhooks: the secret holding each source's signing key.")
     webhook_max_skew_seconds: int = _env("WEBHOOK_MAX_SKEW_SECONDS", "Webhooks: how far a signed time may be from now.", 300, ge=1)
     webhook_default_tier: str = _env("WEBHOOK_DEFAULT_TIER", "Webhooks: the customer tier when no tier tag or label is present.", "free")

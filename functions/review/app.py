@@ -1,8 +1,13 @@
 """Review completion: a reviewer's answers for a pending review → validated against the record
 the review's execution was started with (read from Step Functions, never taken from the caller)
-→ SendTaskSuccess with {execution_name, reviewer, choice, note}; the workflow checks the answer,
-routes the item, stores the labelled example and writes the audit record. Invalid answers raise
-with every problem named; nothing is sent then, so the review stays pending."""
+→ SendTaskSuccess with {execution_name, reviewer, reviewer_id, identity_signature, choice, note}; the
+workflow checks the answer, routes the item, stores the labelled example and writes the audit
+record. Invalid answers raise with every problem named; nothing is sent then, so the review stays
+pending.
+
+Who answered is the principal that signed the event's `identity_proof` (STS says who:
+adapters/caller_identity.py), never the event's `reviewer`, which is a display name; the answer
+carries that identity signed with the stack's key, which is what relearning counts."""
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -25,8 +30,11 @@ WIRING = Wiring()
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     completion = ReviewCompletion.parse(event)
     given = WIRING
+    reviewer_id = given.caller_identity.identity(completion.identity_proof)  # before anything is read or sent
     record = given.workflow.running_record(completion.execution_name)
-    output = submit_review(completion, record, tasks=given.tasks)
+    key = given.signing_key
+    output = submit_review(completion, record, tasks=given.tasks, reviewer_id=reviewer_id,
+                           sign=key.review_signature if key is not None else None)
     if completion.receipt_handle and given.review_queue is not None:
         given.review_queue.remove(completion.receipt_handle)
     chosen = output.chosen
@@ -34,6 +42,8 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     count_check(record, chosen.answers, load_policy(record.policy.name), given.precision_tally, logger)
     remember_resolved(record, chosen.answers, output.reviewer, given.resolved_items, logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,
-              "note": output.note, **chosen.model_dump(mode="json")}
-    logger.info("review completed", extra=result)
+              "reviewer_id": output.reviewer_id, "note": output.note, **chosen.model_dump(mode="json")}
+    # The note is the reviewer's free text: its length is logged, never its words.
+    logger.info("review completed", extra={**{k: v for k, v in result.items() if k != "note"},
+                                           "note_length": len(output.note)})
     return result

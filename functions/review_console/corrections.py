@@ -63,7 +63,8 @@ def correct(name: str) -> dict[str, Any]:
     who = given.reviewer(router.current_event)
     answered = answer(router.current_event)
     record = routed_record(given, name)
-    corrected = console.correction(record, name, answered.answers, who, note=answered.note)
+    corrected = console.correction(record, name, answered.answers, who, note=answered.note,
+                                   sign=given.identity_signer())
     started = given.workflow.start_named(corrected.correction.execution_name, corrected)
     if not started:
         raise console.Conflict(f"{record.item_kind} {record.item_id} was already corrected "

@@ -15,6 +15,7 @@ from decision_router.adapters.review import QueuedReview, ReviewTaskGone
 from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
+from decision_router.domain.signatures import cognito_identity
 from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
@@ -126,7 +127,8 @@ def answer_review(name: str) -> dict[str, Any]:
                                   reviewer_username=who.username, reviewer_email=who.email,
                                   answers=answered.answers, note=answered.note)
     try:
-        output = submit_review(completion, record, tasks=given.tasks)
+        output = submit_review(completion, record, tasks=given.tasks, reviewer_id=cognito_identity(who.sub),
+                               sign=given.identity_signer())
     except InvalidReview:
         given.queue.release([queued])
         raise

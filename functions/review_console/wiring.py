@@ -30,6 +30,7 @@ from decision_router.adapters.review import (
     ReviewTasks,
     Unreadable,
 )
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
@@ -37,7 +38,7 @@ from decision_router.domain.ports import Executions, PrecisionTallies, ResolvedI
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
-from decision_router.review.completion import InvalidReview
+from decision_router.review.completion import IdentitySigner, InvalidReview
 from decision_router.validation import describe_errors
 
 logger = Logger(child=True)
@@ -80,15 +81,26 @@ class Wiring:
                  workflow: Executions | None = None, audit: AuditReader | None = None,
                  examples: ExamplePages | None = None, tasks: TaskCompleter | None = None,
                  resolved_items: ResolvedItemStore | None = None,
-                 precision_tally: PrecisionTallies | None = None) -> None:
+                 precision_tally: PrecisionTallies | None = None, signing_key: SigningKey | None = None) -> None:
         given = {"settings": settings, "queue": queue, "workflow": workflow, "audit": audit, "examples": examples,
-                 "tasks": tasks, "resolved_items": resolved_items, "precision_tally": precision_tally}
+                 "tasks": tasks, "resolved_items": resolved_items, "precision_tally": precision_tally,
+                 "signing_key": signing_key}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
         self._policies: dict[str, Policy] = {}
 
     @cached_property
     def settings(self) -> Settings:
         return Settings.from_env()
+
+    @cached_property
+    def signing_key(self) -> SigningKey | None:
+        """The stack's signing key: the console signs its reviewer's `sub` on each answer (None: unsigned)."""
+        arn = self.settings.signing_key_secret_arn
+        return SigningKey.from_secret(arn) if arn else None
+
+    def identity_signer(self) -> IdentitySigner | None:
+        key = self.signing_key
+        return key.review_signature if key is not None else None
 
     @cached_property
     def queue(self) -> ReviewInbox:

@@ -44,3 +44,21 @@ def test_functions_run_in_processes_of_their_own_and_leave_this_ones_environment
     assert [report_line(o)["outcome"] for o in outcomes] == ["routed", "dead_lettered"]
     assert seen and all(environ == before for environ in seen), "a function's variables reached this process"
     assert "AWS_LAMBDA_FUNCTION_NAME" not in os.environ
+
+
+@pytest.mark.stack
+@pytest.mark.server  # the moto server
+def test_the_local_review_function_checks_its_callers_proof_with_sts_on_motos_server(local_pipeline):
+    """The review function's process asks moto's server who signed the caller's proof: without
+    one it refuses at once, with one it goes on to the pending review (here: none by that name)."""
+    from local.lambdas import FunctionError
+    from local.settling import identity_proof
+
+    pipeline = local_pipeline(UNUSED_ENDPOINT)
+    event = {"execution_name": "ticket-T-0-none", "task_token": "t", "reviewer": "alice", "answers": {"queue": "sales"}}
+    with pytest.raises(FunctionError) as refused:
+        pipeline.reviews.invoke(event)
+    assert refused.value.error_type == "IdentityNotProven"
+    with pytest.raises(FunctionError) as proven:
+        pipeline.reviews.invoke({**event, "identity_proof": identity_proof()})
+    assert proven.value.error_type != "IdentityNotProven", proven.value

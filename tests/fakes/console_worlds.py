@@ -29,6 +29,7 @@ from moto import mock_aws
 
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import AuditTrail
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.precision import CheckCounts
@@ -192,7 +193,8 @@ class PlayedWorkflow(RecordingWorkflow):
     def _answered(self, execution: Execution, given: dict[str, Any], answer: dict[str, Any]) -> None:
         """CheckReviewAnswer* and LookUpReviewChoice, then the route the chosen answer names."""
         accepted = (answer.get("execution_name") == execution.name and isinstance(answer.get("reviewer"), str)
-                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"])
+                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"]
+                    and isinstance(answer.get("reviewer_id"), str) and isinstance(answer.get("identity_signature"), str))
         if not accepted:
             raise NotPlayed(f"{execution.name}: the workflow refuses this answer (RejectReviewAnswer): {answer}")
         chosen = json.loads(answer["choice"])
@@ -218,6 +220,7 @@ class PlayedWorkflow(RecordingWorkflow):
                 "policy_name": given["policy"]["name"], "item_id": given["item_id"],
                 "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
                 "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
+                "reviewer_id": answer["reviewer_id"], "identity_signature": answer["identity_signature"],
                 "model_decisions": _compact(given["decisions"]), "route_reason": given["route_reason"],
                 "execution_name": name, "labelled_at": entered_time(self.clock())})
         self.audit.write(AuditRow(
@@ -266,6 +269,8 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.examples = FakeLabelledExamples()
         self.resolved_items = FakeResolvedItems()
         self.precision = FakePrecisionTally()
+        # SigningKeySecret is not created in this world: the functions get its key as bytes.
+        self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
                                        review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
                                        examples=self.examples, queue_at=self._queue_at)
@@ -278,7 +283,8 @@ class ConsoleWorld(_Questions, FakeWorld):
 
         wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
                         workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
-                        resolved_items=self.resolved_items, precision_tally=self.precision)
+                        resolved_items=self.resolved_items, precision_tally=self.precision,
+                        signing_key=self.signing_key)
         return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,7 +295,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         monkeypatch.setattr(app, "WIRING", Wiring(
             Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
             tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items,
-            precision_tally=self.precision))
+            precision_tally=self.precision, signing_key=self.signing_key))
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:
@@ -363,6 +369,7 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def __init__(self) -> None:
         super().__init__()
         self.audit = AuditTrail(self.ref("AuditTable"))
+        self.signing_key = SigningKey.from_secret(self.ref("SigningKeySecret"))
 
     def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""

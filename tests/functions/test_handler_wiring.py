@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from moto import mock_aws
 
 from decision_router.adapters.review import ReviewQueue
 from decision_router.config import ConfigError, Settings
@@ -17,6 +18,7 @@ from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.webhooks import sign
 from decision_router.sources.webhook import FORWARDED_SOURCE
 from local.event_sources import http_event
+from local.settling import identity_proof
 from tests.fakes.console import (
     ConsoleWorkflow,
     FakeAuditTrail,
@@ -114,12 +116,15 @@ def test_the_review_function_completes_a_review_with_the_parts_it_is_given(monke
     monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), workflow=workflow, tasks=tasks,
                                               review_queue=queue, resolved_items=FakeResolvedItems()))
 
-    result = app.lambda_handler({"task_token": queued.review.task_token, "execution_name": name,
-                                 "reviewer": "carol@example.com", "answers": {"queue": "billing"},
-                                 "receipt_handle": queued.receipt_handle}, FakeLambdaContext())
+    with mock_aws():  # STS answers who signed the proof
+        result = app.lambda_handler({"task_token": queued.review.task_token, "execution_name": name,
+                                     "reviewer": "carol@example.com", "answers": {"queue": "billing"},
+                                     "receipt_handle": queued.receipt_handle, "identity_proof": identity_proof()},
+                                    FakeLambdaContext())
 
     assert (result["status"], result["destination"]["target"]) == ("completed", "billing")
-    assert tasks.answered[queued.review.task_token].reviewer == "carol@example.com"
+    assert tasks.answered[queued.review.task_token].reviewer == "carol@example.com"  # shown, not who
+    assert tasks.answered[queued.review.task_token].reviewer_id == "iam:arn:aws:sts::123456789012:user/moto"
     assert queue.bodies() == []
 
 

@@ -7,6 +7,7 @@ way, promotions and rollbacks one at a time, and rollback (the ops CLI) audited 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 
@@ -16,6 +17,7 @@ from aws_lambda_powertools import Logger
 from moto import mock_aws
 
 from decision_router.adapters.head_store import HeadChangeInProgress, HeadStore
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.domain.head_versions import HeadPointer, head_key
 from decision_router.domain.policies import load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED, LiveHeads
@@ -276,3 +278,68 @@ def test_the_cli_audits_the_callers_arn_beside_the_name_given(store, capsys):
     assert (out["by"], out["caller_arn"]) == ("someone else", arn)
     (row, *_) = store.history(POLICY, "queue")
     assert (row["action"], row["by"], row["caller_arn"]) == ("rolled_back", "someone else", arn)
+
+
+# ------------------------------------------------------------------------------ signed heads
+HEAD_KEY = SigningKey(b"head-signing-key-of-this-test-stack-0123456789")
+
+
+def signed_promote(store: HeadStore, version: str, data: bytes | None = None, key: SigningKey = HEAD_KEY):
+    data = data if data is not None else head_bytes(version)
+    sha256 = hashlib.sha256(data).hexdigest()
+    return store.promote(POLICY, "queue", data, b'{"report": true}', sha256=sha256, head_version=version, by="test",
+                         reason=f"promote {version}", signature=key.head_signature(POLICY, "queue", sha256, version))
+
+
+def test_with_a_head_signing_key_only_heads_the_gate_signed_decide(store, capsys):
+    """The stack configured a head key: a signed head loads; one altered after the gate passed it
+    (new bytes under a rewritten pointer, sha256 and all), an unsigned one, or one signed with
+    another key is refused by the loader, counted, and the last good head keeps deciding."""
+    clock, logged = Clock(), io.StringIO()
+    heads = LiveHeads(load_policy(POLICY), store, refresh_seconds=0, logger=Logger(service="signed-heads-test", stream=logged),
+                      clock=clock, head_key=HEAD_KEY)
+    signed = signed_promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+
+    altered = head_bytes("store-v1", bias=[9.0, 0, 0, 0, 0])  # same version name, other weights
+    version = store.client.put_object(Bucket=signed.bucket, Key=signed.key, Body=altered)["VersionId"]
+    store.ssm.put_parameter(Name=f"{PREFIX}/{POLICY}/queue", Overwrite=True, Type="String", Value=signed.model_copy(
+        update={"s3_version": version, "sha256": hashlib.sha256(altered).hexdigest()}).model_dump_json())
+    capsys.readouterr()
+    assert in_service(heads) == "store-v1" and heads.policy().question("queue").learned_head.bias != [9.0, 0, 0, 0, 0]
+    assert HEAD_LOAD_FAILED in capsys.readouterr().out
+    assert "its signature does not verify with the stack's head signing key" in logged.getvalue()
+
+    promote(store, "store-v2")  # no signature (whoever may write the store, but not the key)
+    assert in_service(heads) == "store-v1"
+    assert "head store-v2" in logged.getvalue() and "unsigned; this stack signs every head" in logged.getvalue()
+    signed_promote(store, "store-v3", key=SigningKey(b"another-stacks-head-signing-key-0123456789"))
+    assert in_service(heads) == "store-v1"
+
+    signed_promote(store, "store-v4")
+    assert in_service(heads) == "store-v4"
+    # a rollback restores the earlier pointer with its own signature: still the gate's word
+    store.rollback(POLICY, "queue", by="test", reason="back")
+    assert store.pointer(POLICY, "queue").head_version == "store-v3"
+    assert in_service(heads) == "store-v4"  # v3 was signed by another key: refused, v4 keeps deciding
+
+
+def test_without_a_head_signing_key_unsigned_heads_load_as_shipped_heads_do(store):
+    """No key configured (a local run, a test without a stack): the rule is explicit, unsigned loads."""
+    heads = live(store, Clock(), refresh=0)
+    promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+
+
+def test_an_unsigned_shadow_is_left_out_when_the_stack_signs_heads(store):
+    heads = LiveHeads(load_policy(POLICY), store, refresh_seconds=0, logger=Logger(service="test"), clock=Clock(),
+                      head_key=HEAD_KEY)
+    data = head_bytes("shadow-v1")
+    sha256 = hashlib.sha256(data).hexdigest()
+    store.shadow(POLICY, "queue", data, sha256=sha256, head_version="shadow-v1", by="test", reason="unsigned")
+    heads.policy()
+    assert heads.shadows() == {}
+    store.shadow(POLICY, "queue", data, sha256=sha256, head_version="shadow-v1", by="test", reason="signed",
+                 signature=HEAD_KEY.head_signature(POLICY, "queue", sha256, "shadow-v1"))
+    heads.policy()
+    assert heads.shadows()["queue"].head.version == "shadow-v1"

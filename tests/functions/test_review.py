@@ -19,6 +19,7 @@ from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
 from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
+from local.settling import identity_proof
 from ops import review_cli
 from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import EVENTS, letters_only, make_result
@@ -126,7 +127,7 @@ def test_review_function_completes_the_workflow(world, pending_ticket):
     assert message["record"]["route"] == "review" and message["record"]["item_id"] == "T-1001"
     event = json.loads((EVENTS / "review_completion.json").read_text())
     event.update(task_token=message["task_token"], execution_name=message["execution_name"],
-                 receipt_handle=message["receipt_handle"])
+                 receipt_handle=message["receipt_handle"], identity_proof=identity_proof())
 
     result = app.lambda_handler(event, FakeLambdaContext())
 
@@ -141,7 +142,7 @@ def test_invalid_answer_sends_nothing_and_the_review_stays_pending(world, pendin
 
     message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
-                 execution_name=message["execution_name"], answers={"queue": "refunds"})
+                 execution_name=message["execution_name"], answers={"queue": "refunds"}, identity_proof=identity_proof())
     with pytest.raises(InvalidReview, match="answers.queue: 'refunds' is not an option"):
         app.lambda_handler(event, FakeLambdaContext())
     assert world.status(message["execution_name"]) == "RUNNING"
@@ -152,14 +153,19 @@ def test_unknown_task_token_is_reported(world, pending_ticket):
 
     message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()),  # the sample's token is not a live one
-                 execution_name=message["execution_name"])
+                 execution_name=message["execution_name"], identity_proof=identity_proof())
     with pytest.raises(ReviewTaskGone, match="can no longer be completed"):
         app.lambda_handler(event, FakeLambdaContext())
 
 
 @ONLY_ON_THE_STACK
 def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticket, capsys, tmp_path):
+    from review import app
+
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
+    # The review function the CLI invokes: the template's, run in process (moto runs no Lambda code).
+    monkeypatch.setattr(review_cli, "_review_function", lambda args: lambda event: app.lambda_handler(
+        event, FakeLambdaContext()))
     assert review_cli.main(["list"]) == 0
     listed = capsys.readouterr().out
     name = listed.split()[0]
@@ -177,7 +183,9 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticke
     time.sleep(1.2)
     assert review_cli.main(["complete", name, "--answer", "queue=billing", "--reviewer", "carol@example.com",
                             "--note", "refund"]) == 0
-    assert json.loads(capsys.readouterr().out)["destination"]["target"] == "billing"
+    completed = json.loads(capsys.readouterr().out)
+    assert completed["destination"]["target"] == "billing" and completed["reviewer"] == "carol@example.com"
+    assert completed["reviewer_id"] == "iam:arn:aws:sts::123456789012:user/moto"  # who STS says signed
     assert world.finished(name) == "SUCCEEDED"
 
     out = tmp_path / "labelled.jsonl"

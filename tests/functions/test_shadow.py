@@ -90,15 +90,42 @@ def test_a_reviewer_answer_counts_for_the_head_it_agrees_with(ticket):
 
 @pytest.mark.parametrize("counts, min_items, promoted, says", [
     (ShadowCounts(items=9), 10, False, "too few shadowed items: 9, at least 10"),
-    (ShadowCounts(items=10, agreed=7), 10, True, "none reviewed"),
-    (ShadowCounts(items=10, reviewed=4, shadow_right=3, service_right=3), 10, True, "no worse"),
-    (ShadowCounts(items=10, reviewed=4, shadow_right=2, service_right=3), 10, False, "0.500 < 0.750"),
+    (ShadowCounts(items=10, agreed=8), 10, True, "none reviewed"),
+    (ShadowCounts(items=10, agreed=10, reviewed=4, shadow_right=3, service_right=3, reviewed_agreed=4), 10, True,
+     "no worse"),
+    (ShadowCounts(items=10, agreed=10, reviewed=4, shadow_right=2, service_right=3, reviewed_agreed=4), 10, False,
+     "0.500 < 0.750"),
     (ShadowCounts(items=0), 0, True, "shadowed 0 items"),
 ])
 def test_the_verdict_needs_n_items_and_no_worse_precision_on_the_reviewed(counts, min_items, promoted, says):
-    ok, reason = shadow_verdict(counts, min_items)
+    ok, reason = shadow_verdict(counts, min_items, min_reviewed=0)
     assert ok is promoted and says in reason
     assert "the shadow period ended with 3" in shadow_verdict(ShadowCounts(items=3), 10, timed_out=True)[1]
+
+
+@pytest.mark.parametrize("counts, says", [
+    # nothing reviewed, whatever the agreement: refused by default
+    (ShadowCounts(items=200, agreed=200), "too few reviewed shadowed items: 0, at least 20"),
+    (ShadowCounts(items=200, agreed=0), "too few reviewed shadowed items: 0, at least 20"),
+    # the reviewed ones say "right", the 180 nobody checked went otherwise: refused
+    (ShadowCounts(items=200, agreed=0, reviewed=20, shadow_right=20, service_right=0),
+     "disagrees with the head in service on 100.0% of the 180 unreviewed items, more than 25.0%"),
+    # agreement on reviewed items does not count for the unreviewed: 60 agreed, 20 of them reviewed
+    (ShadowCounts(items=200, agreed=60, reviewed=20, shadow_right=20, service_right=20, reviewed_agreed=20),
+     "on 77.8% of the 180 unreviewed items"),
+])
+def test_a_shadow_nobody_checked_or_that_goes_otherwise_on_the_unchecked_items_is_refused(counts, says):
+    ok, reason = shadow_verdict(counts, 200)
+    assert not ok and says in reason
+    passing = ShadowCounts(items=200, agreed=180, reviewed=20, shadow_right=18, service_right=17, reviewed_agreed=17)
+    assert passing.unreviewed_disagreement == pytest.approx(17 / 180)
+    assert shadow_verdict(passing, 200) == (True, "the shadow's precision on the 20 reviewed items is no worse than "
+                                                  "the head in service's: 0.900 >= 0.850 (agreed with the head in "
+                                                  "service on 180 of 200 items)")
+    assert shadow_verdict(passing, 200, max_disagreement=0.05)[0] is False
+    assert "at least 30" in shadow_verdict(passing, 200, min_reviewed=30)[1]
+    with pytest.raises(ValueError, match="max_disagreement 2"):
+        shadow_verdict(passing, 200, max_disagreement=2)
 
 
 def test_the_tallies_add_up_per_shadow_head():
@@ -120,3 +147,32 @@ def test_the_tallies_add_up_per_shadow_head():
         assert tally.counts("incident", "team", "b" * 64).items == 1
         with pytest.raises(ValueError, match="name one or more"):
             tally.add("incident", "team", "a" * 64, wrong=1)
+
+
+def test_a_review_counts_whether_the_shadow_agreed_on_the_reviewed_item(ticket):
+    """count_review (the review function's and the console's) adds `reviewed_agreed`, which
+    separates the unreviewed items' disagreement from the reviewed ones'."""
+    from aws_lambda_powertools import Logger
+
+    from decision_router.intake.shadow_reviews import count_review
+
+    policy = letters_only(load_policy("support-ticket"))
+    question = policy.questions[0]
+    agreeing = router(policy, Endpoint(question)).judge(ticket, policy, shadows={
+        question.id: shadow_head(policy, question, 0, model=False)})[0]
+    differing = router(policy, Endpoint(question)).judge(ticket, policy, shadows={
+        question.id: shadow_head(policy, question, 3, model=False)})[0]
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName="history", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "policy_question", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "policy_question", "AttributeType": "S"},
+                                  {"AttributeName": "at", "AttributeType": "S"}])
+        served = question.option_ids[0]
+        for record in (agreeing, differing):
+            count_review(record, {question.id: served}, "history", Logger(service="test"))
+        tally = ShadowTally("history", client=boto3.client("dynamodb", region_name="us-east-1"))
+        sha = agreeing.shadow[question.id].sha256
+        assert differing.shadow[question.id].sha256 == sha
+        counts = tally.counts(policy.name, question.id, sha)
+        assert (counts.reviewed, counts.reviewed_agreed, counts.service_right, counts.shadow_right) == (2, 1, 2, 1)

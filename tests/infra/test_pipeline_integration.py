@@ -24,6 +24,7 @@ from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
 from decision_router.items import InvalidItem, parse_item
 from incident_intake import app as incident_app
+from local.settling import identity_proof
 from review import app as review_app
 from ticket_intake import app as ticket_app
 
@@ -83,7 +84,8 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
                 answers.setdefault(question.id, question.option_ids[0])
             output = review_app.lambda_handler({"task_token": reviews[item_id]["task_token"],
                                                 "execution_name": reviews[item_id]["execution_name"],
-                                                "reviewer": "alice@example.com", "answers": answers}, lambda_context)
+                                                "reviewer": "alice@example.com", "answers": answers,
+                                                "identity_proof": identity_proof()}, lambda_context)
             targets[item_id] = output["destination"]["target"]
         else:
             targets[item_id] = record["destination"]["target"]

@@ -25,6 +25,7 @@ from moto import mock_aws
 from decision_router.adapters.head_store import REFUSED, HeadStore
 from decision_router.adapters.notices import ApprovalAnswers, PromotionNotices
 from decision_router.adapters.review import LabelledExamples
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.intake.pipeline import Intake
@@ -51,12 +52,18 @@ def shipped_rows(n: int) -> list[dict]:
 
 
 def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
-    """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart."""
+    """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart, each
+    answered by one of three console reviewers (their `sub` signed with the stack's key)."""
     dynamodb = boto3.client("dynamodb")
+    (secret,) = [s["ARN"] for s in boto3.client("secretsmanager").list_secrets()["SecretList"]
+                 if s["Name"].endswith("-SigningKeySecret")]
+    key = SigningKey.from_secret(secret)
     for i, (row, gold) in enumerate(zip(rows, golds)):
+        reviewer_id = f"cognito:{REVIEWERS[i % len(REVIEWERS)]}"
         item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
                 "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
                 "reviewer": REVIEWERS[i % len(REVIEWERS)], "model_decisions": "[]", "route_reason": "queue: confidence low",
+                "reviewer_id": reviewer_id, "identity_signature": key.review_signature(f"e-{i}", reviewer_id),
                 "execution_name": f"e-{i}", "labelled_at": f"2026-11-30T{i // 60:02d}:{i % 60:02d}:00Z"}
         dynamodb.put_item(TableName=table, Item={k: {"S": v} for k, v in item.items()})
 
@@ -101,7 +108,11 @@ def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
                          work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
-                         shadow_items=shadow_items, shadow_check_seconds=1, signals_dir=tmp_path / "none-shipped")
+                         shadow_items=shadow_items, shadow_check_seconds=1,
+                         shadow_min_reviewed=0, shadow_max_disagreement=1.0,  # live items here are not reviewed
+                         signals_dir=tmp_path / "none-shipped",
+                         signing_key=SigningKey.from_secret(env["SIGNING_KEY_SECRET_ARN"]),
+                         head_signing_key=SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]))
         relearning = LocalRelearning(stack, overrides={"relearning.app._job": job})
         yield stack, store, env, relearning
         try:
@@ -145,8 +156,12 @@ def labelled_behind_a_head_that_knows_nothing(store, env) -> list[dict]:
     rows = recurring_rows()
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
     data = know_nothing_head()
-    store.promote(POLICY, "queue", data, b"{}", sha256=hashlib.sha256(data).hexdigest(), head_version="know-nothing",
-                  by="test", reason="a head that knows nothing")
+    sha256 = hashlib.sha256(data).hexdigest()
+    # signed with the stack's head key, as the relearning function signs what it promotes
+    signature = SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]).head_signature(
+        POLICY, "queue", sha256, "know-nothing")
+    store.promote(POLICY, "queue", data, b"{}", sha256=sha256, head_version="know-nothing",
+                  by="test", reason="a head that knows nothing", signature=signature)
     return rows
 
 

@@ -18,6 +18,7 @@ from moto import mock_aws
 from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.notices import PromotionNotices
 from decision_router.adapters.review import LabelledExamples
+from decision_router.adapters.signing_key import SigningKey
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS, LocalRelearning
 from relearning import app
@@ -125,7 +126,9 @@ def test_a_step_whose_token_the_workflow_waits_on_runs(stack):
 
 def job(store: HeadStore, env: dict) -> Relearning:
     return Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]), lambda probe: None, shipped=[],
-                      announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce)
+                      announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
+                      shadow_min_reviewed=0,  # the promotion's checks under test here, not the shadow's verdict
+                      head_signing_key=SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]))
 
 
 def store_candidate(store: HeadStore, run: str, data: bytes, promoted: bool) -> str:
@@ -187,6 +190,8 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     assert [p["head_version"] for p in out["promoted"]] == ["support-ticket.queue.relearned"]
     pointer = store.pointer(POLICY, QUESTION)
     assert pointer.head_version == "support-ticket.queue.relearned" and pointer.sha256 == hashlib.sha256(data).hexdigest()
+    # signed with the stack's head key, which the routing functions verify before it decides
+    assert SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]).head_verified(pointer)
     (notice,) = received(topic)
     assert notice == {**notice, "notice": "promoted", "policy": POLICY, "question": QUESTION,
                       "run": "relearn-support-ticket-new", "head_version": "support-ticket.queue.relearned",

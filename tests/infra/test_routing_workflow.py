@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from local.settling import identity_proof
 from review import app as review_app
 
 pytestmark = pytest.mark.stack  # the real workflow, executed by moto
@@ -81,7 +82,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
     review_app.lambda_handler({"task_token": review["task_token"], "execution_name": review["execution_name"],
                                "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
-                               "note": "export error, not billing"}, lambda_context)
+                               "note": "export error, not billing", "identity_proof": identity_proof()}, lambda_context)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
     assert list(pipeline.queues_holding("T-2002")) == ["technical-support"]

@@ -181,6 +181,7 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
 
 
 def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_review_messages(stack):
+    # and read the signing key: it signs who answered (docs/security.md)
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
@@ -191,7 +192,8 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
                       (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
                       (("states:DescribeExecution",), executions),
                       (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn")),
-                      (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn"))}
+                      (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn")),
+                      (("secretsmanager:GetSecretValue",), stack.ref("SigningKeySecret"))}
     # The answered item is kept for similar items: a row of its own, never another table.
     # A reviewer's answer counts for the head serving in shadow: its tally rows, and no other row.
     (tally,) = [s for s in stack.resolve(policy)["Statement"] if s["Action"] == "dynamodb:UpdateItem"]
@@ -325,3 +327,26 @@ def test_a_reviewer_cannot_change_their_own_email_and_mfa_is_a_parameter():
     off = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
     pool = off.resolve(off.properties("ReviewerUserPool"))
     assert pool["MfaConfiguration"] == "OFF" and "EnabledMfas" not in pool
+
+
+def readers_of(stack, secret: str) -> set[str]:
+    arn = stack.ref(secret)
+    readers = set()
+    for logical_id in stack.of_type("AWS::Serverless::Function", "AWS::IAM::Role"):
+        for statement in json.loads(json.dumps(stack.resolve(stack.properties(logical_id).get("Policies", [])))):
+            for grant in statement.get("Statement", []) if isinstance(statement, dict) else []:
+                resources = grant.get("Resource")
+                resources = resources if isinstance(resources, list) else [resources]
+                if "secretsmanager:GetSecretValue" in json.dumps(grant.get("Action")) and arn in resources:
+                    readers.add(logical_id)
+    return readers
+
+
+def test_only_the_functions_that_sign_or_verify_may_read_the_signing_keys(stack):
+    """SigningKeySecret signs who answered: the review function, the console (and the relearning
+    role, created with RelearningImageUri) alone; the routing functions, which read hostile input,
+    hold only HeadSigningKeySecret, to verify heads."""
+    assert readers_of(stack, "SigningKeySecret") == {"ReviewCompletionFunction", "ReviewConsoleFunction"}
+    assert readers_of(stack, "HeadSigningKeySecret") == {"TicketIntakeFunction", "IncidentIntakeFunction"}
+    env = stack.function_environment("TicketIntakeFunction")
+    assert env["HEAD_SIGNING_KEY_SECRET_ARN"] == stack.ref("HeadSigningKeySecret")

@@ -55,18 +55,41 @@ def know_nothing() -> Head:
     return Head.model_validate(head)
 
 
+def cautious() -> Head:
+    """The shipped head that routes nothing automatically: the same answers, so the same recall."""
+    head = PRIORITY.learned_head
+    return head.model_copy(update={"version": "cautious", "thresholds": head.thresholds.model_copy(
+        update={"min_confidence": 1.0})})
+
+
 def test_a_better_candidate_is_promoted_and_a_worse_one_refused_with_every_reason():
     held = examples()
     shipped = PRIORITY.learned_head
-    better = gate.judge(PRIORITY, know_nothing(), shipped, BEATS_CHANCE, held, 400, MODEL)
+    better = gate.judge(PRIORITY, cautious(), shipped, BEATS_CHANCE, held, 400, MODEL)
     assert better.promote, better.reason
-    assert better.candidate["accuracy"] > better.current["accuracy"]
+    assert better.candidate["auto_routed_share"] > better.current["auto_routed_share"]
+    assert better.candidate["recall"] == better.current["recall"]
     assert better.candidate["head_version"] == shipped.version
     assert better.candidate["protected_auto_assigned_lower"] == 0  # P1/P2 never auto-assigned lower here
     worse = gate.judge(PRIORITY, shipped, know_nothing(), BEATS_CHANCE, held, 400, MODEL)
     assert not worse.promote
     assert worse.reason.startswith(f"worse than the head in service on the {len(held)} newest labels: accuracy")
     assert "log loss" in worse.reason and "automatically" in worse.reason
+    # always P1: every other priority's recall falls, each named with its figures
+    for option in ("P2", "P3", "P4"):
+        assert f"recall of {option} 0.000 < {worse.current['recall'][option]:.3f}" in worse.reason
+
+
+def test_a_candidate_that_finds_fewer_of_any_option_is_refused():
+    """Better everywhere else is not enough: the head that always answers P1 finds every P1, the
+    shipped head misses some, so the shipped head may not replace it (on held-out or test split)."""
+    held = examples()
+    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
+    assert not verdict.promote
+    assert verdict.current["recall"]["P1"] == 1.0 > verdict.candidate["recall"]["P1"]
+    assert verdict.reason == (f"worse than the head in service on the {len(held)} newest labels: recall of P1 "
+                              f"{verdict.candidate['recall']['P1']:.3f} < 1.000")
+    assert gate.recall(["a", "b", "c"], [0, 1, 0, 0], [0, 0, 1, 0]) == {"a": 0.6667, "b": 0.0}
 
 
 def test_the_same_head_is_not_worse_than_itself():
@@ -127,24 +150,25 @@ def test_no_reviewer_dominates_the_labels_trained_on_or_judged_on():
 
 def test_a_slice_one_reviewer_dominates_is_refused():
     held = [replace(e, reviewer="mallory@example.com") if i % 3 else e for i, e in enumerate(examples())]
-    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
+    verdict = gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
     assert not verdict.promote
     assert verdict.reason.startswith(f"one reviewer (mallory@example.com) gave {sum(1 for i in range(len(held)) if i % 3)} "
                                      f"of the {len(held)} labels to judge on, more than 50%")
     unnamed = [replace(e, reviewer=None) for e in held]
-    assert gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, unnamed, 400, MODEL).reason \
-        .startswith(f"one reviewer ({gate.UNNAMED})")
-    assert gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, max_share=1.0).promote
+    assert gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, unnamed, 400, MODEL).reason \
+        .startswith(f"one reviewer ({gate.UNAUTHENTICATED})")
+    assert gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, max_share=1.0).promote
 
 
 def test_the_shipped_test_split_is_a_second_gate():
-    held = examples()
+    held = [e for e in examples() if e.gold != 0]  # no P1 here: always-P1 finds none of these
     trusted = [replace(e, gold=0, split="test") for e in held]  # every one a P1: the know-nothing head's first answer
     verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL,
                          test_split=trusted)
     assert not verdict.promote, verdict.reason
     assert verdict.reason.startswith(f"worse than the head in service on the {len(trusted)} labels of the shipped test split")
     assert set(verdict.test_split) == {"current", "candidate"} and verdict.as_dict()["test_split"] == verdict.test_split
+    assert "recall of P1" in verdict.reason
     same = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, test_split=held)
     assert same.promote and same.reason.endswith(f"nor on the {len(held)} labels of the shipped test split")
 
@@ -176,5 +200,54 @@ def test_one_reviewers_poisoned_labels_are_refused_by_the_gate():
         verdict = gate.judge(PRIORITY, PRIORITY.learned_head, Head.model_validate(document), fit, split.held_out,
                              len(train), MODEL, test_split=trusted)
         assert not verdict.promote
-        assert verdict.reason.startswith(f"one reviewer ({reviewer or gate.UNNAMED}) gave {len(split.held_out)} of the "
+        assert verdict.reason.startswith(f"one reviewer ({reviewer or gate.UNAUTHENTICATED}) gave {len(split.held_out)} of the "
                                          f"{len(split.held_out)} labels to judge on")
+
+
+def poisoned_rows(names: list[str], key: bytes | None, identity: str = "iam:arn:aws:iam::123456789012:user/mallory"):
+    """200 reviews of new sev2 payouts incidents (truly P2) answered P4 under `names` in turn, as
+    the routing workflow stores them: all by one caller, its identity signed with `key` (None: the
+    rows carry no signature, as a SendTaskSuccess sent straight to Step Functions leaves them)."""
+    from decision_router.domain.signatures import review_identity_signature
+
+    rng = random.Random(5)
+    rows = []
+    for n in range(200):
+        item = {"incident_id": f"LIVE-{n}", "title": f"payouts-ledger: payout batch failed {rng.randint(0, 99)}",
+                "description": f"Payouts delayed since {rng.randint(0, 23):02d}:00 UTC; {rng.randint(2, 900)} merchants "
+                               "are not paid. On-call looking.",
+                "service": "payouts-ledger", "severity": "sev2", "source": "grafana", "reported_at": "2026-12-01T00:00:00Z"}
+        execution = f"incident-LIVE-{n}"
+        rows.append({"policy_name": "incident", "item_id": f"LIVE-{n}", "item": json.dumps(item),
+                     "answers": json.dumps({"priority": "P4", "team": "application"}), "reviewer": names[n % len(names)],
+                     "reviewer_id": identity, "execution_name": execution,
+                     "identity_signature": review_identity_signature(key, execution, identity) if key else "",
+                     "labelled_at": f"2026-12-0{1 + n // 40}T00:{n % 60:02d}:00Z"})
+    return rows
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_one_callers_poisoned_labels_under_two_names_are_refused_by_the_gate(signed):
+    """The same 200 poisoned answers under two display names once passed the per-reviewer cap
+    (it counted names). relearning now reads the verified identity (or, unsigned, the one
+    unauthenticated reviewer): one reviewer, refused on the slice it would be judged on."""
+    from decision_router.adapters.signing_key import SigningKey
+    from relearning.job import read_labels
+
+    key = b"k" * 32
+    stored = poisoned_rows(["mallory", "mallory.ops"], key if signed else None)
+    read, problems = read_labels(stored, SigningKey(key))
+    assert problems == [] and {r.reviewer for r in read} == {"mallory", "mallory.ops"}
+    rows = [json.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    shipped = [labelled(r["item"], r["gold"]["priority"], f"shipped:{i}", None) for i, r in enumerate(rows)
+               if r["split"] == "train"]
+    reviews = [(row.labelled_at, labelled(json.loads(raw["item"]), "P4", f"review:{n}", row.reviewer_id))
+               for n, (row, raw) in enumerate(zip(read, stored))]
+    split = gate.reviewed_split(reviews, trusted=len(shipped))  # as relearning.job fit splits them
+    train = shipped + split.train
+    verdict = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, split.held_out, len(train), MODEL)
+    who = "iam:arn:aws:iam::123456789012:user/mallory" if signed else gate.UNAUTHENTICATED
+    assert not verdict.promote
+    assert verdict.reason.startswith(f"one reviewer ({who}) gave {len(split.held_out)} of the {len(split.held_out)} "
+                                     "labels to judge on")
+    assert sum(gate.reviewer_of(e) == who for e in split.train) <= gate.MAX_REVIEWER_SHARE * len(train)

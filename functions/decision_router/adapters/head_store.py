@@ -141,7 +141,7 @@ class HeadStore(AwsAdapter):
 
     # ------------------------------------------------------------------------- changing
     def promote(self, policy: str, question: str, head: bytes, report: bytes, *, sha256: str, head_version: str,
-                by: str, reason: str, caller: str = "") -> HeadPointer:
+                by: str, reason: str, caller: str = "", signature: str = "") -> HeadPointer:
         """Write the head (and its fit report) as new versions in the store and name it in service.
         `caller`: the AWS identity making the change (its ARN), audited beside `by`.
         HeadChangeInProgress while another change of the question is under way."""
@@ -152,12 +152,12 @@ class HeadStore(AwsAdapter):
                                    ContentType="application/json", Metadata={"head-version": head_version})
             pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
                                   s3_version=version, sha256=sha256, head_version=head_version, at=now(), by=by,
-                                  reason=reason, previous=self.pointer(policy, question))
+                                  reason=reason, previous=self.pointer(policy, question), signature=signature)
             self._set(pointer, caller=caller)
         return pointer
 
     def shadow(self, policy: str, question: str, head: bytes, *, sha256: str, head_version: str, by: str,
-               reason: str) -> HeadPointer:
+               reason: str, signature: str = "") -> HeadPointer:
         """Write a candidate as the question's shadow head (a new version of its shadow key) and
         name it in its shadow pointer: the routing functions answer with it beside the head in
         service. HeadChangeInProgress while another change of the question is under way."""
@@ -166,7 +166,7 @@ class HeadStore(AwsAdapter):
                                              ContentType="application/json")["VersionId"]
             pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=shadow_key(policy, question),
                                   s3_version=version, sha256=sha256, head_version=head_version, action="shadow",
-                                  at=now(), by=by, reason=reason)
+                                  at=now(), by=by, reason=reason, signature=signature)
             self.ssm.put_parameter(Name=shadow_parameter_name(self.prefix, policy, question),
                                    Value=pointer.model_dump_json(), Type="String", Overwrite=True)
             self.audit(policy, question, "shadow_started", by=by, reason=reason, went_to=head_version,

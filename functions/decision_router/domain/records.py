@@ -178,14 +178,18 @@ class ReviewAnswer(_Record):
     that it names its own execution and that `choice` is one of the record's `review.choices`."""
 
     execution_name: str
-    #: Who answered: the console's reviewer by their token's `sub` (older answers: by the email
-    #: the token carried); the review function's caller by the name it gives.
+    #: Who answered, as shown: the console's reviewer by their token's `sub` (older answers: by the
+    #: email the token carried); the review function's caller by the display name it gives.
     reviewer: str
     choice: str
     note: str = ""
     #: The console reviewer's user name, and their email only while the user pool had it verified.
     reviewer_username: str | None = None
     reviewer_email: str | None = None
+    #: Who answered, authenticated (domain/signatures.py: `cognito:<sub>` or `iam:<ARN>`), and the
+    #: stack key's signature of it for this execution; empty where nobody proved who answered.
+    reviewer_id: str = ""
+    identity_signature: str = ""
 
     @property
     def chosen(self) -> ReviewChoice:

@@ -9,9 +9,12 @@ record's `shadow` beside the answer that decided. Each shadowed item is counted 
 shadow head's sha256 (`ShadowCounts`: items, agreement); where a reviewer answers the question, so
 is which of the two heads the reviewer agreed with (`review_tally`).
 
-The workflow then judges the shadow (`shadow_verdict`): at least `min_items` shadowed items, and
-on the reviewed ones a precision (the share of its answers the reviewers gave too) no worse than
-the head in service's on the same items. Only then is the candidate promoted.
+The workflow then judges the shadow (`shadow_verdict`): at least `min_items` shadowed items, at
+least `min_reviewed` of them reviewed, on the reviewed ones a precision (the share of its answers
+the reviewers gave too) no worse than the head in service's on the same items, and on the
+unreviewed ones (which nobody checked) a disagreement with the head in service of at most
+`max_disagreement`. Only then is the candidate promoted: a shadow nobody reviewed, or one that
+answers the unchecked items differently, is refused however its reviewed items went.
 """
 
 from __future__ import annotations
@@ -39,10 +42,22 @@ class ShadowCounts(BaseModel):
     reviewed: int = Field(0, ge=0, description="Shadowed items a reviewer answered the question of.")
     shadow_right: int = Field(0, ge=0, description="Of those, the reviewer gave the shadow's answer.")
     service_right: int = Field(0, ge=0, description="Of those, the reviewer gave the answer of the head in service.")
+    reviewed_agreed: int = Field(0, ge=0, description="Reviewed items on which the shadow agreed with the head "
+                                                      "in service (tallies from before it was counted: 0).")
 
     @property
     def agreement(self) -> float | None:
         return self.agreed / self.items if self.items else None
+
+    @property
+    def unreviewed_disagreement(self) -> float | None:
+        """The share of the shadowed items nobody reviewed on which the shadow answered otherwise
+        than the head in service; None when every shadowed item was reviewed."""
+        unreviewed = self.items - self.reviewed
+        if unreviewed <= 0:
+            return None
+        agreed = max(0, self.agreed - self.reviewed_agreed)
+        return max(0, unreviewed - agreed) / unreviewed
 
     def precision(self, which: str) -> float | None:
         """The share of the reviewed items on which the reviewer gave `which` head's answer
@@ -54,7 +69,8 @@ class ShadowCounts(BaseModel):
         """The counts with the shares, as the workflow's output and the dashboard show them."""
         return {**self.model_dump(), "agreement": _round(self.agreement),
                 "shadow_precision": _round(self.precision("shadow")),
-                "service_precision": _round(self.precision("service"))}
+                "service_precision": _round(self.precision("service")),
+                "unreviewed_disagreement": _round(self.unreviewed_disagreement)}
 
 
 def _round(value: float | None) -> float | None:
@@ -82,15 +98,33 @@ def review_tally(record: DecisionRecord, answers: Mapping[str, str]) -> dict[str
             for question, shadow in record.shadow.items() if question in answers}
 
 
-def shadow_verdict(counts: ShadowCounts, min_items: int, *, timed_out: bool = False) -> tuple[bool, str]:
-    """Whether the shadow may be promoted, and why (not): at least `min_items` shadowed items,
-    and no worse precision than the head in service on the reviewed ones."""
-    if min_items < 0:
-        raise ValueError(f"min_items {min_items!r}: must be 0 or more")
+#: Reviewed shadowed items a shadow needs before its precision is trusted (RelearningShadowMinReviewed).
+MIN_REVIEWED = 20
+#: The most a shadow may disagree with the head in service on the items nobody reviewed
+#: (RelearningShadowMaxDisagreement).
+MAX_DISAGREEMENT = 0.25
+
+
+def shadow_verdict(counts: ShadowCounts, min_items: int, *, min_reviewed: int = MIN_REVIEWED,
+                   max_disagreement: float = MAX_DISAGREEMENT, timed_out: bool = False) -> tuple[bool, str]:
+    """Whether the shadow may be promoted, and why (not): at least `min_items` shadowed items and
+    `min_reviewed` reviewed ones, no worse precision than the head in service on the reviewed
+    ones, and at most `max_disagreement` with it on the unreviewed ones."""
+    if min_items < 0 or min_reviewed < 0:
+        raise ValueError(f"min_items {min_items!r}, min_reviewed {min_reviewed!r}: must be 0 or more")
+    if not 0 <= max_disagreement <= 1:
+        raise ValueError(f"max_disagreement {max_disagreement!r}: must be from 0 to 1")
+    waited = "the shadow period ended with " if timed_out else ""
     if counts.items < min_items:
-        waited = "the shadow period ended with " if timed_out else ""
         return False, f"too few shadowed items: {waited}{counts.items}, at least {min_items}"
     agreement = f"agreed with the head in service on {counts.agreed} of {counts.items} items"
+    if counts.reviewed < min_reviewed:
+        return False, (f"too few reviewed shadowed items: {waited}{counts.reviewed}, at least {min_reviewed}: "
+                       f"its answers are unchecked ({agreement})")
+    disagreement = counts.unreviewed_disagreement
+    if disagreement is not None and disagreement > max_disagreement + TOLERANCE:
+        return False, (f"the shadow disagrees with the head in service on {disagreement:.1%} of the "
+                       f"{counts.items - counts.reviewed} unreviewed items, more than {max_disagreement:.1%}")
     shadow, service = counts.precision("shadow"), counts.precision("service")
     if shadow is None or service is None:
         return True, f"shadowed {counts.items} items ({agreement}); none reviewed"

@@ -9,6 +9,12 @@ pointer may name only the head store's own bucket and the question's own key the
 object they can put anywhere. A pointer or object that cannot be read or verified leaves the head deciding before in service
 (the last good one, else the shipped one) and counts `HeadLoadFailed` (policy, question), which
 an alarm watches. No pointer: the shipped head decides (a rollback past the first promotion).
+
+Where the stack configured a head signing key (HEAD_SIGNING_KEY_SECRET_ARN, HeadSigningKeySecret),
+a pointer must also carry the relearning function's signature of its policy, question, sha256 and
+head version (domain/signatures.py): an unsigned or altered head is refused the same way. Without
+one (a local run, tests without a stack) heads from the store load unsigned, as the shipped heads
+in the code always do.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any, Callable
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..domain.head_versions import pointer_problems
+from ..adapters.signing_key import SigningKey
+from ..domain.head_versions import HeadPointer, pointer_problems
 from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
 from ..domain.ports import PointerSource
@@ -49,8 +56,11 @@ class LiveHeads:
     """The shipped policy with the heads in service swapped in, re-read at most every `refresh_seconds`."""
 
     def __init__(self, shipped: Policy, store: PointerSource, *, refresh_seconds: float, logger: Logger,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, head_key: SigningKey | None = None):
+        """`head_key`: the stack's head signing key; given, a pointer must carry its signature
+        (the relearning gate's) or the head is refused; None (no key configured), unsigned heads load."""
         self.shipped, self.store, self.refresh_seconds = shipped, store, refresh_seconds
+        self.head_key = head_key
         self.logger, self.clock = logger, clock
         self._in_service = {q.id: _InService(None, q.learned_head) for q in shipped.questions}
         self._policy = shipped
@@ -89,6 +99,7 @@ class LiveHeads:
                                          shadow=True)
             if misplaced:
                 raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
+            self._signed(pointer, where)
             head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
                              changed="the object is not the one named")
             problems = self.shipped.head_problems(self.shipped.question(question), head)
@@ -103,6 +114,17 @@ class LiveHeads:
         self._shadows[question] = ShadowHead(head, pointer.sha256)
         self.logger.info("shadow head serving beside the head in service",
                          extra={"question": question, "head_version": head.version})
+
+    def _signed(self, pointer: HeadPointer, where: str) -> None:
+        """ValueError unless the pointer carries the stack's head signature (when a key is configured)."""
+        if self.head_key is None:
+            return
+        if not pointer.signature:
+            raise ValueError(f"{where}: unsigned; this stack signs every head its relearning gate passes "
+                             "(HeadSigningKeySecret), so an unsigned one is refused")
+        if not self.head_key.head_verified(pointer):
+            raise ValueError(f"{where}: its signature does not verify with the stack's head signing key (the head, "
+                             "its sha256, version or question was changed after the gate passed it): refused")
 
     def _refresh(self, question: str) -> bool:
         """Whether the question's head in service changed."""
@@ -119,6 +141,7 @@ class LiveHeads:
             misplaced = pointer_problems(pointer, bucket=self.store.bucket, policy=self.shipped.name, question=question)
             if misplaced:
                 raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
+            self._signed(pointer, where)
             if pointer.sha256 == current.sha256:
                 return False
             head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
@@ -139,8 +162,9 @@ class LiveHeads:
         return True
 
 
-def live_heads(policy: Policy, store: PointerSource | None, settings: Any, logger: Logger) -> LiveHeads | None:
+def live_heads(policy: Policy, store: PointerSource | None, settings: Any, logger: Logger, *,
+               head_key: SigningKey | None = None) -> LiveHeads | None:
     """The live heads of a function given a head store; None without one (the shipped heads decide)."""
     if store is None:
         return None
-    return LiveHeads(policy, store, refresh_seconds=settings.head_refresh_seconds, logger=logger)
+    return LiveHeads(policy, store, refresh_seconds=settings.head_refresh_seconds, logger=logger, head_key=head_key)

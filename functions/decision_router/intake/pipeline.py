@@ -156,7 +156,8 @@ class Intake:
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
                                          persistence_store=self.wiring.idempotency_store,
                                          output_serializer=StoredRecord())
-        live = live_heads(policy, self.wiring.head_store, s, self.logger)
+        live = live_heads(policy, self.wiring.head_store, s, self.logger,
+                          head_key=self.wiring.head_signing_key if self.wiring.head_store is not None else None)
         tally = self.wiring.shadow_tally if live is not None else None
         return IntakeParts(policy, router, judge_once, live, tally, self.wiring.resolved_items)
 

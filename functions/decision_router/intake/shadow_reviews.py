@@ -28,7 +28,7 @@ def count_review(record: DecisionRecord, answers: Mapping[str, str], history_tab
         question_metric("ServiceRight", policy, question, float(service_right))
         try:
             tally.add(policy, question, answer.sha256, reviewed=1, shadow_right=int(shadow_right),
-                      service_right=int(service_right))
+                      service_right=int(service_right), reviewed_agreed=int(answer.agrees))
         except Exception as error:  # noqa: BLE001 - the review was accepted; only its count is missing
             question_metric("ShadowTallyFailed", policy, question)
             logger.error("review not counted for the shadow head", extra={

@@ -22,6 +22,7 @@ from ..adapters.open_incidents import OpenIncidents
 from ..adapters.queues import Queue
 from ..adapters.review import AuditTrail, ReviewQueue, ReviewTasks
 from ..adapters.shadow_tally import ShadowTally
+from ..adapters.signing_key import SigningKey
 from ..adapters.workflow import WorkflowStarter
 from ..config import Settings
 from ..domain.ports import (
@@ -45,12 +46,13 @@ class Wiring:
                  alarm_states: AlarmStateReader | None = None, idempotency_store: BasePersistenceLayer | None = None,
                  audit: AuditWriter | None = None, review_queue: ReviewQueue | None = None,
                  review_tasks: ReviewTasks | None = None, head_store: PointerSource | None = None,
-                 resolved_items: ResolvedItemStore | None = None):
+                 resolved_items: ResolvedItemStore | None = None, head_signing_key: SigningKey | None = None):
         """Each part given here replaces the one the settings would make (tests, the local run)."""
         given = {"settings": settings, "endpoint": endpoint, "workflow": workflow, "open_incidents": open_incidents,
                  "dead_letters": dead_letters, "ticket_queue": ticket_queue, "alarm_states": alarm_states,
                  "idempotency_store": idempotency_store, "audit": audit, "review_queue": review_queue,
-                 "review_tasks": review_tasks, "head_store": head_store, "resolved_items": resolved_items}
+                 "review_tasks": review_tasks, "head_store": head_store, "resolved_items": resolved_items,
+                 "head_signing_key": head_signing_key}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
 
     @cached_property
@@ -109,6 +111,13 @@ class Wiring:
         if not s.head_store_bucket or not s.head_parameter_prefix:
             return None
         return HeadStore(s.head_store_bucket, s.head_parameter_prefix, s.head_history_table)
+
+    @cached_property
+    def head_signing_key(self) -> SigningKey | None:
+        """The key a head from the store must be signed with; None when the stack configured none
+        (a local run without one: unsigned heads load, as the shipped heads do)."""
+        arn = self.settings.head_signing_key_secret_arn
+        return SigningKey.from_secret(arn) if arn else None
 
     @cached_property
     def shadow_tally(self) -> ShadowTally | None:

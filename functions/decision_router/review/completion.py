@@ -11,7 +11,7 @@ belongs to; the workflow checks that it is its own, which binds the task token t
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -49,10 +49,17 @@ def answer_problems(policy: Policy, answers: Mapping[str, str], reviewer: str) -
     return problems
 
 
+#: Signs (execution name, reviewer identity) with the stack's key (adapters.signing_key.SigningKey.review_signature).
+IdentitySigner = Callable[[str, str], str]
+
+
 def complete_review(record: DecisionRecord, execution_name: str, answers: Mapping[str, str], reviewer: str, *,
-                    note: str | None = None, username: str | None = None, email: str | None = None) -> ReviewAnswer:
+                    note: str | None = None, username: str | None = None, email: str | None = None,
+                    reviewer_id: str = "", sign: IdentitySigner | None = None) -> ReviewAnswer:
     """The task output for a reviewer's answers to the pending `record`, or InvalidReview.
-    `username` and `email` (verified only) name the reviewer for people; `reviewer` is the audit's key."""
+    `username` and `email` (verified only) name the reviewer for people; `reviewer` is the audit's key.
+    `reviewer_id`: the authenticated identity (domain/signatures.py), signed with `sign` for the
+    labelled example; an answer without one counts as unauthenticated for relearning."""
     try:
         policy = load_policy(record.policy.name)
     except PolicyError as error:
@@ -62,8 +69,10 @@ def complete_review(record: DecisionRecord, execution_name: str, answers: Mappin
         raise InvalidReview("; ".join(problems))
     for wire in record.review.choices:
         if ReviewChoice.model_validate_json(wire).answers == dict(answers):
+            signature = sign(execution_name, reviewer_id) if sign is not None and reviewer_id else ""
             return ReviewAnswer(execution_name=execution_name, reviewer=reviewer.strip(), choice=wire,
-                                note=(note or "").strip(), reviewer_username=username, reviewer_email=email)
+                                note=(note or "").strip(), reviewer_username=username, reviewer_email=email,
+                                reviewer_id=reviewer_id, identity_signature=signature)
     # The record was decided under another version of the policy: only its own choices count.
     raise InvalidReview(f"answers: {dict(answers)} is not one of the answers this review offers "
                         f"(policy {record.policy.name!r} version {record.policy.version})")
@@ -76,7 +85,8 @@ class ReviewCompletion(BaseModel):
 
     execution_name: ExecutionName = Field(description="The pending review's execution (review_cli list shows it).")
     task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
-    reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
+    reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)] = Field(
+        description="A display name only: who answered is `identity_proof`'s principal (or the console's `sub`).")
     answers: dict[str, str] = Field(min_length=1)
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
     policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
@@ -86,6 +96,9 @@ class ReviewCompletion(BaseModel):
                                           description="The console's reviewer's user name (the console sets it).")
     reviewer_email: str | None = Field(default=None, max_length=256,
                                        description="Their email, only when the user pool has it verified.")
+    identity_proof: str | None = Field(default=None, max_length=8192, description=(
+        "The review function's caller: an STS GetCallerIdentity request presigned with the caller's "
+        "credentials (adapters/caller_identity.py); the console does not use it."))
 
     @classmethod
     def parse(cls, data: Any) -> "ReviewCompletion":
@@ -115,16 +128,18 @@ class PendingReview(BaseModel):
             raise InvalidReview("; ".join(problems)) from None
 
 
-def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter) -> ReviewAnswer:
+def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter,
+                  reviewer_id: str = "", sign: IdentitySigner | None = None) -> ReviewAnswer:
     """Validate the answers against the pending record (never a policy the caller names), then
     hand the output to the waiting workflow. `record` must come from a trusted source: the
-    execution's own input, or the review message that carries the task token."""
+    execution's own input, or the review message that carries the task token. `reviewer_id`:
+    the identity the calling function authenticated (never a field of `completion`)."""
     if completion.policy is not None and completion.policy != record.policy.name:
         raise InvalidReview(f"policy: {completion.policy!r} is not this review's policy "
                             f"({record.policy.name!r}, from the pending record)")
     output = complete_review(record, completion.execution_name, completion.answers, completion.reviewer,
                              note=completion.note, username=completion.reviewer_username,
-                             email=completion.reviewer_email)
+                             email=completion.reviewer_email, reviewer_id=reviewer_id, sign=sign)
     tasks.complete(completion.task_token, output)
     return output
 

@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ..domain.linking import Suggestion, suggestion
 from ..domain.policies import Policy
 from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
+from ..domain.signatures import cognito_identity
 from ..domain.similar import ResolvedItem, SimilarItem, item_terms, nearest
 from ..items import parse_item
-from .completion import InvalidReview, PendingReview, complete_review, labelled_example
+from .completion import IdentitySigner, InvalidReview, PendingReview, complete_review, labelled_example
 
 #: The claim naming a reviewer for good: Cognito's `sub` never changes and no user can set it.
 ID_CLAIM = "sub"
@@ -331,14 +332,15 @@ def audited_reviewer(detail: Mapping[str, Any]) -> str | None:
 
 
 def correction(record: DecisionRecord, original_execution: str, answers: Mapping[str, str], reviewer: Reviewer, *,
-               note: str = "") -> CorrectedRecord:
+               note: str = "", sign: IdentitySigner | None = None) -> CorrectedRecord:
     """The record that re-routes an automatically routed item by a reviewer's answers: checked
-    against the record's own policy and choices, and refused when it would change nothing."""
+    against the record's own policy and choices, and refused when it would change nothing. The
+    answer names the reviewer's `sub` as their identity, signed with `sign` (the stack's key)."""
     if record.route != "auto" or record.destination is None:
         raise InvalidReview(f"execution {original_execution!r} was not routed automatically: answer its review instead")
     name = correction_name(record)
     answer = complete_review(record, name, answers, reviewer.sub, note=note, username=reviewer.username,
-                             email=reviewer.email)
+                             email=reviewer.email, reviewer_id=cognito_identity(reviewer.sub), sign=sign)
     decided = {d.question: d.option_id for d in record.decisions}
     if answer.chosen.answers == decided:
         raise InvalidReview(f"answers: {dict(answers)} is what the item was routed by; choose the right answer")
