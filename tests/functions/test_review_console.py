@@ -27,6 +27,7 @@ from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack
 from local.event_sources import http_event
+from local.settling import identity_proof
 from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import letters_only, make_result
 from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK, FakeLambdaContext
@@ -359,7 +360,8 @@ def test_the_review_function_counts_a_checks_answer_too(world, monkeypatch):
     world.review_function(monkeypatch)
     message = world.pending_message()
     result = app.lambda_handler({"execution_name": name, "task_token": message["task_token"], "reviewer": "bob",
-                                 "answers": {"queue": "billing"}, "receipt_handle": message["receipt_handle"]},
+                                 "answers": {"queue": "billing"}, "receipt_handle": message["receipt_handle"],
+                                 "identity_proof": identity_proof()},
                                 FakeLambdaContext())
     assert result["status"] == "completed"
     assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 1, "corrected": 0}
