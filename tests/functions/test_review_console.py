@@ -438,3 +438,10 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
     (row,) = audit.linked_to("INC-88")
     assert row.item_id == "T-88" and row.outcome == "reviewed" and row.link() == link
     assert audit.linked_to("INC-other") == []
+    # The ticket's row is in the link index (its key written), the incident's is not; both expire
+    # AuditRetentionDays after their item was decided.
+    assert world.audit_columns("T-88", ticket)["linked_incident_id"] == "INC-88"
+    assert "linked_incident_id" not in world.audit_columns("INC-88", incident)
+    days = int(world.template.function_environment("ReviewConsoleFunction")["AUDIT_RETENTION_DAYS"])
+    decided_at = datetime.fromisoformat(ticket_record.decided_at)
+    assert world.audit_expiry("T-88", ticket) == int((decided_at + timedelta(days=days)).timestamp())

@@ -153,6 +153,9 @@ class DecisionRecord(_Record):
         "question → the answer of the candidate head serving in shadow beside the head in service, if any."))
     linked: LinkedIncident | None = Field(None, description=(
         "The open incident a ticket describes (domain/linking.py); null when none, or not a ticket."))
+    audit_expires_at: int | None = Field(None, description=(
+        "When the execution's audit row expires (the audit table's TTL, epoch seconds): set as the "
+        "execution is started (AuditRetentionDays); null: kept."))
 
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":
@@ -240,10 +243,22 @@ class AuditRow(_Record):
     #: The record's `linked` as JSON text ("null": not linked); absent on rows from before it was
     #: kept and on the rows the incident intake writes itself.
     linked_incident: str | None = None
+    #: The linked incident's id alone, on a linked ticket's row only: the key of the table's sparse
+    #: index of links (`AuditTrail.linked_to`).
+    linked_incident_id: str | None = None
 
     def columns(self) -> dict[str, str]:
-        """The row's columns as written (an absent `execution_arn` is no column)."""
-        return {key: value for key, value in self.model_dump().items() if value is not None}
+        """The row's columns as written (an absent `execution_arn` is no column); a linked
+        ticket's row with its link index's key, as the workflow writes it."""
+        columns = {key: value for key, value in self.model_dump().items() if value is not None}
+        if "linked_incident_id" not in columns:
+            try:
+                linked = self.link()
+            except ValueError:  # pydantic's ValidationError too: a column that is no link
+                linked = None
+            if linked is not None:
+                columns["linked_incident_id"] = linked.incident_id
+        return columns
 
     def link(self) -> LinkedIncident | None:
         """The incident the row's ticket was linked to (None: not linked, or a row without the column)."""
