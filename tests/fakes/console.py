@@ -311,7 +311,7 @@ def _read(columns: Mapping[str, str]) -> AuditRow | Unreadable:
 # ------------------------------------------------------------------------------ labelled examples
 class FakeLabelledExamples:
     """The labelled-examples table (adapter `adapters.review.LabelledExamples`): `put` is the
-    workflow's StoreLabelledExample (one row per policy and item, a later review of the item
+    workflow's StoreLabelledExample (one row per policy and item key, a later review of the item
     replacing it), every column a string.
 
     Rows are read in key order (policy, then item), as moto scans them; DynamoDB scans in an
@@ -322,7 +322,7 @@ class FakeLabelledExamples:
         self.rows: dict[tuple[str, str], dict[str, str]] = {}
 
     def put(self, row: Mapping[str, str]) -> None:
-        self.rows[(row["policy_name"], row["item_id"])] = dict(row)
+        self.rows[(row["policy_name"], row["item_key"])] = dict(row)
 
     def scan(self) -> Iterator[dict[str, str]]:
         for key in sorted(self.rows):
@@ -330,10 +330,10 @@ class FakeLabelledExamples:
 
     def page(self, limit: int, after: dict[str, str] | None = None) -> tuple[list[dict[str, str]], dict[str, str] | None]:
         keys = sorted(self.rows)
-        start = bisect_right(keys, (after["policy_name"], after["item_id"])) if after else 0
+        start = bisect_right(keys, (after["policy_name"], after["item_key"])) if after else 0
         taken = keys[start:start + limit]
         more = start + limit < len(keys)
-        last = {"policy_name": taken[-1][0], "item_id": taken[-1][1]} if taken and more else None
+        last = {"policy_name": taken[-1][0], "item_key": taken[-1][1]} if taken and more else None
         return [dict(self.rows[k]) for k in taken], last
 
     def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:

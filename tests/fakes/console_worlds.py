@@ -216,7 +216,7 @@ class PlayedWorkflow(RecordingWorkflow):
             "policy": given["policy"], "decisions": given["decisions"], "execution_name": name}))
         if answer is not None:
             self.examples.put({
-                "policy_name": given["policy"]["name"], "item_id": given["item_id"],
+                "policy_name": given["policy"]["name"], "item_key": given["item_key"], "item_id": given["item_id"],
                 "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
                 "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
                 "model_decisions": _compact(given["decisions"]), "route_reason": given["route_reason"],
@@ -339,9 +339,12 @@ class ConsoleWorld(_Questions, FakeWorld):
         return self.audit.expires.get((item_id, execution_name))
 
     def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
-        """The labelled example's columns (KeyError: none)."""
+        """The labelled example of the one item of this id (KeyError: none)."""
         self.workflow.play()
-        return dict(self.examples.rows[(policy, item_id)])
+        rows = [row for (name, _), row in self.examples.rows.items() if name == policy and row["item_id"] == item_id]
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} labelled examples of {policy}/{item_id}")
+        return dict(rows[0])
 
     def labelled_examples(self) -> list[dict[str, str]]:
         self.workflow.play()
@@ -408,7 +411,9 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         return int(item["expires_at"]["N"]) if "expires_at" in item else None
 
     def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
-        return self._get("LabelledExamplesTable", {"policy_name": policy, "item_id": item_id})
+        """The labelled example of the one item of this id (the table is keyed by item key)."""
+        (row,) = [row for row in self.labelled_examples() if row["policy_name"] == policy and row["item_id"] == item_id]
+        return row
 
     def labelled_examples(self) -> list[dict[str, str]]:
         rows = boto3.client("dynamodb").scan(TableName=self.ref("LabelledExamplesTable"))["Items"]

@@ -132,7 +132,8 @@ class FakeOpenIncidents:
                 continue  # resolved (or open from before the index), a group's row, or no service kept
             try:
                 incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                              service=row["service"], opened_at=row["reported_at"]))
+                                              service=row["service"], opened_at=row["reported_at"],
+                                              source=row.get("source")))
             except (KeyError, ValidationError):
                 continue
         return incidents

@@ -511,7 +511,7 @@ def examples(request) -> ExamplesSide:
 
 
 def example(policy: str, item_id: str, answer: str) -> dict[str, str]:
-    return {"policy_name": policy, "item_id": item_id, "item": json.dumps({"id": item_id}),
+    return {"policy_name": policy, "item_key": f"ticket:email:{item_id}:0", "item_id": item_id, "item": json.dumps({"id": item_id}),
             "answers": json.dumps({"queue": answer}), "reviewer": "a-1"}
 
 

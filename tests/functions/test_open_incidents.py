@@ -38,7 +38,8 @@ def test_a_claim_keeps_the_service_and_open_now_returns_domain_objects(store):
     read = store.get("arn:alarm:payments")
     assert (read.incident_key, read.status, read.opened_by, read.routed) == ("arn:alarm:payments", "open", "d1", False)
     assert store.open_now() == [OpenIncident(key="arn:alarm:payments", incident_id="INC-1", service="payments-api",
-                                             opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc))]
+                                             opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc),
+                                             source="aws.cloudwatch")]
 
 
 def test_resolved_old_and_group_rows_are_not_read_as_open_incidents(store):

@@ -54,7 +54,8 @@ def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
     """The rows as the routing workflow's StoreLabelledExample writes them, one minute apart."""
     dynamodb = boto3.client("dynamodb")
     for i, (row, gold) in enumerate(zip(rows, golds)):
-        item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
+        ticket = parse_item("ticket", row["item"])
+        item = {"policy_name": POLICY, "item_key": ticket.key, "item_id": ticket.item_id, "policy_version": "1",
                 "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
                 "reviewer": REVIEWERS[i % len(REVIEWERS)], "model_decisions": "[]", "route_reason": "queue: confidence low",
                 "execution_name": f"e-{i}", "labelled_at": f"2026-11-30T{i // 60:02d}:{i % 60:02d}:00Z"}

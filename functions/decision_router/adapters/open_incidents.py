@@ -130,12 +130,13 @@ class OpenIncidents(AwsAdapter):
         resolved ones, however many, are never read). Rows written before the service was kept
         are left out."""
         incidents = []
-        for raw in self._open_rows(FilterExpression="attribute_exists(service)",
-                                   ProjectionExpression="incident_key, incident_id, service, reported_at"):
+        for raw in self._open_rows(FilterExpression="attribute_exists(service)", names={"#src": "source"},
+                                   ProjectionExpression="incident_key, incident_id, service, reported_at, #src"):
             row = _plain(raw)
             try:
                 incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                              service=row["service"], opened_at=row["reported_at"]))
+                                              service=row["service"], opened_at=row["reported_at"],
+                                              source=row.get("source")))
             except (KeyError, ValidationError):
                 continue  # a row missing its id or time: nothing to link to
         return incidents

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decision_contract import ModelInfo
 
-from ..items import ItemKind
+from ..items import ItemKind, ref_of
 from .linking import LinkedIncident
 from .policies import Thresholds
 from .why import Why
@@ -157,6 +157,10 @@ class DecisionRecord(_Record):
         "When the execution's audit row expires (the audit table's TTL, epoch seconds): set as the "
         "execution is started (AuditRetentionDays); null: kept."))
 
+    def item_ref(self) -> str | None:
+        """Which item the record decides: kind, source and id (`items.item_ref`)."""
+        return ref_of(self.item_kind, self.item)
+
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":
         # Always recomputed: the event must say what the record says, whatever a caller passed.
@@ -265,6 +269,14 @@ class AuditRow(_Record):
         if not self.linked_incident or self.linked_incident == "null":
             return None
         return LinkedIncident.model_validate_json(self.linked_incident)
+
+    def item_ref(self) -> str | None:
+        """Which item the row is of: kind, source and id (`items.item_ref`), read from its `item`;
+        None when that column does not say (not JSON, no source)."""
+        try:
+            return ref_of(self.item_kind, json.loads(self.item))
+        except ValueError:
+            return None
 
     def detail(self) -> dict[str, Any]:
         """`outcome_detail` read back (the workflow's `$.outcome`, with its status)."""
