@@ -206,9 +206,13 @@ class LocalDeployment:
         return readable
 
     def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
-        row = self.dynamodb.get_item(TableName=self.labelled_table, Key={
-            "policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")
-        return {key: value["S"] for key, value in row.items()} if row else None
+        """The latest labelled example of an item of this id in the policy (the table is keyed by
+        item key: items of one id from other sources are other rows)."""
+        rows = self.dynamodb.query(TableName=self.labelled_table, KeyConditionExpression="policy_name = :p",
+                                   FilterExpression="item_id = :i",
+                                   ExpressionAttributeValues={":p": {"S": policy_name}, ":i": {"S": item_id}})["Items"]
+        found = [{key: value["S"] for key, value in row.items() if "S" in value} for row in rows]
+        return max(found, key=lambda row: row.get("labelled_at", "")) if found else None
 
     # ------------------------------------------------------------------------------ queues
     def state_machine_id(self) -> str:

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS",
         "Endpoint calls per decision, the first included (retries with capped exponential backoff and full jitter).", 4, ge=1)
     audit_table: str = _env("AUDIT_TABLE_NAME", "The audit table: one record per outcome.")
+    audit_retention_days: int = _env("AUDIT_RETENTION_DAYS",
+        "Days an audit row is kept (the table's TTL removes it after): set on each execution the function "
+        "starts and on each row it writes; 0 keeps them.", 0, ge=0)
     labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME",
         "Completed reviews, stored as labelled examples (what make fit and relearning read).")
     event_bus_name: str = _env("EVENT_BUS_NAME",
@@ -59,6 +62,8 @@ class Settings(BaseSettings):
     open_incidents_table: str = _env("OPEN_INCIDENTS_TABLE_NAME",
         "Incident intake: the open incidents of the native sources, by source key; ticket intake: the "
         "open incidents a ticket may be linked to (unset: tickets are not linked).")
+    open_incident_retention_days: int = _env("OPEN_INCIDENT_RETENTION_DAYS",
+        "Incident intake: days a resolved incident's row is kept (the table's TTL removes it after).", 30, ge=1)
     ticket_queue_url: str = _env("TICKET_QUEUE_URL",
         "Webhooks: where tickets go; ticket intake: the queue a ticket waiting for a waking endpoint is hidden in.")
     signing_key_secret_arn: str = _env("SIGNING_KEY_SECRET_ARN",

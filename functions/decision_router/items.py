@@ -73,6 +73,11 @@ class Item(StrictModel):
         return getattr(self, self.source_field)
 
     @property
+    def ref(self) -> str:
+        """Which item this is: kind, source and id (`item_ref`)."""
+        return item_ref(self.kind, self.origin, self.item_id)
+
+    @property
     def key(self) -> str:
         """What makes two deliveries the same item: kind, source, id and the exact payload.
         A redelivery or duplicate is routed once; the same id from another source, or with
@@ -80,7 +85,13 @@ class Item(StrictModel):
         data = {k: v for k, v in self.model_dump(mode="json").items() if not (v is None and k in self.unkeyed_when_empty)}
         payload = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
-        return f"{self.kind}:{self.origin}:{self.item_id}:{digest}"
+        return f"{self.ref}:{digest}"
+
+
+def item_ref(kind: str, source: str, item_id: str) -> str:
+    """One item's identity, `kind:source:id` (`Item.key` less its payload's digest): ids are only
+    unique per source, so whatever looks an item up by its id compares this instead."""
+    return f"{kind}:{source}:{item_id}"
 
 
 class Reference(StrictModel):
@@ -133,6 +144,19 @@ class Incident(Item):
 
 #: Every item kind, by name: the registry the policies, records and demo read.
 ITEM_MODELS: dict[str, type[Item]] = {model.kind: model for model in (Ticket, Incident)}
+
+
+def ref_of(kind: str, data: Any) -> str | None:
+    """The identity (`item_ref`) of an item as a record or a table row keeps it (its JSON, as
+    validated when it came in), read without validating it again; None when `data` names no
+    source or id of that kind."""
+    model = ITEM_MODELS.get(kind)
+    if model is None or not isinstance(data, dict):
+        return None
+    source, item_id = data.get(model.source_field), data.get(model.id_field)
+    if not isinstance(source, str) or not isinstance(item_id, str):
+        return None
+    return item_ref(kind, source, item_id)
 
 
 def _registered_kind(kind: str) -> str:

@@ -34,7 +34,8 @@ class Wiring:
 
     @cached_property
     def workflow(self) -> Executions:
-        return WorkflowStarter(self.settings.require("state_machine_arn").state_machine_arn)
+        s = self.settings.require("state_machine_arn")
+        return WorkflowStarter(s.state_machine_arn, audit_retention_days=s.audit_retention_days)
 
     @cached_property
     def tasks(self) -> TaskCompleter:

@@ -106,7 +106,8 @@ def links(given: Wiring, record: DecisionRecord) -> dict[str, Any]:
             pending = given.queue.pending(limit=500)
             given.queue.release(pending.reviews)
             return {"linked_tickets": console.linked_tickets(record.item_id, [q.review for q in pending.reviews],
-                                                             given.audit.linked_to(record.item_id))}
+                                                             given.audit.linked_to(record.item_id),
+                                                             incident_ref=record.item_ref())}
     except Exception as error:  # noqa: BLE001 - links are shown beside the item, never instead of it
         logger.warning("linked items not shown", extra={"item_id": record.item_id,
                                                         "error": f"{type(error).__name__}: {error}"})

@@ -23,12 +23,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from decision_router.adapters import expiry
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
 from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
 from decision_router.adapters.similar_items import RECENT, resolved_key
-from decision_router.adapters.workflow import ExecutionNotRunning
+from decision_router.adapters.workflow import ExecutionNotRunning, execution_input
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
 from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
@@ -247,8 +248,11 @@ class FakeAuditTrail:
     row); `put_columns` a row as any writer put it, however it reads back (an `Unreadable` where it
     does not fit `AuditRow`; `row` raises on it, as the adapter's does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retention_days: int = 0) -> None:
         self.rows: dict[tuple[str, str], dict[str, str]] = {}
+        #: Each written row's expiry (the TTL attribute, a number: no string column), by key.
+        self.expires: dict[tuple[str, str], int] = {}
+        self.retention_days = retention_days
 
     def write(self, row: AuditRow) -> bool:
         """False when the row's key exists already (a retry's), which is left as it was."""
@@ -256,6 +260,8 @@ class FakeAuditTrail:
         if key in self.rows:
             return False
         self.rows[key] = row.columns()
+        if self.retention_days:
+            self.expires[key] = expiry(self.retention_days)
         return True
 
     def put_columns(self, columns: Mapping[str, str]) -> None:
@@ -274,12 +280,11 @@ class FakeAuditTrail:
         return [_read(r) for r in self.rows.values()]
 
     def linked_to(self, incident_id: str) -> list[AuditRow]:
-        """The readable rows whose linked incident is `incident_id` exactly."""
+        """The readable rows whose linked incident is `incident_id` exactly, oldest first."""
         rows = []
-        for columns in self.rows.values():
-            link = columns.get("linked_incident")
-            if link is None or link == "null" or incident_id not in link:
-                continue  # what the adapter's scan filter leaves out
+        for columns in sorted(self.rows.values(), key=lambda r: r.get("audited_at", "")):
+            if columns.get("linked_incident_id") != incident_id:
+                continue  # not in the adapter's sparse link index under that id
             row = _read(columns)
             if isinstance(row, Unreadable):
                 continue
@@ -307,7 +312,7 @@ def _read(columns: Mapping[str, str]) -> AuditRow | Unreadable:
 # ------------------------------------------------------------------------------ labelled examples
 class FakeLabelledExamples:
     """The labelled-examples table (adapter `adapters.review.LabelledExamples`): `put` is the
-    workflow's StoreLabelledExample (one row per policy and item, a later review of the item
+    workflow's StoreLabelledExample (one row per policy and item key, a later review of the item
     replacing it), every column a string.
 
     Rows are read in key order (policy, then item), as moto scans them; DynamoDB scans in an
@@ -318,7 +323,7 @@ class FakeLabelledExamples:
         self.rows: dict[tuple[str, str], dict[str, str]] = {}
 
     def put(self, row: Mapping[str, str]) -> None:
-        self.rows[(row["policy_name"], row["item_id"])] = dict(row)
+        self.rows[(row["policy_name"], row["item_key"])] = dict(row)
 
     def scan(self) -> Iterator[dict[str, str]]:
         for key in sorted(self.rows):
@@ -326,10 +331,10 @@ class FakeLabelledExamples:
 
     def page(self, limit: int, after: dict[str, str] | None = None) -> tuple[list[dict[str, str]], dict[str, str] | None]:
         keys = sorted(self.rows)
-        start = bisect_right(keys, (after["policy_name"], after["item_id"])) if after else 0
+        start = bisect_right(keys, (after["policy_name"], after["item_key"])) if after else 0
         taken = keys[start:start + limit]
         more = start + limit < len(keys)
-        last = {"policy_name": taken[-1][0], "item_id": taken[-1][1]} if taken and more else None
+        last = {"policy_name": taken[-1][0], "item_key": taken[-1][1]} if taken and more else None
         return [dict(self.rows[k]) for k in taken], last
 
     def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:
@@ -392,14 +397,15 @@ class ConsoleWorkflow:
     status and input (JSON text, as Step Functions keeps it). Nothing runs: a started execution is
     RUNNING until the test `end`s it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, audit_retention_days: int = 0) -> None:
         self.executions: dict[str, tuple[str, str]] = {}
+        self.audit_retention_days = audit_retention_days
 
     def start_named(self, name: str, record: DecisionRecord) -> bool:
         """Start one execution of exactly this name; False when one exists (whatever its status)."""
         if name in self.executions:
             return False
-        self.executions[name] = ("RUNNING", record.model_dump_json())
+        self.executions[name] = ("RUNNING", execution_input(record, self.audit_retention_days))
         return True
 
     def end(self, name: str, status: str = "SUCCEEDED") -> None:

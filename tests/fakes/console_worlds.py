@@ -30,7 +30,7 @@ from moto import mock_aws
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.signing_key import SigningKey
-from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
+from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter, execution_input
 from decision_router.config import Settings
 from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AuditRow, DecisionRecord
@@ -66,8 +66,10 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_SECO
 
 
 def start(stack: Stack, record: DecisionRecord) -> str:
-    """The record's routing execution started, as the intakes start it; its name."""
-    name, started = WorkflowStarter(stack.ref("RoutingStateMachine")).start(record)
+    """The record's routing execution started, as the intakes start it (with their audit
+    retention); its name."""
+    days = int(stack.function_environment("TicketIntakeFunction")["AUDIT_RETENTION_DAYS"])
+    name, started = WorkflowStarter(stack.ref("RoutingStateMachine"), audit_retention_days=days).start(record)
     assert started, name
     return name
 
@@ -126,8 +128,9 @@ class PlayedWorkflow(RecordingWorkflow):
 
     def __init__(self, state_machine_arn: str, *, review_queue_url: str, review_queue: FakeReviewQueue,
                  tasks: FakeReviewTasks, audit: FakeAuditTrail, examples: FakeLabelledExamples,
-                 queue_at: Callable[[str], FakeQueue], clock: Clock = time.time) -> None:
-        super().__init__()
+                 queue_at: Callable[[str], FakeQueue], clock: Clock = time.time,
+                 audit_retention_days: int = 0) -> None:
+        super().__init__(audit_retention_days=audit_retention_days)
         self.state_machine_arn, self.review_queue_url = state_machine_arn, review_queue_url
         self.review_queue, self.tasks, self.audit, self.examples = review_queue, tasks, audit, examples
         self.queue_at, self.clock = queue_at, clock
@@ -138,7 +141,8 @@ class PlayedWorkflow(RecordingWorkflow):
         """Start one execution of exactly this name; False when one exists (whatever its status)."""
         if name in self.executions:
             return False
-        self.executions[name] = Execution(name, record, record.model_dump_json())
+        given = execution_input(record, self.audit_retention_days)
+        self.executions[name] = Execution(name, type(record).model_validate_json(given), given)
         return True
 
     def describe(self, name: str) -> tuple[str, dict[str, Any]]:
@@ -217,7 +221,7 @@ class PlayedWorkflow(RecordingWorkflow):
             "policy": given["policy"], "decisions": given["decisions"], "execution_name": name}))
         if answer is not None:
             self.examples.put({
-                "policy_name": given["policy"]["name"], "item_id": given["item_id"],
+                "policy_name": given["policy"]["name"], "item_key": given["item_key"], "item_id": given["item_id"],
                 "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
                 "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
                 "reviewer_id": answer["reviewer_id"], "identity_signature": answer["identity_signature"],
@@ -230,6 +234,8 @@ class PlayedWorkflow(RecordingWorkflow):
             decisions=_compact(given["decisions"]), item=_compact(given["item"]), decided_at=given["decided_at"],
             audited_at=entered_time(self.clock()), execution_arn=self.execution_arn(name),
             linked_incident=_compact(given.get("linked"))))  # a record without `linked`: audited as not linked
+        if isinstance(given.get("audit_expires_at"), int):  # the workflow's SetExpiry
+            self.audit.expires[(given["item_id"], name)] = given["audit_expires_at"]
         execution.status = "SUCCEEDED"
 
 
@@ -265,7 +271,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         super().__init__()
         self.review_queue = FakeReviewQueue()
         self.tasks = FakeReviewTasks()
-        self.audit = FakeAuditTrail()
+        self.audit = FakeAuditTrail(retention_days=self.audit_retention_days)
         self.examples = FakeLabelledExamples()
         self.resolved_items = FakeResolvedItems()
         self.precision = FakePrecisionTally()
@@ -273,7 +279,8 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
                                        review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
-                                       examples=self.examples, queue_at=self._queue_at)
+                                       examples=self.examples, queue_at=self._queue_at,
+                                       audit_retention_days=self.audit_retention_days)
 
     # -------------------------------------------------------------------- the functions, over this world's parts
     def console_function(self) -> Callable[[dict], dict]:
@@ -344,10 +351,18 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.workflow.play()
         return dict(self.audit.rows[(item_id, execution_name)])
 
-    def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
-        """The labelled example's columns (KeyError: none)."""
+    def audit_expiry(self, item_id: str, execution_name: str) -> int | None:
+        """The audit row's TTL attribute (epoch seconds; None: kept)."""
         self.workflow.play()
-        return dict(self.examples.rows[(policy, item_id)])
+        return self.audit.expires.get((item_id, execution_name))
+
+    def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
+        """The labelled example of the one item of this id (KeyError: none)."""
+        self.workflow.play()
+        rows = [row for (name, _), row in self.examples.rows.items() if name == policy and row["item_id"] == item_id]
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} labelled examples of {policy}/{item_id}")
+        return dict(rows[0])
 
     def labelled_examples(self) -> list[dict[str, str]]:
         self.workflow.play()
@@ -408,13 +423,20 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def _get(self, table: str, key: dict[str, str]) -> dict[str, str]:
         item = boto3.client("dynamodb").get_item(TableName=self.ref(table),
                                                  Key={k: {"S": v} for k, v in key.items()})["Item"]
-        return {name: value["S"] for name, value in item.items()}
+        return {name: value["S"] for name, value in item.items() if "S" in value}  # the TTL number is no column
 
     def audit_columns(self, item_id: str, execution_name: str) -> dict[str, str]:
         return self._get("AuditTable", {"item_id": item_id, "execution_name": execution_name})
 
+    def audit_expiry(self, item_id: str, execution_name: str) -> int | None:
+        item = boto3.client("dynamodb").get_item(TableName=self.ref("AuditTable"), Key={
+            "item_id": {"S": item_id}, "execution_name": {"S": execution_name}})["Item"]
+        return int(item["expires_at"]["N"]) if "expires_at" in item else None
+
     def labelled_example(self, policy: str, item_id: str) -> dict[str, str]:
-        return self._get("LabelledExamplesTable", {"policy_name": policy, "item_id": item_id})
+        """The labelled example of the one item of this id (the table is keyed by item key)."""
+        (row,) = [row for row in self.labelled_examples() if row["policy_name"] == policy and row["item_id"] == item_id]
+        return row
 
     def labelled_examples(self) -> list[dict[str, str]]:
         rows = boto3.client("dynamodb").scan(TableName=self.ref("LabelledExamplesTable"))["Items"]

@@ -40,10 +40,11 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
+from decision_router.adapters import expiry
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
-from decision_router.adapters.open_incidents import MAX_RACES
+from decision_router.adapters.open_incidents import MAX_RACES, OPEN, OPEN_MARK, RETENTION_DAYS
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
-from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS
+from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import OpenIncident
@@ -89,8 +90,9 @@ class FakeOpenIncidents:
     row there as an older writer would have left it. An update with no condition writes a row that
     is not there, as DynamoDB's UpdateItem does."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retention_days: int = RETENTION_DAYS) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
+        self.retention_days = retention_days
 
     def _row(self, key: str) -> dict[str, Any]:
         """The row of `key` for an unconditional update (made when missing, as UpdateItem does)."""
@@ -106,7 +108,7 @@ class FakeOpenIncidents:
             existing = self.rows.get(key)
             # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
             if existing is None or (existing.get("status") == "resolved" and existing.get("opened_by") != delivery):
-                item: dict[str, Any] = {"incident_key": key, "status": "open", "opened_by": delivery,
+                item: dict[str, Any] = {"incident_key": key, "status": "open", OPEN_MARK: OPEN, "opened_by": delivery,
                                         "deliveries": {delivery}, "routed": False, "updates": 0,
                                         "incident_id": incident_id, "source": source, "opened_at": _now()}
                 if opens:
@@ -127,11 +129,12 @@ class FakeOpenIncidents:
     def open_now(self) -> list[OpenIncident]:
         incidents = []
         for row in self.rows.values():
-            if row.get("status") != "open" or "service" not in row:
-                continue  # resolved, a group's row, or a row written before the service was kept
+            if OPEN_MARK not in row or "service" not in row:
+                continue  # resolved (or open from before the index), a group's row, or no service kept
             try:
                 incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                              service=row["service"], opened_at=row["reported_at"]))
+                                              service=row["service"], opened_at=row["reported_at"],
+                                              source=row.get("source")))
             except (KeyError, ValidationError):
                 continue
         return incidents
@@ -144,7 +147,7 @@ class FakeOpenIncidents:
             raise _validation("The provided expression refers to an attribute that does not exist in the item",
                               "UpdateItem")
         row["deliveries"] = row.get("deliveries", set()) | {delivery}
-        row.update(updates=row["updates"] + 1, updated_at=_now(), last_delivery=delivery)
+        row.update(updates=row["updates"] + 1, updated_at=_now(), last_delivery=delivery, **{OPEN_MARK: OPEN})
         return True
 
     def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None:
@@ -164,7 +167,9 @@ class FakeOpenIncidents:
         if row is None or row.get("status") != "open":
             return None
         was = IncidentRow.model_validate(_plain(row))
-        row.update(status="resolved", resolved_at=_now(), resolved_by=delivery, resolution=reason[:1000])
+        row.update(status="resolved", resolved_at=_now(), resolved_by=delivery, resolution=reason[:1000],
+                   expires_at=expiry(self.retention_days))
+        row.pop(OPEN_MARK, None)
         return was
 
     def held(self, key: str, delivery: str, why: str, **fields: str) -> None:
@@ -185,7 +190,9 @@ class FakeOpenIncidents:
         return True
 
     def expired_holds(self, now: str) -> list[IncidentRow]:
-        return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values() if self._expired_hold(row, now)]
+        # The index's rows alone, as the adapter's Query reads them.
+        return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values()
+                if OPEN_MARK in row and self._expired_hold(row, now)]
 
     def released(self, key: str, execution_name: str) -> None:
         self._row(key).update(execution_name=execution_name,
@@ -231,7 +238,7 @@ class FakeOpenIncidents:
             row.pop("open_members", None)  # DynamoDB keeps no empty set: the attribute goes
         group = GroupRow.model_validate(_plain(row))
         if not group.open_members and group.status == "open":
-            row.update(status="resolved", resolved_at=_now(), resolved_by=delivery)
+            row.update(status="resolved", resolved_at=_now(), resolved_by=delivery, expires_at=expiry(self.retention_days))
             return GroupRow.model_validate(_plain(row))
         return group
 
@@ -420,8 +427,9 @@ class RecordingWorkflow:
     FAILED, TIMED_OUT or was ABORTED: then the item starts under the next attempt's name (`-r2`).
     Executions stay RUNNING until `end` says otherwise (nothing runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, audit_retention_days: int = 0) -> None:
         self.executions: dict[str, Execution] = {}
+        self.audit_retention_days = audit_retention_days
 
     @property
     def records(self) -> dict[str, DecisionRecord]:
@@ -429,7 +437,7 @@ class RecordingWorkflow:
         return {name: execution.record for name, execution in self.executions.items()}
 
     def start(self, record: DecisionRecord) -> tuple[str, bool]:
-        given = record.model_dump_json()
+        given = execution_input(record, self.audit_retention_days)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             name = execution_name(record.item_kind, record.item_id, record.item_key, attempt)
             existing = self.executions.get(name)

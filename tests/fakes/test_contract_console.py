@@ -457,6 +457,39 @@ def test_linked_to_lists_the_tickets_linked_to_that_incident_exactly(audit):
     assert audit.audit.linked_to("INC-8") == []
 
 
+def test_linked_to_reads_the_link_index_only_and_a_row_from_before_it_is_not_listed(audit):
+    """Only a linked row carries the index's key (`linked_incident_id`): a row written before it
+    was kept has its link, not the key, and is left out, as the sparse index leaves it out."""
+    audit.audit.write(audit_row("T-1", "ticket-T-1", linked=link_to("INC-7"), audited_at="2026-11-29T12:05:00Z"))
+    audit.audit.write(audit_row("T-2", "ticket-T-2", linked=link_to("INC-7"), audited_at="2026-11-29T12:01:00Z"))
+    assert audit.audit.row("T-1", "ticket-T-1").linked_incident_id == "INC-7"
+    assert audit.audit.row("T-2", "ticket-T-2").columns()["linked_incident_id"] == "INC-7"
+    unlinked = audit_row("T-3", "ticket-T-3", linked="null")
+    assert "linked_incident_id" not in unlinked.columns()  # no entry in the sparse index
+    older = {k: v for k, v in audit_row("T-4", "ticket-T-4", linked=link_to("INC-7")).columns().items()
+             if k != "linked_incident_id"}
+    audit.put_columns(older)
+    assert [r.item_id for r in audit.audit.linked_to("INC-7")] == ["T-2", "T-1"]  # oldest first
+
+
+def test_a_row_written_with_a_retention_expires_after_it(template):
+    """`write` (the incident intake's held rows) sets the TTL attribute, as the workflow does from
+    the record's audit_expires_at."""
+    days = 30
+    fake = FakeAuditTrail(retention_days=days)
+    stack = template.create(client=client, only=["AuditTable"])
+    real = AuditTrail(stack.ref("AuditTable"), client("dynamodb"), retention_days=days)
+    before = int(time.time()) + days * 86_400
+    for side in (fake, real):
+        assert side.write(audit_row("T-1", "ticket-T-1")) is True
+    after = int(time.time()) + days * 86_400
+    stored = client("dynamodb").get_item(TableName=real.table_name, Key={
+        "item_id": {"S": "T-1"}, "execution_name": {"S": "ticket-T-1"}})["Item"]
+    assert before - 1 <= int(stored["expires_at"]["N"]) <= after
+    assert before - 1 <= fake.expires[("T-1", "ticket-T-1")] <= after
+    assert real.row("T-1", "ticket-T-1") == fake.row("T-1", "ticket-T-1")  # the number is no column
+
+
 # ------------------------------------------------------------------------------ labelled examples
 @dataclass
 class ExamplesSide:
@@ -479,7 +512,7 @@ def examples(request) -> ExamplesSide:
 
 
 def example(policy: str, item_id: str, answer: str) -> dict[str, str]:
-    return {"policy_name": policy, "item_id": item_id, "item": json.dumps({"id": item_id}),
+    return {"policy_name": policy, "item_key": f"ticket:email:{item_id}:0", "item_id": item_id, "item": json.dumps({"id": item_id}),
             "answers": json.dumps({"queue": answer}), "reviewer": "a-1"}
 
 

@@ -52,7 +52,7 @@ from decision_contract import (
 from decision_router.adapters import queues
 from decision_router.adapters.alarm_states import AlarmStates
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
-from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.adapters.open_incidents import OPEN, OPEN_MARK, OpenIncidents
 from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.dependencies import ParentEntry
@@ -281,6 +281,38 @@ def test_open_now_lists_the_open_incidents_with_a_service_and_leaves_out_groups(
     found = {(i.key, i.incident_id, i.service, i.opened_at.isoformat()) for i in store.open_now()}
     assert found == {("open-a", "INC-open-a", "checkout-api", "2026-11-29T12:00:00+00:00"),
                      ("open-b", "INC-open-b", "payments", "2026-11-29T12:01:00+00:00")}
+
+
+def test_a_resolved_incident_leaves_the_open_index_and_expires_after_its_retention(store):
+    claim(store, "d1", key="a", service="checkout-api", reported_at=T0)
+    assert rows(store)["a"][OPEN_MARK] == OPEN and "expires_at" not in rows(store)["a"]
+    before = time.time()
+    store.resolve("a", "ok-1", "over")
+    row = rows(store)["a"]
+    assert OPEN_MARK not in row and store.open_now() == []
+    days = store.retention_days * 86_400
+    assert before + days - 1 <= int(row["expires_at"]) <= time.time() + days
+    claim(store, "d2", key="a", service="checkout-api", reported_at=T1)  # a flap reopens it, whole
+    assert OPEN_MARK in rows(store)["a"] and "expires_at" not in rows(store)["a"]
+    assert [i.key for i in store.open_now()] == ["a"]
+
+
+def test_an_open_row_from_before_the_index_is_listed_from_its_next_delivery_on(store):
+    claim(store, "d1", key="old", service="checkout-api", reported_at=T0)
+    if isinstance(store, FakeOpenIncidents):
+        del store.rows["old"][OPEN_MARK]
+    else:
+        boto3.client("dynamodb").update_item(TableName=store.table_name, Key={"incident_key": {"S": "old"}},
+                                             UpdateExpression="REMOVE #m", ExpressionAttributeNames={"#m": OPEN_MARK})
+    assert store.open_now() == []  # not in the index: an older writer's row
+    assert claim(store, "d2", key="old") == "update"
+    assert [i.key for i in store.open_now()] == ["old"]
+
+
+def test_a_resolved_group_expires_after_its_retention(store):
+    store.join_group("group#g#1", "a", at=T0, until=T3, incident_id="INC-a", severity="sev2")
+    store.leave_group("group#g#1", "a", "ok-1")
+    assert int(rows(store)["group#g#1"]["expires_at"]) > time.time() + store.retention_days * 86_400 - 60
 
 
 GROUP = "group#by-service#abc"

@@ -35,11 +35,14 @@ class FakeWorld:
 
     def __init__(self) -> None:
         self.template = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
-        self.workflow = RecordingWorkflow()
-        self.open_incidents = FakeOpenIncidents()
+        # What the template keeps for how long, as the functions' adapters are told it.
+        self.audit_retention_days = int(self.environment("TicketIntakeFunction")["AUDIT_RETENTION_DAYS"])
+        incidents = int(self.environment("IncidentIntakeFunction")["OPEN_INCIDENT_RETENTION_DAYS"])
+        self.workflow = RecordingWorkflow(audit_retention_days=self.audit_retention_days)
+        self.open_incidents = FakeOpenIncidents(retention_days=incidents)
         self.idempotency = InMemoryIdempotency()
         self.alarm_states = FakeAlarmStates()
-        self.audit = FakeAuditTrail()
+        self.audit = FakeAuditTrail(retention_days=self.audit_retention_days)
         self.review_queue = FakeReviewQueue()
         self.review_tasks = FakeReviewTasks()
         self.resolved_items: FakeResolvedItems | ResolvedItems = FakeResolvedItems()

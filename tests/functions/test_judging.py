@@ -123,7 +123,9 @@ def test_record_is_plain_json_of_the_interface_shape(ticket_data):
     rec = record(policy, parse_item("ticket", ticket_data), [model_entry(q, make_result("queue", q.option_ids, [1, 0, 0, 0, 0]))])
     data = rec.model_dump(mode="json")
     assert set(data) == {"item_kind", "item_id", "item_key", "item", "policy", "route", "route_reason", "destination",
-                         "escalate", "decisions", "review", "decided_at", "announce", "shadow", "linked"}
+                         "escalate", "decisions", "review", "decided_at", "announce", "shadow", "linked",
+                         "audit_expires_at"}
+    assert data["audit_expires_at"] is None  # set as its execution is started
     assert data["linked"] is None  # a ticket linked to no open incident
     assert data["announce"] == {"reference": None, "answers": {"queue": "billing"},
                                 "confidence": {"queue": rec.decisions[0].confidence}, "readout": {"queue": "letters"}}

@@ -19,9 +19,9 @@ def _ticket(subject: str = "Checkout broken", body: str = "Nothing works.", at: 
 
 
 def _incident(service: str = "payments-api", incident_id: str = "INC-1", opened: datetime = OPENED,
-              resolved: datetime | None = None) -> OpenIncident:
+              resolved: datetime | None = None, source: str | None = None) -> OpenIncident:
     return OpenIncident(key=f"key-{incident_id}", incident_id=incident_id, service=service, opened_at=opened,
-                        resolved_at=resolved)
+                        resolved_at=resolved, source=source)
 
 
 @pytest.mark.parametrize("text", [
@@ -145,3 +145,17 @@ def test_the_latest_answered_review_of_the_incident_gives_the_suggestion():
             _row("INC-1", "a", "reviewed", "2026-11-29T12:00:00Z", answers={"team": "platform"})]
     offered = answered_team("INC-1", rows, policy)
     assert offered is not None and offered.team == "data" and offered.question is None
+
+
+def test_a_link_names_its_incident_by_source_and_id_and_an_older_link_by_id():
+    from decision_router.review.console import linked_tickets
+
+    link = link_ticket(_ticket(body="payments-api"), [_incident(source="cloudwatch")])
+    assert link is not None and link.source == "cloudwatch" and link.ref() == "incident:cloudwatch:INC-1"
+    older = link.model_copy(update={"source": None})  # kept before links named their source
+    rows = [_row("T-1", "ticket-T-1-a", "reviewed", "2026-11-29T12:10:00Z", linked=link.model_dump_json()),
+            _row("T-2", "ticket-T-2-a", "reviewed", "2026-11-29T12:11:00Z", linked=older.model_dump_json())]
+    assert [t["item_id"] for t in linked_tickets("INC-1", [], rows, incident_ref="incident:cloudwatch:INC-1")] == [
+        "T-1", "T-2"]
+    # Grafana's INC-1 is another incident: the cloudwatch link is not its; the older one, by id alone, is.
+    assert [t["item_id"] for t in linked_tickets("INC-1", [], rows, incident_ref="incident:grafana:INC-1")] == ["T-2"]

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.adapters.open_incidents import OPEN_INDEX, OPEN_MARK, OpenIncidents
 from decision_router.domain.linking import OpenIncident
 
 TABLE = "open-incidents"
@@ -22,7 +22,11 @@ def store():
         client = boto3.client("dynamodb", region_name="us-east-1")
         client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
                             KeySchema=[{"AttributeName": "incident_key", "KeyType": "HASH"}],
-                            AttributeDefinitions=[{"AttributeName": "incident_key", "AttributeType": "S"}])
+                            AttributeDefinitions=[{"AttributeName": "incident_key", "AttributeType": "S"},
+                                                  {"AttributeName": OPEN_MARK, "AttributeType": "S"}],
+                            GlobalSecondaryIndexes=[{"IndexName": OPEN_INDEX, "Projection": {"ProjectionType": "ALL"},
+                                                     "KeySchema": [{"AttributeName": OPEN_MARK, "KeyType": "HASH"},
+                                                                   {"AttributeName": "incident_key", "KeyType": "RANGE"}]}])
         yield OpenIncidents(TABLE, client=client)
 
 
@@ -34,7 +38,8 @@ def test_a_claim_keeps_the_service_and_open_now_returns_domain_objects(store):
     read = store.get("arn:alarm:payments")
     assert (read.incident_key, read.status, read.opened_by, read.routed) == ("arn:alarm:payments", "open", "d1", False)
     assert store.open_now() == [OpenIncident(key="arn:alarm:payments", incident_id="INC-1", service="payments-api",
-                                             opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc))]
+                                             opened_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc),
+                                             source="aws.cloudwatch")]
 
 
 def test_resolved_old_and_group_rows_are_not_read_as_open_incidents(store):
@@ -53,13 +58,13 @@ def test_open_now_reads_every_page(store):
     for n in range(30):
         store.claim(f"k-{n}", f"d-{n}", incident_id=f"INC-{n}", source="s", service=f"svc-{n}",
                     reported_at="2026-11-29T12:00:00.000+00:00")
-    original = store.client.scan
+    original = store.client.query
     pages = []
 
     def small_pages(**kwargs):
         pages.append(kwargs.get("ExclusiveStartKey"))
         return original(**{**kwargs, "Limit": 7})
 
-    store.client.scan = small_pages
+    store.client.query = small_pages
     assert sorted(i.incident_id for i in store.open_now()) == sorted(f"INC-{n}" for n in range(30))
     assert len(pages) > 1

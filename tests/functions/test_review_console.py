@@ -297,6 +297,29 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(world, conso
     assert twice["statusCode"] == 409 and "already corrected" in twice["json"]["error"]
 
 
+@ON_THE_STACK
+def test_another_channels_ticket_of_the_same_id_neither_corrects_a_route_nor_replaces_its_label(world, console):
+    """Ids are only unique per source: an email ticket T-500 and a web and a chat ticket T-500 are
+    three items. The web one's review is no correction of the email one's automatic route, and
+    each reviewed one keeps its own labelled example."""
+    email = {**TICKET, "ticket_id": "T-500", "channel": "email", "subject": "Cannot log in", "body": "Locked out."}
+    auto = world.start(decided(world.template, "ticket", email, SURE_TICKET))
+    assert world.finished(auto) == "SUCCEEDED"
+    web = {**TICKET, "ticket_id": "T-500", "channel": "web", "subject": "Invoice copy", "body": "Send me a copy."}
+    chat = {**TICKET, "ticket_id": "T-500", "channel": "chat", "subject": "Refund", "body": "Refund please."}
+    for other, answer in ((web, "sales"), (chat, "billing")):
+        (review,) = world.pending(decided(world.template, "ticket", other, UNSURE_TICKET))
+        answered = console("POST", f"/api/reviews/{review}", body={"answers": {"queue": answer}})
+        assert answered["statusCode"] == 200, answered["body"]
+        assert world.finished(review) == "SUCCEEDED"
+
+    (shown,) = [r for r in console("GET", "/api/routes")["json"]["routes"] if r["execution_name"] == auto]
+    assert shown["corrected"] is None  # still offered for correction
+    labels = sorted((json.loads(row["item"])["channel"], json.loads(row["answers"])["queue"])
+                    for row in world.labelled_examples() if row["item_id"] == "T-500")
+    assert labels == [("chat", "billing"), ("web", "sales")]
+
+
 def test_only_a_delivered_automatic_route_can_be_corrected(world, console):
     (name,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
     response = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
@@ -388,7 +411,7 @@ def test_export_comes_in_pages_each_naming_the_next(world, console, monkeypatch)
     """Attack (6 MB): the export is no longer one scan in one answer."""
     for i in range(7):
         world.put_labelled_example({
-            "policy_name": "support-ticket", "item_id": f"T-{i}", "reviewer": "a-1",
+            "policy_name": "support-ticket", "item_key": f"ticket:email:T-{i}:0", "item_id": f"T-{i}", "reviewer": "a-1",
             "item": json.dumps({**TICKET, "ticket_id": f"T-{i}"}), "answers": '{"queue": "sales"}'})
     monkeypatch.setattr("decision_router.review.console.EXPORT_PAGE_ROWS", 3)  # the function runs in this process
     lines, query, pages = [], "", 0
@@ -486,7 +509,8 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
 
     incident_record = decided(world.template, "incident", OUTAGE, UNSURE_INCIDENT)
     link = link_ticket(parse_item("ticket", OUTAGE_TICKET), [OpenIncident(
-        key="arn:alarm:payments", incident_id="INC-88", service="payments-api", opened_at=OUTAGE["reported_at"])])
+        key="arn:alarm:payments", incident_id="INC-88", service="payments-api", opened_at=OUTAGE["reported_at"],
+        source=OUTAGE["source"])])
     assert link is not None
     ticket_record = decided(world.template, "ticket", OUTAGE_TICKET, UNSURE_TICKET).model_copy(update={"linked": link})
     incident, ticket = world.pending(incident_record, ticket_record)
@@ -506,6 +530,11 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
     audit = world.audit
     (incident_row,) = audit.of_item("INC-88")
     assert incident_row.linked_incident == "null"  # audited as not linked
+    # Another source's incident INC-88, answered later with another team, is another incident.
+    grafana = {**json.loads(incident_row.item), "source": "grafana"}
+    audit.write(incident_row.model_copy(update={
+        "execution_name": "incident-INC-88-grafana", "item": json.dumps(grafana), "audited_at": "2999-01-01T00:00:00Z",
+        "outcome_detail": json.dumps({"status": "reviewed", "answers": {"priority": "P2", "team": "data"}})}))
 
     # Now the incident's team is suggested on the ticket, and only suggested: nothing is answered.
     suggestion = console("GET", f"/api/reviews/{ticket}")["json"]["linked"]["suggestion"]
@@ -519,3 +548,10 @@ def test_a_linked_ticket_and_its_incident_show_each_other_and_the_answered_team_
     (row,) = audit.linked_to("INC-88")
     assert row.item_id == "T-88" and row.outcome == "reviewed" and row.link() == link
     assert audit.linked_to("INC-other") == []
+    # The ticket's row is in the link index (its key written), the incident's is not; both expire
+    # AuditRetentionDays after their item was decided.
+    assert world.audit_columns("T-88", ticket)["linked_incident_id"] == "INC-88"
+    assert "linked_incident_id" not in world.audit_columns("INC-88", incident)
+    days = int(world.template.function_environment("ReviewConsoleFunction")["AUDIT_RETENTION_DAYS"])
+    decided_at = datetime.fromisoformat(ticket_record.decided_at)
+    assert world.audit_expiry("T-88", ticket) == int((decided_at + timedelta(days=days)).timestamp())

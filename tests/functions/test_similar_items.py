@@ -57,14 +57,14 @@ REPO = Path(__file__).resolve().parents[2]
 TICKETS = load_policy("support-ticket")
 
 
-def ticket(ticket_id: str, subject: str, body_text: str) -> dict:
+def ticket(ticket_id: str, subject: str, body_text: str, channel: str = "email") -> dict:
     return {"ticket_id": ticket_id, "subject": subject, "body": body_text, "customer": {"id": "C-1", "tier": "pro"},
-            "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
+            "channel": channel, "created_at": "2026-11-29T12:00:00Z"}
 
 
 def resolved(ticket_id: str, subject: str, text: str, answer: str, *, at: str = "2026-12-01T10:00:00.000+00:00",
-             by: str = "router") -> ResolvedItem:
-    kept = resolved_item(TICKETS, parse_item("ticket", ticket(ticket_id, subject, text)), {"queue": answer},
+             by: str = "router", channel: str = "email") -> ResolvedItem:
+    kept = resolved_item(TICKETS, parse_item("ticket", ticket(ticket_id, subject, text, channel)), {"queue": answer},
                          resolved_by=by, resolved_at=at)
     assert kept is not None
     return kept
@@ -96,7 +96,7 @@ def test_the_nearest_resolved_items_come_nearest_first_once_each_never_the_item_
                  at="2026-12-02T10:00:00.000+00:00", by="a-1"),  # corrected later: the latest answer counts
         resolved("T-77", "Charged twice", "Two charges of $49, refund one please.", "billing"),
     ]
-    found = nearest(item_terms(TICKETS, parse_item("ticket", TICKET)), kept, exclude="T-77")
+    found = nearest(item_terms(TICKETS, parse_item("ticket", TICKET)), kept, exclude=parse_item("ticket", TICKET).ref)
     assert [s.item_id for s in found][:2] == ["T-1", "T-3"] or [s.item_id for s in found][:2] == ["T-3", "T-1"]
     assert "T-77" not in [s.item_id for s in found]
     assert len({s.item_id for s in found}) == len(found) <= 3
@@ -105,6 +105,21 @@ def test_the_nearest_resolved_items_come_nearest_first_once_each_never_the_item_
     assert three.answers == {"queue": "product_question"} and three.by == "reviewer"
     # Nothing in common, nothing shown.
     assert nearest({"w:zzz": 1.0}, kept) == []
+
+
+def test_items_of_one_id_from_two_sources_are_two_neighbours_and_only_the_item_itself_is_left_out():
+    """Ids are only unique per source: an email T-9 and a web T-9 are two items, each kept with its
+    own answer; a chat T-9 in review hides neither, the email T-9 in review hides only itself."""
+    email = resolved("T-9", "Refund", "refund for order 1", "billing", channel="email")
+    web = resolved("T-9", "Refund", "refund for order 1 please", "sales", channel="web",
+                   at="2026-12-01T11:00:00.000+00:00")
+    assert (email.item_source, web.item_source) == ("email", "web")
+    terms = item_terms(TICKETS, parse_item("ticket", ticket("T-9", "Refund", "refund for order 1", "chat")))
+    chat_ref = parse_item("ticket", ticket("T-9", "Refund", "refund", "chat")).ref
+    assert sorted((s.item_id, s.answers["queue"]) for s in nearest(terms, [email, web], exclude=chat_ref)) == [
+        ("T-9", "billing"), ("T-9", "sales")]
+    email_ref = parse_item("ticket", ticket("T-9", "Refund", "refund for order 1")).ref
+    assert [s.answers["queue"] for s in nearest(terms, [email, web], exclude=email_ref)] == ["sales"]
 
 
 def test_the_nearest_resolved_incident_has_the_right_team_at_least_85_percent_of_the_time():

@@ -155,12 +155,15 @@ class Pipeline:
         rows = self.dynamodb.query(
             TableName=self.env["AUDIT_TABLE_NAME"], KeyConditionExpression="item_id = :id",
             ExpressionAttributeValues={":id": {"S": item_id}})["Items"]
-        return [{key: value["S"] for key, value in row.items()} for row in rows]
+        return [{key: value["S"] for key, value in row.items() if "S" in value} for row in rows]  # not the TTL number
 
     def labelled_example(self, policy_name: str, item_id: str) -> dict[str, str] | None:
-        row = self.dynamodb.get_item(TableName=self.env["LABELLED_EXAMPLES_TABLE_NAME"],
-                                     Key={"policy_name": {"S": policy_name}, "item_id": {"S": item_id}}).get("Item")
-        return {key: value["S"] for key, value in row.items()} if row else None
+        """The labelled example of the one item of this id in the policy (the table is keyed by item key)."""
+        rows = self.dynamodb.query(TableName=self.env["LABELLED_EXAMPLES_TABLE_NAME"],
+                                   KeyConditionExpression="policy_name = :p", FilterExpression="item_id = :i",
+                                   ExpressionAttributeValues={":p": {"S": policy_name}, ":i": {"S": item_id}})["Items"]
+        assert len(rows) <= 1, f"{len(rows)} labelled examples of {item_id}"
+        return {key: value["S"] for key, value in rows[0].items()} if rows else None
 
 
 @pytest.fixture

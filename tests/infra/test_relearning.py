@@ -60,7 +60,8 @@ def write_labels(table: str, rows: list[dict], golds: list[str]) -> None:
     key = SigningKey.from_secret(secret)
     for i, (row, gold) in enumerate(zip(rows, golds)):
         reviewer_id = f"cognito:{REVIEWERS[i % len(REVIEWERS)]}"
-        item = {"policy_name": POLICY, "item_id": row["item"]["ticket_id"], "policy_version": "1",
+        ticket = parse_item("ticket", row["item"])
+        item = {"policy_name": POLICY, "item_key": ticket.key, "item_id": ticket.item_id, "policy_version": "1",
                 "item_kind": "ticket", "item": json.dumps(row["item"]), "answers": json.dumps({"queue": gold}),
                 "reviewer": REVIEWERS[i % len(REVIEWERS)], "model_decisions": "[]", "route_reason": "queue: confidence low",
                 "reviewer_id": reviewer_id, "identity_signature": key.review_signature(f"e-{i}", reviewer_id),

@@ -3,9 +3,15 @@ a handler never opens a connection (and tests can start moto first)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import boto3
+
+
+def expiry(days: int, now: datetime | None = None) -> int:
+    """A DynamoDB TTL attribute's value for a row kept `days` from `now`: epoch seconds."""
+    return int(((now or datetime.now(timezone.utc)) + timedelta(days=days)).timestamp())
 
 
 class AwsAdapter:

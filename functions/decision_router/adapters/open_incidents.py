@@ -14,12 +14,18 @@ A slot of the dependencies (`parent#...`, domain/dependencies.py) has a row of i
 covered incidents registered in it (`parents`, a map by incident key), read with one GetItem; an
 incident held under a parent is listed on the parent's row (`held_children`) and names it
 (`held_under`), so the parent's resolution finds its children by key, never by a Scan.
+
+Reads on a request path never scan: an incident's row carries `OPEN_MARK` only while it is
+open, and the sparse index `OPEN_INDEX` holds those rows alone, so `open_now` and
+`expired_holds` read the open incidents however many resolved ones the table keeps. A resolved
+row (an incident's or a group's) gets `expires_at` (epoch seconds, `retention_days` on): the
+table's TTL removes it then.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Iterator, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer
 from pydantic import BaseModel, ValidationError
@@ -27,11 +33,18 @@ from pydantic import BaseModel, ValidationError
 from ..domain.dependencies import ParentEntry
 from ..domain.linking import OpenIncident
 from ..domain.ports import Claim, GroupRow, IncidentRow, Joined
-from . import AwsAdapter
+from . import AwsAdapter, expiry
 
 Row = TypeVar("Row", bound=BaseModel)
 #: Conditional writes lost to a concurrent writer before giving up (the event is then retried).
 MAX_RACES = 3
+#: The sparse index of the open incidents (template.yaml OpenIncidentsTable): its key, the
+#: attribute an incident's row carries while it is open, and the attribute's one value.
+OPEN_INDEX = "open-incidents"
+OPEN_MARK = "open_mark"
+OPEN = "open"
+#: How long a resolved row is kept by default (the stack's OpenIncidentRetentionDays).
+RETENTION_DAYS = 30
 
 
 def _now() -> str:
@@ -53,9 +66,10 @@ def _plain(raw: dict[str, Any]) -> dict[str, Any]:
 class OpenIncidents(AwsAdapter):
     service = "dynamodb"
 
-    def __init__(self, table_name: str, client: Any = None):
+    def __init__(self, table_name: str, client: Any = None, *, retention_days: int = RETENTION_DAYS):
         super().__init__(client)
         self.table_name = table_name
+        self.retention_days = retention_days
 
     def _item(self, key: str) -> dict[str, Any] | None:
         return self.client.get_item(TableName=self.table_name, Key={"incident_key": {"S": key}},
@@ -73,7 +87,9 @@ class OpenIncidents(AwsAdapter):
         `reported_at` (the incident's), kept so a ticket can be linked to it."""
         for _ in range(MAX_RACES):
             try:
-                item = {"incident_key": {"S": key}, "status": {"S": "open"}, "opened_by": {"S": delivery},
+                # A reopened row is put whole: its expiry goes, its open mark comes back.
+                item = {"incident_key": {"S": key}, "status": {"S": "open"}, OPEN_MARK: {"S": OPEN},
+                        "opened_by": {"S": delivery},
                         "deliveries": {"SS": [delivery]}, "routed": {"BOOL": False}, "updates": {"N": "0"},
                         "incident_id": {"S": incident_id}, "source": {"S": source}, "opened_at": {"S": _now()}}
                 if opens:
@@ -98,29 +114,37 @@ class OpenIncidents(AwsAdapter):
                 return "update" if self.touch(key, delivery) else "duplicate"
         raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
 
-    def open_now(self) -> list[OpenIncident]:
-        """Every open incident that can be linked to (its service and reported time kept), for the
-        ticket intake. A Scan filtered on status=open: the table holds one row per source key, the
-        resolved ones too, but it stays small (incidents, not tickets), so a full read per ticket
-        batch is cheap; an index is not worth its writes. Group rows (`group#...`) and rows written
-        before the service was kept are left out."""
-        incidents, start = [], None
+    def _open_rows(self, *, names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
+                   **query: Any) -> Iterator[dict[str, Any]]:
+        """Every row of the open-incident index (only rows with `OPEN_MARK`), page by page."""
+        start = None
         while True:
-            page = self.client.scan(
-                TableName=self.table_name, FilterExpression="#s = :open AND attribute_exists(service)",
-                ProjectionExpression="incident_key, incident_id, service, reported_at",
-                ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":open": {"S": "open"}},
-                **({"ExclusiveStartKey": start} if start else {}))
-            for raw in page.get("Items", []):
-                row = _plain(raw)
-                try:
-                    incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                                  service=row["service"], opened_at=row["reported_at"]))
-                except (KeyError, ValidationError):
-                    continue  # a row missing its id or time: nothing to link to
+            page = self.client.query(
+                TableName=self.table_name, IndexName=OPEN_INDEX, KeyConditionExpression="#m = :open",
+                ExpressionAttributeNames={"#m": OPEN_MARK, **(names or {})},
+                ExpressionAttributeValues={":open": {"S": OPEN}, **(values or {})},
+                **query, **({"ExclusiveStartKey": start} if start else {}))
+            yield from page.get("Items", [])
             start = page.get("LastEvaluatedKey")
             if not start:
-                return incidents
+                return
+
+    def open_now(self) -> list[OpenIncident]:
+        """Every open incident that can be linked to (its service and reported time kept), for the
+        ticket intake: a Query of the open-incident index, which holds the open rows alone (the
+        resolved ones, however many, are never read). Rows written before the service was kept
+        are left out."""
+        incidents = []
+        for raw in self._open_rows(FilterExpression="attribute_exists(service)", names={"#src": "source"},
+                                   ProjectionExpression="incident_key, incident_id, service, reported_at, #src"):
+            row = _plain(raw)
+            try:
+                incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
+                                              service=row["service"], opened_at=row["reported_at"],
+                                              source=row.get("source")))
+            except (KeyError, ValidationError):
+                continue  # a row missing its id or time: nothing to link to
+        return incidents
 
     def touch(self, key: str, delivery: str) -> bool:
         """Count a new delivery of an open incident; False when the incident is not open or this
@@ -128,11 +152,13 @@ class OpenIncidents(AwsAdapter):
         try:
             self.client.update_item(
                 TableName=self.table_name, Key={"incident_key": {"S": key}},
-                UpdateExpression="ADD deliveries :ds SET updates = updates + :one, updated_at = :now, last_delivery = :d",
+                # The mark too: a row opened before the index was kept joins it with its next delivery.
+                UpdateExpression="ADD deliveries :ds SET updates = updates + :one, updated_at = :now, "
+                                 "last_delivery = :d, #m = :open",
                 ConditionExpression="#s = :open AND NOT contains(deliveries, :d)",
-                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
                 ExpressionAttributeValues={":ds": {"SS": [delivery]}, ":one": {"N": "1"}, ":now": {"S": _now()},
-                                           ":d": {"S": delivery}, ":open": {"S": "open"}})
+                                           ":d": {"S": delivery}, ":open": {"S": OPEN}})
             return True
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
@@ -158,11 +184,13 @@ class OpenIncidents(AwsAdapter):
         try:
             response = self.client.update_item(
                 TableName=self.table_name, Key={"incident_key": {"S": key}},
-                UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, resolution = :why",
+                UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, resolution = :why, "
+                                 "expires_at = :expires REMOVE #m",
                 ConditionExpression="#s = :open",
-                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
                 ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"}, ":now": {"S": _now()},
-                                           ":d": {"S": delivery}, ":why": {"S": reason[:1000]}},
+                                           ":d": {"S": delivery}, ":why": {"S": reason[:1000]},
+                                           ":expires": {"N": str(expiry(self.retention_days))}},
                 ReturnValues="ALL_OLD")
         except self.client.exceptions.ConditionalCheckFailedException:
             return None
@@ -200,19 +228,11 @@ class OpenIncidents(AwsAdapter):
     def expired_holds(self, now: str) -> list[IncidentRow]:
         """The open incidents a maintenance window held whose window ended by `now`, not routed
         yet (the sweep routes them: a source such as CloudWatch sends nothing more while an alarm
-        stays in ALARM)."""
-        rows, start = [], None
-        while True:
-            page = self.client.scan(
-                TableName=self.table_name, ConsistentRead=True,
-                FilterExpression="#s = :open AND held_until <= :now AND attribute_not_exists(execution_name)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}},
-                **({"ExclusiveStartKey": start} if start else {}))
-            rows += [_read(IncidentRow, raw) for raw in page.get("Items", [])]
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return rows
+        stays in ALARM). A Query of the open-incident index: eventually consistent, which
+        `release`'s conditional write makes safe (a row routed meanwhile is not released twice)."""
+        return [_read(IncidentRow, raw) for raw in self._open_rows(
+            FilterExpression="held_until <= :now AND attribute_not_exists(execution_name)",
+            values={":now": {"S": now}})]
 
     def released(self, key: str, execution_name: str) -> None:
         """The incident whose hold was released was routed (by this execution)."""
@@ -287,11 +307,12 @@ class OpenIncidents(AwsAdapter):
             try:
                 row = self.client.update_item(
                     TableName=self.table_name, Key={"incident_key": {"S": group_key}},
-                    UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d",
+                    UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, expires_at = :expires",
                     ConditionExpression="#s = :open AND attribute_not_exists(open_members)",
                     ExpressionAttributeNames={"#s": "status"},
                     ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
-                                               ":now": {"S": _now()}, ":d": {"S": delivery}},
+                                               ":now": {"S": _now()}, ":d": {"S": delivery},
+                                               ":expires": {"N": str(expiry(self.retention_days))}},
                     ReturnValues="ALL_NEW")["Attributes"]
             except self.client.exceptions.ConditionalCheckFailedException:
                 raw = self._item(group_key)  # another member joined, or another resolution won

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from ..domain.records import AuditRow, ReviewAnswer
 from ..review.completion import InvalidReview, PendingReview
 from ..validation import describe_errors
-from . import AwsAdapter
+from . import AwsAdapter, expiry
 
 PEEK_SECONDS = 5
 #: Long polling: a receive waits this long for messages before answering empty.
@@ -134,14 +134,18 @@ class ReviewQueue(AwsAdapter):
 
 class AuditTrail(AwsAdapter):
     """Reads the audit table the workflow writes: one row per outcome (JSON strings for the
-    structured fields). RECENT_INDEX orders the rows of one outcome by time."""
+    structured fields). RECENT_INDEX orders the rows of one outcome by time; LINK_INDEX, sparse,
+    holds the rows of linked tickets alone, by their incident's id. Every read here is a Query or
+    a GetItem but `all` (a replay's export)."""
 
     service = "dynamodb"
     RECENT_INDEX = "outcome-audited_at"
+    LINK_INDEX = "linked_incident_id-audited_at"
 
-    def __init__(self, table_name: str, client: Any = None):
+    def __init__(self, table_name: str, client: Any = None, *, retention_days: int = 0):
         super().__init__(client)
         self.table_name = table_name
+        self.retention_days = retention_days
 
     def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
         """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first."""
@@ -157,22 +161,21 @@ class AuditTrail(AwsAdapter):
         return [_audit_row(row) for row in response["Items"]]
 
     def all(self) -> list[AuditRow | Unreadable]:
-        """Every row (a read-only scan, page by page): what a replay reads. A row that does not read
+        """Every row (a read-only scan, page by page): what a replay reads (an ops tool's export,
+        never a request's read). A row that does not read
         is named in the list, so one damaged row does not hide the others."""
         return [_audit_row(row) for page in self.client.get_paginator("scan").paginate(
             TableName=self.table_name) for row in page["Items"]]
 
     def linked_to(self, incident_id: str) -> list[AuditRow]:
-        """The rows of the tickets linked to the incident `incident_id` (their `linked_incident`
-        names it). A Scan filtered on the column (only rows with a link, and that text in it),
-        the link then read back and compared exactly: the console runs it for one incident's page
-        at a time; a table too large for that would want an index on the linked incident's id."""
+        """The rows of the tickets linked to the incident `incident_id`: a Query of the sparse
+        link index (only linked rows are in it, by their incident's id), oldest first; each
+        row's link read back and compared exactly. Rows audited before the index was kept have
+        no `linked_incident_id` and are not listed."""
         rows = []
-        for page in self.client.get_paginator("scan").paginate(
-                TableName=self.table_name,
-                FilterExpression="attribute_exists(linked_incident) AND linked_incident <> :none AND "
-                                 "contains(linked_incident, :id)",
-                ExpressionAttributeValues={":none": {"S": "null"}, ":id": {"S": incident_id}}):
+        for page in self.client.get_paginator("query").paginate(
+                TableName=self.table_name, IndexName=self.LINK_INDEX, KeyConditionExpression="linked_incident_id = :id",
+                ExpressionAttributeValues={":id": {"S": incident_id}}):
             for row in map(_audit_row, page["Items"]):
                 if isinstance(row, Unreadable):
                     continue  # a row that does not read as the workflow writes it
@@ -187,9 +190,11 @@ class AuditTrail(AwsAdapter):
     def write(self, row: AuditRow) -> bool:
         """Write one row (every field a string), as the workflow's audit state does, only where
         none is: an audit row is never rewritten. False when it exists already (a retry's)."""
+        item: dict[str, Any] = {key: {"S": value} for key, value in row.columns().items()}
+        if self.retention_days:
+            item["expires_at"] = {"N": str(expiry(self.retention_days))}
         try:
-            self.client.put_item(TableName=self.table_name, Item={key: {"S": value} for key, value in row.columns().items()},
-                                 ConditionExpression="attribute_not_exists(item_id)")
+            self.client.put_item(TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(item_id)")
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
         return True

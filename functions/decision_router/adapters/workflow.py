@@ -4,12 +4,13 @@ reading a pending execution's record back (the review function trusts only that 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Tracer
 
 from ..domain.records import DecisionRecord, execution_name
-from . import AwsAdapter
+from . import AwsAdapter, expiry
 
 #: Execution statuses that mean the item was not routed by that execution.
 ENDED_UNROUTED = {"FAILED", "TIMED_OUT", "ABORTED"}
@@ -19,6 +20,16 @@ MAX_ATTEMPTS = 99
 tracer = Tracer()
 
 
+def execution_input(record: DecisionRecord, audit_retention_days: int) -> str:
+    """An execution's input: the record, with when its audit row expires, `audit_retention_days`
+    after the item was decided (0: kept). Counted from `decided_at`, not from now, so the same
+    record always makes the same input (Step Functions answers a repeated start as one)."""
+    if audit_retention_days:
+        decided = datetime.fromisoformat(record.decided_at)
+        record = record.model_copy(update={"audit_expires_at": expiry(audit_retention_days, decided)})
+    return record.model_dump_json()
+
+
 class ExecutionNotRunning(LookupError):
     """The named execution does not exist or no longer waits for anything."""
 
@@ -26,9 +37,13 @@ class ExecutionNotRunning(LookupError):
 class WorkflowStarter(AwsAdapter):
     service = "stepfunctions"
 
-    def __init__(self, state_machine_arn: str, client: Any = None):
+    def __init__(self, state_machine_arn: str, client: Any = None, *, audit_retention_days: int = 0):
         super().__init__(client)
         self.state_machine_arn = state_machine_arn
+        self.audit_retention_days = audit_retention_days
+
+    def _input(self, record: DecisionRecord) -> str:
+        return execution_input(record, self.audit_retention_days)
 
     def execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
@@ -44,7 +59,7 @@ class WorkflowStarter(AwsAdapter):
             name = execution_name(record.item_kind, record.item_id, record.item_key, attempt)
             try:
                 self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,
-                                            input=record.model_dump_json())
+                                            input=self._input(record))
                 return name, True
             except self.client.exceptions.ExecutionAlreadyExists:
                 status = self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
@@ -57,7 +72,7 @@ class WorkflowStarter(AwsAdapter):
     def start_named(self, name: str, record: DecisionRecord) -> bool:
         """Start one execution of exactly this name; False when it already exists (whatever its status)."""
         try:
-            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=record.model_dump_json())
+            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=self._input(record))
         except self.client.exceptions.ExecutionAlreadyExists:
             return False
         return True

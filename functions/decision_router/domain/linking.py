@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..items import Ticket, UtcDatetime
+from ..items import Ticket, UtcDatetime, item_ref
 
 #: How long before an incident was reported a ticket about its service still counts as about it.
 LEAD = timedelta(minutes=15)
@@ -40,6 +40,7 @@ class OpenIncident(BaseModel):
     service: str
     opened_at: UtcDatetime = Field(description="When the incident was reported (its `reported_at`).")
     resolved_at: UtcDatetime | None = None
+    source: str | None = Field(None, description="The incident's source (its item's): with its id, which incident it is.")
 
 
 class LinkedIncident(BaseModel):
@@ -52,6 +53,17 @@ class LinkedIncident(BaseModel):
     service: str
     opened_at: str = Field(description="When the incident was reported (ISO 8601).")
     why: str = Field(description="Which field named the service, and the time that made it count.")
+    source: str | None = Field(None, description=(
+        "The incident's source: with its id, which incident it is (None on links made before it was kept)."))
+
+    def ref(self) -> str | None:
+        """The incident's identity (`items.item_ref`); None on a link made before its source was kept."""
+        return item_ref("incident", self.source, self.incident_id) if self.source else None
+
+    def names(self, incident_ref: str | None, incident_id: str) -> bool:
+        """Whether the link is to this incident: its identity when both are known, else its id."""
+        mine = self.ref()
+        return mine == incident_ref if mine is not None and incident_ref is not None else self.incident_id == incident_id
 
     def line(self) -> str:
         """One line, as the console and the decision's reason show it."""
@@ -94,7 +106,7 @@ def link_ticket(ticket: Ticket, incidents: Iterable[OpenIncident]) -> LinkedInci
     window = "before it was reported (within the lead)" if ticket.created_at < incident.opened_at else "while it was open"
     others = f"; the latest of {len(matches)} matching incidents" if len(matches) > 1 else ""
     return LinkedIncident(incident_key=incident.key, incident_id=incident.incident_id, service=incident.service,
-                          opened_at=opened,
+                          opened_at=opened, source=incident.source,
                           why=f"the ticket's {field} names {incident.service!r} and it was created {window}{others}")
 
 

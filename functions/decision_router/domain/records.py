@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decision_contract import ModelInfo
 
-from ..items import ItemKind
+from ..items import ItemKind, ref_of
 from .linking import LinkedIncident
 from .policies import Thresholds
 from .why import Why
@@ -156,6 +156,13 @@ class DecisionRecord(_Record):
         "question → the answer of the candidate head serving in shadow beside the head in service, if any."))
     linked: LinkedIncident | None = Field(None, description=(
         "The open incident a ticket describes (domain/linking.py); null when none, or not a ticket."))
+    audit_expires_at: int | None = Field(None, description=(
+        "When the execution's audit row expires (the audit table's TTL, epoch seconds): set as the "
+        "execution is started (AuditRetentionDays); null: kept."))
+
+    def item_ref(self) -> str | None:
+        """Which item the record decides: kind, source and id (`items.item_ref`)."""
+        return ref_of(self.item_kind, self.item)
 
     @property
     def checked(self) -> list[str]:
@@ -252,16 +259,36 @@ class AuditRow(_Record):
     #: The record's `linked` as JSON text ("null": not linked); absent on rows from before it was
     #: kept and on the rows the incident intake writes itself.
     linked_incident: str | None = None
+    #: The linked incident's id alone, on a linked ticket's row only: the key of the table's sparse
+    #: index of links (`AuditTrail.linked_to`).
+    linked_incident_id: str | None = None
 
     def columns(self) -> dict[str, str]:
-        """The row's columns as written (an absent `execution_arn` is no column)."""
-        return {key: value for key, value in self.model_dump().items() if value is not None}
+        """The row's columns as written (an absent `execution_arn` is no column); a linked
+        ticket's row with its link index's key, as the workflow writes it."""
+        columns = {key: value for key, value in self.model_dump().items() if value is not None}
+        if "linked_incident_id" not in columns:
+            try:
+                linked = self.link()
+            except ValueError:  # pydantic's ValidationError too: a column that is no link
+                linked = None
+            if linked is not None:
+                columns["linked_incident_id"] = linked.incident_id
+        return columns
 
     def link(self) -> LinkedIncident | None:
         """The incident the row's ticket was linked to (None: not linked, or a row without the column)."""
         if not self.linked_incident or self.linked_incident == "null":
             return None
         return LinkedIncident.model_validate_json(self.linked_incident)
+
+    def item_ref(self) -> str | None:
+        """Which item the row is of: kind, source and id (`items.item_ref`), read from its `item`;
+        None when that column does not say (not JSON, no source)."""
+        try:
+            return ref_of(self.item_kind, json.loads(self.item))
+        except ValueError:
+            return None
 
     def detail(self) -> dict[str, Any]:
         """`outcome_detail` read back (the workflow's `$.outcome`, with its status)."""

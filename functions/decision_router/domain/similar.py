@@ -17,7 +17,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..items import Item
+from ..items import Item, item_ref
 from .lexical import evidence_text, term_counts, tfidf
 from .model_requests import build_state
 from .policies import Policy
@@ -59,12 +59,17 @@ class ResolvedItem(BaseModel):
     policy: str
     item_kind: str
     item_id: str
+    item_source: str | None = Field(None, description="Where the item came from (None: kept before it was).")
     summary: str = Field(description=f"The item's text, its first {SUMMARY_CHARS} characters.")
     answers: dict[str, str] = Field(description="question → the final answer.")
     target: str | None = Field(description="Where it went (the routing answer's queue).")
     resolved_by: str = Field(description=f"'{ROUTER}', or the reviewer as the audit names them.")
     resolved_at: str
     terms: Terms = Field(description=f"The item's vector: its {SIMILAR_TERMS} heaviest TF-IDF terms, unit length.")
+
+    def ref(self) -> str:
+        """Which item it is (`items.item_ref`; a row kept before its source was has none in it)."""
+        return item_ref(self.item_kind, self.item_source or "", self.item_id)
 
 
 class SimilarItem(BaseModel):
@@ -140,11 +145,13 @@ def cosine(a: Mapping[str, float], b: Mapping[str, float]) -> float:
 def nearest(terms: Mapping[str, float], resolved: Sequence[ResolvedItem], *, exclude: str | None = None,
             k: int = NEAREST) -> list[SimilarItem]:
     """The `k` resolved items nearest to `terms`, nearest first; an item resolved twice (answered,
-    then corrected) counts once, by its latest answer; nothing that shares no term."""
+    then corrected) counts once, by its latest answer; nothing that shares no term. Items are
+    told apart, and `exclude`d, by their identity (kind, source and id: `ResolvedItem.ref`)."""
     latest: dict[str, ResolvedItem] = {}
     for row in resolved:
-        if row.item_id != exclude and (row.item_id not in latest or row.resolved_at > latest[row.item_id].resolved_at):
-            latest[row.item_id] = row
+        ref = row.ref()
+        if ref != exclude and (ref not in latest or row.resolved_at > latest[ref].resolved_at):
+            latest[ref] = row
     scored = [(cosine(terms, row.terms), row) for row in latest.values()]
     scored = [(score, row) for score, row in scored if score > 0]
     scored.sort(key=lambda pair: (-pair[0], pair[1].item_id))
@@ -164,6 +171,7 @@ def resolved_item(policy: Policy, item: Item, answers: Mapping[str, str], *, res
     target = None
     if answer is not None and answer in policy.routing_question.option_ids:
         target = policy.target(answer)
-    return ResolvedItem(policy=policy.name, item_kind=item.kind, item_id=item.item_id, summary=summary(policy, item),
+    return ResolvedItem(policy=policy.name, item_kind=item.kind, item_id=item.item_id, item_source=item.origin,
+                        summary=summary(policy, item),
                         answers=dict(answers), target=target, resolved_by=resolved_by, resolved_at=resolved_at,
                         terms=terms)

@@ -67,13 +67,14 @@ class Wiring:
 
     @cached_property
     def workflow(self) -> Workflow:
-        return WorkflowStarter(self.settings.require("state_machine_arn").state_machine_arn)
+        s = self.settings.require("state_machine_arn")
+        return WorkflowStarter(s.state_machine_arn, audit_retention_days=s.audit_retention_days)
 
     @cached_property
     def open_incidents(self) -> OpenIncidentStore | None:
         """The open-incident store; None when the function is given none (tickets are then not linked)."""
         table = self.settings.open_incidents_table
-        return OpenIncidents(table) if table else None
+        return OpenIncidents(table, retention_days=self.settings.open_incident_retention_days) if table else None
 
     @cached_property
     def dead_letters(self) -> Sender:
@@ -94,7 +95,8 @@ class Wiring:
 
     @cached_property
     def audit(self) -> AuditWriter:
-        return AuditTrail(self.settings.require("audit_table").audit_table)
+        s = self.settings.require("audit_table")
+        return AuditTrail(s.audit_table, retention_days=s.audit_retention_days)
 
     @cached_property
     def review_queue(self) -> ReviewQueue:

@@ -231,7 +231,8 @@ def item_view(review: PendingReview, record: DecisionRecord, policy: Policy, now
 
 def similar_to(record: DecisionRecord, policy: Policy, resolved: Sequence[ResolvedItem]) -> list[SimilarItem]:
     """The resolved items of the policy nearest to the record's item (never the item itself)."""
-    return nearest(item_terms(policy, parse_item(record.item_kind, record.item)), resolved, exclude=record.item_id)
+    item = parse_item(record.item_kind, record.item)
+    return nearest(item_terms(policy, item), resolved, exclude=item.ref)
 
 
 # ------------------------------------------------------------------------------ linked items
@@ -253,19 +254,23 @@ def link_view(record: DecisionRecord, incident_rows: Sequence[AuditRow], policy:
     linked = record.linked
     if linked is None:
         return None
-    offered = answered_team(linked.incident_id, incident_rows, policy)
+    # The rows of that incident alone: another source's item of the same id is another item.
+    own = [row for row in incident_rows if row.item_kind == "incident" and linked.names(row.item_ref(), row.item_id)]
+    offered = answered_team(linked.incident_id, own, policy)
     return {**linked.model_dump(), "line": linked.line(),
             "suggestion": {**offered.model_dump(), "line": offered.line()} if offered else None}
 
 
-def linked_tickets(incident_id: str, pending: Sequence[PendingReview], rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
+def linked_tickets(incident_id: str, pending: Sequence[PendingReview], rows: Sequence[AuditRow], *,
+                   incident_ref: str | None = None) -> list[dict[str, Any]]:
     """The tickets linked to the incident, as its item page lists them: those still in review
     (`pending`: the review queue's) first, then those audited (`rows`: audit rows, whatever their
-    outcome); each once, by execution."""
+    outcome); each once, by execution. Given the incident's identity (`incident_ref`), a link to
+    another source's incident of the same id is not this incident's."""
     shown: dict[str, dict[str, Any]] = {}
     for review in pending:
         linked = review.record.linked
-        if linked is not None and linked.incident_id == incident_id:
+        if linked is not None and linked.names(incident_ref, incident_id):
             shown.setdefault(review.execution_name, {
                 "execution_name": review.execution_name, "item_id": review.record.item_id, "state": "in review",
                 "why": linked.why})
@@ -274,7 +279,7 @@ def linked_tickets(incident_id: str, pending: Sequence[PendingReview], rows: Seq
             linked = row.link()
         except ValueError:
             continue  # a column that does not read as a link: not shown
-        if linked is not None and linked.incident_id == incident_id:
+        if linked is not None and linked.names(incident_ref, incident_id):
             shown.setdefault(row.execution_name, {
                 "execution_name": row.execution_name, "item_id": row.item_id, "state": row.outcome, "why": linked.why})
     return list(shown.values())
@@ -297,13 +302,15 @@ class AutoRoute(BaseModel):
 
 
 def auto_route(row: AuditRow, policy: Policy, later: Sequence[AuditRow] = ()) -> AutoRoute:
-    """An audit row of outcome auto_routed; `later`: the item's other audit rows, of which a
-    reviewed one audited afterwards is its correction."""
+    """An audit row of outcome auto_routed; `later`: the rows of its item id, of which a reviewed
+    one of the same item (kind, source and id: another channel's ticket of that id is another
+    item) audited afterwards is its correction."""
     detail = row.detail()
     decisions = json.loads(row.decisions or "[]")
     corrected = None
+    ref = row.item_ref()
     for other in later:
-        if other.outcome == "reviewed" and other.audited_at > row.audited_at:
+        if other.outcome == "reviewed" and other.audited_at > row.audited_at and ref is not None and other.item_ref() == ref:
             other_detail = other.detail()
             corrected = {"target": other_detail.get("target"), "reviewer": audited_reviewer(other_detail),
                          "answers": other_detail.get("answers"), "execution_name": other.execution_name}
@@ -356,7 +363,7 @@ def correction(record: DecisionRecord, original_execution: str, answers: Mapping
 #: Rows of the labelled-examples table per export page (each a few KB: far below Lambda's 6 MB answer).
 EXPORT_PAGE_ROWS = 500
 #: The table's key attributes: all a page token may name.
-EXPORT_KEY = ("policy_name", "item_id")
+EXPORT_KEY = ("policy_name", "item_key")
 
 
 def page_token(key: Mapping[str, str]) -> str:
