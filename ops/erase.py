@@ -133,7 +133,7 @@ class Eraser:
 
     def labelled(self, table: str) -> int:
         # Every policy's rows: the item is read from each row, whatever its sort key names it by.
-        keys = [{"policy_name": row["policy_name"], "item_id": row["item_id"]} for row in _scan(self.dynamodb, table)
+        keys = [{"policy_name": row["policy_name"], "item_key": row["item_key"]} for row in _scan(self.dynamodb, table)
                 if self.key.holds(row.get("item_kind", {}).get("S"), row.get("item", {}).get("S"))]
         return self._delete(table, keys)
 
@@ -141,9 +141,10 @@ class Eraser:
         keys = []
         for row in _scan(self.dynamodb, table):
             body = json.loads(row.get("body", {}).get("S", "{}"))
-            # A resolved row keeps the item's kind and id (and its source, where it names one).
+            # A resolved row keeps the item's kind, id and source (a row kept before sources were kept
+            # names none: it is erased by kind and id).
             same = (body.get("item_kind") == self.key.kind and body.get("item_id") in (self.key.id, str(self.key))
-                    and body.get("source", self.key.source) == self.key.source)
+                    and (body.get("item_source") or self.key.source) == self.key.source)
             if same:
                 keys.append({"policy": row["policy"], "resolved_key": row["resolved_key"]})
         return self._delete(table, keys)

@@ -51,7 +51,8 @@ def audit_row(record: DecisionRecord, execution: str) -> AuditRow:
 
 def labelled_row(record: DecisionRecord) -> dict[str, Any]:
     """A row as the workflow's StoreLabelledExample state writes it (its columns)."""
-    return {"policy_name": {"S": record.policy.name}, "item_id": {"S": f"{record.item_id}-{record.item['channel']}"},
+    return {"policy_name": {"S": record.policy.name}, "item_key": {"S": record.item_key},
+            "item_id": {"S": f"{record.item_id}-{record.item['channel']}"},
             "item_kind": {"S": record.item_kind}, "item": {"S": json.dumps(record.item)}, "answers": {"S": "{}"},
             "reviewer": {"S": "alice"}, "labelled_at": {"S": "2026-12-01T10:00:00Z"}}
 
@@ -102,14 +103,14 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     assert erase.main(["ticket:email:T-1", *names], out=out, session=boto3.Session()) == 0
     assert out.getvalue().splitlines() == [
         "erase ticket:email:T-1", "audit: 2 row(s) removed", "labelled: 1 row(s) removed",
-        "resolved: 2 row(s) removed",  # kept by kind and id: the other source's row of the same id too (no source kept)
+        "resolved: 1 row(s) removed",  # by kind, source and id: the other source's row of the same id stays
         "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "review-queue: 1 row(s) removed"]
     # The other source's item and every other item are as they were.
     assert sorted(json.loads(r.item)["channel"] for r in audit.of_item("T-1")) == ["chat", "chat"]  # type: ignore[union-attr]
     assert len(audit.of_item("T-2")) == 2
     labelled = dynamodb.scan(TableName=stack.ref("LabelledExamplesTable"))["Items"]
     assert sorted(r["item_id"]["S"] for r in labelled) == ["T-1-chat", "T-2-email"]
-    assert [r.item_id for r in resolved.recent("support-ticket")] == ["T-2"]
+    assert sorted((r.item_id, r.item_source) for r in resolved.recent("support-ticket")) == [("T-1", "chat"), ("T-2", "email")]
     idempotency = dynamodb.scan(TableName=stack.ref("IdempotencyTable"))["Items"]
     assert len(idempotency) == 2 and all("T-1:" not in r["id"]["S"] or ":chat:" in r["id"]["S"] for r in idempotency)
     left = sqs.receive_message(QueueUrl=stack.ref("ReviewQueue"), MaxNumberOfMessages=10)["Messages"]
