@@ -314,9 +314,8 @@ def test_a_stopped_demo_leaves_no_process_and_the_next_run_works(stop, tmp_path)
         assert_gone(pid, port)
     finally:
         again.kill()
-    assert re.search(rf"{RULE_TICKET}\s+queue: rule\s+billing \(rule [^)]+\)\s+rule\s+rule [^ ]+ → billing\s+auto\s+BillingQueue\s+"
-                     r"auto_routed",
-                     again.output), again.output
+    assert re.search(rf"{RULE_TICKET}\s+queue: rule\s+billing\s+-\s+rule\s+auto\s+BillingQueue\s+auto_routed\n"
+                     r"\s+queue: rule [^ ]+ → billing\n", again.output), again.output
     # the audit left for `make replay`: the one row the workflow wrote, as the audit table holds it
     from decision_router.domain.records import AuditRow
 
