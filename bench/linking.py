@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"recall {chosen.recall:.3f} ({chosen.right}/{chosen.linked} links right, {chosen.described} described)")
     print(f"test: threshold {THRESHOLD:.2f} (shipped): precision {shipped.precision:.3f}, recall {shipped.recall:.3f} "
           f"({shipped.right}/{shipped.linked} links right, {shipped.described} described)")
-    print(f"test: the service's id named only: precision {named_only.precision:.3f}, recall {named_only.recall:.3f}")
+    print(f"test: the service's id named only: {named_only.linked} links, recall {named_only.recall:.3f}")
     if abs(chosen.threshold - THRESHOLD) > 1e-9:
         print(f"NOTE: the fit half chooses {chosen.threshold:.2f}, not the shipped THRESHOLD {THRESHOLD:.2f}")
     if args.json:
