@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -784,6 +785,36 @@ def test_a_ticket_describing_an_open_incident_is_linked_with_why_and_routed_as_i
     route = lambda r: (r.route, r.route_reason, r.destination, [(d.question, d.option_id) for d in r.decisions])  # noqa: E731
     assert route(by_id["T-DURING"]) == route(by_id["T-BEFORE"])  # a suggestion: the same route linked or not
     assert by_id["T-DURING"].route == "auto" and by_id["T-DURING"].destination.target == "billing"
+
+
+@pytest.fixture
+def ticket_policy_with_aliases(monkeypatch, tmp_path):
+    """The shipped policies (and their heads), the ticket policy declaring aliases of checkout-api."""
+    from decision_router.domain import policies
+
+    shutil.copytree(policies.POLICY_DIR, tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "support-ticket.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "service_aliases": {"checkout-api": ["payment page"]}}))
+    monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)
+
+
+def test_the_ticket_policys_aliases_link_a_ticket_that_calls_the_service_by_them(ticket_policy_with_aliases, tickets,
+                                                                                 world, context, ticket_data):
+    app, stub = tickets
+    assert app.tickets.intake.policy.service_aliases == {"checkout-api": ["payment page"]}
+    app.tickets.wiring.open_incidents.claim(
+        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
+        incident_id="checkout-api-5xx-high", source="aws.cloudwatch", service="checkout-api",
+        reported_at="2026-11-29T11:55:00.000+00:00", title="CloudWatch alarm checkout-api-5xx-high is in ALARM")
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    aliased = dict(ticket_data, subject="Payment page broken", body="The payment page shows an error.")
+
+    assert app.lambda_handler(ticket_event(aliased), context) == {"batchItemFailures": []}
+
+    (record,) = world.executions().values()
+    assert record.linked is not None and record.linked.incident_id == "checkout-api-5xx-high"
+    assert "'page', 'payment'; trouble: 'broken'" in record.linked.why
 
 
 def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, world, context, ticket_data, caplog):
