@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public docs lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public bench-linking docs lint fuzz redrive soak learn rollback clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
@@ -22,6 +22,7 @@ help:
 	@echo "make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [TARGETS=map.json MODEL=none REPLACE=1 ...]   a policy + head + report from a labelled export"
 	@echo "                 ON=sagemaker STACK=name [INSTANCES=2 INSTANCE_TYPE=ml.c7i.8xlarge YES=1]: scored on SageMaker Processing (DATA/TEST may be s3://)"
 	@echo "make bench-public [LIMIT=N]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
+	@echo "make bench-linking   tickets linked to the outage they describe: the threshold (fit half), precision and recall (test half)"
 	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"
 	@echo "make redrive DLQ=workflow|tickets|incidents   re-route what a dead-letter queue holds (deployed stack)"
@@ -167,6 +168,11 @@ fit-history: $(STAMP)
 		$(if $(filter 1,$(SKIP_UNLABELLED)),--skip-unlabelled) $(if $(filter 1,$(MERGE_LABELS)),--merge-labels) \
 		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
 		$(HISTORY_ARGS)
+
+# The link rule of tickets to open incidents (docs/operations/linked-items.md): its threshold chosen
+# on the fit half of events/linking/pairs.jsonl, its precision and recall on the test half. Seconds, no model.
+bench-linking: $(STAMP)
+	$(PY) -m bench.linking --json reports/linking.json
 
 # Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
 # bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).

@@ -47,7 +47,7 @@ from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
-from decision_router.domain.linking import OpenIncident
+from decision_router.domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
 from decision_router.domain.ports import AlarmState, Claim, GroupRow, IncidentRow, Joined
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.sources.cloudwatch import parse_alarm_arn
@@ -103,7 +103,8 @@ class FakeOpenIncidents:
         return IncidentRow.model_validate(_plain(row)) if row is not None else None
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
-              service: str | None = None, reported_at: str | None = None) -> Claim:
+              service: str | None = None, reported_at: str | None = None, title: str | None = None,
+              description: str | None = None) -> Claim:
         for _ in range(MAX_RACES):
             existing = self.rows.get(key)
             # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
@@ -115,6 +116,10 @@ class FakeOpenIncidents:
                     item["opens"] = list(opens)
                 if service and reported_at:
                     item["service"], item["reported_at"] = service, reported_at
+                    for name, text, limit in (("title", title, MAX_TITLE), ("description", description, MAX_DESCRIPTION)):
+                        kept = bounded(text, limit)
+                        if kept:
+                            item[name] = kept
                 self.rows[key] = item  # a put replaces the whole item
                 return "new"
             row = self.get(key)
@@ -134,7 +139,8 @@ class FakeOpenIncidents:
             try:
                 incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
                                               service=row["service"], opened_at=row["reported_at"],
-                                              source=row.get("source")))
+                                              source=row.get("source"), title=row.get("title"),
+                                              description=row.get("description")))
             except (KeyError, ValidationError):
                 continue
         return incidents

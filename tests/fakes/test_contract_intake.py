@@ -57,6 +57,7 @@ from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
+from decision_router.domain.linking import MAX_DESCRIPTION
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.domain.routing import Router
@@ -281,6 +282,18 @@ def test_open_now_lists_the_open_incidents_with_a_service_and_leaves_out_groups(
     found = {(i.key, i.incident_id, i.service, i.opened_at.isoformat()) for i in store.open_now()}
     assert found == {("open-a", "INC-open-a", "checkout-api", "2026-11-29T12:00:00+00:00"),
                      ("open-b", "INC-open-b", "payments", "2026-11-29T12:01:00+00:00")}
+
+
+def test_open_now_reads_the_incidents_title_and_description_as_kept_bounded(store):
+    claim(store, "d1", key="described", service="checkout-api", reported_at=T0,
+          title="CloudWatch alarm checkout-api-5xx-high is in ALARM", description="customers cannot pay " * 100)
+    claim(store, "d1", key="plain", service="orders-db", reported_at=T0, title="  ", description=None)
+    found = {i.key: i for i in store.open_now()}
+    assert found["described"].title == "CloudWatch alarm checkout-api-5xx-high is in ALARM"
+    kept = found["described"].description
+    assert kept is not None and len(kept) <= MAX_DESCRIPTION and kept.startswith("customers cannot pay")
+    assert kept.split()[-1] in {"customers", "cannot", "pay"}  # cut at a word's end
+    assert (found["plain"].title, found["plain"].description) == (None, None)
 
 
 def test_a_resolved_incident_leaves_the_open_index_and_expires_after_its_retention(store):

@@ -15,6 +15,7 @@ import pytest
 from aws_lambda_powertools import Logger, Metrics
 from moto import mock_aws
 
+from decision_router.domain.linking import MAX_DESCRIPTION
 from decision_router.domain.policies import load_policy
 from decision_router.intake.incidents import IncidentIntake
 from decision_router.intake.pipeline import Intake
@@ -130,3 +131,12 @@ def test_a_maintenance_window_holds_an_incident_until_it_ends_then_the_sweep_rou
     swept = incidents.sweep_holds()["outcomes"]
     assert [o["outcome"] for o in swept] == ["routed"]
     assert incidents.sweep_holds()["outcomes"] == []  # once
+
+
+def test_an_opened_alarm_keeps_its_title_and_description_for_the_tickets_that_describe_it(incidents, world):
+    event = alarm("errors-5xx", "high", "ALARM", 0, 1)
+    assert deliver(incidents, event)["outcome"] == "routed"
+    (incident,) = world.open_incidents.open_now()
+    assert incident.title == "CloudWatch alarm errors-5xx is in ALARM"
+    assert incident.description is not None and len(incident.description) <= MAX_DESCRIPTION
+    assert incident.description.startswith("Share of 5xx responses from the checkout API load balancer")

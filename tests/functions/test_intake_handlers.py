@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ from moto import mock_aws
 
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
+from decision_router.domain.linking import THRESHOLD
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import execution_name
 from decision_router.intake.incidents import IncidentIntake
@@ -745,10 +747,74 @@ def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_r
     linked = by_id["T-OUT"].linked
     assert linked is not None and (linked.incident_id, linked.service) == ("INC-PAY", "payments-api")
     assert linked.incident_key.endswith(":alarm:payments-api-5xx")
-    assert by_id["T-OUT"].decisions[0].why.linked == linked.line()
+    assert by_id["T-OUT"].decisions[0].why.linked == linked.reason()
     assert "linked to incident INC-PAY (payments-api, opened at 2026-11-29T11:55:00Z)" in by_id["T-OUT"].decisions[0].why.line()
     assert by_id["T-OTHER"].linked is None and by_id["T-OTHER"].decisions[0].why.linked is None
     assert any(blob.get("TicketsLinked") for blob in emf(capsys))
+
+
+@ON_THE_STACK
+def test_a_ticket_describing_an_open_incident_is_linked_with_why_and_routed_as_if_it_were_not(tickets, world, context,
+                                                                                                ticket_data):
+    """The smoke test of described links: the handler's own open-incident store (the table in moto),
+    a ticket in a customer's words during the outage, the same words before it (not linked), and a
+    question about the same product during it (not linked); the link changes no route."""
+    app, stub = tickets
+    app.tickets.wiring.open_incidents.claim(
+        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
+        incident_id="checkout-api-5xx-high", source="aws.cloudwatch", service="checkout-api",
+        reported_at="2026-11-29T11:55:00.000+00:00", title="CloudWatch alarm checkout-api-5xx-high is in ALARM",
+        description="Checkout API 5xx rate above 5%: customers cannot pay.")
+    for _ in range(3):
+        stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    words = dict(ticket_data, subject="checkout keeps failing", body="we cannot pay")
+    during = dict(words, ticket_id="T-DURING")
+    before = dict(words, ticket_id="T-BEFORE", created_at="2026-11-29T09:00:00Z")
+    question = dict(ticket_data, ticket_id="T-QUESTION", subject="Checkout currency",
+                    body="How do I change the currency shown at checkout to EUR?")
+
+    assert app.lambda_handler(ticket_event(during, before, question), context) == {"batchItemFailures": []}
+
+    by_id = {r.item_id: r for r in world.executions().values()}
+    linked = by_id["T-DURING"].linked
+    assert linked is not None and linked.incident_id == "checkout-api-5xx-high"
+    assert linked.why == (f"the ticket describes it (score 0.60 \u2265 {THRESHOLD:.2f}: 'checkout', 'pay'; trouble: "
+                          "'failing') and it was created while it was open")
+    assert by_id["T-DURING"].decisions[0].why.linked == linked.reason()
+    assert by_id["T-BEFORE"].linked is None and by_id["T-QUESTION"].linked is None
+    route = lambda r: (r.route, r.route_reason, r.destination, [(d.question, d.option_id) for d in r.decisions])  # noqa: E731
+    assert route(by_id["T-DURING"]) == route(by_id["T-BEFORE"])  # a suggestion: the same route linked or not
+    assert by_id["T-DURING"].route == "auto" and by_id["T-DURING"].destination.target == "billing"
+
+
+@pytest.fixture
+def ticket_policy_with_aliases(monkeypatch, tmp_path):
+    """The shipped policies (and their heads), the ticket policy declaring aliases of checkout-api."""
+    from decision_router.domain import policies
+
+    shutil.copytree(policies.POLICY_DIR, tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "support-ticket.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "service_aliases": {"checkout-api": ["payment page"]}}))
+    monkeypatch.setattr(policies, "POLICY_DIR", tmp_path)
+
+
+def test_the_ticket_policys_aliases_link_a_ticket_that_calls_the_service_by_them(ticket_policy_with_aliases, tickets,
+                                                                                 world, context, ticket_data):
+    app, stub = tickets
+    assert app.tickets.intake.policy.service_aliases == {"checkout-api": ["payment page"]}
+    app.tickets.wiring.open_incidents.claim(
+        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
+        incident_id="checkout-api-5xx-high", source="aws.cloudwatch", service="checkout-api",
+        reported_at="2026-11-29T11:55:00.000+00:00", title="CloudWatch alarm checkout-api-5xx-high is in ALARM")
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    aliased = dict(ticket_data, subject="Payment page broken", body="The payment page shows an error.")
+
+    assert app.lambda_handler(ticket_event(aliased), context) == {"batchItemFailures": []}
+
+    (record,) = world.executions().values()
+    assert record.linked is not None and record.linked.incident_id == "checkout-api-5xx-high"
+    assert "'page', 'payment'; trouble: 'broken'" in record.linked.why
 
 
 def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, world, context, ticket_data, caplog):

@@ -1,5 +1,7 @@
 """The matching rule of duplicates linked (domain/linking.py): a ticket names an open incident's
-service while the incident is open; and the team suggestion an answered incident review gives."""
+service, or describes it in its own words (the score over the incident's words, the service's
+words and the policy's aliases), while the incident is open; and the team suggestion an answered
+incident review gives."""
 
 from __future__ import annotations
 
@@ -7,7 +9,24 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from decision_router.domain.linking import LEAD, OpenIncident, link_ticket, service_pattern, suggestion
+from decision_router.domain.linking import (
+    LEAD,
+    MAX_DESCRIPTION,
+    MAX_TITLE,
+    THRESHOLD,
+    OpenIncident,
+    bounded,
+    incident_terms,
+    link_ticket,
+    score,
+    scores,
+    service_pattern,
+    stem,
+    suggestion,
+    trouble_in,
+    words,
+)
+from decision_router.domain.policies import Policy, load_policy
 from decision_router.items import Ticket
 
 OPENED = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -19,9 +38,22 @@ def _ticket(subject: str = "Checkout broken", body: str = "Nothing works.", at: 
 
 
 def _incident(service: str = "payments-api", incident_id: str = "INC-1", opened: datetime = OPENED,
-              resolved: datetime | None = None, source: str | None = None) -> OpenIncident:
+              resolved: datetime | None = None, source: str | None = None, title: str | None = None,
+              description: str | None = None) -> OpenIncident:
     return OpenIncident(key=f"key-{incident_id}", incident_id=incident_id, service=service, opened_at=opened,
-                        resolved_at=resolved, source=source)
+                        resolved_at=resolved, source=source, title=title, description=description)
+
+
+def _checkout(**extra) -> OpenIncident:
+    return _incident(service="checkout-api", incident_id="checkout-api-5xx-high",
+                     title="CloudWatch alarm checkout-api-5xx-high is in ALARM",
+                     description="Checkout API 5xx rate above 5%: customers cannot pay.", **extra)
+
+
+def _search(**extra) -> OpenIncident:
+    return _incident(service="search-service", incident_id="search-latency-p99",
+                     title="CloudWatch alarm search-latency-p99 is in ALARM",
+                     description="Product search p99 latency above 3 seconds: search results slow or empty.", **extra)
 
 
 @pytest.mark.parametrize("text", [
@@ -159,3 +191,108 @@ def test_a_link_names_its_incident_by_source_and_id_and_an_older_link_by_id():
         "T-1", "T-2"]
     # Grafana's INC-1 is another incident: the cloudwatch link is not its; the older one, by id alone, is.
     assert [t["item_id"] for t in linked_tickets("INC-1", [], rows, incident_ref="incident:grafana:INC-1")] == ["T-2"]
+
+
+# ----------------------------------------------------------------------------- described, not named
+def test_words_split_names_drop_stop_words_and_numbers_and_meet_their_forms():
+    assert words("checkout-api") == ["checkout"]  # `api` says nothing of which service
+    assert words("Checkout keeps FAILING, we cannot pay since 12:05!") == ["checkout", "keep", "fail", "pay"]
+    assert words("the db is up") == []  # too short to tell anything apart, as a service name is
+    assert [stem(w) for w in ("payments", "failed", "stopped", "billing", "pages")] == [
+        "payment", "fail", "stop", "bill", "page"]
+
+
+def test_an_incidents_terms_weigh_the_service_and_its_aliases_above_its_alarm_words():
+    terms = incident_terms(_checkout(), aliases=["payment page"])
+    assert terms["checkout"] == terms["payment"] == terms["page"] == 1.0
+    assert terms["pay"] == terms["customer"] == 0.5
+    assert "api" not in terms and "alarm" not in terms and "5xx" not in terms
+
+
+def test_the_score_saturates_spreads_over_open_incidents_and_halves_without_trouble():
+    terms = {"checkout": 1.0, "pay": 0.5}
+    assert score(["checkout", "pay"], terms, trouble="failing").value == 0.6  # S = 1.5
+    assert score(["checkout"], terms, trouble="failing").value == 0.5  # S = 1
+    assert score(["checkout"], terms).value == 0.33  # no trouble reported: S = 0.5
+    assert score(["checkout"], terms, {"checkout": 2}, trouble="down").value == 0.33  # two outages share it
+    assert score(["invoice"], terms, trouble="down").value == 0.0
+    assert trouble_in("Checkout keeps failing") == "failing" and trouble_in("can't pay") == "can't"
+    assert trouble_in("How do I change the checkout currency?") is None
+
+
+def test_a_ticket_describing_an_open_incident_in_its_own_words_is_linked_with_the_score_and_words():
+    ticket = _ticket(subject="checkout keeps failing", body="we cannot pay")
+    link = link_ticket(ticket, [_checkout(), _search()])
+    assert link is not None and link.incident_id == "checkout-api-5xx-high"
+    assert link.why == (f"the ticket describes it (score 0.60 \u2265 {THRESHOLD:.2f}: 'checkout', 'pay'; "
+                        "trouble: 'failing') and it was created while it was open")
+    assert link.reason() == f"{link.line()}: {link.why}"
+
+
+def test_near_misses_are_not_linked():
+    open_now = [_checkout(), _search()]
+    question = _ticket(subject="Checkout currency", body="How do I change the currency shown at checkout to EUR?")
+    assert link_ticket(question, open_now) is None  # the same product, no trouble
+    unrelated = _ticket(subject="Delete my account", body="Please delete my account and all my data.")
+    assert link_ticket(unrelated, open_now) is None
+    other = link_ticket(_ticket(subject="Search is slow", body="Product search results are empty and slow."), open_now)
+    assert other is not None and other.incident_id == "search-latency-p99"  # the other outage, not checkout's
+
+
+def test_a_described_incident_is_linked_only_while_it_is_open():
+    ticket = _ticket(subject="checkout keeps failing", body="we cannot pay", at=OPENED - LEAD - timedelta(minutes=1))
+    assert link_ticket(ticket, [_checkout()]) is None
+
+
+def test_the_policys_aliases_count_as_the_services_own_words():
+    ticket = _ticket(subject="Payment page broken", body="The payment page shows an error.")
+    assert link_ticket(ticket, [_checkout()]) is None
+    link = link_ticket(ticket, [_checkout()], {"checkout-api": ["payment page"]})
+    assert link is not None and "'page', 'payment'" in link.why
+
+
+def test_naming_the_service_wins_over_a_better_description_of_another():
+    named = _incident(service="orders-db", incident_id="INC-ORD", opened=OPENED - timedelta(hours=1))
+    ticket = _ticket(subject="checkout keeps failing", body="we cannot pay, and orders-db is slow")
+    link = link_ticket(ticket, [_checkout(), named])
+    assert link is not None and link.incident_id == "INC-ORD" and "body names 'orders-db'" in link.why
+
+
+def test_of_two_described_incidents_the_higher_score_wins_whatever_the_order():
+    ticket = _ticket(subject="Search is slow", body="Product search results are empty and slow; checkout fails, we cannot pay.")
+    first = link_ticket(ticket, [_checkout(), _search()])
+    assert first is not None and first.incident_id == "search-latency-p99" and "best of 2" in first.why
+    assert link_ticket(ticket, [_search(), _checkout()]) == first
+    found = scores(ticket, [_checkout(), _search()])
+    assert found[1].value > found[0].value >= THRESHOLD
+
+
+def test_the_incidents_text_is_bounded_at_a_words_end():
+    assert bounded("a" * 10, 20) == "a" * 10 and bounded("  ", 5) is None and bounded(None, 5) is None
+    cut = bounded("word " * 300, MAX_DESCRIPTION)
+    assert cut is not None and len(cut) <= MAX_DESCRIPTION and cut.endswith("word")
+    with pytest.raises(ValueError, match="at most 200 characters"):
+        _incident(title="t" * (MAX_TITLE + 1))
+
+
+def _ticket_policy(**extra) -> dict:
+    return {**load_policy("support-ticket").model_dump(mode="json", exclude_none=True), **extra}
+
+
+def test_a_ticket_policy_declares_aliases_and_bad_ones_are_named():
+    policy = Policy.model_validate(_ticket_policy(service_aliases={"checkout-api": ["checkout", "payment page"]}))
+    assert policy.service_aliases == {"checkout-api": ["checkout", "payment page"]}
+    with pytest.raises(ValueError, match=r"service_aliases\['checkout-api'\]\[1\]: 'the api' has only stop words"):
+        Policy.model_validate(_ticket_policy(service_aliases={"checkout-api": ["checkout", "the api"]}))
+    with pytest.raises(ValueError, match=r"service_aliases\['checkout-api'\]: alias 'checkout' appears more than once"):
+        Policy.model_validate(_ticket_policy(service_aliases={"checkout-api": ["checkout", "Checkout"]}))
+    with pytest.raises(ValueError, match=r"service_aliases.checkout-api\s+List should have at least 1 item"):
+        Policy.model_validate(_ticket_policy(service_aliases={"checkout-api": []}))
+
+
+def test_an_incident_policy_cannot_declare_aliases():
+    incident = {**load_policy("incident").model_dump(mode="json", exclude_none=True),
+                "service_aliases": {"checkout-api": ["checkout"]}}
+    with pytest.raises(ValueError, match="service_aliases: the ticket intake reads them to link tickets; they apply "
+                                         "to ticket policies only"):
+        Policy.model_validate(incident)

@@ -5,8 +5,8 @@ instead of paging again, and a resolution closes it.
 One row per key: status open|resolved, the delivery (EventBridge event id) that opened it,
 whether that opening was routed (and by which execution) or held by a noise control (`held`:
 grouped, flapping, in a maintenance window), every delivery seen while open, the update count,
-the recent openings (`opens`, for flapping) and the resolution; the incident's `service` and
-`reported_at`, so a ticket can be linked to it (`open_now`; rows claimed before these were kept
+the recent openings (`opens`, for flapping) and the resolution; the incident's `service`,
+`reported_at`, `title` and `description` (bounded), so a ticket can be linked to it (`open_now`; rows claimed before these were kept
 have neither and are never linked). A flap (ALARM, OK, ALARM) reopens
 the row as a new incident. A group of incidents (grouping) has a row of its own, keyed
 `group#<rule>#<digest>`: its leader (the routed incident), its members and those still open.
@@ -31,7 +31,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from pydantic import BaseModel, ValidationError
 
 from ..domain.dependencies import ParentEntry
-from ..domain.linking import OpenIncident
+from ..domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
 from ..domain.ports import Claim, GroupRow, IncidentRow, Joined
 from . import AwsAdapter, expiry
 
@@ -81,10 +81,12 @@ class OpenIncidents(AwsAdapter):
         return _read(IncidentRow, raw) if raw else None
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
-              service: str | None = None, reported_at: str | None = None) -> Claim:
+              service: str | None = None, reported_at: str | None = None, title: str | None = None,
+              description: str | None = None) -> Claim:
         """Open the incident of `key` with this delivery, or say why not. `opens`: the times it
-        opened recently, this one included (flapping is counted on them); `service` and
-        `reported_at` (the incident's), kept so a ticket can be linked to it."""
+        opened recently, this one included (flapping is counted on them); `service`,
+        `reported_at`, `title` and `description` (the incident's; the last two cut to MAX_TITLE and
+        MAX_DESCRIPTION), kept so a ticket can be linked to it."""
         for _ in range(MAX_RACES):
             try:
                 # A reopened row is put whole: its expiry goes, its open mark comes back.
@@ -96,6 +98,10 @@ class OpenIncidents(AwsAdapter):
                     item["opens"] = {"L": [{"S": t} for t in opens]}
                 if service and reported_at:
                     item["service"], item["reported_at"] = {"S": service}, {"S": reported_at}
+                    for name, text, limit in (("title", title, MAX_TITLE), ("description", description, MAX_DESCRIPTION)):
+                        kept = bounded(text, limit)
+                        if kept:
+                            item[name] = {"S": kept}
                 self.client.put_item(
                     TableName=self.table_name, Item=item,
                     # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
@@ -135,13 +141,15 @@ class OpenIncidents(AwsAdapter):
         resolved ones, however many, are never read). Rows written before the service was kept
         are left out."""
         incidents = []
-        for raw in self._open_rows(FilterExpression="attribute_exists(service)", names={"#src": "source"},
-                                   ProjectionExpression="incident_key, incident_id, service, reported_at, #src"):
+        names = {"#src": "source", "#t": "title", "#d": "description"}  # placeholders: DynamoDB reserves some words
+        for raw in self._open_rows(FilterExpression="attribute_exists(service)", names=names,
+                                   ProjectionExpression="incident_key, incident_id, service, reported_at, #src, #t, #d"):
             row = _plain(raw)
             try:
                 incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
                                               service=row["service"], opened_at=row["reported_at"],
-                                              source=row.get("source")))
+                                              source=row.get("source"), title=row.get("title"),
+                                              description=row.get("description")))
             except (KeyError, ValidationError):
                 continue  # a row missing its id or time: nothing to link to
         return incidents

@@ -25,6 +25,7 @@ from ..validation import StrictModel, describe_errors
 from .conditions import Condition
 from .dependencies import Dependencies
 from .heads import Head, HeadFile, load_head, question_digest
+from .linking import words
 from .noise import NoiseControls
 
 #: The shipped policies (and their heads/), data beside the package.
@@ -33,6 +34,11 @@ Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}
 Target = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+#: Another name customers give a service ("payment page"): a few words, at most 10 per service.
+Alias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60)]
+Aliases = Annotated[list[Alias], Field(min_length=1, max_length=10)]
+#: A service as incidents name it (`Incident.service`).
+Service = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 #: A review offers every complete answer (the product of the questions' options) in the record.
 MAX_REVIEW_CHOICES = 256
 #: Options one question may declare. Up to MAX_OPTIONS (the endpoint's letters A…P) the letters
@@ -174,6 +180,10 @@ class Policy(StrictModel):
     dependencies: Dependencies = Field(
         default_factory=Dependencies, description="Which services depend on which, and inhibition rules: a new "
                                                   "incident is held under its open parent (an incident policy's only).")
+    service_aliases: dict[Service, Aliases] = Field(
+        default_factory=dict, max_length=200, description=(
+            "Service (as incidents name it) → the other names customers give it; their words count as the "
+            "service's own when a ticket is linked to an open incident it describes (a ticket policy's only)."))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":
@@ -225,6 +235,7 @@ class Policy(StrictModel):
                 field_annotation(model, field)
             except KeyError as error:
                 problems.append(f"{where}: {self.item_kind} has no field {error.args[0]}")
+        problems += self._alias_problems()
         problems += _duplicates("rule id", [r.id for r in self.rules])
         questions = {q.id: q for q in self.questions}
         for rule in self.rules:
@@ -253,6 +264,19 @@ class Policy(StrictModel):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _alias_problems(self) -> list[str]:
+        if self.service_aliases and self.item_kind != "ticket":
+            return ["service_aliases: the ticket intake reads them to link tickets; they apply to ticket policies only"]
+        problems = []
+        for service, aliases in self.service_aliases.items():
+            where = f"service_aliases[{service!r}]"
+            problems += [f"{where}: {p}" for p in _duplicates("alias", [a.lower() for a in aliases])]
+            for i, alias in enumerate(aliases):
+                if not words(alias):
+                    problems.append(f"{where}[{i}]: {alias!r} has only stop words or numbers, so no ticket's words "
+                                    "could ever match it")
+        return problems
 
     @property
     def warnings(self) -> list[str]:

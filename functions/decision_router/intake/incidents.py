@@ -160,7 +160,8 @@ class IncidentIntake:
             else:
                 opens = [at]
         claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source,
-                                 opens=opens, service=incident.service, reported_at=at)
+                                 opens=opens, service=incident.service, reported_at=at,
+                                 title=incident.title, description=incident.description)
         base = {"key": opened.key, "incident_id": incident.incident_id}
         now = self.clock()
         if claim in ("duplicate", "update") and noise.maintenance:

@@ -232,7 +232,7 @@ class Intake:
         if noise is not None:
             record = with_reason(record, noise=noise)
         if linked is not None:
-            record = with_reason(record, linked=linked.line()).model_copy(update={"linked": linked})
+            record = with_reason(record, linked=linked.reason()).model_copy(update={"linked": linked})
         try:
             check_size(record)  # StartExecution would refuse it, on every retry alike
         except RecordTooLarge as error:

@@ -12,8 +12,11 @@ from its text to a `Ticket`, and routed; what cannot be routed now is parked or 
   instead of flooding review after every idle period.
 - Any other failure fails that record alone: SQS redelivers it and moves it to the DLQ after
   maxReceiveCount; each failure is logged with the message id and the reason.
-- A ticket that names an open incident's service while that incident is open is linked to it
-  (domain/linking.py): the link goes on its record, its audit row and its reason. The open
+- A ticket that names an open incident's service, or describes it (its words score at least
+  the measured threshold against the incident's words and the ticket policy's `service_aliases`),
+  while that incident is open is linked to it (domain/linking.py): the link goes on its record,
+  its audit row and its reason (which says why: named, or described with the score and the words
+  shared). A link is a suggestion: the ticket's route is decided as if it were not linked. The open
   incidents are read once per invocation (batch); when they cannot be read, the tickets are
   routed unlinked with a warning: a link never holds a ticket back.
 """
@@ -89,7 +92,7 @@ class TicketIntake:
                 self.logger.warning("open incidents could not be read; the ticket is routed unlinked", extra={
                     "item_id": ticket.ticket_id, "reason": f"{type(error).__name__}: {error}"})
                 return None
-        linked = link_ticket(ticket, self._open_now)
+        linked = link_ticket(ticket, self._open_now, self.intake.policy.service_aliases)
         if linked is not None:
             self.metrics.add_metric(name="TicketsLinked", unit=MetricUnit.Count, value=1)
             self.logger.info("ticket linked to an open incident", extra={
