@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Sequence, TextIO
 
+from decision_router.domain.judging import build_record, rule_entry
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.records import DecisionEntry, DecisionRecord, PolicyRef, ReviewSpec
+from decision_router.domain.records import DecisionRecord
+from decision_router.domain.rules import RuleHit
+from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview
 from decision_router.review.console import PendingSummary, pending_list, pending_summary
 from local.cloudformation import REPO_ROOT
@@ -126,18 +129,15 @@ def gold_records(seed: int = 7) -> list[DecisionRecord]:
 
 
 def _gold_record(policy: Policy, row: dict) -> DecisionRecord:
-    """A review record whose suggestions are the gold answers (built unchecked: only what the list reads)."""
-    item, gold = row["item"], row["gold"]
+    """A review record of the labelled item whose suggestions are its gold answers (each held for
+    review, as a doubtful answer is), built by the routing code."""
+    gold = row["gold"]
     answers = gold if isinstance(gold, dict) else {policy.routing_question.id: gold}
-    kind = policy.item_kind
-    item_id = item["ticket_id" if kind == "ticket" else "incident_id"]
-    decisions = [DecisionEntry.model_construct(question=q.id, option_id=answers.get(q.id), passed=False, check=False)
-                 for q in policy.questions]
-    return DecisionRecord.model_construct(
-        item_kind=kind, item_id=item_id, item_key=f"{kind}:gold:{item_id}", item=item,
-        policy=PolicyRef.model_construct(name=policy.name, version=policy.version), route="review",
-        route_reason="gold", decisions=decisions, review=ReviewSpec.model_construct(timeout_seconds=86_400),
-        decided_at=START.isoformat())
+    entries = [rule_entry(q, RuleHit("gold", q.id, answers[q.id])).model_copy(
+        update={"passed": False, "reasons": ["the gold answer, held for review"]}) for q in policy.questions]
+    return build_record(policy, parse_item(policy.item_kind, row["item"]), entries,
+                        destinations={t: f"https://sqs.local/{t}" for t in policy.targets},
+                        review_queue_url="https://sqs.local/review", review_timeout_seconds=86_400, decided_at=START)
 
 
 def main(argv: list[str] | None = None) -> int:
