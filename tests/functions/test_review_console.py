@@ -193,6 +193,34 @@ def test_the_list_orders_by_breach_risk_then_priority_then_age_and_shows_the_tim
     assert [r["item_id"] for r in console("GET", "/api/reviews")["json"]["reviews"]] == ["INC-77", "T-ent", "T-free"]
 
 
+SCHEDULED = {"version": "0", "id": "e-1", "source": "aws.events", "detail-type": "Scheduled Event",
+             "account": "123456789012", "time": "2026-11-29T13:00:00Z", "region": "us-east-1", "resources": [], "detail": {}}
+
+
+@ON_THE_STACK
+def test_the_scheduled_sweep_counts_what_waits_is_at_risk_and_past_due_as_metrics(world, monkeypatch, capsys):
+    enterprise = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-ent",
+                                                    "customer": {"id": "C-2", "tier": "enterprise"}}, UNSURE_TICKET)
+    world.pending(enterprise, decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    monkeypatch.setattr("review_console.sla.now", lambda: datetime.now(timezone.utc) + timedelta(minutes=50))
+    capsys.readouterr()
+    result = world.console_function()(SCHEDULED)
+    assert result == {"review_sla": {"incident": {"waiting": 1, "at_risk": 0, "breached": 1},
+                                     "support-ticket": {"waiting": 1, "at_risk": 1, "breached": 0}}}
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    breached = {m["policy"]: m["ReviewsBreached"] for m in emitted if "ReviewsBreached" in m}
+    assert breached == {"incident": [1.0], "support-ticket": [0.0]}
+    (directive,) = next(m for m in emitted if "ReviewsBreached" in m)["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [["policy"]]
+    # the messages were counted, not taken: the list shows both at once
+    assert len(console_listing(world)) == 2
+
+
+def console_listing(world) -> list[dict]:
+    response = world.console_function()(http_event("GET", "/api/reviews", claims=ALICE))
+    return json.loads(response["body"])["reviews"]
+
+
 def test_the_sla_clock_starts_when_the_review_is_requested_not_while_the_item_was_held(world):
     # An incident held under its parent for two hours reaches the review state at 13:00.
     held = decided(world.template, "incident", {**INCIDENT, "reported_at": "2026-11-29T11:00:00Z"}, UNSURE_INCIDENT)

@@ -190,6 +190,22 @@ def pending_list(summaries: Sequence[PendingSummary], *, kind: str | None = None
     return sorted(kept, key=lambda s: (*sla_order(s.sla, s.age_seconds), s.execution_name))
 
 
+#: The review SLA's metrics (per policy): what waits, what is at risk, what is past due.
+SLA_METRICS = {"waiting": "ReviewsWaiting", "at_risk": "ReviewsAtRisk", "breached": "ReviewsBreached"}
+
+
+def sla_counts(summaries: Sequence[PendingSummary], policies: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per policy (each of `policies`, zero when none waits, so a metric drops back to 0): the
+    reviews waiting, at risk and past due their first-review target."""
+    counts = {policy: dict.fromkeys(SLA_METRICS, 0) for policy in policies}
+    for summary in summaries:
+        row = counts.setdefault(summary.policy, dict.fromkeys(SLA_METRICS, 0))
+        row["waiting"] += 1
+        if summary.sla is not None and summary.sla.risk != "on_track":
+            row[summary.sla.risk] += 1
+    return counts
+
+
 def _option_rows(question_options: Sequence[Any], entry: DecisionEntry | None) -> list[dict[str, Any]]:
     probabilities = (entry.probabilities if entry else None) or {}
     letters = (entry.letter_probabilities if entry else None) or {}
