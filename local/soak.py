@@ -333,7 +333,9 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
     print(f"{seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; {decisions / seconds:.2f} model decisions/s",
           file=out)
     # The run's reviews, worked by reviewers at `review_rate` of their pace: by SLA and oldest first.
-    in_review = [o.record for o in outcomes if o.record is not None and o.record.route == "review"]
+    # Once per item: a duplicate input line carries the record of the execution it joined.
+    in_review = list({o.record.item_key: o.record for o in outcomes
+                      if o.record is not None and o.record.route == "review"}.values())
     sla_problems = problems(compare(in_review, out, reviewers=reviewers, rate=review_rate, seed=seed)) if in_review else []
     for problem in sla_problems:
         print(f"PROBLEM {problem}", file=out)
