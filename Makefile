@@ -201,13 +201,15 @@ fuzz: $(STAMP)
 # a ledger of where every input ended. Exits 1 on anything lost, delivered under two item keys or
 # dead-lettered without a reason. STUB_SHARE: share of endpoint calls answered by replaying a real answer (volume);
 # CONCURRENCY: execution environments per intake (8); LOAD=2: the overload check (every call real,
-# twice the requests the container holds at once).
+# twice the requests the container holds at once). REVIEW_RATE (0.5), REVIEWERS (3): the reviewers who work the
+# run's reviews afterwards, simulated, by SLA and oldest first (local/review_load.py).
 N ?= 2000
 FAULTS ?= 0.1
 SEED ?= 7
 soak: $(STAMP)
 	$(PY) -m local.soak --n $(N) --faults $(FAULTS) --seed $(SEED) $(if $(STUB_SHARE),--stub-share $(STUB_SHARE)) \
-		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)")
+		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)") \
+		$(if $(REVIEW_RATE),--review-rate $(REVIEW_RATE)) $(if $(REVIEWERS),--reviewers $(REVIEWERS))
 
 # The relearning loop on the local stack: route FIRST, answer the reviews it left from ANSWERS
 # through the review function, run the relearning workflow (promote or refuse, with reasons),

@@ -61,6 +61,7 @@ from local.faults import READ_TIMEOUT_SECONDS, AwsFaults, FaultProxy
 from local.items import classify
 from local.outcomes import Outcome, report_line, write_report
 from local.pipeline import LocalPipeline
+from local.review_load import compare, problems
 from local.settling import identity_proof
 
 DATA = REPO_ROOT / "bench" / "data"
@@ -233,8 +234,9 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
 # ----------------------------------------------------------------------------------- run
 def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
              report: Path | None = None, log_dir: Path = LOG_DIR, *, concurrency: int = CONCURRENCY,
-             load: float | None = None, restart: bool = True) -> int:
-    """`load`: the overload check (every call real, `load` times the requests the container holds)."""
+             load: float | None = None, restart: bool = True, review_rate: float = 0.5, reviewers: int = 3) -> int:
+    """`load`: the overload check (every call real, `load` times the requests the container holds);
+    `review_rate`, `reviewers`: the reviewers working the run's reviews afterwards (local/review_load.py)."""
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     began = time.monotonic()
@@ -330,11 +332,19 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
         print(f"PROBLEM {reviews['second answer accepted']} second review answer(s) accepted", file=out)
     print(f"{seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; {decisions / seconds:.2f} model decisions/s",
           file=out)
+    # The run's reviews, worked by reviewers at `review_rate` of their pace: by SLA and oldest first.
+    # Once per item: a duplicate input line carries the record of the execution it joined.
+    in_review = list({o.record.item_key: o.record for o in outcomes
+                      if o.record is not None and o.record.route == "review"}.values())
+    sla_problems = problems(compare(in_review, out, reviewers=reviewers, rate=review_rate, seed=seed)) if in_review else []
+    for problem in sla_problems:
+        print(f"PROBLEM {problem}", file=out)
     totals = ledger["totals"]
     print(f"soak: {n} inputs; " + ", ".join(f"{place} {totals[place]}" for place in LEDGER_ORDER)
           + f"; lost {len(ledger['lost'])}; duplicated {len(ledger['duplicated'])}; {n / seconds:.1f} items/s",
           file=out, flush=True)
-    failed = ledger["lost"] or ledger["duplicated"] or ledger["no_reason"] or reviews["second answer accepted"]
+    failed = (ledger["lost"] or ledger["duplicated"] or ledger["no_reason"] or reviews["second answer accepted"]
+              or sla_problems)
     return 1 if failed else 0
 
 
@@ -351,11 +361,15 @@ def main(argv: list[str] | None = None) -> int:
                         "requests the container holds at once (e.g. 2)")
     parser.add_argument("--no-restart", action="store_true", help="do not restart the container mid-run "
                         "(with --faults 0 it is not restarted either)")
+    parser.add_argument("--review-rate", type=float, default=0.5, help="the reviewers' pace working the run's "
+                        "reviews afterwards, a share of the usual (default 0.5: half; local/review_load.py)")
+    parser.add_argument("--reviewers", type=int, default=3, help="reviewers working the run's reviews (default 3)")
     parser.add_argument("--report", type=Path, help="one JSON line per input: what became of it")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR)
     args = parser.parse_args(argv)
     return run_soak(args.n, args.faults, args.seed, args.stub_share, sys.stdout, args.report, args.log_dir,
-                    concurrency=args.concurrency, load=args.load, restart=not args.no_restart)
+                    concurrency=args.concurrency, load=args.load, restart=not args.no_restart,
+                    review_rate=args.review_rate, reviewers=args.reviewers)
 
 
 if __name__ == "__main__":

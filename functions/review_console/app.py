@@ -19,7 +19,7 @@ from decision_router.adapters.review import ReviewTaskGone
 from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.review import console
 from decision_router.review.completion import InvalidReview
-from review_console import corrections, export, page, reviews
+from review_console import corrections, export, page, reviews, sla
 from review_console.wiring import Wiring, error_response, region
 
 logger = Logger()
@@ -80,5 +80,7 @@ def _not_found(_: Exception) -> Response:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)  # item text and notes: not for traces
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    if sla.is_sweep(event):  # the schedule's call: the review SLA's metrics
+        return {"review_sla": sla.sweep(WIRING)}
     app.append_context(wiring=WIRING)
     return app.resolve(event, context)

@@ -289,3 +289,21 @@ def test_an_item_shows_that_it_is_loading_and_keeps_its_title_in_view_with_submi
     page.keyboard.press("Enter")  # the keys still answer: the suggestion, billing
     page.locator("#outcome[data-target='billing']").wait_for()
     assert page.problems == []
+
+
+def test_the_list_puts_the_shorter_first_review_target_first_and_shows_each_items_time_left(site, page):
+    # Requested oldest first: a free ticket (480 min target), an enterprise ticket (60), a P1 incident (15).
+    free = {**TICKET, "ticket_id": "T-free", "customer": {"id": "C-1", "tier": "free"}}
+    enterprise = {**TICKET, "ticket_id": "T-ent", "customer": {"id": "C-2", "tier": "enterprise"}}
+    names = pending(site, *(decided(site.stack, kind, data, logits) for kind, data, logits in (
+        ("ticket", free, UNSURE_TICKET), ("ticket", enterprise, UNSURE_TICKET), ("incident", INCIDENT, UNSURE_INCIDENT))))
+    sign_in(page, site)
+
+    rows = page.locator("#review-rows tr")
+    rows.nth(2).wait_for()
+    assert [rows.nth(i).get_attribute("data-name") for i in range(3)] == names[::-1]
+    first = rows.first.locator("td.sla")
+    assert first.get_attribute("data-risk") == "on_track"
+    assert first.inner_text().startswith(("14m left", "15m left")) and "P1 · 15m target" in first.inner_text()
+    assert "free · 480m target" in rows.nth(2).locator("td.sla").inner_text()
+    assert page.problems == []

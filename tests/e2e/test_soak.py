@@ -96,3 +96,6 @@ def test_short_soak_loses_nothing(tmp_path):
     assert any("idempotency" in k for k in aws) and any("audit" in k for k in aws), aws
     assert "container down" in endpoint and any(x.startswith("container restarted once") for x in lines), endpoint
     assert len((tmp_path / "report.jsonl").read_text().splitlines()) == n
+    # the run's reviews worked at half pace: by SLA no more breaches than oldest first, and no P1
+    sla = next(x for x in lines if x.startswith("review sla: "))
+    assert "P1 breached by SLA 0" in sla and not any(x.startswith("PROBLEM") for x in lines), sla

@@ -172,6 +172,63 @@ def test_pending_reviews_are_listed_oldest_first_and_filtered_by_kind_and_questi
     assert pending_list(summaries, question="nothing") == []
 
 
+def test_the_list_orders_by_breach_risk_then_priority_then_age_and_shows_the_time_left(world, console, monkeypatch):
+    # Requested oldest first: a free ticket (480 min), an enterprise ticket (60 min), a P1 incident (15 min).
+    free = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-free", "customer": {"id": "C-1", "tier": "free"}},
+                   UNSURE_TICKET)
+    enterprise = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-ent",
+                                                    "customer": {"id": "C-2", "tier": "enterprise"}}, UNSURE_TICKET)
+    world.pending(free, enterprise, decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    # 50 minutes on: the P1 is past due, the enterprise ticket within the last quarter of its hour.
+    later = datetime.now(timezone.utc) + timedelta(minutes=50)
+    monkeypatch.setattr("review_console.reviews.now", lambda: later)
+    shown = console("GET", "/api/reviews")["json"]["reviews"]
+    assert [(r["item_id"], r["sla"]["priority"], r["sla"]["risk"]) for r in shown] == [
+        ("INC-77", "P1", "breached"), ("T-ent", "enterprise", "at_risk"), ("T-free", "free", "on_track")]
+    assert [r["sla"]["target_minutes"] for r in shown] == [15, 60, 480]
+    left = [r["sla"]["time_left_seconds"] for r in shown]
+    assert -35 * 60 - 5 < left[0] <= -35 * 60 and 10 * 60 - 5 < left[1] <= 10 * 60
+    # the oldest first, once the clock is back at the start: nothing at risk, the shorter target first
+    monkeypatch.setattr("review_console.reviews.now", lambda: later - timedelta(minutes=50))
+    assert [r["item_id"] for r in console("GET", "/api/reviews")["json"]["reviews"]] == ["INC-77", "T-ent", "T-free"]
+
+
+SCHEDULED = {"version": "0", "id": "e-1", "source": "aws.events", "detail-type": "Scheduled Event",
+             "account": "123456789012", "time": "2026-11-29T13:00:00Z", "region": "us-east-1", "resources": [], "detail": {}}
+
+
+@ON_THE_STACK
+def test_the_scheduled_sweep_counts_what_waits_is_at_risk_and_past_due_as_metrics(world, monkeypatch, capsys):
+    enterprise = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-ent",
+                                                    "customer": {"id": "C-2", "tier": "enterprise"}}, UNSURE_TICKET)
+    world.pending(enterprise, decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    monkeypatch.setattr("review_console.sla.now", lambda: datetime.now(timezone.utc) + timedelta(minutes=50))
+    capsys.readouterr()
+    result = world.console_function()(SCHEDULED)
+    assert result == {"review_sla": {"incident": {"waiting": 1, "at_risk": 0, "breached": 1},
+                                     "support-ticket": {"waiting": 1, "at_risk": 1, "breached": 0}}}
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    breached = {m["policy"]: m["ReviewsBreached"] for m in emitted if "ReviewsBreached" in m}
+    assert breached == {"incident": [1.0], "support-ticket": [0.0]}
+    (directive,) = next(m for m in emitted if "ReviewsBreached" in m)["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [["policy"]]
+    # the messages were counted, not taken: the list shows both at once
+    assert len(console_listing(world)) == 2
+
+
+def console_listing(world) -> list[dict]:
+    response = world.console_function()(http_event("GET", "/api/reviews", claims=ALICE))
+    return json.loads(response["body"])["reviews"]
+
+
+def test_the_sla_clock_starts_when_the_review_is_requested_not_while_the_item_was_held(world):
+    # An incident held under its parent for two hours reaches the review state at 13:00.
+    held = decided(world.template, "incident", {**INCIDENT, "reported_at": "2026-11-29T11:00:00Z"}, UNSURE_INCIDENT)
+    review = PendingReview(task_token="t", execution_name="incident-x", record=held, requested_at="2026-11-29T13:00:00Z")
+    summary = pending_summary(review, load_policy("incident"), datetime(2026, 11, 29, 13, 5, tzinfo=timezone.utc))
+    assert summary.sla is not None and summary.sla.risk == "on_track" and summary.sla.time_left_seconds == 10 * 60
+
+
 def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(world, console):
     ticket, incident = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET),
                                      decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))

@@ -27,6 +27,7 @@ from .dependencies import Dependencies
 from .heads import Head, HeadFile, load_head, question_digest
 from .linking import words
 from .noise import NoiseControls
+from .review_sla import ReviewSla
 
 #: The shipped policies (and their heads/), data beside the package.
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -184,6 +185,9 @@ class Policy(StrictModel):
         default_factory=dict, max_length=200, description=(
             "Service (as incidents name it) → the other names customers give it; their words count as the "
             "service's own when a ticket is linked to an open incident it describes (a ticket policy's only)."))
+    review_sla: ReviewSla | None = Field(
+        default=None, description="Time-to-first-review targets per priority (and queue); the review console "
+                                  "lists items by breach risk. None: listed oldest first, no target.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":
@@ -236,6 +240,7 @@ class Policy(StrictModel):
             except KeyError as error:
                 problems.append(f"{where}: {self.item_kind} has no field {error.args[0]}")
         problems += self._alias_problems()
+        problems += self._sla_problems()
         problems += _duplicates("rule id", [r.id for r in self.rules])
         questions = {q.id: q for q in self.questions}
         for rule in self.rules:
@@ -276,6 +281,36 @@ class Policy(StrictModel):
                 if not words(alias):
                     problems.append(f"{where}[{i}]: {alias!r} has only stop words or numbers, so no ticket's words "
                                     "could ever match it")
+        return problems
+
+    def _sla_problems(self) -> list[str]:
+        """review_sla's priorities and queues must be ones the policy can give an item."""
+        sla = self.review_sla
+        if sla is None:
+            return []
+        problems: list[str] = []
+        allowed: list[str] | None = None
+        source = sla.priority
+        if source is not None and source.question is not None:
+            questions = {q.id: q for q in self.questions}
+            if source.question not in questions:
+                problems.append(f"review_sla.priority.question: the policy asks no question {source.question!r} "
+                                f"(questions: {', '.join(questions)})")
+            else:
+                allowed = questions[source.question].option_ids
+        elif source is not None and source.field is not None:
+            try:
+                values = literal_values(field_annotation(ITEM_MODELS[self.item_kind], source.field))
+            except KeyError as error:
+                problems.append(f"review_sla.priority.field: {self.item_kind} has no field {error.args[0]}")
+            else:
+                allowed = [str(v) for v in values] if values is not None else None
+        if allowed is not None:
+            problems += [f"review_sla.by_priority[{key!r}]: not a priority the policy can give "
+                         f"(allowed: {', '.join(allowed)})" for key in sla.by_priority if key not in allowed]
+        queues = self.routing_question.option_ids if any(q.routes for q in self.questions) else []
+        problems += [f"review_sla.by_queue[{key!r}]: not an option of the routing question "
+                     f"(options: {', '.join(queues)})" for key in sla.by_queue if key not in queues]
         return problems
 
     @property

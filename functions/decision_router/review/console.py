@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ..domain.linking import Suggestion, suggestion
 from ..domain.policies import Policy
 from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
+from ..domain.review_sla import SlaStatus, sla_order, sla_status
 from ..domain.signatures import cognito_identity
 from ..domain.similar import ResolvedItem, SimilarItem, item_terms, nearest
 from ..items import parse_item
@@ -155,24 +156,54 @@ class PendingSummary(BaseModel):
     requested_at: str | None
     age_seconds: float | None
     timeout_seconds: int
+    sla: SlaStatus | None = Field(None, description=(
+        "The time-to-first-review clock (the policy's review_sla), from when the review was requested; "
+        "null when the policy sets no target."))
 
 
 def pending_summary(review: PendingReview, policy: Policy, now: datetime) -> PendingSummary:
     record = review.record
+    # The clock starts when the review is requested: a held item (noise or dependency holds) has
+    # not reached the review state yet, so its hold does not count against its target.
     requested = _parse_time(review.requested_at) or _parse_time(record.decided_at)
+    suggested = {d.question: d.option_id for d in record.decisions}
+    age = max(0.0, (now - requested).total_seconds()) if requested else None
+    status = None
+    if policy.review_sla is not None:
+        sla = policy.review_sla
+        status = sla_status(sla, sla.priority_of(record.item, suggested),
+                            suggested.get(policy.routing_question.id), age or 0.0)
     return PendingSummary(
         execution_name=review.execution_name, item_kind=record.item_kind, item_id=record.item_id,
         policy=record.policy.name, headline=headline(record.item, policy), reason=record.route_reason,
-        questions=_doubtful(record) or record.checked, check=record.checked, suggested={d.question: d.option_id for d in record.decisions},
+        questions=_doubtful(record) or record.checked, check=record.checked, suggested=suggested,
         requested_at=review.requested_at, timeout_seconds=record.review.timeout_seconds,
-        age_seconds=max(0.0, (now - requested).total_seconds()) if requested else None)
+        age_seconds=age, sla=status)
 
 
 def pending_list(summaries: Sequence[PendingSummary], *, kind: str | None = None,
                  question: str | None = None) -> list[PendingSummary]:
-    """Oldest first; `kind` keeps one item kind, `question` the reviews where that question is in doubt."""
+    """By breach risk (past due, then at risk, then on track), then the shorter target (the higher
+    priority), then oldest first (domain/review_sla.py); `kind` keeps one item kind, `question`
+    the reviews where that question is in doubt."""
     kept = [s for s in summaries if (not kind or s.item_kind == kind) and (not question or question in s.questions)]
-    return sorted(kept, key=lambda s: (-(s.age_seconds or 0.0), s.execution_name))
+    return sorted(kept, key=lambda s: (*sla_order(s.sla, s.age_seconds), s.execution_name))
+
+
+#: The review SLA's metrics (per policy): what waits, what is at risk, what is past due.
+SLA_METRICS = {"waiting": "ReviewsWaiting", "at_risk": "ReviewsAtRisk", "breached": "ReviewsBreached"}
+
+
+def sla_counts(summaries: Sequence[PendingSummary], policies: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per policy (each of `policies`, zero when none waits, so a metric drops back to 0): the
+    reviews waiting, at risk and past due their first-review target."""
+    counts = {policy: dict.fromkeys(SLA_METRICS, 0) for policy in policies}
+    for summary in summaries:
+        row = counts.setdefault(summary.policy, dict.fromkeys(SLA_METRICS, 0))
+        row["waiting"] += 1
+        if summary.sla is not None and summary.sla.risk != "on_track":
+            row[summary.sla.risk] += 1
+    return counts
 
 
 def _option_rows(question_options: Sequence[Any], entry: DecisionEntry | None) -> list[dict[str, Any]]:

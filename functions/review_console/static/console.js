@@ -170,6 +170,18 @@ function checkBadge(questions) {
 }
 
 // ------------------------------------------------------------------ pending list
+const RISK_WORDS = { breached: "past due", at_risk: "at risk", on_track: "on track" };
+
+// The time-to-first-review clock (the policy's review_sla): the list is ordered by it.
+function slaCell(sla) {
+  if (!sla) return el("td", { class: "sla", "data-risk": "" }, "no target");
+  const left = sla.time_left_seconds;
+  const text = left <= 0 ? `${duration(-left)} past due` : `${duration(left)} left`;
+  return el("td", { class: `sla ${sla.risk}`, "data-risk": sla.risk,
+    title: `${RISK_WORDS[sla.risk]}: first review within ${sla.target_minutes} min${sla.priority ? ` (${sla.priority})` : ""}` },
+  text, el("div", { class: "id" }, `${sla.priority ?? "default"} · ${sla.target_minutes}m target`));
+}
+
 async function showReviews() {
   show("reviews");
   const kind = $("filter-kind").value;
@@ -187,7 +199,8 @@ async function showReviews() {
       el("td", { class: "reason" }, checkBadge(r.check), r.reason),
       el("td", {}, answersText(r.suggested)),
       el("td", { class: "age" }, `${duration(r.age_seconds)} of ${duration(r.timeout_seconds)}`,
-        el("div", { class: `meter ${state}` }, el("span", { style: null, "data-share": Math.min(1, share).toFixed(3) }))));
+        el("div", { class: `meter ${state}` }, el("span", { style: null, "data-share": Math.min(1, share).toFixed(3) }))),
+      slaCell(r.sla));
   });
   $("review-rows").replaceChildren(...rows);
   for (const bar of $("review-rows").querySelectorAll("[data-share]")) bar.style.width = `${100 * Number(bar.dataset.share)}%`;

@@ -1,0 +1,82 @@
+"""The review SLA (domain/review_sla.py): the policy's targets, validated with precise errors, and
+where a pending item stands against its target."""
+
+import json
+
+import pytest
+
+from decision_router.domain.policies import POLICY_DIR, PolicyError, load_policy
+from decision_router.domain.review_sla import ReviewSla, sla_order, sla_status
+from tests.functions.test_policies import load_changed
+
+INCIDENT = json.loads((POLICY_DIR / "incident.json").read_text())
+TICKET = json.loads((POLICY_DIR / "support-ticket.json").read_text())
+
+
+def test_the_shipped_policies_read_an_incidents_priority_answer_and_a_tickets_tier():
+    incident, ticket = load_policy("incident").review_sla, load_policy("support-ticket").review_sla
+    assert incident is not None and ticket is not None
+    assert incident.priority_of({"severity": "sev3"}, {"priority": "P1", "team": "data"}) == "P1"
+    assert incident.target_minutes("P1", "data") == 15 and incident.target_minutes(None, None) == 240
+    assert ticket.priority_of({"customer": {"id": "C", "tier": "enterprise"}}, {"queue": "billing"}) == "enterprise"
+    assert ticket.priority_of({"customer": None}, {}) is None
+    assert ticket.target_minutes("enterprise", None) == 60
+
+
+@pytest.mark.parametrize(
+    ("raw", "sla", "message"),
+    [
+        (INCIDENT, {"default_minutes": 240, "priority": {"question": "urgency"}, "by_priority": {"P1": 15}},
+         "review_sla.priority.question: the policy asks no question 'urgency' (questions: priority, team)"),
+        (INCIDENT, {"default_minutes": 240, "priority": {"question": "priority"}, "by_priority": {"P0": 5}},
+         "review_sla.by_priority['P0']: not a priority the policy can give (allowed: P1, P2, P3, P4)"),
+        (INCIDENT, {"default_minutes": 240, "priority": {"field": "severity"}, "by_priority": {"sev9": 5}},
+         "review_sla.by_priority['sev9']: not a priority the policy can give (allowed: sev1, sev2, sev3, sev4)"),
+        (TICKET, {"default_minutes": 240, "priority": {"field": "customer.plan"}, "by_priority": {"pro": 5}},
+         "review_sla.priority.field: ticket has no field 'customer.plan': no field 'plan' (fields here: id, tier)"),
+        (TICKET, {"default_minutes": 240, "by_queue": {"refunds": 30}},
+         "review_sla.by_queue['refunds']: not an option of the routing question (options: billing, "),
+        (TICKET, {"default_minutes": 240, "by_priority": {"pro": 5}},
+         "by_priority needs priority (a question or an item field to read the priority from)"),
+        (TICKET, {"default_minutes": 240, "priority": {"field": "customer.tier", "question": "queue"}},
+         "give exactly one of question (its suggested answer) or field (an item field)"),
+        (TICKET, {"default_minutes": 240, "priority": {"field": "customer.tier"}, "by_priority": {"pro": 0}},
+         "by_priority['pro']: 0 minutes; a target is 1 to 43200 minutes"),
+        (TICKET, {"default_minutes": 0}, "review_sla.default_minutes: Input should be greater than or equal to 1"),
+        (TICKET, {"default_minutes": 60, "at_risk_share": 1.5}, "review_sla.at_risk_share: Input should be less than 1"),
+        (TICKET, {"default_minutes": 60, "minutes": 5}, "review_sla.minutes: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_review_sla_fails_with_a_precise_error(tmp_path, raw, sla, message):
+    with pytest.raises(PolicyError) as info:
+        load_changed(tmp_path, raw, lambda p: p.update(review_sla=sla))
+    assert message in str(info.value)
+
+
+def test_a_queue_target_applies_when_it_is_the_shorter_promise():
+    sla = ReviewSla(default_minutes=240, priority={"field": "customer.tier"}, by_priority={"pro": 120},
+                    by_queue={"billing": 30})
+    assert sla.target_minutes("pro", "billing") == 30 and sla.target_minutes("pro", "sales") == 120
+    assert sla.target_minutes("free", "billing") == 30 and sla.target_minutes("free", "sales") == 240
+
+
+def test_an_item_is_at_risk_in_the_last_share_of_its_target_and_breached_once_due():
+    sla = ReviewSla(default_minutes=60, at_risk_share=0.25)
+    assert sla_status(sla, None, None, 44 * 60).risk == "on_track"
+    at_risk = sla_status(sla, None, None, 46 * 60)
+    assert at_risk.risk == "at_risk" and at_risk.time_left_seconds == 14 * 60
+    breached = sla_status(sla, None, None, 61 * 60)
+    assert breached.risk == "breached" and breached.time_left_seconds == -60
+
+
+def test_the_order_is_breach_risk_then_the_shorter_target_then_age():
+    sla = ReviewSla(default_minutes=240, priority={"question": "priority"}, by_priority={"P1": 15, "P2": 60})
+    items = {  # name: (priority, age in minutes)
+        "old-p3-on-track": ("P3", 100), "p2-at-risk": ("P2", 50), "p1-on-track": ("P1", 5),
+        "p3-breached": ("P3", 300), "p1-breached": ("P1", 16), "young-p3-on-track": ("P3", 10)}
+    ordered = sorted(items, key=lambda name: sla_order(sla_status(sla, items[name][0], None, items[name][1] * 60),
+                                                       items[name][1] * 60))
+    assert ordered == ["p1-breached", "p3-breached", "p2-at-risk", "p1-on-track", "old-p3-on-track", "young-p3-on-track"]
+    # without a target (a policy with no review_sla): after every item that has one, oldest first
+    assert sla_order(None, 9999.0) > sla_order(sla_status(sla, "P3", None, 0.0), 0.0)
+    assert sla_order(None, 20.0) < sla_order(None, 10.0)
