@@ -65,6 +65,8 @@ class Space:
         for o in np.flatnonzero(present):
             means[o] = z[gold == o].mean(axis=0)
         covariance = LedoitWolf(assume_centered=True).fit(z - means[gold]).covariance_
+        # a ridge of a millionth of the mean variance keeps Cholesky defined on degenerate states
+        covariance += np.eye(rank) * (1e-6 * float(np.trace(covariance)) / rank + 1e-12)
         whiten = np.linalg.inv(np.linalg.cholesky(covariance))  # whiten @ cov @ whiten.T = I
         return cls(centre, (whiten @ directions) / spread, means @ whiten.T, present)
 
@@ -109,6 +111,8 @@ def fit_novelty(hidden: np.ndarray, gold: np.ndarray, k: int, *, room_bytes: int
     if rank < MIN_RANK:
         return None, (f"no novelty part: room for {rank} reduced dimensions (of {MIN_RANK} at least) in the head "
                       f"file's size limit ({room_bytes} bytes left), over {n} items")
+    if float(hidden.std(axis=0).max(initial=0.0)) == 0.0:
+        return None, f"no novelty part: the {n} items' hidden states are all the same"
     parts = metrics.fold_indices(n, folds, seed, groups)
     if len(parts) < 2:
         return None, f"no novelty part: {n} items make no two folds"

@@ -66,6 +66,8 @@ def test_the_part_is_sized_to_the_room_the_head_file_leaves():
     assert len(json.dumps(narrow, separators=(",", ":"))) <= 6 * (48 + 4) * novelty.VALUE_BYTES + 48 * novelty.VALUE_BYTES + 300
     none, said = novelty.fit_novelty(hidden, gold, 4, room_bytes=1000)
     assert none is None and said.startswith("no novelty part: room for 0 reduced dimensions")
+    same, said = novelty.fit_novelty(np.zeros_like(hidden), gold, 4, room_bytes=400_000)
+    assert same is None and said == "no novelty part: the 240 items' hidden states are all the same"
 
 
 def test_attach_writes_a_part_the_routing_function_scores_as_the_fitter_does():
