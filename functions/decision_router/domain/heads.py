@@ -282,8 +282,8 @@ class Head(StrictModel):
 
     def novelty_score(self, hidden: Sequence[float]) -> float | None:
         """How unlike every option it learned the item is (NoveltyBlock), or None when the head
-        has no novelty part. Pure Python, like the logits: a rank of 16-64 rows over the hidden
-        state costs well under a millisecond more than the hidden block."""
+        has no novelty part. Pure Python, like the logits: 64 rows over a 576-wide hidden state
+        took about 2 ms a decision on a busy 2-core machine."""
         novelty = self.novelty
         if novelty is None:
             return None
