@@ -155,9 +155,11 @@ fit: $(STAMP)
 # its head, predictions on TEST and a report (training/history.py). TEXT may name several fields
 # (comma-separated); MIN_EXAMPLES (10) and RARE=merge|review (review) say what becomes of rare labels;
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
+# OUT_OF_SCOPE=oos names the label meaning "none of these"; NOVELTY_BUDGET (0.04) is the share of
+# in-scope items the head's novelty part sends to review (docs/learning/novelty.md).
 # ON=sagemaker scores the export's items in one SageMaker Processing job of the deployed stack STACK
 # (docs/learning/fit-history.md): it prints the estimate and starts nothing without YES=1.
-FIT_HISTORY_USAGE := make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [NAME=policy-name] [TARGETS=map.json|own] [MODEL=...|none] [REPLACE=1] [ENCODING=cp1252] [SKIP_UNLABELLED=1] [MERGE_LABELS=1] [LIMIT=N] [MIN_EXAMPLES=10] [RARE=merge|review] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
+FIT_HISTORY_USAGE := make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [NAME=policy-name] [TARGETS=map.json|own] [MODEL=...|none] [REPLACE=1] [ENCODING=cp1252] [SKIP_UNLABELLED=1] [MERGE_LABELS=1] [LIMIT=N] [MIN_EXAMPLES=10] [RARE=merge|review] [OUT_OF_SCOPE=label] [NOVELTY_BUDGET=0.04] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
 fit-history: $(STAMP)
 	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "$(FIT_HISTORY_USAGE)"; exit 2; }
 	@test "$(ON)" != sagemaker -o -n "$(STACK)" || { echo "ON=sagemaker needs STACK=<the deployed stack's name>"; echo "$(FIT_HISTORY_USAGE)"; exit 2; }
@@ -166,6 +168,7 @@ fit-history: $(STAMP)
 		$(if $(filter none,$(MODEL)),--text-only,$(if $(MODEL),--model "$(MODEL)")) $(if $(TARGETS),--targets "$(TARGETS)") \
 		$(if $(ENCODING),--encoding "$(ENCODING)") $(if $(LIMIT),--limit $(LIMIT)) $(if $(filter 1,$(REPLACE)),--replace) \
 		$(if $(filter 1,$(SKIP_UNLABELLED)),--skip-unlabelled) $(if $(filter 1,$(MERGE_LABELS)),--merge-labels) \
+		$(if $(OUT_OF_SCOPE),--out-of-scope-label "$(OUT_OF_SCOPE)") $(if $(NOVELTY_BUDGET),--novelty-budget $(NOVELTY_BUDGET)) \
 		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
 		$(HISTORY_ARGS)
 

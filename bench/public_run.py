@@ -7,9 +7,10 @@ Each set is written as DATA and TEST files (reports/public/<set>/), then routed 
 command a user runs (`python -m training.history`, as a subprocess: the benchmarks never import
 the fitter), and its `report.json` read back. CLINC150's out-of-scope training queries are not
 used; its out-of-scope test queries are in TEST, right only when sent to review (see
-bench/public/README.md). The table puts our head beside the text classifier fitted in the same run
-and the figures published for these sets; a slice writes its table beside its runs, never over
-bench/public/RESULTS.md.
+bench/public/README.md), their label named to the fitter (`--out-of-scope-label oos`) so the
+report gives what the head's novelty part catches of them and its AUROC. The table puts our head
+beside the text classifier fitted in the same run and the figures published for these sets; a
+slice writes its table beside its runs, never over bench/public/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC = REPO / "bench/public"
 SETS = ("banking77", "clinc150")
+#: The label that means "none of these" in a set that has one.
+OUT_OF_SCOPE = {"clinc150": "oos"}
 #: A slice takes this many training items per label.
 PER_LABEL = 8
 #: Published or measured elsewhere (bench/public/README.md, the sets' own README): not run here.
@@ -86,17 +89,40 @@ def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: P
         train, test = sliced(train, test, limit)
     folder = out / name
     data, held = write(folder / "train.jsonl", train), write(folder / "test.jsonl", test)
-    command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(held), "--text", "text",
-               "--label", "label", "--out", str(folder / "fit"), "--name", name, "--targets", "own", "--replace",
-               "--min-examples", "2" if limit else "10"]
-    command += ["--model", model] if model else []
-    command += ["--cache", str(cache)] if cache is not None else []
+    command = fit_history_command(name, data, held, folder / "fit", limit, model, cache)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / p) for p in ("contract", "container", "functions", ".")))
     started = time.perf_counter()
     subprocess.run(command, check=True, env=env, cwd=REPO)
     report = json.loads((folder / "fit/report.json").read_text())
     report["wall_seconds"] = round(time.perf_counter() - started, 1)
     return report
+
+
+def fit_history_command(name: str, data: Path, held: Path, out: Path, limit: int | None, model: str | None,
+                        cache: Path | None) -> list[str]:
+    """The `python -m training.history` command a set is run through."""
+    command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(held), "--text", "text",
+               "--label", "label", "--out", str(out), "--name", name, "--targets", "own", "--replace",
+               "--min-examples", "2" if limit else "10"]
+    command += ["--out-of-scope-label", OUT_OF_SCOPE[name]] if name in OUT_OF_SCOPE else []
+    command += ["--model", model] if model else []
+    command += ["--cache", str(cache)] if cache is not None else []
+    return command
+
+
+def out_of_scope_cell(figures: dict) -> str:
+    """Out-of-scope caught / in-scope sent to review; for a head with a novelty part, what its
+    thresholds alone did and the novelty score's AUROC."""
+    oos = figures.get("out_of_scope")
+    if not oos:
+        return "–"
+    cell = f"{pct(oos['caught'])} / {pct(oos['in_scope_sent_to_review'])}"
+    found = figures.get("novelty") or {}
+    if "head_thresholds_alone" in found:
+        alone = found["head_thresholds_alone"]
+        cell += f" (without novelty: {pct(alone['caught'])} / {pct(alone['in_scope_sent_to_review'])}"
+        cell += f"; novelty AUROC {found['auroc']:.3f})" if found.get("auroc") is not None else ")"
+    return cell
 
 
 def pct(value: float | None) -> str:
@@ -116,10 +142,9 @@ def table(reports: dict[str, dict], limit: int | None, seconds: float) -> str:
     for name, report in reports.items():
         for label, figures in (("**our head** (text + hidden state)" if report["head"]["reads_model"] else "**our head** (text)", report),
                                ("text classifier, same run (TF-IDF + LR)", report["baseline"])):
-            oos = figures.get("out_of_scope")
             lines.append(f"| {name} | {report['options']} | {label} | {pct(figures['accuracy'])} | {pct(figures['macro_f1'])} | "
                          f"{pct(figures['ece'])} | {pct(figures['auto_share'])} ({pct(figures['auto_precision'])}) | "
-                         + (f"{pct(oos['caught'])} / {pct(oos['in_scope_sent_to_review'])}" if oos else "–") + " |")
+                         f"{out_of_scope_cell(figures)} |")
         lines.append(f"| {name} | {report['options']} | letters | do not apply: more options than the endpoint's 16 letters | | | | |"
                      if report["options"] > 16 else f"| {name} | {report['options']} | letters | not measured here | | | | |")
         for label, accuracy, f1, ece, answered, oos_text in PUBLISHED.get(name, []) if not limit else []:

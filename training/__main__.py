@@ -25,7 +25,7 @@ from tqdm import tqdm
 from evaluation.cases import Case, load_file
 from evaluation.runners import EngineRunner, HttpRunner
 
-from . import report
+from . import novelty, report
 from .features import Example, extract
 from .fitting import REPO, SHIPPED, TEST_SPLIT, fit_head
 
@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
                    help="error rate allowed among auto-routed decisions when choosing thresholds "
                         "(default: each question's learning.max_auto_error in its policy)")
     p.add_argument("--no-curve", action="store_true", help="skip the learning curve (faster)")
+    p.add_argument("--novelty-budget", type=float, default=novelty.DEFAULT_BUDGET,
+                   help="share of in-scope items the heads' novelty threshold sends to review, chosen out of fold "
+                        "(default %(default)s)")
     p.add_argument("--out", type=Path, default=REPO / "reports/fit")
     p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache", help="hidden-state cache ('' to disable)")
     p.add_argument("--dry-run", action="store_true", help="print the policy diffs, write nothing to the policies")
@@ -84,7 +87,8 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         test = [e for e in group if e.split == TEST_SPLIT]
         fit, document = fit_head(policy, question, train, model, sources=sources, folds=args.folds, seed=args.seed,
                                  target_error=args.target_error, curve=not args.no_curve,
-                                 fitted_on=fitted_on or date.today())
+                                 fitted_on=fitted_on or date.today(), novelty_budget=args.novelty_budget,
+                                 say=None if args.no_progress else lambda text: print(text, file=sys.stderr))
         results.append(report.QuestionResult(policy, question, fit, document,
                                              report.score_test(question, document, test, model, fit)))
 

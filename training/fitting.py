@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from . import learn
+from decision_router.domain.heads import LETTERED_OPTIONS, MAX_HEAD_BYTES, MAX_MANY_OPTIONS_HEAD_BYTES
+
+from . import learn, novelty
 from .features import Example
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,9 +25,12 @@ TEST_SPLIT = "test"
 
 def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, sources: list[str], folds: int = 5,
              seed: int = 0, target_error: float | None = None, curve: bool = True,
-             fitted_on: date) -> tuple[learn.QuestionFit, dict]:
+             fitted_on: date, novelty_budget: float = novelty.DEFAULT_BUDGET,
+             say: Any = None) -> tuple[learn.QuestionFit, dict]:
     """One policy question's head fitted on `train` and its head file's document (versioned by its
-    own content): what `make fit` writes and what the relearning workflow promotes."""
+    own content), with its novelty part (training/novelty.py: the share `novelty_budget` of
+    in-scope items sent to review, out of fold): what `make fit` writes and what the relearning
+    workflow promotes."""
     signals = learn.Signals.build(
         [e.state for e in train], np.array([e.hidden for e in train]), [e.letter_logits for e in train],
         np.array([e.gold for e in train]), [e.fold_group for e in train],
@@ -41,6 +46,11 @@ def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, so
                              formula=question.confidence_formula.value, folds=folds, seed=seed,
                              targets=targets, curve=curve)
     document = learn.head_document(fit, version="", binding=binding, data=sources, fitted_on=fitted_on)
+    limit = MAX_HEAD_BYTES if len(question.option_ids) <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES
+    said = novelty.attach(document, signals.hidden, signals.gold, binding=binding, max_bytes=limit,
+                          budget=novelty_budget, folds=folds, seed=seed, groups=signals.groups)
+    if say is not None:
+        say(f"{policy.name}/{question.id}: {said}")
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{policy.name}.{question.id}.{document['fit']['fitted_on']}.{digest}"
     return fit, document

@@ -149,9 +149,14 @@ def held_out_slice(reviewed: Sequence[tuple[str, Example]], *, trusted: int = 0,
 
 
 def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInfo) -> dict[str, Any]:
-    """A head (None: the letters) on held-out examples, as the routing function judges them."""
+    """A head (None: the letters) on held-out examples, as the routing function judges them, its
+    novelty part aside: every labelled example is in scope, so novelty would only send the share of
+    them its budget chose to review (a cost the budget sets, not a worse head), and a candidate
+    with one would look as if it routed less than a head in service without one."""
     from decision_router.domain.judging import model_entry
 
+    if head is not None and getattr(head, "novelty", None) is not None:
+        head = head.model_copy(update={"novelty": None})
     q = question.with_head(head)
     entries = [model_entry(q, e.result(model), e.state) for e in examples]
     gold = [e.gold for e in examples]

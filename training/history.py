@@ -33,7 +33,12 @@ OUT/targets.json and the run stops, saying to edit and pass it. OUT must be empt
 TEXT may name several comma-separated fields: one is the ticket's body; of several, the first is
 its subject and the others, one a paragraph, its body (what a ticket to route must carry where).
 A TEST item whose gold label is not an option (out of scope) is right only when it is not routed
-automatically; the report counts those apart too.
+automatically; the report counts those apart too. `--out-of-scope-label` names a label that means
+"none of these" (CLINC150's `oos`): its DATA items are never an option (their hidden states are
+scored and the novelty part's catch of them reported), its TEST items are out of scope. The head
+carries a novelty part (training/novelty.py) whose threshold sends `--novelty-budget` of in-scope
+items to review, chosen out of fold on DATA; with out-of-scope TEST items the report gives what it
+catches against what the head's thresholds alone catch, and the novelty score's AUROC.
 Labels with fewer than MIN_EXAMPLES training items are reported and, as RARE says, merged into one
 option `other` (`merge`) or left out of the options, so that their items go to review (`review`).
 Exports are read as they come (training/history_policy.py): the CSV delimiter sniffed, a byte
@@ -69,20 +74,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import f1_score
+from sklearn.metrics import f1_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from decision_contract import MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_keys, read_shard, request_key, write_shard
-from decision_router.domain.heads import FORMAT
-from decision_router.domain.judging import model_entry
+from decision_router.domain.heads import FORMAT, LETTERED_OPTIONS, MAX_HEAD_BYTES, MAX_MANY_OPTIONS_HEAD_BYTES
+from decision_router.domain.judging import UNLIKE, model_entry
 from decision_router.domain.model_requests import question_decision
 from decision_router.domain.policies import Policy, Question, load_policy
 from evaluation import metrics
 from evaluation.runners import RunFailure, Runner
 
-from . import learn
+from . import learn, novelty
 from .history_policy import (
     MERGED,
     HistoryError,
@@ -397,7 +402,8 @@ def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Se
 def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, gold: np.ndarray,
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
         seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None,
-        model_weight: float | None = None) -> Fitted:
+        model_weight: float | None = None, novelty_budget: float | None = novelty.DEFAULT_BUDGET,
+        out_of_scope_hidden: np.ndarray | None = None) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
@@ -459,6 +465,13 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
                 "model_weight": weight, "folds": len(parts), "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
                 "text_only_cv_accuracy": round(base_readout.accuracy, 4)},
     }
+    if novelty_budget is not None:  # None: --text-only, no hidden state to read
+        started = time.perf_counter()
+        said = novelty.attach(document, s.hidden, s.gold, binding={"model_sha256": model.sha256, "hidden_size": model.hidden_size,
+                                                                   "prompt_version": prompt_version},
+                              max_bytes=MAX_HEAD_BYTES if k <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES,
+                              budget=novelty_budget, folds=FOLDS, seed=seed, out_of_scope=out_of_scope_hidden)
+        say(f"  {said} ({time.perf_counter() - started:.0f} s)")
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
     holdout = {"rows": len(held), "grid_rows": len(grid), "folds": len(parts), "fitted_rows": n, "model_weight": weight,
@@ -524,6 +537,27 @@ def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: 
                "skips it"))
 
 
+def out_of_scope_line(report: dict[str, Any]) -> str | None:
+    """With out-of-scope TEST items: in-scope accuracy, the share answered and its precision, the
+    out-of-scope share caught against the in-scope share sent to review (and what the head's
+    thresholds alone did), the novelty score's AUROC. None without out-of-scope items."""
+    oos = report.get("out_of_scope")
+    if not oos:
+        return None
+    line = (f"in scope {report['in_scope_accuracy'] or 0:.1%} right; answered {report['auto_share']:.1%} at precision "
+            f"{report['auto_precision'] or 0:.1%}; out of scope: {oos['caught']:.1%} of {oos['items']} caught at "
+            f"{oos['in_scope_sent_to_review']:.1%} of in-scope sent to review")
+    found = report.get("novelty")
+    if found and "head_thresholds_alone" in found:
+        alone = found["head_thresholds_alone"]
+        line += f" (head thresholds alone: {alone['caught']:.1%} at {alone['in_scope_sent_to_review']:.1%})"
+        if found.get("auroc") is not None:
+            line += f"; novelty AUROC {found['auroc']:.3f}"
+    else:
+        line += " (no novelty part)"
+    return line
+
+
 def last_line(report: dict[str, Any]) -> str:
     """The command's last line: whether TEST kept the promise, plainly (`verdict`), or, when it
     did, what it showed and whether TEST was large enough to show it with 95 % confidence."""
@@ -565,6 +599,27 @@ def figures(gold: Sequence[str | None], answers: Sequence[str], confidences: Seq
     if oos:
         out["out_of_scope"] = {"items": len(oos), "caught": sum(not auto[i] for i in oos) / len(oos),
                                "in_scope_sent_to_review": sum(not auto[i] for i in scope) / max(1, len(scope))}
+    return out
+
+
+def novelty_figures(gold: Sequence[str | None], auto: Sequence[bool], unlike_only: Sequence[bool],
+                    scores: Sequence[float | None], threshold: float) -> dict[str, Any]:
+    """The novelty part on TEST: the in-scope share above its threshold and, with out-of-scope
+    items, the share of them it catches, what the head's thresholds alone caught (`unlike_only`:
+    held for novelty alone), and the score's AUROC (out of scope against in scope)."""
+    scope = [i for i, g in enumerate(gold) if g is not None]
+    oos = [i for i, g in enumerate(gold) if g is None]
+    known = [s for s in scores if s is not None]
+    out: dict[str, Any] = {"threshold": threshold,
+                           "in_scope_above_threshold": (sum(1 for i in scope if (scores[i] or 0.0) > threshold)
+                                                        / len(scope)) if scope and known else None}
+    if oos:
+        alone = [a or u for a, u in zip(auto, unlike_only)]
+        out["head_thresholds_alone"] = {"caught": sum(not alone[i] for i in oos) / len(oos),
+                                        "in_scope_sent_to_review": sum(not alone[i] for i in scope) / max(1, len(scope))}
+        out["out_of_scope_above_threshold"] = sum(1 for i in oos if (scores[i] or 0.0) > threshold) / len(oos)
+        out["auroc"] = (float(roc_auc_score([gold[i] is None for i in range(len(gold))], [s or 0.0 for s in scores]))
+                        if scope and len(known) == len(scores) else None)
     return out
 
 
@@ -613,6 +668,11 @@ def parser() -> argparse.ArgumentParser:
                    "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
                    help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
+    p.add_argument("--out-of-scope-label", help="the label that means \"none of these\" (e.g. oos): its DATA items are "
+                   "never an option (the novelty part's catch of them is reported), its TEST items are out of scope")
+    p.add_argument("--novelty-budget", type=float, default=novelty.DEFAULT_BUDGET,
+                   help="share of in-scope items the head's novelty threshold sends to review, chosen out of fold on DATA "
+                        "(default %(default)s; no novelty part with --text-only or --model-weight 0)")
     p.add_argument("--layout", choices=typing.get_args(Layout),
                    help="the prompt layout of a many-option question's signals decision (default: the request's own)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
@@ -655,6 +715,7 @@ class Export:
     test_rows: list[dict[str, str]]
     gold: np.ndarray
     read: dict[str, Any] = field(default_factory=dict)
+    out_of_scope_rows: list[dict[str, str]] = field(default_factory=list)
 
 
 #: What a run writes into OUT (`check_out`): anything else there is the user's.
@@ -742,6 +803,17 @@ def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
         read["merged_spellings"] = merged
         for row in (*train_rows, *test_rows):
             row[args.label] = spelled.get(row[args.label], row[args.label])
+    out_of_scope_rows: list[dict[str, str]] = []
+    if args.out_of_scope_label is not None:
+        label = args.out_of_scope_label
+        out_of_scope_rows = [r for r in train_rows if r[args.label] == label]
+        in_test = sum(r[args.label] == label for r in test_rows)
+        if not out_of_scope_rows and not in_test:
+            raise HistoryError(f"--out-of-scope-label {label!r}: no row of DATA or TEST has that {args.label}")
+        train_rows = [r for r in train_rows if r[args.label] != label]
+        read["out_of_scope"] = {"label": label, "data": len(out_of_scope_rows), "test": in_test}
+        say(f"--out-of-scope-label {label!r}: {len(out_of_scope_rows)} DATA row(s) are no option (scored for the "
+            f"novelty part's report), {in_test} TEST row(s) are out of scope")
     vocab = vocabulary([r[args.label] for r in train_rows], args.min_examples, args.rare)
     if vocab.rare:
         say(f"{len(vocab.rare)} label(s) with fewer than {args.min_examples} training items "
@@ -758,7 +830,7 @@ def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
     train_rows = [r for r in train_rows if vocab.option_of(r[args.label]) is not None]
     position = {label: i for i, label in enumerate(vocab.options)}
     gold = np.array([position[vocab.option_of(r[args.label])] for r in train_rows])
-    return Export(fields, raw, question_of(raw), vocab, train_rows, test_rows, gold, read)
+    return Export(fields, raw, question_of(raw), vocab, train_rows, test_rows, gold, read, out_of_scope_rows)
 
 
 def requests(question: Question, item_states: Sequence[Any], layout: Layout | None = None) -> Callable[[int], Decision]:
@@ -820,7 +892,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     fields, raw, question, vocab = export.fields, export.raw, export.question, export.vocab
     train_rows, test_rows, gold = export.train_rows, export.test_rows, export.gold
     train_states, test_states = states(raw, train_rows, fields), states(raw, test_rows, fields)
-    train_request, test_request = requests(question, train_states, args.layout), requests(question, test_states, args.layout)
+    # DATA's out-of-scope items are scored after its others: their hidden states only test the novelty part
+    scored_states = train_states + states(raw, export.out_of_scope_rows, fields)
+    train_request, test_request = requests(question, scored_states, args.layout), requests(question, test_states, args.layout)
 
     say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items")
     curve = text_curve(raw, train_states, gold, args.seed)
@@ -829,6 +903,7 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         + ", ".join(f"{point['rows']}: {point['accuracy']:.3f}" for point in curve["points"]) + f" ({curve['seconds']:.0f} s)")
     say(outlook)
     scoring = time.perf_counter()
+    out_of_scope_hidden = None
     if args.text_only:
         model, prompt_version = TEXT_ONLY_MODEL, ""
         train_hidden = np.zeros((len(train_states), 1), dtype=np.float16)
@@ -837,14 +912,15 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         test_signals = [(np.zeros(1, dtype=np.float32), np.zeros(width), 1.0, "")] * len(test_states)
     else:
         if args.on == "sagemaker":
-            model, cache = score_on_sagemaker(args, [(train_request, len(train_states)), (test_request, len(test_states))], say)
-            train_keys = request_keys(train_request, len(train_states), model.sha256)
+            model, cache = score_on_sagemaker(args, [(train_request, len(scored_states)), (test_request, len(test_states))], say)
+            train_keys = request_keys(train_request, len(scored_states), model.sha256)
             test_keys = request_keys(test_request, len(test_states), model.sha256)
         else:
-            model, cache, train_keys, test_keys = _score_here(args, runner, (train_request, len(train_states)),
+            model, cache, train_keys, test_keys = _score_here(args, runner, (train_request, len(scored_states)),
                                                               (test_request, len(test_states)), say)
         train_signals, test_gathered = cache.gather(train_keys), cache.gather(test_keys)
-        train_hidden = train_signals.hidden  # float16: converted only for the rows fitted on
+        train_hidden = train_signals.hidden[:len(train_states)]  # float16: converted only for the rows fitted on
+        out_of_scope_hidden = train_signals.hidden[len(train_states):].astype(np.float64)
         test_hidden = test_gathered.hidden.astype(np.float64)
         test_signals = [test_gathered.row(i) for i in range(len(test_keys))]
         prompt_version = train_signals.versions[0]
@@ -853,7 +929,10 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     fitting = time.perf_counter()
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,
                  max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms,
-                 model_weight=0.0 if args.text_only else args.model_weight)
+                 model_weight=0.0 if args.text_only else args.model_weight,
+                 # a head asked to read the text alone reads no hidden state, novelty's included
+                 novelty_budget=None if args.text_only or args.model_weight == 0 else args.novelty_budget,
+                 out_of_scope_hidden=out_of_scope_hidden)
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out
@@ -872,14 +951,19 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     label_of = dict(zip([o.id for o in question.options], vocab.options))
     golds = [vocab.option_of(r[args.label]) for r in test_rows]
     head_answers, head_conf, head_auto, lines = [], [], [], []
+    novelty_scores: list[float | None] = []
+    unlike_only: list[bool] = []  # held for novelty alone: the head's thresholds would have answered
     for row, state, signal in zip(test_rows, test_states, test_signals):
         entry = model_entry(question, _result(question, model, signal), state)
         answer = label_of[entry.option_id] if entry.option_id else None
         head_answers.append(answer)
         head_conf.append(entry.confidence or 0.0)
         head_auto.append(entry.passed)
+        novelty_scores.append(entry.novelty)
+        unlike_only.append(bool(entry.reasons) and all(r.startswith(UNLIKE) for r in entry.reasons))
         lines.append({"text": " / ".join(row[f] for f in fields), "gold": row[args.label], "answer": answer,
-                      "confidence": entry.confidence, "auto": entry.passed})
+                      "confidence": entry.confidence, "auto": entry.passed,
+                      **({"novelty": round(entry.novelty, 4)} if entry.novelty is not None else {})})
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
         for line in lines:
             handle.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -888,6 +972,16 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     base_threshold = fitted.baseline_threshold if fitted.baseline_threshold is not None else 1.01
     base_answers = [vocab.options[int(i)] for i in P.argmax(axis=1)]
     head_figures = figures(golds, head_answers, head_conf, head_auto, vocab.options)
+    learned = question.learned_head
+    assert learned is not None, "fit-history writes the question's head"
+    if learned.novelty is not None:
+        head_figures["novelty"] = {
+            "rank": len(learned.novelty.projection), "in_scope_budget": learned.novelty.in_scope_budget,
+            "out_of_fold_in_scope_review": learned.novelty.out_of_fold_in_scope_review,
+            **({"data_out_of_scope": {"items": learned.novelty.out_of_scope_examples,
+                                      "caught": learned.novelty.out_of_scope_caught}}
+               if learned.novelty.out_of_scope_examples else {}),
+            **novelty_figures(golds, head_auto, unlike_only, novelty_scores, learned.novelty.threshold)}
     report = {
         "n_train": len(train_rows), "n_test": len(test_rows), "options": len(vocab.options),
         **head_figures,
@@ -910,6 +1004,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically "
         f"{report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
         f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s")
+    scope_line = out_of_scope_line(report)
+    if scope_line:
+        print(f"fit-history: {scope_line}", file=sys.stderr, flush=True)
     print(f"fit-history: {last_line(report)}", file=sys.stderr, flush=True)  # printed even with --no-progress
     return report
 

@@ -24,6 +24,23 @@ def test_a_limit_slice_of_both_public_sets_runs_through_fit_history_and_writes_t
         assert f"| {name} | 2 | **our head**" in table
     clinc = json.loads((tmp_path / "clinc150/fit/report.json").read_text())
     assert clinc["out_of_scope"]["items"] == 1  # oos_test queries are in TEST; oos_train is not used
+    assert clinc["read"]["out_of_scope"]["label"] == "oos" and "auroc" in clinc["novelty"]
+
+
+@pytest.mark.parametrize("name, named", [("clinc150", True), ("banking77", False)])
+def test_the_out_of_scope_label_is_named_to_the_fitter_where_a_set_has_one(tmp_path, name, named):
+    command = public_run.fit_history_command(name, tmp_path / "d", tmp_path / "t", tmp_path / "o", None, None, None)
+    assert ("--out-of-scope-label" in command) == named
+    if named:
+        assert command[command.index("--out-of-scope-label") + 1] == "oos"
+
+
+def test_the_out_of_scope_cell_says_what_novelty_added():
+    figures = {"out_of_scope": {"items": 10, "caught": 0.8, "in_scope_sent_to_review": 0.05},
+               "novelty": {"head_thresholds_alone": {"caught": 0.5, "in_scope_sent_to_review": 0.02}, "auroc": 0.9321}}
+    assert public_run.out_of_scope_cell(figures) == "80.0 % / 5.0 % (without novelty: 50.0 % / 2.0 %; novelty AUROC 0.932)"
+    assert public_run.out_of_scope_cell({"out_of_scope": figures["out_of_scope"]}) == "80.0 % / 5.0 %"
+    assert public_run.out_of_scope_cell({}) == "–"
 
 
 def test_clinc150_leaves_its_out_of_scope_training_queries_out():

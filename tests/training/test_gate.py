@@ -97,6 +97,24 @@ def test_the_same_head_is_not_worse_than_itself():
     assert verdict.promote and verdict.current == verdict.candidate
 
 
+def test_a_candidate_with_a_novelty_part_is_judged_on_its_answers_not_on_its_novelty_budget():
+    # every held-out label is in scope: a novelty part so strict it holds every item would make the
+    # candidate look as if it routed nothing; the gate judges its answers, at its thresholds
+    shipped = PRIORITY.learned_head
+    strict = Head.model_validate({
+        **shipped.model_dump(), "version": "with-novelty", "model_sha256": MODEL.sha256, "hidden_size": 4,
+        "prompt_version": "v", "novelty": {"centre": [0.0] * 4, "projection": [[1.0, 0.0, 0.0, 0.0]],
+                                           "means": [[5.0]] * len(PRIORITY.options), "threshold": 1.0,
+                                           "in_scope_budget": 0.04, "out_of_fold_in_scope_review": 0.04}})
+    from decision_router.domain.judging import model_entry
+
+    held = examples()
+    entries = [model_entry(PRIORITY.with_head(strict), e.result(MODEL), e.state) for e in held]
+    assert not any(e.passed for e in entries)  # in service, the novelty part would hold every one
+    verdict = gate.judge(PRIORITY, shipped, strict, BEATS_CHANCE, held, 400, MODEL)
+    assert verdict.promote and verdict.candidate == {**verdict.current, "head_version": "with-novelty"}
+
+
 def test_too_few_labels_or_no_signal_are_refused_before_any_comparison():
     held = examples()
     too_few = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, held, 12, MODEL)

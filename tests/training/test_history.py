@@ -117,7 +117,7 @@ def test_an_export_of_twenty_labels_becomes_a_policy_the_router_loads_with_its_r
     assert report["accuracy"] > 0.6 and report["baseline"]["accuracy"] > 0.6
     assert report["out_of_scope"]["items"] == 1
     lines = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(lines) == 81 and all(set(line) == {"text", "gold", "answer", "confidence", "auto"} for line in lines)
+    assert len(lines) == 81 and all(set(line) == {"text", "gold", "answer", "confidence", "auto", "novelty"} for line in lines)
     assert lines[-1]["gold"] == "unknown_thing"
 
     # the written policy routes a ticket through the routing function's own request and judging

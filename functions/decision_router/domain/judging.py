@@ -62,6 +62,25 @@ def empty_evidence(head: Head, state: State) -> list[str]:
     return [f"{EMPTY_EVIDENCE} ({', '.join(head.text.fields)}): its answer would be any such item's"]
 
 
+UNLIKE = "unlike any option it learned"
+
+
+def novelty_reasons(head: Head, hidden: Sequence[float] | None) -> tuple[float | None, list[str]]:
+    """The head's novelty score of the item's hidden state and, above its threshold, the reason
+    to hold the answer: the item belongs to no option the head learned, however confident its
+    probabilities are (they only compare the options it knows). (None, []) for a head without a
+    novelty part, which judges exactly as before."""
+    if head.novelty is None or hidden is None:
+        return None, []
+    score = head.novelty_score(hidden)
+    assert score is not None
+    threshold = head.novelty.threshold
+    if score <= threshold:  # at its threshold passes, like every other check
+        return score, []
+    shown = f"{score:.2f} > {threshold:.2f}" if f"{score:.2f}" != f"{threshold:.2f}" else f"{score:.4f} > {threshold:.4f}"
+    return score, [f"{UNLIKE}: novelty {shown}"]
+
+
 def model_entry(question: Question, result: DecisionResult, state: State | None = None) -> DecisionEntry:
     """Judge the endpoint's answer to a question: by its head (over the evidence `state`, the
     model's hidden state and letters) when the question has one that fits the endpoint's model,
@@ -104,8 +123,12 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
     reasons = threshold_reasons(conf, margin, result.allowed_token_mass, thresholds, tie)
+    novelty: float | None = None
     if applied is not None and state is not None:
         reasons += empty_evidence(applied, state)
+    if applied is not None:
+        novelty, unlike = novelty_reasons(applied, result.hidden_state)
+        reasons += unlike
     return DecisionEntry(
         question=question.id,
         source="model",
@@ -122,6 +145,8 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
         allowed_token_mass=result.allowed_token_mass,
         temperature=applied.temperature if applied is not None else question.temperature,
         thresholds=thresholds,
+        novelty=novelty,
+        max_novelty=applied.novelty.threshold if applied is not None and applied.novelty is not None else None,
         passed=not reasons,
         reasons=reasons,
         model=result.model,
@@ -163,14 +188,16 @@ def _many_options_entry(question: Question, result: DecisionResult, state: State
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
-    reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie) + empty_evidence(head, state)
+    novelty, unlike = novelty_reasons(head, result.hidden_state)
+    reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie) + empty_evidence(head, state) + unlike
     by_option = dict(zip(question.option_ids, probabilities))
     return DecisionEntry(
         question=question.id, source="model", readout="head", option_id=question.options[top].id,
         probabilities=by_option, letter_probabilities=None, head_probabilities=by_option,
         head_version=head.version, confidence=conf, confidence_formula=question.confidence_formula.value,
         margin=margin, allowed_token_mass=result.allowed_token_mass, temperature=head.temperature,
-        thresholds=thresholds, passed=not reasons, reasons=reasons, model=result.model,
+        thresholds=thresholds, novelty=novelty, max_novelty=head.novelty.threshold if head.novelty is not None else None,
+        passed=not reasons, reasons=reasons, model=result.model,
         prompt_sha256=result.prompt_sha256, latency_seconds=result.timing.total_seconds,
     )
 
@@ -278,7 +305,7 @@ def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state:
         if entry.source == "model" and entry.confidence is not None and entry.margin is not None:
             t = entry.thresholds
             why.checks = threshold_checks(entry.confidence, entry.margin, entry.allowed_token_mass, t.min_confidence,
-                                          t.min_margin, t.min_allowed_token_mass)
+                                          t.min_margin, t.min_allowed_token_mass, entry.novelty, entry.max_novelty)
             result = (results or {}).get(question.id)
             head = question.learned_head
             if entry.readout == "head" and head is not None and result is not None and state is not None:

@@ -52,6 +52,9 @@ class DecisionEntry(_Record):
     allowed_token_mass: float | None = None
     temperature: float
     thresholds: Thresholds
+    novelty: float | None = Field(None, description="How unlike every option its head learned the item is, when the "
+                                  "head has a novelty part (heads.NoveltyBlock).")
+    max_novelty: float | None = Field(None, description="The head's novelty threshold: above it, the item goes to review.")
     passed: bool
     reasons: list[str] = Field(default_factory=list)
     rule: str | None = None

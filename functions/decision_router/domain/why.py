@@ -45,10 +45,11 @@ class RuleCheck(_Why):
 class Check(_Why):
     """One threshold the deciding readout's answer was compared with."""
 
-    name: Literal["confidence", "margin", "allowed_token_mass"]
+    name: Literal["confidence", "margin", "allowed_token_mass", "novelty"]
     value: float
     threshold: float
-    passed: bool
+    passed: bool = Field(description="The value met its threshold: at least it, or, for novelty (how unlike every "
+                         "option the head learned the item is), at most it.")
 
 
 class FieldEffect(_Why):
@@ -115,10 +116,13 @@ class Why(_Why):
         else:
             head = f"{self.readout} → {self.option}"
             compared = [f"{c.name[:4]} {c.value:.2f}{'≥' if c.passed else '<'}{c.threshold:.2f}" for c in self.checks
-                        if c.name != "allowed_token_mass" or not c.passed]
+                        if c.name not in ("allowed_token_mass", "novelty") or (c.name == "allowed_token_mass" and not c.passed)]
+            compared += [f"novelty {c.value:.2f}≤{c.threshold:.2f}" for c in self.checks if c.name == "novelty" and c.passed]
             if compared:
                 head += " (" + ", ".join(compared) + ")"
         parts = [head]
+        parts += [f"unlike any option it learned: novelty {c.value:.2f} > {c.threshold:.2f}" for c in self.checks
+                  if c.name == "novelty" and not c.passed]
         if self.fields is not None:
             moved = [f for f in self.fields if abs(f.effect) >= MOVED]
             parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in moved[:2]) if moved
@@ -153,12 +157,16 @@ def rule_checks(policy: Policy, item: Item, question: str) -> tuple[list[RuleChe
 
 
 def threshold_checks(confidence: float, margin: float, mass: float | None, min_confidence: float,
-                     min_margin: float, min_mass: float) -> list[Check]:
-    """The comparisons judging.threshold_reasons makes (a value at its threshold passes)."""
+                     min_margin: float, min_mass: float, novelty: float | None = None,
+                     max_novelty: float | None = None) -> list[Check]:
+    """The comparisons judging.threshold_reasons and judging.novelty_reasons make (a value at its
+    threshold passes)."""
     checks = [Check(name="confidence", value=confidence, threshold=min_confidence, passed=confidence >= min_confidence),
               Check(name="margin", value=margin, threshold=min_margin, passed=margin >= min_margin)]
     if mass is not None and min_mass > 0:
         checks.append(Check(name="allowed_token_mass", value=mass, threshold=min_mass, passed=mass >= min_mass))
+    if novelty is not None and max_novelty is not None:
+        checks.append(Check(name="novelty", value=novelty, threshold=max_novelty, passed=novelty <= max_novelty))
     return checks
 
 

@@ -1,0 +1,154 @@
+"""Fitting a head's novelty part (decision_router.domain.heads.NoveltyBlock): how unlike every
+option it learned an item's hidden state is, so an item that belongs to no option goes to review.
+
+The score is the class-conditional Mahalanobis distance with one shared covariance (Lee et al.
+2018; Zhou et al. 2021 use it on a classifier's penultimate layer for out-of-scope intents): the
+distance from the item's hidden state to the nearest option's mean, the covariance being the
+options' pooled within-option covariance, shrunk by Ledoit-Wolf (a few labelled items a
+dimension would make it singular). It is computed in a reduced space so the head file stays
+under its size limit: the hidden state standardised, projected on its leading principal
+directions (as many as the file's room allows, at most MAX_RANK), then whitened; all three fold
+into one matrix the routing function applies in pure Python.
+
+The threshold is chosen out of fold on the training items alone: each fold's items scored by a
+score fitted on the other folds, the threshold set so that at most `budget` of them (in scope by
+construction) would go to review. Training items labelled as belonging to no option, when there
+are any, are scored and reported; a test split is never looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.covariance import LedoitWolf
+
+from evaluation import metrics
+
+#: The share of in-scope items the threshold sends to review, by default (`--novelty-budget`).
+DEFAULT_BUDGET = 0.04
+#: Reduced dimensions at most: beyond this, more rows cost file size for little separation.
+MAX_RANK = 64
+#: Fewer than this and the distance separates little: the head gets no novelty part.
+MIN_RANK = 4
+#: Significant digits kept of each stored value (the file's size; the score moves by < 1e-3).
+DIGITS = 5
+#: JSON bytes a stored value takes at most, at DIGITS ("-1.2345e-05,").
+VALUE_BYTES = 12
+
+
+@dataclass
+class Space:
+    """The fitted score: z = projection · (h − centre); distance to the nearest of `means`."""
+
+    centre: np.ndarray
+    projection: np.ndarray
+    means: np.ndarray
+    present: np.ndarray  # which options had training items (the others have no mean)
+
+    @classmethod
+    def fit(cls, hidden: np.ndarray, gold: np.ndarray, k: int, rank: int) -> "Space":
+        centre = hidden.mean(axis=0)
+        spread = hidden.std(axis=0)
+        # a dimension that barely moves is not scaled up to the others' size (noise, not signal)
+        spread = np.maximum(spread, 1e-3 * float(np.median(spread)) + 1e-12)
+        x = (hidden - centre) / spread
+        rank = min(rank, x.shape[0] - 1, x.shape[1])
+        _, _, vt = np.linalg.svd(x, full_matrices=False)
+        directions = vt[:rank]
+        z = x @ directions.T
+        present = np.bincount(gold, minlength=k) > 0
+        means = np.zeros((k, rank))
+        for o in np.flatnonzero(present):
+            means[o] = z[gold == o].mean(axis=0)
+        covariance = LedoitWolf(assume_centered=True).fit(z - means[gold]).covariance_
+        # a ridge of a millionth of the mean variance keeps Cholesky defined on degenerate states
+        covariance += np.eye(rank) * (1e-6 * float(np.trace(covariance)) / rank + 1e-12)
+        whiten = np.linalg.inv(np.linalg.cholesky(covariance))  # whiten @ cov @ whiten.T = I
+        return cls(centre, (whiten @ directions) / spread, means @ whiten.T, present)
+
+    def score(self, hidden: np.ndarray) -> np.ndarray:
+        z = (hidden - self.centre) @ self.projection.T
+        nearest = np.min(((z[:, None, :] - self.means[None, self.present, :]) ** 2).sum(axis=2), axis=1)
+        return np.sqrt(nearest)
+
+
+def rank_for(room_bytes: int, hidden_size: int, k: int) -> int:
+    """The most reduced dimensions whose projection and means fit in `room_bytes` (centre included)."""
+    per_rank = (hidden_size + k) * VALUE_BYTES
+    return int(max(0, min(MAX_RANK, (room_bytes - hidden_size * VALUE_BYTES) // per_rank)))
+
+
+def threshold_for(scores: np.ndarray, budget: float) -> float:
+    """The least score-threshold with at most `budget` of `scores` above it."""
+    ordered = np.sort(scores)
+    allowed = int(math.floor(budget * len(ordered) + 1e-9))
+    return float(ordered[len(ordered) - 1 - allowed])
+
+
+def _rounded(values: np.ndarray) -> Any:
+    """Nested lists of floats at DIGITS significant digits (the file's size)."""
+    if values.ndim == 1:
+        return [float(f"{v:.{DIGITS}g}") for v in values]
+    return [_rounded(row) for row in values]
+
+
+def fit_novelty(hidden: np.ndarray, gold: np.ndarray, k: int, *, room_bytes: int, budget: float = DEFAULT_BUDGET,
+                folds: int = 5, seed: int = 0, groups: Sequence[Any] | None = None,
+                out_of_scope: np.ndarray | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The head file's `novelty` section fitted on `hidden` (training items' hidden states) and
+    their options `gold`, its threshold chosen out of fold for `budget`; or None and why not.
+    `out_of_scope`: hidden states of training items labelled as belonging to no option (scored
+    by the final fit, reported in the section)."""
+    if not 0.0 < budget < 1.0:
+        raise ValueError(f"novelty budget {budget}: a share of in-scope items between 0 and 1")
+    hidden = np.asarray(hidden, dtype=np.float64)
+    n, width = hidden.shape
+    rank = min(rank_for(room_bytes, width, k), n - 1, width)
+    if rank < MIN_RANK:
+        return None, (f"no novelty part: room for {rank} reduced dimensions (of {MIN_RANK} at least) in the head "
+                      f"file's size limit ({room_bytes} bytes left), over {n} items")
+    if float(hidden.std(axis=0).max(initial=0.0)) == 0.0:
+        return None, f"no novelty part: the {n} items' hidden states are all the same"
+    parts = metrics.fold_indices(n, folds, seed, groups)
+    if len(parts) < 2:
+        return None, f"no novelty part: {n} items make no two folds"
+    oof = np.zeros(n)
+    for part in parts:
+        rest = np.setdiff1d(np.arange(n), part)
+        oof[part] = Space.fit(hidden[rest], gold[rest], k, rank).score(hidden[part])
+    threshold = math.ceil(threshold_for(oof, budget) * 1e4) / 1e4  # rounded up: the budget holds as stored
+    space = Space.fit(hidden, gold, k, rank)
+    section: dict[str, Any] = {
+        "score": "mahalanobis", "centre": _rounded(space.centre), "projection": _rounded(space.projection),
+        "means": [row if present else [] for row, present in zip(_rounded(space.means), space.present)],
+        "threshold": threshold, "in_scope_budget": budget,
+        "out_of_fold_in_scope_review": round(float((oof > threshold).mean()), 4),
+    }
+    said = (f"novelty: Mahalanobis distance over {rank} reduced dimensions, threshold {section['threshold']} "
+            f"({section['out_of_fold_in_scope_review']:.1%} of training items above it out of fold, budget {budget:.1%})")
+    if out_of_scope is not None and len(out_of_scope):
+        caught = float((space.score(np.asarray(out_of_scope, dtype=np.float64)) > section["threshold"]).mean())
+        section.update(out_of_scope_examples=len(out_of_scope), out_of_scope_caught=round(caught, 4))
+        said += f"; {caught:.1%} of {len(out_of_scope)} out-of-scope training items above it"
+    return section, said
+
+
+def attach(document: dict[str, Any], hidden: np.ndarray, gold: np.ndarray, *, binding: dict[str, Any], max_bytes: int,
+           budget: float = DEFAULT_BUDGET, folds: int = 5, seed: int = 0, groups: Sequence[Any] | None = None,
+           out_of_scope: np.ndarray | None = None) -> str:
+    """Add a `novelty` section to a head file's `document` (before its version digest is taken),
+    sized to what the file's `max_bytes` leave, with the model binding it reads (`binding`:
+    model_sha256, hidden_size, prompt_version). Returns what was done, for the fit's log. The one
+    step `make fit`, relearning (training.fitting.fit_head) and `make fit-history` share."""
+    room = max_bytes - len(json.dumps(document, separators=(",", ":")).encode()) - 4096  # the binding, the digest
+    section, said = fit_novelty(hidden, gold, len(document["options"]), room_bytes=room, budget=budget, folds=folds,
+                                seed=seed, groups=groups, out_of_scope=out_of_scope)
+    if section is not None:
+        for key in ("model_sha256", "hidden_size", "prompt_version"):
+            document.setdefault(key, binding[key])
+        document["novelty"] = section
+    return said
