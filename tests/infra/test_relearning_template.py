@@ -13,13 +13,14 @@ import pytest
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED
 from decision_router.intake.precision_checks import BELOW_TARGET
+from decision_router.review.console import SLA_METRICS
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS
 
 EMITTED = {HEAD_LOAD_FAILED, "CorrectionsOfAutomaticRoutes", "RelearningRefusalsInARow", "ReviewerAgreement",
            "LabelsSinceRelearning", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
            "QuestionSentToReview", "ShadowItems", "ShadowAgreed", "ShadowPrecision", "ServicePrecision",
-           BELOW_TARGET, "LivePrecision", "LivePrecisionLowerBound"}
+           BELOW_TARGET, "LivePrecision", "LivePrecisionLowerBound", *SLA_METRICS.values()}
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = {(p.stem, q.id) for p in POLICY_DIR.glob("*.json") for q in load_policy(p.stem).questions}
 
