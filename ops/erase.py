@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
+from decision_router.adapters.queues import new_batches, release_now
 from decision_router.items import ITEM_MODELS
 
 #: Each table: its stack output and the flag that names it instead.
@@ -172,27 +173,20 @@ class Eraser:
         """Delete the item's pending review messages and stop their executions; every other
         message is made visible again at once."""
         found: list[tuple[dict[str, Any], Any]] = []
-        others: list[tuple[dict[str, Any], Any]] = []
-        seen: set[str] = set()
-        while True:
-            messages = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=30,
-                                                WaitTimeSeconds=1).get("Messages", [])
-            new = [m for m in messages if m["MessageId"] not in seen]
-            if not new:
-                break
-            for message in new:
-                seen.add(message["MessageId"])
+        others: list[str] = []
+        for batch in new_batches(self.sqs, queue_url, visibility=30):
+            for message in batch:
                 try:
                     body = json.loads(message["Body"])
                     record = body["record"]
                     mine = self.key.holds(record.get("item_kind"), record.get("item"))
                 except (ValueError, KeyError, TypeError, AttributeError):
                     mine = False
-                (found if mine else others).append((message, body if mine else None))
-        for start in range(0, len(others), 10):
-            self.sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
-                for i, (m, _) in enumerate(others[start:start + 10])])
+                if mine:
+                    found.append((message, body))
+                else:
+                    others.append(message["ReceiptHandle"])
+        release_now(self.sqs, queue_url, others)
         for message, body in found:
             if self.dry_run:
                 self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"],

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from . import AwsAdapter
+from .queues import new_batches, release_now
 
 #: SNS subjects: at most 100 printable ASCII characters.
 MAX_SUBJECT = 100
@@ -59,17 +60,10 @@ class ApprovalRequests(AwsAdapter):
     def take(self, run: str) -> tuple[str, str] | None:
         """(task token, receipt handle) of the run's request, the others left visible at once;
         None when no request of the run waits. A message that is not a request is left as it is."""
-        seen: set[str] = set()
         mine: tuple[str, str] | None = None
         others: list[str] = []
-        while mine is None:
-            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                   VisibilityTimeout=30, WaitTimeSeconds=1).get("Messages", [])
-            new = [m for m in messages if m["MessageId"] not in seen]
-            if not new:
-                break
-            for message in new:
-                seen.add(message["MessageId"])
+        for batch in new_batches(self.client, self.queue_url, visibility=30):
+            for message in batch:
                 try:
                     body = json.loads(message["Body"])
                     found = body["execution"] == run and isinstance(body["task_token"], str)
@@ -79,10 +73,9 @@ class ApprovalRequests(AwsAdapter):
                     mine = (body["task_token"], message["ReceiptHandle"])
                 else:
                     others.append(message["ReceiptHandle"])
-        for start in range(0, len(others), 10):
-            self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=[
-                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
-                for i, handle in enumerate(others[start:start + 10])])
+            if mine is not None:
+                break
+        release_now(self.client, self.queue_url, others)
         return mine
 
     def remove(self, receipt_handle: str) -> None:

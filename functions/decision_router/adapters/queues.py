@@ -16,6 +16,32 @@ HOLD_SECONDS = 300
 MAX_ATTRIBUTE_CHARS = 2000
 
 
+
+def new_batches(client: Any, queue_url: str, *, visibility: int, wait: int = POLL_SECONDS) -> Iterator[list[dict]]:
+    """Each batch of messages not yet received by this call, until a receive brings nothing new.
+
+    The visibility timeout keeps a received message out of the following receives, so the queue
+    is read once; every receive long-polls (`wait`), since a short poll samples only some SQS
+    servers and can come back empty while messages wait. The caller decides what becomes of
+    each message (deleted, or made visible again with `release_now`)."""
+    seen: set[str] = set()
+    while True:
+        messages = client.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
+                                          WaitTimeSeconds=wait).get("Messages", [])
+        new = [m for m in messages if m["MessageId"] not in seen]
+        if not new:
+            return
+        seen.update(m["MessageId"] for m in new)
+        yield new
+
+
+def release_now(client: Any, queue_url: str, receipt_handles: list[str]) -> None:
+    """Make received messages visible again at once (ten to a call, SQS's batch limit)."""
+    for start in range(0, len(receipt_handles), 10):
+        client.change_message_visibility_batch(QueueUrl=queue_url, Entries=[
+            {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+            for i, handle in enumerate(receipt_handles[start:start + 10])])
+
 class Queue(AwsAdapter):
     service = "sqs"
 

@@ -12,6 +12,7 @@ from ..domain.records import AuditRow, ReviewAnswer
 from ..review.completion import InvalidReview, PendingReview
 from ..validation import describe_errors
 from . import AwsAdapter, expiry
+from .queues import new_batches, release_now
 
 PEEK_SECONDS = 5
 #: Long polling: a receive waits this long for messages before answering empty.
@@ -89,22 +90,16 @@ class ReviewQueue(AwsAdapter):
         receive long-polls: a short poll samples only some SQS servers and can come back empty
         while reviews wait. A message that is not a review request is reported, never fatal."""
         found = Pending()
-        seen: set[str] = set()
-        while len(found.reviews) < limit:
-            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                   VisibilityTimeout=PEEK_SECONDS,
-                                                   WaitTimeSeconds=POLL_SECONDS).get("Messages", [])
-            new = [m for m in messages if m["MessageId"] not in seen]
-            if not new:
-                break
-            for message in new:
-                seen.add(message["MessageId"])
+        for batch in new_batches(self.client, self.queue_url, visibility=PEEK_SECONDS, wait=POLL_SECONDS):
+            for message in batch:
                 try:
                     review = PendingReview.from_message(message["Body"])
                 except InvalidReview as error:
                     found.malformed.append(Malformed(message["MessageId"], str(error)))
                     continue
                 found.reviews.append(QueuedReview(review, message["ReceiptHandle"]))
+            if len(found.reviews) >= limit:
+                break
         found.reviews = found.reviews[:limit]
         return found
 
@@ -114,10 +109,7 @@ class ReviewQueue(AwsAdapter):
     def release(self, reviews: list[QueuedReview]) -> None:
         """Make peeked messages visible again at once (a listing must not hide the items it shows
         from the reviewer who opens one of them a second later)."""
-        for start in range(0, len(reviews), 10):
-            entries = [{"Id": str(i), "ReceiptHandle": q.receipt_handle, "VisibilityTimeout": 0}
-                       for i, q in enumerate(reviews[start:start + 10])]
-            self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+        release_now(self.client, self.queue_url, [q.receipt_handle for q in reviews])
 
     def find(self, execution_name: str, *, limit: int = 1000, tries: int = 3) -> QueuedReview | None:
         """The pending review of this execution (its message held for PEEK_SECONDS), the others
