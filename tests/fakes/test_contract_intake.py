@@ -521,10 +521,11 @@ def test_the_fake_leaves_the_rows_dynamodb_holds_after_the_same_writes():
         held = rows(adapter)
 
     def stamped(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """The times the store writes itself (now), as one mark."""
+        """The times the store writes itself (now, and the expiry counted from now), as one mark each."""
         recent = datetime.now(timezone.utc) - timedelta(minutes=1)
         return {key: {name: "<now>" if name in ("opened_at", "updated_at", "resolved_at")
-                      and datetime.fromisoformat(value) > recent else value for name, value in row.items()}
+                      and datetime.fromisoformat(value) > recent else "<expiry>" if name == "expires_at" else value
+                      for name, value in row.items()}
                 for key, row in found.items()}
 
     assert set(held) == {"a", "b", "c", "w", GROUP}
