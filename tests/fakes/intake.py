@@ -37,12 +37,11 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS, DataRecord
 from botocore.exceptions import ClientError
-from pydantic import ValidationError
 
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
 from decision_router.adapters import expiry
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
-from decision_router.adapters.open_incidents import MAX_RACES, OPEN, OPEN_MARK, RETENTION_DAYS
+from decision_router.adapters.open_incidents import MAX_RACES, OPEN, OPEN_MARK, RETENTION_DAYS, open_incident_of
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
@@ -136,13 +135,9 @@ class FakeOpenIncidents:
         for row in self.rows.values():
             if OPEN_MARK not in row or "service" not in row:
                 continue  # resolved (or open from before the index), a group's row, or no service kept
-            try:
-                incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                              service=row["service"], opened_at=row["reported_at"],
-                                              source=row.get("source"), title=row.get("title"),
-                                              description=row.get("description")))
-            except (KeyError, ValidationError):
-                continue
+            incident = open_incident_of(row)
+            if incident is not None:
+                incidents.append(incident)
         return incidents
 
     def touch(self, key: str, delivery: str) -> bool:

@@ -144,14 +144,9 @@ class OpenIncidents(AwsAdapter):
         names = {"#src": "source", "#t": "title", "#d": "description"}  # placeholders: DynamoDB reserves some words
         for raw in self._open_rows(FilterExpression="attribute_exists(service)", names=names,
                                    ProjectionExpression="incident_key, incident_id, service, reported_at, #src, #t, #d"):
-            row = _plain(raw)
-            try:
-                incidents.append(OpenIncident(key=row["incident_key"], incident_id=row["incident_id"],
-                                              service=row["service"], opened_at=row["reported_at"],
-                                              source=row.get("source"), title=row.get("title"),
-                                              description=row.get("description")))
-            except (KeyError, ValidationError):
-                continue  # a row missing its id or time: nothing to link to
+            incident = open_incident_of(_plain(raw))
+            if incident is not None:
+                incidents.append(incident)
         return incidents
 
     def touch(self, key: str, delivery: str) -> bool:
@@ -374,3 +369,14 @@ class OpenIncidents(AwsAdapter):
             return True
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
+
+
+def open_incident_of(row: dict[str, Any]) -> OpenIncident | None:
+    """The open incident a ticket may be linked to, as its row keeps it; None for a row missing its
+    id or time (nothing to link to)."""
+    try:
+        return OpenIncident(key=row["incident_key"], incident_id=row["incident_id"], service=row["service"],
+                            opened_at=row["reported_at"], source=row.get("source"), title=row.get("title"),
+                            description=row.get("description"))
+    except (KeyError, ValidationError):
+        return None
