@@ -6,7 +6,7 @@ import json
 import pytest
 
 from decision_router.domain.policies import POLICY_DIR, PolicyError, load_policy
-from decision_router.domain.review_sla import ReviewSla, sla_order, sla_status
+from decision_router.domain.review_sla import ReviewSla, escalation_reason, sla_order, sla_status
 from tests.functions.test_policies import load_changed
 
 INCIDENT = json.loads((POLICY_DIR / "incident.json").read_text())
@@ -45,6 +45,17 @@ def test_the_shipped_policies_read_an_incidents_priority_answer_and_a_tickets_ti
         (TICKET, {"default_minutes": 0}, "review_sla.default_minutes: Input should be greater than or equal to 1"),
         (TICKET, {"default_minutes": 60, "at_risk_share": 1.5}, "review_sla.at_risk_share: Input should be less than 1"),
         (TICKET, {"default_minutes": 60, "minutes": 5}, "review_sla.minutes: Extra inputs are not permitted"),
+        (INCIDENT, {**INCIDENT["review_sla"], "escalate": {"when": "soon"}},
+         "review_sla.escalate.when: Input should be 'at_risk' or 'breached'"),
+        (INCIDENT, {**INCIDENT["review_sla"], "escalate": {}}, "review_sla.escalate.when: Field required"),
+        (INCIDENT, {**INCIDENT["review_sla"], "escalate": {"when": "at_risk", "priorities": ["P0", "P1"]}},
+         "review_sla.escalate.priorities['P0']: not a priority the policy can give (allowed: P1, P2, P3, P4)"),
+        (INCIDENT, {**INCIDENT["review_sla"], "escalate": {"when": "at_risk", "priorities": []}},
+         "review_sla.escalate.priorities: List should have at least 1 item"),
+        (INCIDENT, {**INCIDENT["review_sla"], "escalate": {"when": "at_risk", "after_minutes": 5}},
+         "review_sla.escalate.after_minutes: Extra inputs are not permitted"),
+        (TICKET, {"default_minutes": 60, "escalate": {"when": "breached", "priorities": ["enterprise"]}},
+         "escalate.priorities needs priority (a question or an item field to read the priority from)"),
     ],
 )
 def test_a_bad_review_sla_fails_with_a_precise_error(tmp_path, raw, sla, message):
@@ -80,3 +91,37 @@ def test_the_order_is_breach_risk_then_the_shorter_target_then_age():
     # without a target (a policy with no review_sla): after every item that has one, oldest first
     assert sla_order(None, 9999.0) > sla_order(sla_status(sla, "P3", None, 0.0), 0.0)
     assert sla_order(None, 20.0) < sla_order(None, 10.0)
+
+
+def test_the_shipped_incident_policy_escalates_a_p1_at_risk_and_the_ticket_policy_nothing():
+    incident, ticket = load_policy("incident").review_sla, load_policy("support-ticket").review_sla
+    assert incident is not None and ticket is not None
+    assert incident.escalate is not None and (incident.escalate.when, incident.escalate.priorities) == ("at_risk", ["P1"])
+    assert ticket.escalate is None
+
+
+@pytest.mark.parametrize(
+    ("escalate", "priority", "minutes", "expected"),
+    [
+        (None, "P1", 16, False),  # no escalate: never, even past due
+        ({"when": "at_risk"}, "P1", 10, False),  # 5 of 15 minutes left: on track
+        ({"when": "at_risk"}, "P1", 12, True),  # 3 left: at risk
+        ({"when": "at_risk"}, "P3", 300, True),  # past due is past at risk
+        ({"when": "breached"}, "P1", 12, False),
+        ({"when": "breached"}, "P1", 15, True),
+        ({"when": "at_risk", "priorities": ["P1"]}, "P2", 59, False),  # a priority not named
+        ({"when": "at_risk", "priorities": ["P1"]}, None, 300, False),  # no priority read
+        ({"when": "at_risk", "priorities": ["P1", "P2"]}, "P2", 50, True),
+    ],
+)
+def test_an_item_escalates_once_it_reaches_the_named_risk_in_a_named_priority(escalate, priority, minutes, expected):
+    sla = ReviewSla(default_minutes=240, priority={"question": "priority"}, by_priority={"P1": 15, "P2": 60},
+                    escalate=escalate)
+    assert sla.escalates(sla_status(sla, priority, None, minutes * 60)) is expected
+
+
+def test_the_reason_says_the_risk_the_time_left_or_past_due_the_target_and_the_priority():
+    sla = ReviewSla(default_minutes=240, priority={"question": "priority"}, by_priority={"P2": 60})
+    assert escalation_reason(sla_status(sla, "P2", None, 48 * 60)) == "review SLA at risk: 12m left of 60m (P2)"
+    assert escalation_reason(sla_status(sla, "P2", None, 125 * 60)) == "review SLA breached: 1h 5m past due of 60m (P2)"
+    assert escalation_reason(sla_status(sla, None, None, 200 * 60)) == "review SLA at risk: 40m left of 240m"

@@ -308,6 +308,9 @@ class Policy(StrictModel):
         if allowed is not None:
             problems += [f"review_sla.by_priority[{key!r}]: not a priority the policy can give "
                          f"(allowed: {', '.join(allowed)})" for key in sla.by_priority if key not in allowed]
+            escalated = sla.escalate.priorities if sla.escalate is not None else None
+            problems += [f"review_sla.escalate.priorities[{key!r}]: not a priority the policy can give "
+                         f"(allowed: {', '.join(allowed)})" for key in escalated or [] if key not in allowed]
         queues = self.routing_question.option_ids if any(q.routes for q in self.questions) else []
         problems += [f"review_sla.by_queue[{key!r}]: not an option of the routing question "
                      f"(options: {', '.join(queues)})" for key in sla.by_queue if key not in queues]

@@ -9,6 +9,10 @@ review yet and its clock has not started.
 
 The review console lists items by breach risk (past due, then due within ``at_risk_share`` of
 their target), then by target (the shorter promise first), then by age (`sla_order`).
+
+A policy may also escalate an item before it breaches (`escalate`): once its review has reached the
+named risk (at risk, or breached), the console's sweep pages the on-call with an `Item Escalated`
+event of its own source (`SWEEP_SOURCE`), once per execution (`escalates`, `escalation_reason`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ Risk = Literal["breached", "at_risk", "on_track"]
 RISK_ORDER: dict[str, int] = {"breached": 0, "at_risk": 1, "on_track": 2}
 #: A target in minutes: at least one, at most 30 days.
 MAX_TARGET_MINUTES = 30 * 24 * 60
+#: The `source` of the Item Escalated events the console's sweep puts on the decision bus (the
+#: template's `Events` mapping, `ReviewSla`; the bus takes it from the console function alone).
+SWEEP_SOURCE = "decision-router.review-sla"
 
 
 class PrioritySource(StrictModel):
@@ -40,6 +47,15 @@ class PrioritySource(StrictModel):
         return self
 
 
+class Escalation(StrictModel):
+    """When a pending review is escalated (paged) before its first review: once it reaches `when`."""
+
+    when: Literal["at_risk", "breached"] = Field(description=(
+        "at_risk: once less than at_risk_share of the target is left; breached: once past due."))
+    priorities: list[str] | None = Field(None, min_length=1, description=(
+        "Only items of these priorities escalate (P1); absent: every item of the policy."))
+
+
 class ReviewSla(StrictModel):
     """Time-to-first-review targets, in minutes: per priority, per queue, else the default."""
 
@@ -52,6 +68,8 @@ class ReviewSla(StrictModel):
         "the priority's target applies."))
     at_risk_share: float = Field(0.25, gt=0.0, lt=1.0, allow_inf_nan=False, description=(
         "An item is at risk once less than this share of its target is left (0.25: the last quarter)."))
+    escalate: Escalation | None = Field(None, description=(
+        "Page the on-call (an Item Escalated event) once per review that reaches this risk; absent: never."))
 
     @model_validator(mode="after")
     def _targets(self) -> "ReviewSla":
@@ -60,6 +78,8 @@ class ReviewSla(StrictModel):
                     for key, minutes in table.items() if not 1 <= minutes <= MAX_TARGET_MINUTES]
         if self.by_priority and self.priority is None:
             problems.append("by_priority needs priority (a question or an item field to read the priority from)")
+        if self.escalate is not None and self.escalate.priorities is not None and self.priority is None:
+            problems.append("escalate.priorities needs priority (a question or an item field to read the priority from)")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -80,6 +100,27 @@ class ReviewSla(StrictModel):
         named = [table[key] for table, key in ((self.by_priority, priority), (self.by_queue, queue))
                  if key is not None and key in table]
         return min(named) if named else self.default_minutes
+
+    def escalates(self, status: SlaStatus) -> bool:
+        """Whether an item in this state is to be escalated (its policy's `escalate`)."""
+        rule = self.escalate
+        if rule is None or RISK_ORDER[status.risk] > RISK_ORDER[rule.when]:
+            return False
+        return rule.priorities is None or status.priority in rule.priorities
+
+
+def _minutes(seconds: float) -> str:
+    whole = int(abs(seconds) // 60)
+    return f"{whole // 60}h {whole % 60}m" if whole >= 60 else f"{whole}m"
+
+
+def escalation_reason(status: SlaStatus) -> str:
+    """The page's reason: "review SLA at risk: 12m left of 60m (P2)"."""
+    left = status.time_left_seconds
+    where = f"{_minutes(left)} left" if left > 0 else f"{_minutes(left)} past due"
+    risk = status.risk.replace("_", " ")
+    priority = f" ({status.priority})" if status.priority is not None else ""
+    return f"review SLA {risk}: {where} of {status.target_minutes}m{priority}"
 
 
 class SlaStatus(BaseModel):
