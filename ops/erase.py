@@ -15,7 +15,7 @@ an id alone. What holds an item's text, and what is removed there:
 | labelled examples | the reviewer's answer kept for training (every policy) |
 | resolved items | the rows kept for the console's similar items (every policy, both kinds) |
 | open incidents | an incident's row (its id and source; incidents only) |
-| idempotency | the record kept a day for a duplicate delivery |
+| idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
 
 Printed: one line per table with the rows removed (or, with --dry-run, found). Not erasable here:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import expiry
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
@@ -127,9 +128,47 @@ class FakeBus:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, dict]] = []
+        self.refusing = 0  # the next puts EventBridge refuses (the adapter raises RuntimeError)
 
     def put(self, source: str, detail_type: str, detail: dict) -> None:
-        self.events.append((source, detail_type, json.loads(json.dumps(detail))))
+        text = json.dumps(detail)
+        if self.refusing:
+            self.refusing -= 1
+            raise RuntimeError("EventBridge refused the event: InternalFailure: (the fake refuses it)")
+        self.events.append((source, detail_type, json.loads(text)))
+
+
+# ------------------------------------------------------------------------------ review SLA escalations
+class FakeSlaEscalations:
+    """The review SLA's escalation marks (port `EscalationMarks`, adapter
+    `adapters.escalations.SlaEscalations`). `rows`: the table's rows of this use, by key
+    (`mark_key(execution_name)`), each its columns as the adapter writes them (numbers as int):
+    `state` (claimed | sent), `marked_at`, `expiration` and, while claimed, `lease_until`. Time is
+    `clock()`, read where the adapter reads `time.time()`."""
+
+    def __init__(self, *, review_timeout_seconds: int, clock: Clock = time.time) -> None:
+        self.clock = clock
+        self.keep_seconds = review_timeout_seconds + escalations_adapter.MARGIN_SECONDS
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def _row(self, state: str, now: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"state": state, "marked_at": now, "expiration": now + self.keep_seconds}
+        if state == "claimed":
+            row["lease_until"] = now + escalations_adapter.LEASE_SECONDS
+        return row
+
+    def claim(self, execution_name: str) -> bool:
+        now, key = int(self.clock()), escalations_adapter.mark_key(execution_name)
+        row = self.rows.get(key)
+        # The adapter's condition: no row, one past its expiry, or a claim whose lease ran out.
+        if row is None or _before(row.get("expiration"), now) or (
+                row.get("state") == "claimed" and _before(row.get("lease_until"), now)):
+            self.rows[key] = self._row("claimed", now)
+            return True
+        return False
+
+    def sent(self, execution_name: str) -> None:
+        self.rows[escalations_adapter.mark_key(execution_name)] = self._row("sent", int(self.clock()))
 
 
 # ------------------------------------------------------------------------------ the review queue

@@ -31,8 +31,10 @@ from moto import mock_aws
 from pydantic import ValidationError
 
 from decision_router.adapters import deliveries as deliveries_adapter
+from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Deliveries
+from decision_router.adapters.escalations import MARGIN_SECONDS, SlaEscalations, mark_key
 from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.queues import EventBus
@@ -67,6 +69,7 @@ from tests.fakes.console import (
     FakeResolvedItems,
     FakeReviewQueue,
     FakeReviewTasks,
+    FakeSlaEscalations,
 )
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
@@ -202,6 +205,73 @@ def test_a_delivery_released_is_not_marked_done_by_its_late_owner(deliveries):
     record.done(["k"], claim.token, "generic")
 
     assert record.claim(["k"], "generic").state == "new"
+
+
+# ------------------------------------------------------------------------------ review SLA escalations
+REVIEW_TIMEOUT = 3600
+#: The columns the marks take from the clock: compared as offsets from the clock's reading.
+CLOCK_READINGS = ("marked_at", "expiration", "lease_until")
+
+
+@dataclass
+class EscalationsSide:
+    marks: Any
+    clock: Clock
+    rows: Callable[[], dict[str, dict[str, Any]]]  # the table's rows of this use, numbers as int
+
+
+@pytest.fixture(params=VARIANTS)
+def escalations(request, monkeypatch) -> EscalationsSide:
+    clock = Clock()
+    if request.param == "fake":
+        fake = FakeSlaEscalations(review_timeout_seconds=REVIEW_TIMEOUT, clock=clock)
+        return EscalationsSide(fake, clock, lambda: {key: dict(row) for key, row in fake.rows.items()})
+    stack = request.getfixturevalue("template").create(client=client, only=["IdempotencyTable"])
+    monkeypatch.setattr(escalations_adapter, "time", SimpleNamespace(time=clock))  # the adapter reads only time.time()
+    dynamodb, table = client("dynamodb"), stack.ref("IdempotencyTable")
+
+    def rows() -> dict[str, dict[str, Any]]:
+        items = dynamodb.scan(TableName=table)["Items"]
+        return {item["id"]["S"]: {name: int(value["N"]) if "N" in value else value["S"]
+                                  for name, value in item.items() if name != "id"} for item in items}
+
+    return EscalationsSide(SlaEscalations(table, review_timeout_seconds=REVIEW_TIMEOUT, client=dynamodb), clock, rows)
+
+
+def marks(side: EscalationsSide) -> dict[str, dict[str, Any]]:
+    now = int(side.clock())
+    return {key: {name: value - now if name in CLOCK_READINGS else value for name, value in row.items()}
+            for key, row in side.rows().items()}
+
+
+def test_an_escalation_is_claimed_once_and_kept_past_the_review_timeout_once_sent(escalations):
+    side = escalations
+    assert side.marks.claim("incident-INC-1-abc")
+    assert not side.marks.claim("incident-INC-1-abc")  # another sweep, while the first puts the page
+    assert side.marks.claim("incident-INC-2-def")  # another execution is another mark
+    key = mark_key("incident-INC-1-abc")
+    assert marks(side)[key] == {"state": "claimed", "marked_at": 0, "lease_until": escalations_adapter.LEASE_SECONDS,
+                                "expiration": REVIEW_TIMEOUT + MARGIN_SECONDS}
+    assert "INC-1" not in json.dumps(side.rows())  # the key is a hash: no item id in the table
+
+    side.clock.advance(5)
+    side.marks.sent("incident-INC-1-abc")
+    assert marks(side)[key] == {"state": "sent", "marked_at": 0, "expiration": REVIEW_TIMEOUT + MARGIN_SECONDS}
+    side.clock.advance(escalations_adapter.LEASE_SECONDS + 1)
+    assert not side.marks.claim("incident-INC-1-abc")  # sent: never again while the row lives
+    side.clock.advance(REVIEW_TIMEOUT + MARGIN_SECONDS)  # past its expiry, before DynamoDB's TTL deletes it
+    assert side.marks.claim("incident-INC-1-abc")
+
+
+def test_a_claim_whose_page_was_never_sent_is_taken_again_once_its_lease_ran_out(escalations):
+    side = escalations
+    assert side.marks.claim("ticket-T-9-abc")  # its sweep's put failed, or the sweep died
+    side.clock.advance(escalations_adapter.LEASE_SECONDS)
+    assert not side.marks.claim("ticket-T-9-abc")  # the lease runs to its last second
+    side.clock.advance(1)
+    assert side.marks.claim("ticket-T-9-abc")
+    assert not side.marks.claim("ticket-T-9-abc")  # a fresh lease: taken again once only
+    assert marks(side)[mark_key("ticket-T-9-abc")]["state"] == "claimed"
 
 
 # ------------------------------------------------------------------------------ the decision bus

@@ -12,6 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.adapters.escalations import SlaEscalations
 from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.similar_items import ResolvedItems
@@ -122,6 +123,20 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     assert erase.main(["incident:cloudwatch:arn:alarm:db", *names], out=out, session=boto3.Session()) == 0
     assert "open-incidents: 1 row(s) removed" in out.getvalue()
     assert [r["incident_id"]["S"] for r in dynamodb.scan(TableName=stack.ref("OpenIncidentsTable"))["Items"]] == ["arn:alarm:api"]
+
+
+def test_the_review_sla_escalation_marks_hold_no_item_text_and_erase_leaves_them(stack):
+    marks = SlaEscalations(stack.ref("IdempotencyTable"), review_timeout_seconds=3600)
+    assert marks.claim("ticket-T-1-abc123")
+    marks.sent("ticket-T-1-abc123")
+    table = stack.ref("IdempotencyTable")
+    rows = boto3.client("dynamodb").scan(TableName=table)["Items"]
+    assert len(rows) == 1 and "T-1" not in json.dumps(rows)
+
+    out = io.StringIO()
+    assert erase.main(["ticket:email:T-1", "--idempotency-table", table], out=out, session=boto3.Session()) == 0
+    assert "idempotency: 0 row(s) removed" in out.getvalue()
+    assert boto3.client("dynamodb").scan(TableName=table)["Items"] == rows
 
 
 @pytest.mark.parametrize(("item", "why"), [

@@ -11,6 +11,7 @@ tests wire the same adapters over moto.
   reason in its attributes).
 - `Waiting`: a received ticket hidden on its queue until the endpoint is up again.
 - `Bus`: an event on the decision bus (an incident webhook forwards its alert there).
+- `EscalationMarks`: which pending reviews the review SLA's sweep has escalated (once each).
 - `DeliveryRecord`, `Claimed`: the webhook deliveries already taken (a replay is refused).
 - `AuditWriter`: one audit row (what became of an item, and why).
 - `TaskCompleter`: a reviewer's answer handed to the execution waiting for it.
@@ -161,6 +162,15 @@ class Waiting(Protocol):
 
 class Bus(Protocol):
     def put(self, source: str, detail_type: str, detail: dict) -> None: ...
+
+
+class EscalationMarks(Protocol):
+    """The review SLA's escalations, one mark per execution: `claim` before the page is put (False:
+    escalated already, or another sweep is putting it now), `sent` once it was."""
+
+    def claim(self, execution_name: str) -> bool: ...
+
+    def sent(self, execution_name: str) -> None: ...
 
 
 class Claimed(Protocol):
