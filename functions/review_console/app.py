@@ -80,7 +80,7 @@ def _not_found(_: Exception) -> Response:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)  # item text and notes: not for traces
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    if sla.is_sweep(event):  # the schedule's call: the review SLA's metrics
-        return {"review_sla": sla.sweep(WIRING)}
+    if sla.is_sweep(event):  # the schedule's call: the review SLA's metrics and escalations
+        return sla.sweep(WIRING)
     app.append_context(wiring=WIRING)
     return app.resolve(event, context)

@@ -20,7 +20,9 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import ValidationError
 
+from decision_router.adapters.escalations import SlaEscalations
 from decision_router.adapters.precision_tally import PrecisionTally
+from decision_router.adapters.queues import EventBus
 from decision_router.adapters.review import (
     AuditTrail,
     LabelledExamples,
@@ -34,7 +36,15 @@ from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.ports import Executions, PrecisionTallies, ResolvedItemStore, ReviewMessages, TaskCompleter
+from decision_router.domain.ports import (
+    Bus,
+    EscalationMarks,
+    Executions,
+    PrecisionTallies,
+    ResolvedItemStore,
+    ReviewMessages,
+    TaskCompleter,
+)
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
@@ -81,10 +91,11 @@ class Wiring:
                  workflow: Executions | None = None, audit: AuditReader | None = None,
                  examples: ExamplePages | None = None, tasks: TaskCompleter | None = None,
                  resolved_items: ResolvedItemStore | None = None,
-                 precision_tally: PrecisionTallies | None = None, signing_key: SigningKey | None = None) -> None:
+                 precision_tally: PrecisionTallies | None = None, signing_key: SigningKey | None = None,
+                 bus: Bus | None = None, escalations: EscalationMarks | None = None) -> None:
         given = {"settings": settings, "queue": queue, "workflow": workflow, "audit": audit, "examples": examples,
                  "tasks": tasks, "resolved_items": resolved_items, "precision_tally": precision_tally,
-                 "signing_key": signing_key}
+                 "signing_key": signing_key, "bus": bus, "escalations": escalations}
         self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
         self._policies: dict[str, Policy] = {}
 
@@ -133,6 +144,17 @@ class Wiring:
         """The live precision's tallies (the head history table); None when the function is given none."""
         table = self.settings.head_history_table
         return PrecisionTally(table) if table else None
+
+    @cached_property
+    def bus(self) -> Bus:
+        """The decision bus: the review SLA's sweep pages the on-call there (Item Escalated)."""
+        return EventBus(self.settings.require("event_bus_name").event_bus_name)
+
+    @cached_property
+    def escalations(self) -> EscalationMarks:
+        """The review SLA's escalation marks (the idempotency table's `review-sla-escalation#` rows)."""
+        s = self.settings.require("idempotency_table")
+        return SlaEscalations(s.idempotency_table, review_timeout_seconds=s.review_timeout_seconds)
 
     def policy(self, name: str) -> Policy:
         if name not in self._policies:

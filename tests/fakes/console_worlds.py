@@ -39,11 +39,13 @@ from local.lambdas import LocalFunction
 from tests.fakes.console import (
     Clock,
     FakeAuditTrail,
+    FakeBus,
     FakeLabelledExamples,
     FakePrecisionTally,
     FakeResolvedItems,
     FakeReviewQueue,
     FakeReviewTasks,
+    FakeSlaEscalations,
     entered_time,
 )
 from tests.fakes.intake import Execution, FakeQueue, RecordingWorkflow
@@ -264,8 +266,8 @@ class _Questions:
 class ConsoleWorld(_Questions, FakeWorld):
     """The template's names (nothing is created) over the fakes of the review side, beside the
     intake's: one review queue, review tasks, audit table, labelled examples and resolved items,
-    and the routing workflow played over them (`PlayedWorkflow`, in place of the intake world's
-    RecordingWorkflow)."""
+    the decision bus and the review SLA's escalation marks, and the routing workflow played over
+    them (`PlayedWorkflow`, in place of the intake world's RecordingWorkflow)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -275,6 +277,9 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.examples = FakeLabelledExamples()
         self.resolved_items = FakeResolvedItems()
         self.precision = FakePrecisionTally()
+        self.bus = FakeBus()
+        self.escalations = FakeSlaEscalations(review_timeout_seconds=int(
+            self.environment("ReviewConsoleFunction")["REVIEW_TIMEOUT_SECONDS"]))
         # SigningKeySecret is not created in this world: the functions get its key as bytes.
         self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
@@ -291,7 +296,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
                         workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
                         resolved_items=self.resolved_items, precision_tally=self.precision,
-                        signing_key=self.signing_key)
+                        signing_key=self.signing_key, bus=self.bus, escalations=self.escalations)
         return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,16 +12,21 @@ gateway's own builder); the claims are what API Gateway's JWT authorizer would p
 from __future__ import annotations
 
 import json
+import re
+import time
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
+import boto3
 import pytest
 
+from decision_router.adapters.escalations import LEASE_SECONDS, mark_key
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.judging import build_record, explain, model_entry
 from decision_router.domain.policies import PrecisionCheck, load_policy
 from decision_router.domain.records import DecisionRecord
+from decision_router.domain.review_sla import SWEEP_SOURCE
 from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
@@ -205,8 +210,8 @@ def test_the_scheduled_sweep_counts_what_waits_is_at_risk_and_past_due_as_metric
     monkeypatch.setattr("review_console.sla.now", lambda: datetime.now(timezone.utc) + timedelta(minutes=50))
     capsys.readouterr()
     result = world.console_function()(SCHEDULED)
-    assert result == {"review_sla": {"incident": {"waiting": 1, "at_risk": 0, "breached": 1},
-                                     "support-ticket": {"waiting": 1, "at_risk": 1, "breached": 0}}}
+    assert result["review_sla"] == {"incident": {"waiting": 1, "at_risk": 0, "breached": 1},
+                                    "support-ticket": {"waiting": 1, "at_risk": 1, "breached": 0}}
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     breached = {m["policy"]: m["ReviewsBreached"] for m in emitted if "ReviewsBreached" in m}
     assert breached == {"incident": [1.0], "support-ticket": [0.0]}
@@ -214,6 +219,98 @@ def test_the_scheduled_sweep_counts_what_waits_is_at_risk_and_past_due_as_metric
     assert directive["Dimensions"] == [["policy"]]
     # the messages were counted, not taken: the list shows both at once
     assert len(console_listing(world)) == 2
+
+
+# ---------------------------------------------------------------------------- review SLA escalations
+UNSURE_P2 = {"priority": [0.1, 0.2, 0.0, 0.0], "team": [0.1, 0.3, 0.0, 0.0]}
+
+
+def sweep_at(world, monkeypatch, minutes: float) -> dict:
+    """The console function's scheduled sweep, its clock `minutes` after now."""
+    monkeypatch.setattr("review_console.sla.now", lambda: datetime.now(timezone.utc) + timedelta(minutes=minutes))
+    return world.console_function()(SCHEDULED)
+
+
+def test_a_p1_at_risk_is_escalated_once_across_sweeps_with_the_workflows_fields_and_why(world, monkeypatch):
+    (name,) = world.pending(decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    assert sweep_at(world, monkeypatch, 5)["escalated"] == [] and world.bus.events == []  # 10 of 15 minutes left
+
+    first = sweep_at(world, monkeypatch, 12)  # under a quarter of its 15 minutes left: at risk
+    assert (first["escalated"], first["not_escalated"]) == ([name], [])
+    ((source, detail_type, detail),) = world.bus.events
+    assert (source, detail_type) == (SWEEP_SOURCE, "Item Escalated")
+    assert {k: detail[k] for k in ("item_kind", "item_id", "target", "route", "execution_name")} == {
+        "item_kind": "incident", "item_id": "INC-77", "target": None, "route": "review", "execution_name": name}
+    assert detail["policy"] == {"name": "incident", "version": "1"}
+    assert re.fullmatch(r"review SLA at risk: [23]m left of 15m \(P1\)", detail["reason"]), detail["reason"]
+    assert (detail["sla"]["risk"], detail["sla"]["priority"], detail["sla"]["target_minutes"]) == ("at_risk", "P1", 15)
+    assert INCIDENT["title"] not in json.dumps(detail) and INCIDENT["description"] not in json.dumps(detail)
+
+    # the next sweeps, at risk and then past due: paged already
+    assert sweep_at(world, monkeypatch, 13)["escalated"] == [] and sweep_at(world, monkeypatch, 30)["escalated"] == []
+    assert len(world.bus.events) == 1
+    # and the item is still waiting for its reviewer: counted, not taken
+    assert [r["execution_name"] for r in console_listing(world)] == [name]
+
+
+def test_only_the_risk_and_the_priorities_the_policy_names_escalate(world, monkeypatch):
+    # The shipped incident policy escalates a P1 at risk; a P2 is not paged, even past due.
+    world.pending(decided(world.template, "incident", {**INCIDENT, "incident_id": "INC-2"}, UNSURE_P2))
+    result = sweep_at(world, monkeypatch, 90)
+    assert result["review_sla"]["incident"]["breached"] == 1 and result["escalated"] == []
+    assert world.bus.events == []
+
+
+def test_a_policy_without_escalate_never_escalates(world, monkeypatch):
+    # The shipped ticket policy sets targets and no escalation: an enterprise ticket past due pages nobody.
+    assert load_policy("support-ticket").review_sla.escalate is None  # type: ignore[union-attr]
+    world.pending(decided(world.template, "ticket", {**TICKET, "customer": {"id": "C-2", "tier": "enterprise"}},
+                          UNSURE_TICKET))
+    for minutes in (50, 70, 600):
+        result = sweep_at(world, monkeypatch, minutes)
+        assert result["review_sla"]["support-ticket"]["waiting"] == 1 and result["escalated"] == []
+    assert world.bus.events == []
+
+
+def test_a_page_the_bus_refused_is_put_by_the_next_sweep(world, monkeypatch):
+    (name,) = world.pending(decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    world.bus.refusing = 1
+    refused = sweep_at(world, monkeypatch, 12)
+    assert (refused["escalated"], refused["not_escalated"], world.bus.events) == ([], [name], [])
+    # The refused sweep's claim holds off the sweeps of its own lease; the next 5-minute sweep is past it.
+    assert sweep_at(world, monkeypatch, 12.5)["escalated"] == []
+    world.escalations.clock = lambda: time.time() + LEASE_SECONDS + 1
+    assert sweep_at(world, monkeypatch, 17)["escalated"] == [name]
+    assert [(source, detail["execution_name"]) for source, _, detail in world.bus.events] == [(SWEEP_SOURCE, name)]
+
+
+@ONLY_ON_THE_STACK
+def test_on_the_stack_the_sweep_pages_the_on_call_through_the_escalation_rule_once(world, monkeypatch):
+    """The console function's handler on its scheduled event, with the template's environment and
+    role's resources: its mark in the idempotency table, its event on the decision bus, and
+    ItemEscalatedRule's target (the on-call topic's stand-in in moto) receiving the page once."""
+    (name,) = world.pending(decided(world.template, "incident", INCIDENT, UNSURE_INCIDENT))
+    assert sweep_at(world, monkeypatch, 12)["escalated"] == [name]
+    assert sweep_at(world, monkeypatch, 13)["escalated"] == []
+
+    (page,) = world.template.rule_events("ItemEscalatedRule", "on-call")
+    # target null, as the workflow's page before a review (moto leaves a null's placeholder as it is)
+    assert page["summary"].startswith("Item Escalated: incident INC-77 -> ")
+    assert (page["item_id"], page["execution_name"], page["policy"], page["source"]) == (
+        "INC-77", name, "incident", SWEEP_SOURCE)
+    rows = boto3.client("dynamodb").scan(TableName=world.ref("IdempotencyTable"))["Items"]
+    assert [(row["id"]["S"], row["state"]["S"]) for row in rows] == [(mark_key(name), "sent")]
+
+
+@ONLY_ON_THE_STACK
+def test_an_item_the_workflow_paged_before_its_review_is_not_paged_again_by_the_sweep(world, monkeypatch):
+    """A sure P1 whose team is in doubt: the workflow paged the on-call as the review was requested."""
+    world.pending(decided(world.template, "incident", INCIDENT, {**UNSURE_INCIDENT, "priority": [30.0, 0.0, 0.0, 0.0]}))
+    (page,) = world.template.rule_events("ItemEscalatedRule", "on-call")
+    assert page["source"] == "decision-router"  # the workflow's
+    result = sweep_at(world, monkeypatch, 12)
+    assert result["review_sla"]["incident"]["at_risk"] == 1 and result["escalated"] == []
+    assert world.template.rule_events("ItemEscalatedRule", "on-call") == []
 
 
 def console_listing(world) -> list[dict]:

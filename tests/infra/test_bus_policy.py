@@ -62,6 +62,10 @@ def workflow_role(stack: Stack) -> str:
     return stack.get_att("RoutingStateMachineRole", "Arn")
 
 
+def console_role(stack: Stack) -> str:
+    return stack.get_att("ReviewConsoleFunctionRole", "Arn")
+
+
 @pytest.fixture
 def default_stack() -> Stack:
     return Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "OnCallEmail": "oncall@example.com"})
@@ -83,6 +87,19 @@ def test_only_the_workflow_may_emit_decision_router_events(default_stack):
     assert not denied(statements, principal=workflow_role(default_stack), source=source, bus_arn=bus)
 
 
+def test_only_the_console_function_may_emit_the_review_sla_sweeps_escalations(default_stack):
+    """The escalation rule pages on the sweep's source too: nobody else may forge one, and the
+    sweep cannot speak for the workflow."""
+    statements = bus_statements(default_stack)
+    bus = default_stack.get_att("DecisionBus", "Arn")
+    sources = default_stack.template["Mappings"]["Events"]
+    sweep, workflow = sources["ReviewSla"]["Source"], sources["Workflow"]["Source"]
+    assert denied(statements, principal=SOMEONE, source=sweep, bus_arn=bus)
+    assert denied(statements, principal=workflow_role(default_stack), source=sweep, bus_arn=bus)
+    assert not denied(statements, principal=console_role(default_stack), source=sweep, bus_arn=bus)
+    assert denied(statements, principal=console_role(default_stack), source=workflow, bus_arn=bus)
+
+
 def test_named_publishers_are_the_only_ones_who_may_report_incidents():
     stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "OnCallEmail": "oncall@example.com",
                                    "BusPublisherArns": MONITORING})
@@ -92,3 +109,6 @@ def test_named_publishers_are_the_only_ones_who_may_report_incidents():
     assert not denied(statements, principal=MONITORING, source="monitoring", bus_arn=bus)
     assert not denied(statements, principal=workflow_role(stack), source="decision-router", bus_arn=bus)
     assert denied(statements, principal=MONITORING, source="decision-router", bus_arn=bus)
+    sweep = stack.template["Mappings"]["Events"]["ReviewSla"]["Source"]
+    assert not denied(statements, principal=console_role(stack), source=sweep, bus_arn=bus)
+    assert denied(statements, principal=MONITORING, source=sweep, bus_arn=bus)
