@@ -5,10 +5,11 @@
 
 Each set is written as DATA and TEST files (reports/public/<set>/), then routed through the
 command a user runs (`python -m training.history`, as a subprocess: the benchmarks never import
-the fitter), and its `report.json` read back. CLINC150's out-of-scope training queries are not
-used; its out-of-scope test queries are in TEST, right only when sent to review (see
-bench/public/README.md), their label named to the fitter (`--out-of-scope-label oos`) so the
-report gives what the head's novelty part catches of them and its AUROC. The table puts our head
+the fitter), and its `report.json` read back. CLINC150's 100 out-of-scope training queries are in DATA
+and its out-of-scope test queries in TEST, right only when sent to review (see
+bench/public/README.md), their label named to the fitter (`--out-of-scope-label oos`): the
+training ones are no option, only examples the novelty part learns to send to review, and the
+report gives what it catches of the test ones and its AUROC. The table puts our head
 beside the text classifier fitted in the same run and the figures published for these sets; a
 slice writes its table beside its runs, never over bench/public/RESULTS.md.
 """
@@ -56,15 +57,17 @@ def banking77() -> tuple[list[dict], list[dict]]:
 
 def clinc150() -> tuple[list[dict], list[dict]]:
     data = json.loads((PUBLIC / "clinc150/data_full.json").read_text(encoding="utf-8"))
-    train = [{"text": text, "label": label} for text, label in data["train"]]  # oos_train: not used
+    train = [{"text": text, "label": label} for text, label in data["train"] + data["oos_train"]]
     test = [{"text": text, "label": label} for text, label in data["test"] + data["oos_test"]]
     return train, test
 
 
-def sliced(train: list[dict], test: list[dict], limit: int, seed: int = 0) -> tuple[list[dict], list[dict]]:
+def sliced(train: list[dict], test: list[dict], limit: int, seed: int = 0,
+           out_of_scope: str | None = None) -> tuple[list[dict], list[dict]]:
     """`limit` training items, PER_LABEL of each of the first labels (sorted), and half as many
-    test items of those labels, plus a few out-of-scope test items where the set has them."""
-    labels = sorted({row["label"] for row in train})[:max(2, limit // PER_LABEL)]
+    test items of those labels, plus a few out-of-scope training and test items where the set has
+    them (labelled `out_of_scope`)."""
+    labels = sorted({row["label"] for row in train} - {out_of_scope})[:max(2, limit // PER_LABEL)]
     rng = random.Random(seed)
     keep_train, keep_test = [], []
     for label in labels:
@@ -72,8 +75,9 @@ def sliced(train: list[dict], test: list[dict], limit: int, seed: int = 0) -> tu
         keep_train += rng.sample(mine, min(len(mine), max(2, limit // len(labels))))
         theirs = [row for row in test if row["label"] == label]
         keep_test += rng.sample(theirs, min(len(theirs), max(1, limit // (2 * len(labels)))))
-    oos = [row for row in test if row["label"] not in {r["label"] for r in train}]
-    keep_test += rng.sample(oos, min(len(oos), max(1, limit // 16))) if oos else []
+    for rows, keep in ((train, keep_train), (test, keep_test)):
+        oos = [row for row in rows if row["label"] == out_of_scope]
+        keep += rng.sample(oos, min(len(oos), max(1, limit // 16))) if oos else []
     return keep_train, keep_test
 
 
@@ -83,13 +87,14 @@ def write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: Path | None) -> dict:
+def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: Path | None,
+            layout: str | None = None) -> dict:
     train, test = {"banking77": banking77, "clinc150": clinc150}[name]()
     if limit:
-        train, test = sliced(train, test, limit)
+        train, test = sliced(train, test, limit, out_of_scope=OUT_OF_SCOPE.get(name))
     folder = out / name
     data, held = write(folder / "train.jsonl", train), write(folder / "test.jsonl", test)
-    command = fit_history_command(name, data, held, folder / "fit", limit, model, cache)
+    command = fit_history_command(name, data, held, folder / "fit", limit, model, cache, layout)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / p) for p in ("contract", "container", "functions", ".")))
     started = time.perf_counter()
     subprocess.run(command, check=True, env=env, cwd=REPO)
@@ -99,7 +104,7 @@ def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: P
 
 
 def fit_history_command(name: str, data: Path, held: Path, out: Path, limit: int | None, model: str | None,
-                        cache: Path | None) -> list[str]:
+                        cache: Path | None, layout: str | None = None) -> list[str]:
     """The `python -m training.history` command a set is run through."""
     command = [sys.executable, "-m", "training.history", "--data", str(data), "--test", str(held), "--text", "text",
                "--label", "label", "--out", str(out), "--name", name, "--targets", "own", "--replace",
@@ -107,6 +112,7 @@ def fit_history_command(name: str, data: Path, held: Path, out: Path, limit: int
     command += ["--out-of-scope-label", OUT_OF_SCOPE[name]] if name in OUT_OF_SCOPE else []
     command += ["--model", model] if model else []
     command += ["--cache", str(cache)] if cache is not None else []
+    command += ["--layout", layout] if layout else []
     return command
 
 
@@ -166,9 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "reports/public")
     p.add_argument("--results", type=Path, help="the table (default: bench/public/RESULTS.md, a slice's beside its runs)")
     p.add_argument("--cache", type=Path, help="signal cache folder (default: fit-history's, ~/.cache/decision-router/signals)")
+    p.add_argument("--layout", choices=("evidence-first", "criterion-first"),
+                   help="the signals decisions' prompt layout (default: fit-history's, evidence first); criterion "
+                        "first scores about three times as fast (docs/benchmarks/prompt-layout.md)")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    reports = {name: run_set(name, args.out, args.limit, args.model, args.cache) for name in args.sets.split(",")}
+    reports = {name: run_set(name, args.out, args.limit, args.model, args.cache, args.layout) for name in args.sets.split(",")}
     text = table(reports, args.limit, time.perf_counter() - started)
     results = args.results or (args.out / "RESULTS.md" if args.limit else PUBLIC / "RESULTS.md")
     results.parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,9 @@ def test_a_limit_slice_of_both_public_sets_runs_through_fit_history_and_writes_t
         assert {"accuracy", "macro_f1", "ece", "auto_share", "auto_precision"} <= set(report["baseline"])
         assert f"| {name} | 2 | **our head**" in table
     clinc = json.loads((tmp_path / "clinc150/fit/report.json").read_text())
-    assert clinc["out_of_scope"]["items"] == 1  # oos_test queries are in TEST; oos_train is not used
-    assert clinc["read"]["out_of_scope"]["label"] == "oos" and "auroc" in clinc["novelty"]
+    assert clinc["out_of_scope"]["items"] == 1  # oos_test queries are in TEST
+    assert clinc["read"]["out_of_scope"] == {"label": "oos", "data": 1, "test": 1}  # and oos_train's in DATA, no option
+    assert "auroc" in clinc["novelty"]
 
 
 @pytest.mark.parametrize("name, named", [("clinc150", True), ("banking77", False)])
@@ -43,9 +44,9 @@ def test_the_out_of_scope_cell_says_what_novelty_added():
     assert public_run.out_of_scope_cell({}) == "–"
 
 
-def test_clinc150_leaves_its_out_of_scope_training_queries_out():
+def test_clinc150_gives_its_out_of_scope_training_queries_as_data_labelled_oos():
     train, test = public_run.clinc150()
-    assert len(train) == 15000 and "oos" not in {row["label"] for row in train}
+    assert len(train) == 15100 and sum(row["label"] == "oos" for row in train) == 100
     assert sum(row["label"] == "oos" for row in test) == 1000 and len(test) == 5500
     train, test = public_run.banking77()
     assert (len(train), len(test), len({row["label"] for row in train})) == (10003, 3080, 77)
