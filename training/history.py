@@ -116,7 +116,10 @@ MAX_WEIGHTS = 1_600_000
 LETTERED_WEIGHTS = 150_000
 #: The model's blocks against the lexical ones, chosen on the held-out fifth (0: text only).
 MODEL_WEIGHTS = (0.0, 1.0)
+#: The regularisation the model's weight is chosen at; then, for that weight, the one of C_CHOICES
+#: with the least held-out log loss (a few labels a option want a stronger prior than thousands).
 HEAD_C = 10.0
+C_CHOICES = (1.0, 3.0, 10.0, 30.0, 100.0)
 #: The temperature and the threshold are read from out-of-fold logits of this many folds over the
 #: grid sample (every row held out once); the model's weight from the first fold alone.
 FOLDS = 5
@@ -403,7 +406,7 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
         seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None,
         model_weight: float | None = None, novelty_budget: float | None = novelty.DEFAULT_BUDGET,
-        out_of_scope_hidden: np.ndarray | None = None) -> Fitted:
+        out_of_scope_hidden: np.ndarray | None = None, out_of_scope_states: list[Any] | None = None) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
@@ -432,18 +435,30 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
             losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(s.gold[held]), 1.0)
             say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
         weight = min(weights, key=lambda w: (round(losses[w], 9), w))
+        # C by the held-out log loss at its own best temperature: the head is calibrated after, so a
+        # large C's overconfidence is not held against it, only how well it ranks the options
+        c_losses, c_logits = {}, {HEAD_C: held_logits[weight]}
+        for C in C_CHOICES:
+            started = time.perf_counter()
+            if C not in c_logits:
+                c_logits[C] = learn.numpy_logits(learn.fit_linear(s, fit_rows, k, C, weight, space=space), s, held)
+            at = metrics.fit_temperature(list(c_logits[C]), list(s.gold[held])).temperature
+            c_losses[C] = metrics.mean_nll_at(list(c_logits[C]), list(s.gold[held]), at)
+            say(f"  head, model weight {weight}, C {C:g}: held-out log loss {c_losses[C]:.3f} at temperature {at:.2f} "
+                f"({time.perf_counter() - started:.0f} s)")
+        head_C = min(C_CHOICES, key=lambda c: (round(c_losses[c], 9), abs(np.log(c / HEAD_C))))
         started = time.perf_counter()
-        oof_logits = [held_logits[weight]]
+        oof_logits = [c_logits[head_C]]
         for part in parts[1:]:
             train = np.setdiff1d(grid, part)
-            linear = learn.fit_linear(s, train, k, HEAD_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms))
+            linear = learn.fit_linear(s, train, k, head_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms))
             oof_logits.append(learn.numpy_logits(linear, s, part))
         oof_rows, oof = np.concatenate(parts), np.vstack(oof_logits)
         say(f"  head out of fold ({len(parts)} folds of {len(grid)} rows): {time.perf_counter() - started:.0f} s")
         temperature = metrics.fit_temperature(list(oof), list(s.gold[oof_rows])).temperature
         readout = judge(learn._softmax_rows(oof, temperature), s.gold[oof_rows], formula, max_error, 5)
         started = time.perf_counter()
-        final = learn.fit_linear(s, np.arange(n), k, HEAD_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms))
+        final = learn.fit_linear(s, np.arange(n), k, head_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms))
         say(f"  head on all {n}: {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
         base_rows = stratified_sample(s.gold, BASELINE_ROWS, seed)
@@ -461,21 +476,28 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         "options": [o["id"] for o in question["options"]], **blocks, "temperature": round(temperature, 4),
         "thresholds": {"min_confidence": readout.min_confidence if readout.min_confidence is not None else 1.0, "min_margin": 0.0},
         "fit": {"examples": n, **({"sampled_from": len(gold)} if n < len(gold) else {}),
-                "fitted_on": date.today().isoformat(), "data": data, "regularisation": HEAD_C,
+                "fitted_on": date.today().isoformat(), "data": data, "regularisation": head_C,
                 "model_weight": weight, "folds": len(parts), "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
                 "text_only_cv_accuracy": round(base_readout.accuracy, 4)},
     }
     if novelty_budget is not None:  # None: --text-only, no hidden state to read
         started = time.perf_counter()
+        surprise = novelty.Surprise(oof_rows, novelty.Surprise.of(np.vstack(learn._softmax_rows(oof, temperature))))
+        if out_of_scope_hidden is not None and len(out_of_scope_hidden) and out_of_scope_states:
+            outside = _signals(out_of_scope_states, out_of_scope_hidden, np.zeros(len(out_of_scope_states), dtype=int), fields)
+            logits = learn.numpy_logits(final, outside, np.arange(len(outside)))
+            surprise.out_of_scope = novelty.Surprise.of(np.vstack(learn._softmax_rows(logits, temperature)))
         said = novelty.attach(document, s.hidden, s.gold, binding={"model_sha256": model.sha256, "hidden_size": model.hidden_size,
                                                                    "prompt_version": prompt_version},
                               max_bytes=MAX_HEAD_BYTES if k <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES,
-                              budget=novelty_budget, folds=FOLDS, seed=seed, out_of_scope=out_of_scope_hidden)
+                              budget=novelty_budget, folds=FOLDS, seed=seed, out_of_scope=out_of_scope_hidden,
+                              surprise=surprise)
         say(f"  {said} ({time.perf_counter() - started:.0f} s)")
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
     holdout = {"rows": len(held), "grid_rows": len(grid), "folds": len(parts), "fitted_rows": n, "model_weight": weight,
-               "log_loss": {str(w): v for w, v in losses.items()},
+               "log_loss": {str(w): v for w, v in losses.items()}, "regularisation": head_C,
+               "log_loss_by_C": {f"{c:g}": v for c, v in c_losses.items()},
                "accuracy": readout.accuracy, "min_confidence": readout.min_confidence, "auto_share": readout.auto_routed_share,
                "auto_precision": readout.auto_routed_accuracy, "auto_precision_lower_bound": readout.auto_routed_lower_bound,
                "items_needed": readout.items_needed,
@@ -932,7 +954,7 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
                  model_weight=0.0 if args.text_only else args.model_weight,
                  # a head asked to read the text alone reads no hidden state, novelty's included
                  novelty_budget=None if args.text_only or args.model_weight == 0 else args.novelty_budget,
-                 out_of_scope_hidden=out_of_scope_hidden)
+                 out_of_scope_hidden=out_of_scope_hidden, out_of_scope_states=scored_states[len(train_states):])
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out
@@ -976,7 +998,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     assert learned is not None, "fit-history writes the question's head"
     if learned.novelty is not None:
         head_figures["novelty"] = {
-            "rank": len(learned.novelty.projection), "in_scope_budget": learned.novelty.in_scope_budget,
+            "rank": len(learned.novelty.projection), "surprise_weight": learned.novelty.surprise_weight,
+            "in_scope_budget": learned.novelty.in_scope_budget,
             "out_of_fold_in_scope_review": learned.novelty.out_of_fold_in_scope_review,
             **({"data_out_of_scope": {"items": learned.novelty.out_of_scope_examples,
                                       "caught": learned.novelty.out_of_scope_caught}}

@@ -10,6 +10,14 @@ under its size limit: the hidden state standardised, projected on its leading pr
 directions (as many as the file's room allows, at most MAX_RANK), then whitened; all three fold
 into one matrix the routing function applies in pure Python.
 
+The head's own surprise at its answer, −ln of its top probability, catches other out-of-scope
+items than the distance does (a query between two intents is near their means, yet the head
+cannot choose). When the fitter gives it (out of fold, for the same training items), the score
+is the distance plus `surprise_weight` times the surprise. The weight is chosen on training
+items labelled as belonging to no option where there are some (the weight that catches most of
+them at the budget); without them it puts both on one footing (the ratio of their spreads over
+the in-scope items out of fold), a prior, not a fit.
+
 The threshold is chosen out of fold on the training items alone: each fold's items scored by a
 score fitted on the other folds, the threshold set so that at most `budget` of them (in scope by
 construction) would go to review. Training items labelled as belonging to no option, when there
@@ -38,6 +46,9 @@ MIN_RANK = 4
 DIGITS = 5
 #: JSON bytes a stored value takes at most, at DIGITS ("-1.2345e-05,").
 VALUE_BYTES = 12
+#: The surprise weights tried where out-of-scope training items can choose, in units of the
+#: spreads' ratio (1: both on one footing, the choice without such items).
+SURPRISE_FACTORS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 @dataclass
@@ -96,13 +107,45 @@ def _rounded(values: np.ndarray) -> Any:
     return [_rounded(row) for row in values]
 
 
+@dataclass
+class Surprise:
+    """The head's surprise, −ln top probability: out of fold for the training items `rows` (their
+    indices in the hidden states fitted on), and by the final head for the out-of-scope training
+    items (in their order), when there are any."""
+
+    rows: np.ndarray
+    in_scope: np.ndarray
+    out_of_scope: np.ndarray | None = None
+
+    @staticmethod
+    def of(probabilities: np.ndarray) -> np.ndarray:
+        return -np.log(np.maximum(np.asarray(probabilities, dtype=np.float64).max(axis=1), 1e-300))
+
+
+def surprise_weight(distance: np.ndarray, surprise: Surprise, oos_distance: np.ndarray | None,
+                    budget: float) -> tuple[float, str]:
+    """The weight of the surprise in the score (module docstring), and how it was chosen."""
+    d, e = distance[surprise.rows], surprise.in_scope
+    unit = float(d.std()) / max(float(e.std()), 1e-9)
+    if oos_distance is None or surprise.out_of_scope is None or not len(oos_distance):
+        return unit, "both on one footing (no out-of-scope training items to choose by)"
+    caught = {}
+    for factor in SURPRISE_FACTORS:
+        threshold = threshold_for(d + factor * unit * e, budget)
+        caught[factor] = float((oos_distance + factor * unit * surprise.out_of_scope > threshold).mean())
+    best = max(SURPRISE_FACTORS, key=lambda f: (caught[f], -abs(f - 1.0)))
+    tried = ", ".join(f"{f:g}: {caught[f]:.1%}" for f in SURPRISE_FACTORS)
+    return best * unit, f"chosen on {len(oos_distance)} out-of-scope training items (their share caught by factor: {tried})"
+
+
 def fit_novelty(hidden: np.ndarray, gold: np.ndarray, k: int, *, room_bytes: int, budget: float = DEFAULT_BUDGET,
                 folds: int = 5, seed: int = 0, groups: Sequence[Any] | None = None,
-                out_of_scope: np.ndarray | None = None) -> tuple[dict[str, Any] | None, str]:
+                out_of_scope: np.ndarray | None = None, surprise: Surprise | None = None) -> tuple[dict[str, Any] | None, str]:
     """The head file's `novelty` section fitted on `hidden` (training items' hidden states) and
     their options `gold`, its threshold chosen out of fold for `budget`; or None and why not.
     `out_of_scope`: hidden states of training items labelled as belonging to no option (scored
-    by the final fit, reported in the section)."""
+    by the final fit, reported in the section). `surprise`: the head's, which then joins the
+    score (module docstring)."""
     if not 0.0 < budget < 1.0:
         raise ValueError(f"novelty budget {budget}: a share of in-scope items between 0 and 1")
     hidden = np.asarray(hidden, dtype=np.float64)
@@ -120,18 +163,30 @@ def fit_novelty(hidden: np.ndarray, gold: np.ndarray, k: int, *, room_bytes: int
     for part in parts:
         rest = np.setdiff1d(np.arange(n), part)
         oof[part] = Space.fit(hidden[rest], gold[rest], k, rank).score(hidden[part])
-    threshold = math.ceil(threshold_for(oof, budget) * 1e4) / 1e4  # rounded up: the budget holds as stored
     space = Space.fit(hidden, gold, k, rank)
+    has_oos = out_of_scope is not None and len(out_of_scope) > 0
+    oos_score = space.score(np.asarray(out_of_scope, dtype=np.float64)) if has_oos else None
+    weight, how = 0.0, ""
+    if surprise is not None and len(surprise.rows):
+        weight, how = surprise_weight(oof, surprise, oos_score, budget)
+        weight = float(f"{weight:.{DIGITS}g}")
+        oof = oof[surprise.rows] + weight * surprise.in_scope  # the combined score, over the items that have both
+        if oos_score is not None and surprise.out_of_scope is not None:
+            oos_score = oos_score + weight * surprise.out_of_scope
+    threshold = math.ceil(threshold_for(oof, budget) * 1e4) / 1e4  # rounded up: the budget holds as stored
     section: dict[str, Any] = {
         "score": "mahalanobis", "centre": _rounded(space.centre), "projection": _rounded(space.projection),
         "means": [row if present else [] for row, present in zip(_rounded(space.means), space.present)],
+        **({"surprise_weight": weight} if weight > 0 else {}),
         "threshold": threshold, "in_scope_budget": budget,
         "out_of_fold_in_scope_review": round(float((oof > threshold).mean()), 4),
     }
-    said = (f"novelty: Mahalanobis distance over {rank} reduced dimensions, threshold {section['threshold']} "
+    said = (f"novelty: Mahalanobis distance over {rank} reduced dimensions"
+            + (f" plus {weight:g} × the head's surprise ({how})" if weight > 0 else "")
+            + f", threshold {section['threshold']} "
             f"({section['out_of_fold_in_scope_review']:.1%} of training items above it out of fold, budget {budget:.1%})")
-    if out_of_scope is not None and len(out_of_scope):
-        caught = float((space.score(np.asarray(out_of_scope, dtype=np.float64)) > section["threshold"]).mean())
+    if oos_score is not None and out_of_scope is not None:
+        caught = float((oos_score > section["threshold"]).mean())
         section.update(out_of_scope_examples=len(out_of_scope), out_of_scope_caught=round(caught, 4))
         said += f"; {caught:.1%} of {len(out_of_scope)} out-of-scope training items above it"
     return section, said
@@ -139,14 +194,14 @@ def fit_novelty(hidden: np.ndarray, gold: np.ndarray, k: int, *, room_bytes: int
 
 def attach(document: dict[str, Any], hidden: np.ndarray, gold: np.ndarray, *, binding: dict[str, Any], max_bytes: int,
            budget: float = DEFAULT_BUDGET, folds: int = 5, seed: int = 0, groups: Sequence[Any] | None = None,
-           out_of_scope: np.ndarray | None = None) -> str:
+           out_of_scope: np.ndarray | None = None, surprise: Surprise | None = None) -> str:
     """Add a `novelty` section to a head file's `document` (before its version digest is taken),
     sized to what the file's `max_bytes` leave, with the model binding it reads (`binding`:
     model_sha256, hidden_size, prompt_version). Returns what was done, for the fit's log. The one
     step `make fit`, relearning (training.fitting.fit_head) and `make fit-history` share."""
     room = max_bytes - len(json.dumps(document, separators=(",", ":")).encode()) - 4096  # the binding, the digest
     section, said = fit_novelty(hidden, gold, len(document["options"]), room_bytes=room, budget=budget, folds=folds,
-                                seed=seed, groups=groups, out_of_scope=out_of_scope)
+                                seed=seed, groups=groups, out_of_scope=out_of_scope, surprise=surprise)
     if section is not None:
         for key in ("model_sha256", "hidden_size", "prompt_version"):
             document.setdefault(key, binding[key])

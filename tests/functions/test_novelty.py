@@ -172,3 +172,21 @@ def test_the_shipped_heads_load_without_novelty_and_judge_unchanged(name):
         head = question.learned_head
         if head is not None:
             assert head.novelty is None and head.novelty_score([0.0] * (head.hidden_size or 1)) is None
+
+
+def test_with_a_surprise_weight_an_answer_the_head_cannot_choose_counts_as_unlike(tmp_path, raw_ticket_policy, shipped,
+                                                                                ticket_data):
+    k = len(shipped[1].options)
+    unsure = confident_head(shipped, novelty={**novelty(k), "surprise_weight": 2.0})
+    unsure["bias"] = [0.0] * k  # every option alike: top probability 1/k
+    policy = install(tmp_path, raw_ticket_policy, unsure)
+    _, near = judged(policy, ticket_data, NEAR)  # 0.5 from a learned mean, yet the head cannot choose
+    top = max(near.probabilities.values())
+    expected = 0.5 + 2.0 * -math.log(top)
+    assert top < 0.6 and expected > 1.0
+    assert near.novelty == pytest.approx(expected)
+    assert f"unlike any option it learned: novelty {expected:.2f} > 1.00" in near.reasons
+
+    confident = install(tmp_path, raw_ticket_policy, confident_head(shipped, novelty={**novelty(k), "surprise_weight": 2.0}))
+    _, sure = judged(confident, ticket_data, NEAR)
+    assert sure.passed and sure.novelty == pytest.approx(0.5, abs=1e-6)  # a sure answer near a mean adds almost nothing

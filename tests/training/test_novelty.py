@@ -142,3 +142,56 @@ def test_fit_history_fits_novelty_and_reports_what_it_catches_of_the_out_of_scop
     code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "body", "--label", "label",
                              "--out", str(tmp_path / "bad"), "--out-of-scope-label", "nowhere"])
     assert code == 2 and "--out-of-scope-label 'nowhere': no row of DATA or TEST has that label" in capsys.readouterr().err
+
+
+def surprised(seed: int, n: int, oos: int):
+    """The head's surprise: small on in-scope items, large on out-of-scope ones whose hidden
+    states sit among the in-scope classes (the distance alone cannot tell them apart)."""
+    rng = np.random.default_rng(seed)
+    return rng.exponential(0.2, n), rng.uniform(1.5, 3.0, oos)
+
+
+def test_out_of_scope_training_items_choose_the_surprise_weight_that_catches_them():
+    hidden, gold, _, _ = clusters(4)
+    inside = hidden[:30] + np.random.default_rng(9).normal(0, 0.1, hidden[:30].shape)  # near learned means
+    e_in, e_out = surprised(4, len(gold), len(inside))
+    rows = np.arange(len(gold))
+    alone, _ = novelty.fit_novelty(hidden, gold, 4, room_bytes=400_000, out_of_scope=inside)
+    mixed, said = novelty.fit_novelty(hidden, gold, 4, room_bytes=400_000, out_of_scope=inside,
+                                      surprise=novelty.Surprise(rows, e_in, e_out))
+    assert alone is not None and mixed is not None
+    assert alone["out_of_scope_caught"] < 0.2  # by distance, these look in scope
+    assert mixed["surprise_weight"] > 0 and mixed["out_of_scope_caught"] == 1.0
+    assert "chosen on 30 out-of-scope training items" in said
+    assert mixed["out_of_fold_in_scope_review"] <= 0.04  # the budget holds for the combined score
+
+
+def test_without_out_of_scope_items_the_two_are_put_on_one_footing():
+    hidden, gold, _, _ = clusters(5)
+    e_in, _ = surprised(5, len(gold), 0)
+    section, said = novelty.fit_novelty(hidden, gold, 4, room_bytes=400_000,
+                                        surprise=novelty.Surprise(np.arange(len(gold)), e_in))
+    assert section is not None and "both on one footing" in said
+    distances = np.array([novelty.Space.fit(hidden, gold, 4, 48).score(hidden)]).ravel()
+    # the ratio of the spreads, the distances taken out of fold (so only about the in-sample ratio)
+    assert section["surprise_weight"] == pytest.approx(distances.std() / e_in.std(), rel=0.5)
+
+
+def test_the_routing_function_adds_the_heads_surprise_as_the_fitter_does():
+    hidden, gold, _, far = clusters(6, width=24)
+    e_in, _ = surprised(6, len(gold), 0)
+    section, _ = novelty.fit_novelty(hidden, gold, 4, room_bytes=400_000, surprise=novelty.Surprise(np.arange(len(gold)), e_in))
+    assert section is not None
+    head = Head.model_validate({"format": "decision-router-head/2", "version": "v", "question_sha256": "b" * 64,
+                                "model_sha256": "c" * 64, "hidden_size": 24, "prompt_version": "signals-v1",
+                                "options": ["a", "b", "c", "d"], "bias": [0.0] * 4,
+                                "hidden": {"weights": [[0.0] * 24 for _ in range(4)]},
+                                "thresholds": {"min_confidence": 0.5, "min_margin": 0.0},
+                                "fit": {"examples": 240, "fitted_on": "2026-12-05", "regularisation": 1.0, "folds": 5,
+                                        "cv_accuracy": 0.9, "cv_ece": 0.02}, "novelty": section})
+    probabilities = [0.4, 0.3, 0.2, 0.1]
+    distance = space_of(section).score(far[:1])[0]
+    assert head.novelty_score(list(far[0]), probabilities) == pytest.approx(
+        distance + section["surprise_weight"] * -np.log(0.4), rel=1e-9)
+    with pytest.raises(ValueError, match="reads its own probabilities"):
+        head.novelty_score(list(far[0]))

@@ -112,13 +112,18 @@ class NoveltyBlock(StrictModel):
     from z to the nearest option's mean, sqrt(min_o |z − means[o]|²). The projection folds in the
     hidden state's standardisation, its principal directions and the covariance's whitening, so
     the score is a plain Euclidean distance there. An item scoring above `threshold` is unlike any
-    option the head learned: it goes to review."""
+    option the head learned: it goes to review. With `surprise_weight` w > 0 the score also counts
+    the head's own surprise at its answer, w · (−ln top probability): an item near no option's
+    mean, or one the head cannot tell between options, scores high (the two signals catch
+    different out-of-scope items; the weight is chosen when the head is fitted)."""
 
     score: Literal["mahalanobis"] = "mahalanobis"
     centre: list[float] = Field(min_length=1, description="The training hidden states' mean (hidden_size values).")
     projection: list[list[float]] = Field(min_length=1, description="One row per reduced dimension, hidden_size values each.")
     means: list[list[float]] = Field(description="One row per option: its mean in the reduced space (an option with no "
                                      "training item has none: an empty row).")
+    surprise_weight: float = Field(0.0, ge=0, description="The weight of the head's surprise, −ln of its top "
+                                   "probability, added to the distance (0: the distance alone).")
     threshold: float = Field(gt=0, description="Scores above it go to review.")
     in_scope_budget: Unit = Field(description="The share of in-scope items the threshold was chosen to send to review.")
     out_of_fold_in_scope_review: Unit = Field(description="The share of training items above the threshold, out of fold.")
@@ -280,19 +285,25 @@ class Head(StrictModel):
                 logits[o] += math.fsum(w * z for w, z in zip(row, centred))
         return logits
 
-    def novelty_score(self, hidden: Sequence[float]) -> float | None:
+    def novelty_score(self, hidden: Sequence[float], probabilities: Sequence[float] | None = None) -> float | None:
         """How unlike every option it learned the item is (NoveltyBlock), or None when the head
-        has no novelty part. Pure Python, like the logits: 64 rows over a 576-wide hidden state
+        has no novelty part; `probabilities`: the head's own, which a novelty part with a
+        surprise weight reads. Pure Python, like the logits: 64 rows over a 576-wide hidden state
         took about 2 ms a decision on a busy 2-core machine."""
         novelty = self.novelty
         if novelty is None:
             return None
+        surprise = 0.0
+        if novelty.surprise_weight > 0:
+            if not probabilities:
+                raise ValueError("this head's novelty reads its own probabilities: pass them")
+            surprise = novelty.surprise_weight * -math.log(max(max(probabilities), 1e-300))
         if len(hidden) != len(novelty.centre):
             raise ValueError(f"hidden state has {len(hidden)} values; the head's novelty reads {len(novelty.centre)}")
         shifted = list(map(operator.sub, hidden, novelty.centre))
         z = [math.fsum(map(operator.mul, row, shifted)) for row in novelty.projection]
         nearest = min(math.fsum((a - b) ** 2 for a, b in zip(z, mean)) for mean in novelty.means if mean)
-        return math.sqrt(nearest)
+        return math.sqrt(nearest) + surprise
 
     def probabilities(self, state: State, hidden: Sequence[float] | None = None,
                       letter_logits: Sequence[float] | None = None) -> list[float]:

@@ -65,14 +65,15 @@ def empty_evidence(head: Head, state: State) -> list[str]:
 UNLIKE = "unlike any option it learned"
 
 
-def novelty_reasons(head: Head, hidden: Sequence[float] | None) -> tuple[float | None, list[str]]:
+def novelty_reasons(head: Head, hidden: Sequence[float] | None,
+                    probabilities: Sequence[float] | None = None) -> tuple[float | None, list[str]]:
     """The head's novelty score of the item's hidden state and, above its threshold, the reason
     to hold the answer: the item belongs to no option the head learned, however confident its
     probabilities are (they only compare the options it knows). (None, []) for a head without a
     novelty part, which judges exactly as before."""
     if head.novelty is None or hidden is None:
         return None, []
-    score = head.novelty_score(hidden)
+    score = head.novelty_score(hidden, probabilities)
     assert score is not None
     threshold = head.novelty.threshold
     if score <= threshold:  # at its threshold passes, like every other check
@@ -127,7 +128,7 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     if applied is not None and state is not None:
         reasons += empty_evidence(applied, state)
     if applied is not None:
-        novelty, unlike = novelty_reasons(applied, result.hidden_state)
+        novelty, unlike = novelty_reasons(applied, result.hidden_state, probabilities)
         reasons += unlike
     return DecisionEntry(
         question=question.id,
@@ -188,7 +189,7 @@ def _many_options_entry(question: Question, result: DecisionResult, state: State
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
-    novelty, unlike = novelty_reasons(head, result.hidden_state)
+    novelty, unlike = novelty_reasons(head, result.hidden_state, probabilities)
     reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie) + empty_evidence(head, state) + unlike
     by_option = dict(zip(question.option_ids, probabilities))
     return DecisionEntry(
