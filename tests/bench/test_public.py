@@ -50,3 +50,12 @@ def test_clinc150_gives_its_out_of_scope_training_queries_as_data_labelled_oos()
     assert sum(row["label"] == "oos" for row in test) == 1000 and len(test) == 5500
     train, test = public_run.banking77()
     assert (len(train), len(test), len({row["label"] for row in train})) == (10003, 3080, 77)
+
+
+def test_the_answered_cell_flags_a_precision_below_the_target():
+    kept = {"auto_share": 0.871, "auto_precision": 0.975, "auto_precision_lower_bound": 0.968}
+    assert public_run.answered_cell(kept, 0.97) == "87.1 % (97.5 %, ≥ 96.8 %)"
+    missed = {"auto_share": 0.973, "auto_precision": 0.955, "auto_precision_lower_bound": 0.948}
+    assert public_run.answered_cell(missed, 0.97) == "97.3 % (95.5 %, ≥ 94.8 %; **target missed by 1.5 points**)"
+    assert public_run.answered_cell({"auto_share": 0.0, "auto_precision": None, "auto_precision_lower_bound": None},
+                                    0.97) == "0.0 % (nothing answered alone)"
