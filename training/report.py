@@ -259,10 +259,10 @@ def markdown(summary: dict) -> str:
                 lines.append(f"| {name} | {language} | {cell['decisions']} | " + " | ".join(row) + " |")
     lines += ["", "## Decisions", ""]
     for name, q in summary["questions"].items():
-        verdict = "head written" if q["head_written"] else "no head (letters keep deciding)"
+        written = "head written" if q["head_written"] else "no head (letters keep deciding)"
         why = "" if q["beats_chance"] else f"; the head does not beat always-the-commonest-answer ({q['chance_rate']:.0%})"
         overtakes = q["overtakes_letters_at"]
-        lines.append(f"- **{name}**: {verdict}{why}. C = {q['regularisation']}, model weight = {q['model_weight']}, "
+        lines.append(f"- **{name}**: {written}{why}. C = {q['regularisation']}, model weight = {q['model_weight']}, "
                      f"head T = {q['head_temperature']:.3f}, thresholds {q['thresholds']} (at most "
                      f"{q['max_auto_error']:.0%} of auto-routed answers wrong with 95 % confidence, out of fold); "
                      f"overtakes the letters at {overtakes if overtakes is not None else '–'} labelled examples."
