@@ -47,8 +47,11 @@ def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, so
                              targets=targets, curve=curve)
     document = learn.head_document(fit, version="", binding=binding, data=sources, fitted_on=fitted_on)
     limit = MAX_HEAD_BYTES if len(question.option_ids) <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES
-    said = novelty.attach(document, signals.hidden, signals.gold, binding=binding, max_bytes=limit,
-                          budget=novelty_budget, folds=folds, seed=seed, groups=signals.groups)
+    if fit.model_weight > 0:
+        said = novelty.attach(document, signals.hidden, signals.gold, binding=binding, max_bytes=limit,
+                              budget=novelty_budget, folds=folds, seed=seed, groups=signals.groups)
+    else:  # a head on the text alone serves any model: a novelty part would bind it to this one
+        said = "no novelty part: the head reads the text alone (model weight 0), so it serves any model"
     if say is not None:
         say(f"{policy.name}/{question.id}: {said}")
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]

@@ -198,4 +198,4 @@ def test_with_a_surprise_weight_an_answer_the_head_cannot_choose_counts_as_unlik
 
     confident = install(tmp_path, raw_ticket_policy, confident_head(shipped, novelty={**novelty(k), "surprise_weight": 2.0}))
     _, sure = judged(confident, ticket_data, NEAR)
-    assert sure.passed and sure.novelty == pytest.approx(0.5, abs=1e-6)  # a sure answer near a mean adds almost nothing
+    assert sure.passed and sure.novelty == pytest.approx(0.5, abs=1e-3)  # a sure answer near a mean adds almost nothing

@@ -195,3 +195,22 @@ def test_the_routing_function_adds_the_heads_surprise_as_the_fitter_does():
         distance + section["surprise_weight"] * -np.log(0.4), rel=1e-9)
     with pytest.raises(ValueError, match="reads its own probabilities"):
         head.novelty_score(list(far[0]))
+
+
+def test_a_head_on_the_text_alone_gets_no_novelty_part_so_it_still_serves_any_model():
+    import json as json_
+    from datetime import date
+
+    from tests.training.test_gate import MODEL, POLICY, PRIORITY, REPO, Example, build_state, parse_item
+    from training.fitting import fit_head
+
+    rng = np.random.default_rng(0)
+    rows = [json_.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    train = [Example(policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="train",
+                     fold_group=str(i), option_ids=PRIORITY.option_ids, gold=PRIORITY.option_ids.index(r["gold"]["priority"]),
+                     state=build_state(POLICY, parse_item("incident", r["item"])), hidden=rng.normal(0, 1, 8),
+                     letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v")
+             for i, r in enumerate(x for x in rows if x.get("split") != "test")]  # hidden states of noise
+    fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
+    assert fit.model_weight == 0.0  # the noise is given no weight: the head reads the text alone
+    assert "novelty" not in document and "model_sha256" not in document
