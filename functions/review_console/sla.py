@@ -79,14 +79,13 @@ def escalate(given: Wiring, review: PendingReview, summary: console.PendingSumma
     assert summary.sla is not None
     if not given.escalations.claim(summary.execution_name):
         return False
-    record = review.record
+    record, reason = review.record, escalation_reason(summary.sla)
     # The workflow's PutItemEscalatedBeforeReview fields (no item text: the page names the item),
     # target null as there (the destination awaits the reviewer), and why.
     given.bus.put(SWEEP_SOURCE, ESCALATED, {
         "item_kind": record.item_kind, "item_id": record.item_id, "target": None, "route": record.route,
         "policy": record.policy.model_dump(mode="json"), "execution_name": summary.execution_name,
-        "reason": escalation_reason(summary.sla), "sla": summary.sla.model_dump(mode="json")})
+        "reason": reason, "sla": summary.sla.model_dump(mode="json")})
     given.escalations.sent(summary.execution_name)
-    logger.info("review SLA escalated", extra={"execution_name": summary.execution_name,
-                                               "reason": escalation_reason(summary.sla)})
+    logger.info("review SLA escalated", extra={"execution_name": summary.execution_name, "reason": reason})
     return True
