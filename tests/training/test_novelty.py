@@ -214,3 +214,37 @@ def test_a_head_on_the_text_alone_gets_no_novelty_part_so_it_still_serves_any_mo
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
     assert fit.model_weight == 0.0  # the noise is given no weight: the head reads the text alone
     assert "novelty" not in document and "model_sha256" not in document
+
+
+def test_make_fit_gives_a_head_reading_the_hidden_state_a_novelty_part_with_its_own_surprise():
+    """`make fit` (fit_head) passes the head's out-of-fold probabilities, as fit-history does: the
+    stored score is the distance plus the surprise on one footing, and the routing function's
+    score of a training item is exactly that sum."""
+    import json as json_
+    from datetime import date
+
+    from tests.training.test_gate import MODEL, POLICY, PRIORITY, REPO, Example, build_state, parse_item
+    from training.fitting import fit_head
+
+    rng = np.random.default_rng(0)
+    rows = [json_.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    k = len(PRIORITY.options)
+    train = []
+    for i, r in enumerate(x for x in rows if x.get("split") != "test"):
+        gold = PRIORITY.option_ids.index(r["gold"]["priority"])
+        hidden = rng.normal(0, 1, MODEL.hidden_size)
+        hidden[gold % MODEL.hidden_size] += 3.0  # says the answer, noisily
+        train.append(Example(policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="train",
+                             fold_group=str(i), option_ids=PRIORITY.option_ids, gold=gold,
+                             state=build_state(POLICY, parse_item("incident", r["item"])), hidden=hidden,
+                             letter_logits=np.zeros(k), allowed_token_mass=0.9, prompt_version="v"))
+    fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
+    assert fit.model_weight > 0
+    section = document["novelty"]
+    assert section["surprise_weight"] > 0
+    head = Head.model_validate(document)
+    example = train[0]
+    probabilities = head.probabilities(example.state, list(example.hidden), list(example.letter_logits))
+    distance = space_of(section).score(np.asarray([example.hidden]))[0]
+    assert head.novelty_score(list(example.hidden), probabilities) == pytest.approx(
+        distance + section["surprise_weight"] * -np.log(max(probabilities)), rel=1e-6)
