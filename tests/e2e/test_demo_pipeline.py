@@ -172,7 +172,7 @@ def test_tickets_the_shipped_head_is_sure_of_are_routed_by_it_end_to_end(local_p
 
 
 # The demo's tickets that belong to no queue: a lasagna recipe, last night's football score.
-OFF_TOPIC = ("T-1009", "T-1010")
+OFF_TOPIC = ("T-1009", "T-1010", "T-1011")
 
 
 @pytest.mark.model
@@ -184,9 +184,12 @@ def test_tickets_that_belong_to_no_queue_go_to_review_with_the_novelty_check_in_
     a person, and its why (the record's, the REPORT= line's) carries the novelty check, its value
     against the head's threshold; above it, the reason says the item is unlike any option it learned.
 
-    With the embedded model the two land in review by the head's confidence, not its novelty
-    (measured: confidence 0.87 and 0.72 against min_confidence 0.90; novelty 7.0 and 8.2 against
-    10.31, within the training tickets' spread): what this holds is what is true either way."""
+    With the embedded model the lasagna and football tickets land in review by the head's
+    confidence, not its novelty (measured: confidence 0.87 and 0.72 against min_confidence 0.90;
+    novelty 7.7 and 9.7 against 13.14, within the training tickets' spread): what this holds of
+    them is what is true either way. The Georgian small talk (T-1011) is the case the check is
+    for: the head is sure of it (sales, 0.98 ≥ 0.90) and would route it alone, but its novelty,
+    17.5, is far above the threshold, so the novelty check alone holds it."""
     head = load_policy("support-ticket").routing_question.learned_head
     assert head is not None and head.novelty is not None, "the shipped queue head carries a novelty part"
     pipeline = local_pipeline(decision_server_url)
@@ -214,6 +217,13 @@ def test_tickets_that_belong_to_no_queue_go_to_review_with_the_novelty_check_in_
         if check["passed"]:  # then another check held it: the head's confidence, named in the reason
             assert decision.confidence is not None and decision.confidence < decision.thresholds.min_confidence
             assert "queue: confidence " in record.route_reason
+
+    unlike_only = next(o for o in outcomes if o.item.item_id == "T-1011")
+    (decision,) = unlike_only.record.decisions
+    assert decision.novelty is not None and decision.novelty > head.novelty.threshold
+    assert decision.confidence is not None and decision.confidence >= decision.thresholds.min_confidence
+    assert unlike_only.record.route_reason == (
+        f"queue: unlike any option it learned: novelty {decision.novelty:.2f} > {head.novelty.threshold:.2f}")
 
 
 @pytest.mark.stack
