@@ -180,7 +180,10 @@ def test_the_shipped_ticket_head_carries_a_novelty_part_bound_to_the_model_it_re
     assert len(part.projection) == 64 and all(len(row) == head.hidden_size for row in part.projection)
     assert len(part.means) == len(head.options) and all(len(row) == 64 for row in part.means)
     assert 0.0 < part.out_of_fold_in_scope_review <= part.in_scope_budget  # its threshold, chosen out of fold
-    assert head.novelty_score(part.centre) is not None
+    assert part.surprise_weight > 0  # make fit gives it the head's surprise
+    uniform = [1 / len(head.options)] * len(head.options)  # at the options' centre, the head cannot choose
+    assert head.novelty_score(part.centre, uniform) == pytest.approx(
+        head.novelty_score(part.centre, [1.0] + [0.0] * (len(head.options) - 1)) + part.surprise_weight * math.log(len(head.options)))
 
 
 def test_with_a_surprise_weight_an_answer_the_head_cannot_choose_counts_as_unlike(tmp_path, raw_ticket_policy, shipped,
