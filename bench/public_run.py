@@ -100,6 +100,9 @@ def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: P
     subprocess.run(command, check=True, env=env, cwd=REPO)
     report = json.loads((folder / "fit/report.json").read_text())
     report["wall_seconds"] = round(time.perf_counter() - started, 1)
+    if name in OUT_OF_SCOPE and "novelty" in report:  # each novelty signal beside the kept one, from the run's cache
+        report["novelty_methods"] = subprocess.run(novelty_methods_command(name, data, held, folder / "fit", limit, cache, layout),
+                                                   check=True, env=env, cwd=REPO, capture_output=True, text=True).stdout
     return report
 
 
@@ -114,6 +117,14 @@ def fit_history_command(name: str, data: Path, held: Path, out: Path, limit: int
     command += ["--cache", str(cache)] if cache is not None else []
     command += ["--layout", layout] if layout else []
     return command
+
+
+def novelty_methods_command(name: str, data: Path, held: Path, run: Path, limit: int | None, cache: Path | None,
+                            layout: str | None = None) -> list[str]:
+    """The `python -m training.novelty_methods` command that compares the novelty signals on a
+    set's run (its TEST's out-of-scope items against its in-scope ones): the run's own fit-history
+    options, so its export reads the same and its signals come from the same cache."""
+    return [sys.executable, "-m", "training.novelty_methods", *fit_history_command(name, data, held, run, limit, None, cache, layout)[3:]]
 
 
 def out_of_scope_cell(figures: dict) -> str:
@@ -180,6 +191,11 @@ def table(reports: dict[str, dict], limit: int | None, seconds: float, layout: s
                      f"{report['holdout'].get('regularisation', '–')} | "
                      f"{report['holdout']['terms']} | {report['seconds']['scoring']} | {report['seconds']['fitting']} | "
                      f"{report['wall_seconds']} |")
+    for name, report in reports.items():
+        if report.get("novelty_methods"):
+            lines += ["", f"Novelty signals on {name}'s TEST (`python -m training.novelty_methods`: each read off TEST "
+                          "for comparison, none chosen by it; the router uses the kept score at its threshold chosen "
+                          "on DATA, in the table above):", "", report["novelty_methods"].strip()]
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,8 @@ def test_a_limit_slice_of_both_public_sets_runs_through_fit_history_and_writes_t
     assert clinc["out_of_scope"]["items"] == 1  # oos_test queries are in TEST
     assert clinc["read"]["out_of_scope"] == {"label": "oos", "data": 1, "test": 1}  # and oos_train's in DATA, no option
     assert "auroc" in clinc["novelty"]
+    assert "Novelty signals on clinc150's TEST" in table and "| the kept novelty score |" in table
+    assert "Novelty signals on banking77" not in table  # no out-of-scope items to compare on
 
 
 @pytest.mark.parametrize("name, named", [("clinc150", True), ("banking77", False)])
@@ -34,6 +36,14 @@ def test_the_out_of_scope_label_is_named_to_the_fitter_where_a_set_has_one(tmp_p
     assert ("--out-of-scope-label" in command) == named
     if named:
         assert command[command.index("--out-of-scope-label") + 1] == "oos"
+
+
+def test_the_novelty_signals_are_compared_on_the_runs_own_arguments(tmp_path):
+    fitted = public_run.fit_history_command("clinc150", tmp_path / "d", tmp_path / "t", tmp_path / "o", None, None,
+                                            tmp_path / "cache", "criterion-first")
+    command = public_run.novelty_methods_command("clinc150", tmp_path / "d", tmp_path / "t", tmp_path / "o", None,
+                                                 tmp_path / "cache", "criterion-first")
+    assert command[1:3] == ["-m", "training.novelty_methods"] and command[3:] == fitted[3:]
 
 
 def test_the_out_of_scope_cell_says_what_novelty_added():
