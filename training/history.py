@@ -120,6 +120,13 @@ MODEL_WEIGHTS = (0.0, 1.0)
 #: with the least held-out log loss (a few labels a option want a stronger prior than thousands).
 HEAD_C = 10.0
 C_CHOICES = (1.0, 3.0, 10.0, 30.0, 100.0)
+#: Fewer training rows an option than this, on average, and the head keeps terms seen in a single
+#: row (learn.MIN_DF otherwise): with an item or two an option, such a term is often all the
+#: evidence its option has (the text classifier keeps them at every size).
+FEW_ROWS_AN_OPTION = 5
+#: Fewer held-out items of options the fitting rows saw than this, and neither is chosen: C stays
+#: HEAD_C (the text classifier's) and the model's weight the largest asked for.
+MIN_JUDGED = 10
 #: The temperature and the threshold are read from out-of-fold logits of this many folds over the
 #: grid sample (every row held out once); the model's weight from the first fold alone.
 FOLDS = 5
@@ -423,42 +430,57 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
     max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
+    min_df = 1 if n < FEW_ROWS_AN_OPTION * len(np.unique(s.gold)) else learn.MIN_DF
+    if min_df == 1:
+        say(f"  {n} rows for {len(np.unique(s.gold))} options (fewer than {FEW_ROWS_AN_OPTION} an option): the head keeps "
+            "terms seen in one row too")
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        space = learn.Space.fit(s, fit_rows, max_terms=max_terms)
+        space = learn.Space.fit(s, fit_rows, max_terms=max_terms, min_df=min_df)
         losses, held_logits = {}, {}
         weights = MODEL_WEIGHTS if model_weight is None else (model_weight,)
-        for weight in weights:
+        # Only held-out items of options the fitting rows saw judge a choice: an item of an option the
+        # head never saw is no choice it could get right, and its log loss favours the flattest head
+        # (with a few items a label, most held-out items are such)
+        seen = np.isin(s.gold[held], s.gold[fit_rows])
+        judged, judged_gold = np.flatnonzero(seen), list(s.gold[held][seen])
+        choose = len(judged) >= MIN_JUDGED
+        if not choose:
+            say(f"  {len(judged)} held-out item(s) of options the fitting rows saw (fewer than {MIN_JUDGED}): nothing is "
+                f"chosen, C {HEAD_C:g} and the model's weight {weights[-1]:g}")
+        for weight in weights if choose else weights[-1:]:
             started = time.perf_counter()
             linear = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
             held_logits[weight] = learn.numpy_logits(linear, s, held)
-            losses[weight] = metrics.mean_nll_at(list(held_logits[weight]), list(s.gold[held]), 1.0)
-            say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
-        weight = min(weights, key=lambda w: (round(losses[w], 9), w))
+            if choose:
+                losses[weight] = metrics.mean_nll_at(list(held_logits[weight][judged]), judged_gold, 1.0)
+                say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
+        weight = min(losses, key=lambda w: (round(losses[w], 9), w)) if choose else weights[-1]
         # C by the held-out log loss at its own best temperature: the head is calibrated after, so a
         # large C's overconfidence is not held against it, only how well it ranks the options
         c_losses, c_logits = {}, {HEAD_C: held_logits[weight]}
-        for C in C_CHOICES:
+        for C in C_CHOICES if choose else ():
             started = time.perf_counter()
             if C not in c_logits:
                 c_logits[C] = learn.numpy_logits(learn.fit_linear(s, fit_rows, k, C, weight, space=space), s, held)
-            at = metrics.fit_temperature(list(c_logits[C]), list(s.gold[held])).temperature
-            c_losses[C] = metrics.mean_nll_at(list(c_logits[C]), list(s.gold[held]), at)
+            at = metrics.fit_temperature(list(c_logits[C][judged]), judged_gold).temperature
+            c_losses[C] = metrics.mean_nll_at(list(c_logits[C][judged]), judged_gold, at)
             say(f"  head, model weight {weight}, C {C:g}: held-out log loss {c_losses[C]:.3f} at temperature {at:.2f} "
                 f"({time.perf_counter() - started:.0f} s)")
-        head_C = min(C_CHOICES, key=lambda c: (round(c_losses[c], 9), abs(np.log(c / HEAD_C))))
+        head_C = min(c_losses, key=lambda c: (round(c_losses[c], 9), abs(np.log(c / HEAD_C)))) if choose else HEAD_C
         started = time.perf_counter()
         oof_logits = [c_logits[head_C]]
         for part in parts[1:]:
             train = np.setdiff1d(grid, part)
-            linear = learn.fit_linear(s, train, k, head_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms))
+            linear = learn.fit_linear(s, train, k, head_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms, min_df=min_df))
             oof_logits.append(learn.numpy_logits(linear, s, part))
         oof_rows, oof = np.concatenate(parts), np.vstack(oof_logits)
         say(f"  head out of fold ({len(parts)} folds of {len(grid)} rows): {time.perf_counter() - started:.0f} s")
         temperature = metrics.fit_temperature(list(oof), list(s.gold[oof_rows])).temperature
         readout = judge(learn._softmax_rows(oof, temperature), s.gold[oof_rows], formula, max_error, 5)
         started = time.perf_counter()
-        final = learn.fit_linear(s, np.arange(n), k, head_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms))
+        final = learn.fit_linear(s, np.arange(n), k, head_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms,
+                                                                                  min_df=min_df))
         say(f"  head on all {n}: {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
         base_rows = stratified_sample(s.gold, BASELINE_ROWS, seed)
@@ -496,7 +518,7 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
     holdout = {"rows": len(held), "grid_rows": len(grid), "folds": len(parts), "fitted_rows": n, "model_weight": weight,
-               "log_loss": {str(w): v for w, v in losses.items()}, "regularisation": head_C,
+               "judged_rows": len(judged), "min_df": min_df, "log_loss": {str(w): v for w, v in losses.items()}, "regularisation": head_C,
                "log_loss_by_C": {f"{c:g}": v for c, v in c_losses.items()},
                "accuracy": readout.accuracy, "min_confidence": readout.min_confidence, "auto_share": readout.auto_routed_share,
                "auto_precision": readout.auto_routed_accuracy, "auto_precision_lower_bound": readout.auto_routed_lower_bound,

@@ -121,11 +121,12 @@ class Space:
     built: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def fit(cls, s: Signals, rows: Sequence[int], use_text: bool = True, max_terms: int = MAX_TERMS) -> "Space":
+    def fit(cls, s: Signals, rows: Sequence[int], use_text: bool = True, max_terms: int = MAX_TERMS,
+            min_df: int = MIN_DF) -> "Space":
         df: Counter[str] = Counter()
         for i in rows:
             df.update(s.counts[i].keys())
-        kept = sorted((t for t, n in df.items() if n >= MIN_DF), key=lambda t: (-df[t], t))[:max_terms] if use_text else []
+        kept = sorted((t for t, n in df.items() if n >= min_df), key=lambda t: (-df[t], t))[:max_terms] if use_text else []
         kept.sort()
         idf = [inverse_document_frequency(len(rows), df[t]) for t in kept]
         values = sorted({v for i in rows for v in s.indicators[i]}) if use_text and CATEGORY_SCALE > 0 else []

@@ -9,6 +9,7 @@ import csv
 import hashlib
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -333,3 +334,39 @@ def test_the_report_flags_a_missed_target_and_by_how_much():
     assert "1.5% below the promised 97.0%" in thresholds.verdict({"auto_precision": 0.955, **missed})
     assert "NOTHING IS ROUTED ALONE" in thresholds.verdict({"auto_precision": None, **nothing})
     assert "at least 99 labelled items" in thresholds.verdict({"auto_precision": None, **nothing})
+
+
+def test_with_a_row_or_two_an_option_the_head_keeps_terms_seen_once_and_chooses_nothing_on_unseen_options(tmp_path):
+    """Twenty labels of one row each: a term of one row is often all its option has, so the head
+    keeps it (as the text classifier does); and every held-out row's option is one the fitting rows
+    never saw, so no held-out log loss can choose C or the model's weight (it would favour the
+    flattest head): both stay at their defaults, and the report says so."""
+    rows = export(20, 1, 3)
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    test = write_jsonl(tmp_path / "test.jsonl", export(20, 2, 4))
+    out = tmp_path / "out"
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                             "--out", str(out), "--min-examples", "1"])
+    assert code == 0
+    holdout = json.loads((out / "report.json").read_text())["holdout"]
+    assert holdout["min_df"] == 1 and holdout["judged_rows"] == 0
+    assert holdout["regularisation"] == history.HEAD_C and holdout["log_loss_by_C"] == {} and holdout["log_loss"] == {}
+    assert holdout["model_weight"] == max(history.MODEL_WEIGHTS)
+    head = json.loads((out / "heads/label.json").read_text())
+    seen_in = Counter(word for r in rows for word in set(f"{r['subject']} {r['body']}".split()))
+    once = {word for word, n in seen_in.items() if n == 1}
+    assert once and {f"w:{word}" for word in once} <= set(head["text"]["terms"])
+
+
+def test_with_many_rows_an_option_only_terms_of_two_rows_are_kept_and_c_is_chosen_on_seen_options(tmp_path):
+    rows = export(4, 30, 5) + [{"subject": "card card", "body": "zyzzyva refund", "label": "intent_00"}]
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 3, 6))
+    out = tmp_path / "out"
+    code, _ = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                             "--out", str(out)])
+    assert code == 0
+    holdout = json.loads((out / "report.json").read_text())["holdout"]
+    assert holdout["min_df"] == 2 and holdout["judged_rows"] == holdout["rows"]  # every held-out option was seen
+    assert set(holdout["log_loss_by_C"]) == {f"{c:g}" for c in history.C_CHOICES}
+    assert "w:zyzzyva" not in json.loads((out / "heads/label.json").read_text())["text"]["terms"]
