@@ -13,7 +13,8 @@ its AUROC (out of scope against in scope) and the share of out-of-scope items ab
 threshold set at the budget's share of in-scope ones. Nothing here chooses anything the router
 uses; the kept score's threshold was chosen on DATA (training/novelty.py). Signals:
 
-- the kept novelty score and the head's confidence (1 - confidence), from predictions.jsonl;
+- the kept novelty score and the head's confidence (1 - confidence), from predictions.jsonl; the
+  kept score's two parts, the distance alone and the head's surprise alone;
 - the hidden state's nearest training item (cosine distance after centring on the training
   mean, Sun et al. 2022): a score the head file cannot carry (it needs every training item's
   hidden state, about 17 MB a thousand items);
@@ -33,6 +34,8 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
+
+from decision_router.domain.policies import load_policy
 
 from . import learn
 from .history import BASELINE_ROWS, SignalCache, _signals, read_export, request_keys, requests, stratified_sample
@@ -113,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
 
     kept = np.array([p["novelty"] for p in predictions])
     unsure = 1.0 - np.array([p["confidence"] or 0.0 for p in predictions])
+    head = load_policy(run.out / "policy.json").questions[0].learned_head
+    assert head is not None and head.novelty is not None, "predictions with novelty come from a head with a novelty part"
+    sure = [1.0] + [0.0] * (len(head.options) - 1)  # a surprise of 0: the distance alone
+    distance = np.array([head.novelty_score(list(h), sure) for h in test_hidden])
     nearest = nearest_distance(train_hidden, test_hidden)
     s = _signals(train_states, train_hidden, export.gold, export.fields)
     held = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields)
@@ -120,11 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     text = learn.baseline_probabilities(s, rows, np.arange(len(test_states)), len(export.vocab.options), held)
     text_surprise = -np.log(np.maximum(text.max(axis=1), 1e-300))
     signals = [("the kept novelty score", kept), ("the head's confidence (1 − confidence)", unsure),
-               ("hidden state: nearest training item (cosine, centred)", nearest),
-               ("the text classifier's surprise", text_surprise),
-               ("kept score + nearest training item (ranks)", ranks(kept, nearest)),
-               ("kept score + text classifier's surprise (ranks)", ranks(kept, text_surprise)),
-               ("all three (ranks)", ranks(kept, nearest, text_surprise))]
+               ("its distance alone (Mahalanobis)", distance)]
+    if head.novelty.surprise_weight > 0:
+        signals.append(("its surprise alone (−ln top probability)", (kept - distance) / head.novelty.surprise_weight))
+    signals += [("hidden state: nearest training item (cosine, centred)", nearest),
+                ("the text classifier's surprise", text_surprise),
+                ("kept score + nearest training item (ranks)", ranks(kept, nearest)),
+                ("kept score + text classifier's surprise (ranks)", ranks(kept, text_surprise)),
+                ("all three (ranks)", ranks(kept, nearest, text_surprise))]
     result = table([(name, *separation(out_of_scope, score, args.budget)) for name, score in signals], args.budget)
     print(f"{int(out_of_scope.sum())} out-of-scope and {int((~out_of_scope).sum())} in-scope TEST items\n\n{result}")
     return 0

@@ -26,7 +26,9 @@ def test_each_signal_is_read_off_the_runs_test_from_its_cache(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "8 out-of-scope and 48 in-scope TEST items" in printed
     rows = [line for line in printed.splitlines() if line.startswith("| ") and "%" in line and "signal" not in line]
-    assert len(rows) == 7
+    names = [row.strip("|").split("|")[0].strip() for row in rows]
+    assert names[:3] == ["the kept novelty score", "the head's confidence (1 − confidence)", "its distance alone (Mahalanobis)"]
+    assert len(rows) == 8 + ("its surprise alone (−ln top probability)" in names)
     for row in rows:
         caught, auroc = (cell.strip() for cell in row.strip("|").split("|")[1:])
         assert 0.0 <= float(caught.rstrip(" %")) <= 100.0 and 0.0 <= float(auroc) <= 1.0
