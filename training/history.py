@@ -78,7 +78,7 @@ from sklearn.metrics import f1_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from decision_contract import MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
+from decision_contract import DEFAULT_LAYOUT, MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_keys, read_shard, request_key, write_shard
 from decision_router.domain.heads import FORMAT, LETTERED_OPTIONS, MAX_HEAD_BYTES, MAX_MANY_OPTIONS_HEAD_BYTES
 from decision_router.domain.judging import UNLIKE, model_entry
@@ -537,9 +537,15 @@ CURVE_ROWS = 4000
 #: the text alone, so nothing in the answer is read but its shape).
 TEXT_ONLY_MODEL = ModelInfo(file="(none: --text-only)", bytes=0, sha256="0" * 64, context_size=0, threads=0, gpu_layers=0,
                             llama_cpp_python_version="", hidden_size=1)
-#: What the embedded model's hidden state added over the same head on the text alone, Banking77
-#: (docs/benchmarks/public.md): (training items per label seen, accuracy points added).
-HIDDEN_STATE_GAINS = ((1.25, 10.6), (1.7, 3.7), (13.0, 2.8), (130.0, 1.1))
+#: What the embedded model's hidden state added over the same head on the text alone, Banking77,
+#: criterion first, each head's C chosen (docs/benchmarks/public.md, bench/learning_curve.py):
+#: (training items per label seen, accuracy points added).
+HIDDEN_STATE_GAINS = ((1.25, 9.8), (1.7, 2.7), (13.0, 1.9), (130.0, 0.9))
+#: Items a second the embedded model scores on this repository's 2-core machine, by the signals
+#: decisions' prompt layout, for the outlook's estimate: the full public sets' runs
+#: (docs/benchmarks/public.md), 11 to 12 items/s criterion first (the criterion is evaluated once
+#: and kept in the prompt cache) against about 4.6 evidence first. A loaded machine is slower.
+SCORING_ITEMS_PER_SECOND: dict[Layout, float] = {"evidence-first": 4.6, "criterion-first": 11.5}
 
 
 def text_curve(raw: dict[str, Any], train_states: Sequence[Any], gold: np.ndarray, seed: int) -> dict[str, Any]:
@@ -559,11 +565,12 @@ def text_curve(raw: dict[str, Any], train_states: Sequence[Any], gold: np.ndarra
     return {"held_out": int(held_n), "points": points, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: int, text_only: bool) -> str:
+def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: int, text_only: bool,
+                  layout: Layout | None = None) -> str:
     """Whether the model's signals are likely to help at this size: the curve's last step, and what
-    the hidden state added at about as many items per label on Banking77 (HIDDEN_STATE_GAINS)."""
-    from .sagemaker_scoring import MEASURED_ITEMS_PER_SECOND_PER_VCPU
-
+    the hidden state added at about as many items per label on Banking77 (HIDDEN_STATE_GAINS); and,
+    unless `text_only`, how long scoring `n_items` takes here, in the signals decisions' `layout`
+    (None: a lettered question's, at the default layout's rate)."""
     points = curve["points"]
     per_label = n_train / max(1, n_options)
     gain = min(HIDDEN_STATE_GAINS, key=lambda g: abs(np.log(g[0]) - np.log(max(per_label, 0.1))))[1]
@@ -572,13 +579,14 @@ def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: 
                   f"{points[-1]['rows']} rows: more labelled rows would help)" if rising else
                   f"has levelled off at {points[-1]['accuracy']:.3f}" if len(points) > 1 else f"reaches {points[-1]['accuracy']:.3f}")
     likely = ("likely to help" if gain >= 2.5 else "unlikely to add more than about a point")
-    hours = n_items / (MEASURED_ITEMS_PER_SECOND_PER_VCPU * 2) / 3600
+    seconds = n_items / SCORING_ITEMS_PER_SECOND[layout or DEFAULT_LAYOUT]
+    takes = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{max(1, round(seconds / 60))} min"
     return (f"the text alone {curve_says}; at {per_label:.0f} training rows per label the model's signals are {likely} "
             f"(the embedded model's hidden state added {gain} points of accuracy at about as many per label on Banking77, "
             f"docs/benchmarks/public.md)"
             + ("; --text-only: the model scores nothing" if text_only else
-               f"; scoring {n_items} items takes about {hours:.1f} h on 2 cores (cached after): MODEL=none (--text-only) "
-               "skips it"))
+               f"; scoring {n_items} items{f' ({layout})' if layout else ''} takes about {takes} on 2 cores (cached after): MODEL=none "
+               "(--text-only) skips it"))
 
 
 def out_of_scope_line(report: dict[str, Any]) -> str | None:
@@ -942,7 +950,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
 
     say(f"{len(vocab.options)} options; {len(train_rows)} training and {len(test_rows)} test items")
     curve = text_curve(raw, train_states, gold, args.seed)
-    outlook = curve_outlook(curve, len(train_rows), len(vocab.options), len(train_rows) + len(test_rows), args.text_only)
+    # a question of at most 16 options is asked lettered, in no layout
+    outlook = curve_outlook(curve, len(train_rows), len(vocab.options), len(train_rows) + len(test_rows), args.text_only,
+                            (args.layout or DEFAULT_LAYOUT) if question.many_options else None)
     say("the text alone, by training rows (accuracy on a held-out fifth of DATA): "
         + ", ".join(f"{point['rows']}: {point['accuracy']:.3f}" for point in curve["points"]) + f" ({curve['seconds']:.0f} s)")
     say(outlook)

@@ -143,6 +143,8 @@ def test_a_head_fitted_on_criterion_first_signals_is_asked_in_that_layout(tmp_pa
     code, runner = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
                                   "--out", str(out), "--layout", "criterion-first", "--model-weight", "1.0"])
     assert code == 0
+    outlook = json.loads((out / "report.json").read_text())["text_curve"]["outlook"]
+    assert "scoring 280 items (criterion-first) takes about 1 min" in outlook  # estimated at that layout's rate
     policy = load_policy(out / "policy.json")
     assert policy.questions[0].learned_head.prompt_version == "criterion-first-v1"
     item = parse_item("ticket", {"ticket_id": "T-1", "subject": "card topic0 card", "body": "card topic0",
@@ -155,6 +157,8 @@ def test_a_head_fitted_on_criterion_first_signals_is_asked_in_that_layout(tmp_pa
     code, again = run(tmp_path, ["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
                                  "--out", str(tmp_path / "again"), "--layout", "evidence-first", "--model-weight", "1.0"])
     assert code == 0 and again.calls == 20 * 14
+    outlook = json.loads((tmp_path / "again" / "report.json").read_text())["text_curve"]["outlook"]
+    assert "scoring 280 items (evidence-first) takes about 1 min" in outlook
 
 
 @pytest.mark.parametrize("mode", ["merge", "review"])

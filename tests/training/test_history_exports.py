@@ -247,6 +247,29 @@ def test_the_text_alone_is_fitted_first_and_its_curve_printed_before_the_model_s
     assert report["model"]["sha256"] == "a" * 64
 
 
+@pytest.mark.parametrize("layout, n_items, takes", [
+    (None, 46_000, "takes about 2.8 h"),  # a lettered question's: 46,000 / 4.6 a second
+    ("evidence-first", 46_000, "(evidence-first) takes about 2.8 h"),
+    ("criterion-first", 46_000, "(criterion-first) takes about 1.1 h"),  # 46,000 / 11.5
+    ("criterion-first", 13_083, "(criterion-first) takes about 19 min"),  # Banking77's, measured 18 min
+])
+def test_the_scoring_estimate_is_at_the_rate_of_the_layout_asked(layout, n_items, takes):
+    curve = {"points": [{"rows": 50, "accuracy": 0.8}, {"rows": 100, "accuracy": 0.81}]}
+    outlook = history.curve_outlook(curve, 1000, 10, n_items, False, layout)
+    assert f"scoring {n_items} items {takes} on 2 cores" in outlook, outlook
+    assert history.SCORING_ITEMS_PER_SECOND["criterion-first"] > 2 * history.SCORING_ITEMS_PER_SECOND["evidence-first"]
+
+
+def test_the_outlook_of_a_lettered_question_takes_no_layout(tmp_path, capsys):
+    # four options are asked lettered: --layout shapes only a many-option question's signals decision
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 60, seed=1))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 10, seed=2))
+    assert fit(tmp_path, train, "--targets", "own", "--layout", "criterion-first", test=test, runner=WordRunner(),
+               text="subject,body", label="label") == 0
+    err = capsys.readouterr().err
+    assert "scoring 280 items takes about 1 min on 2 cores" in err, err  # (240 + 40) / 4.6 a second, no layout named
+
+
 def test_text_only_scores_nothing_and_says_so_in_the_report(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", export(4, 30, seed=1))
     test = write_jsonl(tmp_path / "test.jsonl", export(4, 10, seed=2))
