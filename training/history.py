@@ -540,7 +540,7 @@ TEXT_ONLY_MODEL = ModelInfo(file="(none: --text-only)", bytes=0, sha256="0" * 64
 #: What the embedded model's hidden state added over the same head on the text alone, Banking77,
 #: criterion first, each head's C chosen (docs/benchmarks/public.md, bench/learning_curve.py):
 #: (training items per label seen, accuracy points added).
-HIDDEN_STATE_GAINS = ((1.25, 9.8), (1.7, 2.7), (13.0, 1.9), (130.0, 0.9))
+HIDDEN_STATE_GAINS = ((1.25, 1.3), (1.7, 1.8), (13.0, 1.9), (130.0, 0.9))
 #: Items a second the embedded model scores on this repository's 2-core machine, by the signals
 #: decisions' prompt layout, for the outlook's estimate: the full public sets' runs
 #: (docs/benchmarks/public.md), 11 to 12 items/s criterion first (the criterion is evaluated once
@@ -578,7 +578,7 @@ def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: 
     curve_says = (f"is still rising ({points[-2]['accuracy']:.3f} → {points[-1]['accuracy']:.3f} from {points[-2]['rows']} to "
                   f"{points[-1]['rows']} rows: more labelled rows would help)" if rising else
                   f"has levelled off at {points[-1]['accuracy']:.3f}" if len(points) > 1 else f"reaches {points[-1]['accuracy']:.3f}")
-    likely = ("likely to help" if gain >= 2.5 else "unlikely to add more than about a point")
+    likely = ("likely to help" if gain >= 2.5 else "likely to add a point or two at most")
     seconds = n_items / SCORING_ITEMS_PER_SECOND[layout or DEFAULT_LAYOUT]
     takes = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{max(1, round(seconds / 60))} min"
     return (f"the text alone {curve_says}; at {per_label:.0f} training rows per label the model's signals are {likely} "
