@@ -430,13 +430,18 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
     max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
-    min_df = 1 if n < FEW_ROWS_AN_OPTION * len(np.unique(s.gold)) else learn.MIN_DF
+    seen_options = len(np.unique(s.gold))
+    min_df = 1 if n < FEW_ROWS_AN_OPTION * seen_options else learn.MIN_DF
     if min_df == 1:
-        say(f"  {n} rows for {len(np.unique(s.gold))} options (fewer than {FEW_ROWS_AN_OPTION} an option): the head keeps "
-            "terms seen in one row too")
+        say(f"  {n} rows for {seen_options} options (fewer than {FEW_ROWS_AN_OPTION} an option): the head keeps terms seen "
+            "in one row too")
+
+    def space_on(rows: np.ndarray) -> learn.Space:
+        return learn.Space.fit(s, rows, max_terms=max_terms, min_df=min_df)
+
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        space = learn.Space.fit(s, fit_rows, max_terms=max_terms, min_df=min_df)
+        space = space_on(fit_rows)
         losses, held_logits = {}, {}
         weights = MODEL_WEIGHTS if model_weight is None else (model_weight,)
         # Only held-out items of options the fitting rows saw judge a choice: an item of an option the
@@ -472,15 +477,14 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         oof_logits = [c_logits[head_C]]
         for part in parts[1:]:
             train = np.setdiff1d(grid, part)
-            linear = learn.fit_linear(s, train, k, head_C, weight, space=learn.Space.fit(s, train, max_terms=max_terms, min_df=min_df))
+            linear = learn.fit_linear(s, train, k, head_C, weight, space=space_on(train))
             oof_logits.append(learn.numpy_logits(linear, s, part))
         oof_rows, oof = np.concatenate(parts), np.vstack(oof_logits)
         say(f"  head out of fold ({len(parts)} folds of {len(grid)} rows): {time.perf_counter() - started:.0f} s")
         temperature = metrics.fit_temperature(list(oof), list(s.gold[oof_rows])).temperature
         readout = judge(learn._softmax_rows(oof, temperature), s.gold[oof_rows], formula, max_error, 5)
         started = time.perf_counter()
-        final = learn.fit_linear(s, np.arange(n), k, head_C, weight, space=learn.Space.fit(s, np.arange(n), max_terms=max_terms,
-                                                                                  min_df=min_df))
+        final = learn.fit_linear(s, np.arange(n), k, head_C, weight, space=space_on(np.arange(n)))
         say(f"  head on all {n}: {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
         base_rows = stratified_sample(s.gold, BASELINE_ROWS, seed)
