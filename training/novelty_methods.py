@@ -17,7 +17,7 @@ uses; the kept score's threshold was chosen on DATA (training/novelty.py). Signa
   kept score's two parts, the distance alone and the head's surprise alone;
 - the hidden state's nearest training item (cosine distance after centring on the training
   mean, Sun et al. 2022): a score the head file cannot carry (it needs every training item's
-  hidden state, about 17 MB a thousand items);
+  hidden state, about 7 MB of JSON a thousand items);
 - the text classifier's surprise (-ln of its top probability; fit-history's own TF-IDF and
   logistic regression, fitted on DATA's in-scope items): a second classifier the head would carry;
 - the kept score with each of those, their ranks averaged.
@@ -39,8 +39,9 @@ from decision_router.domain.policies import load_policy
 
 from . import learn
 from .history import BASELINE_ROWS, SignalCache, _signals, read_export, request_keys, requests, stratified_sample
+from .history import parser as history_parser
 from .history_policy import states
-from .novelty import DEFAULT_BUDGET
+from .novelty import DEFAULT_BUDGET, Surprise
 
 
 def separation(out_of_scope: np.ndarray, score: np.ndarray, budget: float) -> tuple[float, float]:
@@ -85,8 +86,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = parser().parse_known_args(argv)
-    from .history import parser as history_parser
-
     run = history_parser().parse_args(rest)
     if not run.out_of_scope_label:
         raise SystemExit("--out-of-scope-label: the run's label for items that belong nowhere (its TEST needs some)")
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     held = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields)
     rows = stratified_sample(s.gold, BASELINE_ROWS, 0)
     text = learn.baseline_probabilities(s, rows, np.arange(len(test_states)), len(export.vocab.options), held)
-    text_surprise = -np.log(np.maximum(text.max(axis=1), 1e-300))
+    text_surprise = Surprise.of(text)
     signals = [("the kept novelty score", kept), ("the head's confidence (1 − confidence)", unsure),
                ("its distance alone (Mahalanobis)", distance)]
     if head.novelty.surprise_weight > 0:
