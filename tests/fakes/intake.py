@@ -257,13 +257,31 @@ class FakeOpenIncidents:
     def unregister_parent(self, slot: str, key: str) -> None:
         self.rows.get(slot, {}).get("parents", {}).pop(key, None)
 
+    def paged(self, key: str, execution_name: str) -> bool:
+        row = self.rows.get(key)
+        if row is None or row.get("status") != "open":
+            return False
+        row["paged_by"] = execution_name
+        return True
+
     def link_child(self, parent_key: str, child_key: str) -> bool:
         row = self.rows.get(parent_key)
-        if row is None or row.get("status") != "open" or not ("execution_name" in row or "held_under" in row):
+        if row is None or row.get("status") != "open" or "paged_by" not in row:
             return False
         row["held_children"] = row.get("held_children", set()) | {child_key}
         return True
 
+    def unhold(self, key: str, delivery: str) -> None:
+        row = self.rows.get(key)
+        if row is None or row.get("opened_by") != delivery:
+            raise ConditionFailed("UpdateItem")
+        row["routed"] = False
+        for name in ("held", "held_under", "held_item", "parent_severity"):
+            row.pop(name, None)
+
+    def held_open(self) -> list[IncidentRow]:
+        return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values()
+                if OPEN_MARK in row and "held_under" in row and "execution_name" not in row and "group" not in row]
 
 # --------------------------------------------------------------------------- the decision endpoint
 #: The model the fake endpoint reports unless told another (as tests/functions/conftest.py's make_result).

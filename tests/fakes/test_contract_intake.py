@@ -417,8 +417,9 @@ def test_a_slot_lists_the_parents_registered_in_it_oldest_first_until_each_is_ta
     store.register_parent("parent#service#orders-db", parent("p2", T1))
     store.register_parent("parent#service#orders-db", parent("p1", T0, "sev1"))
     store.register_parent("parent#service#orders-db", parent("p1", T0, "sev1"))  # a retry writes the same
-    store.register_parent("parent#inhibit#r#abc", parent("p1", T0, "sev1"))
+    store.register_parent("parent#inhibit#r#abc", parent("p1", T0, "sev1").model_copy(update={"two_sided": True}))
     assert store.parents("parent#service#orders-db") == [parent("p1", T0, "sev1"), parent("p2", T1)]
+    assert [p.two_sided for p in store.parents("parent#inhibit#r#abc")] == [True]  # read back as it was written
     assert store.get("p1").parent_slots == ["parent#inhibit#r#abc", "parent#service#orders-db"]
     store.unregister_parent("parent#service#orders-db", "p1")
     store.unregister_parent("parent#service#orders-db", "p1")  # gone already: nothing
@@ -427,36 +428,83 @@ def test_a_slot_lists_the_parents_registered_in_it_oldest_first_until_each_is_ta
     assert "parent#service#nothing" not in rows(store)
 
 
-def test_a_child_is_linked_only_to_an_open_parent_that_was_paged_or_is_held_under_one(store):
-    claim(store, "d1", key="paged")
-    assert not store.link_child("paged", "c1")  # open, but not routed yet
-    store.routed("paged", "d1", "exec-paged")
-    assert store.link_child("paged", "c1") and store.link_child("paged", "c2") and store.link_child("paged", "c1")
-    claim(store, "d1", key="held")
-    store.held("held", "d1", "held under paged", held_under="paged", held_item="{}")
-    assert store.link_child("held", "c3")
+def hold(store, parent_key: str, child_key: str, delivery: str = "d1", at: str = T1) -> bool:
+    """The intake's two writes: the child marked held under the parent, then linked on its row."""
+    store.held(child_key, delivery, f"held under {parent_key}", held_under=parent_key, held_item="{}", held_at=at,
+               parent_severity="sev2")
+    if store.link_child(parent_key, child_key):
+        return True
+    store.unhold(child_key, delivery)
+    return False
+
+
+HOLD_MARK = ("held", "held_under", "held_item", "parent_severity")
+
+
+def test_a_child_is_linked_only_to_an_open_parent_that_paged(store):
+    claim(store, "d1", key="routed")
+    store.routed("routed", "d1", "exec-routed")  # routed, but it paged nobody: it holds nothing
+    claim(store, "d1", key="c1")
+    assert not hold(store, "routed", "c1")
+    found = rows(store)
+    assert found["c1"]["routed"] is False and not set(HOLD_MARK) & set(found["c1"])  # the mark is off again
+    assert "held_children" not in found["routed"]
+    assert store.paged("routed", "exec-routed")
+    assert hold(store, "routed", "c1") and hold(store, "routed", "c1")  # a retry writes the same
+    claim(store, "d1", key="c2")
+    assert hold(store, "routed", "c2")
+    found = rows(store)
+    assert found["routed"]["held_children"] == {"c1", "c2"} and found["routed"]["paged_by"] == "exec-routed"
+    assert {k: found["c1"][k] for k in ("routed", *HOLD_MARK, "held_at")} == {
+        "routed": True, "held": "held under routed", "held_under": "routed", "held_item": "{}",
+        "parent_severity": "sev2", "held_at": T1}
     claim(store, "d1", key="window")
     store.held("window", "d1", "a window", window="w", held_until=T2, held_item="{}")
-    assert not store.link_child("window", "c4")  # a window's hold pages nobody: it covers nothing
-    assert not store.link_child("missing", "c5")
-    store.resolve("paged", "ok", "over")
-    assert not store.link_child("paged", "c6")
-    found = rows(store)
-    assert found["paged"]["held_children"] == {"c1", "c2"} and found["held"]["held_children"] == {"c3"}
-    assert "missing" not in found
-    was = store.get("paged")
-    assert was.held_children == ["c1", "c2"] and was.resolved_by == "ok" and was.incident_id == "INC-paged"
+    claim(store, "d1", key="c3")
+    assert not hold(store, "window", "c3")  # a window's hold pages nobody: it holds nothing
+    assert not hold(store, "c1", "c3")  # nor does a held incident
+    assert not hold(store, "missing", "c3")
+    assert not store.paged("missing", "exec-missing")
+    store.resolve("routed", "ok", "over")
+    assert not store.paged("routed", "exec-late")
+    assert not hold(store, "routed", "c3")
+    was = store.get("routed")
+    assert was.held_children == ["c1", "c2"] and was.resolved_by == "ok" and was.paged_by == "exec-routed"
+
+
+def test_a_mark_is_taken_off_only_by_the_delivery_that_opened_the_incident(store):
+    claim(store, "d1", key="c")
+    store.held("c", "d1", "held under p", held_under="p", held_item="{}", held_at=T1, parent_severity="sev2")
+    with refused():
+        store.unhold("c", "d9")
+    with refused():
+        store.unhold("missing", "d1")
+    assert rows(store)["c"]["held_under"] == "p"
+
+
+def test_the_open_holds_are_listed_until_routed_or_resolved(store):
+    claim(store, "d1", key="p")
+    store.paged("p", "exec-p")
+    for child in ("c1", "c2", "c3", "c4"):
+        claim(store, "d1", key=child)
+        hold(store, "p", child)
+    store.released("c2", "exec-c2")  # routed since (it carries its execution)
+    store.resolve("c3", "ok", "over")
+    store.held("c4", "d1", "grouped", group=GROUP)  # released since, and grouped
+    assert [row.incident_key for row in store.held_open()] == ["c1"]
+    (row,) = store.held_open()
+    assert (row.held_under, row.held_at, row.parent_severity) == ("p", T1, "sev2")
 
 
 def test_the_dependency_writes_leave_the_rows_dynamodb_holds():
     def life(store) -> None:
         claim(store, "d1", key="p")
         store.routed("p", "d1", "exec-p")
+        store.paged("p", "exec-p")
         store.register_parent("parent#service#orders-db", parent("p"))
-        store.link_child("p", "c")
+        store.register_parent("parent#inhibit#r#abc", parent("p").model_copy(update={"two_sided": True}))
         claim(store, "d1", key="c")
-        store.held("c", "d1", "held under p", held_under="p", held_item="{}")
-        store.register_parent("parent#service#checkout", parent("c"))
+        hold(store, "p", "c")
         store.resolve("p", "ok", "over")
         store.unregister_parent("parent#service#orders-db", "p")
 

@@ -76,6 +76,15 @@ class IncidentRow(BaseModel):
     held_under: str | None = Field(None, description="The parent incident's key it is held under (dependencies).")
     held_children: list[str] = Field(default_factory=list, description="The incidents held under it (dependencies).")
     parent_slots: list[str] = Field(default_factory=list, description="The slots it is registered in as a parent.")
+    paged_by: str | None = Field(None, description="The execution that paged for it: only then does it hold "
+                                                   "its dependants (dependencies).")
+    held_at: str | None = Field(None, description="When a parent first held it (the hold's ceiling counts from then).")
+    parent_severity: str | None = Field(None, description="The severity of the parent it is held under.")
+
+    @property
+    def held_by_parent(self) -> bool:
+        """Held under a parent now: neither routed since (an execution) nor grouped when released."""
+        return self.held_under is not None and self.execution_name is None and self.group is None
 
 
 class GroupRow(BaseModel):
@@ -140,7 +149,13 @@ class OpenIncidentStore(Protocol):
 
     def unregister_parent(self, slot: str, key: str) -> None: ...
 
+    def paged(self, key: str, execution_name: str) -> bool: ...
+
     def link_child(self, parent_key: str, child_key: str) -> bool: ...
+
+    def unhold(self, key: str, delivery: str) -> None: ...
+
+    def held_open(self) -> list[IncidentRow]: ...
 
 
 class AlarmStateReader(Protocol):

@@ -76,7 +76,9 @@ class NoiseTrace(_Why):
     held_under: str | None = Field(None, description="The parent incident id it was held under (dependencies).")
     parent_service: str | None = None
     parent_opened: str | None = Field(None, description="When the parent opened (HH:MM, UTC).")
-    released_after: str | None = Field(None, description="The parent incident whose resolution released it.")
+    released_after: str | None = Field(None, description="The parent incident it was held under, then released from.")
+    hold_ended: str | None = Field(None, description="Why its hold ended: the parent resolved, is gone or not "
+                                                     "paged; the hold's ceiling; or it would page past its parent.")
 
     def line(self) -> str:
         parts = []
@@ -90,7 +92,7 @@ class NoiseTrace(_Why):
         if self.held_under is not None:
             parts.append(f"held under {self.parent_service} incident {self.held_under}, opened {self.parent_opened}")
         if self.released_after is not None:
-            parts.append(f"released when {self.released_after} resolved")
+            parts.append(f"released from under {self.released_after}: {self.hold_ended or 'it resolved'}")
         if self.held is not None:
             parts.append(f"held: {self.held}")
         return ", ".join(parts) or "no noise control applied"

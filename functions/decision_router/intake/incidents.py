@@ -14,8 +14,10 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
   open incident of its group; its source keeps opening it; a maintenance window holds it): its row
   records it, an audit row of that outcome says why, nobody is paged. A window whose action is
   `review` routes the incident to review instead (outcome routed, with the window named);
-- held: a new incident of a service whose parent (the policy's `dependencies`) has an open,
-  covered incident: held under it (`dependency_holds.py`), routed when the parent resolves;
+- held: a new incident of a service whose parent (the policy's `dependencies`) has an open
+  incident that paged: held under it (`dependency_holds.py`), decided and routed when the parent
+  resolves, or when the hold must end sooner (the parent gone or not paged, the ceiling, a rise in
+  severity: the next event of it, or the sweep);
 - dead_lettered: an event of a kind no adapter maps, or one missing what the mapping needs:
   parked in the incident DLQ at once with the precise reason (retrying cannot help).
 A failure to reach the store or start the workflow raises, so Lambda retries the event and then
@@ -45,7 +47,7 @@ from ..severity import SeverityTable
 from ..sources import IncidentSource, raw_events, read_event, unknown
 from ..sources.events import Opened, Resolved, SourceEvent, SourceEventError, SourceOutcome
 from ..sources.sns import carried
-from .dependency_holds import DependencyHolds
+from .dependency_holds import DependencyHolds, Release
 from .noise_holds import NoiseHolds, iso
 from .pipeline import Intake
 from .resolutions import Resolutions
@@ -167,12 +169,16 @@ class IncidentIntake:
         if claim in ("duplicate", "update") and noise.maintenance:
             released = self.holds.release(opened, delivery, now, context)
             if released is not None:
-                self._covered(opened.key, opened.incident)
+                self._paged(opened.key, opened.incident, released)
                 return {**base, **released}
         if claim == "duplicate":
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
             self.logger.info("re-delivered event of an incident already routed", extra={**base, "delivery": delivery})
             return {**base, "outcome": "duplicate", "reason": f"event {delivery} was handled already"}
+        if claim == "update" and not self.intake.policy.dependencies.empty:
+            released = self._recheck_hold(opened, now, context)
+            if released is not None:
+                return {**base, **released}
         if claim == "update":
             self.metrics.add_metric(name="IncidentUpdates", unit=MetricUnit.Count, value=1)
             reason = "the incident is open: this event updates it and pages nobody again"
@@ -183,21 +189,32 @@ class IncidentIntake:
             return {**base, **held}
         return self._decide(opened, delivery, context, opens)
 
+    def _reroute(self, context: Any):
+        return lambda opened, delivery, release: self._decide(opened, delivery, context, None, release=release)
+
     def _release_children(self, was: IncidentRow, context: Any) -> list[dict]:
-        """The resolved incident's held children still open: each routed now (or held again)."""
-        return self.dependency_holds.release(
-            was, lambda opened, delivery, parent: self._decide(opened, delivery, context, None, released_after=parent))
+        """The resolved incident's held children still open: each decided now (or held again)."""
+        return self.dependency_holds.release(was, self._reroute(context))
+
+    def _recheck_hold(self, opened: Opened, now: datetime, context: Any) -> dict | None:
+        """A new event of an open incident that is held: decided now when its hold must end."""
+        row = self.store.get(opened.key)
+        if row is None:
+            return None
+        return self.dependency_holds.recheck(row, opened.incident, now, self.intake.policy.dependencies,
+                                             self._reroute(context))
 
     def _decide(self, opened: Opened, delivery: str, context: Any, opens: list[str] | None, *,
-                released_after: str | None = None) -> dict:
-        """A new incident past flapping and maintenance holds (or a held child released when its
-        parent resolved): held under a covered parent, grouped, or routed."""
+                release: Release | None = None) -> dict:
+        """A new incident past flapping and maintenance holds (or a held child whose hold ended):
+        held under a paged parent, grouped, or routed."""
         incident = opened.incident
         noise, dependencies = self.intake.policy.noise, self.intake.policy.dependencies
         at = iso(incident.reported_at)
         base = {"key": opened.key, "incident_id": incident.incident_id}
-        if not dependencies.empty:
-            held_under = self.dependency_holds.hold(opened, delivery, dependencies)
+        if not dependencies.empty and (release is None or release.may_hold_again):
+            held_under = self.dependency_holds.hold(opened, delivery, dependencies, self.clock(),
+                                                    held_since=release.held_since if release else None)
             if held_under is not None:
                 return {**base, **held_under}
         window = noise.window(incident, incident.reported_at)
@@ -228,18 +245,19 @@ class IncidentIntake:
             window_action=window.action if window is not None else None,
             flapping_opens=len(opens) if opens is not None and noise.flapping is not None else None,
             flapping_max=noise.flapping.max_opens if opens is not None and noise.flapping is not None else None,
-            released_after=released_after)
+            released_after=release.parent if release is not None else None,
+            hold_ended=release.why if release is not None else None)
         summary = self.intake.route(incident, context, review_reason=review,
                                     noise=trace if trace != NoiseTrace() else None)
         self.store.routed(opened.key, delivery, summary["execution_name"],
                           group=group[1] if joined is not None and group is not None else None)
         if joined is not None and group is not None:
             self.store.group_routed(group[1], summary["execution_name"])
-        self._covered(opened.key, incident)
+        self._paged(opened.key, incident, summary)
         result = {**summary, **base, "outcome": "routed" if summary["started"] else "duplicate"}
-        if released_after is not None:
-            result["released_after"] = released_after
-            result["reason"] = f"held under {released_after}, which resolved while it was still open: routed now"
+        if release is not None:
+            result["released_after"] = release.parent
+            result["reason"] = f"held under {release.parent}; {release.why}: decided and routed now"
         if window is not None:
             result["window"] = window.id
         if took_over_from is not None:
@@ -248,18 +266,29 @@ class IncidentIntake:
         return result
 
     def sweep_holds(self, context: Any = None) -> dict:
-        """Route every open incident whose maintenance window has ended (the template's schedule)."""
-        swept = self.holds.sweep(self.clock(), context)
+        """The template's schedule: route every open incident whose maintenance window has ended,
+        and every held child whose hold must end (its parent resolved, gone or not paged, or the
+        hold's ceiling reached)."""
+        now = self.clock()
+        swept = self.holds.sweep(now, context)
         for result in swept["outcomes"]:
             row = self.store.get(result["key"])
             if row is not None and row.held_item is not None:
-                self._covered(result["key"], Incident.model_validate_json(row.held_item))
-        return swept
-
-    def _covered(self, key: str, incident: Incident) -> None:
-        """A paged incident (routed, or a window's hold released): it may hold its dependents from now on."""
+                self._paged(result["key"], Incident.model_validate_json(row.held_item), result)
         dependencies = self.intake.policy.dependencies
-        if not dependencies.empty:
+        if dependencies.empty:
+            return swept
+        released = self.dependency_holds.sweep(now, dependencies, self._reroute(context))
+        return {**swept, "reason": f"{swept['reason']}; {len(released)} held incident(s) whose hold ended: decided",
+                "outcomes": swept["outcomes"] + released}
+
+    def _paged(self, key: str, incident: Incident, summary: dict) -> None:
+        """A routed incident: when its record pages (escalates), it is marked paged and may hold
+        its dependants from now on; one that went to a team queue or waits in review holds nothing."""
+        dependencies = self.intake.policy.dependencies
+        if dependencies.empty or not summary.get("escalate") or not summary.get("execution_name"):
+            return
+        if self.store.paged(key, summary["execution_name"]):
             self.dependency_holds.cover(key, incident, dependencies)
 
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
