@@ -14,7 +14,7 @@ an id alone. What holds an item's text, and what is removed there:
 | audit | every outcome row (`item_id`, then each row's item read) |
 | labelled examples | the reviewer's answer kept for training (every policy) |
 | resolved items | the rows kept for the console's similar items (every policy, both kinds) |
-| open incidents | an incident's row (its id and source; incidents only) |
+| open incidents | an incident's row (its id and source; incidents only); an open incident is taken out of the dependency slots it holds its dependants from first, and the incidents it held are decided and routed by the incident intake's next sweep (within 5 minutes: their parent is gone) |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
 
@@ -86,11 +86,15 @@ class Erased:
 
     dry_run: bool = False
     rows: dict[str, int] = field(default_factory=dict)
+    #: What else the erasure did or will cause (an erased parent's held incidents, routed by the sweep).
+    notes: list[str] = field(default_factory=list)
 
     def report(self, out: TextIO) -> None:
         verb = "found (dry run, nothing removed)" if self.dry_run else "removed"
         for table, count in self.rows.items():
             out.write(f"{table}: {count} row(s) {verb}\n")
+        for note in self.notes:
+            out.write(f"note: {note}\n")
 
 
 def _scan(dynamodb: Any, table: str, **filters: Any) -> Iterator[dict[str, Any]]:
@@ -105,9 +109,10 @@ class Eraser:
                  dry_run: bool = False):
         self.key, self.names, self.dry_run = key, names, dry_run
         self.dynamodb, self.sqs, self.stepfunctions = dynamodb, sqs, stepfunctions
+        self.notes: list[str] = []
 
     def erase(self) -> Erased:
-        erased = Erased(dry_run=self.dry_run)
+        erased = Erased(dry_run=self.dry_run, notes=self.notes)
         steps: dict[str, Callable[[str], int]] = {
             "audit": self.audit, "labelled": self.labelled, "resolved": self.resolved,
             "open-incidents": self.open_incidents, "idempotency": self.idempotency}
@@ -153,10 +158,31 @@ class Eraser:
     def open_incidents(self, table: str) -> int:
         if self.key.kind != "incident":
             return 0
-        keys = [{"incident_key": row["incident_key"]} for row in _scan(
-            self.dynamodb, table, FilterExpression="incident_id = :i AND #s = :s", ExpressionAttributeNames={"#s": "source"},
-            ExpressionAttributeValues={":i": {"S": self.key.id}, ":s": {"S": self.key.source}})]
-        return self._delete(table, keys)
+        rows = list(_scan(self.dynamodb, table, FilterExpression="incident_id = :i AND #s = :s",
+                          ExpressionAttributeNames={"#s": "source"},
+                          ExpressionAttributeValues={":i": {"S": self.key.id}, ":s": {"S": self.key.source}}))
+        for row in rows:
+            self._leave_slots(table, row)
+        return self._delete(table, [{"incident_key": row["incident_key"]} for row in rows])
+
+    def _leave_slots(self, table: str, row: dict[str, Any]) -> None:
+        """An incident that may hold others (it paged): out of its dependency slots first, so it
+        holds nothing new; the incidents it holds stay held under a parent that is gone, which the
+        incident intake's sweep (and their next event) decides and routes."""
+        key = row["incident_key"]["S"]
+        held = row.get("held_children", {}).get("SS", [])
+        if row.get("status", {}).get("S") == "open" and held:
+            self.notes.append(f"{key} held {len(held)} incident(s) ({', '.join(sorted(held))}): the incident "
+                              "intake's sweep decides and routes them within 5 minutes, their parent gone")
+        if self.dry_run:
+            return
+        for slot in row.get("parent_slots", {}).get("SS", []):
+            try:
+                self.dynamodb.update_item(TableName=table, Key={"incident_key": {"S": slot}},
+                                          UpdateExpression="REMOVE #p.#k", ConditionExpression="attribute_exists(#p)",
+                                          ExpressionAttributeNames={"#p": "parents", "#k": key})
+            except self.dynamodb.exceptions.ConditionalCheckFailedException:
+                pass  # the slot is gone already
 
     def idempotency(self, table: str) -> int:
         keys = []

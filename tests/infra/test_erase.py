@@ -155,3 +155,31 @@ def test_a_stack_names_every_table_the_queue_and_the_state_machine_by_its_output
         outputs = stack.outputs()
     wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, "RoutingStateMachineArn"}
     assert wanted <= set(outputs)
+
+
+@pytest.mark.stack
+def test_erasing_an_open_parent_takes_it_out_of_its_slots_and_its_held_children_are_decided_next(monkeypatch):
+    """An open incident that pages and holds a dependant: erased, it holds nothing new, the erase
+    says what it held, and the held child is decided at its next event (or the sweep): its
+    parent is gone. Before, the child stayed held for ever and the slot still named the parent."""
+    from tests.fakes.worlds import MotoWorld
+    from tests.functions.test_dependencies import ARN, alarm, deliver, make_flow
+
+    with mock_aws():
+        world = MotoWorld()
+        flow = make_flow(world, monkeypatch)
+        db = deliver(flow, alarm("orders-db-cpu", "high", "ALARM", 0, 1, service="orders-db"))
+        assert deliver(flow, alarm("checkout-5xx", "medium", "ALARM", 1, 2, service="checkout"))["outcome"] == "held"
+        table = world.environment("IncidentIntakeFunction")["OPEN_INCIDENTS_TABLE_NAME"]
+        erased = erase.Eraser(erase.ItemKey("incident", "aws.cloudwatch", db["incident_id"]), {"open-incidents": table},
+                              dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"),
+                              stepfunctions=boto3.client("stepfunctions")).erase()
+        out = io.StringIO()
+        erased.report(out)
+        assert out.getvalue().splitlines() == [
+            "open-incidents: 1 row(s) removed",
+            f"note: {ARN}orders-db-cpu held 1 incident(s) ({ARN}checkout-5xx): the incident intake's sweep decides "
+            "and routes them within 5 minutes, their parent gone"]
+        assert flow.store.parents("parent#service#orders-db") == []  # it holds nothing new
+        again = deliver(flow, alarm("checkout-5xx", "medium", "ALARM", 5, 3, service="checkout"))
+        assert again["outcome"] == "routed" and "its parent incident is gone" in again["reason"]
