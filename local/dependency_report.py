@@ -1,7 +1,8 @@
-"""What the policy's dependencies did to a run (`make demo`): incidents opened against pages sent,
-the children held under a parent, those paged when their parent resolved, those that resolved
-while held, and any page missing: a child held under a parent that resolved, neither routed then
-nor resolved itself. Read from the incident intake's answers, kept on each line's `Outcome`."""
+"""What the policy's dependencies did to a run (`make demo`): incidents opened against pages sent
+(a decision that escalates; a review is not a page), the children held under a paged parent,
+those decided when their hold ended (and how many of them paged), those that resolved while held,
+and any page missing: a child held under a parent that resolved, neither routed then nor resolved
+itself. Read from the incident intake's answers, kept on each line's `Outcome`."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def dependency_of(result: dict[str, Any]) -> dict[str, Any] | None:
         released = result.get("released") or []
         found: dict[str, Any] = {}
         if released:
-            found["released"] = [{"key": r.get("key"), "outcome": r.get("outcome"), "under": r.get("held_under")}
-                                 for r in released]
+            found["released"] = [{"key": r.get("key"), "outcome": r.get("outcome"), "under": r.get("held_under"),
+                                  "escalate": bool(r.get("escalate"))} for r in released]
         if result.get("resolved_held_under"):
             found["resolved_held"] = result.get("key")
         if result.get("key"):
@@ -38,7 +39,8 @@ class DependencyFigures:
     opened: int = 0
     pages: int = 0
     held: int = 0
-    paged_after_parent: int = 0
+    decided_after_hold: int = 0
+    paged_after_hold: int = 0
     resolved_while_held: int = 0
     missing: list[str] = field(default_factory=list)
 
@@ -46,8 +48,8 @@ class DependencyFigures:
         missing = (f"{len(self.missing)} page(s) missing ({', '.join(self.missing)})" if self.missing
                    else "no page missing")
         return (f"Dependencies: {self.pages} page(s) sent for {self.opened} incident(s) opened; {self.held} child "
-                f"incident(s) held under a parent; {self.paged_after_parent} paged after their parent resolved; "
-                f"{self.resolved_while_held} resolved while held; {missing}.")
+                f"incident(s) held under a paged parent; {self.decided_after_hold} decided when their hold ended "
+                f"({self.paged_after_hold} paged); {self.resolved_while_held} resolved while held; {missing}.")
 
 
 def dependency_figures(outcomes: list["Outcome"]) -> DependencyFigures | None:
@@ -61,7 +63,7 @@ def dependency_figures(outcomes: list["Outcome"]) -> DependencyFigures | None:
         info = outcome.dependency or {}
         if outcome.execution_arn is not None and outcome.source_outcome is None:
             figures.opened += 1
-            figures.pages += 1
+            figures.pages += bool(outcome.record is not None and outcome.record.escalate)
         elif outcome.source_outcome in OPENED:
             figures.opened += 1
         if "held" in info:
@@ -69,8 +71,9 @@ def dependency_figures(outcomes: list["Outcome"]) -> DependencyFigures | None:
             parent_of[info["held"]] = info["under"]
         for child in info.get("released", []):
             if child["outcome"] == "routed":
-                figures.pages += 1
-                figures.paged_after_parent += 1
+                figures.pages += child["escalate"]
+                figures.paged_after_hold += child["escalate"]
+                figures.decided_after_hold += 1
                 released.add(child["key"])
             elif child["outcome"] == "held":  # held again, under another open parent
                 parent_of[child["key"]] = child["under"]

@@ -91,6 +91,7 @@ def test_a_dropped_dependency_fails_the_cases_it_held(tmp_path, capsys):
     assert status == 1
     failing = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert failing == ["FAIL  incident.yaml: checkout-held-under-orders-db",
+                       "FAIL  incident.yaml: search-held-under-orders-db",  # through checkout: no longer
                        "FAIL  incident.yaml: orders-db-recovery-releases-checkout"]
     assert 'outcome: expected "held", got "routed"' in out
     assert "releases: expected [" in out and "got []" in out
