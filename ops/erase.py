@@ -14,11 +14,12 @@ an id alone. What holds an item's text, and what is removed there:
 | audit | every outcome row (`item_id`, then each row's item read) |
 | labelled examples | the reviewer's answer kept for training (every policy) |
 | resolved items | the rows kept for the console's similar items (every policy, both kinds) |
-| open incidents | an incident's row (its id and source; incidents only); an open incident is taken out of the dependency slots it holds its dependants from first, and the incidents it held are decided and routed by the incident intake's next sweep (within 5 minutes: their parent is gone) |
+| open incidents | an incident's row (its id and source; incidents only), out of its dependency slots first |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
 
-Printed: one line per table with the rows removed (or, with --dry-run, found). Not erasable here:
+Printed: one line per table with the rows removed (or, with --dry-run, found), and a note for an
+open incident that held others: the incident intake's sweep decides them within 5 minutes. Not erasable here:
 a Step Functions execution's history keeps its input 90 days (then Step Functions removes it), and
 the team queues' messages belong to their consumers. The webhook deliveries and the head history
 hold no item text (a delivery's hash and source; a shadow tally's counts).
