@@ -41,7 +41,14 @@ from botocore.exceptions import ClientError
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
 from decision_router.adapters import expiry
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
-from decision_router.adapters.open_incidents import MAX_RACES, OPEN, OPEN_MARK, RETENTION_DAYS, open_incident_of
+from decision_router.adapters.open_incidents import (
+    EXECUTION_POINTER,
+    MAX_RACES,
+    OPEN,
+    OPEN_MARK,
+    RETENTION_DAYS,
+    open_incident_of,
+)
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
@@ -278,6 +285,13 @@ class FakeOpenIncidents:
         row["routed"] = False
         for name in ("held", "held_under", "held_item", "parent_severity"):
             row.pop(name, None)
+
+    def point(self, execution_name: str, key: str) -> None:
+        self.rows[EXECUTION_POINTER + execution_name] = {"incident_key": EXECUTION_POINTER + execution_name,
+                                                         "points_to": key, "expires_at": expiry(self.retention_days)}
+
+    def pointed(self, execution_name: str) -> str | None:
+        return self.rows.get(EXECUTION_POINTER + execution_name, {}).get("points_to")
 
     def held_open(self) -> list[IncidentRow]:
         return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values()

@@ -482,6 +482,16 @@ def test_a_mark_is_taken_off_only_by_the_delivery_that_opened_the_incident(store
     assert rows(store)["c"]["held_under"] == "p"
 
 
+def test_an_execution_points_to_the_incident_it_routes_until_the_row_expires(store):
+    assert store.pointed("exec-a") is None
+    store.point("exec-a", KEY)
+    store.point("exec-a", KEY)  # a retry writes the same
+    assert store.pointed("exec-a") == KEY
+    row = rows(store)["execution#exec-a"]
+    assert set(row) == {"incident_key", "points_to", "expires_at"} and row["points_to"] == KEY
+    assert store.held_open() == [] and store.get(KEY) is None  # no incident's row, and not open
+
+
 def test_the_open_holds_are_listed_until_routed_or_resolved(store):
     claim(store, "d1", key="p")
     store.paged("p", "exec-p")

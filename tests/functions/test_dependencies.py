@@ -440,3 +440,37 @@ def test_dependencies_and_rules_that_could_hold_each_other_are_refused_naming_bo
                                           "together can hold an incident A under B and B under A"):
         load_policy(policy_with(tmp_path, inhibit=[rule]))
     load_policy(policy_with(tmp_path, inhibit=[TWO_SIDED]))  # its own two sides: excluded, so it loads
+
+
+def item_escalated(record, execution_name: str, n: int = 1) -> dict:
+    """The workflow's page for a record (its PutItemEscalated state's event, as EventBridge delivers it)."""
+    return {"version": "0", "id": f"escalated-{n}", "detail-type": "Item Escalated", "source": "decision-router",
+            "account": "123456789012", "time": "2026-11-30T09:05:00Z", "region": "eu-west-1", "resources": [],
+            "detail": {"item_kind": record.item_kind, "item_id": record.item_id, "item": record.item,
+                       "target": "data-oncall", "route": record.route, "policy": record.policy.model_dump(mode="json"),
+                       "decisions": [], "execution_name": execution_name}}
+
+
+@ON_THE_STACK
+def test_a_parent_in_review_holds_nothing_until_its_reviewers_answer_pages(world, monkeypatch, tmp_path):
+    flow = make_flow(world, monkeypatch, policy_with(tmp_path))
+    flow.intake.wiring.endpoint.answer("priority", UNSURE, where={"service": "orders-db"})
+    db = deliver(flow, alarm("orders-db-cpu", "high", "ALARM", 0, 1, service="orders-db"))
+    assert db["route"] == "review" and not db["escalate"]
+    assert deliver(flow, alarm("checkout-5xx", "medium", "ALARM", 1, 2, service="checkout"))["outcome"] == "routed"
+    # the reviewer answered P1: the workflow paged
+    paged = flow.handle(item_escalated(world.executions()[db["execution_name"]], db["execution_name"]))
+    assert paged["outcome"] == "paged" and paged["key"] == ARN + "orders-db-cpu", paged
+    assert row(flow, "orders-db-cpu").paged_by == db["execution_name"]
+    held = deliver(flow, alarm("payments-5xx", "medium", "ALARM", 6, 3, service="payments-api"))
+    assert held["outcome"] == "held" and held["held_under"] == ARN + "orders-db-cpu"
+    Metrics(namespace="Test").clear_metrics()
+
+
+def test_a_page_for_no_open_incident_that_may_hold_others_is_ignored_with_the_reason(incidents, world):
+    db = deliver(incidents, alarm("orders-db-cpu", "high", "ALARM", 0, 1, service="orders-db"))
+    event = item_escalated(world.executions()[db["execution_name"]], "an-execution-of-another-incident")
+    ignored = incidents.handle(event)
+    assert ignored["outcome"] == "ignored" and "paged for no open incident that may hold others" in ignored["reason"]
+    event["detail"]["item_kind"] = "ticket"
+    assert incidents.handle(event)["reason"] == "an Item Escalated event names no incident and execution: nothing to cover"

@@ -7,14 +7,15 @@ whether it would page on its own (a sev1, or a service the endpoint calls P1), a
 incidents a page went out for (the executions that escalated). After every step each open
 incident must be:
 - routed (an execution started for it) or held under a parent, never neither;
-- held only under a parent that is open, was paged and is not held itself (never under a
-  resolved, missing, non-paging or held one);
+- held only under a parent that is open, was paged (its decision escalated, or its reviewer's
+  answer did) and is not held itself (never under a resolved, missing, non-paging or held one);
 - held as a sev1 only where a rule includes sev1s;
 - held no longer than the ceiling, as of the last sweep;
 - when it was routed and would have paged, paged.
 
 Steps: an incident opens (a CloudWatch alarm or a Grafana alert), resolves, fires again (as
-severe, or more), its parent resolves between its mark and its link, a review is answered, the
+severe, or more), its parent resolves between its mark and its link, a review is answered (an
+answer that escalates is paged by the workflow, whose `Item Escalated` the intake takes), the
 hold's ceiling is reached (the schedule's sweep), an incident is erased (its row and its slot
 entries, as `make erase` removes them, then the sweep).
 
@@ -44,7 +45,7 @@ from decision_router.domain.policies import load_policy
 from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.conftest import policy_files_beside
 from tests.functions.test_correlation import MONDAY, alarm
-from tests.functions.test_dependencies import deliver, make_flow
+from tests.functions.test_dependencies import deliver, item_escalated, make_flow
 from tests.infra.test_noise_property import grafana
 
 SERVICES = ["db", "api", "web", "cache"]
@@ -110,6 +111,7 @@ class Model:
     minute: int = 0
     swept_at: int | None = None
     events: int = 0
+    review_paged: set[str] = field(default_factory=set)  # incidents a reviewer's answer paged
 
     def would_page(self, severity: str, service: str) -> bool:
         """On its own: a sev1 (the policy's rule says P1) or a service the endpoint calls P1."""
@@ -254,12 +256,17 @@ class DependencyHolds(RuleBasedStateMachine):
                       if r["route"] == "review" and self.world.workflow.status(n) == "RUNNING")
 
     @precondition(lambda self: self.model is not None and self._waiting())
-    @rule(data=st.data())
-    def review_answered(self, data):
-        """A reviewer answers a pending review (its execution ends). A page that a reviewer's
-        answer sends is not one the intake hears of: that incident holds nothing, so its
-        dependants page on their own (an extra page, never a lost one)."""
-        self.world.workflow.end(data.draw(st.sampled_from(self._waiting())), "SUCCEEDED")
+    @rule(data=st.data(), pages=st.booleans())
+    def review_answered(self, data, pages):
+        """A reviewer answers a pending review (its execution ends); an answer that escalates is
+        paged by the workflow, whose `Item Escalated` reaches the intake (the template's rule)."""
+        assert self.model is not None
+        name = data.draw(st.sampled_from(self._waiting()))
+        self.world.workflow.end(name, "SUCCEEDED")
+        if pages:
+            record = self.world.executions()[name]
+            self.model.review_paged.add(record.item_id)
+            self.flow.handle(item_escalated(record, name, self.model.events))
 
     @precondition(lambda self: self.model is not None)
     @rule()
@@ -293,7 +300,7 @@ class DependencyHolds(RuleBasedStateMachine):
         if model is None:
             return
         records = self._records()
-        paged = {r["item_id"] for r in records.values() if r["escalate"]}
+        paged = {r["item_id"] for r in records.values() if r["escalate"]} | model.review_paged
         routed = {r["item_id"]: r for r in records.values()}
         for truth in model.open_ones():
             row = self.flow.store.get(truth.key)

@@ -123,7 +123,9 @@ def test_no_noise_control_swallows_a_page_or_outlasts_its_window(intake, alarms,
             tick = {"version": "0", "id": f"tick-{n}-{i}", "detail-type": "Scheduled Event", "source": "aws.events",
                     "account": "123456789012", "time": clock.isoformat(), "region": "eu-west-1", "resources": [],
                     "detail": {}}
-            swept = {o["key"] for o in intake.lambda_handler(tick, FakeLambdaContext())["outcomes"]}
+            # (the sweep also decides what a dependency held past its ceiling: not this test's subject)
+            swept = {o["key"] for o in intake.lambda_handler(tick, FakeLambdaContext())["outcomes"]
+                     if "released_after" not in o}
             mine = {key for key in swept if key.rsplit(":", 1)[-1].startswith(f"p{n}-")}  # (earlier examples' too)
             due = {key for key, until in held_until.items() if clock >= until}
             assert mine == due, f"swept {mine}, due {due}: each hold past its window, once"

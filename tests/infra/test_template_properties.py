@@ -98,6 +98,23 @@ def test_incident_rule_has_retries_and_its_own_dead_letter_queue(stack):
     assert on_failure["DestinationConfig"]["OnFailure"]["Destination"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
 
 
+def test_the_workflows_pages_of_incidents_reach_the_incident_intake_from_the_workflow_alone(stack):
+    """A reviewer's answer that pages makes the incident hold its dependants (docs/noise.md): the
+    rule takes the workflow's own Item Escalated events of incidents, a source only the
+    workflow's role may put, and parks what fails in the incident DLQ, whose policy lets it."""
+    event = stack.resolve(stack.properties("IncidentIntakeFunction")["Events"]["IncidentPaged"]["Properties"])
+    source = stack.template["Mappings"]["Events"]["Workflow"]["Source"]
+    assert event["Pattern"] == {"source": [source], "detail-type": ["Item Escalated"],
+                                "detail": {"item_kind": ["incident"]}}
+    assert event["EventBusName"] == stack.ref("DecisionBus")
+    assert event["DeadLetterConfig"]["Arn"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
+    deny = stack.resolve(stack.properties("DecisionBusWorkflowEventsOnlyFromTheWorkflow"))["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"]["StringEquals"]["events:source"] == source
+    assert deny["Condition"]["ArnNotLike"]["aws:PrincipalArn"] == stack.get_att("RoutingStateMachineRole", "Arn")
+    policy = stack.resolve(stack.properties("IncidentDeadLetterQueuePolicy"))["PolicyDocument"]["Statement"][0]
+    assert any(arn.endswith(f"/{event['RuleName']}") for arn in policy["Condition"]["ArnEquals"]["aws:SourceArn"])
+
+
 def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
     for table in stack.of_type("AWS::DynamoDB::Table"):
         props = stack.properties(table)

@@ -45,6 +45,8 @@ OPEN_MARK = "open_mark"
 OPEN = "open"
 #: How long a resolved row is kept by default (the stack's OpenIncidentRetentionDays).
 RETENTION_DAYS = 30
+#: The key prefix of a row naming the incident an execution routes (`point`).
+EXECUTION_POINTER = "execution#"
 
 
 def _now() -> str:
@@ -391,6 +393,19 @@ class OpenIncidents(AwsAdapter):
             TableName=self.table_name, Key={"incident_key": {"S": key}},
             UpdateExpression="SET routed = :no REMOVE held, held_under, held_item, parent_severity",
             ConditionExpression="opened_by = :d", ExpressionAttributeValues={":no": {"BOOL": False}, ":d": {"S": delivery}})
+
+    def point(self, execution_name: str, key: str) -> None:
+        """Remember which incident an execution routes (`execution#<name>` -> its key), for an
+        incident that may page later, when its reviewer's answer escalates: the workflow's
+        `Item Escalated` names the execution, not the source's key. Expires with the retention."""
+        self.client.put_item(TableName=self.table_name, Item={
+            "incident_key": {"S": EXECUTION_POINTER + execution_name}, "points_to": {"S": key},
+            "expires_at": {"N": str(expiry(self.retention_days))}})
+
+    def pointed(self, execution_name: str) -> str | None:
+        """The incident key `point` remembered for the execution (None: none)."""
+        raw = self._item(EXECUTION_POINTER + execution_name)
+        return raw["points_to"]["S"] if raw and "points_to" in raw else None
 
     def held_open(self) -> list[IncidentRow]:
         """The open incidents held under a parent and not routed (nor grouped) since, for the sweep (which routes

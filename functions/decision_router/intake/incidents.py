@@ -10,6 +10,8 @@ What becomes of an event, always one of these (the handler returns it, logs it, 
 - resolved: the source says the incident is over; its open-incident row is closed, and a review
   it still waits for is closed too (the workflow audits it as resolved_at_source);
 - ignored: nothing to route (INSUFFICIENT_DATA, an acknowledgement, a resolution of nothing open), with the reason;
+- paged: the workflow paged for an open incident after its review (its `Item Escalated`): it holds
+  its dependants from now on;
 - grouped / flapping / suppressed: a new incident held by the policy's noise controls (it joins an
   open incident of its group; its source keeps opening it; a maintenance window holds it): its row
   records it, an audit row of that outcome says why, nobody is paged. A window whose action is
@@ -37,6 +39,7 @@ from typing import Any, Callable, Mapping, cast
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
 
 from ..domain.noise import recent
 from ..domain.ports import IncidentRow, OpenIncidentStore
@@ -53,6 +56,9 @@ from .pipeline import Intake
 from .resolutions import Resolutions
 
 OWN_DETAIL_TYPE = "Incident Reported"
+#: The routing workflow's page (its `source`: the template's Events.Workflow.Source, which only the
+#: workflow's role may put on the bus): an incident paged by its reviewer's answer covers from then on.
+PAGED = ("decision-router", "Item Escalated")
 #: The schedule's event (EventBridge Scheduler's and a rule's `Scheduled Event`): sweep the holds.
 SWEEP = ("aws.events", "Scheduled Event")
 
@@ -121,6 +127,8 @@ class IncidentIntake:
             envelope = read[1]
             if (envelope.source, envelope.detail_type) == SWEEP:
                 return self.sweep_holds(context)
+            if (envelope.source, envelope.detail_type) == PAGED:
+                return self.paged_by_workflow(envelope.detail)
             if envelope.detail_type == OWN_DETAIL_TYPE:
                 try:
                     summary = self.intake.handle(envelope.detail, context)
@@ -284,12 +292,43 @@ class IncidentIntake:
 
     def _paged(self, key: str, incident: Incident, summary: dict) -> None:
         """A routed incident: when its record pages (escalates), it is marked paged and may hold
-        its dependants from now on; one that went to a team queue or waits in review holds nothing."""
+        its dependants from now on; one that went to a team queue holds nothing, and one that
+        waits in review holds nothing until its reviewer's answer pages (`paged_by_workflow`)."""
         dependencies = self.intake.policy.dependencies
-        if dependencies.empty or not summary.get("escalate") or not summary.get("execution_name"):
-            return
-        if self.store.paged(key, summary["execution_name"]):
-            self.dependency_holds.cover(key, incident, dependencies)
+        name = summary.get("execution_name")
+        if dependencies.empty or not name or not dependencies.parent_slots(incident):
+            return  # it can hold nothing, whatever it pages
+        if summary.get("escalate"):
+            if self.store.paged(key, name):
+                self.dependency_holds.cover(key, incident, dependencies)
+        elif summary.get("route") == "review":
+            self.store.point(name, key)  # its page, if its reviewer's answer sends one, names the execution
+
+    def paged_by_workflow(self, detail: dict) -> dict:
+        """The workflow paged for an item (`Item Escalated`: a reviewer's answer that escalates):
+        an incident still open under that execution is marked paged and may hold its dependants
+        from now on. Anything else (a ticket, an incident routed by another execution, resolved
+        since, or one that can hold nothing) is ignored, with the reason."""
+        dependencies = self.intake.policy.dependencies
+        name, item = detail.get("execution_name"), detail.get("item")
+        if detail.get("item_kind") != "incident" or not isinstance(name, str) or not isinstance(item, dict):
+            return self._ignore(PAGED[0], None, "an Item Escalated event names no incident and execution: nothing to cover")
+        key = self.store.pointed(name) if not dependencies.empty else None
+        row = self.store.get(key) if key else None
+        if key is None or row is None or row.status != "open" or row.execution_name != name:
+            return self._ignore(PAGED[0], key, f"execution {name} paged for no open incident that may hold others")
+        if not self.store.paged(key, name):
+            return self._ignore(PAGED[0], key, f"incident {key} resolved meanwhile: it holds nothing")
+        try:
+            incident = Incident.model_validate(item)
+        except ValidationError as error:  # the workflow carries the item as the intake routed it
+            return self._ignore(PAGED[0], key, f"the escalated item is not an incident: {error.error_count()} error(s)")
+        self.dependency_holds.cover(key, incident, dependencies)
+        self.metrics.add_metric(name="IncidentsPagedByReview", unit=MetricUnit.Count, value=1)
+        result = {"outcome": "paged", "key": key, "execution_name": name,
+                  "reason": "its reviewer's answer paged: it holds its dependants while it is open"}
+        self.logger.info("incident paged by its review", extra=result)
+        return result
 
     def _write_audit(self, item_id: str, delivery: str, outcome: str, reason: str, detail: dict, item: str) -> None:
         """An audit row the intake writes itself (nothing was routed: no workflow audits it), one
