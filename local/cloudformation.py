@@ -66,8 +66,9 @@ class Stack(StackTemplate):
         """
         client = client or self._default_client
         if only is not None:
-            wanted = set(only)
-            for logical_id in wanted:
+            wanted = list(dict.fromkeys(only))
+            queues = [q for q in self._queues_in_dependency_order() if q in wanted]  # a DLQ before its queue
+            for logical_id in queues + [w for w in wanted if w not in queues]:
                 kind = self.template["Resources"][logical_id]["Type"]
                 creator = {"AWS::S3::Bucket": ("s3", self._create_bucket), "AWS::DynamoDB::Table": (
                     "dynamodb", self._create_table), "AWS::SQS::Queue": ("sqs", self._create_queue),

@@ -1,7 +1,9 @@
 """Erase one item's text from every table of a stack that holds it (a customer's erasure request).
 
     python -m ops.erase ITEM [--stack NAME | --audit-table … --labelled-table … --resolved-table …
-                              --open-incidents-table … --idempotency-table … --review-queue-url …] [--dry-run]
+                              --open-incidents-table … --idempotency-table … --review-queue-url …
+                              --ticket-dlq-url … --incident-dlq-url … --team-dlq-url … --workflow-dlq-url …
+                              --escalation-queue-url …] [--dry-run]
 
 ITEM is the item's full key, `kind:source:id` (`ticket:email:T-1001`,
 `incident:cloudwatch:arn:aws:cloudwatch:…`: the id is everything after the second colon), as the
@@ -17,6 +19,7 @@ an id alone. What holds an item's text, and what is removed there:
 | open incidents | an incident's row (its id and source; incidents only), out of its dependency slots first |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
+| dead-letter and escalation queues | a parked ticket or event, a failed execution's record, a team message that failed, an overdue review (each kept up to 14 days) |
 
 Printed: one line per table with the rows removed (or, with --dry-run, found), and a note for an
 open incident that held others: the incident intake's sweep decides them within 5 minutes. Not erasable here:
@@ -40,6 +43,12 @@ from decision_router.items import ITEM_MODELS
 TABLES = {"audit": "AuditTableName", "labelled": "LabelledExamplesTableName", "resolved": "ResolvedItemsTableName",
           "open-incidents": "OpenIncidentsTableName", "idempotency": "IdempotencyTableName"}
 REVIEW_QUEUE = "ReviewQueueUrl"
+#: The queues that keep an item's text until their retention ends (14 days), by the name erase
+#: gives them (its flag: --NAME-url) and their stack output: a ticket or event parked or failed, a
+#: failed execution's record, a team message that failed, a review nobody answered in time.
+HELD_QUEUES = {"ticket-dlq": "TicketDeadLetterQueueUrl", "incident-dlq": "IncidentDeadLetterQueueUrl",
+               "team-dlq": "TeamDeadLetterQueueUrl", "workflow-dlq": "WorkflowDeadLetterQueueUrl",
+               "escalation-queue": "EscalationQueueUrl"}
 
 
 class EraseError(ValueError):
@@ -122,6 +131,9 @@ class Eraser:
                 erased.rows[name] = step(self.names[name])
         if self.names.get("review-queue"):
             erased.rows["review-queue"] = self.review_queue(self.names["review-queue"])
+        for name in HELD_QUEUES:
+            if self.names.get(name):
+                erased.rows[name] = self.held_queue(self.names[name])
         return erased
 
     def _delete(self, table: str, keys: list[dict[str, Any]]) -> int:
@@ -199,17 +211,39 @@ class Eraser:
     def review_queue(self, queue_url: str) -> int:
         """Delete the item's pending review messages and stop their executions; every other
         message is made visible again at once."""
+        def mine(body: Any) -> bool:
+            record = body.get("record") if isinstance(body, dict) else None
+            return isinstance(record, dict) and self.key.holds(record.get("item_kind"), record.get("item"))
+
+        return self._queue(queue_url, mine, self._stop)
+
+    def held_queue(self, queue_url: str) -> int:
+        """Delete every message of a dead-letter or escalation queue that carries the item: the
+        item itself (a ticket, a record's item, an SNS message's), or a native source's event of
+        its source naming its id (an alarm's ARN); every other message is made visible again."""
+        return self._queue(queue_url, self.carried_by, lambda body: None)
+
+    def carried_by(self, body: Any) -> bool:
+        model = ITEM_MODELS[self.key.kind]
+        for value in _mappings(body):
+            if value.get(model.id_field) == self.key.id and value.get(model.source_field) == self.key.source:
+                return True
+            if self.key.kind == "incident" and value.get("source") == self.key.source and self.key.id in _strings(value):
+                return True
+        return False
+
+    def _queue(self, queue_url: str, mine: Callable[[Any], bool], before_delete: Callable[[Any], None]) -> int:
+        """Read the queue once; the messages `mine` picks are deleted (`before_delete` first), or
+        only counted on a dry run; all others are made visible again at once."""
         found: list[tuple[dict[str, Any], Any]] = []
         others: list[str] = []
         for batch in new_batches(self.sqs, queue_url, visibility=30):
             for message in batch:
                 try:
                     body = json.loads(message["Body"])
-                    record = body["record"]
-                    mine = self.key.holds(record.get("item_kind"), record.get("item"))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    mine = False
-                if mine:
+                except ValueError:
+                    body = None
+                if body is not None and mine(body):
                     found.append((message, body))
                 else:
                     others.append(message["ReceiptHandle"])
@@ -219,7 +253,7 @@ class Eraser:
                 self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"],
                                                    VisibilityTimeout=0)
                 continue
-            self._stop(body)
+            before_delete(body)
             self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         return len(found)
 
@@ -235,10 +269,37 @@ class Eraser:
                 pass  # finished or never started: nothing waits for the message
 
 
+def _mappings(value: Any) -> Iterator[Mapping[str, Any]]:
+    """Every JSON object within `value`, and within the JSON text of its strings (an SNS
+    message, a record's item kept as text)."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return
+    if isinstance(value, Mapping):
+        yield value
+        for inner in value.values():
+            yield from _mappings(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _mappings(inner)
+
+
+def _strings(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, Mapping):
+        return set().union(*(_strings(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_strings(v) for v in value)) if value else set()
+    return set()
+
+
 def names_of_stack(stack: str, client: Any) -> dict[str, str]:
     """The tables, the review queue and the routing state machine of a deployed stack (its outputs)."""
     outputs = {o["OutputKey"]: o["OutputValue"] for o in client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, "state-machine": "RoutingStateMachineArn"}
+    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, **HELD_QUEUES, "state-machine": "RoutingStateMachineArn"}
     missing = sorted(output for output in wanted.values() if output not in outputs)
     if missing:
         raise EraseError(f"stack {stack} has no output {', '.join(missing)}")
@@ -253,6 +314,8 @@ def parser() -> argparse.ArgumentParser:
     for name in TABLES:
         p.add_argument(f"--{name}-table", default="", help=f"the {name} table's name (instead of --stack)")
     p.add_argument("--review-queue-url", default="", help="the review queue's URL (instead of --stack)")
+    for name in HELD_QUEUES:
+        p.add_argument(f"--{name}-url", default="", help=f"the {name}'s URL (instead of --stack)")
     p.add_argument("--state-machine-arn", default="", help="the routing state machine (its waiting executions are stopped)")
     p.add_argument("--dry-run", action="store_true", help="only count the rows, remove nothing")
     return p
@@ -272,6 +335,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any 
         else:
             names = {name: getattr(args, f"{name.replace('-', '_')}_table") for name in TABLES}
             names |= {"review-queue": args.review_queue_url, "state-machine": args.state_machine_arn}
+            names |= {name: getattr(args, f"{name.replace('-', '_')}_url") for name in HELD_QUEUES}
             if not any(names.values()):
                 raise EraseError("name the stack (--stack) or at least one table or queue")
     except EraseError as error:

@@ -153,7 +153,7 @@ def test_a_stack_names_every_table_the_queue_and_the_state_machine_by_its_output
     with mock_aws():
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
         outputs = stack.outputs()
-    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, "RoutingStateMachineArn"}
+    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values(), "RoutingStateMachineArn"}
     assert wanted <= set(outputs)
 
 
@@ -183,3 +183,52 @@ def test_erasing_an_open_parent_takes_it_out_of_its_slots_and_its_held_children_
         assert flow.store.parents("parent#service#orders-db") == []  # it holds nothing new
         again = deliver(flow, alarm("checkout-5xx", "medium", "ALARM", 5, 3, service="checkout"))
         assert again["outcome"] == "routed" and "its parent incident is gone" in again["reason"]
+
+
+def test_every_queue_of_the_template_that_keeps_item_text_is_erased():
+    """Each dead-letter and escalation queue keeps what it is sent up to 14 days: erase reads them
+    all (the notification DLQ keeps EventBridge's failed pages, the relearning DLQ its runs)."""
+    template = Stack.load().template
+    queues = {name for name, r in template["Resources"].items() if r["Type"] == "AWS::SQS::Queue"
+              and any(word in name for word in ("DeadLetter", "Escalation"))}
+    erased = {output.removesuffix("Url") for output in erase.HELD_QUEUES.values()}
+    assert queues - erased == {"NotificationDeadLetterQueue", "RelearningDeadLetterQueue"}
+
+
+def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_queues():
+    held = [output.removesuffix("Url") for output in erase.HELD_QUEUES.values()]
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=held)
+        sqs = boto3.client("sqs")
+        url = {name: stack.ref(output.removesuffix("Url")) for name, output in erase.HELD_QUEUES.items()}
+        mine, other = ticket_record("T-1"), ticket_record("T-2")
+        alarm = "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:db"
+        messages = {
+            "ticket-dlq": [json.dumps(mine.item), json.dumps({"Type": "Notification", "Message": json.dumps(mine.item)}),
+                           json.dumps(other.item), "not json"],
+            "incident-dlq": [json.dumps({"source": "aws.cloudwatch", "detail-type": "CloudWatch Alarm State Change",
+                                         "resources": [alarm], "detail": {"alarmName": "db"}}),
+                             json.dumps({"requestPayload": {"source": "aws.cloudwatch", "resources": [alarm + "-2"]}})],
+            "team-dlq": [mine.model_dump_json(), other.model_dump_json()],
+            "workflow-dlq": [json.dumps({"record": json.loads(mine.model_dump_json()), "error": "x"})],
+            "escalation-queue": [json.dumps({"record": json.loads(other.model_dump_json())})],
+        }
+        for name, bodies in messages.items():
+            for body in bodies:
+                sqs.send_message(QueueUrl=url[name], MessageBody=body)
+        flags = [arg for name in erase.HELD_QUEUES for arg in (f"--{name}-url", url[name])]
+        out = io.StringIO()
+        assert erase.main(["ticket:email:T-1", *flags], out=out, session=boto3.Session()) == 0
+        assert out.getvalue().splitlines() == [
+            "erase ticket:email:T-1", "ticket-dlq: 2 row(s) removed", "incident-dlq: 0 row(s) removed",
+            "team-dlq: 1 row(s) removed", "workflow-dlq: 1 row(s) removed", "escalation-queue: 0 row(s) removed"]
+        out = io.StringIO()
+        assert erase.main([f"incident:aws.cloudwatch:{alarm}", *flags], out=out, session=boto3.Session()) == 0
+        assert "incident-dlq: 1 row(s) removed" in out.getvalue()  # the other alarm's event stays
+
+        left = {name: [m["Body"] for m in sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)
+                       .get("Messages", [])] for name, queue in url.items()}  # read once: each is hidden after
+        assert sorted(left["ticket-dlq"]) == sorted([json.dumps(other.item), "not json"])
+        assert len(left["incident-dlq"]) == 1 and alarm + "-2" in left["incident-dlq"][0]
+        assert left["team-dlq"] == [other.model_dump_json()] and left["workflow-dlq"] == []
+        assert len(left["escalation-queue"]) == 1
