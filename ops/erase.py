@@ -19,7 +19,7 @@ an id alone. What holds an item's text, and what is removed there:
 | open incidents | an incident's row (its id and source; incidents only), out of its dependency slots first |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
-| dead-letter and escalation queues | a parked ticket or event, a failed execution's record, a team message that failed, an overdue review (each kept up to 14 days) |
+| dead-letter, escalation queues | a parked or failed ticket or event, a failed record, an overdue review (14 days) |
 
 Printed: one line per table with the rows removed (or, with --dry-run, found), and a note for an
 open incident that held others: the incident intake's sweep decides them within 5 minutes. Not erasable here:
