@@ -9,15 +9,30 @@ import io
 import json
 
 import pytest
+from moto import mock_aws
 
 from decision_router.domain.policies import POLICY_DIR
+from local.cloudformation import Stack
 from ops import replay
 from tests.functions.test_intake_handlers import FakeLambdaContext
 from tests.infra import test_incident_sources_pipeline as native
+from tests.infra.conftest import ENDPOINT_NAME, Pipeline
 from tests.infra.test_incident_sources_pipeline import confident, deliver, sample, settled
 
 pytestmark = pytest.mark.stack
-pipeline, incidents = native.pipeline, native.incidents
+incidents = native.incidents
+
+
+@pytest.fixture
+def pipeline():
+    """The stack under a name of its own: an execution another test left running in moto's
+    background threads writes to its own stack's tables, never into this audit (which must hold
+    exactly what this test routed)."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME, "PagerDutySource": "true",
+                                       "PagerDutyEventBusName": native.PAGERDUTY_BUS},
+                           stack_name="decision-router-replay").create()
+        yield Pipeline(stack)
 
 
 def candidate(tmp_path, change=lambda raw: None) -> str:
