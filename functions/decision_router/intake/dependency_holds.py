@@ -178,4 +178,5 @@ class DependencyHolds:
         release = Release(why.parent, why.why, why.may_hold_again, why.held_since or row.held_at)
         routed = reroute(Opened(row.incident_key, incident), row.opened_by, release)
         self.metrics.add_metric(name="HeldIncidentsReleased", unit=MetricUnit.Count, value=1)
-        return {"key": row.incident_key, "incident_id": incident.incident_id, **routed}
+        # Whatever became of it (routed, held again, grouped), it says whose hold ended.
+        return {"key": row.incident_key, "incident_id": incident.incident_id, **routed, "released_after": release.parent}
