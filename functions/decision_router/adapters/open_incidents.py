@@ -408,12 +408,14 @@ class OpenIncidents(AwsAdapter):
         return raw["points_to"]["S"] if raw and "points_to" in raw else None
 
     def held_open(self) -> list[IncidentRow]:
-        """The open incidents held under a parent and not routed (nor grouped) since, for the sweep (which routes
-        those whose parent is resolved, gone or not paged, and those held past the ceiling). A
-        Query of the open-incident index; its rows are read again by key before one is routed."""
+        """The open incidents held under a parent and not routed (nor grouped) since, for the
+        sweep (which routes those whose parent is resolved, gone or not paged, and those held past
+        the ceiling). A Query of the open-incident index; its rows are read again by key before
+        one is routed."""
         return [_read(IncidentRow, raw) for raw in self._open_rows(
             FilterExpression="attribute_exists(held_under) AND attribute_not_exists(execution_name) "
                              "AND attribute_not_exists(#g)", names={"#g": "group"})]
+
 
 def open_incident_of(row: dict[str, Any]) -> OpenIncident | None:
     """The open incident a ticket may be linked to, as its row keeps it; None for a row missing its

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -53,6 +53,12 @@ class Inhibition(StrictModel):
     target: list[Condition] = Field(min_length=1, description="the incidents it holds (every condition)")
     equal: list[str] = Field(default_factory=list, description="item fields whose values must be equal on both")
     include_sev1: bool = False
+
+    def is_source(self, item: Item) -> bool:
+        return all(c.holds(item) for c in self.source)
+
+    def is_target(self, item: Item) -> bool:
+        return all(c.holds(item) for c in self.target)
 
     def slot(self, item: Item) -> str | None:
         values = [field_value(item, f) for f in self.equal]
@@ -216,8 +222,8 @@ class Dependencies(StrictModel):
                                                    "(by default every sev1 pages)")
     inhibit: list[Inhibition] = Field(default_factory=list, description="Alertmanager-style inhibition rules")
     hold_minutes: Minutes = Field(HOLD_MINUTES, description="the ceiling of a hold: a child still held this long "
-                                                           "after it opened is decided and routed, its parent "
-                                                           "still open or not")
+                                                           "after it was first held is decided and routed, its "
+                                                           "parent still open or not")
 
     @model_validator(mode="after")
     def _acyclic(self) -> "Dependencies":
@@ -244,6 +250,10 @@ class Dependencies(StrictModel):
         named += [(f"dependencies.inhibit {r.id!r} target", c.field) for r in self.inhibit for c in r.target]
         return named + [(f"dependencies.inhibit {r.id!r} equal", f) for r in self.inhibit for f in r.equal]
 
+    def ceiling_passed(self, held_since: str, now: datetime) -> bool:
+        """Whether a hold that began `held_since` (ISO) has lasted `hold_minutes` by `now`."""
+        return now >= datetime.fromisoformat(held_since) + timedelta(minutes=self.hold_minutes)
+
     def parent_slots(self, item: Item) -> list[Slot]:
         return parent_slots(self.services, self.inhibit, item)
 
@@ -266,9 +276,9 @@ def parent_slots(dependencies: dict[str, list[str]], inhibit: list[Inhibition], 
     if service and any(service in parents for parents in dependencies.values()):
         slots.append(Slot(slot=SERVICE_SLOT + service))
     for rule in inhibit:
-        slot = rule.slot(item) if all(c.holds(item) for c in rule.source) else None
+        slot = rule.slot(item) if rule.is_source(item) else None
         if slot is not None:
-            slots.append(Slot(slot=slot, two_sided=all(c.holds(item) for c in rule.target)))
+            slots.append(Slot(slot=slot, two_sided=rule.is_target(item)))
     return slots
 
 
@@ -281,10 +291,10 @@ def candidates(dependencies: dict[str, list[str]], include_sev1: bool, inhibit: 
     found = [Candidate(slot=SERVICE_SLOT + parent, include_sev1=include_sev1, rule="dependencies")
              for parent in ancestors(dependencies, service or "")]
     for rule in inhibit:
-        slot = rule.slot(item) if all(c.holds(item) for c in rule.target) else None
+        slot = rule.slot(item) if rule.is_target(item) else None
         if slot is not None:
             found.append(Candidate(slot=slot, include_sev1=rule.include_sev1, rule=rule.id,
-                                   two_sided=all(c.holds(item) for c in rule.source)))
+                                   two_sided=rule.is_source(item)))
     return found
 
 

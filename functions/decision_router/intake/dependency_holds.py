@@ -20,7 +20,7 @@ Guarantees, in the order the writes make them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Callable
 
 from aws_lambda_powertools import Logger, Metrics
@@ -57,25 +57,22 @@ def hold_ended(row: IncidentRow, parent: IncidentRow | None, now: datetime, depe
     is gone or was not paged; it has been held `hold_minutes`; or (`severity`, a new event's) it
     is now more severe than its parent, or newly a sev1."""
     parent_id = (parent.incident_id if parent is not None else None) or str(row.held_under)
+    since = row.held_at
     if parent is None:
-        return Release(parent_id, "its parent incident is gone (erased, or expired)")
+        return Release(parent_id, "its parent incident is gone (erased, or expired)", held_since=since)
     if parent.status != "open":
-        return Release(parent_id, "its parent resolved while it was still open")
+        return Release(parent_id, "its parent resolved while it was still open", held_since=since)
     if parent.paged_by is None:
-        return Release(parent_id, "its parent was never paged, so it covers nothing")
-    if row.held_at is not None and now >= _at(row.held_at) + timedelta(minutes=dependencies.hold_minutes):
+        return Release(parent_id, "its parent was never paged, so it covers nothing", held_since=since)
+    if since is not None and dependencies.ceiling_passed(since, now):
         return Release(parent_id, f"held {dependencies.hold_minutes} min, the ceiling of a hold "
-                                  "(dependencies.hold_minutes)", may_hold_again=False)
+                                  "(dependencies.hold_minutes)", may_hold_again=False, held_since=since)
     held = Incident.model_validate_json(row.held_item) if row.held_item else None
     if severity is not None and held is not None and severity != held.severity and not may_hold(
             severity, row.parent_severity, include_sev1=held.severity == "sev1"):
         return Release(parent_id, f"its severity rose to {severity}, past what its parent "
-                                  f"({row.parent_severity}) may hold", may_hold_again=False)
+                                  f"({row.parent_severity}) may hold", may_hold_again=False, held_since=since)
     return None
-
-
-def _at(text: str) -> datetime:
-    return datetime.fromisoformat(text)
 
 
 class DependencyHolds:
@@ -87,7 +84,7 @@ class DependencyHolds:
         """Hold `opened` under its oldest paged parent that may hold it; None when none does (or
         when it was first held `held_since` more than the ceiling ago)."""
         incident = opened.incident
-        if held_since is not None and now >= _at(held_since) + timedelta(minutes=dependencies.hold_minutes):
+        if held_since is not None and dependencies.ceiling_passed(held_since, now):
             return None
         for candidate in dependencies.candidates(incident):
             for parent in self.store.parents(candidate.slot):
@@ -175,8 +172,7 @@ class DependencyHolds:
 
     def _release(self, row: IncidentRow, incident: Incident, why: Release, reroute: Reroute) -> dict:
         assert row.opened_by is not None
-        release = Release(why.parent, why.why, why.may_hold_again, why.held_since or row.held_at)
-        routed = reroute(Opened(row.incident_key, incident), row.opened_by, release)
+        routed = reroute(Opened(row.incident_key, incident), row.opened_by, why)
         self.metrics.add_metric(name="HeldIncidentsReleased", unit=MetricUnit.Count, value=1)
         # Whatever became of it (routed, held again, grouped), it says whose hold ended.
-        return {"key": row.incident_key, "incident_id": incident.incident_id, **routed, "released_after": release.parent}
+        return {"key": row.incident_key, "incident_id": incident.incident_id, **routed, "released_after": why.parent}
