@@ -157,6 +157,7 @@ fit: $(STAMP)
 # MODEL=path.gguf scores with another model. Signals are cached under ~/.cache/decision-router/.
 # OUT_OF_SCOPE=oos names the label meaning "none of these"; NOVELTY_BUDGET (0.04) is the share of
 # in-scope items the head's novelty part sends to review (docs/learning/novelty.md).
+# ENCODER=none fits on TF-IDF alone, without the sentence encoder (docs/learning/encoder.md).
 # ON=sagemaker scores the export's items in one SageMaker Processing job of the deployed stack STACK
 # (docs/learning/fit-history.md): it prints the estimate and starts nothing without YES=1.
 FIT_HISTORY_USAGE := make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [NAME=policy-name] [TARGETS=map.json|own] [MODEL=...|none] [REPLACE=1] [ENCODING=cp1252] [SKIP_UNLABELLED=1] [MERGE_LABELS=1] [LIMIT=N] [MIN_EXAMPLES=10] [RARE=merge|review] [OUT_OF_SCOPE=label] [NOVELTY_BUDGET=0.04] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
@@ -168,7 +169,7 @@ fit-history: $(STAMP)
 		$(if $(filter none,$(MODEL)),--text-only,$(if $(MODEL),--model "$(MODEL)")) $(if $(TARGETS),--targets "$(TARGETS)") \
 		$(if $(ENCODING),--encoding "$(ENCODING)") $(if $(LIMIT),--limit $(LIMIT)) $(if $(filter 1,$(REPLACE)),--replace) \
 		$(if $(filter 1,$(SKIP_UNLABELLED)),--skip-unlabelled) $(if $(filter 1,$(MERGE_LABELS)),--merge-labels) \
-		$(if $(OUT_OF_SCOPE),--out-of-scope-label "$(OUT_OF_SCOPE)") $(if $(NOVELTY_BUDGET),--novelty-budget $(NOVELTY_BUDGET)) \
+		$(if $(OUT_OF_SCOPE),--out-of-scope-label "$(OUT_OF_SCOPE)") $(if $(NOVELTY_BUDGET),--novelty-budget $(NOVELTY_BUDGET)) $(if $(ENCODER),--encoder $(ENCODER)) \
 		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
 		$(HISTORY_ARGS)
 

@@ -50,6 +50,8 @@ def _decision_cells(decision: DecisionEntry) -> tuple[list[str], str]:
         confidence = decision.confidence or 0.0  # a model decision always has one
         check = f"{confidence:.2f} {'>=' if confidence >= minimum else '<'} {minimum:.2f}"
         readout = decision.readout or "letters"
+        if decision.tier == "words":  # the head answered from the words alone: the endpoint was not asked
+            readout = "head (words, no endpoint)"
         if readout == "head":
             letters = decision.letter_probabilities or {}
             best = max(letters, key=letters.__getitem__) if letters else None

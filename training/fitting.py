@@ -47,10 +47,13 @@ def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, so
                              targets=targets, curve=curve)
     document = learn.head_document(fit, version="", binding=binding, data=sources, fitted_on=fitted_on)
     limit = MAX_HEAD_BYTES if len(question.option_ids) <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES
-    if fit.model_weight > 0:
-        # the head's own surprise, out of fold for every training item, joins the distance
-        surprise = novelty.Surprise(np.arange(len(train)), novelty.Surprise.of(np.vstack(fit.head.probabilities)))
-        said = novelty.attach(document, signals.hidden, signals.gold, binding=binding, max_bytes=limit,
+    # the head's own surprise, out of fold for every training item, joins the distance
+    surprise = novelty.Surprise(np.arange(len(train)), novelty.Surprise.of(np.vstack(fit.head.probabilities)))
+    if "sentence" in document:  # in the encoder's space: bound to no model
+        said = novelty.attach(document, signals.gold, max_bytes=limit, sentences=signals.sentences,
+                              budget=novelty_budget, folds=folds, seed=seed, surprise=surprise)
+    elif fit.model_weight > 0:
+        said = novelty.attach(document, signals.gold, max_bytes=limit, hidden=signals.hidden, binding=binding,
                               budget=novelty_budget, folds=folds, seed=seed, groups=signals.groups, surprise=surprise)
     else:  # a head on the text alone serves any model: a novelty part would bind it to this one
         said = "no novelty part: the head reads the text alone (model weight 0), so it serves any model"

@@ -80,8 +80,9 @@ from tqdm import tqdm
 
 from decision_contract import DEFAULT_LAYOUT, MAX_OPTIONS, Decision, DecisionResult, Layout, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_keys, read_shard, request_key, write_shard
+from decision_router import sentences
 from decision_router.domain.heads import FORMAT, LETTERED_OPTIONS, MAX_HEAD_BYTES, MAX_MANY_OPTIONS_HEAD_BYTES
-from decision_router.domain.judging import UNLIKE, model_entry
+from decision_router.domain.judging import UNLIKE, model_entry, words_entry
 from decision_router.domain.model_requests import question_decision
 from decision_router.domain.policies import Policy, Question, load_policy
 from evaluation import metrics
@@ -106,6 +107,7 @@ from .history_policy import (
     target_of,
     vocabulary,
 )
+from .learn import stratified_sample
 from .thresholds import judge, promise, verdict
 
 DEFAULT_CACHE = Path.home() / ".cache/decision-router/signals"
@@ -139,24 +141,6 @@ FOLDS = 5
 GRID_ROWS, FIT_ROWS, BASELINE_ROWS = 20_000, 50_000, 10_000
 #: Items a shard when the batch scorer scores in this process (an interrupted run resumes at its shard).
 BATCH_CHUNK = 2000
-#: A label keeps at least this many rows (all it has, if fewer) in a sample.
-SAMPLE_FLOOR = 20
-
-
-def stratified_sample(gold: np.ndarray, size: int, seed: int) -> np.ndarray:
-    """Sorted row indexes of a sample of about `size` rows, each label in proportion (and at
-    least SAMPLE_FLOOR of its rows, or all of them); every row when there are no more than `size`."""
-    n = len(gold)
-    if n <= size:
-        return np.arange(n)
-    rng = np.random.default_rng(seed)
-    labels, counts = np.unique(gold, return_counts=True)
-    picked = []
-    for label, count in zip(labels, counts):
-        rows = np.flatnonzero(gold == label)
-        take = min(count, max(SAMPLE_FLOOR, int(count * size / n)))
-        picked.append(rng.choice(rows, size=take, replace=False))
-    return np.sort(np.concatenate(picked))
 
 
 
@@ -403,32 +387,38 @@ class Fitted:
     baseline_probabilities: np.ndarray  # on TEST
 
 
-def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Sequence[str]) -> learn.Signals:
+def _signals(st: Sequence[Any], hidden: np.ndarray, gold: np.ndarray, fields: Sequence[str],
+             encoder: str | None) -> learn.Signals:
     # the letters are not read (a many-option question has none): one constant column, weight 0
     return learn.Signals.build(st, hidden, list(np.zeros((len(st), 1))), gold, [str(i) for i in range(len(st))],
-                               text_fields=fields, categorical_fields=[])
+                               text_fields=fields, categorical_fields=[], encoder=encoder)
 
 
 def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, gold: np.ndarray,
         test_states: list[Any], test_hidden: np.ndarray, *, model: ModelInfo, prompt_version: str, max_error: float,
         seed: int, data: list[str], say: Callable[[str], None], terms_cap: int | None = None,
         model_weight: float | None = None, novelty_budget: float | None = novelty.DEFAULT_BUDGET,
-        out_of_scope_hidden: np.ndarray | None = None, out_of_scope_states: list[Any] | None = None) -> Fitted:
+        out_of_scope_hidden: np.ndarray | None = None, out_of_scope_states: list[Any] | None = None,
+        encoder: str | None = sentences.DEFAULT_ENCODER) -> Fitted:
     question = raw["questions"][0]
     k = len(question["options"])
     fields = [s["key"] for s in raw["state"]]
     rows = stratified_sample(gold, FIT_ROWS, seed)
     if len(rows) < len(gold):
         say(f"  {len(gold)} training rows: the head is fitted on a stratified sample of {len(rows)}")
-    s = _signals([train_states[i] for i in rows], train_hidden[rows].astype(np.float64), gold[rows], fields)
-    test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields)
+    started = time.perf_counter()
+    s = _signals([train_states[i] for i in rows], train_hidden[rows].astype(np.float64), gold[rows], fields, encoder)
+    test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields, encoder)
+    if encoder is not None:
+        say(f"  {len(s) + len(test)} items embedded by {encoder}: {time.perf_counter() - started:.0f} s")
     n = len(s)
     grid = stratified_sample(s.gold, GRID_ROWS, seed)
     parts = [grid[part] for part in metrics.fold_indices(len(grid), FOLDS, seed)]
     held = parts[0]  # the model's weight is chosen on this fifth; it is also the first fold
     fit_rows = np.setdiff1d(grid, held)
     budget = MAX_WEIGHTS if k > MAX_OPTIONS else LETTERED_WEIGHTS
-    max_terms = min(learn.MAX_TERMS, max(500, budget // k - train_hidden.shape[1]), terms_cap or learn.MAX_TERMS)
+    width = train_hidden.shape[1] + (0 if s.sentences is None else s.sentences.shape[1])
+    max_terms = min(learn.MAX_TERMS, max(500, budget // k - width), terms_cap or learn.MAX_TERMS)
     formula = "normalized_peak"
     seen_options = len(np.unique(s.gold))
     min_df = 1 if n < FEW_ROWS_AN_OPTION * seen_options else learn.MIN_DF
@@ -506,18 +496,25 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
                 "model_weight": weight, "folds": len(parts), "cv_accuracy": round(readout.accuracy, 4), "cv_ece": round(readout.ece, 4),
                 "text_only_cv_accuracy": round(base_readout.accuracy, 4)},
     }
-    if novelty_budget is not None:  # None: --text-only, no hidden state to read
+    # None: no novelty part (a head on the text alone without an encoder: nothing it could read
+    # would not bind it to a model)
+    if novelty_budget is not None and (reads_model or s.sentences is not None):
         started = time.perf_counter()
         surprise = novelty.Surprise(oof_rows, novelty.Surprise.of(np.vstack(learn._softmax_rows(oof, temperature))))
-        if out_of_scope_hidden is not None and len(out_of_scope_hidden) and out_of_scope_states:
-            outside = _signals(out_of_scope_states, out_of_scope_hidden, np.zeros(len(out_of_scope_states), dtype=int), fields)
+        outside = None
+        if out_of_scope_states:
+            if out_of_scope_hidden is None or not len(out_of_scope_hidden):
+                out_of_scope_hidden = np.zeros((len(out_of_scope_states), s.hidden.shape[1]))
+            outside = _signals(out_of_scope_states, out_of_scope_hidden, np.zeros(len(out_of_scope_states), dtype=int),
+                               fields, encoder)
             logits = learn.numpy_logits(final, outside, np.arange(len(outside)))
             surprise.out_of_scope = novelty.Surprise.of(np.vstack(learn._softmax_rows(logits, temperature)))
-        said = novelty.attach(document, s.hidden, s.gold, binding={"model_sha256": model.sha256, "hidden_size": model.hidden_size,
-                                                                   "prompt_version": prompt_version},
-                              max_bytes=MAX_HEAD_BYTES if k <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES,
-                              budget=novelty_budget, folds=FOLDS, seed=seed, out_of_scope=out_of_scope_hidden,
-                              surprise=surprise)
+        said = novelty.attach(
+            document, s.gold, max_bytes=MAX_HEAD_BYTES if k <= LETTERED_OPTIONS else MAX_MANY_OPTIONS_HEAD_BYTES,
+            sentences=s.sentences, hidden=s.hidden if reads_model else None,
+            binding={"model_sha256": model.sha256, "hidden_size": model.hidden_size, "prompt_version": prompt_version},
+            budget=novelty_budget, folds=FOLDS, seed=seed, surprise=surprise,
+            out_of_scope=None if outside is None else (outside.sentences if "sentence" in document else outside.hidden))
         say(f"  {said} ({time.perf_counter() - started:.0f} s)")
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
     document["version"] = f"{raw['name']}.{question['id']}.{document['fit']['fitted_on']}.{digest}"
@@ -560,7 +557,8 @@ def text_curve(raw: dict[str, Any], train_states: Sequence[Any], gold: np.ndarra
     k = len(raw["questions"][0]["options"])
     order = np.random.default_rng(seed).permutation(stratified_sample(gold, CURVE_ROWS + CURVE_ROWS // 4, seed))
     held_n = max(1, len(order) // 5)
-    s = _signals([train_states[i] for i in order], np.zeros((len(order), 1)), gold[order], [e["key"] for e in raw["state"]])
+    s = _signals([train_states[i] for i in order], np.zeros((len(order), 1)), gold[order], [e["key"] for e in raw["state"]],
+                 None)  # the text classifier reads the text alone
     held, pool = np.arange(held_n), np.arange(held_n, len(order))
     points = []
     for n in [size for size in CURVE_SIZES if size < len(pool)] + [len(pool)]:
@@ -720,6 +718,9 @@ def parser() -> argparse.ArgumentParser:
                    "previous run wrote there")
     p.add_argument("--text-only", action="store_true", help="fit the head on the text alone: the model scores nothing "
                    "(make fit-history MODEL=none)")
+    p.add_argument("--encoder", default=sentences.DEFAULT_ENCODER, choices=[*sentences.ENCODERS, "none"],
+                   help="the sentence encoder whose embedding of the text the head also reads (default %(default)s; "
+                        "none: TF-IDF alone, as before)")
     p.add_argument("--max-terms", type=int, help="at most this many text terms in the head (a smaller file, a faster "
                    "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
@@ -728,7 +729,8 @@ def parser() -> argparse.ArgumentParser:
                    "never an option (the novelty part's catch of them is reported), its TEST items are out of scope")
     p.add_argument("--novelty-budget", type=float, default=novelty.DEFAULT_BUDGET,
                    help="share of in-scope items the head's novelty threshold sends to review, chosen out of fold on DATA "
-                        "(default %(default)s; no novelty part with --text-only or --model-weight 0)")
+                        "(default %(default)s; in the sentence encoder's space, or over the hidden state with --encoder none; "
+                        "none with --encoder none and --text-only or --model-weight 0)")
     p.add_argument("--layout", choices=typing.get_args(Layout),
                    help="the prompt layout of a many-option question's signals decision (default: the request's own)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
@@ -988,9 +990,11 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     fitted = fit(raw, train_states, train_hidden, gold, test_states, test_hidden, model=model, prompt_version=prompt_version,
                  max_error=args.max_error, seed=args.seed, data=[f"{args.data.name}"], say=say, terms_cap=args.max_terms,
                  model_weight=0.0 if args.text_only else args.model_weight,
-                 # a head asked to read the text alone reads no hidden state, novelty's included
-                 novelty_budget=None if args.text_only or args.model_weight == 0 else args.novelty_budget,
-                 out_of_scope_hidden=out_of_scope_hidden, out_of_scope_states=scored_states[len(train_states):])
+                 # a head asked to read the text alone reads no hidden state, novelty's included: its
+                 # novelty part is in the sentence encoder's space, or it has none
+                 novelty_budget=args.novelty_budget,
+                 out_of_scope_hidden=out_of_scope_hidden, out_of_scope_states=scored_states[len(train_states):],
+                 encoder=None if args.encoder == "none" else args.encoder)
     fitting = time.perf_counter() - fitting
 
     out: Path = args.out
@@ -1001,6 +1005,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     head_name = f"heads/{question.id}.json"
     (out / head_name).write_bytes(head_bytes)
     raw["questions"][0]["head"] = {"file": head_name, "sha256": hashlib.sha256(head_bytes).hexdigest()}
+    # a head on the words alone answers without the endpoint; only what it is unsure of is asked
+    raw["questions"][0]["model"] = "always" if "hidden" in fitted.document else "when_unsure"
     (out / "policy.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False) + "\n")
     policy: Policy = load_policy(out / "policy.json")  # the routing function's own loader
     question = policy.questions[0]
@@ -1012,7 +1018,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     novelty_scores: list[float | None] = []
     unlike_only: list[bool] = []  # held for novelty alone: the head's thresholds would have answered
     for row, state, signal in zip(test_rows, test_states, test_signals):
-        entry = model_entry(question, _result(question, model, signal), state)
+        entry = (words_entry(question, state) if question.model != "always"
+                 else model_entry(question, _result(question, model, signal), state))
         answer = label_of[entry.option_id] if entry.option_id else None
         head_answers.append(answer)
         head_conf.append(entry.confidence or 0.0)
@@ -1034,7 +1041,10 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     assert learned is not None, "fit-history writes the question's head"
     if learned.novelty is not None:
         head_figures["novelty"] = {
-            "rank": len(learned.novelty.projection), "surprise_weight": learned.novelty.surprise_weight,
+            "score": learned.novelty.score,
+            **({"rank": len(learned.novelty.projection)} if learned.novelty.score == "mahalanobis"
+               else {"kept": learned.novelty.rows, "k": learned.novelty.k}),
+            "surprise_weight": learned.novelty.surprise_weight,
             "in_scope_budget": learned.novelty.in_scope_budget,
             "out_of_fold_in_scope_review": learned.novelty.out_of_fold_in_scope_review,
             **({"data_out_of_scope": {"items": learned.novelty.out_of_scope_examples,

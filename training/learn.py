@@ -41,6 +41,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline, make_union
 from threadpoolctl import threadpool_limits
 
+from decision_router import sentences as sentence_encoders
 from decision_router.domain.heads import FORMAT, Head
 from decision_router.domain.lexical import categorical_features, evidence_text, inverse_document_frequency, term_counts, tfidf
 from evaluation import metrics
@@ -57,6 +58,9 @@ MIN_DF, MAX_TERMS = 2, 25000
 #: The structured-field indicators, as one block, weigh this much against the unit-length text
 #: blocks (the values are in the evidence text too; at full weight they drown it out on held-out folds).
 CATEGORY_SCALE = 0.15
+#: The sentence embedding, as one block, weighs this much against the text blocks (each of unit
+#: length, like the embedding itself).
+SENTENCE_SCALE = 1.0
 #: Significant digits written for head weights.
 WEIGHT_DIGITS = 5
 #: A head that does not beat always-the-commonest-answer at this significance is not shipped.
@@ -67,6 +71,24 @@ CURVE_SIZES = (25, 50, 100, 200, 400)
 BASELINE_C = 10.0
 #: The bias of an option never seen in training: never predicted.
 UNSEEN_BIAS = -30.0
+#: A label keeps at least this many rows (all it has, if fewer) in a sample.
+SAMPLE_FLOOR = 20
+
+
+def stratified_sample(gold: np.ndarray, size: int, seed: int, floor: int = SAMPLE_FLOOR) -> np.ndarray:
+    """Sorted row indexes of a sample of about `size` rows, each label in proportion (and at
+    least `floor` of its rows, or all of them); every row when there are no more than `size`."""
+    n = len(gold)
+    if n <= size:
+        return np.arange(n)
+    rng = np.random.default_rng(seed)
+    labels, counts = np.unique(gold, return_counts=True)
+    picked = []
+    for label, count in zip(labels, counts):
+        rows = np.flatnonzero(gold == label)
+        take = min(count, max(floor, int(count * size / n)))
+        picked.append(rng.choice(rows, size=take, replace=False))
+    return np.sort(np.concatenate(picked))
 
 
 # ----------------------------------------------------------------------------------- signals
@@ -83,15 +105,24 @@ class Signals:
     categorical_fields: list[str]
     counts: list[Counter[str]] = field(repr=False)
     indicators: list[list[str]] = field(repr=False)
+    encoder: str | None = None  # the sentence encoder (decision_router.sentences); None: no sentence block
+    sentences: np.ndarray | None = field(default=None, repr=False)  # n x its width: the evidence's embeddings
 
     @classmethod
     def build(cls, states: Sequence[Any], hidden: np.ndarray, letters: Sequence[np.ndarray], gold: np.ndarray,
-              groups: Sequence[str], text_fields: Sequence[str], categorical_fields: Sequence[str]) -> "Signals":
+              groups: Sequence[str], text_fields: Sequence[str], categorical_fields: Sequence[str],
+              encoder: str | None = sentence_encoders.DEFAULT_ENCODER, embedded: np.ndarray | None = None) -> "Signals":
+        """`encoder`: the sentence encoder whose embedding of the evidence joins the text (None:
+        none); `embedded`: those embeddings when the caller has them already (in `states` order)."""
         states = list(states)
+        texts = [evidence_text(s, text_fields) for s in states]
+        if encoder is not None and embedded is None:
+            embedded = sentence_encoders.embed_all(encoder, texts)
         return cls(states, np.asarray(hidden, dtype=np.float64), np.asarray(letters, dtype=np.float64),
                    np.asarray(gold), list(groups), list(text_fields), list(categorical_fields),
-                   [term_counts(evidence_text(s, text_fields)) for s in states],
-                   [categorical_features(s, categorical_fields) for s in states])
+                   [term_counts(text) for text in texts],
+                   [categorical_features(s, categorical_fields) for s in states],
+                   encoder, None if encoder is None else np.asarray(embedded, dtype=np.float64))
 
     def __len__(self) -> int:
         return len(self.gold)
@@ -117,6 +148,7 @@ class Space:
     letters_mean: np.ndarray
     letters_scale: np.ndarray
     use_text: bool = True
+    sentence_width: int = 0  # the sentence embedding's width (0: the space has no sentence block)
     #: Lexical matrices already built, per (signals, rows): the grid reuses them for every C and weight.
     built: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -132,7 +164,14 @@ class Space:
         values = sorted({v for i in rows for v in s.indicators[i]}) if use_text and CATEGORY_SCALE > 0 else []
         hidden = s.hidden[list(rows)]
         centred = _centre(s.letters[list(rows)])
-        return cls(kept, idf, values, hidden.mean(axis=0), _scale(hidden), centred.mean(axis=0), _scale(centred), use_text)
+        width = s.sentences.shape[1] if use_text and s.sentences is not None else 0
+        return cls(kept, idf, values, hidden.mean(axis=0), _scale(hidden), centred.mean(axis=0), _scale(centred), use_text,
+                   width)
+
+    @property
+    def evidence_width(self) -> int:
+        """The columns read from the evidence: terms, indicators, the sentence embedding."""
+        return len(self.terms) + len(self.values) + self.sentence_width
 
     def lexical(self, s: Signals, rows: Sequence[int]) -> sparse.csr_matrix:
         key = (id(s), tuple(rows))
@@ -157,7 +196,11 @@ class Space:
             cols += found
             data += [self.indicator_value(s)] * len(found)
             indptr.append(len(cols))
-        return sparse.csr_matrix((data, cols, indptr), shape=(len(rows), len(self.terms) + len(self.values)))
+        lexical = sparse.csr_matrix((data, cols, indptr), shape=(len(rows), len(self.terms) + len(self.values)))
+        if not self.sentence_width:
+            return lexical
+        assert s.sentences is not None
+        return sparse.hstack([lexical, sparse.csr_matrix(s.sentences[list(rows)] * SENTENCE_SCALE)], format="csr")
 
     def matrix(self, s: Signals, rows: Sequence[int], model_weight: float) -> sparse.csr_matrix:
         lexical = self.lexical(s, rows)
@@ -184,6 +227,7 @@ class Linear:
     model_weight: float
     text: np.ndarray  # options x terms
     categorical: np.ndarray  # options x values
+    sentence: np.ndarray | None  # options x the embedding's width (None: no sentence block)
     hidden: np.ndarray | None  # options x hidden width (None: the model's blocks are not read)
     letters: np.ndarray | None  # options x options, over centred letter logits
     bias: np.ndarray
@@ -200,6 +244,8 @@ class Linear:
         if self.space.values:
             out["categorical"] = {"fields": s.categorical_fields, "values": self.space.values,
                                   "weights": rows(self.categorical)}
+        if self.sentence is not None:
+            out["sentence"] = {"encoder": s.encoder, "fields": s.text_fields, "weights": rows(self.sentence)}
         if self.hidden is not None and self.letters is not None:
             out["hidden"] = {"weights": rows(self.hidden)}
             out["letters"] = {"weights": rows(self.letters)}
@@ -240,24 +286,29 @@ def fit_linear(s: Signals, rows: Sequence[int], n_options: int, C: float, model_
             fitted, intercept = np.vstack([-fitted / 2, fitted / 2]), np.array([-intercept[0] / 2, intercept[0] / 2])
         for row, option in enumerate(model.classes_):
             coef[option], bias[option] = fitted[row], intercept[row]
-    lexical = len(space.terms) + len(space.values)
+    lexical = space.evidence_width
     text = coef[:, :len(space.terms)]
-    categorical = coef[:, len(space.terms):lexical] * Space.indicator_value(s)  # the head applies indicators as 1.0
+    categorical = coef[:, len(space.terms):len(space.terms) + len(space.values)] * Space.indicator_value(s)  # applied as 1.0
+    sentence = coef[:, len(space.terms) + len(space.values):lexical] * SENTENCE_SCALE if space.sentence_width else None
     hidden = letters = None
     if model_weight > 0:
         width, k = s.hidden.shape[1], s.letters.shape[1]
         hidden = coef[:, lexical:lexical + width] * (model_weight / math.sqrt(width)) / space.hidden_scale
         letters = coef[:, lexical + width:] * (model_weight / math.sqrt(k)) / space.letters_scale
         bias = bias - hidden @ space.hidden_mean - letters @ space.letters_mean
-    return Linear(space, model_weight, text, categorical, hidden, letters, bias)
+    return Linear(space, model_weight, text, categorical, sentence, hidden, letters, bias)
 
 
 def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
     """The head's logits computed with matrices (fast, for the grid search)."""
     rows = list(rows)
     lexical = linear.space.matrix(s, rows, 0.0)
-    # the design holds indicators at Space.indicator_value; the head's weights apply them as 1.0
-    out = lexical @ np.hstack([linear.text, linear.categorical / Space.indicator_value(s)]).T + linear.bias
+    # the design holds indicators at Space.indicator_value and the embedding at SENTENCE_SCALE; the
+    # head's weights apply them as they are
+    blocks = [linear.text, linear.categorical / Space.indicator_value(s)]
+    if linear.sentence is not None:
+        blocks.append(linear.sentence / SENTENCE_SCALE)
+    out = lexical @ np.hstack(blocks).T + linear.bias
     if linear.hidden is not None and linear.letters is not None:
         out = out + s.hidden[rows] @ linear.hidden.T + _centre(s.letters[rows]) @ linear.letters.T
     return np.asarray(out)
@@ -265,7 +316,8 @@ def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
 
 def routing_logits(head: Head, s: Signals, rows: Sequence[int]) -> np.ndarray:
     """The head's logits as the routing function computes them (decision_router.domain.heads)."""
-    return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist()) for i in rows])
+    return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist(),
+                                 None if s.sentences is None else s.sentences[i].tolist()) for i in rows])
 
 
 # ----------------------------------------------------------------------------------- one question

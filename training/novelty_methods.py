@@ -35,6 +35,8 @@ import numpy as np
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
+from decision_router import sentences
+from decision_router.domain.lexical import evidence_text
 from decision_router.domain.policies import load_policy
 
 from . import learn
@@ -118,15 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     head = load_policy(run.out / "policy.json").questions[0].learned_head
     assert head is not None and head.novelty is not None, "predictions with novelty come from a head with a novelty part"
     sure = [1.0] + [0.0] * (len(head.options) - 1)  # a surprise of 0: the distance alone
-    distance = np.array([head.novelty_score(list(h), sure) for h in test_hidden])
+    if head.novelty.score == "nearest":  # in the sentence encoder's space: the test items embedded as routing embeds them
+        assert head.sentence is not None
+        vectors = sentences.embed_all(head.sentence.encoder, [evidence_text(st, head.sentence.fields) for st in test_states])
+        distance = np.array([head.novelty_score(None, sure, list(v)) for v in vectors])
+        distance_name = f"its distance alone (cosine, {head.novelty.k} nearest training items, {head.sentence.encoder})"
+    else:
+        distance = np.array([head.novelty_score(list(h), sure) for h in test_hidden])
+        distance_name = "its distance alone (Mahalanobis)"
     nearest = nearest_distance(train_hidden, test_hidden)
-    s = _signals(train_states, train_hidden, export.gold, export.fields)
-    held = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields)
+    s = _signals(train_states, train_hidden, export.gold, export.fields, None)
+    held = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields, None)
     rows = stratified_sample(s.gold, BASELINE_ROWS, 0)
     text = learn.baseline_probabilities(s, rows, np.arange(len(test_states)), len(export.vocab.options), held)
     text_surprise = Surprise.of(text)
     signals = [("the kept novelty score", kept), ("the head's confidence (1 − confidence)", unsure),
-               ("its distance alone (Mahalanobis)", distance)]
+               (distance_name, distance)]
     if head.novelty.surprise_weight > 0:
         signals.append(("its surprise alone (−ln top probability)", (kept - distance) / head.novelty.surprise_weight))
     signals += [("hidden state: nearest training item (cosine, centred)", nearest),

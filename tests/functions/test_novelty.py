@@ -127,10 +127,10 @@ def test_a_head_file_with_novelty_round_trips(shipped):
     (lambda n: n["means"].pop(), r"novelty\.means has 4 rows for 5 options"),
     (lambda n: n["means"][2].append(1.0), r"novelty\.means\[2\] has 3 values; expected 2 \(the projection's rows\)"),
     (lambda n: n.update(means=[[]] * 5), r"novelty\.means: no option has a mean"),
-    (lambda n: n.update(threshold=0), r"novelty\.threshold: Input should be greater than 0"),
-    (lambda n: n.update(in_scope_budget=1.5), r"novelty\.in_scope_budget: Input should be less than or equal to 1"),
-    (lambda n: n["projection"][0].__setitem__(0, float("nan")), r"novelty\.projection\.0\.0: Input should be a finite number"),
-    (lambda n: n.update(extra=1), r"novelty\.extra: Extra inputs are not permitted"),
+    (lambda n: n.update(threshold=0), r"novelty\.mahalanobis\.threshold: Input should be greater than 0"),
+    (lambda n: n.update(in_scope_budget=1.5), r"novelty\.mahalanobis\.in_scope_budget: Input should be less than or equal to 1"),
+    (lambda n: n["projection"][0].__setitem__(0, float("nan")), r"novelty\.mahalanobis\.projection\.0\.0: Input should be a finite number"),
+    (lambda n: n.update(extra=1), r"novelty\.mahalanobis\.extra: Extra inputs are not permitted"),
 ])
 def test_a_bad_novelty_part_fails_at_policy_load_naming_the_field(tmp_path, raw_ticket_policy, shipped, change, message):
     head = confident_head(shipped, novelty=novelty(len(shipped[1].options)))

@@ -12,7 +12,7 @@ import pytest
 
 from decision_contract import DecisionResult, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard, write_shard
-from training import history
+from training import history, learn
 from training.history_policy import HistoryError, iter_rows
 
 MODEL = ModelInfo(file="m.gguf", bytes=1, sha256="c" * 64, context_size=2048, threads=1, gpu_layers=0,
@@ -84,7 +84,7 @@ def test_a_stratified_sample_keeps_every_label_in_proportion_and_a_floor_of_the_
     gold = np.array([0] * 9000 + [1] * 900 + [2] * 100 + [3] * 5)
     rows = history.stratified_sample(gold, 2000, seed=0)
     counts = np.bincount(gold[rows])
-    assert list(counts) == [1799, 179, history.SAMPLE_FLOOR, 5]
+    assert list(counts) == [1799, 179, learn.SAMPLE_FLOOR, 5]
     assert list(rows) == sorted(set(rows))
     assert list(history.stratified_sample(gold[:50], 2000, seed=0)) == list(range(50))
     assert list(history.stratified_sample(gold, 2000, seed=0)) == list(rows)  # seeded

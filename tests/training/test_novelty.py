@@ -79,7 +79,7 @@ def test_attach_writes_a_part_the_routing_function_scores_as_the_fitter_does():
                 "fit": {"examples": 240, "fitted_on": "2026-12-05", "regularisation": 1.0, "folds": 5,
                         "cv_accuracy": 0.9, "cv_ece": 0.02}}
     binding = {"model_sha256": "c" * 64, "hidden_size": 24, "prompt_version": "signals-v1"}
-    said = novelty.attach(document, hidden, gold, binding=binding, max_bytes=2 * 1024 * 1024, budget=0.04)
+    said = novelty.attach(document, gold, hidden=hidden, binding=binding, max_bytes=2 * 1024 * 1024, budget=0.04)
     assert "24 reduced dimensions" in said
     head = Head.model_validate(document)  # a text head now bound to the model whose hidden state it reads
     assert head.model_sha256 == "c" * 64 and head.hidden_size == 24 and head.novelty is not None
@@ -197,7 +197,7 @@ def test_the_routing_function_adds_the_heads_surprise_as_the_fitter_does():
         head.novelty_score(list(far[0]))
 
 
-def test_a_head_on_the_text_alone_gets_no_novelty_part_so_it_still_serves_any_model():
+def test_a_head_on_the_words_alone_gets_its_novelty_part_in_the_encoders_space_so_it_still_serves_any_model():
     import json as json_
     from datetime import date
 
@@ -212,14 +212,17 @@ def test_a_head_on_the_text_alone_gets_no_novelty_part_so_it_still_serves_any_mo
                      letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v")
              for i, r in enumerate(x for x in rows if x.get("split") != "test")]  # hidden states of noise
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
-    assert fit.model_weight == 0.0  # the noise is given no weight: the head reads the text alone
-    assert "novelty" not in document and "model_sha256" not in document
+    assert fit.model_weight == 0.0  # the noise is given no weight: the head reads the words alone
+    assert document["novelty"]["score"] == "nearest" and "model_sha256" not in document
+    head = Head.model_validate(document)
+    assert not head.reads_model and head.sentence is not None
 
 
-def test_make_fit_gives_a_head_reading_the_hidden_state_a_novelty_part_with_its_own_surprise():
+def test_make_fit_gives_a_head_a_novelty_part_with_its_own_surprise_in_the_encoders_space():
     """`make fit` (fit_head) passes the head's out-of-fold probabilities, as fit-history does: the
-    stored score is the distance plus the surprise on one footing, and the routing function's
-    score of a training item is exactly that sum."""
+    stored score is the distance to the nearest kept training items in the sentence encoder's
+    space plus the surprise on one footing, and the routing function's score of a training item
+    is exactly that sum."""
     import json as json_
     from datetime import date
 
@@ -241,10 +244,45 @@ def test_make_fit_gives_a_head_reading_the_hidden_state_a_novelty_part_with_its_
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
     assert fit.model_weight > 0
     section = document["novelty"]
-    assert section["surprise_weight"] > 0
+    assert section["score"] == "nearest" and section["surprise_weight"] > 0
     head = Head.model_validate(document)
+    assert head.hidden is not None and head.novelty is not None and head.novelty.score == "nearest"
     example = train[0]
     probabilities = head.probabilities(example.state, list(example.hidden), list(example.letter_logits))
-    distance = space_of(section).score(np.asarray([example.hidden]))[0]
-    assert head.novelty_score(list(example.hidden), probabilities) == pytest.approx(
-        distance + section["surprise_weight"] * -np.log(max(probabilities)), rel=1e-6)
+    vector = head.sentence_vector(example.state)
+    index = np.frombuffer(__import__("base64").b64decode(section["index"]), dtype="<f2").astype(np.float32)
+    distance = novelty.nearest_distance(index.reshape(section["rows"], -1), np.asarray([vector], dtype=np.float32))[0]
+    assert head.novelty_score(list(example.hidden), probabilities, vector) == pytest.approx(
+        distance + section["surprise_weight"] * -np.log(max(probabilities)), rel=1e-5)
+
+
+def unit_clusters(seed: int, k: int = 4, per: int = 80, width: int = 32, far: int = 60):
+    """Unit vectors around k in-scope directions, and `far` around one none of them is (an
+    encoder's space: cosine is the measure)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 1, (k + 1, width))
+    gold = np.repeat(np.arange(k), per)
+
+    def unit(x):
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return (unit(centres[gold] + rng.normal(0, 0.5, (len(gold), width))), gold,
+            unit(centres[gold] + rng.normal(0, 0.5, (len(gold), width))),
+            unit(centres[k] + rng.normal(0, 0.5, (far, width))))
+
+
+def test_in_the_encoders_space_a_far_class_is_flagged_the_budget_holds_and_the_index_fits_its_room():
+    vectors, gold, fresh, far = unit_clusters(1)
+    section, said = novelty.fit_nearest(vectors, gold, room_bytes=400_000, budget=0.04, out_of_scope=far[:20])
+    assert section is not None and "nearest" in said
+    assert section["out_of_fold_in_scope_review"] <= 0.04
+    index = np.frombuffer(__import__("base64").b64decode(section["index"]), dtype="<f2").astype(np.float32)
+    index = index.reshape(section["rows"], -1)
+    assert (novelty.nearest_distance(index, far) > section["threshold"]).mean() == 1.0
+    assert (novelty.nearest_distance(index, fresh) > section["threshold"]).mean() < 0.10
+    assert (section["out_of_scope_examples"], section["out_of_scope_caught"]) == (20, 1.0)
+    # a room for 100 items keeps 100, each option in proportion
+    small, _ = novelty.fit_nearest(vectors, gold, room_bytes=100 * 86, budget=0.04)
+    assert small is not None and small["rows"] == 100
+    none, why = novelty.fit_nearest(vectors, gold, room_bytes=10 * 86, budget=0.04)
+    assert none is None and "room for 10 training items" in why

@@ -27,7 +27,8 @@ def test_each_signal_is_read_off_the_runs_test_from_its_cache(tmp_path, capsys):
     assert "8 out-of-scope and 48 in-scope TEST items" in printed
     rows = [line for line in printed.splitlines() if line.startswith("| ") and "%" in line and "signal" not in line]
     names = [row.strip("|").split("|")[0].strip() for row in rows]
-    assert names[:3] == ["the kept novelty score", "the head's confidence (1 − confidence)", "its distance alone (Mahalanobis)"]
+    assert names[:3] == ["the kept novelty score", "the head's confidence (1 − confidence)",
+                         "its distance alone (cosine, 5 nearest training items, use-multilingual-v3)"]
     assert len(rows) == 8 + ("its surprise alone (−ln top probability)" in names)
     for row in rows:
         caught, auroc = (cell.strip() for cell in row.strip("|").split("|")[1:])

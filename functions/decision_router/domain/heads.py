@@ -5,6 +5,8 @@ probabilities = softmax(logits / temperature). Its blocks, each optional:
 
 - `text`: TF-IDF word and character n-grams of the evidence the prompt carries (lexical.py);
 - `categorical`: the item's structured fields the policy names (`channel=email`, `severity=sev2`);
+- `sentence`: the evidence's sentence embedding (decision_router.sentences: what the words mean,
+  in any of the encoder's languages, where TF-IDF sees only the words themselves);
 - `hidden`: the model's final hidden state (a small model often represents the answer there
   while its letters cannot read it out);
 - `letters`: the option letters' logits, centred, so a model whose letters are informative
@@ -21,12 +23,13 @@ when it reads the model (hidden state or letters), the GGUF (sha256, hidden widt
 version, because another model's hidden state means something else. A head that reads the model
 never applies to another model's: the routing function then falls back to the letters.
 
-Pure Python on purpose: the Lambda functions apply heads without numpy, and the fitter scores
-its folds with this same code, so both compute the same probabilities.
+Pure Python on purpose (the sentence vector aside, which the encoder computes with numpy): the
+fitter scores its folds with this same code, so both compute the same probabilities.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -34,12 +37,13 @@ import operator
 from datetime import date
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import Field, StringConstraints, ValidationError, model_validator
+from pydantic import Discriminator, Field, StringConstraints, Tag, ValidationError, model_validator
 
 from decision_contract import ModelInfo, softmax
 
+from .. import sentences
 from ..validation import StrictModel
 from .lexical import State, categorical_features, evidence_text, term_counts, tfidf
 
@@ -102,11 +106,64 @@ class CategoricalBlock(StrictModel):
     weights: list[list[float]] = Field(description="One row per option, one weight per indicator.")
 
 
+class SentenceBlock(StrictModel):
+    encoder: Literal["use-multilingual-v3"] = Field(description="The sentence encoder whose vectors the weights read "
+                                                    "(decision_router.sentences).")
+    fields: list[str] = Field(min_length=1, description="State keys whose values are the text embedded, in order.")
+    weights: list[list[float]] = Field(description="One row per option, one weight per embedding value.")
+
+    @property
+    def dimensions(self) -> int:
+        return sentences.ENCODERS[self.encoder].dimensions
+
+
 class VectorBlock(StrictModel):
     weights: list[list[float]] = Field(description="One row per option, one weight per input value.")
 
 
-class NoveltyBlock(StrictModel):
+class NoveltyFigures(StrictModel):
+    """What every novelty part carries beside its score: the surprise's weight, the threshold and
+    what it was chosen for."""
+
+    surprise_weight: float = Field(0.0, ge=0, description="The weight of the head's surprise, −ln of its top "
+                                   "probability, added to the distance (0: the distance alone).")
+    threshold: float = Field(gt=0, description="Scores above it go to review.")
+    in_scope_budget: Unit = Field(description="The share of in-scope items the threshold was chosen to send to review.")
+    out_of_fold_in_scope_review: Unit = Field(description="The share of training items above the threshold, out of fold.")
+    out_of_scope_examples: int = Field(0, ge=0, description="Training items labelled as belonging to no option, scored.")
+    out_of_scope_caught: Unit | None = Field(None, description="Their share above the threshold.")
+
+
+class NearestNovelty(NoveltyFigures):
+    """How far the evidence's sentence embedding is from what the head learned: the cosine
+    distance to its `k` nearest training items (1 − their mean cosine similarity), the training
+    items being `rows` of them kept in the file (float16, base64: a sample, each option's items
+    in proportion, sized to the file's limit). Read in the head's sentence block's space (its
+    encoder and fields). With `surprise_weight` w > 0 the score also counts the head's surprise,
+    w · (−ln top probability), as the Mahalanobis part does."""
+
+    score: Literal["nearest"] = "nearest"
+    k: int = Field(ge=1, description="Nearest training items averaged.")
+    rows: int = Field(ge=1, description="Training items kept.")
+    index: str = Field(min_length=1, description="Their embeddings: rows × the encoder's width float16 values, "
+                       "little-endian, base64.")
+
+    @cached_property
+    def matrix(self) -> Any:
+        import numpy as np  # the vectors are numpy's (the encoder's) already
+
+        return np.frombuffer(base64.b64decode(self.index), dtype="<f2").astype(np.float32).reshape(self.rows, -1)
+
+    def distance(self, sentence: Sequence[float]) -> float:
+        import numpy as np
+
+        similarities = self.matrix @ np.asarray(sentence, dtype=np.float32)
+        k = min(self.k, self.rows)
+        nearest = np.partition(similarities, self.rows - k)[self.rows - k:]
+        return float(1.0 - float(nearest.astype(np.float64).mean()))
+
+
+class NoveltyBlock(NoveltyFigures):
     """The hidden state's class-conditional Mahalanobis distance with one shared (shrunk)
     covariance, in a reduced space: z = projection · (hidden − centre), the score is the distance
     from z to the nearest option's mean, sqrt(min_o |z − means[o]|²). The projection folds in the
@@ -122,13 +179,18 @@ class NoveltyBlock(StrictModel):
     projection: list[list[float]] = Field(min_length=1, description="One row per reduced dimension, hidden_size values each.")
     means: list[list[float]] = Field(description="One row per option: its mean in the reduced space (an option with no "
                                      "training item has none: an empty row).")
-    surprise_weight: float = Field(0.0, ge=0, description="The weight of the head's surprise, −ln of its top "
-                                   "probability, added to the distance (0: the distance alone).")
-    threshold: float = Field(gt=0, description="Scores above it go to review.")
-    in_scope_budget: Unit = Field(description="The share of in-scope items the threshold was chosen to send to review.")
-    out_of_fold_in_scope_review: Unit = Field(description="The share of training items above the threshold, out of fold.")
-    out_of_scope_examples: int = Field(0, ge=0, description="Training items labelled as belonging to no option, scored.")
-    out_of_scope_caught: Unit | None = Field(None, description="Their share above the threshold.")
+
+
+def _novelty_kind(value: Any) -> str:
+    """A novelty part's kind: its `score` (a Mahalanobis part written before the key existed has none)."""
+    if isinstance(value, dict):
+        return str(value.get("score", "mahalanobis"))
+    return str(getattr(value, "score", "mahalanobis"))
+
+
+#: A head's novelty part, told apart by its `score`.
+Novelty = Annotated[Annotated[NoveltyBlock, Tag("mahalanobis")] | Annotated[NearestNovelty, Tag("nearest")],
+                    Discriminator(_novelty_kind)]
 
 
 class Head(StrictModel):
@@ -141,9 +203,12 @@ class Head(StrictModel):
     options: list[str] = Field(min_length=2, description="Option ids, in the order of every block's weight rows.")
     text: TextBlock | None = None
     categorical: CategoricalBlock | None = None
+    sentence: SentenceBlock | None = Field(None, description="The evidence's sentence embedding (optional).")
     hidden: VectorBlock | None = None
     letters: VectorBlock | None = None
-    novelty: NoveltyBlock | None = Field(None, description="Optional: how unlike every option an item's hidden state is.")
+    novelty: Novelty | None = Field(
+        None, description="Optional: how unlike everything it learned an item is (its sentence embedding's distance to "
+        "the nearest training items, or its hidden state's to the options' means).")
     bias: list[float]
     temperature: float = Field(1.0, gt=0)
     thresholds: HeadThresholds
@@ -156,6 +221,7 @@ class Head(StrictModel):
             raise ValueError(f"bias has {len(self.bias)} values for {n} options")
         widths = {"text": len(self.text.terms) if self.text else 0,
                   "categorical": len(self.categorical.values) if self.categorical else 0,
+                  "sentence": self.sentence.dimensions if self.sentence else 0,
                   "hidden": self.hidden_size or 0, "letters": n}
         for name in widths:
             block = getattr(self, name)
@@ -174,14 +240,25 @@ class Head(StrictModel):
             raise ValueError("a head that reads the hidden state or the letters names model_sha256 and prompt_version")
         if self.hidden is not None and self.hidden_size is None:
             raise ValueError("a head with a hidden block names hidden_size")
-        if not any((self.text, self.categorical, self.hidden, self.letters)):
-            raise ValueError("a head reads at least one block (text, categorical, hidden, letters)")
+        if not any((self.text, self.categorical, self.sentence, self.hidden, self.letters)):
+            raise ValueError("a head reads at least one block (text, categorical, sentence, hidden, letters)")
         unknown = sorted(set(self.thresholds.by_option) - set(self.options))
         if unknown:
             raise ValueError(f"thresholds.by_option names options {unknown} the head does not have")
         return self
 
-    def _check_novelty(self, novelty: NoveltyBlock, n: int) -> None:
+    def _check_novelty(self, novelty: NoveltyBlock | NearestNovelty, n: int) -> None:
+        if isinstance(novelty, NearestNovelty):
+            if self.sentence is None:
+                raise ValueError("novelty 'nearest' reads the sentence embedding: the head has a sentence block")
+            try:
+                values = len(base64.b64decode(novelty.index, validate=True)) // 2
+            except ValueError:
+                raise ValueError("novelty.index is not base64") from None
+            if values != novelty.rows * self.sentence.dimensions:
+                raise ValueError(f"novelty.index holds {values} values; expected rows {novelty.rows} × "
+                                 f"{self.sentence.dimensions}")
+            return
         if self.hidden_size is None or self.model_sha256 is None or self.prompt_version is None:
             raise ValueError("novelty reads the hidden state: the head names hidden_size, model_sha256 and prompt_version")
         if len(novelty.centre) != self.hidden_size:
@@ -200,11 +277,11 @@ class Head(StrictModel):
 
     @property
     def reads_model(self) -> bool:
-        return self.hidden is not None or self.letters is not None or self.novelty is not None
+        return self.hidden is not None or self.letters is not None or self.reads_hidden_state
 
     @property
     def reads_hidden_state(self) -> bool:
-        return self.hidden is not None or self.novelty is not None
+        return self.hidden is not None or isinstance(self.novelty, NoveltyBlock)
 
     @cached_property
     def _index(self) -> dict[str, int]:
@@ -237,16 +314,29 @@ class Head(StrictModel):
         return None
 
     def logits(self, state: State, hidden: Sequence[float] | None = None,
-               letter_logits: Sequence[float] | None = None) -> list[float]:
+               letter_logits: Sequence[float] | None = None, sentence: Sequence[float] | None = None) -> list[float]:
         # Column by column (a term's weights for every option at once) and row sums done in C
         # (math.fsum over map): the same sums in the same order as a plain loop, a few times
         # faster, so a 150-option head costs the routing function about a millisecond or two.
-        return self._add_model(self.lexical_logits(state), hidden, letter_logits)
+        return self._add_model(self.lexical_logits(state, sentence), hidden, letter_logits)
 
-    def lexical_logits(self, state: State) -> list[float]:
-        """The bias and the blocks read from the evidence (text, categories): what changes when
-        an evidence field is left out (why.py)."""
+    def sentence_vector(self, state: State) -> tuple[float, ...] | None:
+        """The evidence's embedding this head reads (None: it reads none)."""
+        if self.sentence is None:
+            return None
+        return sentences.embed(self.sentence.encoder, evidence_text(state, self.sentence.fields))
+
+    def lexical_logits(self, state: State, sentence: Sequence[float] | None = None) -> list[float]:
+        """The bias and the blocks read from the evidence (text, categories, its sentence
+        embedding): what changes when an evidence field is left out (why.py). `sentence`: the
+        evidence's embedding when the caller has it (the fitter, for many items at once)."""
         logits = list(self.bias)
+        if self.sentence is not None:
+            vector = sentence if sentence is not None else self.sentence_vector(state)
+            assert vector is not None
+            if len(vector) != self.sentence.dimensions:
+                raise ValueError(f"sentence vector has {len(vector)} values; the head reads {self.sentence.dimensions}")
+            logits = [z + math.fsum(map(operator.mul, row, vector)) for z, row in zip(logits, self.sentence.weights)]
         if self.text is not None:
             counts = term_counts(evidence_text(state, self.text.fields), self.text.word_ngrams, self.text.char_ngrams)
             columns = self._text_columns
@@ -285,11 +375,13 @@ class Head(StrictModel):
                 logits[o] += math.fsum(w * z for w, z in zip(row, centred))
         return logits
 
-    def novelty_score(self, hidden: Sequence[float], probabilities: Sequence[float] | None = None) -> float | None:
-        """How unlike every option it learned the item is (NoveltyBlock), or None when the head
-        has no novelty part; `probabilities`: the head's own, which a novelty part with a
-        surprise weight reads. Pure Python, like the logits: 64 rows over a 576-wide hidden state
-        took about 2 ms a decision on a busy 2-core machine."""
+    def novelty_score(self, hidden: Sequence[float] | None, probabilities: Sequence[float] | None = None,
+                      sentence: Sequence[float] | None = None) -> float | None:
+        """How unlike everything it learned the item is, or None when the head has no novelty
+        part; `probabilities`: the head's own, which a novelty part with a surprise weight reads;
+        `hidden`: the model's hidden state (a Mahalanobis part reads it); `sentence`: the
+        evidence's embedding (a nearest part reads it). Pure Python for the Mahalanobis part: 64
+        rows over a 576-wide hidden state took about 2 ms a decision on a busy 2-core machine."""
         novelty = self.novelty
         if novelty is None:
             return None
@@ -298,6 +390,12 @@ class Head(StrictModel):
             if not probabilities:
                 raise ValueError("this head's novelty reads its own probabilities: pass them")
             surprise = novelty.surprise_weight * -math.log(max(max(probabilities), 1e-300))
+        if isinstance(novelty, NearestNovelty):
+            if sentence is None:
+                raise ValueError("this head's novelty reads the evidence's sentence embedding: pass it")
+            return novelty.distance(sentence) + surprise
+        if hidden is None:
+            raise ValueError("this head's novelty reads the hidden state: pass it")
         if len(hidden) != len(novelty.centre):
             raise ValueError(f"hidden state has {len(hidden)} values; the head's novelty reads {len(novelty.centre)}")
         shifted = list(map(operator.sub, hidden, novelty.centre))
@@ -306,9 +404,9 @@ class Head(StrictModel):
         return math.sqrt(nearest) + surprise
 
     def probabilities(self, state: State, hidden: Sequence[float] | None = None,
-                      letter_logits: Sequence[float] | None = None) -> list[float]:
+                      letter_logits: Sequence[float] | None = None, sentence: Sequence[float] | None = None) -> list[float]:
         """The head's calibrated probabilities, in `options` order."""
-        return softmax(self.logits(state, hidden, letter_logits), self.temperature)
+        return softmax(self.logits(state, hidden, letter_logits, sentence), self.temperature)
 
 
 def centre(values: Sequence[float]) -> list[float]:

@@ -65,15 +65,19 @@ def empty_evidence(head: Head, state: State) -> list[str]:
 UNLIKE = "unlike any option it learned"
 
 
-def novelty_reasons(head: Head, hidden: Sequence[float] | None,
-                    probabilities: Sequence[float] | None = None) -> tuple[float | None, list[str]]:
-    """The head's novelty score of the item's hidden state and, above its threshold, the reason
+def novelty_reasons(head: Head, hidden: Sequence[float] | None, probabilities: Sequence[float] | None = None,
+                    state: State | None = None) -> tuple[float | None, list[str]]:
+    """The head's novelty score of the item (its evidence's sentence embedding, or the model's
+    hidden state, whichever the head's novelty part reads) and, above its threshold, the reason
     to hold the answer: the item belongs to no option the head learned, however confident its
     probabilities are (they only compare the options it knows). (None, []) for a head without a
     novelty part, which judges exactly as before."""
-    if head.novelty is None or hidden is None:
+    if head.novelty is None:
         return None, []
-    score = head.novelty_score(hidden, probabilities)
+    sentence = head.sentence_vector(state) if state is not None else None
+    if (hidden if head.reads_hidden_state else sentence) is None:
+        return None, []
+    score = head.novelty_score(hidden, probabilities, sentence)
     assert score is not None
     threshold = head.novelty.threshold
     if score <= threshold:  # at its threshold passes, like every other check
@@ -128,12 +132,13 @@ def model_entry(question: Question, result: DecisionResult, state: State | None 
     if applied is not None and state is not None:
         reasons += empty_evidence(applied, state)
     if applied is not None:
-        novelty, unlike = novelty_reasons(applied, result.hidden_state, probabilities)
+        novelty, unlike = novelty_reasons(applied, result.hidden_state, probabilities, state)
         reasons += unlike
     return DecisionEntry(
         question=question.id,
         source="model",
         readout=readout,
+        tier="endpoint",
         option_id=question.options[top].id,
         probabilities=dict(zip(question.option_ids, probabilities)),
         letter_probabilities=dict(zip(question.option_ids, letters)),
@@ -175,31 +180,51 @@ def _many_options_entry(question: Question, result: DecisionResult, state: State
     skipped = "the question has no head" if head is None else _head_skipped(head, result)
     if head is None or skipped is not None:
         return DecisionEntry(
-            question=question.id, source="model", readout=None, option_id=None, head_skipped=skipped,
+            question=question.id, source="model", readout=None, tier="endpoint", option_id=None, head_skipped=skipped,
             confidence_formula=question.confidence_formula.value, temperature=question.temperature,
             thresholds=question.thresholds, passed=False, model=result.model, prompt_sha256=result.prompt_sha256,
             reasons=[f"head not applied ({skipped}); the letters cannot answer a question with "
                      f"{len(question.options)} options"], latency_seconds=result.timing.total_seconds)
     if state is None:
         raise ValueError(f"question {question.id!r}: its head reads the evidence; pass the decision's state")
-    probabilities = head.probabilities(state, result.hidden_state, None)
+    return _head_entry(question, head, state, result)
+
+
+def words_entry(question: Question, state: State) -> DecisionEntry:
+    """Judge a question by its head over the item's words alone (text, categories, the sentence
+    embedding), without the endpoint: the first tier of a question whose `model` is when_unsure
+    or never. The head reads no model signal (Policy.head_problems holds it to that)."""
+    head = question.learned_head
+    if head is None or head.reads_model:
+        raise ValueError(f"question {question.id!r}: only a head that reads no model signal answers without the endpoint")
+    return _head_entry(question, head, state, None)
+
+
+def _head_entry(question: Question, head: Head, state: State, result: DecisionResult | None) -> DecisionEntry:
+    """The head's answer judged at its own thresholds, from the endpoint's signals `result` or,
+    with None, from the words alone (no mass check either way: a head does not read the letters'
+    share of the vocabulary)."""
+    probabilities = head.probabilities(state, result.hidden_state if result is not None else None, None)
     top, second = _top_two(probabilities)
     thresholds = Thresholds(min_confidence=head.thresholds.min_confidence_for(question.options[top].id),
                             min_margin=head.thresholds.min_margin, min_allowed_token_mass=0.0)
     conf = confidence(probabilities, question.confidence_formula)
     margin = top_two_margin(probabilities)
     tie = (question.options[top].id, question.options[second].id) if probabilities[top] == probabilities[second] else None
-    novelty, unlike = novelty_reasons(head, result.hidden_state, probabilities)
+    novelty, unlike = novelty_reasons(head, result.hidden_state if result is not None else None, probabilities, state)
     reasons = threshold_reasons(conf, margin, 1.0, thresholds, tie) + empty_evidence(head, state) + unlike
     by_option = dict(zip(question.option_ids, probabilities))
     return DecisionEntry(
-        question=question.id, source="model", readout="head", option_id=question.options[top].id,
+        question=question.id, source="model", readout="head", tier="endpoint" if result is not None else "words",
+        option_id=question.options[top].id,
         probabilities=by_option, letter_probabilities=None, head_probabilities=by_option,
         head_version=head.version, confidence=conf, confidence_formula=question.confidence_formula.value,
-        margin=margin, allowed_token_mass=result.allowed_token_mass, temperature=head.temperature,
-        thresholds=thresholds, novelty=novelty, max_novelty=head.novelty.threshold if head.novelty is not None else None,
-        passed=not reasons, reasons=reasons, model=result.model,
-        prompt_sha256=result.prompt_sha256, latency_seconds=result.timing.total_seconds,
+        margin=margin, allowed_token_mass=result.allowed_token_mass if result is not None else None,
+        temperature=head.temperature, thresholds=thresholds, novelty=novelty,
+        max_novelty=head.novelty.threshold if head.novelty is not None else None,
+        passed=not reasons, reasons=reasons, model=result.model if result is not None else None,
+        prompt_sha256=result.prompt_sha256 if result is not None else None,
+        latency_seconds=result.timing.total_seconds if result is not None else None,
     )
 
 
@@ -309,10 +334,11 @@ def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state:
                                           t.min_margin, t.min_allowed_token_mass, entry.novelty, entry.max_novelty)
             result = (results or {}).get(question.id)
             head = question.learned_head
-            if entry.readout == "head" and head is not None and result is not None and state is not None:
-                letters = None if question.many_options or head.letters is None else result.option_logits
+            if entry.readout == "head" and head is not None and state is not None and (
+                    result is not None or entry.tier == "words"):
+                letters = None if result is None or question.many_options or head.letters is None else result.option_logits
                 decided = [(entry.head_probabilities or {}).get(o, 0.0) for o in question.option_ids]
-                why.fields, why.fields_note = field_effects(head, state, result.hidden_state, letters,
+                why.fields, why.fields_note = field_effects(head, state, result.hidden_state if result else None, letters,
                                                             question.option_ids.index(entry.option_id or ""), decided)
             else:
                 why.fields_note = "the letters decided: a field's effect would need another model call"

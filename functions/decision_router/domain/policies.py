@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Iterable
+from typing import Annotated, Iterable, Literal
 
 from pydantic import Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
@@ -106,6 +106,12 @@ class Question(StrictModel):
         default=None, description="A learned head (make fit): a file beside the policy, read when the policy "
         "loads; it decides when it fits the endpoint's model, else the letters do."
     )
+    model: Literal["always", "when_unsure", "never"] = Field(
+        default="always", description="When the endpoint is asked. always: for every item (its head, or its letters, "
+        "decide). when_unsure: the head answers from the item's words alone (text and sentence embedding) when it "
+        "passes its thresholds, and only the items it is unsure of go to the endpoint, whose letters then decide (a "
+        "question of more options than letters sends them to review). never: the head alone; what it is unsure of goes "
+        "to review. when_unsure and never need a head that reads no model signal (make fit-history MODEL=none).")
     _learned: Head | None = PrivateAttr(None)
 
     @model_validator(mode="after")
@@ -211,6 +217,9 @@ class Policy(StrictModel):
                 missing = [o.id for o in question.options if not o.target]
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
         for question in self.questions:
+            if question.model != "always" and question.head is None:
+                problems.append(f"question {question.id!r}: model {question.model!r} needs a head (one that reads the words "
+                                "alone) to answer without the endpoint")
             if question.many_options and question.head is None:
                 problems.append(
                     f"question {question.id!r}: {len(question.options)} options, more than the {MAX_OPTIONS} letters "
@@ -327,6 +336,10 @@ class Policy(StrictModel):
         promoted into the head store."""
         if head.options != question.option_ids:
             return [f"options {head.options} are not the question's options {question.option_ids}"]
+        if question.model != "always" and head.reads_model:
+            return [f"the question's model is {question.model}, so its head answers without the endpoint, but the head "
+                    "reads the model's signals; refit it on the words alone (make fit-history MODEL=none) or set "
+                    "\"model\": \"always\""]
         if question.many_options and head.letters is not None:
             return [f"the head reads the letters, but a question with {len(question.options)} options gets no letter "
                     f"per option (at most {MAX_OPTIONS}); refit it without the letters block (make fit-history)"]

@@ -18,6 +18,9 @@ from .policies import Thresholds
 from .why import Why
 
 Source = Literal["rule", "model", "endpoint_error"]
+#: Which tier answered a learned question: the head over the item's words alone, without asking
+#: the endpoint (a question's `model`: when_unsure or never), or the endpoint.
+Tier = Literal["words", "endpoint"]
 #: What produced the decision: a rule, the option letters' logits, or a learned head over the
 #: model's hidden state (see heads.py).
 ReadoutKind = Literal["rule", "letters", "head"]
@@ -40,6 +43,8 @@ class DecisionEntry(_Record):
     question: str
     source: Source
     readout: ReadoutKind | None = Field(None, description="Which readout decided; null on endpoint_error.")
+    tier: Tier | None = Field(None, description="For a learned answer (source model): 'words' when the head answered "
+                              "from the item's words alone and the endpoint was not asked, 'endpoint' when it was.")
     option_id: str | None = Field(description="Chosen (auto) or suggested (review) option; null on endpoint_error.")
     probabilities: dict[str, float] | None = Field(None, description="The deciding readout's probabilities.")
     letter_probabilities: dict[str, float] | None = Field(None, description="The letters' (calibrated), always.")

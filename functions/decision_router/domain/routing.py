@@ -1,4 +1,5 @@
-"""Judging one item: rules → (endpoint for the remaining questions) → thresholds → its decision
+"""Judging one item: rules → the head over the words alone (questions whose `model` is
+when_unsure or never) → (endpoint for the remaining questions) → thresholds → its decision
 record, under the policy (and the shadow heads) the caller gives for that item. Starting the
 workflow that routes the record is the intake's (decision_router.intake.pipeline).
 
@@ -22,7 +23,8 @@ from decision_contract import Decision, DecisionResult
 from ..items import Item
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .heads import Head
-from .judging import build_record, error_entry, explain, model_entry, rule_entry
+from .judging import build_record, error_entry, explain, model_entry, rule_entry, words_entry
+from .lexical import State
 from .model_requests import build_decisions
 from .policies import Policy, Question
 from .ports import Endpoint
@@ -65,15 +67,26 @@ class Router:
         seconds, state, results = None, None, None
         shadowed: dict[str, ShadowAnswer] = {}
         if pending:
+            state = build_decisions(policy, item, [pending[0].id])[0].state  # every question reads the same evidence
+            words = {q.id: words_entry(q, state) for q in pending if q.model != "always"}
+            # the endpoint only for what the words did not settle: a question that never asks it, or
+            # whose letters cannot answer (more options than letters), keeps the head's answer
+            settled = {q for q, e in words.items() if e.passed or policy.question(q).model == "never"
+                       or policy.question(q).many_options}
+            entries += [words[q.id] for q in pending if q.id in settled]
+            shadowed.update(_shadow_words(shadows, [q for q in pending if q.id in settled], words, state))
+            pending = [q for q in pending if q.id not in settled]
+        if pending:
             started = time.perf_counter()
             try:
                 decisions = [_with_shadow_signals(d, shadows.get(d.id)) for d in
                              build_decisions(policy, item, [q.id for q in pending])]
                 results = self.endpoint.decide(decisions, deadline=deadline)
-                state = decisions[0].state  # every question reads the same evidence
-                answered = [model_entry(q, results[q.id], state) for q in pending]
+                # a question whose head was unsure of the words is answered by the letters
+                answered = [model_entry(q.with_head(None) if q.id in words else q, results[q.id], state)
+                            for q in pending]
                 entries += answered
-                shadowed = _shadow_answers(shadows, pending, answered, results, state)
+                shadowed.update(_shadow_answers(shadows, pending, answered, results, state))
             except EndpointFailure as failure:
                 if failure.kind == NO_CAPACITY and self.wait_for_capacity:
                     raise WaitingForCapacity(failure) from failure
@@ -93,6 +106,26 @@ def _with_shadow_signals(decision: Decision, shadow: ShadowHead | None) -> Decis
     if shadow is None or decision.return_hidden_state or not shadow.head.reads_hidden_state:
         return decision
     return decision.model_copy(update={"return_hidden_state": True})
+
+
+def _shadow_words(shadows: Mapping[str, ShadowHead], settled: Sequence[Question], words: Mapping[str, DecisionEntry],
+                  state: State) -> dict[str, ShadowAnswer]:
+    """Each shadow head's answer from the words alone, for the questions the words settled (a
+    shadow that reads the model's signals cannot answer those: nothing asked the endpoint)."""
+    out = {}
+    for question in settled:
+        shadow = shadows.get(question.id)
+        if shadow is None or shadow.head.reads_model:
+            continue
+        try:
+            entry = words_entry(question.with_head(shadow.head), state)
+        except Exception:  # noqa: BLE001 - the shadow decides nothing
+            continue
+        deciding = words[question.id]
+        out[question.id] = ShadowAnswer(head_version=shadow.head.version, sha256=shadow.sha256,
+                                        option_id=entry.option_id or "", confidence=entry.confidence,
+                                        passed=entry.passed, agrees=entry.option_id == deciding.option_id)
+    return out
 
 
 def _shadow_answers(shadows: Mapping[str, ShadowHead], pending: Sequence[Question], answered: Sequence[DecisionEntry],

@@ -174,7 +174,8 @@ def threshold_checks(confidence: float, margin: float, mass: float | None, min_c
 
 def evidence_fields(head: Head) -> list[str]:
     """The state keys a head's lexical blocks read, in order."""
-    named = (head.text.fields if head.text else []) + (head.categorical.fields if head.categorical else [])
+    named = ((head.text.fields if head.text else []) + (head.sentence.fields if head.sentence else [])
+             + (head.categorical.fields if head.categorical else []))
     return list(dict.fromkeys(named))
 
 
@@ -192,7 +193,8 @@ def field_effects(head: Head, state: State, hidden: Sequence[float] | None, lett
     fields = [f for f in evidence_fields(head) if state.get(f) is not None]
     if not fields:
         return None, "the head reads none of the evidence's fields"
-    text_fields = set(head.text.fields) if head.text else set()
+    # the fields read as text (by TF-IDF or the sentence embedding): leaving one out recomputes them
+    text_fields = set(head.text.fields if head.text else []) | set(head.sentence.fields if head.sentence else [])
     model: list[float] | None = None
     full: list[float] | None = None
     if decided is not None and all(p > 0.0 for p in decided):

@@ -281,6 +281,12 @@ class Intake:
             if decision.source == "model":  # the share each question routes without a person
                 question_metric("QuestionAutoRouted" if decision.passed else "QuestionSentToReview",
                                 record.policy.name, decision.question)
+            if decision.tier == "words":  # answered without the endpoint (a question's model: when_unsure, never)
+                question_metric("WordsAutoRouted" if decision.passed else "WordsSentToReview",
+                                record.policy.name, decision.question)
+            elif decision.tier == "endpoint":
+                question_metric("EndpointAutoRouted" if decision.passed else "EndpointSentToReview",
+                                record.policy.name, decision.question)
             if decision.check:  # held for review to check the automatic answer (domain/precision.py)
                 question_metric("PrecisionCheckSampled", record.policy.name, decision.question)
         skipped = [d for d in record.decisions if d.head_skipped]

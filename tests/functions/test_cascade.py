@@ -1,0 +1,98 @@
+"""The cascade (a question's `model`): with when_unsure the head over the words answers alone when
+it is sure, and only the items it is unsure of go to the endpoint, whose letters then decide;
+with never, the endpoint is never asked; a head that reads the model may not answer without it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decision_router.domain.policies import PolicyError, load_policy
+from decision_router.domain.routing import Router
+from decision_router.items import parse_item
+from tests.fakes.intake import FakeEndpoint
+
+from .conftest import MODEL_INFO, TICKET_TARGETS
+from .many_options import install
+
+DESTINATIONS = {t: f"https://sqs/{t}" for t in TICKET_TARGETS}
+OPTIONS = 6
+
+
+def ticket(body: str, ticket_id: str = "T-1") -> object:
+    return parse_item("ticket", {"ticket_id": ticket_id, "subject": "Help", "body": body,
+                                 "customer": {"id": "C-1", "tier": "pro"}, "channel": "email",
+                                 "created_at": "2026-12-01T10:00:00Z"})
+
+
+def policy_with(tmp_path, model: str, **head):
+    path = install(tmp_path, OPTIONS, **head)
+    raw = json.loads(path.read_text())
+    raw["questions"][0]["model"] = model
+    path.write_text(json.dumps(raw))
+    return load_policy(path)
+
+
+def router(endpoint: FakeEndpoint) -> Router:
+    return Router(endpoint, destinations=DESTINATIONS, review_queue_url="https://sqs/review", review_timeout_seconds=60)
+
+
+def test_when_unsure_a_sure_head_answers_from_the_words_and_the_endpoint_is_not_asked(tmp_path):
+    policy = policy_with(tmp_path, "when_unsure")
+    endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
+    record, seconds = router(endpoint).judge(ticket("intent3 please"), policy)
+    (entry,) = record.decisions
+    assert (entry.tier, entry.readout, entry.option_id, entry.passed) == ("words", "head", "intent3", True)
+    assert record.route == "auto" and record.destination.target == TICKET_TARGETS[3 % len(TICKET_TARGETS)]
+    assert endpoint.requests == [] and seconds is None
+    assert entry.why is not None and entry.why.fields  # what moved the answer, from the words alone
+
+
+def test_when_unsure_an_unsure_head_asks_the_endpoint_and_the_letters_decide(tmp_path):
+    policy = policy_with(tmp_path, "when_unsure")
+    endpoint = FakeEndpoint({"intent": [0.0, 0.0, 0.0, 0.0, 9.0, 0.0]})
+    record, seconds = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    (entry,) = record.decisions
+    assert len(endpoint.requests) == 1 and seconds is not None
+    assert (entry.tier, entry.readout, entry.option_id, entry.passed) == ("endpoint", "letters", "intent4", True)
+    assert record.route == "auto"
+
+
+def test_when_unsure_an_item_neither_tier_is_sure_of_goes_to_review(tmp_path):
+    policy = policy_with(tmp_path, "when_unsure")
+    endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
+    record, _ = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    assert record.route == "review" and record.decisions[0].tier == "endpoint"
+
+
+def test_never_sends_what_the_head_is_unsure_of_to_review_without_asking_the_endpoint(tmp_path):
+    policy = policy_with(tmp_path, "never")
+    endpoint = FakeEndpoint({"intent": [9.0] + [0.0] * (OPTIONS - 1)})
+    record, _ = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    (entry,) = record.decisions
+    assert endpoint.requests == [] and record.route == "review"
+    assert entry.tier == "words" and not entry.passed and entry.reasons[0].startswith("confidence ")
+
+
+def test_always_asks_the_endpoint_even_when_the_head_is_sure(tmp_path):
+    policy = policy_with(tmp_path, "always")
+    endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
+    record, _ = router(endpoint).judge(ticket("intent3 please"), policy)
+    assert len(endpoint.requests) == 1 and record.decisions[0].tier == "endpoint"
+
+
+def test_a_head_that_reads_the_model_cannot_answer_without_the_endpoint(tmp_path):
+    with pytest.raises(PolicyError, match="model is when_unsure, so its head answers without the endpoint, but the head "
+                                          "reads the model's signals"):
+        policy_with(tmp_path, "when_unsure", model_sha256=MODEL_INFO.sha256, hidden_size=8)
+
+
+def test_a_question_that_never_asks_the_model_needs_a_head(tmp_path):
+    path = install(tmp_path, OPTIONS)
+    raw = json.loads(path.read_text())
+    raw["questions"][0].pop("head")
+    raw["questions"][0]["model"] = "never"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(PolicyError, match="model 'never' needs a head"):
+        load_policy(path)
