@@ -21,7 +21,7 @@ help:
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [TARGETS=map.json MODEL=none REPLACE=1 ...]   a policy + head + report from a labelled export"
 	@echo "                 ON=sagemaker STACK=name [INSTANCES=2 INSTANCE_TYPE=ml.c7i.8xlarge YES=1]: scored on SageMaker Processing (DATA/TEST may be s3://)"
-	@echo "make bench-public [LIMIT=N] [LAYOUT=criterion-first]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
+	@echo "make bench-public [LIMIT=N] [LAYOUT=criterion-first] [MODEL=none: the words alone]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
 	@echo "make bench-linking   tickets linked to the outage they describe: the threshold (fit half), precision and recall (test half)"
 	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
 	@echo "make lint   ruff, mypy (contract/, functions/), cfn-lint, sam validate --lint and statelint"

@@ -100,7 +100,8 @@ def run_set(name: str, out: Path, limit: int | None, model: str | None, cache: P
     subprocess.run(command, check=True, env=env, cwd=REPO)
     report = json.loads((folder / "fit/report.json").read_text())
     report["wall_seconds"] = round(time.perf_counter() - started, 1)
-    if name in OUT_OF_SCOPE and "novelty" in report:  # each novelty signal beside the kept one, from the run's cache
+    # each novelty signal beside the kept one, from the run's cache (a run on the words alone has none)
+    if name in OUT_OF_SCOPE and "novelty" in report and report.get("model"):
         report["novelty_methods"] = subprocess.run(novelty_methods_command(name, data, held, folder / "fit", limit, cache, layout),
                                                    check=True, env=env, cwd=REPO, capture_output=True, text=True).stdout
     return report
@@ -113,7 +114,7 @@ def fit_history_command(name: str, data: Path, held: Path, out: Path, limit: int
                "--label", "label", "--out", str(out), "--name", name, "--targets", "own", "--replace",
                "--min-examples", "2" if limit else "10"]
     command += ["--out-of-scope-label", OUT_OF_SCOPE[name]] if name in OUT_OF_SCOPE else []
-    command += ["--model", model] if model else []
+    command += ["--text-only"] if model == "none" else ["--model", model] if model else []
     command += ["--cache", str(cache)] if cache is not None else []
     command += ["--layout", layout] if layout else []
     return command
@@ -174,7 +175,9 @@ def table(reports: dict[str, dict], limit: int | None, seconds: float, layout: s
               "| out-of-scope caught / in-scope to review |",
               "|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for name, report in reports.items():
-        for label, figures in (("**our head** (text + hidden state)" if report["head"]["reads_model"] else "**our head** (text)", report),
+        reads = ["text"] + ([report["head"]["encoder"]] if report["head"].get("encoder") else []) + (
+            ["hidden state"] if report["head"]["reads_model"] else [])
+        for label, figures in ((f"**our head** ({' + '.join(reads)})", report),
                                ("text classifier, same run (TF-IDF + LR)", report["baseline"])):
             lines.append(f"| {name} | {report['options']} | {label} | {pct(figures['accuracy'])} | "
                          f"{pct(figures.get('in_scope_accuracy'))} | {pct(figures['macro_f1'])} | "
@@ -184,6 +187,11 @@ def table(reports: dict[str, dict], limit: int | None, seconds: float, layout: s
                      if report["options"] > 16 else f"| {name} | {report['options']} | letters | not measured here | | | | | |")
         for label, accuracy, f1, ece, answered, oos_text in PUBLISHED.get(name, []) if not limit else []:
             lines.append(f"| {name} | {report['options']} | {label} | {accuracy} | – | {f1} | {ece} | {answered} | {oos_text} |")
+    for name, report in reports.items():
+        words = (report.get("tiers") or {}).get("words")
+        if words:
+            lines.append(f"\n{name}, the cascade (`model: when_unsure`): {pct(words['share'])} of TEST decided from the words "
+                         f"alone, without the endpoint, at {pct(words['precision'])} precision.")
     lines += ["", "| set | training items | test items | head model weight | head C | head terms | scoring s | fitting s | total s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, report in reports.items():
@@ -203,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--limit", type=int, help="a slice: this many training items per set")
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: banking77, clinc150")
-    p.add_argument("--model", help="GGUF (default: the embedded model)")
+    p.add_argument("--model", help="GGUF (default: the embedded model); none: the words alone (fit-history --text-only)")
     p.add_argument("--out", type=Path, default=REPO / "reports/public")
     p.add_argument("--results", type=Path, help="the table (default: bench/public/RESULTS.md, a slice's beside its runs)")
     p.add_argument("--cache", type=Path, help="signal cache folder (default: fit-history's, ~/.cache/decision-router/signals)")

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from decision_router import sentences
 from evaluation.cases import Case, load_file
 from evaluation.runners import EngineRunner, HttpRunner
 
-from . import novelty, report
-from .features import Example, extract
+from . import novelty, report, shipped_signals
+from .features import Example, FeatureCache, extract
 from .fitting import REPO, SHIPPED, TEST_SPLIT, fit_head
 
 
@@ -47,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--novelty-budget", type=float, default=novelty.DEFAULT_BUDGET,
                    help="share of in-scope items the heads' novelty threshold sends to review, chosen out of fold "
                         "(default %(default)s)")
+    p.add_argument("--encoder", default=sentences.DEFAULT_ENCODER, choices=[*sentences.ENCODERS, "none"],
+                   help="the sentence encoder the heads read beside TF-IDF (default %(default)s; none: TF-IDF alone)")
     p.add_argument("--out", type=Path, default=REPO / "reports/fit")
     p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache", help="hidden-state cache ('' to disable)")
     p.add_argument("--dry-run", action="store_true", help="print the policy diffs, write nothing to the policies")
@@ -66,6 +69,10 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
     runner = runner or (HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads))
     try:
         model = runner.model_info()
+        if str(args.cache):  # the embedded model's signals for the shipped sets ship with the code
+            cache = FeatureCache(args.cache / f"{model.sha256}.npz")
+            if shipped_signals.seed(cache, model.sha256):
+                cache.save()
         total = sum(len(c.decisions) for c in cases)
         with tqdm(total=total, unit="decision", desc="hidden states", disable=args.no_progress, file=sys.stderr) as bar:
             examples, failures = extract(runner, model, cases, args.cache if str(args.cache) else None, progress=bar.update)
@@ -88,6 +95,7 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         fit, document = fit_head(policy, question, train, model, sources=sources, folds=args.folds, seed=args.seed,
                                  target_error=args.target_error, curve=not args.no_curve,
                                  fitted_on=fitted_on or date.today(), novelty_budget=args.novelty_budget,
+                                 encoder=None if args.encoder == "none" else args.encoder,
                                  say=None if args.no_progress else lambda text: print(text, file=sys.stderr))
         results.append(report.QuestionResult(policy, question, fit, document,
                                              report.score_test(question, document, test, model, fit)))

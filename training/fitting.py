@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from decision_router import sentences
 from decision_router.domain.heads import LETTERED_OPTIONS, MAX_HEAD_BYTES, MAX_MANY_OPTIONS_HEAD_BYTES
 
 from . import learn, novelty
@@ -26,15 +27,15 @@ TEST_SPLIT = "test"
 def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, sources: list[str], folds: int = 5,
              seed: int = 0, target_error: float | None = None, curve: bool = True,
              fitted_on: date, novelty_budget: float = novelty.DEFAULT_BUDGET,
-             say: Any = None) -> tuple[learn.QuestionFit, dict]:
+             say: Any = None, encoder: str | None = sentences.DEFAULT_ENCODER) -> tuple[learn.QuestionFit, dict]:
     """One policy question's head fitted on `train` and its head file's document (versioned by its
     own content), with its novelty part (training/novelty.py: the share `novelty_budget` of
     in-scope items sent to review, out of fold): what `make fit` writes and what the relearning
-    workflow promotes."""
+    workflow promotes. `encoder`: the sentence encoder the head reads beside TF-IDF (None: none)."""
     signals = learn.Signals.build(
         [e.state for e in train], np.array([e.hidden for e in train]), [e.letter_logits for e in train],
         np.array([e.gold for e in train]), [e.fold_group for e in train],
-        text_fields=[s.key for s in policy.state], categorical_fields=policy.categorical_keys)
+        text_fields=[s.key for s in policy.state], categorical_fields=policy.categorical_keys, encoder=encoder)
     goals = question.learning
     targets = learn.Targets(
         max_error=target_error if target_error is not None else goals.max_auto_error,

@@ -656,6 +656,28 @@ def figures(gold: Sequence[str | None], answers: Sequence[str], confidences: Seq
     return out
 
 
+def tiers(question: Question, auto: Sequence[bool], head_figures: dict[str, Any]) -> dict[str, Any]:
+    """Who answers TEST's items under the question's `model` setting: the share and precision of
+    what the head answers from the words alone (the endpoint not asked), the share left to the
+    endpoint (its letters decide: measured only where the model scored the items), and the share
+    sent to review."""
+    n = max(1, len(auto))
+    answered = sum(auto) / n
+    if question.model == "always":
+        return {"model": "always", "endpoint": {"share": 1.0, "answered": answered,
+                                                 "precision": head_figures["auto_precision"]}}
+    unsure = 1.0 - answered
+    asks = not question.many_options and question.model == "when_unsure"
+    return {"model": question.model,
+            "words": {"share": answered, "precision": head_figures["auto_precision"],
+                      "precision_lower_bound": head_figures["auto_precision_lower_bound"]},
+            "endpoint": {"share": unsure if asks else 0.0,
+                         "note": "asked for the items the words left unsure; its letters decide at the question's "
+                                 "thresholds (not measured here)" if asks else
+                                 "never asked (more options than letters, or model: never)"},
+            "review": {"share": 0.0 if asks else unsure}}
+
+
 def novelty_figures(gold: Sequence[str | None], auto: Sequence[bool], unlike_only: Sequence[bool],
                     scores: Sequence[float | None], threshold: float) -> dict[str, Any]:
     """The novelty part on TEST: the in-scope share above its threshold and, with out-of-scope
@@ -1059,10 +1081,12 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         "readout": "head over the model's signals (signals decision)" if question.many_options else "head over the letters' request",
         "head": {"file": head_name, "bytes": len(head_bytes), "version": fitted.document["version"],
                  "model_weight": fitted.document["fit"]["model_weight"], "min_confidence": question.learned_head.thresholds.min_confidence,
+                 "encoder": fitted.document["sentence"]["encoder"] if "sentence" in fitted.document else None,
                  "reads_model": question.learned_head.reads_model},
         "holdout": fitted.holdout,
         "rare": {"min_examples": args.min_examples, "mode": args.rare, "labels": vocab.rare},
         "read": export.read,
+        "tiers": tiers(question, head_auto, head_figures),
         "scoring": "text-only" if args.text_only else "model",
         "text_curve": {**{k: v for k, v in curve.items() if k != "seconds"}, "outlook": outlook},
         "model": None if args.text_only else {"file": model.file, "sha256": model.sha256},
@@ -1070,8 +1094,9 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
                     "total": round(time.perf_counter() - started, 1)},
     }
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically "
-        f"{report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
+    without = " from the words alone, without the endpoint," if question.model != "always" else ""
+    say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically"
+        f"{without} {report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
         f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s")
     scope_line = out_of_scope_line(report)
     if scope_line:

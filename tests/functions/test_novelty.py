@@ -173,17 +173,16 @@ def test_the_shipped_incident_heads_load_without_novelty_and_judge_unchanged():
         assert head.novelty is None and head.novelty_score([0.0] * (head.hidden_size or 1)) is None
 
 
-def test_the_shipped_ticket_head_carries_a_novelty_part_bound_to_the_model_it_read():
+def test_the_shipped_ticket_head_carries_a_novelty_part_in_the_encoders_space_bound_to_no_model():
     head = load_policy("support-ticket").routing_question.learned_head
-    assert head is not None and head.novelty is not None and head.reads_hidden_state
+    assert head is not None and head.sentence is not None and head.novelty is not None
     part = head.novelty
-    assert len(part.projection) == 64 and all(len(row) == head.hidden_size for row in part.projection)
-    assert len(part.means) == len(head.options) and all(len(row) == 64 for row in part.means)
+    assert part.score == "nearest" and not head.reads_model  # it reads the words alone: it serves any model
+    assert part.rows > 500 and part.matrix.shape == (part.rows, head.sentence.dimensions)
     assert 0.0 < part.out_of_fold_in_scope_review <= part.in_scope_budget  # its threshold, chosen out of fold
-    assert part.surprise_weight > 0  # make fit gives it the head's surprise
-    uniform = [1 / len(head.options)] * len(head.options)  # at the options' centre, the head cannot choose
-    assert head.novelty_score(part.centre, uniform) == pytest.approx(
-        head.novelty_score(part.centre, [1.0] + [0.0] * (len(head.options) - 1)) + part.surprise_weight * math.log(len(head.options)))
+    assert part.surprise_weight == 0  # no out-of-scope training tickets to choose a weight by: the distance alone
+    # a kept training ticket is its own nearest: its distance is that of its 4 other nearest, below the threshold
+    assert head.novelty_score(None, None, part.matrix[0] / (part.matrix[0] ** 2).sum() ** 0.5) < part.threshold
 
 
 def test_with_a_surprise_weight_an_answer_the_head_cannot_choose_counts_as_unlike(tmp_path, raw_ticket_policy, shipped,

@@ -15,7 +15,7 @@ import pytest
 
 from decision_router.adapters.review import ReviewTaskGone
 from decision_router.domain.judging import build_record, model_entry
-from decision_router.domain.policies import load_policy
+from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
 from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
@@ -104,14 +104,20 @@ def world(request):
 
 
 @pytest.fixture
-def pending_ticket(monkeypatch, world, ticket_data):
+def pending_ticket(monkeypatch, world, ticket_data, tmp_path):
     """T-1001 sent to review by an unsure model answer, the workflow waiting on the review queue;
     the review function wired as the world wires it (its fakes, or cold-started on its environment)."""
     from ticket_intake import app
 
     stub = StubbedEndpoint()
     stub.answer(body(TICKET_OPTIONS, [1.0, 0.9, 0.8, 0.0, 0.0]))
-    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", stub.endpoint)
+    # the letters decide (the shipped head is sure of T-1001 from its words alone)
+    raw = json.loads((POLICY_DIR / "support-ticket.json").read_text())
+    for question in raw["questions"]:
+        question.pop("head", None)
+    letters = tmp_path / "support-ticket.json"
+    letters.write_text(json.dumps(raw))
+    make_intake(monkeypatch, world, app, "ticket", "TicketIntakeFunction", stub.endpoint, env={"POLICY_NAME": str(letters)})
     event = {"Records": [dict(json.loads((EVENTS / "ticket_batch.json").read_text())["Records"][0])]}
     assert app.lambda_handler(event, FakeLambdaContext()) == {"batchItemFailures": []}
     world.wait_for(lambda: world.depth("ReviewQueue") == 1, "the review request")

@@ -88,7 +88,7 @@ def test_a_rule_decision_and_a_letters_decision_say_so(ticket_data):
     assert ruled.why.line() == "rule billing-portal-to-billing → billing"
 
     ticket = parse_item("ticket", ticket_data)
-    stripped = policy.model_copy(update={"questions": [question.model_copy(update={"learned_head": None})]})
+    stripped = policy.model_copy(update={"questions": [question.with_head(None)]})
     plain = stripped.questions[0]
     result = make_result("queue", plain.option_ids, [3.0, 0.0, 0.0, 0.0, 0.0], mass=0.2)
     [entry] = explain(stripped, ticket, [model_entry(plain, result)], build_state(stripped, ticket), {"queue": result})

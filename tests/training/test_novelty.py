@@ -218,11 +218,11 @@ def test_a_head_on_the_words_alone_gets_its_novelty_part_in_the_encoders_space_s
     assert not head.reads_model and head.sentence is not None
 
 
-def test_make_fit_gives_a_head_a_novelty_part_with_its_own_surprise_in_the_encoders_space():
-    """`make fit` (fit_head) passes the head's out-of-fold probabilities, as fit-history does: the
-    stored score is the distance to the nearest kept training items in the sentence encoder's
-    space plus the surprise on one footing, and the routing function's score of a training item
-    is exactly that sum."""
+def test_make_fit_gives_a_head_a_novelty_part_in_the_encoders_space_that_routing_scores_as_fitted():
+    """`make fit` (fit_head) has no out-of-scope training items, so the stored score is the
+    distance to the nearest kept training items in the sentence encoder's space alone (the head's
+    confidence threshold holds what it cannot choose between), and the routing function's score of
+    a training item is exactly that distance."""
     import json as json_
     from datetime import date
 
@@ -244,16 +244,16 @@ def test_make_fit_gives_a_head_a_novelty_part_with_its_own_surprise_in_the_encod
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
     assert fit.model_weight > 0
     section = document["novelty"]
-    assert section["score"] == "nearest" and section["surprise_weight"] > 0
+    assert section["score"] == "nearest" and "surprise_weight" not in section
     head = Head.model_validate(document)
     assert head.hidden is not None and head.novelty is not None and head.novelty.score == "nearest"
     example = train[0]
     probabilities = head.probabilities(example.state, list(example.hidden), list(example.letter_logits))
     vector = head.sentence_vector(example.state)
-    index = np.frombuffer(__import__("base64").b64decode(section["index"]), dtype="<f2").astype(np.float32)
-    distance = novelty.nearest_distance(index.reshape(section["rows"], -1), np.asarray([vector], dtype=np.float32))[0]
-    assert head.novelty_score(list(example.hidden), probabilities, vector) == pytest.approx(
-        distance + section["surprise_weight"] * -np.log(max(probabilities)), rel=1e-5)
+    assert head.novelty is not None and head.novelty.score == "nearest"
+    distance = novelty.nearest_distance(head.novelty.matrix, np.asarray([vector], dtype=np.float32))[0]
+    assert head.novelty_score(list(example.hidden), probabilities, vector) == pytest.approx(distance, rel=1e-6)
+    assert 0.0 <= distance < 1.0
 
 
 def unit_clusters(seed: int, k: int = 4, per: int = 80, width: int = 32, far: int = 60):
@@ -276,13 +276,23 @@ def test_in_the_encoders_space_a_far_class_is_flagged_the_budget_holds_and_the_i
     section, said = novelty.fit_nearest(vectors, gold, room_bytes=400_000, budget=0.04, out_of_scope=far[:20])
     assert section is not None and "nearest" in said
     assert section["out_of_fold_in_scope_review"] <= 0.04
-    index = np.frombuffer(__import__("base64").b64decode(section["index"]), dtype="<f2").astype(np.float32)
-    index = index.reshape(section["rows"], -1)
+    stored = novelty._stored(np.zeros((1, 32)) + 0.1)  # one row: its int8 values and its scale
+    assert len(stored[1]) == 44 and len(stored[2]) == 8
+    index = head_of(section, vectors.shape[1]).novelty.matrix
     assert (novelty.nearest_distance(index, far) > section["threshold"]).mean() == 1.0
     assert (novelty.nearest_distance(index, fresh) > section["threshold"]).mean() < 0.10
     assert (section["out_of_scope_examples"], section["out_of_scope_caught"]) == (20, 1.0)
     # a room for 100 items keeps 100, each option in proportion
-    small, _ = novelty.fit_nearest(vectors, gold, room_bytes=100 * 86, budget=0.04)
+    per_row = 48  # 32 int8 values and a float32 scale, base64
+    small, _ = novelty.fit_nearest(vectors, gold, room_bytes=100 * per_row, budget=0.04)
     assert small is not None and small["rows"] == 100
-    none, why = novelty.fit_nearest(vectors, gold, room_bytes=10 * 86, budget=0.04)
+    none, why = novelty.fit_nearest(vectors, gold, room_bytes=10 * per_row, budget=0.04)
     assert none is None and "room for 10 training items" in why
+
+
+def head_of(section: dict, width: int):
+    """A NearestNovelty part read as the routing function reads it (its index as stored)."""
+    from decision_router.domain.heads import NearestNovelty
+
+    assert len(__import__("base64").b64decode(section["index"])) == section["rows"] * width
+    return type("H", (), {"novelty": NearestNovelty.model_validate(section)})

@@ -137,22 +137,24 @@ class NoveltyFigures(StrictModel):
 class NearestNovelty(NoveltyFigures):
     """How far the evidence's sentence embedding is from what the head learned: the cosine
     distance to its `k` nearest training items (1 − their mean cosine similarity), the training
-    items being `rows` of them kept in the file (float16, base64: a sample, each option's items
-    in proportion, sized to the file's limit). Read in the head's sentence block's space (its
+    items being `rows` of them kept in the file (a sample, each option's items in proportion,
+    sized to the file's limit; each row as int8 values times its own scale, base64). Read in the head's sentence block's space (its
     encoder and fields). With `surprise_weight` w > 0 the score also counts the head's surprise,
     w · (−ln top probability), as the Mahalanobis part does."""
 
     score: Literal["nearest"] = "nearest"
     k: int = Field(ge=1, description="Nearest training items averaged.")
     rows: int = Field(ge=1, description="Training items kept.")
-    index: str = Field(min_length=1, description="Their embeddings: rows × the encoder's width float16 values, "
-                       "little-endian, base64.")
+    index: str = Field(min_length=1, description="Their embeddings: rows × the encoder's width int8 values, base64.")
+    scales: str = Field(min_length=1, description="Each row's scale: rows float32 values, little-endian, base64 (a "
+                        "row is its int8 values times its scale).")
 
     @cached_property
     def matrix(self) -> Any:
         import numpy as np  # the vectors are numpy's (the encoder's) already
 
-        return np.frombuffer(base64.b64decode(self.index), dtype="<f2").astype(np.float32).reshape(self.rows, -1)
+        values = np.frombuffer(base64.b64decode(self.index), dtype=np.int8).astype(np.float32).reshape(self.rows, -1)
+        return values * np.frombuffer(base64.b64decode(self.scales), dtype="<f4")[:, None]
 
     def distance(self, sentence: Sequence[float]) -> float:
         import numpy as np
@@ -252,12 +254,15 @@ class Head(StrictModel):
             if self.sentence is None:
                 raise ValueError("novelty 'nearest' reads the sentence embedding: the head has a sentence block")
             try:
-                values = len(base64.b64decode(novelty.index, validate=True)) // 2
+                values = len(base64.b64decode(novelty.index, validate=True))
+                scales = len(base64.b64decode(novelty.scales, validate=True)) // 4
             except ValueError:
-                raise ValueError("novelty.index is not base64") from None
+                raise ValueError("novelty.index and novelty.scales are base64") from None
             if values != novelty.rows * self.sentence.dimensions:
                 raise ValueError(f"novelty.index holds {values} values; expected rows {novelty.rows} × "
                                  f"{self.sentence.dimensions}")
+            if scales != novelty.rows:
+                raise ValueError(f"novelty.scales holds {scales} values; expected rows {novelty.rows}")
             return
         if self.hidden_size is None or self.model_sha256 is None or self.prompt_version is None:
             raise ValueError("novelty reads the hidden state: the head names hidden_size, model_sha256 and prompt_version")
