@@ -229,7 +229,8 @@ NEAREST_K = 5
 #: Training items kept in the file at most: each costs the routing function 512 multiply-adds
 #: (about 3 ms for the lot, in numpy) and the file about 690 bytes (int8 values and a scale, base64).
 MAX_NEAREST_ROWS = 8000
-#: Fewer kept items than this and the distance says little: no novelty part.
+#: Room for fewer kept items than this (of more training items) and the distance says little: no
+#: novelty part. A smaller training set is kept whole.
 MIN_NEAREST_ROWS = 50
 
 
@@ -269,7 +270,7 @@ def fit_nearest(sentences: np.ndarray, gold: np.ndarray, *, room_bytes: int, bud
     sentences = np.asarray(sentences, dtype=np.float32)
     n, width = sentences.shape
     kept = int(min(MAX_NEAREST_ROWS, room_bytes // math.ceil((width + 4) * 4 / 3), n))
-    if kept < MIN_NEAREST_ROWS:
+    if kept < min(MIN_NEAREST_ROWS, n):
         return None, (f"no novelty part: room for {kept} training items (of {MIN_NEAREST_ROWS} at least) in the head "
                       f"file's size limit ({room_bytes} bytes left), of {n}")
     parts = metrics.fold_indices(n, folds, seed)
