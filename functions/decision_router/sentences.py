@@ -22,9 +22,10 @@ import threading
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a vector is made: a function that never embeds loads none of it
+    import numpy as np
 
 #: The encoder the fitters put into a head unless told otherwise.
 DEFAULT_ENCODER = "use-multilingual-v3"
@@ -75,6 +76,8 @@ class UniversalSentenceEncoder:
         self._lock = threading.Lock()  # the port keeps its tokenizer state on the instance
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:
@@ -103,6 +106,8 @@ def embed(name: str, text: str) -> tuple[float, ...]:
 
 def embed_all(name: str, texts: Sequence[str]) -> np.ndarray:
     """Many texts' vectors, in batches (what the fitters embed an export with)."""
+    import numpy as np
+
     model = encoder(name)
     out = np.zeros((len(texts), model.dimensions), dtype=np.float32)
     for start in range(0, len(texts), BATCH):
