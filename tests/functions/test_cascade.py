@@ -96,3 +96,38 @@ def test_a_question_that_never_asks_the_model_needs_a_head(tmp_path):
     path.write_text(json.dumps(raw))
     with pytest.raises(PolicyError, match="model 'never' needs a head"):
         load_policy(path)
+
+
+def test_when_the_endpoint_fails_the_words_answer_stands_beside_the_questions_it_left(tmp_path):
+    """A policy of two questions: the routing one settled by its head over the words, the other
+    asked of the endpoint, which fails: the words' answer stays in the record, the other question
+    says the endpoint failed, and the item goes to review (before, the words' answer was dropped
+    with the failure and the record could not be built)."""
+    path = install(tmp_path, OPTIONS)
+    raw = json.loads(path.read_text())
+    raw["questions"][0]["model"] = "when_unsure"
+    raw["questions"].append({"id": "urgency", "question": "How urgent is it?",
+                             "options": [{"id": "low", "description": "It can wait."},
+                                         {"id": "high", "description": "It cannot wait."}],
+                             "thresholds": {"min_confidence": 0.6, "min_margin": 0.1, "min_allowed_token_mass": 0.5}})
+    path.write_text(json.dumps(raw))
+    policy = load_policy(path)
+    endpoint = FakeEndpoint().fail("model_error", "the model broke")
+    record, _ = router(endpoint).judge(ticket("intent3 please"), policy)
+    by_question = {d.question: d for d in record.decisions}
+    assert (by_question["intent"].tier, by_question["intent"].option_id, by_question["intent"].passed) == ("words", "intent3", True)
+    assert by_question["urgency"].source == "endpoint_error" and record.route == "review"
+    assert [d.id for d in endpoint.asked] == ["urgency"]  # the words settled the routing question
+
+
+def test_a_shadow_on_the_words_answers_beside_the_head_the_words_settled(tmp_path):
+    from decision_router.domain.routing import ShadowHead
+
+    policy = policy_with(tmp_path, "when_unsure")
+    head = policy.questions[0].learned_head
+    endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
+    record, _ = router(endpoint).judge(ticket("intent3 please"), policy,
+                                       shadows={"intent": ShadowHead(head=head, sha256="e" * 64)})
+    shadow = record.shadow["intent"]
+    assert (shadow.option_id, shadow.passed, shadow.agrees, shadow.sha256) == ("intent3", True, True, "e" * 64)
+    assert endpoint.requests == []

@@ -74,8 +74,10 @@ def novelty_reasons(head: Head, hidden: Sequence[float] | None, probabilities: S
     novelty part, which judges exactly as before."""
     if head.novelty is None:
         return None, []
-    sentence = head.sentence_vector(state) if state is not None else None
-    if (hidden if head.reads_hidden_state else sentence) is None:
+    # the one of the two signals the part reads (the embedding is the head's own, cached per text)
+    reads_sentence = head.novelty.score == "nearest"
+    sentence = head.sentence_vector(state) if reads_sentence and state is not None else None
+    if (sentence if reads_sentence else hidden) is None:
         return None, []
     score = head.novelty_score(hidden, probabilities, sentence)
     assert score is not None

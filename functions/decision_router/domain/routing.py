@@ -24,7 +24,6 @@ from ..items import Item
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .heads import Head
 from .judging import build_record, error_entry, explain, model_entry, rule_entry, words_entry
-from .lexical import State
 from .model_requests import build_decisions
 from .policies import Policy, Question
 from .ports import Endpoint
@@ -66,22 +65,22 @@ class Router:
         pending = [q for q in policy.questions if q.id not in hits]
         seconds, state, results = None, None, None
         shadowed: dict[str, ShadowAnswer] = {}
+        words: dict[str, DecisionEntry] = {}
         if pending:
-            state = build_decisions(policy, item, [pending[0].id])[0].state  # every question reads the same evidence
+            decisions = {d.id: d for d in build_decisions(policy, item, [q.id for q in pending])}
+            state = next(iter(decisions.values())).state  # every question reads the same evidence
             words = {q.id: words_entry(q, state) for q in pending if q.model != "always"}
             # the endpoint only for what the words did not settle: a question that never asks it, or
             # whose letters cannot answer (more options than letters), keeps the head's answer
-            settled = {q for q, e in words.items() if e.passed or policy.question(q).model == "never"
-                       or policy.question(q).many_options}
-            entries += [words[q.id] for q in pending if q.id in settled]
-            shadowed.update(_shadow_words(shadows, [q for q in pending if q.id in settled], words, state))
-            pending = [q for q in pending if q.id not in settled]
+            settled = [q for q in pending if q.id in words and (words[q.id].passed or q.model == "never" or q.many_options)]
+            entries += [words[q.id] for q in settled]
+            shadowed.update(_shadow_answers(shadows, settled, [words[q.id] for q in settled], None, state))
+            pending = [q for q in pending if q not in settled]
         if pending:
             started = time.perf_counter()
             try:
-                decisions = [_with_shadow_signals(d, shadows.get(d.id)) for d in
-                             build_decisions(policy, item, [q.id for q in pending])]
-                results = self.endpoint.decide(decisions, deadline=deadline)
+                asked = [_with_shadow_signals(decisions[q.id], shadows.get(q.id)) for q in pending]
+                results = self.endpoint.decide(asked, deadline=deadline)
                 # a question whose head was unsure of the words is answered by the letters
                 answered = [model_entry(q.with_head(None) if q.id in words else q, results[q.id], state)
                             for q in pending]
@@ -90,7 +89,9 @@ class Router:
             except EndpointFailure as failure:
                 if failure.kind == NO_CAPACITY and self.wait_for_capacity:
                     raise WaitingForCapacity(failure) from failure
-                entries = [e for e in entries if e.source == "rule"] + [error_entry(q, failure) for q in pending]
+                # the rules' and the words' answers stand; the questions left for the endpoint have none
+                asked_ids = {q.id for q in pending}
+                entries = [e for e in entries if e.question not in asked_ids] + [error_entry(q, failure) for q in pending]
             seconds = time.perf_counter() - started
         entries = explain(policy, item, entries, state, results)
         record = build_record(policy, item, entries, destinations=self.destinations,
@@ -108,37 +109,19 @@ def _with_shadow_signals(decision: Decision, shadow: ShadowHead | None) -> Decis
     return decision.model_copy(update={"return_hidden_state": True})
 
 
-def _shadow_words(shadows: Mapping[str, ShadowHead], settled: Sequence[Question], words: Mapping[str, DecisionEntry],
-                  state: State) -> dict[str, ShadowAnswer]:
-    """Each shadow head's answer from the words alone, for the questions the words settled (a
-    shadow that reads the model's signals cannot answer those: nothing asked the endpoint)."""
-    out = {}
-    for question in settled:
-        shadow = shadows.get(question.id)
-        if shadow is None or shadow.head.reads_model:
-            continue
-        try:
-            entry = words_entry(question.with_head(shadow.head), state)
-        except Exception:  # noqa: BLE001 - the shadow decides nothing
-            continue
-        deciding = words[question.id]
-        out[question.id] = ShadowAnswer(head_version=shadow.head.version, sha256=shadow.sha256,
-                                        option_id=entry.option_id or "", confidence=entry.confidence,
-                                        passed=entry.passed, agrees=entry.option_id == deciding.option_id)
-    return out
-
-
 def _shadow_answers(shadows: Mapping[str, ShadowHead], pending: Sequence[Question], answered: Sequence[DecisionEntry],
-                    results: Mapping[str, DecisionResult], state: object) -> dict[str, ShadowAnswer]:
-    """Each shadow head's answer beside the deciding one; a shadow that fails is left out (it
-    must never change what the item gets)."""
+                    results: Mapping[str, DecisionResult] | None, state: object) -> dict[str, ShadowAnswer]:
+    """Each shadow head's answer beside the deciding one, to the endpoint's `results` (None: the
+    words alone settled these questions); a shadow that fails is left out (it must never change
+    what the item gets)."""
     out = {}
     for question, deciding in zip(pending, answered):
         shadow = shadows.get(question.id)
         if shadow is None:
             continue
         try:
-            answer = shadow_answer(question, shadow.head, shadow.sha256, results[question.id], state, deciding)
+            answer = shadow_answer(question, shadow.head, shadow.sha256, None if results is None else results[question.id],
+                                   state, deciding)
         except Exception:  # noqa: BLE001 - the shadow decides nothing; the record says it did not answer
             answer = None
         if answer is not None:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from .heads import Head
-from .judging import model_entry
+from .judging import model_entry, words_entry
 from .policies import Question
 from .records import DecisionEntry, DecisionRecord, ShadowAnswer
 
@@ -79,10 +79,16 @@ def _round(value: float | None) -> float | None:
 
 def shadow_answer(question: Question, head: Head, sha256: str, result: Any, state: Any,
                   deciding: DecisionEntry) -> ShadowAnswer | None:
-    """The shadow head's answer to the endpoint's `result`, judged by the routing code at the
-    shadow head's own thresholds; None where it cannot read this result (another model, no hidden
-    state): a shadow that cannot answer is not counted."""
-    entry = model_entry(question.with_head(head), result, state)
+    """The shadow head's answer to the endpoint's `result` (None: the endpoint was not asked, the
+    words alone), judged by the routing code at the shadow head's own thresholds; None where it
+    cannot read this result (another model, no hidden state, or no answer to read at all): a
+    shadow that cannot answer is not counted."""
+    if result is None:
+        if head.reads_model:
+            return None
+        entry = words_entry(question.with_head(head), state)
+    else:
+        entry = model_entry(question.with_head(head), result, state)
     if entry.readout != "head" or entry.option_id is None:
         return None
     return ShadowAnswer(head_version=head.version, sha256=sha256, option_id=entry.option_id,
