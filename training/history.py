@@ -408,9 +408,10 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         say(f"  {len(gold)} training rows: the head is fitted on a stratified sample of {len(rows)}")
     started = time.perf_counter()
     s = _signals([train_states[i] for i in rows], train_hidden[rows].astype(np.float64), gold[rows], fields, encoder)
-    test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields, encoder)
+    # TEST is read here by the text classifier alone; the head judges it as routing does (run)
+    test = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), fields, None)
     if encoder is not None:
-        say(f"  {len(s) + len(test)} items embedded by {encoder}: {time.perf_counter() - started:.0f} s")
+        say(f"  {len(s)} items embedded by {encoder}: {time.perf_counter() - started:.0f} s")
     n = len(s)
     grid = stratified_sample(s.gold, GRID_ROWS, seed)
     parts = [grid[part] for part in metrics.fold_indices(len(grid), FOLDS, seed)]

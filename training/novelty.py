@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
+from decision_router.domain.heads import nearest_distance
 from evaluation import metrics
 
 #: The share of in-scope items the threshold sends to review, by default (`--novelty-budget`).
@@ -234,18 +235,6 @@ MAX_NEAREST_ROWS = 8000
 MIN_NEAREST_ROWS = 50
 
 
-def nearest_distance(index: np.ndarray, vectors: np.ndarray, k: int = NEAREST_K) -> np.ndarray:
-    """1 − the mean cosine similarity of each of `vectors` to its `k` nearest rows of `index`
-    (unit vectors both: the dot product is the cosine); what NearestNovelty.distance computes."""
-    k = min(k, len(index))
-    out = np.zeros(len(vectors))
-    for start in range(0, len(vectors), 1024):
-        similarities = vectors[start:start + 1024] @ index.T
-        nearest = np.partition(similarities, len(index) - k, axis=1)[:, len(index) - k:]
-        out[start:start + 1024] = 1.0 - nearest.astype(np.float64).mean(axis=1)
-    return out
-
-
 def _stored(vectors: np.ndarray) -> tuple[np.ndarray, str, str]:
     """The vectors as the file keeps them (each row int8 times its own scale: the largest value
     maps to 127), and the base64 of the values and of the scales."""
@@ -280,10 +269,10 @@ def fit_nearest(sentences: np.ndarray, gold: np.ndarray, *, room_bytes: int, bud
     for part in parts:
         rest = np.setdiff1d(np.arange(n), part)
         sample = rest[stratified_sample(gold[rest], kept, seed, floor=NEAREST_K)]
-        oof[part] = nearest_distance(_stored(sentences[sample])[0], sentences[part])
+        oof[part] = nearest_distance(_stored(sentences[sample])[0], sentences[part], NEAREST_K)
     index, encoded, scales = _stored(sentences[stratified_sample(gold, kept, seed, floor=NEAREST_K)])
     has_oos = out_of_scope is not None and len(out_of_scope) > 0
-    oos_score = nearest_distance(index, np.asarray(out_of_scope, dtype=np.float32)) if has_oos else None
+    oos_score = nearest_distance(index, np.asarray(out_of_scope, dtype=np.float32), NEAREST_K) if has_oos else None
     weight, how = 0.0, ""
     # Without out-of-scope training items to choose by, the distance alone: the head's confidence
     # threshold already sends the items it cannot choose between to review, and a surprise put on

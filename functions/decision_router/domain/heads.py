@@ -159,10 +159,22 @@ class NearestNovelty(NoveltyFigures):
     def distance(self, sentence: Sequence[float]) -> float:
         import numpy as np
 
-        similarities = self.matrix @ np.asarray(sentence, dtype=np.float32)
-        k = min(self.k, self.rows)
-        nearest = np.partition(similarities, self.rows - k)[self.rows - k:]
-        return float(1.0 - float(nearest.astype(np.float64).mean()))
+        return float(nearest_distance(self.matrix, np.asarray([sentence], dtype=np.float32), self.k)[0])
+
+
+def nearest_distance(index: Any, vectors: Any, k: int) -> Any:
+    """1 − the mean cosine similarity of each of `vectors` to its `k` nearest rows of `index`
+    (unit vectors both: the dot product is the cosine), 1,024 vectors at a time: the one score the
+    routing function (NearestNovelty.distance) and the fitter (training/novelty.py) compute."""
+    import numpy as np
+
+    k = min(k, len(index))
+    out = np.zeros(len(vectors))
+    for start in range(0, len(vectors), 1024):
+        similarities = vectors[start:start + 1024] @ index.T
+        nearest = np.partition(similarities, len(index) - k, axis=1)[:, len(index) - k:]
+        out[start:start + 1024] = 1.0 - nearest.astype(np.float64).mean(axis=1)
+    return out
 
 
 class NoveltyBlock(NoveltyFigures):
