@@ -37,7 +37,7 @@ from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
 from decision_contract import ModelInfo
-from decision_contract.signals import SHARD_SUFFIX
+from decision_contract.signals import SHARD_SUFFIX, read_shard
 from decision_server import batch
 
 from .history_policy import HistoryError
@@ -257,6 +257,9 @@ class SageMakerScoring:
         if self.offer.gpu and stack.compute == "CPU":
             raise HistoryError(f"stack {stack.name} deploys the CPU image, which leaves a {instance_type}'s GPU idle: "
                                "choose a CPU instance type (e.g. ml.c7i.8xlarge)")
+        if self.offer.gpu:
+            say(f"note: a processing job has no GPU driver or AMI option; whether the CUDA image runs on a {instance_type} "
+                "Processing host is unverified (the CPU types are the tested path)")
         if not self.offer.gpu and stack.compute == "GPU":
             say(f"note: stack {stack.name} deploys the CUDA image; on {instance_type} it must run on the CPU alone")
 
@@ -318,13 +321,15 @@ class SageMakerScoring:
             raise HistoryError(f"{inputs}: no decision shards (part-*.jsonl) to score")
         counts = {p.name: _lines(p) for p in shards}
         items = sum(counts.values())
+        if len(shards) < self.instances:
+            # an instance that ShardedByS3Key gives no object has nothing to do, and costs as much
+            self.say(f"note: {len(shards)} shard(s) to score: {len(shards)} instance(s) instead of {self.instances}")
+            self.instances = len(shards)
         for line in self.estimate(items).splitlines():
             self.say(line)
         if not yes:
             raise HistoryError("scoring on SageMaker starts paid instances: pass --yes (make fit-history ... YES=1) "
                                "once the estimate above suits")
-        if len(shards) < self.instances:
-            self.say(f"note: {len(shards)} shard(s) for {self.instances} instances: some instances get none")
         name = job_name(self.stack.name)
         run_prefix = f"{self.stack.prefix}{name}/"
         self.say(f"uploading {len(shards)} shards ({items:,} items) to s3://{self.stack.bucket}/{run_prefix}input/")
@@ -332,8 +337,10 @@ class SageMakerScoring:
             for path in shards:
                 self.s3.upload_file(str(path), self.stack.bucket, f"{run_prefix}input/{path.name}")
             self.sagemaker.create_processing_job(**self.job_request(name, items))
-        except (ClientError, S3UploadFailedError) as error:
-            raise HistoryError(f"cannot start the processing job {name}: {error} (docs/learning/fit-history.md lists "
+        except ClientError as error:
+            raise HistoryError(f"cannot start the processing job {name}: {self.why_refused(error)}") from None
+        except S3UploadFailedError as error:
+            raise HistoryError(f"cannot upload the shards of {name}: {error} (docs/learning/fit-history.md lists "
                                "the permissions it takes)") from None
         self.say(f"processing job {name} started: https://{self.region}.console.aws.amazon.com/sagemaker/home"
                  f"?region={self.region}#/processing-jobs/{name} (logs: /aws/sagemaker/ProcessingJobs, {name}/*)")
@@ -345,6 +352,17 @@ class SageMakerScoring:
             raise HistoryError(f"processing job {name} {status.lower()}: {reason} (its log: CloudWatch "
                                f"/aws/sagemaker/ProcessingJobs, streams {name}/*)")
         return self._download(f"{run_prefix}output/", download_to, expected)
+
+    def why_refused(self, error: ClientError) -> str:
+        """CreateProcessingJob's refusal in words: a quota is named as one, with what to raise."""
+        code, message = error.response["Error"].get("Code", ""), error.response["Error"].get("Message", str(error))
+        if code == "ResourceLimitExceeded":
+            quota = processing_quota_name(self.instance_type)
+            return (f"{message}. This is a quota, not a permission: the account may run fewer {self.instance_type} "
+                    f"processing instances than the {self.instances} asked (new accounts often have 0). Raise the "
+                    f"Service Quotas quota '{quota}' (service code sagemaker; `make preflight` prints its quota code "
+                    f"and the command), or ask for fewer instances (INSTANCES=) or another type (INSTANCE_TYPE=)")
+        return f"{message} ({code}; docs/learning/fit-history.md lists the permissions it takes)"
 
     def _outputs(self, prefix: str) -> list[str]:
         """Keys under the run's output prefix."""
@@ -392,16 +410,40 @@ class SageMakerScoring:
             if file.endswith((SHARD_SUFFIX, ERRORS_SUFFIX)) or file == MODEL_FILE:
                 self.s3.download_file(self.stack.bucket, key, str(folder / file))
                 got.add(file)
+        where = f"s3://{self.stack.bucket}/{prefix}"
         if MODEL_FILE not in got:
-            raise HistoryError(f"processing job completed without writing {MODEL_FILE} under s3://{self.stack.bucket}/{prefix}")
+            raise HistoryError(f"processing job completed without writing {MODEL_FILE} under {where}")
         missing = sorted(set(expected) - got)
         if missing:
-            self.say(f"note: {len(missing)} of {len(expected)} shards have no signals file (first: {missing[0]})")
+            raise HistoryError(f"processing job completed but {len(missing)} of {len(expected)} signal shards never "
+                               f"reached {where}: {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''} (the job's "
+                               "log says why; nothing was fitted)")
+        for file, lines in sorted(expected.items()):
+            _check_shard(folder / file, lines, folder / (file.removesuffix(SHARD_SUFFIX) + ERRORS_SUFFIX), where)
         errors = sum(_lines(folder / f) for f in got if f.endswith(ERRORS_SUFFIX))
         if errors:
             self.say(f"note: {errors} item(s) could not be scored (*{ERRORS_SUFFIX} in {folder})")
         self.say(f"downloaded {len(got & set(expected))} signal shards to {folder}")
         return ModelInfo.model_validate_json((folder / MODEL_FILE).read_text())
+
+
+def processing_quota_name(instance_type: str) -> str:
+    """The Service Quotas name of the quota a processing job of `instance_type` counts against."""
+    return f"{instance_type} for processing job usage"
+
+
+def _check_shard(signals: Path, lines: int, errors: Path, where: str) -> None:
+    """A downloaded shard holds a row or an error for every line of its input: a shard uploaded
+    while it was written (or cut short) is refused by name, never fitted on."""
+    try:
+        rows = len(read_shard(signals))
+    except ValueError as error:
+        raise HistoryError(f"{signals.name} from {where} is not a whole signals shard ({error}); nothing was fitted, "
+                           "run again") from None
+    failed = _lines(errors) if errors.exists() else 0
+    if rows + failed != lines:
+        raise HistoryError(f"{signals.name} from {where} holds {rows} rows and {failed} errors for {lines} input lines: "
+                           "an incomplete upload; nothing was fitted, run again")
 
 
 def _signals_name(shard: str) -> str:

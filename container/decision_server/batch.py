@@ -18,8 +18,12 @@ A shard whose signals already exist in the output for the same model is skipped,
 again over the same output resumes. Each decision is its own request to the engine, many in
 flight at once, so that the scheduler packs them into each forward pass as it packs concurrent
 HTTP requests; the results are the HTTP path's. Progress goes to stdout (CloudWatch in Processing).
-The exit status is 0 when every shard was processed, bad lines included; 2 when the input folder
-is missing or holds no shard, or the model cannot load.
+Output files are written under their final names, each in one write: Processing uploads the output
+folder as files appear (`Continuous`), and how it uploads a renamed file is undocumented; whoever
+downloads them checks each shard's rows against its input (training.sagemaker_scoring does).
+The exit status is 0 when every shard was processed, bad lines included, and when the input folder
+holds no shard (an instance that `ShardedByS3Key` gave no object: Processing fails the whole job
+when any instance exits non-zero); 2 when the input folder is missing, or the model cannot load.
 """
 
 from __future__ import annotations
@@ -63,6 +67,10 @@ PROGRESS_SECONDS = 5.0
 
 class BatchError(RuntimeError):
     """The job cannot run (no input, no usable model); the message says what to fix."""
+
+
+class NoShards(BatchError):
+    """The input folder holds no shard: an error for `score_folder`, a clean exit for the command."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def input_shards(input_dir: Path) -> list[Path]:
         raise BatchError(f"the input folder {input_dir} does not exist (Processing copies the decisions' S3 prefix there)")
     shards = sorted(p for p in input_dir.glob(f"*{INPUT_SUFFIX}") if p.is_file())
     if not shards:
-        raise BatchError(f"the input folder {input_dir} holds no *{INPUT_SUFFIX} shard")
+        raise NoShards(f"the input folder {input_dir} holds no *{INPUT_SUFFIX} shard")
     return shards
 
 
@@ -184,9 +192,8 @@ def write_errors(path: Path, errors: Sequence[LineError]) -> None:
     if not errors:
         path.unlink(missing_ok=True)
         return
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("".join(e.to_json() + "\n" for e in sorted(errors, key=lambda e: e.line)), encoding="utf-8")
-    temporary.replace(path)
+    # one write under the final name (the module's docstring says why)
+    path.write_text("".join(e.to_json() + "\n" for e in sorted(errors, key=lambda e: e.line)), encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------ the model
@@ -341,6 +348,7 @@ def write_signals(path: Path, model_sha256: str, scored: Sequence[tuple[Decision
         logits=[r.option_logits for _, r in scored],
         mass=[r.allowed_token_mass for _, r in scored],
         versions=[r.prompt_version for _, r in scored],
+        in_place=True,
     )
 
 
@@ -414,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         input_shards(args.input)  # before the model loads: a job without input stops at once
+    except NoShards as exc:
+        # an instance of a job with fewer shards than instances: nothing to do is no failure
+        print(f"decision-server batch: {exc}: this instance's share is empty, nothing to score", flush=True)
+        return 0
     except BatchError as exc:
         print(f"decision-server batch: {exc}", file=sys.stderr)
         return 2

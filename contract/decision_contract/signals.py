@@ -20,6 +20,7 @@ Written under a temporary name and renamed, so a reader never sees half a shard.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import zipfile
 from dataclasses import dataclass
@@ -70,16 +71,22 @@ class SignalShard:
 
 def write_shard(path: Path, model_sha256: str, keys: Sequence[str], hidden: np.ndarray | Sequence[np.ndarray],
                 logits: Sequence[Sequence[float]], mass: Sequence[float], versions: Sequence[str], *,
-                compress: bool = False) -> Path:
-    """Write rows as one shard at `path` (atomically); the path written."""
+                compress: bool = False, in_place: bool = False) -> Path:
+    """Write rows as one shard at `path`; the path written.
+
+    By default the shard is written beside `path` and renamed onto it, so a reader never sees half
+    a shard. `in_place`: written under its final name in one write, for a folder that SageMaker
+    Processing uploads as files appear (`S3UploadMode: Continuous`), where how a rename is uploaded
+    is undocumented; a reader then checks the shard (`read_shard` refuses a truncated one)."""
     names = sorted(set(versions))
     if not len(keys) == len(hidden) == len(logits) == len(mass) == len(versions):
         raise ValueError("a shard's keys, hidden states, logits, masses and versions must be as many")
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    buffer = io.BytesIO()
     save = np.savez_compressed if compress else np.savez
     width = np.shape(hidden)[1] if len(keys) else 0
-    save(temporary, model_sha256=np.str_(model_sha256),
+    save(buffer, model_sha256=np.str_(model_sha256),
          keys=np.array([bytes.fromhex(k) for k in keys], dtype="S32"),
          hidden=np.asarray(hidden, dtype=np.float16).reshape(len(keys), width),
          n_options=np.array([len(z) for z in logits], dtype=np.uint8),
@@ -87,6 +94,10 @@ def write_shard(path: Path, model_sha256: str, keys: Sequence[str], hidden: np.n
          mass=np.asarray(mass, dtype=np.float32),
          versions=np.array(names, dtype=np.str_),
          version=np.array([names.index(v) for v in versions], dtype=np.uint8))
+    if in_place:
+        path.write_bytes(buffer.getvalue())
+        return path
+    temporary.write_bytes(buffer.getvalue())
     temporary.replace(path)
     return path
 

@@ -121,18 +121,42 @@ def test_write_inputs_writes_no_empty_shard_and_replaces_earlier_parts(tmp_path)
         batch.write_inputs([decision()], tmp_path, 0)
 
 
-def test_no_input_folder_or_no_shard_stops_the_job_naming_the_folder(tmp_path, capsys):
+def test_no_input_folder_stops_the_job_naming_the_folder(tmp_path, capsys):
     with pytest.raises(batch.BatchError, match="does not exist"):
         batch.input_shards(tmp_path / "missing")
-    (tmp_path / "notes.txt").write_text("not a shard")
-    with pytest.raises(batch.BatchError, match=r"holds no \*\.jsonl shard"):
-        batch.input_shards(tmp_path)
     # before any model loads, whichever way the command is started
     assert batch.main(["--input", str(tmp_path / "missing"), "--output", str(tmp_path / "out")]) == 2
-    assert server_main(["batch", "--input", str(tmp_path), "--output", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "missing does not exist" in err and "holds no *.jsonl shard" in err
+    assert server_main(["batch", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "out")]) == 2
+    assert "missing does not exist" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_share_is_a_clean_exit_that_loads_no_model(tmp_path, capsys, monkeypatch):
+    """An instance that ShardedByS3Key gave no object: Processing fails the whole job when any
+    instance exits non-zero, so nothing to score is no failure (and loads no model)."""
+    monkeypatch.setattr(batch, "load_engine", lambda *_: pytest.fail("no model loads for an empty share"))
+    (tmp_path / "notes.txt").write_text("not a shard")
+    with pytest.raises(batch.NoShards, match=r"holds no \*\.jsonl shard"):
+        batch.input_shards(tmp_path)
+    with pytest.raises(batch.BatchError, match=r"holds no \*\.jsonl shard"):  # the function: still an error
+        batch.score_folder(object(), tmp_path, tmp_path / "out")
+    assert batch.main(["--input", str(tmp_path), "--output", str(tmp_path / "out")]) == 0
+    assert server_main(["batch", "--input", str(tmp_path), "--output", str(tmp_path / "out")]) == 0
+    assert "share is empty, nothing to score" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+
+
+def test_outputs_are_written_under_their_final_names_in_one_write(tmp_path, monkeypatch):
+    """Processing uploads the output folder as files appear; a rename's upload is undocumented, so
+    the signals and errors files are never renamed into place."""
+    renamed: list[str] = []
+    real_replace = Path.replace
+    monkeypatch.setattr(Path, "replace", lambda self, target: renamed.append(self.name) or real_replace(self, target))
+    monkeypatch.setattr(Path, "rename", lambda self, target: pytest.fail(f"{self} renamed"))
+    batch.write_errors(tmp_path / "part-00000.errors.jsonl", [batch.LineError(2, "bad")])
+    batch.write_signals(tmp_path / "part-00000.signals.npz", "b" * 64, [])
+    assert renamed == [] and sorted(p.name for p in tmp_path.iterdir()) == ["part-00000.errors.jsonl",
+                                                                           "part-00000.signals.npz"]
 
 
 # ------------------------------------------------------------------------------------ resuming

@@ -82,16 +82,21 @@ class World:
         bucket, key = split(request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"])
         self.s3.put_object(Bucket=bucket, Key=key + name, Body=body)
 
-    def scores(self, request: dict[str, Any], tmp: Path, *, shards: list[str] | None = None) -> None:
-        """Upload what the batch scorer writes: a signals shard per input shard (or `shards`),
-        an errors file and model.json."""
+    def scores(self, request: dict[str, Any], tmp: Path, *, shards: list[str] | None = None,
+               short: int = 0) -> None:
+        """Upload what the batch scorer writes: a signals shard per input shard (or `shards`), a
+        row for each of its lines but the first of part-00000, whose error is in the errors file,
+        and model.json. `short`: rows left out of each shard (an upload cut short)."""
         bucket, prefix = split(request["ProcessingInputs"][0]["S3Input"]["S3Uri"])
         inputs = shards if shards is not None else [Path(k).name for k in self.keys(prefix)]
         for name in inputs:
-            path = write_shard(tmp / "out" / (name.removesuffix(".jsonl") + SHARD_SUFFIX), MODEL.sha256, ["c" * 64],
-                               np.ones((1, 8)), [[0.5, 0.25]], [0.75], ["direct-options-v1"])
+            lines = len(self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read().splitlines())
+            rows = lines - (name == "part-00000.jsonl") - short
+            path = write_shard(tmp / "out" / (name.removesuffix(".jsonl") + SHARD_SUFFIX), MODEL.sha256,
+                               [f"{i:064x}" for i in range(rows)], np.ones((rows, 8)), [[0.5, 0.25]] * rows,
+                               [0.75] * rows, ["direct-options-v1"] * rows)
             self.put_output(request, path.name, path.read_bytes())
-        self.put_output(request, "part-00000.errors.jsonl", b'{"key": "x", "error": "prompt too long"}\n')
+        self.put_output(request, "part-00000.errors.jsonl", b'{"line": 1, "reason": "prompt too long"}\n')
         self.put_output(request, "model.json", MODEL.model_dump_json().encode())
 
 
@@ -230,6 +235,67 @@ def test_a_failed_job_says_why(world, tmp_path):
 
 def test_a_completed_job_without_model_json_is_an_error(world, tmp_path):
     with pytest.raises(HistoryError, match="without writing model.json"):
+        world.scorer().run(shards(tmp_path / "in", [2, 2]), tmp_path / "signals", yes=True)
+
+
+def test_fewer_shards_than_instances_runs_one_instance_a_shard(world, tmp_path):
+    """An instance that ShardedByS3Key gives no object would exit non-zero and fail the whole job
+    (and costs as much as one that scores): the job asks for as many instances as shards."""
+    world.job_does = lambda request: world.scores(request, tmp_path)
+    world.scorer(instances=4).run(shards(tmp_path / "in", [2, 2]), tmp_path / "signals", yes=True)
+    (request,) = world.requests
+    assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 2
+    assert "2 shard(s) to score: 2 instance(s) instead of 4" in world.said[0]
+    assert world.said[1].startswith("2 x ml.c7i.xlarge")  # the estimate is for the instances that run
+
+
+def test_a_shard_that_never_arrived_fails_the_download_naming_it(world, tmp_path):
+    world.job_does = lambda request: world.scores(request, tmp_path, shards=["part-00000.jsonl", "part-00002.jsonl"])
+    with pytest.raises(HistoryError, match=r"1 of 3 signal shards never reached s3://.*: part-00001\.signals\.npz"):
+        world.scorer().run(shards(tmp_path / "in", [2, 2, 2]), tmp_path / "signals", yes=True)
+
+
+def test_a_shard_cut_short_or_truncated_is_refused_by_name(world, tmp_path):
+    world.job_does = lambda request: world.scores(request, tmp_path, short=1)
+    with pytest.raises(HistoryError, match=r"part-00000\.signals\.npz .* holds 1 rows and 1 errors for 3 input lines"):
+        world.scorer().run(shards(tmp_path / "in", [3, 3]), tmp_path / "signals", yes=True)
+
+    def truncated(request):
+        world.scores(request, tmp_path)
+        body = (tmp_path / "out" / f"part-00001{SHARD_SUFFIX}").read_bytes()
+        world.put_output(request, f"part-00001{SHARD_SUFFIX}", body[: len(body) // 2])
+
+    world.job_does = truncated
+    with pytest.raises(HistoryError, match=r"part-00001\.signals\.npz from s3://.* is not a whole signals shard"):
+        world.scorer().run(shards(tmp_path / "in2", [3, 3]), tmp_path / "signals2", yes=True)
+
+
+def test_a_quota_refusal_is_named_as_a_quota_with_what_to_raise(world, tmp_path):
+    """SageMaker says ResourceLimitExceeded when the account's processing quota for the type is too
+    low (new accounts often have 0): a quota to raise, not a permission to add."""
+    from botocore.exceptions import ClientError
+
+    def refuse(params, **_):
+        raise ClientError({"Error": {"Code": "ResourceLimitExceeded", "Message": (
+            "The account-level service limit 'ml.c7i.xlarge for processing job usage' is 0 Instances, with current "
+            "utilization of 0 Instances and a request delta of 2 Instances.")}}, "CreateProcessingJob")
+
+    world.session.events.register("before-call.sagemaker.CreateProcessingJob", refuse)
+    with pytest.raises(HistoryError) as refused:
+        world.scorer().run(shards(tmp_path / "in", [2, 2]), tmp_path / "signals", yes=True)
+    message = str(refused.value)
+    assert "a quota, not a permission" in message and "'ml.c7i.xlarge for processing job usage'" in message
+    assert "make preflight" in message and "permissions" not in message
+
+
+def test_other_refusals_point_to_the_permissions(world, tmp_path):
+    from botocore.exceptions import ClientError
+
+    def refuse(params, **_):
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "CreateProcessingJob")
+
+    world.session.events.register("before-call.sagemaker.CreateProcessingJob", refuse)
+    with pytest.raises(HistoryError, match=r"not authorized \(AccessDeniedException; docs/learning/fit-history.md"):
         world.scorer().run(shards(tmp_path / "in", [2, 2]), tmp_path / "signals", yes=True)
 
 
