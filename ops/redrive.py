@@ -39,7 +39,7 @@ from typing import Any, Callable, TextIO
 from pydantic import ValidationError
 
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.domain.records import AuditRow, DecisionRecord, json_text
 from decision_router.intake.tickets import parse_ticket
 from decision_router.items import InvalidItem, parse_item
 from decision_router.validation import describe_errors
@@ -127,19 +127,16 @@ def missing_audit_row(message: dict) -> AuditRow | None:
     record, outcome = body.get("record"), body.get("outcome")
     if not isinstance(record, dict) or not isinstance(outcome, dict) or "status" not in outcome:
         raise NotRedrivable("audit_missing without its 'record' and 'outcome'")
-    def compact(value: Any) -> str:  # as States.JsonToString writes
-        return json.dumps(value, separators=(",", ":"))
-
     try:
         return AuditRow(item_id=record["item_id"], execution_name=body["execution_name"],
                         item_kind=record["item_kind"], outcome=outcome["status"],
-                        outcome_detail=compact(outcome), route=record["route"],
+                        outcome_detail=json_text(outcome), route=record["route"],
                         route_reason=record["route_reason"], policy_name=record["policy"]["name"],
-                        policy_version=record["policy"]["version"], decisions=compact(record["decisions"]),
-                        item=compact(record["item"]), decided_at=record["decided_at"],
+                        policy_version=record["policy"]["version"], decisions=json_text(record["decisions"]),
+                        item=json_text(record["item"]), decided_at=record["decided_at"],
                         audited_at=body["failed_at"], execution_arn=body["execution_arn"],
                         # a record from before links has none: audited as not linked, as the workflow does
-                        linked_incident=compact(record.get("linked")))
+                        linked_incident=json_text(record.get("linked")))
     except (KeyError, TypeError) as error:
         raise NotRedrivable(f"audit_missing: the message lacks {error}") from None
     except ValidationError as error:

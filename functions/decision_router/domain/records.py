@@ -240,6 +240,13 @@ class CorrectedRecord(DecisionRecord):
     correction: ReviewAnswer
 
 
+def json_text(value: Any) -> str:
+    """A structured audit column's text as the workflow's `States.JsonToString` writes it: compact,
+    non-ASCII as it is. Step Functions is a Java service, so its floats and escapes may still differ
+    in bytes: readers compare these columns parsed (`json.loads`), never as text."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 class AuditRow(_Record):
     """One row of the audit table, as DynamoDB holds it: every column a string (the structured
     ones, `outcome_detail`, `decisions` and `item`, as JSON text). The workflow's WriteAuditRecord

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from ..domain.noise import recent
 from ..domain.ports import IncidentRow, OpenIncidentStore
-from ..domain.records import AuditRow, RecordTooLarge
+from ..domain.records import AuditRow, RecordTooLarge, json_text
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..severity import SeverityTable
@@ -338,7 +338,7 @@ class IncidentIntake:
         self.wiring.audit.write(AuditRow(
             item_id=item_id, item_kind="incident",
             execution_name=f"{outcome}-{hashlib.sha256(delivery.encode()).hexdigest()[:16]}",
-            outcome=outcome, outcome_detail=json.dumps({"status": outcome, "reason": reason, **detail}),
+            outcome=outcome, outcome_detail=json_text({"status": outcome, "reason": reason, **detail}),
             route="held", route_reason=reason, policy_name=policy.name, policy_version=policy.version,
             decisions="[]", item=item, decided_at=now, audited_at=now))
 
