@@ -8,7 +8,7 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
-.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public bench-linking docs lint fuzz redrive soak learn rollback clean
+.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public bench-linking docs lint fuzz redrive soak learn rollback preflight clean
 
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
@@ -32,6 +32,7 @@ help:
 	@echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1]   remove one item's text from every table of a deployed stack (an erasure request)"
 	@echo "make learn  the relearning loop locally: route FIRST, answer its reviews from ANSWERS, relearn, route THEN (REPORT=out.jsonl)"
 	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
+	@echo "make preflight STACK=name REGION=region [PARAMS=\"Key=Value ...\"] [CONFIG_ENV=default]   the deploy checklist, read only, with your credentials: run it before sam deploy"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
 
 venv: $(STAMP)
@@ -227,6 +228,18 @@ learn: $(STAMP)
 rollback: $(STAMP)
 	@test -n "$(POLICY)" -a -n "$(QUESTION)" || { echo "make rollback POLICY=... QUESTION=... REASON=..."; exit 2; }
 	$(PY) -m ops.heads rollback --policy "$(POLICY)" --question "$(QUESTION)" --reason "$(REASON)" $(ROLLBACK_ARGS)
+
+# Preflight (docs/operations/preflight.md): the deploy checklist, checked with your own credentials and
+# read-only calls only (it writes nothing): who you are (regional STS), the SageMaker quotas of the
+# endpoint's instance types and of fit-history's Processing type (INSTANCE_TYPE= INSTANCES=), the
+# image in ECR by digest, the model archive in S3, the on-call subscriptions, the stack's state.
+# STACK= and REGION= default to samconfig.toml's; the parameters are its parameter_overrides
+# (CONFIG_ENV= another of its environments) with PARAMS="Key=Value ..." over them. Exit 1 on any ✗.
+preflight: $(STAMP)
+	$(PY) -m ops.preflight $(if $(STACK),--stack "$(STACK)") $(if $(REGION),--region "$(REGION)") \
+		$(if $(CONFIG_ENV),--config-env "$(CONFIG_ENV)") $(if $(PARAMS),--parameter-overrides '$(PARAMS)') \
+		$(if $(INSTANCE_TYPE),--processing-instance-type "$(INSTANCE_TYPE)") $(if $(INSTANCES),--processing-instances $(INSTANCES)) \
+		$(if $(PROFILE),--profile "$(PROFILE)") $(PREFLIGHT_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak site
