@@ -17,7 +17,8 @@ Ctrl-C stops the job. What it reads of the stack are its outputs (`STACK_OUTPUTS
 creates its own endpoint has them (template.yaml's HistoryScoringRole).
 
 The estimate's throughput for CPU types is MEASURED_ITEMS_PER_SECOND_PER_VCPU; the prices are
-bench/data/instance-prices.json's (`offer`, the one place that reads them).
+bench/data/instance-prices.json's (`offer`, the one place that reads them; `python -m bench.prices`
+refreshes them from the AWS Price List API, and a row not found there stays marked estimated).
 """
 
 from __future__ import annotations
@@ -118,9 +119,12 @@ def offer(instance_type: str, prices_path: Path = PRICES) -> Offer:
     row = next((r for r in processing.get("instances", []) if r.get("type") == instance_type), None)
     if row is not None:
         measured = row.get("items_per_second_per_vcpu", measured)
-        region, as_of = processing.get("region", prices.get("region", "?")), processing.get("as_of", prices.get("as_of", "?"))
-        basis = (f"SageMaker Processing price{' (estimated, not published)' if processing.get('estimated') else ''}, "
-                 f"{region} on-demand as of {as_of}")
+        # a row's own flag and date win: `python -m bench.prices` refreshes rows one by one
+        region = processing.get("region", prices.get("region", "?"))
+        as_of = row.get("as_of", processing.get("as_of", prices.get("as_of", "?")))
+        estimated = row.get("estimated", processing.get("estimated"))
+        basis = (f"SageMaker Processing price{' (estimated, not published)' if estimated else ''}, "
+                 f"{region} on-demand as of {as_of}{', ' + row['source'] if row.get('source') else ''}")
     else:
         row = next((r for r in prices.get("instances", []) if r.get("type") == instance_type), None)
         basis = (f"real-time inference price, {prices.get('region', '?')} on-demand as of {prices.get('as_of', '?')}: "
