@@ -21,8 +21,16 @@ an id alone. What holds an item's text, and what is removed there:
 | review queue | a pending review's message; its execution is stopped, so the review is never answered |
 | dead-letter, escalation queues | a parked or failed ticket or event, a failed record, an overdue review (14 days) |
 
-Printed: one line per table with the rows removed (or, with --dry-run, found), and a note for an
-open incident that held others: the incident intake's sweep decides them within 5 minutes. Not erasable here:
+Each queue is read once, its messages hidden 30 s while it is read: a message that carries the item
+is deleted as soon as it is read (on a dry run only counted), every other one made visible again
+at once when the read ends. An incident's event is matched as the incident intake reads it (the
+incident id its source gives it: a Grafana alert's fingerprint, an alarm's ARN in an SNS message).
+
+Printed: one line per table or queue with the rows removed (or, with --dry-run, found); a `not
+read:` line for each queue not named (no URL given), with how long it keeps its messages; and a
+note for an open incident that held others (the incident intake's sweep decides them within 5
+minutes), for a removed message that carried other incidents too, and for a queue read for longer
+than its messages stay hidden (run erase again). Not erasable here:
 a Step Functions execution's history keeps its input 90 days (then Step Functions removes it), and
 the team queues' messages belong to their consumers. The webhook deliveries and the head history
 hold no item text (a delivery's hash and source; a shadow tally's counts).
@@ -33,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
@@ -49,6 +58,11 @@ REVIEW_QUEUE = "ReviewQueueUrl"
 HELD_QUEUES = {"ticket-dlq": "TicketDeadLetterQueueUrl", "incident-dlq": "IncidentDeadLetterQueueUrl",
                "team-dlq": "TeamDeadLetterQueueUrl", "workflow-dlq": "WorkflowDeadLetterQueueUrl",
                "escalation-queue": "EscalationQueueUrl"}
+#: How long the review queue and those queues keep a message (their MessageRetentionPeriod in
+#: template.yaml): a queue erase does not read keeps the item's text this long.
+QUEUE_RETENTION_DAYS = 14
+#: Seconds a message read by erase stays hidden from other readers while the queue is read.
+QUEUE_VISIBILITY = 30
 
 
 class EraseError(ValueError):
@@ -98,11 +112,15 @@ class Erased:
     rows: dict[str, int] = field(default_factory=dict)
     #: What else the erasure did or will cause (an erased parent's held incidents, routed by the sweep).
     notes: list[str] = field(default_factory=list)
+    #: The queues not read (no URL given), each with why and how long it keeps the item's text.
+    unread: dict[str, str] = field(default_factory=dict)
 
     def report(self, out: TextIO) -> None:
         verb = "found (dry run, nothing removed)" if self.dry_run else "removed"
         for table, count in self.rows.items():
             out.write(f"{table}: {count} row(s) {verb}\n")
+        for queue, why in self.unread.items():
+            out.write(f"not read: {queue} ({why})\n")
         for note in self.notes:
             out.write(f"note: {note}\n")
 
@@ -120,6 +138,7 @@ class Eraser:
         self.key, self.names, self.dry_run = key, names, dry_run
         self.dynamodb, self.sqs, self.stepfunctions = dynamodb, sqs, stepfunctions
         self.notes: list[str] = []
+        self._severity: Mapping[str, Any] | None = None
 
     def erase(self) -> Erased:
         erased = Erased(dry_run=self.dry_run, notes=self.notes)
@@ -133,7 +152,11 @@ class Eraser:
             erased.rows["review-queue"] = self.review_queue(self.names["review-queue"])
         for name in HELD_QUEUES:
             if self.names.get(name):
-                erased.rows[name] = self.held_queue(self.names[name])
+                erased.rows[name] = self.held_queue(self.names[name], name)
+        for name in ("review-queue", *HELD_QUEUES):
+            if not self.names.get(name):
+                erased.unread[name] = (f"no --{name}-url: its messages, the item's text among them, are kept up to "
+                                       f"{QUEUE_RETENTION_DAYS} days")
         return erased
 
     def _delete(self, table: str, keys: list[dict[str, Any]]) -> int:
@@ -215,13 +238,28 @@ class Eraser:
             record = body.get("record") if isinstance(body, dict) else None
             return isinstance(record, dict) and self.key.holds(record.get("item_kind"), record.get("item"))
 
-        return self._queue(queue_url, mine, self._stop)
+        return self._queue(queue_url, "review-queue", mine, self._stop)
 
-    def held_queue(self, queue_url: str) -> int:
+    def held_queue(self, queue_url: str, name: str = "queue") -> int:
         """Delete every message of a dead-letter or escalation queue that carries the item: the
-        item itself (a ticket, a record's item, an SNS message's), or a native source's event of
-        its source naming its id (an alarm's ARN); every other message is made visible again."""
-        return self._queue(queue_url, self.carried_by, lambda body: None)
+        item itself (a ticket, a record's item, an SNS message's), or an incident's event as the
+        incident intake reads it (`incidents_in`); every other message is made visible again.
+        A removed message that carried other incidents too (a Grafana POST of several alerts)
+        is named in a note: redrive can no longer re-send them."""
+        def mine(body: Any) -> bool:
+            if not self.carried_by(body):
+                return False
+            if self.key.kind != "incident":
+                return True
+            others = sorted(f"{source}:{incident}" for source, incident in self.incidents_in(body)
+                            if (source, incident) != (self.key.source, self.key.id))
+            if others:
+                self.notes.append(f"{name}: a message of {self.key} also carried incident(s) {', '.join(others)}"
+                                  + (": it is kept (dry run)" if self.dry_run else
+                                     ": it was removed with them (redrive cannot re-send them)"))
+            return True
+
+        return self._queue(queue_url, name, mine, lambda body: None)
 
     def carried_by(self, body: Any) -> bool:
         model = ITEM_MODELS[self.key.kind]
@@ -230,32 +268,66 @@ class Eraser:
                 return True
             if self.key.kind == "incident" and value.get("source") == self.key.source and self.key.id in _strings(value):
                 return True
-        return False
+        return self.key.kind == "incident" and (self.key.source, self.key.id) in self.incidents_in(body)
 
-    def _queue(self, queue_url: str, mine: Callable[[Any], bool], before_delete: Callable[[Any], None]) -> int:
-        """Read the queue once; the messages `mine` picks are deleted (`before_delete` first), or
-        only counted on a dry run; all others are made visible again at once."""
-        found: list[tuple[dict[str, Any], Any]] = []
+    def incidents_in(self, body: Any) -> set[tuple[str, str]]:
+        """The incidents (source, id) a dead-letter message's event is about, as the incident
+        intake reads it (`ops.redrive.dead_event`: the event itself or Lambda's on-failure
+        record's `requestPayload`; each SNS record alone; the source's own id: a Grafana alert
+        `grafana:<fingerprint>`, a long Security Hub id digested); none when no source reads it."""
+        from decision_router.intake.incidents import native_outcomes
+        from decision_router.sources import raw_events, read_event
+        from decision_router.sources.events import Opened, incident_id
+        from ops.redrive import dead_event
+
+        if self._severity is None:
+            from decision_router.domain.policies import load_policy
+
+            self._severity = load_policy("incident").source_severity
+        event, _ = dead_event({"Body": json.dumps(body)})
+        found: set[tuple[str, str]] = set()
+        for each in raw_events(event):
+            try:
+                source, envelope = read_event(each)
+                outcomes = native_outcomes(source, envelope, self._severity)
+            except Exception:  # noqa: BLE001 - not a source's event, or one it refuses: matched by its fields only
+                continue
+            for outcome in outcomes:
+                if isinstance(outcome, Opened):
+                    found.add((outcome.incident.source, outcome.incident.incident_id))
+                elif outcome.key is not None:
+                    found.add((outcome.source, incident_id(outcome.key)))
+        return found
+
+    def _queue(self, queue_url: str, name: str, mine: Callable[[Any], bool],
+               before_delete: Callable[[Any], None]) -> int:
+        """Read the queue once; a message `mine` picks is deleted at once, while its receipt is
+        the latest (`before_delete` first), or only counted on a dry run; all others are made
+        visible again at once when the read ends. A read longer than the messages stay hidden
+        may have missed some (those read first came back): a note says to run erase again."""
+        found = 0
         others: list[str] = []
-        for batch in new_batches(self.sqs, queue_url, visibility=30):
+        started = time.monotonic()
+        for batch in new_batches(self.sqs, queue_url, visibility=QUEUE_VISIBILITY):
             for message in batch:
                 try:
                     body = json.loads(message["Body"])
                 except ValueError:
                     body = None
-                if body is not None and mine(body):
-                    found.append((message, body))
-                else:
+                if body is None or not mine(body):
                     others.append(message["ReceiptHandle"])
+                    continue
+                found += 1
+                if self.dry_run:
+                    others.append(message["ReceiptHandle"])
+                    continue
+                before_delete(body)
+                self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         release_now(self.sqs, queue_url, others)
-        for message, body in found:
-            if self.dry_run:
-                self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"],
-                                                   VisibilityTimeout=0)
-                continue
-            before_delete(body)
-            self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-        return len(found)
+        if time.monotonic() - started >= QUEUE_VISIBILITY:
+            self.notes.append(f"{name}: read for longer than its messages stay hidden ({QUEUE_VISIBILITY} s): "
+                              "some may not have been read; run erase again (a run that finds none is complete)")
+        return found
 
     def _stop(self, body: Any) -> None:
         arn = self.names.get("state-machine", "")

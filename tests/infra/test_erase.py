@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,6 +26,7 @@ from local.cloudformation import Stack
 from ops import erase
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
+REPO = Path(__file__).resolve().parents[2]
 ERASED = ["AuditTable", "LabelledExamplesTable", "ResolvedItemsTable", "OpenIncidentsTable", "IdempotencyTable"]
 #: Tables that hold no item text: a webhook delivery's hash and source; heads and shadow tallies.
 NO_ITEM_TEXT = {"WebhookDeliveriesTable", "HeadHistoryTable"}
@@ -105,7 +107,9 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     assert out.getvalue().splitlines() == [
         "erase ticket:email:T-1", "audit: 2 row(s) removed", "labelled: 1 row(s) removed",
         "resolved: 1 row(s) removed",  # by kind, source and id: the other source's row of the same id stays
-        "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "review-queue: 1 row(s) removed"]
+        "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "review-queue: 1 row(s) removed",
+        *(f"not read: {name} (no --{name}-url: its messages, the item's text among them, are kept up to 14 days)"
+          for name in erase.HELD_QUEUES)]
     # The other source's item and every other item are as they were.
     assert sorted(json.loads(r.item)["channel"] for r in audit.of_item("T-1")) == ["chat", "chat"]  # type: ignore[union-attr]
     assert len(audit.of_item("T-2")) == 2
@@ -176,7 +180,7 @@ def test_erasing_an_open_parent_takes_it_out_of_its_slots_and_its_held_children_
                               stepfunctions=boto3.client("stepfunctions")).erase()
         out = io.StringIO()
         erased.report(out)
-        assert out.getvalue().splitlines() == [
+        assert [line for line in out.getvalue().splitlines() if not line.startswith("not read: ")] == [
             "open-incidents: 1 row(s) removed",
             f"note: {ARN}orders-db-cpu held 1 incident(s) ({ARN}checkout-5xx): the incident intake's sweep decides "
             "and routes them within 5 minutes, their parent gone"]
@@ -195,7 +199,68 @@ def test_every_queue_of_the_template_that_keeps_item_text_is_erased():
     assert queues - erased == {"NotificationDeadLetterQueue", "RelearningDeadLetterQueue"}
 
 
+def test_each_queue_erase_reads_keeps_messages_as_long_as_it_says_a_queue_not_read_keeps_them():
+    """What `not read:` says of a queue that was not named (14 days) is the template's retention."""
+    resources = Stack.load().template["Resources"]
+    for output in (erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values()):
+        retention = resources[output.removesuffix("Url")]["Properties"]["MessageRetentionPeriod"]
+        assert int(retention) == erase.QUEUE_RETENTION_DAYS * 86400, output
+
+
+def sample(name: str) -> dict:
+    return json.loads((REPO / "events" / f"{name}.json").read_text())
+
+
+def sns(message: str) -> str:
+    return json.dumps({"Type": "Notification", "MessageId": "m-1", "TopicArn": "arn:aws:sns:us-east-1:123456789012:t",
+                       "Message": message})
+
+
+def team_message(record: DecisionRecord) -> str:
+    """A team queue's message as the workflow's DeliverToDestination state sends it."""
+    body = json.loads(record.model_dump_json())
+    return json.dumps({key: body[key] for key in ("item_kind", "item_id", "item", "route", "route_reason", "policy",
+                                                   "decisions")} | {"target": "billing", "execution_name": "e-1"})
+
+
+def failed(record: DecisionRecord, execution: str) -> str:
+    """A workflow DLQ message as SendToDeadLetterQueue sends it."""
+    return json.dumps({"error": {"Error": "States.TaskFailed", "Cause": "x"}, "execution_name": execution,
+                       "execution_arn": f"arn:aws:states:us-east-1:123456789012:execution:routing:{execution}",
+                       "failed_at": "2026-12-01T10:00:00Z", "record": json.loads(record.model_dump_json())})
+
+
+def overdue(record: DecisionRecord, execution: str) -> str:
+    """An escalation queue message as EscalateOverdueReview sends it."""
+    return json.dumps({"reason": "review_overdue", "item_kind": record.item_kind, "item_id": record.item_id,
+                       "execution_name": execution, "record": json.loads(record.model_dump_json())})
+
+
+def lambda_failure(event: dict) -> str:
+    """The incident intake's on-failure destination record (an asynchronous invoke that failed)."""
+    return json.dumps({"version": "1.0", "requestContext": {"condition": "RetriesExhausted"},
+                       "requestPayload": event, "responsePayload": {"errorMessage": "boom"}})
+
+
+def visible(sqs, queue: str) -> list[str]:
+    """Every message of the queue visible now (read until none is left, then made visible again)."""
+    read: list[dict] = []
+    while messages := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=600,
+                                          WaitTimeSeconds=0).get("Messages", []):
+        read += messages
+    for message in read:
+        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    return [message["Body"] for message in read]
+
+
+UNREAD_REVIEW_QUEUE = ("not read: review-queue (no --review-queue-url: its messages, the item's text among them, "
+                       "are kept up to 14 days)")
+
+
 def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_queues():
+    """Each queue, each in the shape that writes it: the item's messages go, the same id from
+    another source and every other item's message stay, visible again at once (no wait for their
+    visibility timeout); a dry run counts and leaves all of them visible."""
     held = [output.removesuffix("Url") for output in erase.HELD_QUEUES.values()]
     with mock_aws():
         # A stack name of its own: an execution another test left running in moto's background
@@ -204,34 +269,97 @@ def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_qu
                            stack_name="erase-queues").create(only=held)
         sqs = boto3.client("sqs")
         url = {name: stack.ref(output.removesuffix("Url")) for name, output in erase.HELD_QUEUES.items()}
-        mine, other = ticket_record("T-1"), ticket_record("T-2")
-        alarm = "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:db"
-        messages = {
-            "ticket-dlq": [json.dumps(mine.item), json.dumps({"Type": "Notification", "Message": json.dumps(mine.item)}),
-                           json.dumps(other.item), "not json"],
-            "incident-dlq": [json.dumps({"source": "aws.cloudwatch", "detail-type": "CloudWatch Alarm State Change",
-                                         "resources": [alarm], "detail": {"alarmName": "db"}}),
-                             json.dumps({"requestPayload": {"source": "aws.cloudwatch", "resources": [alarm + "-2"]}})],
-            "team-dlq": [mine.model_dump_json(), other.model_dump_json()],
-            "workflow-dlq": [json.dumps({"record": json.loads(mine.model_dump_json()), "error": "x"})],
-            "escalation-queue": [json.dumps({"record": json.loads(other.model_dump_json())})],
+        mine, same_id_other_source, other = ticket_record("T-1"), ticket_record("T-1", "chat"), ticket_record("T-2")
+        keep = {  # the messages that stay, per queue
+            "ticket-dlq": [json.dumps(other.item), json.dumps(same_id_other_source.item), "not json"],
+            "team-dlq": [team_message(other)],
+            "workflow-dlq": [failed(same_id_other_source, "ticket-T-1-chat")],
+            "escalation-queue": [overdue(other, "ticket-T-2-x")],
+            "incident-dlq": [json.dumps(sample("cloudwatch_alarm_state_change"))],
         }
-        for name, bodies in messages.items():
-            for body in bodies:
+        gone = {  # the ticket T-1's messages
+            "ticket-dlq": [json.dumps(mine.item), sns(json.dumps(mine.item))],  # bare, or in an SNS notification
+            "team-dlq": [team_message(mine)],
+            "workflow-dlq": [failed(mine, "ticket-T-1-abc")],
+            "escalation-queue": [overdue(mine, "ticket-T-1-abc")],
+            "incident-dlq": [],
+        }
+        for name in erase.HELD_QUEUES:
+            for body in gone[name] + keep[name]:
                 sqs.send_message(QueueUrl=url[name], MessageBody=body)
         flags = [arg for name in erase.HELD_QUEUES for arg in (f"--{name}-url", url[name])]
+
+        dry = io.StringIO()
+        assert erase.main(["ticket:email:T-1", *flags, "--dry-run"], out=dry, session=boto3.Session()) == 0
+        assert dry.getvalue().splitlines()[1:] == [
+            *(f"{name}: {len(gone[name])} row(s) found (dry run, nothing removed)" for name in erase.HELD_QUEUES),
+            UNREAD_REVIEW_QUEUE]
+        for name in erase.HELD_QUEUES:  # all there, visible again at once
+            assert sorted(visible(sqs, url[name])) == sorted(gone[name] + keep[name]), name
+
         out = io.StringIO()
         assert erase.main(["ticket:email:T-1", *flags], out=out, session=boto3.Session()) == 0
-        assert out.getvalue().splitlines() == [
-            "erase ticket:email:T-1", "ticket-dlq: 2 row(s) removed", "incident-dlq: 0 row(s) removed",
-            "team-dlq: 1 row(s) removed", "workflow-dlq: 1 row(s) removed", "escalation-queue: 0 row(s) removed"]
+        assert out.getvalue().splitlines() == ["erase ticket:email:T-1", "ticket-dlq: 2 row(s) removed",
+                                               "incident-dlq: 0 row(s) removed", "team-dlq: 1 row(s) removed",
+                                               "workflow-dlq: 1 row(s) removed", "escalation-queue: 1 row(s) removed",
+                                               UNREAD_REVIEW_QUEUE]
+        for name in erase.HELD_QUEUES:  # the others stay, visible again at once
+            assert sorted(visible(sqs, url[name])) == sorted(keep[name]), name
         out = io.StringIO()
-        assert erase.main([f"incident:aws.cloudwatch:{alarm}", *flags], out=out, session=boto3.Session()) == 0
-        assert "incident-dlq: 1 row(s) removed" in out.getvalue()  # the other alarm's event stays
+        assert erase.main(["ticket:email:T-1", *flags], out=out, session=boto3.Session()) == 0
+        assert all(line.endswith(": 0 row(s) removed") for line in out.getvalue().splitlines()[1:-1])  # a second run
 
-        left = {name: [m["Body"] for m in sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)
-                       .get("Messages", [])] for name, queue in url.items()}  # read once: each is hidden after
-        assert sorted(left["ticket-dlq"]) == sorted([json.dumps(other.item), "not json"])
-        assert len(left["incident-dlq"]) == 1 and alarm + "-2" in left["incident-dlq"][0]
-        assert left["team-dlq"] == [other.model_dump_json()] and left["workflow-dlq"] == []
-        assert len(left["escalation-queue"]) == 1
+
+def test_erase_removes_an_incidents_events_from_the_incident_dlq_as_the_intake_reads_them():
+    """An incident's event is matched by the id its source gives it: an alarm on EventBridge, the
+    same alarm in an SNS message (Lambda's on-failure record), a Grafana alert (`grafana:` and its
+    fingerprint, in a POST of several alerts: the others it carried are named), and our own
+    `Incident Reported`; another alarm's event stays, visible again."""
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"},
+                           stack_name="erase-incidents").create(only=["IncidentDeadLetterQueue"])
+        sqs, queue = boto3.client("sqs"), stack.ref("IncidentDeadLetterQueue")
+        alarm = sample("cloudwatch_alarm_state_change")
+        arn = alarm["resources"][0]
+        other_alarm = json.loads(json.dumps(alarm).replace(arn, arn + "-2").replace("checkout-api-5xx-rate\"",
+                                                                                    "checkout-api-5xx-rate-2\""))
+        grafana = sample("grafana_alerting_webhook")
+        reported = sample("incident_reported")
+        bodies = [json.dumps(alarm), lambda_failure(sample("cloudwatch_alarm_sns")), json.dumps(other_alarm),
+                  json.dumps(grafana), lambda_failure(reported)]
+        for body in bodies:
+            sqs.send_message(QueueUrl=queue, MessageBody=body)
+
+        def run(item: str, *more: str) -> list[str]:
+            out = io.StringIO()
+            assert erase.main([item, "--incident-dlq-url", queue, *more], out=out, session=boto3.Session()) == 0
+            return [line for line in out.getvalue().splitlines() if not line.startswith("not read: ")]
+
+        assert run(f"incident:aws.cloudwatch:{arn}") == [f"erase incident:aws.cloudwatch:{arn}",
+                                                         "incident-dlq: 2 row(s) removed"]
+        assert sorted(visible(sqs, queue)) == sorted(bodies[2:])
+        assert run("incident:grafana:grafana:c6eadffa33fcdf37", "--dry-run")[1:] == [
+            "incident-dlq: 1 row(s) found (dry run, nothing removed)",
+            "note: incident-dlq: a message of incident:grafana:grafana:c6eadffa33fcdf37 also carried incident(s) "
+            "grafana:grafana:bc97ff14869b13e3: it is kept (dry run)"]
+        assert len(visible(sqs, queue)) == 3
+        assert run("incident:grafana:grafana:c6eadffa33fcdf37")[1:] == [
+            "incident-dlq: 1 row(s) removed",
+            "note: incident-dlq: a message of incident:grafana:grafana:c6eadffa33fcdf37 also carried incident(s) "
+            "grafana:grafana:bc97ff14869b13e3: it was removed with them (redrive cannot re-send them)"]
+        detail = reported["detail"]
+        assert run(f"incident:{detail['source']}:{detail['incident_id']}")[1:] == ["incident-dlq: 1 row(s) removed"]
+        assert visible(sqs, queue) == [json.dumps(other_alarm)]
+
+
+def test_a_queue_read_longer_than_its_messages_stay_hidden_says_to_run_again(monkeypatch):
+    monkeypatch.setattr(erase, "QUEUE_VISIBILITY", 0)
+    with mock_aws():
+        queue = boto3.client("sqs").create_queue(QueueName="dlq")["QueueUrl"]
+        erased = erase.Eraser(erase.ItemKey("ticket", "email", "T-1"), {"ticket-dlq": queue},
+                              dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"),
+                              stepfunctions=boto3.client("stepfunctions")).erase()
+    assert erased.rows == {"ticket-dlq": 0}
+    assert erased.notes == ["ticket-dlq: read for longer than its messages stay hidden (0 s): some may not have been "
+                            "read; run erase again (a run that finds none is complete)"]
+    assert sorted(erased.unread) == sorted(["review-queue", *erase.HELD_QUEUES.keys() - {"ticket-dlq"}])

@@ -35,16 +35,85 @@ ROUTER = "router"
 #: ResolvedItemsRetentionDays, this when unset.
 RETENTION_DAYS = 180
 
-# What a summary never keeps, masked in this order (an email's digits are not a phone's). A card:
-# 13 to 19 digits, spaces or dashes between. An IBAN: a country, two check digits, 11 to 30
-# letters or digits in groups. A phone: 9 to 15 digits in two or more groups (or after a "+"); a
+# What a summary and a vector never keep, masked in this order (an email's digits are not a
+# phone's, a card's groups are not a phone's). An email, also written out ("jane(at)example.org",
+# "jane [at] example [dot] org", "jane at example dot org": the bare word "at" only with a dot
+# spelled out, so "error at line.py" stays). A name where a sender gives it: after "my name is"
+# (one to three capitalised words), "I am", "I'm" or "this is" (two or three: a first and a last
+# name), and alone at the end of a line after a sign-off ("Regards,", "Thanks"); a name anywhere
+# else stays. An IBAN: a country, two check digits, 11 to 30 letters or digits in groups, in
+# capitals; in any other case only when it is written whole or in groups of four and its check
+# digits hold (ISO 13616's mod 97: a token of letters and digits rarely passes). A card: 13 to
+# 19 digits, run together or in groups with one separator throughout (a space, a dash, a dot or
+# a slash); with dots or slashes (dates, versions, paths and addresses are written so too) only
+# in groups of 3 to 7 digits and when its Luhn check holds. A phone: 9 to 15 digits in two or more groups (or after a "+"); a
 # date (8 digits), a ticket id glued to its letters (T-12345, INC-2024-001) or a short number stays.
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_AT = r"\s*[(\[{<]\s*at\s*[)\]}>]\s*"
+_DOT = r"\s*[(\[{<]\s*dot\s*[)\]}>]\s*|\s+dot\s+"
+_EMAIL_WRITTEN = re.compile(rf"(?i)(?<![\w.+-])[\w.+-]+(?:{_AT}[\w-]+(?:(?:{_DOT}|\.)[\w-]+)+"
+                            rf"|\s+at\s+[\w-]+(?:(?:{_DOT})[\w-]+)+)(?![\w-])")
+_NAME_WORD = r"[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+(?:[-'’][A-ZÀ-ÖØ-Þ]?[a-zß-öø-ÿ]+)?"
+#: Capitalised words after "this is" or "I am" that start a sentence, not a name.
+_NOT_A_NAME = (r"(?!(?:Not|Very|Really|Still|So|Just|Also|Now|Again|The|An?|My|Our|Your|It|This|That|Urgent"
+               r"|Unable|Getting|Having|Trying|Writing|Contacting|Following|Sorry|Happy|Glad|Sure)\b)")
+_NAMES = rf"{_NOT_A_NAME}{_NAME_WORD}(?:[ \t]+{_NAME_WORD})"
+_NAME = re.compile(rf"(?P<lead>\b(?i:my name is|name:)\s*){_NAMES}{{0,2}}\b"
+                   rf"|(?P<lead2>\b(?i:i am|i'm|i’m|this is)\s+){_NAMES}{{1,2}}\b"
+                   rf"|(?P<lead3>\b(?i:kind regards|best regards|best wishes|regards|many thanks|thank you|thanks"
+                   rf"|cheers|sincerely|best)[ \t]*[,.!-]?\s*){_NAMES}{{0,2}}(?=[ \t]*(?:\n|$))")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
-_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_IBAN_ANY_CASE = re.compile(r"(?i)\b[a-z]{2}\d{2}(?:[a-z0-9]{11,30}|(?: [a-z0-9]{4}){2,7}(?: [a-z0-9]{1,4})?)\b")
+_CARD = re.compile(r"(?<![\w./-])\d+(?:(?P<sep>[ ./-])\d+(?:(?P=sep)\d+)*)?(?!\w|[./-]\d)")
 _PHONE = re.compile(r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,5}(?:[ .-]\d{2,5}){1,4}(?![\w-])"
                     r"|(?<![\w-])\+\d{9,15}(?![\w-])")
-MASKS = (("[email]", _EMAIL), ("[iban]", _IBAN), ("[card]", _CARD), ("[phone]", _PHONE))
+
+
+def _name(found: re.Match[str]) -> str:
+    lead = found.group("lead") or found.group("lead2") or found.group("lead3")
+    return f"{lead}[name]"
+
+
+def _iban_any_case(found: re.Match[str]) -> str:
+    return "[iban]" if _iban_checks(found.group()) else found.group()
+
+
+def _iban_checks(text: str) -> bool:
+    """ISO 13616: the country and check digits moved to the end, letters as 10 to 35, mod 97 is 1;
+    and its account part has digits (a word with two digits in it is not an account)."""
+    compact = text.replace(" ", "").upper()
+    if not 15 <= len(compact) <= 34 or not any(char.isdigit() for char in compact[4:]):
+        return False
+    return int("".join(str(int(char, 36)) for char in compact[4:] + compact[:4])) % 97 == 1
+
+
+def _card(found: re.Match[str]) -> str:
+    """The longest run of whole groups, leftmost first, that is a card number, as "[card]" (the
+    groups around it stay): 13 to 19 digits; written with dots or slashes, also groups of 3 to 7
+    digits (4-4-4-4, 4-6-5) and a Luhn check that holds."""
+    text, sep = found.group(), found.group("sep")
+    groups = text.split(sep) if sep else [text]
+    for size in range(len(groups), 0, -1):
+        for start in range(len(groups) - size + 1):
+            window = groups[start:start + size]
+            digits = "".join(window)
+            if 13 <= len(digits) <= 19 and (sep not in (".", "/") or (
+                    all(3 <= len(group) <= 7 for group in window) and _luhn(digits))):
+                return (sep or "").join([*groups[:start], "[card]", *groups[start + size:]])
+    return text
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char) * (2 if position % 2 else 1)
+        total += value - 9 if value > 9 else value
+    return total % 10 == 0
+
+
+MASKS = (("[email]", _EMAIL), ("[email]", _EMAIL_WRITTEN), ("[name]", _NAME), ("[iban]", _IBAN),
+         ("[iban]", _IBAN_ANY_CASE), ("[card]", _CARD), ("[phone]", _PHONE))
+_REPLACE = {_NAME: _name, _IBAN_ANY_CASE: _iban_any_case, _CARD: _card}
 
 Kind = Literal["router", "reviewer"]
 
@@ -90,12 +159,15 @@ class SimilarItem(BaseModel):
 
 def item_terms(policy: Policy, item: Item) -> Terms:
     """The item's vector, or {} when the policy's routing question has no head with a text block
-    (then an item has no similar items)."""
+    (then an item has no similar items). It is read from the evidence with its personal data
+    masked as the summary's (`mask_personal`): a kept row's terms hold no piece of an email, a
+    card, an IBAN, a phone number or a given name, only the mask's word ("w:email", "c:card")."""
     head = policy.routing_question.learned_head
     if head is None or head.text is None:
         return {}
     text = head.text
-    counts = term_counts(evidence_text(build_state(policy, item), text.fields), text.word_ngrams, text.char_ngrams)
+    evidence = mask_personal(evidence_text(build_state(policy, item), text.fields))
+    counts = term_counts(evidence, text.word_ngrams, text.char_ngrams)
     weights = tfidf(counts, head._index, text.idf)
     heaviest = sorted(weights.items(), key=lambda pair: (-pair[1], pair[0]))[:SIMILAR_TERMS]
     norm = math.sqrt(sum(value * value for _, value in heaviest))
@@ -109,7 +181,7 @@ def mask_personal(text: str) -> str:
     ("[email]", "[card]", "[iban]", "[phone]"): a resolved item shows how a look-alike was
     answered, not whom it was about."""
     for mask, pattern in MASKS:
-        text = pattern.sub(_phone if mask == "[phone]" else mask, text)
+        text = pattern.sub(_phone if mask == "[phone]" else _REPLACE.get(pattern, mask), text)
     return text
 
 
