@@ -61,7 +61,8 @@ OTHER_VARIABLES = {
     "RELEARNING_SHADOW_TIMEOUT_SECONDS": ("`604800`", "Relearning function: how long a candidate may serve in shadow "
                                           "to reach its items; then it is refused (RelearningShadowTimeoutSeconds)."),
     "RELEARNING_SHADOW_CHECK_SECONDS": ("`900`", "Relearning function: how often the workflow looks at the shadow's "
-                                        "counts (RelearningShadowCheckSeconds)."),
+                                        "counts, spread out to at most 2,000 looks a shadow period "
+                                        "(RelearningShadowCheckSeconds)."),
     "RELEARNING_SHADOW_MIN_REVIEWED": ("`20`", "Relearning function: reviewed shadowed items a shadow needs before "
                                        "it is judged; fewer refuses it (RelearningShadowMinReviewed)."),
     "RELEARNING_SHADOW_MAX_DISAGREEMENT": ("`0.25`", "Relearning function: the most a shadow may answer otherwise "

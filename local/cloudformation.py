@@ -6,7 +6,9 @@ the environment a function would get in AWS, instead of repeating names in Pytho
 
 Created: SQS queues, EventBridge buses, EventBridge rules (SAM `EventBridgeRule` function events
 and plain `AWS::Events::Rule`s; Lambda, Step Functions and SNS targets become an SQS queue, because
-moto cannot deliver to them; an input transformer still applies), DynamoDB tables (TTL and
+moto cannot deliver to them; an input transformer still applies, rendered as EventBridge documents
+it: `local.input_transformer`), each bus's policy (its statements, as `bus_policy` reads them; moto
+stores it and enforces nothing), DynamoDB tables (TTL and
 point-in-time recovery included) and state machines (DefinitionUri + DefinitionSubstitutions
 resolved), Secrets Manager secrets (GenerateSecretString's key generated), S3 buckets (versioning
 as declared) and SNS topics (by name, nothing subscribed). Everything else (functions, IAM,
@@ -33,6 +35,7 @@ import secrets
 import sys
 from typing import Any, Callable, Iterable
 
+from local.input_transformer import use_in_moto
 from local.template import (
     _RULE_EVENT_TYPES,
     _STATE_MACHINE_TYPES,
@@ -77,9 +80,13 @@ class Stack(StackTemplate):
                     raise TemplateError(f"create(only=...): {logical_id} ({kind}) is created with the whole stack only")
                 creator[1](client(creator[0]), logical_id)
             return self
+        use_in_moto()  # the rules' input transformers as AWS renders them
         sqs, events, dynamodb, sfn = (client(name) for name in ("sqs", "events", "dynamodb", "stepfunctions"))
         for logical_id in self.of_type("AWS::Events::EventBus"):
             self._create_bus(events, logical_id)
+            policy = self.bus_policy(logical_id)
+            if policy is not None:  # the whole document at once, as the chained resources end up
+                events.put_permission(EventBusName=self.ref(logical_id), Policy=json.dumps(policy))
         for logical_id in self._queues_in_dependency_order():
             self._create_queue(sqs, logical_id)
         for logical_id in self.of_type("AWS::DynamoDB::Table"):

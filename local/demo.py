@@ -50,7 +50,7 @@ from local.dependency_report import dependency_figures
 from local.deployment import ENDPOINT_NAME, TICKET_FUNCTION
 from local.items import DEFAULT_ITEMS, InputItem, read_items
 from local.outcomes import write_report
-from local.pipeline import DEMO_REVIEWER, LOG_DIR, LocalPipeline
+from local.pipeline import LOG_DIR, LocalPipeline
 from local.services import Terminated, unwinding_on_signals
 from local.tables import audit_lines, explain, format_table, table_rows, wrapped
 
@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         if pending and not args.no_review:
             outcome = pending[0]
             answer = pipeline.complete_review(outcome)
-            print("\n" + wrapped(f"Review loop: {DEMO_REVIEWER} answered {outcome.item.label} through the review function "
+            print("\n" + wrapped(f"Review loop: {answer['reviewer']} answered {outcome.item.label} through the review function "
                   f"({', '.join(f'{q}={a}' for q, a in answer['answers'].items())}); the workflow then delivered it "
                   f"to {', '.join(outcome.queues) or '(nowhere)'} and wrote audit '{outcome.audit}'"
                   + (", plus a labelled example for calibration." if pipeline.labelled_example(

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TextIO
 
-from local.cloudformation import REPO_ROOT, Stack
+from local.cloudformation import DEFAULT_ACCOUNT_ID, REPO_ROOT, Stack
 from local.event_sources import SqsEventSource, queue_logical_id, queue_url_for_arn
 from local.lambdas import FunctionPool, LocalFunction
 
@@ -33,6 +33,8 @@ REVIEW_FUNCTION = "ReviewCompletionFunction"
 #: What the review function adds to its caller's identity proof here, so moto's server routes it to STS.
 STS_ROUTING = {"Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/sts/aws4_request, "
                                 "SignedHeaders=host, Signature=0"}
+#: Who answers the local run's reviews: moto's STS names every caller so (it checks no signature).
+LOCAL_REVIEWER = f"arn:aws:sts::{DEFAULT_ACCOUNT_ID}:user/moto"
 WEBHOOK_FUNCTION = "TicketWebhookFunction"
 DEMO_REVIEWER = "demo-reviewer@example.com"
 #: The stand-in for PagerDuty's partner event bus (moto cannot create partner buses).
@@ -90,7 +92,8 @@ class LocalDeployment:
         import boto3
 
         self.stack = Stack.load(parameters={"ExistingEndpointName": endpoint_name, "PagerDutySource": "true",
-                                            "PagerDutyEventBusName": PAGERDUTY_BUS, **(parameters or {})}).create()
+                                            "PagerDutyEventBusName": PAGERDUTY_BUS, "ReviewerPrincipals": LOCAL_REVIEWER,
+                                            **(parameters or {})}).create()
         self.sqs, self.sfn = boto3.client("sqs"), boto3.client("stepfunctions")
         self.events, self.dynamodb = boto3.client("events"), boto3.client("dynamodb")
         # Every execution environment cold-starts at once; each is waited for below.

@@ -162,7 +162,9 @@ def _run(args: argparse.Namespace, answers: dict[str, tuple[dict[str, str], str]
         cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
         log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
         pipeline = cleanup.enter_context(LocalPipeline(log=log, parameters={
-            **LOCAL_PARAMETERS, "HeadRefreshSeconds": "0", "RelearningMinNewLabels": "1",
+            # The loop promotes on its own here: nobody is there to approve (a deployment's default is
+            # RelearningApproval=manual: a person approves each promotion).
+            **LOCAL_PARAMETERS, "RelearningApproval": "auto", "HeadRefreshSeconds": "0", "RelearningMinNewLabels": "1",
             "RelearningShadowItems": str(args.shadow_items), "RelearningShadowCheckSeconds": "1",
             "RelearningShadowTimeoutSeconds": str(SHADOW_TIMEOUT_SECONDS),
             # The demo's live items in shadow are routed, never reviewed, and every answer comes from this

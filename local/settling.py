@@ -125,32 +125,37 @@ def read_back(pipeline: LocalDeployment, outcomes: list[Outcome]) -> None:
         outcome.similar = pipeline.similar(outcome.record)
 
 
-def identity_proof() -> str:
-    """What the review function asks of its caller: this process's AWS credentials' presigned
-    GetCallerIdentity (adapters/caller_identity.py), as `review_cli complete` sends it."""
-    import boto3
+def proved(event: dict[str, Any], function: str) -> dict[str, Any]:
+    """`event` (a review function's: execution_name, task_token, answers, note) with what the
+    function asks of its caller: this process's AWS credentials' GetCallerIdentity presigned for
+    this answer to `function` (its name), as `review_cli complete` makes it (adapters/caller_identity.py)."""
+    from decision_router.adapters.caller_identity import make_proof, sts_client
+    from decision_router.domain.callers import answer_binding, audience
 
-    from decision_router.adapters.caller_identity import make_proof
-
-    return make_proof(boto3.client("sts"))
+    binding = answer_binding(audience(function), event["execution_name"], event["task_token"], event["answers"],
+                             event.get("note", ""))
+    return {**event, "identity_proof": make_proof(sts_client(), binding)}
 
 
 def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, timeout: float = 60,
                     answers: dict[str, str] | None = None) -> dict[str, Any]:
     """Answer a pending review through the real review function (`answers` where given, else the
     model's suggestions; the policy's first option where there is none), wait for the workflow to
-    finish, and read back where the item went. Returns the review function's answer."""
+    finish, and read back where the item went. Returns the review function's answer. `reviewer`
+    is not sent: the function names its caller by the AWS identity that signed the proof (here
+    moto's STS caller, which the local stack's ReviewerPrincipals lists)."""
     pending = pipeline.pending_reviews.pop(outcome.item.item_id)
     review = pending.review
     policy = pipeline.load_policy(review.record.policy.name)
     suggested = {d.question: d.option_id for d in review.record.decisions if d.option_id}
     given = answers or {}
     chosen = {q.id: given.get(q.id) or suggested.get(q.id) or q.option_ids[0] for q in policy.questions}
-    answer = pipeline.reviews.invoke({
-        "task_token": review.task_token, "execution_name": review.execution_name,
-        "reviewer": reviewer, "answers": chosen,
+    answer = pipeline.reviews.invoke(proved({
+        "task_token": review.task_token, "execution_name": review.execution_name, "answers": chosen,
         "note": "answered from the answers file (make learn)" if given else "accepted the model's suggestion (make demo)",
-        "receipt_handle": pending.receipt_handle, "identity_proof": identity_proof()})
+    }, pipeline.reviews.name))
+    # The message this run read: removed by the reviewer, as review_cli does (the function removes none).
+    pipeline.sqs.delete_message(QueueUrl=pipeline.review_queue_url, ReceiptHandle=pending.receipt_handle)
     deadline = time.monotonic() + timeout
     while (status := pipeline.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]) == "RUNNING":
         if time.monotonic() > deadline:

@@ -62,7 +62,7 @@ from local.items import classify
 from local.outcomes import Outcome, report_line, write_report
 from local.pipeline import LocalPipeline
 from local.review_load import compare, problems
-from local.settling import identity_proof
+from local.settling import proved
 
 DATA = REPO_ROOT / "bench" / "data"
 SOURCES = REPO_ROOT / "events" / "sources.jsonl"
@@ -221,10 +221,9 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
         answer = pipeline.complete_review(outcome)
         counts["answered"] += 1
         try:
-            pipeline.reviews.invoke({"task_token": review.review.task_token, "execution_name": review.review.execution_name,
-                                     "reviewer": "second-reviewer@example.com", "answers": answer["answers"],
-                                     "note": "the same review answered again (soak fault)",
-                                     "identity_proof": identity_proof()})
+            pipeline.reviews.invoke(proved({"task_token": review.review.task_token,
+                                            "execution_name": review.review.execution_name, "answers": answer["answers"],
+                                            "note": "the same review answered again (soak fault)"}, pipeline.reviews.name))
             counts["second answer accepted"] += 1
         except Exception:  # noqa: BLE001 - what must happen: the spent token is refused
             counts["second answer refused"] += 1

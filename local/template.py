@@ -203,6 +203,44 @@ class StackTemplate:
         variables = {**global_env.get("Variables", {}), **own_env.get("Variables", {})}
         return {name: str(self.resolve(value)) for name, value in variables.items()}
 
+    def bus_policy_writers(self, bus_logical_id: str) -> list[str]:
+        """The resources that write this bus's policy: the bus itself when it sets `Policy`, and
+        each AWS::Events::EventBusPolicy naming it, the latter in DependsOn order (the order
+        CloudFormation writes them in)."""
+        bus_name = self.ref(bus_logical_id)
+        statements = [r for r in self.of_type("AWS::Events::EventBusPolicy")
+                      if self.resolve(self.properties(r).get("EventBusName", "default")) == bus_name]
+        after = {r: self.depends_on(r, transitively=True) for r in statements}
+        ordered = sorted(statements, key=lambda r: len(after[r] & set(statements)))
+        return ([bus_logical_id] if "Policy" in self.properties(bus_logical_id) else []) + ordered
+
+    def bus_policy(self, bus_logical_id: str) -> dict[str, Any] | None:
+        """The whole policy the template gives this bus (None: none): its own `Policy`, then each
+        EventBusPolicy's statement (its StatementId as the Sid), in the order they are written."""
+        statements: list[dict[str, Any]] = []
+        for writer in self.bus_policy_writers(bus_logical_id):
+            props = self.resolve(self.properties(writer))
+            if writer == bus_logical_id:
+                policy = props["Policy"]
+                statements += (json.loads(policy) if isinstance(policy, str) else policy)["Statement"]
+            else:
+                statements.append({"Sid": props["StatementId"], **props["Statement"]})
+        return {"Version": "2012-10-17", "Statement": statements} if statements else None
+
+    def depends_on(self, logical_id: str, *, transitively: bool = False) -> set[str]:
+        """The resources this one names in DependsOn (and theirs, transitively)."""
+        found: set[str] = set()
+        todo = [logical_id]
+        while todo:
+            spec = self.template["Resources"][todo.pop()]
+            named = spec.get("DependsOn", [])
+            for other in [named] if isinstance(named, str) else named:
+                if other not in found:
+                    found.add(other)
+                    if transitively:
+                        todo.append(other)
+        return found
+
     def state_machine_definition(self, logical_id: str) -> str:
         """The definition text with every `${name}` DefinitionSubstitution replaced."""
         props = self.properties(logical_id)
@@ -336,6 +374,10 @@ class StackTemplate:
             self.refs[logical_id] = bucket
             self.attributes.update({(logical_id, "Arn"): f"arn:aws:s3:::{bucket}", (logical_id, "DomainName"):
                                     f"{bucket}.s3.amazonaws.com"})
+        elif kind == "AWS::IAM::Role":  # IAM is global: no region in the ARN (SageMaker refuses any other shape)
+            self.refs[logical_id] = name
+            self.attributes.update({(logical_id, "Arn"): f"arn:aws:iam::{account}:role/{name}",
+                                    (logical_id, "RoleId"): name})
         elif kind in _STATE_MACHINE_TYPES:
             arn = f"arn:aws:states:{region}:{account}:stateMachine:{name}"
             self.refs[logical_id] = arn

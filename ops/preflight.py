@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
-import yaml  # type: ignore[import-untyped]
-
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
 SAMCONFIG = REPO / "samconfig.toml"
@@ -118,31 +116,16 @@ def not_checked(check: str, what: str, actions: str, error: Exception) -> Result
 
 
 # --------------------------------------------------------------------------------- deployment
-class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """template.yaml's short-form tags (!Ref X, !If [...]) as their long form ({"Ref": "X"})."""
-
-
-def _construct_tag(loader: Any, suffix: str, node: Any) -> dict[str, Any]:
-    name = suffix if suffix in ("Ref", "Condition") else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _construct_tag)
-
-
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    """The template with its short-form tags in their long form (cfn-lint's own reader)."""
+    from cfnlint.decode import decode_str  # type: ignore[import-untyped]
+
     try:
-        template = yaml.load(path.read_text(encoding="utf-8"), Loader=_CfnLoader)
-    except (OSError, yaml.YAMLError) as error:
+        template, problems = decode_str(path.read_text(encoding="utf-8"))
+    except OSError as error:
         raise PreflightError(f"The template {path} cannot be read ({error}).") from error
+    if problems:
+        raise PreflightError(f"The template {path} cannot be read ({problems[0].message}).")
     if not isinstance(template, dict) or not isinstance(template.get("Parameters"), dict):
         raise PreflightError(f"The template {path} has no Parameters section.")
     return template

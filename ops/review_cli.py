@@ -3,16 +3,19 @@
     python -m ops.review_cli list
     python -m ops.review_cli show ticket-T-1003-1a2b3c4d
     python -m ops.review_cli complete ticket-T-1003-1a2b3c4d --answer queue=technical_fault \
-        --reviewer "Alice" --note "export bug"
+        --note "export bug"
     python -m ops.review_cli export --out labelled.jsonl [--policy support-ticket]
 
 Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
 LABELLED_EXAMPLES_TABLE_NAME, REVIEW_FUNCTION_NAME: the stack's ReviewCompletionFunctionName
 output) or the flags. Completing invokes the review function with your AWS credentials' proof of
-who you are (an STS GetCallerIdentity request presigned for a minute, adapters/caller_identity.py):
-the label counts under that IAM principal, and `--reviewer` is only the name shown beside it. The
+who you are, made for this one answer (an STS GetCallerIdentity request presigned for GET for a
+minute, signing a digest of the function's name, the execution, the task token, the answers and
+the note: adapters/caller_identity.py): the label counts under that IAM principal, which must be
+one the stack's ReviewerPrincipals lists, and it is shown by its user or role session name. The
 function checks the answers against the pending record's own policy, and the destination comes
-from that record.
+from that record. Once the answer is in, the review's message is removed from the review queue
+with your credentials (sqs:DeleteMessage on it).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord
-from decision_router.review.completion import InvalidReview, ReviewCompletion, answer_problems, labelled_example
+from decision_router.review.completion import InvalidReview, answer_problems, labelled_example
 
 if TYPE_CHECKING:
     from decision_router.adapters.review import QueuedReview, ReviewQueue
@@ -111,36 +114,44 @@ def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     return 0
 
 
-def _review_function(args: argparse.Namespace) -> Callable[[dict], Any]:
-    """The review function's invoke (a test hands the template's function run in process)."""
-    from decision_router.adapters.functions import SyncFunction
-
+def _function_name(args: argparse.Namespace) -> str:
     name = args.function or os.environ.get("REVIEW_FUNCTION_NAME", "")
     if not name:
         raise LookupError("no review function: set REVIEW_FUNCTION_NAME (the stack's ReviewCompletionFunctionName "
                           "output) or pass --function")
-    return SyncFunction(name).invoke
+    return name
+
+
+def _review_function(args: argparse.Namespace) -> Callable[[dict], Any]:
+    """The review function's invoke (a test hands the template's function run in process)."""
+    from decision_router.adapters.functions import SyncFunction
+
+    return SyncFunction(_function_name(args)).invoke
 
 
 def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    import boto3
-
-    from decision_router.adapters.caller_identity import make_proof
+    from decision_router.adapters.caller_identity import make_proof, sts_client
     from decision_router.adapters.functions import FunctionFailed
+    from decision_router.domain.callers import audience
+    from decision_router.review.caller import CallerAnswer
 
+    if args.reviewer:
+        print("note: --reviewer is no longer sent: the name shown is your AWS identity's (its user or role "
+              "session name)", file=sys.stderr)
     queue = _queue(args, settings)
     queued = _find(queue, args.execution_name)
     answers = dict(_answer(a) for a in args.answer)
-    completion = ReviewCompletion.parse({"execution_name": queued.review.execution_name,
-                                         "task_token": queued.review.task_token, "reviewer": args.reviewer,
-                                         "answers": answers, "note": args.note or "",
-                                         "receipt_handle": queued.receipt_handle})
+    answer = CallerAnswer.parse({"execution_name": queued.review.execution_name, "task_token": queued.review.task_token,
+                                 "answers": answers, "note": args.note or ""})
     # Checked here first against the record the message carries, so a typo costs no invoke.
-    problems = answer_problems(load_policy(queued.review.record.policy.name), answers, args.reviewer)
+    problems = answer_problems(load_policy(queued.review.record.policy.name), answers, reviewer="(your AWS identity)")
     if problems:
         raise InvalidReview("; ".join(problems))
+    function = _function_name(args)
     invoke = _review_function(args)
-    event = {**completion.model_dump(exclude_none=True), "identity_proof": make_proof(boto3.client("sts"))}
+    # The proof signs this answer's binding, for the function it is sent to (its name).
+    proof = make_proof(sts_client(), answer.binding(audience(function)))
+    event = {**answer.model_dump(exclude_none=True, exclude={"identity_proof"}), "identity_proof": proof}
     try:
         output = invoke(event)
     except FunctionFailed as error:
@@ -148,6 +159,12 @@ def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         return 2
     print(json.dumps({k: output.get(k) for k in ("execution_name", "reviewer", "reviewer_id", "note", "destination",
                                                  "escalate", "answers")}, ensure_ascii=False), file=out)
+    try:
+        queue.remove(queued.receipt_handle)  # the message this CLI read: answered, of no further use
+    except Exception as error:  # noqa: BLE001 - the answer is in; only the message's removal failed
+        print(f"warning: the answer is in, but its review message could not be removed from the review queue "
+              f"({type(error).__name__}: {error}); the console no longer lists it (its execution waits for "
+              "nothing), and it expires with the queue's retention", file=sys.stderr)
     return 0
 
 
@@ -193,8 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     complete = commands.add_parser("complete", help="answer a pending review (SendTaskSuccess)")
     complete.add_argument("execution_name")
     complete.add_argument("--answer", action="append", required=True, metavar="QUESTION=OPTION")
-    complete.add_argument("--reviewer", required=True, help="the name shown beside your answer (display only: "
-                          "the label counts under your AWS principal)")
+    complete.add_argument("--reviewer", help=argparse.SUPPRESS)  # no longer sent: the name shown is your identity's
     complete.add_argument("--function", help="review function (default: REVIEW_FUNCTION_NAME)")
     complete.add_argument("--note")
     complete.set_defaults(run=cmd_complete)

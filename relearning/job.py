@@ -19,7 +19,8 @@ through its queue with a task token; the function answers with the step's output
   in service and count its agreement and, where a reviewer answers, which of the two was right.
   Only a candidate this run's own `fit` stored as passing, its bytes re-hashed (as `promote`).
 - `judge_shadow`: not ready until every shadow answered `shadow_items` items or
-  `shadow_timeout_seconds` have passed (the workflow waits and asks again); then each shadow is
+  `shadow_timeout_seconds` have passed (the workflow waits `shadow_wait_seconds` and asks again, at
+  most MAX_SHADOW_LOOKS times: an execution's history has room for that many); then each shadow is
   judged (at least `shadow_items` items, no worse precision on the reviewed ones than the head in
   service), its verdict stored under `runs/<run>/`, and the shadow ended.
 - `promote`: each candidate the gate and its shadow passed written to the head store and named in
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
 import tempfile
@@ -60,6 +62,7 @@ from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
 from decision_router.domain.ports import PrecisionTallies
 from decision_router.domain.precision import precision_figure, target_of
 from decision_router.domain.shadow import ShadowCounts, shadow_verdict
+from decision_router.domain.signatures import HEAD_SERVICE, HEAD_SHADOW
 from decision_router.intake.live_heads import question_metric
 from decision_router.review.completion import labelled_example
 from evaluation.cases import Case, case_from_row, load_file
@@ -77,6 +80,24 @@ RUNS = "_runs"
 RUN = "relearning_run"
 #: A run's name: the workflow's execution name (Step Functions: 1-80 letters, digits, - and _).
 RUN_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+#: The most looks at a shadow (WaitForShadowedItems, JudgeShadow, ShadowJudged) in one shadow
+#: period. A Standard execution fails once its history passes 25,000 events; each look adds 10
+#: (tests/infra/test_relearning_history.py counts them from the definition), so 2,000 looks are
+#: 20,000 events and the rest of a run has the other 5,000.
+MAX_SHADOW_LOOKS = 2000
+#: The longest shadow period and the longest wait between two looks (template.yaml's MaxValue of
+#: RelearningShadowTimeoutSeconds and RelearningShadowCheckSeconds): a Standard execution lasts at
+#: most a year, and the approval (up to 3 days) and the promotion come after the shadow.
+MAX_SHADOW_SECONDS = 360 * 86400
+
+
+def shadow_wait_seconds(check_seconds: int, timeout_seconds: float) -> int:
+    """Seconds between two looks at a shadow: `check_seconds`, or longer where the shadow period
+    would otherwise take more than MAX_SHADOW_LOOKS looks (the looks then spread evenly over it).
+    `judge_shadow` is ready once `timeout_seconds` have passed since the shadow started, and each
+    look comes at least one wait after the one before, so a period takes at most
+    ceil(timeout / wait) <= MAX_SHADOW_LOOKS looks, whatever the two settings."""
+    return max(int(check_seconds), math.ceil(timeout_seconds / MAX_SHADOW_LOOKS))
 
 
 def shipped_policy(name: Any) -> Policy:
@@ -208,7 +229,8 @@ class Relearning:
         promotion announced (the promotion topic's PromotionNotices.announce in AWS); None: logged only.
         `shadow_items`: the live items each candidate must answer in shadow before it is judged
         again; `shadow_timeout_seconds`: how long the workflow waits for them (then the candidate
-        is refused), looking every `shadow_check_seconds`; of them at least `shadow_min_reviewed`
+        is refused), looking every `shadow_check_seconds` (further apart where that would be more
+        than MAX_SHADOW_LOOKS looks: `shadow_wait_seconds`); of them at least `shadow_min_reviewed`
         reviewed, and at most `shadow_max_disagreement` answered otherwise than the head in service
         among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
         counts (default: the head store's history table).
@@ -221,8 +243,14 @@ class Relearning:
             raise ValueError(f"shadow_items {shadow_items!r} must be 0 or more, shadow_timeout_seconds "
                              f"{shadow_timeout_seconds!r} more than 0, shadow_check_seconds {shadow_check_seconds!r} "
                              "at least 1")
+        if max(shadow_timeout_seconds, shadow_check_seconds) > MAX_SHADOW_SECONDS:
+            raise ValueError(f"RelearningShadowTimeoutSeconds {shadow_timeout_seconds!r} and RelearningShadowCheckSeconds "
+                             f"{shadow_check_seconds!r}: each at most {MAX_SHADOW_SECONDS} (360 days; an execution "
+                             "lasts at most a year)")
         self.shadow_items, self.shadow_timeout_seconds = shadow_items, shadow_timeout_seconds
         self.shadow_check_seconds = shadow_check_seconds
+        # What the workflow waits between two looks (the shadow step's check_seconds).
+        self.shadow_wait_seconds = shadow_wait_seconds(shadow_check_seconds, shadow_timeout_seconds)
         if shadow_min_reviewed < 0 or not 0 <= shadow_max_disagreement <= 1:
             raise ValueError(f"shadow_min_reviewed {shadow_min_reviewed!r} must be 0 or more, shadow_max_disagreement "
                              f"{shadow_max_disagreement!r} from 0 to 1")
@@ -238,6 +266,10 @@ class Relearning:
         self.work_dir = work_dir or Path(tempfile.gettempdir()) / "relearning"
         self.logger = logger or Logger(service="relearning")
         self.today = today
+        if self.shadow_wait_seconds > shadow_check_seconds:
+            self.logger.info(f"RelearningShadowCheckSeconds {shadow_check_seconds} would look more than "
+                             f"{MAX_SHADOW_LOOKS} times in RelearningShadowTimeoutSeconds {shadow_timeout_seconds:g}: "
+                             f"the workflow looks every {self.shadow_wait_seconds} s instead")
 
     # ------------------------------------------------------------------------------ count
     def count(self, policy_name: str, trigger: str = "labels") -> dict[str, Any]:
@@ -403,6 +435,10 @@ class Relearning:
         shipped = policy.question(question_id).learned_head
         try:
             pointer = self.store.pointer(policy.name, question_id)
+            key = self.head_signing_key
+            if pointer is not None and key is not None and not key.head_verified(pointer, HEAD_SERVICE):
+                # the routing functions refuse it too (intake/live_heads.py): not what decides
+                raise ValueError(f"head {pointer.head_version}: its pointer carries no signature made for service")
             if pointer is not None:
                 head = read_head(self.store.read(pointer), pointer.sha256, f"head {pointer.head_version}",
                                  named_by="the pointer's")
@@ -472,12 +508,13 @@ class Relearning:
         for question_id, data, _, sha256, head, reason in passed:
             self.store.shadow(policy.name, question_id, data, sha256=sha256, head_version=head.version,
                               by=f"relearning:{run}", reason=reason,
-                              signature=self._head_signature(policy.name, question_id, sha256, head.version))
+                              signature=self._head_signature(policy.name, question_id, sha256, head.version,
+                                                             HEAD_SHADOW))
             question_metric("ShadowStarted", policy.name, question_id)
             self.logger.info("candidate serving in shadow", extra={"question": question_id,
                                                                    "head_version": head.version})
         return {"policy": policy.name, "run": run, "started_at": started, "min_items": self.shadow_items,
-                "timeout_seconds": self.shadow_timeout_seconds, "check_seconds": self.shadow_check_seconds,
+                "timeout_seconds": self.shadow_timeout_seconds, "check_seconds": self.shadow_wait_seconds,
                 "questions": shadowing}
 
     def judge_shadow(self, policy_name: str, run: str) -> dict[str, Any]:
@@ -530,10 +567,12 @@ class Relearning:
                 "waited_seconds": round(waited), "min_items": self.shadow_items, "questions": verdicts}
 
     # ------------------------------------------------------------------------------ promote
-    def _head_signature(self, policy: str, question: str, sha256: str, head_version: str) -> str:
-        """The head signing key's signature of what the gate passed ("" without a key: unsigned)."""
+    def _head_signature(self, policy: str, question: str, sha256: str, head_version: str, purpose: str) -> str:
+        """The head signing key's signature of what the gate passed, for `purpose` ("" without a key:
+        unsigned): HEAD_SHADOW when its shadow starts, HEAD_SERVICE only in `promote`, after the
+        shadow's verdict (and any approval), so a shadow's signature never puts a head in service."""
         key = self.head_signing_key
-        return key.head_signature(policy, question, sha256, head_version) if key is not None else ""
+        return key.head_signature(policy, question, sha256, head_version, purpose) if key is not None else ""
 
     def promote(self, policy_name: str, run: str, verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Each candidate this run's `fit` stored as passing and its `judge_shadow` stored as
@@ -547,7 +586,8 @@ class Relearning:
             _, came_from = self.head_in_service(policy, question_id)
             pointer = self.store.promote(policy.name, question_id, data, report_bytes, sha256=sha256,
                                          head_version=head.version, by=f"relearning:{run}", reason=reason,
-                                         signature=self._head_signature(policy.name, question_id, sha256, head.version))
+                                         signature=self._head_signature(policy.name, question_id, sha256, head.version,
+                                                                        HEAD_SERVICE))
             self.store.audit(policy.name, question_id, PROMOTED, by=f"relearning:{run}", reason=reason,
                              came_from=came_from, went_to=head.version)
             question_metric("RelearningPromoted", policy.name, question_id)

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
         "(ticket intake and webhooks: the ticket DLQ; incident intake: the incident DLQ).")
     # The review console: who may review, and how its page signs people in.
     reviewer_group: str = _env("REVIEWER_GROUP", "Review console: the Cognito group whose members may review (matched whole).", "reviewers")
+    reviewer_principals: str = _env("REVIEWER_PRINCIPALS",
+        "Review function: the principals of this account whose answers count (the ReviewerPrincipals "
+        "parameter: role or user ARNs, comma-separated); empty: every answer through it is refused.")
     user_pool_client_id: str = _env("USER_POOL_CLIENT_ID", "Review console: the page's Cognito app client.")
     console_sign_in: str = _env("CONSOLE_SIGN_IN",
         "Review console sign-in: cognito, or local under make review.", "cognito", pattern="^(cognito|local)$")

@@ -5,9 +5,12 @@ workflow checks the answer, routes the item, stores the labelled example and wri
 record. Invalid answers raise with every problem named; nothing is sent then, so the review stays
 pending.
 
-Who answered is the principal that signed the event's `identity_proof` (STS says who:
-adapters/caller_identity.py), never the event's `reviewer`, which is a display name; the answer
-carries that identity signed with the stack's key, which is what relearning counts."""
+Who answered is the principal that signed the event's `identity_proof` for this very answer (STS
+says who: adapters/caller_identity.py), admitted only when it is of this stack's account and one
+its ReviewerPrincipals lists, and named to people by its own user or session name; the event
+names nobody. The task token must be the one the named execution waits on, and a proof answers
+once (decision_router/review/caller.py). The answer carries that identity signed with the stack's
+key, which is what relearning counts."""
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -16,7 +19,7 @@ from decision_router.domain.policies import load_policy
 from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
 from decision_router.intake.shadow_reviews import count_review
-from decision_router.review.completion import ReviewCompletion, submit_review
+from decision_router.review.caller import answer_as_caller
 from review.wiring import Wiring
 
 logger = Logger()
@@ -28,15 +31,11 @@ WIRING = Wiring()
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)  # the reviewer's note: not for traces
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    completion = ReviewCompletion.parse(event)
     given = WIRING
-    reviewer_id = given.caller_identity.identity(completion.identity_proof)  # before anything is read or sent
-    record = given.workflow.running_record(completion.execution_name)
-    key = given.signing_key
-    output = submit_review(completion, record, tasks=given.tasks, reviewer_id=reviewer_id,
-                           sign=key.review_signature if key is not None else None)
-    if completion.receipt_handle and given.review_queue is not None:
-        given.review_queue.remove(completion.receipt_handle)
+    output, record = answer_as_caller(
+        event, function_arn=context.invoked_function_arn, reviewer_principals=given.settings.reviewer_principals,
+        identities=given.caller_identity, executions=given.workflow, tasks=given.tasks, proofs=given.used_proofs,
+        sign=given.identity_signer)
     chosen = output.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)
     count_check(record, chosen.answers, load_policy(record.policy.name), given.precision_tally, logger)

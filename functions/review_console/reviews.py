@@ -52,7 +52,9 @@ def reviews() -> dict[str, Any]:
             logger.warning("pending review under an unknown policy", extra={"error": str(error)})
     query = router.current_event.query_string_parameters or {}
     shown = console.pending_list(summaries, kind=query.get("kind") or None, question=query.get("question") or None)
-    return {"reviews": [s.model_dump() for s in shown], "malformed": len(pending.malformed),
+    # a sampled check is blind: its automatic answers are not listed (review/console.py `blinded`)
+    return {"reviews": [console.blinded(s, given.policy(s.policy)).model_dump() for s in shown],
+            "malformed": len(pending.malformed),
             "unverified": len(pending.reviews) - len(trusted),
             "kinds": sorted({s.item_kind for s in summaries}),
             "questions": sorted({q for s in summaries for q in s.questions})}

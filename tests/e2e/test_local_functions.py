@@ -52,13 +52,13 @@ def test_the_local_review_function_checks_its_callers_proof_with_sts_on_motos_se
     """The review function's process asks moto's server who signed the caller's proof: without
     one it refuses at once, with one it goes on to the pending review (here: none by that name)."""
     from local.lambdas import FunctionError
-    from local.settling import identity_proof
+    from local.settling import proved
 
     pipeline = local_pipeline(UNUSED_ENDPOINT)
-    event = {"execution_name": "ticket-T-0-none", "task_token": "t", "reviewer": "alice", "answers": {"queue": "sales"}}
+    event = {"execution_name": "ticket-T-0-none", "task_token": "t", "answers": {"queue": "sales"}}
     with pytest.raises(FunctionError) as refused:
         pipeline.reviews.invoke(event)
     assert refused.value.error_type == "IdentityNotProven"
-    with pytest.raises(FunctionError) as proven:
-        pipeline.reviews.invoke({**event, "identity_proof": identity_proof()})
-    assert proven.value.error_type != "IdentityNotProven", proven.value
+    with pytest.raises(FunctionError) as proven:  # made for this answer to this function: its caller admitted
+        pipeline.reviews.invoke(proved(event, pipeline.reviews.name))
+    assert proven.value.error_type == "ExecutionNotRunning", proven.value

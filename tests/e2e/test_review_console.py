@@ -178,7 +178,7 @@ def test_an_item_in_review_shows_how_its_nearest_resolved_items_went(site, page)
     assert page.problems == []
 
 
-def test_a_sampled_check_is_badged_in_the_list_and_on_its_page_and_answered_like_any_review(site, page):
+def test_a_sampled_check_is_badged_in_the_list_and_on_its_page_and_answered_blind(site, page):
     (check,) = pending(site, sampled_ticket(site.stack))
     (plain,) = pending(site, decided(site.stack, "incident", INCIDENT, UNSURE_INCIDENT))
     sign_in(page, site)
@@ -186,13 +186,24 @@ def test_a_sampled_check_is_badged_in_the_list_and_on_its_page_and_answered_like
     badge = page.locator(f'tr[data-name="{check}"] .badge.check')
     badge.wait_for()
     assert badge.inner_text() == "check of an automatic answer" and badge.get_attribute("data-check") == "queue"
+    # blind: the list does not name the automatic answer the check measures
+    row = page.inner_text(f'tr[data-name="{check}"]')
+    assert "queue=(hidden: a check)" in row and "billing" not in row
     page.wait_for_selector(f'tr[data-name="{plain}"]')
     assert page.locator(f'tr[data-name="{plain}"] .badge').count() == 0  # a review the thresholds asked for
     page.click(f'tr[data-name="{check}"] a')
     page.wait_for_selector("#questions fieldset")
     assert page.inner_text("#item-reason .badge.check") == "check of an automatic answer"
     assert "In review because precision check" in page.inner_text("#item-reason")
-    page.keyboard.press("Enter")  # the automatic answer, preselected: billing
+    # nothing preselected, no "suggested" mark, no probabilities: Enter alone answers nothing
+    assert page.locator('input[name="q-queue"]:checked').count() == 0
+    assert page.locator("#questions .suggested").count() == 0
+    assert "the automatic answer is hidden" in page.inner_text("#questions")
+    page.keyboard.press("Enter")
+    assert page.inner_text("#message") == "Choose an answer for queue."
+    page.keyboard.press("1")  # the reviewer's own answer: billing, the first option
+    assert page.is_checked('input[name="q-queue"][value="billing"]')
+    page.keyboard.press("Enter")
     page.locator("#outcome[data-target='billing']").wait_for()
     wait_for(lambda: status(site.stack, check) == "SUCCEEDED", "the answered check")
     tally = PrecisionTally(site.stack.ref("HeadHistoryTable")).counts("support-ticket", "queue")

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import expiry
 from decision_router.adapters import review as review_adapter
+from decision_router.adapters import used_proofs as used_proofs_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
 from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
@@ -433,11 +434,13 @@ class FakeReviewTasks:
 class ConsoleWorkflow:
     """The routing workflow as the review console and the review function use it (port
     `Executions`, adapter `adapters.workflow.WorkflowStarter`): `executions`, by name, each its
-    status and input (JSON text, as Step Functions keeps it). Nothing runs: a started execution is
-    RUNNING until the test `end`s it."""
+    status and input (JSON text, as Step Functions keeps it), and the token of each review request
+    one sent (`request_review`). Nothing runs: a started execution is RUNNING until the test
+    `end`s it."""
 
     def __init__(self, *, audit_retention_days: int = 0) -> None:
         self.executions: dict[str, tuple[str, str]] = {}
+        self.review_tokens: dict[str, str] = {}  # execution name -> its latest review request's token
         self.audit_retention_days = audit_retention_days
 
     def start_named(self, name: str, record: DecisionRecord) -> bool:
@@ -462,6 +465,37 @@ class ConsoleWorkflow:
         if status != "RUNNING":
             raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
         return DecisionRecord.model_validate_json(self.executions[name][1])
+
+    def request_review(self, name: str, task_token: str) -> None:
+        """The execution's RequestReview sent its review request under `task_token` (the workflow's
+        part; a later request, as a retry's, replaces the earlier one)."""
+        self.describe(name)
+        self.review_tokens[name] = task_token
+
+    def review_task_token(self, name: str) -> str | None:
+        """The token of the latest review request the execution sent; None when it sent none."""
+        self.describe(name)
+        return self.review_tokens.get(name)
+
+
+# ------------------------------------------------------------------------------ identity proofs used
+class FakeUsedProofs:
+    """The identity proofs the review function accepted (port `UsedProofs`, adapter
+    `adapters.used_proofs.UsedProofs`). `rows`: by proof key, each `used_at` and `expiration`
+    (epoch seconds, as the adapter writes them). Time is `clock()`, read where the adapter reads
+    `time.time()`."""
+
+    def __init__(self, clock: Clock = time.time) -> None:
+        self.clock = clock
+        self.rows: dict[str, dict[str, int]] = {}
+
+    def first_use(self, proof_key: str, expires_at: int) -> bool:
+        now = int(self.clock())
+        row = self.rows.get(proof_key)
+        if row is not None and not _before(row.get("expiration"), now):
+            return False
+        self.rows[proof_key] = {"used_at": now, "expiration": max(expires_at, now) + used_proofs_adapter.MARGIN_SECONDS}
+        return True
 
 
 # ------------------------------------------------------------------------------ the head store

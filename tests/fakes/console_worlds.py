@@ -27,6 +27,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.adapters.caller_identity import StsCallerIdentity
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.signing_key import SigningKey
@@ -46,10 +47,12 @@ from tests.fakes.console import (
     FakeReviewQueue,
     FakeReviewTasks,
     FakeSlaEscalations,
+    FakeUsedProofs,
     entered_time,
 )
 from tests.fakes.intake import Execution, FakeQueue, RecordingWorkflow
 from tests.fakes.worlds import FakeWorld, MotoWorld
+from tests.functions.sts_stand_in import StsStandIn
 
 #: How long the moto world waits for the workflow (moto runs it in its own threads).
 WAIT_SECONDS = 30.0
@@ -159,6 +162,11 @@ class PlayedWorkflow(RecordingWorkflow):
             raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
         return DecisionRecord.model_validate_json(self.executions[name].input)
 
+    def review_task_token(self, name: str) -> str | None:
+        """The token the execution's review request was sent under (its history's, in AWS)."""
+        self.describe(name)
+        return self.tokens.get(name)
+
     def execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
 
@@ -246,9 +254,12 @@ class _Questions:
     `depth`, `wait_for`)."""
 
     def pending(self, *records: DecisionRecord) -> list[str]:
-        """Each record's execution started, once the workflow requested every review."""
+        """Each record's execution started, once the workflow requested every review (beside the
+        messages already on the review queue: one answered through the review function stays
+        until its reader removes it)."""
+        before = self.depth("ReviewQueue")
         names = [self.start(record) for record in records]
-        self.wait_for(lambda: self.depth("ReviewQueue") == len(records), "the review requests")
+        self.wait_for(lambda: self.depth("ReviewQueue") == before + len(records), "the review requests")
         return names
 
     def send_review_message(self, body: str) -> None:
@@ -280,6 +291,8 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.bus = FakeBus()
         self.escalations = FakeSlaEscalations(review_timeout_seconds=int(
             self.environment("ReviewConsoleFunction")["REVIEW_TIMEOUT_SECONDS"]))
+        self.used_proofs = FakeUsedProofs()
+        self.sts = StsStandIn()  # STS as the review function's proofs meet it (moto's checks no signature)
         # SigningKeySecret is not created in this world: the functions get its key as bytes.
         self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
@@ -300,14 +313,17 @@ class ConsoleWorld(_Questions, FakeWorld):
         return LocalFunction(self.template, "ReviewConsoleFunction", overrides={"review_console.app.WIRING": wiring}).invoke
 
     def review_function(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The review function (review.app) wired with this world's fakes."""
+        """The review function (review.app) wired with this world's fakes; its STS client (at its
+        region's endpoint, as the function makes it) answered by the signature-checking `sts`."""
         from review import app
         from review.wiring import Wiring
 
+        identity = StsCallerIdentity()
+        self.sts.attach(identity.client)
         monkeypatch.setattr(app, "WIRING", Wiring(
             Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
-            tasks=self.tasks, review_queue=self.review_queue, resolved_items=self.resolved_items,
-            precision_tally=self.precision, signing_key=self.signing_key))
+            tasks=self.tasks, used_proofs=self.used_proofs, resolved_items=self.resolved_items,
+            precision_tally=self.precision, signing_key=self.signing_key, caller_identity=identity))
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:
@@ -390,6 +406,7 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         super().__init__()
         self.audit = AuditTrail(self.ref("AuditTable"))
         self.signing_key = SigningKey.from_secret(self.ref("SigningKeySecret"))
+        self.sts = StsStandIn()  # STS as the review function's proofs meet it (moto's checks no signature)
 
     def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""
@@ -402,6 +419,7 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         for name, value in self.environment("ReviewCompletionFunction").items():
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(app, "WIRING", app.Wiring())
+        self.sts.attach(app.WIRING.caller_identity.client)  # the client it made, answered with a signature check
 
     # -------------------------------------------------------------------- the workflow
     def start(self, record: DecisionRecord) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +34,7 @@ from pydantic import ValidationError
 from decision_router.adapters import deliveries as deliveries_adapter
 from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import review as review_adapter
+from decision_router.adapters import used_proofs as used_proofs_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Deliveries
 from decision_router.adapters.escalations import MARGIN_SECONDS, SlaEscalations, mark_key
 from decision_router.adapters.head_store import HeadStore
@@ -48,6 +50,7 @@ from decision_router.adapters.review import (
     Unreadable,
 )
 from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.used_proofs import UsedProofs
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.domain.head_versions import parameter_name
 from decision_router.domain.linking import LinkedIncident
@@ -70,6 +73,7 @@ from tests.fakes.console import (
     FakeReviewQueue,
     FakeReviewTasks,
     FakeSlaEscalations,
+    FakeUsedProofs,
 )
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
@@ -272,6 +276,54 @@ def test_a_claim_whose_page_was_never_sent_is_taken_again_once_its_lease_ran_out
     assert side.marks.claim("ticket-T-9-abc")
     assert not side.marks.claim("ticket-T-9-abc")  # a fresh lease: taken again once only
     assert marks(side)[mark_key("ticket-T-9-abc")]["state"] == "claimed"
+
+
+# ------------------------------------------------------------------------------ identity proofs used
+@dataclass
+class UsedProofsSide:
+    proofs: Any
+    clock: Clock
+    rows: Callable[[], dict[str, dict[str, Any]]]  # the rows of this use by proof key, numbers as int
+
+
+@pytest.fixture(params=VARIANTS)
+def used_proofs(request, monkeypatch) -> UsedProofsSide:
+    clock = Clock()
+    if request.param == "fake":
+        fake = FakeUsedProofs(clock=clock)
+        return UsedProofsSide(fake, clock, lambda: {key: dict(row) for key, row in fake.rows.items()})
+    stack = request.getfixturevalue("template").create(client=client, only=["IdempotencyTable"])
+    monkeypatch.setattr(used_proofs_adapter, "time", SimpleNamespace(time=clock))  # the adapter reads only time.time()
+    dynamodb, table = client("dynamodb"), stack.ref("IdempotencyTable")
+
+    def rows() -> dict[str, dict[str, Any]]:
+        items = dynamodb.scan(TableName=table)["Items"]
+        return {item["id"]["S"].removeprefix(used_proofs_adapter.KEY_PREFIX): {
+            name: int(value["N"]) for name, value in item.items() if name != "id"} for item in items}
+
+    return UsedProofsSide(UsedProofs(table, client=dynamodb), clock, rows)
+
+
+def test_a_proof_is_used_once_while_it_is_remembered_and_again_only_past_its_expiry(used_proofs):
+    side = used_proofs
+    now = int(side.clock())
+    assert side.proofs.first_use("sig-hash-1", now + 60)
+    assert not side.proofs.first_use("sig-hash-1", now + 60)  # its maker again, or whoever captured it
+    assert side.proofs.first_use("sig-hash-2", now + 60)  # another proof
+    margin = used_proofs_adapter.MARGIN_SECONDS
+    assert side.rows()["sig-hash-1"] == {"used_at": now, "expiration": now + 60 + margin}
+
+    side.clock.advance(60 + margin)  # the row's last second: STS refuses the proof by now anyway
+    assert not side.proofs.first_use("sig-hash-1", now + 60)
+    side.clock.advance(1)  # past the row's expiry, before DynamoDB's TTL deletes it
+    assert side.proofs.first_use("sig-hash-1", now + 60)
+
+
+def test_a_proof_dated_ahead_is_remembered_from_now_on(used_proofs):
+    side = used_proofs
+    now = int(side.clock())
+    assert side.proofs.first_use("sig-hash-3", now - 30)  # expired already (STS would say so): kept the margin
+    assert side.rows()["sig-hash-3"]["expiration"] == now + used_proofs_adapter.MARGIN_SECONDS
 
 
 # ------------------------------------------------------------------------------ the decision bus
@@ -750,6 +802,86 @@ def test_an_execution_that_ended_or_never_was_waits_for_no_review(workflow):
     for read in (workflow.workflow.running_record, workflow.workflow.describe):
         with pytest.raises(ExecutionNotRunning, match="no routing execution named 'ticket-T-9'"):
             read("ticket-T-9")
+
+
+# ------------------------------------------------------------------------------ the review task token
+@dataclass
+class ReviewTokenSide:
+    workflow: Any
+    request_review: Callable[[str], str]  # the execution's RequestReview runs: the token its message carries
+    retry_review: Callable[[str], str] | None  # the request sent again (the fake's part only; moto plays no retry)
+
+
+@pytest.fixture(params=VARIANTS)
+def review_tokens(request, monkeypatch) -> Iterator[ReviewTokenSide]:
+    if request.param == "fake":
+        fake, queue = ConsoleWorkflow(), FakeReviewQueue()
+
+        def request_review(name: str) -> str:
+            token = uuid.uuid4().hex
+            fake.request_review(name, token)
+            queue.request_review(fake.running_record(name), name, token)
+            return token
+
+        yield ReviewTokenSide(fake, request_review, request_review)
+        return
+    monkeypatch.setattr(review_adapter, "POLL_SECONDS", 0)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):  # the workflow runs to its review
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(client=client,
+                                                                                            only=["ReviewQueue"])
+        sfn, review_queue = client("stepfunctions"), stack.ref("ReviewQueue")
+        name = stack.physical_name("RoutingStateMachine")
+        arn = sfn.create_state_machine(name=name, definition=stack.state_machine_definition("RoutingStateMachine"),
+                                       roleArn=f"arn:aws:iam::{stack.account_id}:role/{name}")["stateMachineArn"]
+        starter, queue = WorkflowStarter(arn, sfn), ReviewQueue(review_queue, client("sqs"))
+
+        def request_review(execution: str) -> str:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                found = queue.find(execution, tries=1)
+                if found is not None:
+                    queue.release([found])
+                    return found.review.task_token
+                time.sleep(0.2)
+            raise AssertionError(f"{execution}: no review request")
+
+        yield ReviewTokenSide(_QueueBound(starter, review_queue), request_review, None)
+
+
+class _QueueBound:
+    """The adapter, starting records whose review goes to this test's review queue."""
+
+    def __init__(self, starter: WorkflowStarter, review_queue: str) -> None:
+        self.starter, self.review_queue = starter, review_queue
+
+    def start_named(self, name: str, record: DecisionRecord) -> bool:
+        review = record.review.model_copy(update={"queue_url": self.review_queue})
+        return self.starter.start_named(name, record.model_copy(update={"review": review}))
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.starter, attribute)
+
+
+def test_the_token_an_executions_review_waits_on_is_its_own(review_tokens):
+    side = review_tokens
+    side.workflow.start_named("ticket-T-1", ticket_record("T-1"))
+    side.workflow.start_named("ticket-T-2", ticket_record("T-2"))
+    first, second = side.request_review("ticket-T-1"), side.request_review("ticket-T-2")
+
+    assert first != second
+    assert side.workflow.review_task_token("ticket-T-1") == first
+    assert side.workflow.review_task_token("ticket-T-2") == second
+    if side.retry_review is not None:  # a retried request's new token replaces the first
+        again = side.retry_review("ticket-T-1")
+        assert side.workflow.review_task_token("ticket-T-1") == again != first
+
+
+def test_an_execution_that_sent_no_review_request_has_no_token_and_one_that_never_was_is_named(review_tokens):
+    side = review_tokens
+    side.workflow.start_named("ticket-T-3", ticket_record("T-3").model_copy(update={"route": "auto"}))
+    assert side.workflow.review_task_token("ticket-T-3") is None  # routed without review: no request sent
+    with pytest.raises(ExecutionNotRunning, match="no routing execution named 'ticket-T-9'"):
+        side.workflow.review_task_token("ticket-T-9")
 
 
 # ------------------------------------------------------------------------------ the head store

@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 
+from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.config import Settings
 from decision_router.domain.ports import Endpoint
@@ -23,6 +24,7 @@ from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
 from tests.fakes.console import FakeAuditTrail, FakeResolvedItems, FakeReviewQueue, FakeReviewTasks
 from tests.fakes.intake import FakeAlarmStates, FakeOpenIncidents, FakeQueue, InMemoryIdempotency, RecordingWorkflow
+from tests.functions.sts_stand_in import TEST_REVIEWER_PRINCIPALS
 
 ENDPOINT_NAME = "decision-endpoint"
 #: What the fake world's functions are not given: no head store (the shipped heads decide, and no
@@ -34,7 +36,8 @@ class FakeWorld:
     """The template's names (placeholders: nothing is created) over in-memory fakes of the ports."""
 
     def __init__(self) -> None:
-        self.template = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
+        self.template = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME,
+                                               "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS})
         # What the template keeps for how long, as the functions' adapters are told it.
         self.audit_retention_days = int(self.environment("TicketIntakeFunction")["AUDIT_RETENTION_DAYS"])
         incidents = int(self.environment("IncidentIntakeFunction")["OPEN_INCIDENT_RETENTION_DAYS"])
@@ -46,6 +49,8 @@ class FakeWorld:
         self.review_queue = FakeReviewQueue()
         self.review_tasks = FakeReviewTasks()
         self.resolved_items: FakeResolvedItems | ResolvedItems = FakeResolvedItems()
+        # The stack's head signing key (HeadSigningKeySecret): the precision checks' draw is keyed with it.
+        self.head_signing_key = SigningKey(b"decision-router-test-head-signing-key-0123456789")
         self._queues: dict[str, FakeQueue] = {}
 
     def ref(self, logical_id: str) -> str:
@@ -70,7 +75,8 @@ class FakeWorld:
                       dead_letters=self._queue_at(settings.dead_letter_queue_url),
                       ticket_queue=self._queue_at(settings.ticket_queue_url) if settings.ticket_queue_url else None,
                       alarm_states=self.alarm_states, idempotency_store=self.idempotency, audit=self.audit,
-                      review_queue=self.review_queue, review_tasks=self.review_tasks, resolved_items=self.resolved_items)
+                      review_queue=self.review_queue, review_tasks=self.review_tasks, resolved_items=self.resolved_items,
+                      head_signing_key=self.head_signing_key)
 
     # ------------------------------------------------------------------ what became of the items
     def executions(self) -> dict[str, DecisionRecord]:

@@ -10,15 +10,14 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from moto import mock_aws
 
+from decision_router.adapters.caller_identity import StsCallerIdentity
 from decision_router.adapters.review import ReviewQueue
 from decision_router.config import ConfigError, Settings
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.webhooks import sign
 from decision_router.sources.webhook import FORWARDED_SOURCE
 from local.event_sources import http_event
-from local.settling import identity_proof
 from tests.fakes.console import (
     ConsoleWorkflow,
     FakeAuditTrail,
@@ -28,9 +27,11 @@ from tests.fakes.console import (
     FakeResolvedItems,
     FakeReviewQueue,
     FakeReviewTasks,
+    FakeUsedProofs,
 )
 from tests.functions.conftest import ALL_TARGETS, EVENTS
 from tests.functions.conftest import unsure_ticket as shared_unsure_ticket
+from tests.functions.sts_stand_in import CAROL, TEST_REVIEWER_PRINCIPALS, StsStandIn
 from tests.functions.test_intake_handlers import FakeLambdaContext
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/review"
@@ -62,7 +63,9 @@ def in_review():
     name = execution_name(record.item_kind, record.item_id, record.item_key)
     workflow, tasks, queue = ConsoleWorkflow(), FakeReviewTasks(), FakeReviewQueue()
     workflow.start_named(name, record)
-    queue.request_review(record, name, tasks.issue())
+    token = tasks.issue()
+    workflow.request_review(name, token)
+    queue.request_review(record, name, token)
     return name, workflow, tasks, queue
 
 
@@ -113,19 +116,21 @@ def test_the_review_function_completes_a_review_with_the_parts_it_is_given(monke
 
     name, workflow, tasks, queue = in_review
     (queued,) = queue.pending().reviews  # what the reviewer's tool listed
-    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), workflow=workflow, tasks=tasks,
-                                              review_queue=queue, resolved_items=FakeResolvedItems()))
+    sts, proofs = StsStandIn(), FakeUsedProofs()
+    identity = StsCallerIdentity(region="us-east-1")
+    sts.attach(identity.client)  # STS answers who signed the proof (a signature-checking stand-in)
+    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({"REVIEWER_PRINCIPALS": TEST_REVIEWER_PRINCIPALS}),
+                                              workflow=workflow, tasks=tasks, used_proofs=proofs,
+                                              resolved_items=FakeResolvedItems(), caller_identity=identity))
 
-    with mock_aws():  # STS answers who signed the proof
-        result = app.lambda_handler({"task_token": queued.review.task_token, "execution_name": name,
-                                     "reviewer": "carol@example.com", "answers": {"queue": "billing"},
-                                     "receipt_handle": queued.receipt_handle, "identity_proof": identity_proof()},
-                                    FakeLambdaContext())
+    result = app.lambda_handler(CAROL.prove({"task_token": queued.review.task_token, "execution_name": name,
+                                             "answers": {"queue": "billing"}}), FakeLambdaContext())
 
     assert (result["status"], result["destination"]["target"]) == ("completed", "billing")
-    assert tasks.answered[queued.review.task_token].reviewer == "carol@example.com"  # shown, not who
-    assert tasks.answered[queued.review.task_token].reviewer_id == "iam:arn:aws:sts::123456789012:user/moto"
-    assert queue.bodies() == []
+    assert tasks.answered[queued.review.task_token].reviewer == "carol"  # the proven user's name
+    assert tasks.answered[queued.review.task_token].reviewer_id == f"iam:{CAROL.arn}"
+    assert len(proofs.rows) == 1  # the proof, remembered
+    assert len(queue.bodies()) == 1  # the message is the reader's to remove
 
 
 def test_the_review_function_needs_the_workflow_only_when_it_is_not_given():
@@ -135,7 +140,7 @@ def test_the_review_function_needs_the_workflow_only_when_it_is_not_given():
 
     with pytest.raises(ConfigError, match="STATE_MACHINE_ARN"):
         _ = wiring.workflow
-    assert wiring.review_queue is None and wiring.resolved_items is None
+    assert wiring.used_proofs is None and wiring.resolved_items is None  # no table: every answer is refused
 
 
 # ------------------------------------------------------------------------------ webhook function

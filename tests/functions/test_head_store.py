@@ -18,8 +18,10 @@ from moto import mock_aws
 
 from decision_router.adapters.head_store import HeadChangeInProgress, HeadStore
 from decision_router.adapters.signing_key import SigningKey
-from decision_router.domain.head_versions import HeadPointer, head_key
+from decision_router.domain import signatures
+from decision_router.domain.head_versions import HeadPointer, head_key, parameter_name
 from decision_router.domain.policies import load_policy
+from decision_router.domain.signatures import HEAD_SERVICE, HEAD_SHADOW
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED, LiveHeads
 from local.cloudformation import Stack
 from ops import heads as heads_cli
@@ -284,11 +286,14 @@ def test_the_cli_audits_the_callers_arn_beside_the_name_given(store, capsys):
 HEAD_KEY = SigningKey(b"head-signing-key-of-this-test-stack-0123456789")
 
 
-def signed_promote(store: HeadStore, version: str, data: bytes | None = None, key: SigningKey = HEAD_KEY):
+def signed_promote(store: HeadStore, version: str, data: bytes | None = None, key: SigningKey = HEAD_KEY,
+                   purpose: str = HEAD_SERVICE):
+    """A promotion as the relearning function makes it: signed for service (`purpose`: another, to forge one)."""
     data = data if data is not None else head_bytes(version)
     sha256 = hashlib.sha256(data).hexdigest()
     return store.promote(POLICY, "queue", data, b'{"report": true}', sha256=sha256, head_version=version, by="test",
-                         reason=f"promote {version}", signature=key.head_signature(POLICY, "queue", sha256, version))
+                         reason=f"promote {version}",
+                         signature=key.head_signature(POLICY, "queue", sha256, version, purpose))
 
 
 def test_with_a_head_signing_key_only_heads_the_gate_signed_decide(store, capsys):
@@ -340,6 +345,77 @@ def test_an_unsigned_shadow_is_left_out_when_the_stack_signs_heads(store):
     heads.policy()
     assert heads.shadows() == {}
     store.shadow(POLICY, "queue", data, sha256=sha256, head_version="shadow-v1", by="test", reason="signed",
-                 signature=HEAD_KEY.head_signature(POLICY, "queue", sha256, "shadow-v1"))
+                 signature=HEAD_KEY.head_signature(POLICY, "queue", sha256, "shadow-v1", HEAD_SHADOW))
     heads.policy()
     assert heads.shadows()["queue"].head.version == "shadow-v1"
+
+
+def signed_heads(store: HeadStore) -> tuple[LiveHeads, io.StringIO]:
+    logged = io.StringIO()  # a service name of its own: Powertools keeps the first stream a name was given
+    logger = Logger(service=f"signed-heads-{time.monotonic_ns()}", stream=logged)
+    return LiveHeads(load_policy(POLICY), store, refresh_seconds=0, logger=logger, clock=Clock(), head_key=HEAD_KEY), logged
+
+
+def test_a_shadows_signature_never_puts_its_head_in_service(store, capsys):
+    """The signature names what it was made for: a candidate signed when its shadow started (the
+    shadow then refused it, or a person did) copied with that signature to the head in service's
+    key and pointer is refused, counted, and the head in service keeps deciding; only a signature
+    made for service (a promotion's) loads there."""
+    heads, logged = signed_heads(store)
+    signed_promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+    data = head_bytes("refused-candidate")
+    sha256 = hashlib.sha256(data).hexdigest()
+    store.shadow(POLICY, "queue", data, sha256=sha256, head_version="refused-candidate", by="relearning:run-7",
+                 reason="gate passed", signature=HEAD_KEY.head_signature(POLICY, "queue", sha256, "refused-candidate",
+                                                                         HEAD_SHADOW))
+    heads.policy()
+    assert heads.shadows()["queue"].head.version == "refused-candidate"  # a shadow, with its shadow signature
+    captured = store.shadow_pointer(POLICY, "queue").signature
+    store.end_shadow(POLICY, "queue", by="relearning:run-7", reason="in shadow: refused")
+
+    # whoever may write the bucket and the pointers: the bytes to the in-service key, the signature to its pointer
+    signed_promote(store, "refused-candidate", data=data, purpose=HEAD_SHADOW)
+    assert store.pointer(POLICY, "queue").signature == captured
+    capsys.readouterr()
+    assert in_service(heads) == "store-v1"
+    assert HEAD_LOAD_FAILED in capsys.readouterr().out
+    assert "signed for shadow, not as the head in service" in logged.getvalue()
+    # a signature made without naming its purpose is a shadow's: the least one can vouch for
+    assert HEAD_KEY.head_signature(POLICY, "queue", sha256, "refused-candidate") == captured
+
+    signed_promote(store, "store-v2")  # the relearning function's promotion: signed for service
+    assert in_service(heads) == "store-v2"
+
+
+def test_a_service_signature_is_no_shadows_and_a_rollback_keeps_its_promotions_signature(store):
+    heads, logged = signed_heads(store)
+    data = head_bytes("shadow-v1")
+    sha256 = hashlib.sha256(data).hexdigest()
+    store.shadow(POLICY, "queue", data, sha256=sha256, head_version="shadow-v1", by="test", reason="forged",
+                 signature=HEAD_KEY.head_signature(POLICY, "queue", sha256, "shadow-v1", HEAD_SERVICE))
+    heads.policy()
+    assert heads.shadows() == {} and "signed for service, not as a shadow" in logged.getvalue()
+
+    signed_promote(store, "store-v1")
+    signed_promote(store, "store-v2")
+    assert in_service(heads) == "store-v2"
+    restored = store.rollback(POLICY, "queue", by="test", reason="back")
+    assert restored.head_version == "store-v1" and HEAD_KEY.head_verified(restored, HEAD_SERVICE)
+    assert in_service(heads) == "store-v1"  # the earlier promotion's own service signature
+
+
+def test_a_head_signed_before_signatures_named_their_purpose_is_refused_saying_so(store, capsys):
+    """Such a signature was the same for a shadow and a promotion: it cannot vouch for service."""
+    heads, logged = signed_heads(store)
+    signed_promote(store, "store-v1")
+    assert in_service(heads) == "store-v1"
+    old = signed_promote(store, "store-v0")
+    legacy = signatures.legacy_head_signature(HEAD_KEY.material, POLICY, "queue", old.sha256, "store-v0")
+    store.ssm.put_parameter(Name=parameter_name(PREFIX, POLICY, "queue"), Overwrite=True, Type="String",
+                            Value=old.model_copy(update={"signature": legacy}).without_history().model_dump_json())
+    capsys.readouterr()
+    assert in_service(heads) == "store-v1"
+    assert HEAD_LOAD_FAILED in capsys.readouterr().out
+    assert "signed before head signatures named shadow or service" in logged.getvalue()
+    assert HEAD_KEY.head_signed_for(store.pointer(POLICY, "queue")) == signatures.LEGACY_HEAD

@@ -16,6 +16,7 @@ from decision_router.domain.policies import PolicyError, PrecisionCheck, load_po
 from decision_router.domain.precision import (
     CHECK_REASON,
     CheckCounts,
+    DrawKeyUnavailable,
     check_draw,
     check_tally,
     corrected_answers,
@@ -47,10 +48,13 @@ def ticket(ticket_id: str = "T-1", **changes):
     return parse_item("ticket", {"ticket_id": ticket_id, **TICKET, **changes})
 
 
-def judged(policy, item, logits=SURE):
+def judged(policy, item, logits=SURE, check_key=None):
     entries = [model_entry(q, make_result(q.id, q.option_ids, logits)) for q in policy.questions]
     return build_record(policy, item, explain(policy, item, entries), destinations={t: f"https://sqs/{t}" for t in policy.targets},
-                        review_queue_url="https://sqs/review", review_timeout_seconds=3600)
+                        review_queue_url="https://sqs/review", review_timeout_seconds=3600, check_key=check_key)
+
+
+STACK_KEY = b"the-stacks-head-signing-key-0123456789abcdef"
 
 
 def test_the_draw_is_the_items_own_whoever_judges_it_and_the_policy_it_is_judged_under():
@@ -62,6 +66,42 @@ def test_the_draw_is_the_items_own_whoever_judges_it_and_the_policy_it_is_judged
     assert all(0.0 <= d < 1.0 for d in draws)
     # uniform enough that a rate is a share: 2 % of 4000 is 80, three standard deviations ~27
     assert 80 - 27 <= sum(d < 0.02 for d in draws) <= 80 + 27
+
+
+def test_in_a_stack_the_draw_is_keyed_so_no_sender_can_tell_which_of_its_items_are_checked():
+    """The item key is the sender's to choose (its id, a digest of its text): the plain hash let a
+    sender try variants until one was never checked (or always). Under the stack's key the draw is
+    still the item's own, and still uniform, but it is not the hash the sender can compute, and
+    another key (another stack) draws otherwise."""
+    item = ticket()
+    keyed = check_draw("support-ticket", item.key, STACK_KEY)
+    assert keyed == check_draw("support-ticket", ticket().key, STACK_KEY)  # a redelivery draws the same
+    assert keyed != check_draw("support-ticket", item.key)  # not what the sender computes without the key
+    assert keyed != check_draw("support-ticket", item.key, b"another-stacks-key-0123456789abcdef")
+    assert keyed != check_draw("incident", item.key, STACK_KEY)
+    draws = [check_draw("support-ticket", ticket(f"T-{n}").key, STACK_KEY) for n in range(4000)]
+    plain = [check_draw("support-ticket", ticket(f"T-{n}").key) for n in range(4000)]
+    assert all(0.0 <= d < 1.0 for d in draws) and 80 - 27 <= sum(d < 0.02 for d in draws) <= 80 + 27
+    # the variants the sender would pick from its own computation are checked like any others
+    never = [n for n, d in enumerate(plain) if d >= 0.5]
+    assert 0.4 < sum(draws[n] < 0.5 for n in never) / len(never) < 0.6
+
+
+def test_the_routing_draw_uses_the_stacks_key_at_the_same_rate_and_none_when_it_cannot_be_read():
+    policy = checking(0.1)
+    held = [judged(policy, ticket(f"T-{n}"), check_key=lambda: STACK_KEY) for n in range(300)]
+    checks = [r.item_id for r in held if r.route == "review"]
+    assert checks == [r.item_id for r in held if check_draw(policy.name, r.item_key, STACK_KEY) < 0.1]
+    assert checks != [r.item_id for r in held if check_draw(policy.name, r.item_key) < 0.1]
+    assert 10 <= len(checks) <= 50  # 30 expected
+
+    def unreadable():
+        raise DrawKeyUnavailable("AccessDenied")
+
+    assert judged(checking(1.0), ticket(), check_key=unreadable).route == "auto"  # a check missed, not an item
+    read = []
+    assert judged(checking(0.0), ticket(), check_key=lambda: read.append(1) or STACK_KEY).route == "auto"
+    assert read == []  # no rate could sample it: the key is not read
 
 
 def test_a_sampled_automatic_answer_holds_the_item_for_a_check_and_every_judgement_agrees():
@@ -178,3 +218,27 @@ def test_a_tally_that_cannot_be_written_leaves_the_review_standing_and_is_counte
     record = judged(checking(1.0), ticket())
     assert count_check(record, {"queue": "billing"}, load_policy("support-ticket"), Broken(), Logger(service="t")) == {}
     assert [line["question"] for line in emitted(capsys, "PrecisionTallyFailed")] == ["queue"]
+
+
+def test_the_routing_functions_draw_with_the_stacks_head_signing_key_and_count_an_unreadable_one(capsys):
+    from aws_lambda_powertools import Logger, Metrics
+
+    from decision_router.adapters.signing_key import SigningKey
+    from decision_router.intake.pipeline import Intake
+    from decision_router.intake.wiring import Wiring
+
+    def intake(key):
+        return Intake("ticket", logger=Logger(service="draw-key-test"), metrics=Metrics(namespace="Test"),
+                      wiring=Wiring(head_signing_key=key))
+
+    assert intake(SigningKey(STACK_KEY))._check_key() == STACK_KEY
+
+    class Unreadable:
+        def get_secret_value(self, SecretId):
+            raise RuntimeError("AccessDenied")
+
+    flow = intake(SigningKey.from_secret("arn:aws:secretsmanager:us-east-1:123456789012:secret:heads", Unreadable()))
+    with pytest.raises(DrawKeyUnavailable):
+        flow._check_key()
+    flow.metrics.flush_metrics()
+    assert "PrecisionCheckKeyUnavailable" in capsys.readouterr().out

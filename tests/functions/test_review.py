@@ -18,11 +18,12 @@ from decision_router.domain.judging import build_record, model_entry
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.domain.records import DecisionRecord
 from decision_router.items import parse_item
+from decision_router.review.caller import CallerAnswer
 from decision_router.review.completion import InvalidReview, ReviewCompletion, complete_review, submit_review
-from local.settling import identity_proof
 from ops import review_cli
 from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import EVENTS, letters_only, make_result
+from tests.functions.sts_stand_in import ALICE, FUNCTION_NAME
 from tests.functions.test_intake_handlers import (
     ON_THE_STACK,
     ONLY_ON_THE_STACK,
@@ -89,9 +90,9 @@ def test_a_ticket_review_is_judged_by_the_ticket_policy_whatever_the_caller_name
 def test_completion_event_is_validated():
     with pytest.raises(InvalidReview, match="execution_name: Field required.*task_token: Field required.*"
                                             "answers: Dictionary should have at least 1 item"):
-        ReviewCompletion.parse({"reviewer": "a", "answers": {}})
-    sample = ReviewCompletion.parse(json.loads((EVENTS / "review_completion.json").read_text()))
-    assert sample.answers == {"queue": "billing"}
+        CallerAnswer.parse({"answers": {}})
+    sample = CallerAnswer.parse(json.loads((EVENTS / "review_completion.json").read_text()))
+    assert sample.answers == {"queue": "billing"} and sample.identity_proof == ""  # the sample carries no proof
 
 
 # ---------------------------------------------------------------------------- with the workflow
@@ -132,15 +133,14 @@ def test_review_function_completes_the_workflow(world, pending_ticket):
     message = world.pending_message()
     assert message["record"]["route"] == "review" and message["record"]["item_id"] == "T-1001"
     event = json.loads((EVENTS / "review_completion.json").read_text())
-    event.update(task_token=message["task_token"], execution_name=message["execution_name"],
-                 receipt_handle=message["receipt_handle"], identity_proof=identity_proof())
+    event.update(task_token=message["task_token"], execution_name=message["execution_name"])
 
-    result = app.lambda_handler(event, FakeLambdaContext())
+    result = app.lambda_handler(ALICE.prove(event), FakeLambdaContext())
 
     assert result["status"] == "completed" and result["destination"]["queue_url"] == world.ref("BillingQueue")
     assert world.finished(message["execution_name"]) == "SUCCEEDED"
     assert world.depth("BillingQueue") == 1
-    assert world.depth("ReviewQueue") == 0  # the review message was removed
+    assert world.depth("ReviewQueue") == 1  # the review message is its reader's to remove (review_cli does)
 
 
 def test_invalid_answer_sends_nothing_and_the_review_stays_pending(world, pending_ticket):
@@ -148,9 +148,9 @@ def test_invalid_answer_sends_nothing_and_the_review_stays_pending(world, pendin
 
     message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
-                 execution_name=message["execution_name"], answers={"queue": "refunds"}, identity_proof=identity_proof())
+                 execution_name=message["execution_name"], answers={"queue": "refunds"})
     with pytest.raises(InvalidReview, match="answers.queue: 'refunds' is not an option"):
-        app.lambda_handler(event, FakeLambdaContext())
+        app.lambda_handler(ALICE.prove(event), FakeLambdaContext())
     assert world.status(message["execution_name"]) == "RUNNING"
 
 
@@ -159,9 +159,20 @@ def test_unknown_task_token_is_reported(world, pending_ticket):
 
     message = world.pending_message()
     event = dict(json.loads((EVENTS / "review_completion.json").read_text()),  # the sample's token is not a live one
-                 execution_name=message["execution_name"], identity_proof=identity_proof())
+                 execution_name=message["execution_name"])
+    with pytest.raises(InvalidReview, match="task_token: not the token execution .* review waits on"):
+        app.lambda_handler(ALICE.prove(event), FakeLambdaContext())
+
+
+def test_a_review_that_can_no_longer_be_answered_is_reported(world, pending_ticket):
+    from review import app
+
+    message = world.pending_message()
+    event = dict(json.loads((EVENTS / "review_completion.json").read_text()), task_token=message["task_token"],
+                 execution_name=message["execution_name"])
+    world.tasks.time_out(message["task_token"])  # its review timed out a moment ago
     with pytest.raises(ReviewTaskGone, match="can no longer be completed"):
-        app.lambda_handler(event, FakeLambdaContext())
+        app.lambda_handler(ALICE.prove(event), FakeLambdaContext())
 
 
 @ONLY_ON_THE_STACK
@@ -169,9 +180,14 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticke
     from review import app
 
     monkeypatch.setattr("decision_router.adapters.review.PEEK_SECONDS", 1)
-    # The review function the CLI invokes: the template's, run in process (moto runs no Lambda code).
+    # The review function the CLI invokes: the template's, run in process (moto runs no Lambda code),
+    # under the name its context gives it; the reviewer's credentials are alice's (the Reviewer role's).
     monkeypatch.setattr(review_cli, "_review_function", lambda args: lambda event: app.lambda_handler(
         event, FakeLambdaContext()))
+    monkeypatch.setenv("REVIEW_FUNCTION_NAME", FUNCTION_NAME)
+    for variable, value in [("AWS_ACCESS_KEY_ID", ALICE.access_key), ("AWS_SECRET_ACCESS_KEY", ALICE.secret_key),
+                            ("AWS_SESSION_TOKEN", ALICE.token)]:
+        monkeypatch.setenv(variable, value)
     assert review_cli.main(["list"]) == 0
     listed = capsys.readouterr().out
     name = listed.split()[0]
@@ -184,15 +200,18 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticke
     assert "Charged twice" in shown and "* billing" in shown and "technical_fault" in shown
 
     time.sleep(1.2)
-    assert review_cli.main(["complete", name, "--answer", "queue=nonsense", "--reviewer", "carol@example.com"]) == 2
+    assert review_cli.main(["complete", name, "--answer", "queue=nonsense"]) == 2
     assert "'nonsense' is not an option" in capsys.readouterr().err
     time.sleep(1.2)
-    assert review_cli.main(["complete", name, "--answer", "queue=billing", "--reviewer", "carol@example.com",
-                            "--note", "refund"]) == 0
+    assert review_cli.main(["complete", name, "--answer", "queue=billing", "--note", "refund"]) == 0
     completed = json.loads(capsys.readouterr().out)
-    assert completed["destination"]["target"] == "billing" and completed["reviewer"] == "carol@example.com"
-    assert completed["reviewer_id"] == "iam:arn:aws:sts::123456789012:user/moto"  # who STS says signed
+    assert completed["destination"]["target"] == "billing" and completed["reviewer"] == "alice@example.com"
+    assert completed["reviewer_id"] == f"iam:{ALICE.arn}"  # who STS (the signature-checking stand-in) says signed
+    ((method, url, headers),) = world.sts.requests  # the proof: for GET, at the regional host, bound to the answer
+    assert (method, url.split("/?")[0], "host%3Bx-decision-router-answer" in url) == (
+        "GET", "https://sts.us-east-1.amazonaws.com", True)
     assert world.finished(name) == "SUCCEEDED"
+    assert world.depth("ReviewQueue") == 0  # the CLI removed the message it read
 
     out = tmp_path / "labelled.jsonl"
     assert review_cli.main(["export", "--out", str(out)]) == 0
@@ -205,9 +224,9 @@ def test_cli_lists_shows_completes_and_exports(monkeypatch, world, pending_ticke
 def test_task_tokens_up_to_the_step_functions_limit_are_accepted():
     # SendTaskSuccess takes tokens of 1-2048 characters.
     event = json.loads((EVENTS / "review_completion.json").read_text())
-    assert len(ReviewCompletion.parse(dict(event, task_token="t" * 2048)).task_token) == 2048
+    assert len(CallerAnswer.parse(dict(event, task_token="t" * 2048)).task_token) == 2048
     with pytest.raises(InvalidReview, match="task_token: String should have at most 2048 characters"):
-        ReviewCompletion.parse(dict(event, task_token="t" * 2049))
+        CallerAnswer.parse(dict(event, task_token="t" * 2049))
 
 
 @ONLY_ON_THE_STACK

@@ -32,9 +32,9 @@ from decision_router.review.completion import PendingReview, labelled_example
 from decision_router.review.console import correction_name, pending_list, pending_summary, reviewer_from_claims
 from local.cloudformation import Stack
 from local.event_sources import http_event
-from local.settling import identity_proof
 from tests.fakes.console_worlds import console_world
 from tests.functions.conftest import letters_only, make_result
+from tests.functions.sts_stand_in import BOB
 from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK, FakeLambdaContext
 
 STATIC = Path(__file__).resolve().parents[2] / "functions" / "review_console" / "static"
@@ -294,8 +294,8 @@ def test_on_the_stack_the_sweep_pages_the_on_call_through_the_escalation_rule_on
     assert sweep_at(world, monkeypatch, 13)["escalated"] == []
 
     (page,) = world.template.rule_events("ItemEscalatedRule", "on-call")
-    # target null, as the workflow's page before a review (moto leaves a null's placeholder as it is)
-    assert page["summary"].startswith("Item Escalated: incident INC-77 -> ")
+    # target null, as the workflow's page before a review (rendered as EventBridge does: a JSON null)
+    assert page["summary"] == f"Item Escalated: {name}" and page["target"] is None
     assert (page["item_id"], page["execution_name"], page["policy"], page["source"]) == (
         "INC-77", name, "incident", SWEEP_SOURCE)
     rows = boto3.client("dynamodb").scan(TableName=world.ref("IdempotencyTable"))["Items"]
@@ -324,6 +324,28 @@ def test_the_sla_clock_starts_when_the_review_is_requested_not_while_the_item_wa
     review = PendingReview(task_token="t", execution_name="incident-x", record=held, requested_at="2026-11-29T13:00:00Z")
     summary = pending_summary(review, load_policy("incident"), datetime(2026, 11, 29, 13, 5, tzinfo=timezone.utc))
     assert summary.sla is not None and summary.sla.risk == "on_track" and summary.sla.time_left_seconds == 10 * 60
+
+
+def test_a_checks_priority_is_hidden_from_its_reviewer_but_its_deadline_still_runs_on_it():
+    """An incident whose automatic priority is sampled: the reviewer's view names no priority (the
+    check measures it), while the summary the SLA sweep reads keeps P1's 15-minute target."""
+    from decision_router.review.console import blinded
+
+    policy = letters_only(load_policy("incident")).model_copy(update={"precision_check": PrecisionCheck(sample_rate=1.0)})
+    item = parse_item("incident", INCIDENT)
+    sure = {"priority": [30.0, 0.0, 0.0, 0.0], "team": [30.0] + [0.0] * (len(policy.question("team").options) - 1)}
+    entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, sure[q.id])) for q in policy.questions])
+    record = build_record(policy, item, entries, destinations={t: f"https://sqs/{t}" for t in policy.targets},
+                          review_queue_url="https://sqs/review", review_timeout_seconds=3600)
+    assert record.checked == ["priority", "team"]
+    review = PendingReview(task_token="t", execution_name="incident-x", record=record, requested_at="2026-11-29T13:00:00Z")
+    summary = pending_summary(review, policy, datetime(2026, 11, 29, 13, 5, tzinfo=timezone.utc))
+    assert summary.sla.priority == "P1" and summary.sla.target_minutes == 15 and summary.suggested["priority"] == "P1"
+    shown = blinded(summary, policy)
+    assert shown.suggested == {"priority": None, "team": None} and shown.withheld == ["priority", "team"]
+    assert shown.sla.priority is None and shown.sla.target_minutes == 15
+    unsampled = summary.model_copy(update={"check": []})
+    assert blinded(unsampled, policy) == unsampled  # a review the thresholds asked for shows its suggestion
 
 
 def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_token(world, console):
@@ -501,10 +523,18 @@ def test_a_sampled_automatic_answer_is_a_check_in_the_list_and_its_answer_counts
 
     (listed,) = console("GET", "/api/reviews")["json"]["reviews"]
     assert listed["execution_name"] == name and listed["check"] == ["queue"] and listed["questions"] == ["queue"]
-    assert listed["reason"].startswith("precision check") and listed["suggested"] == {"queue": "billing"}
+    # blind: the automatic answer the check measures is neither listed nor named in the reason
+    assert listed["reason"].startswith("precision check") and listed["suggested"] == {"queue": None}
+    assert listed["withheld"] == ["queue"] and "billing" not in json.dumps(listed)
     assert console("GET", "/api/reviews", query="question=queue")["json"]["reviews"][0]["execution_name"] == name
     page = console("GET", f"/api/reviews/{name}")["json"]
     assert page["check"] == ["queue"] and page["questions"][0]["passed"] is True
+    (queue,) = page["questions"]
+    assert queue["blind"] is True and queue["suggested"] is None and page["suggested"] == {"queue": None}
+    # nothing that would tell it either: no probabilities, confidence, reason or ranking by the readout
+    assert all(o["probability"] is None and o["letters"] is None and o["head"] is None for o in queue["options"])
+    assert queue["confidence"] is None and queue["why"] is None and queue["why_detail"] is None and queue["reasons"] == []
+    assert queue["ranked"] == [o["id"] for o in queue["options"]] == load_policy("support-ticket").question("queue").option_ids
 
     answered = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})
 
@@ -536,10 +566,8 @@ def test_the_review_function_counts_a_checks_answer_too(world, monkeypatch):
     (name,) = world.pending(sampled_ticket(world.template))
     world.review_function(monkeypatch)
     message = world.pending_message()
-    result = app.lambda_handler({"execution_name": name, "task_token": message["task_token"], "reviewer": "bob",
-                                 "answers": {"queue": "billing"}, "receipt_handle": message["receipt_handle"],
-                                 "identity_proof": identity_proof()},
-                                FakeLambdaContext())
+    result = app.lambda_handler(BOB.prove({"execution_name": name, "task_token": message["task_token"],
+                                           "answers": {"queue": "billing"}}), FakeLambdaContext())
     assert result["status"] == "completed"
     assert world.precision_counts("support-ticket", "queue").model_dump() == {"checked": 1, "right": 1, "corrected": 0}
 

@@ -19,6 +19,7 @@ from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.items import parse_item
 from decision_router.review.completion import complete_review
 from local.cloudformation import Stack
+from tests.functions.sts_stand_in import TEST_REVIEWER_PRINCIPALS
 
 ENDPOINT_NAME = "decision-endpoint"
 MODEL = {
@@ -169,7 +170,8 @@ class Pipeline:
 @pytest.fixture
 def pipeline():
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield Pipeline(Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME}).create())
+        yield Pipeline(Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME,
+                                              "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS}).create())
 
 
 class LambdaContext:

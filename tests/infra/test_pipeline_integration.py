@@ -24,8 +24,8 @@ from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
 from decision_router.items import InvalidItem, parse_item
 from incident_intake import app as incident_app
-from local.settling import identity_proof
 from review import app as review_app
+from tests.functions.sts_stand_in import ALICE, StsStandIn
 from ticket_intake import app as ticket_app
 
 pytestmark = [pytest.mark.model, pytest.mark.stack]
@@ -74,6 +74,7 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
     assert set(reviews) == awaiting, "every item sent to review has a pending review message"
 
     wire("ReviewCompletionFunction")
+    StsStandIn().attach(review_app.WIRING.caller_identity.client)  # STS, checking the proofs' signatures
     targets = {}
     for item_id, (arn, record) in records.items():
         policy = load_policy(record["policy"]["name"])
@@ -82,10 +83,10 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
                        for d in record["decisions"]}
             for question in policy.questions:  # a question the record did not ask (none today) still needs an answer
                 answers.setdefault(question.id, question.option_ids[0])
-            output = review_app.lambda_handler({"task_token": reviews[item_id]["task_token"],
-                                                "execution_name": reviews[item_id]["execution_name"],
-                                                "reviewer": "alice@example.com", "answers": answers,
-                                                "identity_proof": identity_proof()}, lambda_context)
+            output = review_app.lambda_handler(ALICE.prove({"task_token": reviews[item_id]["task_token"],
+                                                            "execution_name": reviews[item_id]["execution_name"],
+                                                            "answers": answers}, lambda_context.function_name),
+                                               lambda_context)
             targets[item_id] = output["destination"]["target"]
         else:
             targets[item_id] = record["destination"]["target"]

@@ -28,6 +28,7 @@ from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.signing_key import SigningKey
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
+from decision_router.domain.signatures import HEAD_SERVICE
 from decision_router.intake.pipeline import Intake
 from decision_router.intake.wiring import Wiring
 from decision_router.items import parse_item
@@ -109,7 +110,8 @@ def stack(embedded_engine, tmp_path, signals, approval, shadow_items):
         job = Relearning(store, LabelledExamples(env["LABELLED_EXAMPLES_TABLE_NAME"]),
                          lambda probe: EngineRunner(embedded_engine), shipped=[], min_new_labels=10,
                          work_dir=tmp_path / "work", announce=PromotionNotices(env["RELEARNING_TOPIC_ARN"]).announce,
-                         shadow_items=shadow_items, shadow_check_seconds=1,
+                         # a look each second: a shadow period of at most 2,000 looks (MAX_SHADOW_LOOKS)
+                         shadow_items=shadow_items, shadow_check_seconds=1, shadow_timeout_seconds=1800,
                          shadow_min_reviewed=0, shadow_max_disagreement=1.0,  # live items here are not reviewed
                          signals_dir=tmp_path / "none-shipped",
                          signing_key=SigningKey.from_secret(env["SIGNING_KEY_SECRET_ARN"]),
@@ -158,9 +160,9 @@ def labelled_behind_a_head_that_knows_nothing(store, env) -> list[dict]:
     write_labels(env["LABELLED_EXAMPLES_TABLE_NAME"], rows, [r["gold"] for r in rows])
     data = know_nothing_head()
     sha256 = hashlib.sha256(data).hexdigest()
-    # signed with the stack's head key, as the relearning function signs what it promotes
+    # signed with the stack's head key for service, as the relearning function signs what it promotes
     signature = SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]).head_signature(
-        POLICY, "queue", sha256, "know-nothing")
+        POLICY, "queue", sha256, "know-nothing", HEAD_SERVICE)
     store.promote(POLICY, "queue", data, b"{}", sha256=sha256, head_version="know-nothing",
                   by="test", reason="a head that knows nothing", signature=signature)
     return rows

@@ -19,6 +19,7 @@ from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.notices import PromotionNotices
 from decision_router.adapters.review import LabelledExamples
 from decision_router.adapters.signing_key import SigningKey
+from decision_router.domain.signatures import HEAD_SERVICE, HEAD_SHADOW
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS, LocalRelearning
 from relearning import app
@@ -176,7 +177,11 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     with pytest.raises(ValueError, match="the verdict says refused, but run relearn-support-ticket-new's fit stored a passing"):
         relearning.shadow(POLICY, "relearn-support-ticket-new", [{"question": QUESTION, "promoted": False}])
     shadowing = relearning.shadow(POLICY, "relearn-support-ticket-new", claim)
-    assert store.shadow_pointer(POLICY, QUESTION).sha256 == shadowing["questions"][0]["sha256"]
+    shadowed = store.shadow_pointer(POLICY, QUESTION)
+    assert shadowed.sha256 == shadowing["questions"][0]["sha256"]
+    # its shadow is signed for shadow alone: that signature never verifies for the head in service
+    head_key = SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"])
+    assert head_key.head_verified(shadowed, HEAD_SHADOW) and not head_key.head_verified(shadowed, HEAD_SERVICE)
     judged = relearning.judge_shadow(POLICY, "relearn-support-ticket-new")  # 0 shadowed items asked for
     assert judged["ready"] and judged["promotable"] and store.shadow_pointer(POLICY, QUESTION) is None
     store.put(key, route_everything_alone())  # replaced after its shadow was judged
@@ -190,8 +195,8 @@ def test_promote_takes_only_a_candidate_its_own_run_stored_as_passing(stack):
     assert [p["head_version"] for p in out["promoted"]] == ["support-ticket.queue.relearned"]
     pointer = store.pointer(POLICY, QUESTION)
     assert pointer.head_version == "support-ticket.queue.relearned" and pointer.sha256 == hashlib.sha256(data).hexdigest()
-    # signed with the stack's head key, which the routing functions verify before it decides
-    assert SigningKey.from_secret(env["HEAD_SIGNING_KEY_SECRET_ARN"]).head_verified(pointer)
+    # signed anew, for service, with the stack's head key, which the routing functions verify before it decides
+    assert head_key.head_verified(pointer, HEAD_SERVICE) and pointer.signature != shadowed.signature
     (notice,) = received(topic)
     assert notice == {**notice, "notice": "promoted", "policy": POLICY, "question": QUESTION,
                       "run": "relearn-support-ticket-new", "head_version": "support-ticket.queue.relearned",

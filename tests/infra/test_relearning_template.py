@@ -64,7 +64,10 @@ def test_only_the_relearning_workflow_may_put_a_step_on_the_relearning_queue():
     (deny,) = policy["PolicyDocument"]["Statement"]
     assert deny["Effect"] == "Deny" and deny["Principal"] == "*" and deny["Action"] == "sqs:SendMessage"
     assert deny["Resource"] == stack.get_att("RelearningQueue", "Arn")
-    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": stack.get_att("RelearningStateMachineRole", "Arn")}}
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": stack.get_att("RelearningStateMachineRole", "Arn")},
+                                 # binds principals that are no AWS service (test_resource_policies.py)
+                                 "Null": {"aws:PrincipalArn": "false"},
+                                 "BoolIfExists": {"aws:PrincipalIsAWSService": "false"}}
     # the workflow's own role is the one that sends (SAM's policy template on the state machine)
     sends = stack.properties("RelearningStateMachine")["Policies"]
     assert {"SQSSendMessagePolicy": {"QueueName": stack.get_att("RelearningQueue", "QueueName")}} in \
@@ -87,6 +90,16 @@ def test_the_function_checks_a_token_before_a_step_and_announces_every_promotion
         stack.ref("RelearningPromotionTopic")
 
 
+def test_a_person_approves_each_promotion_unless_the_stack_says_auto():
+    """No relearned head decides before a person has read its verdict, unless RelearningApproval=auto
+    is given (the one switch, docs/learning/relearning.md); make learn passes it (local/learn.py)."""
+    spec = Stack.load().template["Parameters"]["RelearningApproval"]
+    assert spec["Default"] == "manual" and spec["AllowedValues"] == ["auto", "manual"]
+    stack = Stack.load(parameters=LOCAL_PARAMETERS)
+    props = stack.resolve(stack.properties("RelearningStateMachine"))
+    assert props["DefinitionSubstitutions"]["RelearningApproval"] == "manual"
+
+
 @pytest.mark.parametrize("approval", ["auto", "manual"])
 def test_manual_approval_waits_for_a_person_before_the_promote_step(approval):
     stack = Stack.load(parameters={**LOCAL_PARAMETERS, "RelearningApproval": approval})
@@ -94,8 +107,11 @@ def test_manual_approval_waits_for_a_person_before_the_promote_step(approval):
     assert props["DefinitionSubstitutions"]["RelearningApproval"] == approval
     states = json.loads((REPO / props["DefinitionUri"]).read_text())["States"]
     # the gate's candidates serve in shadow first; only a shadow judged promotable reaches approval
-    assert states["AnyCandidatePassed"]["Choices"][0]["Next"] == "ShadowCandidates"
-    assert states["ShadowCandidates"]["Next"] == "WaitForShadowedItems" == states["ShadowJudged"]["Choices"][0]["Next"]
+    assert {"Variable": "$.fit.promotable", "BooleanEquals": True, "Next": "ShadowCandidates"} in \
+        states["AnyCandidatePassed"]["Choices"]
+    assert states["ShadowCandidates"]["Next"] == "WaitForShadowedItems"
+    assert {"Variable": "$.shadow_judged.ready", "BooleanEquals": False, "Next": "WaitForShadowedItems"} in \
+        states["ShadowJudged"]["Choices"]
     assert states["WaitForShadowedItems"]["Next"] == "JudgeShadow" and states["JudgeShadow"]["Next"] == "ShadowJudged"
     assert {"Variable": "$.shadow_judged.promotable", "BooleanEquals": True, "Next": "ApprovalMode"} in \
         states["ShadowJudged"]["Choices"] and states["EveryShadowRefused"]["Type"] == "Succeed"

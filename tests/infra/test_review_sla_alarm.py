@@ -69,7 +69,8 @@ def test_the_console_function_may_put_only_its_own_source_and_write_only_its_own
     statements = console_statements(template)
     (put,) = [s for s in statements if "events:PutEvents" in s["Action"]]
     assert put["Resource"] == template.get_att("DecisionBus", "Arn")
-    assert put["Condition"] == {"StringEquals": {"events:source": SWEEP_SOURCE}}
+    # its source and its one detail-type: never an Incident Reported, which the incident intake routes
+    assert put["Condition"] == {"StringEquals": {"events:source": SWEEP_SOURCE, "events:detail-type": "Item Escalated"}}
     idempotency = [s for s in statements if s["Resource"] == template.get_att("IdempotencyTable", "Arn")]
     assert idempotency == [{"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": idempotency[0]["Resource"],
                             "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{KEY_PREFIX}*"]}}}]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from local.settling import identity_proof
 from review import app as review_app
+from tests.functions.sts_stand_in import ALICE, StsStandIn
 
 pytestmark = pytest.mark.stack  # the real workflow, executed by moto
 
@@ -80,9 +80,10 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     for name, value in pipeline.stack.function_environment("ReviewCompletionFunction").items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(review_app, "WIRING", review_app.Wiring())  # a cold start on this environment
-    review_app.lambda_handler({"task_token": review["task_token"], "execution_name": review["execution_name"],
-                               "reviewer": "alice@example.com", "answers": {"queue": "technical_fault"},
-                               "note": "export error, not billing", "identity_proof": identity_proof()}, lambda_context)
+    StsStandIn().attach(review_app.WIRING.caller_identity.client)  # STS, checking the proof's signature
+    review_app.lambda_handler(ALICE.prove({"task_token": review["task_token"], "execution_name": review["execution_name"],
+                                           "answers": {"queue": "technical_fault"}, "note": "export error, not billing"},
+                                          lambda_context.function_name), lambda_context)
 
     assert pipeline.wait(execution_arn)["status"] == "SUCCEEDED"
     assert list(pipeline.queues_holding("T-2002")) == ["technical-support"]

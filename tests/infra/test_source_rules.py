@@ -161,7 +161,8 @@ def test_the_zendesk_write_back_example_is_absent_by_default_and_disabled_when_c
     rule = stack.resolve(stack.properties("ZendeskWriteBackRule"))
     assert rule["State"] == "DISABLED" and rule["EventBusName"] == stack.ref("DecisionBus")
     assert rule["EventPattern"] == {"source": ["decision-router"], "detail-type": ["Item Routed"],
-                                    "detail": {"reference": {"system": ["zendesk"]}}}
+                                    "detail": {"outcome": ["auto_routed", "reviewed"],
+                                               "reference": {"system": ["zendesk"]}}}
     (target,) = rule["Targets"]
     assert target["Arn"] == stack.get_att("ZendeskTicketUpdate", "Arn")
     assert target["HttpParameters"] == {"PathParameterValues": ["$.detail.reference.id"]}

@@ -90,12 +90,46 @@ def test_ticket_queue_outlives_the_function_and_limits_concurrency(stack):
 
 def test_incident_rule_has_retries_and_its_own_dead_letter_queue(stack):
     event = stack.resolve(stack.properties("IncidentIntakeFunction")["Events"]["IncidentReported"]["Properties"])
-    assert event["Pattern"] == {"detail-type": ["Incident Reported"]}
+    # any reporter (BusPublisherArns) but the stack's own publishers, which page or forward, never report
+    own = sorted(source["Source"] for source in stack.template["Mappings"]["Events"].values())
+    assert own == ["decision-router", "decision-router.review-sla", "decision-router.webhooks"]
+    ((excluded,),) = [list(s.values()) for s in event["Pattern"]["source"]]
+    assert sorted(excluded) == own and event["Pattern"] == {"source": [{"anything-but": excluded}],
+                                                            "detail-type": ["Incident Reported"]}
     assert event["EventBusName"] == stack.ref("DecisionBus")
     assert event["DeadLetterConfig"]["Arn"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
     assert event["RetryPolicy"]["MaximumRetryAttempts"] > 0
     on_failure = stack.resolve(stack.properties("IncidentIntakeFunction")["EventInvokeConfig"])
     assert on_failure["DestinationConfig"]["OnFailure"]["Destination"] == stack.get_att("IncidentDeadLetterQueue", "Arn")
+
+
+def test_the_console_role_may_put_its_sweeps_item_escalated_alone(stack):
+    """The review SLA sweep (functions/review_console/sla.py) puts one detail-type with one source:
+    its role may put nothing else on the bus, an Incident Reported (which would page) least of all."""
+    from review_console import sla
+
+    grants = [s for p in stack.resolve(stack.properties("ReviewConsoleFunction"))["Policies"]
+              for s in (p.get("Statement", []) if isinstance(p, dict) else []) if "events:PutEvents" in json.dumps(s["Action"])]
+    assert [(g["Resource"], g["Condition"]) for g in grants] == [(stack.get_att("DecisionBus", "Arn"), {"StringEquals": {
+        "events:source": sla.SWEEP_SOURCE, "events:detail-type": sla.ESCALATED}})]
+    assert stack.template["Mappings"]["Events"]["ReviewSla"] == {"Source": sla.SWEEP_SOURCE, "DetailType": sla.ESCALATED}
+
+
+@pytest.mark.stack
+def test_an_incident_reported_by_one_of_the_stacks_own_sources_reaches_no_intake():
+    import boto3
+    from moto import mock_aws
+
+    incident = {"incident_id": "INC-1", "title": "checkout down", "description": "5xx", "service": "checkout",
+                "severity": "sev1", "source": "datadog", "reported_at": "2026-12-01T09:00:00Z"}
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create()
+        own = [source["Source"] for source in stack.template["Mappings"]["Events"].values()]
+        boto3.client("events").put_events(Entries=[
+            {"EventBusName": stack.ref("DecisionBus"), "Source": source, "DetailType": "Incident Reported",
+             "Detail": json.dumps({**incident, "incident_id": source})} for source in ["monitoring", *own]])
+        delivered = stack.rule_events("IncidentIntakeFunction", "IncidentReported")
+    assert [(e["source"], e["detail"]["incident_id"]) for e in delivered] == [("monitoring", "monitoring")]
 
 
 def test_the_workflows_pages_of_incidents_reach_the_incident_intake_from_the_workflow_alone(stack):
@@ -199,8 +233,9 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
         assert stack.ref(logical_id) in outputs, logical_id
 
 
-def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_review_messages(stack):
-    # and read the signing key: it signs who answered (docs/security.md)
+def test_review_function_may_only_answer_tasks_read_pending_executions_and_remember_proofs(stack):
+    # and read the signing key: it signs who answered (docs/security.md). It removes no review
+    # message: which message a caller's receipt handle names cannot be checked (review_cli removes its own).
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
@@ -208,11 +243,22 @@ def test_review_function_may_only_answer_tasks_read_pending_records_and_remove_r
     # Step Functions authorizes a task token against the state machine that issued it.
     assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
                        stack.ref("RoutingStateMachine")),
-                      (("sqs:DeleteMessage",), stack.get_att("ReviewQueue", "Arn")),
-                      (("states:DescribeExecution",), executions),
+                      (("states:DescribeExecution", "states:GetExecutionHistory"), executions),
                       (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn")),
                       (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn")),
+                      (("dynamodb:PutItem",), stack.get_att("IdempotencyTable", "Arn")),
                       (("secretsmanager:GetSecretValue",), stack.ref("SigningKeySecret"))}
+    # Each caller's proof answers once: its rows of the idempotency table, and no other row.
+    (proofs,) = [s for s in stack.resolve(policy)["Statement"] if s["Resource"] == stack.get_att("IdempotencyTable", "Arn")]
+    assert proofs["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["review-proof#*"]}}
+    # Whose answers count: the ReviewerPrincipals parameter, empty by default (every answer refused).
+    assert stack.function_environment("ReviewCompletionFunction")["REVIEWER_PRINCIPALS"] == ""
+    listed = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint",
+                                    "ReviewerPrincipals": "arn:aws:iam::123456789012:role/reviewers/Reviewer,user/carol"})
+    assert listed.function_environment("ReviewCompletionFunction")["REVIEWER_PRINCIPALS"] == (
+        "arn:aws:iam::123456789012:role/reviewers/Reviewer,user/carol")
+    with pytest.raises(TemplateError, match="ReviewerPrincipals"):
+        Stack.load(parameters={"ExistingEndpointName": "decision-endpoint", "ReviewerPrincipals": "Reviewer"})
     # The answered item is kept for similar items: a row of its own, never another table.
     # A reviewer's answer counts for the head serving in shadow: its tally rows, and no other row.
     # A check's answer counts for the live precision: its tally rows, and no other row.

@@ -45,13 +45,37 @@ class SigningKey:
     def review_verified(self, execution_name: str, reviewer_id: str, signature: str | None) -> bool:
         return signatures.review_identity_verified(self.material, execution_name, reviewer_id, signature)
 
-    def head_signature(self, policy: str, question: str, sha256: str, head_version: str) -> str:
-        return signatures.head_signature(self.material, policy, question, sha256, head_version)
+    def head_signature(self, policy: str, question: str, sha256: str, head_version: str,
+                       purpose: str = signatures.HEAD_SHADOW) -> str:
+        """The head's signature for `purpose` (domain/signatures.py: shadow unless told service)."""
+        return signatures.head_signature(self.material, policy, question, sha256, head_version, purpose)
 
-    def head_verified(self, pointer: HeadPointer) -> bool:
-        """Whether the pointer's signature is this key's for its policy, question, sha256 and version."""
-        expected = self.head_signature(pointer.policy, pointer.question, pointer.sha256, pointer.head_version)
+    def head_verified(self, pointer: HeadPointer, purpose: str | None = None) -> bool:
+        """Whether the pointer's signature is this key's for its policy, question, sha256 and
+        version, made for `purpose` (default: what the pointer is: a shadow pointer's for shadow,
+        any other's for service)."""
+        wanted = purpose or signed_for(pointer)
+        expected = self.head_signature(pointer.policy, pointer.question, pointer.sha256, pointer.head_version, wanted)
         return bool(pointer.signature) and hmac.compare_digest(pointer.signature, expected)
+
+    def head_signed_for(self, pointer: HeadPointer) -> str | None:
+        """What the pointer's signature was made for: HEAD_SHADOW, HEAD_SERVICE, LEGACY_HEAD (before
+        signatures named it), or None (unsigned, or not this key's for these bytes and version).
+        For a refusal's reason only: whether a head loads is `head_verified`'s to say."""
+        if not pointer.signature:
+            return None
+        for purpose in signatures.HEAD_PURPOSES:
+            if self.head_verified(pointer, purpose):
+                return purpose
+        legacy = signatures.legacy_head_signature(self.material, pointer.policy, pointer.question, pointer.sha256,
+                                                  pointer.head_version)
+        return signatures.LEGACY_HEAD if hmac.compare_digest(pointer.signature, legacy) else None
+
+
+def signed_for(pointer: HeadPointer) -> str:
+    """The purpose a pointer's signature must name: a shadow pointer's, shadow; the pointer of the
+    head in service (promoted, or rolled back to an earlier promotion), service."""
+    return signatures.HEAD_SHADOW if pointer.action == "shadow" else signatures.HEAD_SERVICE
 
 
 class _SecretKey(SigningKey):

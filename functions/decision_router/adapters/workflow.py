@@ -34,6 +34,29 @@ class ExecutionNotRunning(LookupError):
     """The named execution does not exist or no longer waits for anything."""
 
 
+#: A review's task token is read from the history's newest events (a page of this many), never
+#: more than this many in all.
+REVIEW_HISTORY_PAGE = 20
+REVIEW_HISTORY_EVENTS = 200
+
+
+def _review_token(parameters: Any, execution_name: str) -> str | None:
+    """The task token a RequestReview's parameters carry in their message, when the message names
+    this execution (Step Functions records the parameters as sent: the message body is JSON, as
+    an object or, written as a string, as text)."""
+    try:
+        sent = json.loads(parameters) if isinstance(parameters, str) else None
+        body = sent.get("MessageBody") if isinstance(sent, dict) else None
+        if isinstance(body, str):
+            body = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("execution_name") != execution_name:
+        return None
+    token = body.get("task_token")
+    return token if isinstance(token, str) and token else None
+
+
 class WorkflowStarter(AwsAdapter):
     service = "stepfunctions"
 
@@ -102,6 +125,32 @@ class WorkflowStarter(AwsAdapter):
             return self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
         except self.client.exceptions.ExecutionDoesNotExist:
             return None
+
+    def review_task_token(self, name: str) -> str | None:
+        """The task token of the latest review request the execution sent (RequestReview: SQS
+        sendMessage.waitForTaskToken, whose message names the execution and carries the token), read
+        from its history, newest first; None when it sent none. ExecutionNotRunning: no such execution.
+        A waiting review's request is among the history's last few events: one page, seldom two."""
+        arn = self.execution_arn(name)
+        latest: tuple[int, str | None] | None = None
+        try:
+            pages = self.client.get_paginator("get_execution_history").paginate(
+                executionArn=arn, reverseOrder=True, includeExecutionData=True,
+                PaginationConfig={"PageSize": REVIEW_HISTORY_PAGE, "MaxItems": REVIEW_HISTORY_EVENTS})
+            for page in pages:
+                for event in page["events"]:
+                    if event.get("type") != "TaskScheduled":
+                        continue
+                    details = event.get("taskScheduledEventDetails") or {}
+                    if (details.get("resourceType"), details.get("resource")) != ("sqs", "sendMessage.waitForTaskToken"):
+                        continue
+                    if latest is None or event["id"] > latest[0]:
+                        latest = (event["id"], _review_token(details.get("parameters"), name))
+                if latest is not None:
+                    break  # newest first: nothing older can be the waiting request
+        except self.client.exceptions.ExecutionDoesNotExist:
+            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
+        return latest[1] if latest else None
 
     def running_record(self, name: str) -> DecisionRecord:
         """The decision record a running execution was started with (its input, written by the intake)."""

@@ -51,7 +51,8 @@ class HeadPointer(BaseModel):
     previous: "HeadPointer | None" = Field(None, description="The pointer this one replaced; None: the shipped head.")
     signature: str = Field("", max_length=128, description=(
         "The stack's head signing key over policy, question, sha256 and head version (domain/signatures.py "
-        "`head_signature`), made by the relearning function for what its gate passed; empty: unsigned."))
+        "`head_signature`), made by the relearning function for what it was made for: a shadow (when its "
+        "shadow starts) or service (when it is promoted); empty: unsigned."))
 
     def without_history(self, depth: int = 4) -> "HeadPointer":
         """This pointer with at most `depth` earlier pointers kept (an SSM parameter holds 4 KB

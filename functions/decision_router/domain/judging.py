@@ -19,7 +19,7 @@ from .heads import Head
 from .lexical import State, evidence_text
 from .model_requests import SIGNAL_OPTION_IDS
 from .policies import Policy, Question, Thresholds
-from .precision import check_reason, sampled
+from .precision import DrawKey, check_reason, sampled
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
 from .why import Why, field_effects, rule_checks, threshold_checks
@@ -277,9 +277,11 @@ def build_record(
     review_queue_url: str,
     review_timeout_seconds: int,
     decided_at: datetime | None = None,
+    check_key: DrawKey | None = None,
 ) -> DecisionRecord:
     """Route auto when every question passed, else review. `escalate` means "escalate now":
-    true when a passed answer (rule or confident model) is an escalating option, whatever the route."""
+    true when a passed answer (rule or confident model) is an escalating option, whatever the route.
+    `check_key`: the stack's key for the precision checks' draw (domain/precision.py `sampled`)."""
     by_question = {entry.question: entry for entry in entries}
     missing = [q.id for q in policy.questions if q.id not in by_question]
     if missing:
@@ -288,7 +290,7 @@ def build_record(
     failing = [e for e in ordered if not e.passed]
     route = "review" if failing else "auto"
     reason = "; ".join(f"{e.question}: {r}" for e in failing for r in e.reasons) if failing else ALL_MET
-    checked = sampled(policy, item.key, ordered) if route == "auto" else []
+    checked = sampled(policy, item.key, ordered, check_key) if route == "auto" else []
     if checked:  # held for a reviewer, who checks the automatic answers (domain/precision.py)
         route, reason = "review", check_reason(policy, checked)
         ordered = [e.model_copy(update={"check": True}) if e.question in checked else e for e in ordered]

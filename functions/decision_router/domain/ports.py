@@ -16,7 +16,10 @@ tests wire the same adapters over moto.
 - `AuditWriter`: one audit row (what became of an item, and why).
 - `TaskCompleter`: a reviewer's answer handed to the execution waiting for it.
 - `Executions`: the routing workflow's executions as the review side reads them (a pending
-  execution's own record, any execution's status and input) and a correction started by name.
+  execution's own record and the task token its review waits on, any execution's status and
+  input) and a correction started by name.
+- `CallerIdentity`, `UsedProofs`: who signed a review function caller's proof (STS), and the
+  proofs already accepted (each answers once).
 - `ReviewMessages`: the review queue as a function that answered a review sees it.
 - `ResolvedItemStore`: the resolved items kept for the console's similar items.
 - `PrecisionTallies`: the live precision's tallies of checked and corrected automatic answers.
@@ -31,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from decision_contract import Decision, DecisionResult
 
+from .callers import ProvenCaller
 from .dependencies import ParentEntry
 from .head_versions import HeadPointer
 from .linking import OpenIncident
@@ -233,9 +237,26 @@ class Executions(Protocol):
 
     def running_record(self, name: str) -> DecisionRecord: ...
 
+    def review_task_token(self, name: str) -> str | None:
+        """The task token of the latest review request the execution sent (None: it sent none)."""
+        ...
+
     def describe(self, name: str) -> tuple[str, dict[str, Any]]: ...
 
     def start_named(self, name: str, record: DecisionRecord) -> bool: ...
+
+
+class CallerIdentity(Protocol):
+    """Who signed a review function caller's presigned GetCallerIdentity, made for the answer whose
+    binding is `binding` (domain/callers.py); IdentityNotProven otherwise."""
+
+    def identity(self, proof: str | None, *, binding: str) -> ProvenCaller: ...
+
+
+class UsedProofs(Protocol):
+    """The identity proofs already accepted: True the first time a proof is used while it is valid."""
+
+    def first_use(self, proof_key: str, expires_at: int) -> bool: ...
 
 
 class ReviewMessages(Protocol):

@@ -9,9 +9,16 @@ path (the task token, the review queue, the console, the overdue escalation, the
 it costs the sampled items (say 2 %) the reviewer's latency, and a check nobody answers in time
 goes the way of any overdue review (the escalation queue).
 
-Which items are sampled is decided by a draw from the hash of the policy and the item's full key
+Which items are sampled is decided by a draw from the policy and the item's full key
 (`check_draw`): a retry, a redelivery or a second judgement of the same item draws the same, and a
 question's rate compares with the same draw, so questions with equal rates are checked together.
+The item's key is the sender's to choose (its id, and a digest of what it sent), so in a stack the
+draw is an HMAC under a key the sender never sees (the stack's head signing key, with a purpose of
+its own: domain/signatures.py CHECK_DRAW): no sender can work out which of its variants would be
+checked, or never be. Without a key (a local run, a test without a stack) it is a plain hash.
+
+A check is blind: the console shows its reviewer neither the automatic answer it measures nor what
+would reveal it (`blinded`), so the reviewer's answer is their own, not a confirmation.
 
 The tally (`CheckCounts`, one row per question and one per option, adapters/precision_tally.py)
 counts the checked answers and those the reviewer confirmed; its figure (`PrecisionFigure`) is the
@@ -25,7 +32,7 @@ wrong answers get reported, so they would bias any estimate; they are a count to
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,15 +40,29 @@ from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, prec
 
 from .policies import Policy, Question
 from .records import DecisionEntry, DecisionRecord
+from .signatures import CHECK_DRAW, sign
 
 #: The route reason of an item held to check its automatic answers.
 CHECK_REASON = "precision check"
 
 
-def check_draw(policy: str, item_key: str) -> float:
-    """The item's draw in [0, 1): from the sha256 of the policy and the item's full key, so every
-    judgement of the same item under the same policy draws the same."""
-    digest = hashlib.sha256(f"{policy}\n{item_key}".encode("utf-8")).digest()
+#: What `sampled` gets the stack's draw key from: bytes, or None where no key is configured.
+DrawKey = Callable[[], "bytes | None"]
+
+
+class DrawKeyUnavailable(RuntimeError):
+    """The stack's draw key could not be read: no item is sampled (each routes as its thresholds
+    say) rather than one drawn by what its sender controls."""
+
+
+def check_draw(policy: str, item_key: str, key: bytes | None = None) -> float:
+    """The item's draw in [0, 1), the same for every judgement of the same item under the same
+    policy: HMAC-SHA256 under the stack's `key` (CHECK_DRAW's purpose) of the policy and the item's
+    full key, which no sender can compute; None (no key configured: a local run) the sha256 alone."""
+    if key is None:
+        digest = hashlib.sha256(f"{policy}\n{item_key}".encode("utf-8")).digest()
+    else:
+        digest = bytes.fromhex(sign(key, CHECK_DRAW, policy, item_key))
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64
 
 
@@ -50,11 +71,20 @@ def sample_rate(policy: Policy, question: Question) -> float:
     return (question.precision_check or policy.precision_check).sample_rate
 
 
-def sampled(policy: Policy, item_key: str, entries: Sequence[DecisionEntry]) -> list[str]:
+def sampled(policy: Policy, item_key: str, entries: Sequence[DecisionEntry], key: DrawKey | None = None) -> list[str]:
     """The questions of an automatically routed item whose answer is to be checked: those the model
-    answered (a rule's answer is the policy's, not a guess) whose rate exceeds the item's draw."""
-    draw = check_draw(policy.name, item_key)
-    return [e.question for e in entries if e.source == "model" and draw < sample_rate(policy, policy.question(e.question))]
+    answered (a rule's answer is the policy's, not a guess) whose rate exceeds the item's draw.
+    `key` gives the stack's draw key (read only when some rate could sample the item); a key that
+    cannot be read (DrawKeyUnavailable) samples nothing."""
+    rates = {e.question: sample_rate(policy, policy.question(e.question)) for e in entries if e.source == "model"}
+    if not any(rate > 0 for rate in rates.values()):
+        return []
+    try:
+        secret = key() if key is not None else None
+    except DrawKeyUnavailable:
+        return []
+    draw = check_draw(policy.name, item_key, secret)
+    return [question for question, rate in rates.items() if draw < rate]
 
 
 def check_reason(policy: Policy, questions: Sequence[str]) -> str:

@@ -27,6 +27,7 @@ from .judging import build_record, error_entry, explain, model_entry, rule_entry
 from .model_requests import build_decisions
 from .policies import Policy, Question
 from .ports import Endpoint
+from .precision import DrawKey
 from .records import DecisionEntry, DecisionRecord, ShadowAnswer
 from .rules import apply_rules
 from .shadow import shadow_answer
@@ -46,8 +47,11 @@ class Router:
     deploy: decision_router.intake.live_heads)."""
 
     def __init__(self, endpoint: Endpoint, *, destinations: Mapping[str, str], review_queue_url: str,
-                 review_timeout_seconds: int, wait_for_capacity: bool = False):
+                 review_timeout_seconds: int, wait_for_capacity: bool = False, check_key: DrawKey | None = None):
+        """`check_key`: the stack's key for the precision checks' draw (domain/precision.py); None
+        where none is configured (the draw is then a plain hash of what the sender sent)."""
         self.endpoint = endpoint
+        self.check_key = check_key
         self.wait_for_capacity = wait_for_capacity
         self.destinations = dict(destinations)
         self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
@@ -96,7 +100,7 @@ class Router:
         entries = explain(policy, item, entries, state, results)
         record = build_record(policy, item, entries, destinations=self.destinations,
                               review_queue_url=self.review_queue_url,
-                              review_timeout_seconds=self.review_timeout_seconds)
+                              review_timeout_seconds=self.review_timeout_seconds, check_key=self.check_key)
         if shadowed:
             record = record.model_copy(update={"shadow": shadowed})
         return record, seconds

@@ -10,6 +10,19 @@ Whoever else writes a labelled example or a head (SendTaskSuccess with a token f
 queue, s3:PutObject on the head store, ssm:PutParameter on a pointer) cannot make a signature
 that verifies.
 
+A head's signature names what it was made for (`HEAD_SHADOW` or `HEAD_SERVICE`): the relearning
+function signs a candidate for shadow when its shadow starts, and signs it anew for service only
+when it promotes it (after the gate, the shadow's verdict and, with RelearningApproval manual, a
+person's approval). A shadow's signature never verifies for the head in service, so whoever may
+write the head bucket and the pointers cannot put a candidate the shadow refused (or a person
+rejected) in service by copying its bytes and its signature. A signature made before signatures
+named their purpose (`LEGACY_HEAD`, one for both) verifies for neither: the routing functions
+refuse it (`legacy_head_signature` only tells it apart in the reason).
+
+The same head key also keys the sampled precision checks' draw (`CHECK_DRAW`, a purpose of its
+own, domain/precision.py): the routing functions hold it already, and no sender can compute the
+draw of the items it sends.
+
 Reviewer identities are authenticated principals, never names typed by the reviewer:
 `cognito:<sub>` for the console's signed-in reviewer (the JWT API Gateway verified), `iam:<ARN>`
 for the review function's caller (the ARN STS returned for the caller's own signed
@@ -24,7 +37,15 @@ import json
 
 #: Purposes: each signature names what it vouches for.
 REVIEW_IDENTITY = "review-identity"
-HEAD = "head"
+#: A head the relearning gate passed, to answer beside the head in service (decides nothing).
+HEAD_SHADOW = "head-shadow"
+#: A head promoted to decide in service (after the gate, the shadow and any approval).
+HEAD_SERVICE = "head-service"
+HEAD_PURPOSES = (HEAD_SHADOW, HEAD_SERVICE)
+#: What heads were signed for before signatures named shadow or service: no longer verifies.
+LEGACY_HEAD = "head"
+#: The sampled precision checks' draw (domain/precision.py): keyed, so no sender can compute it.
+CHECK_DRAW = "precision-check-draw"
 
 
 class IdentityNotProven(ValueError):
@@ -67,10 +88,20 @@ def review_identity_signature(key: bytes, execution_name: str, reviewer_id: str)
     return sign(key, REVIEW_IDENTITY, execution_name, reviewer_id)
 
 
-def head_signature(key: bytes, policy: str, question: str, sha256: str, head_version: str) -> str:
-    """What a head pointer carries: the key's word that the relearning gate passed these bytes
-    (by their sha256) as this version of this policy question's head."""
-    return sign(key, HEAD, policy, question, sha256, head_version)
+def head_signature(key: bytes, policy: str, question: str, sha256: str, head_version: str,
+                   purpose: str = HEAD_SHADOW) -> str:
+    """What a head pointer carries: the key's word that these bytes (by their sha256) are this
+    version of this policy question's head, for `purpose`: HEAD_SHADOW (the gate passed them; the
+    default, the least a signature can vouch for) or HEAD_SERVICE (promoted: only `promote` signs so)."""
+    if purpose not in HEAD_PURPOSES:
+        raise ValueError(f"head signature purpose {purpose!r}: one of {', '.join(HEAD_PURPOSES)}")
+    return sign(key, purpose, policy, question, sha256, head_version)
+
+
+def legacy_head_signature(key: bytes, policy: str, question: str, sha256: str, head_version: str) -> str:
+    """The signature heads carried before it named shadow or service (the same for both): never
+    accepted, only recognised to say why a head is refused."""
+    return sign(key, LEGACY_HEAD, policy, question, sha256, head_version)
 
 
 def review_identity_verified(key: bytes, execution_name: str, reviewer_id: str, signature: str | None) -> bool:

@@ -12,7 +12,10 @@ an alarm watches. No pointer: the shipped head decides (a rollback past the firs
 
 Where the stack configured a head signing key (HEAD_SIGNING_KEY_SECRET_ARN, HeadSigningKeySecret),
 a pointer must also carry the relearning function's signature of its policy, question, sha256 and
-head version (domain/signatures.py): an unsigned or altered head is refused the same way. Without
+head version (domain/signatures.py): an unsigned or altered head is refused the same way. The
+signature names what it was made for: the head in service must carry one made for service (at
+promotion), a shadow one made for shadow; a shadow's signature copied into the pointer of the head
+in service is refused, as is a signature made before signatures named their purpose. Without
 one (a local run, tests without a stack) heads from the store load unsigned, as the shipped heads
 in the code always do.
 """
@@ -32,6 +35,7 @@ from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
 from ..domain.ports import PointerSource
 from ..domain.routing import ShadowHead
+from ..domain.signatures import HEAD_SERVICE, HEAD_SHADOW, LEGACY_HEAD
 
 HEAD_LOAD_FAILED = "HeadLoadFailed"
 
@@ -99,7 +103,7 @@ class LiveHeads:
                                          shadow=True)
             if misplaced:
                 raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
-            self._signed(pointer, where)
+            self._signed(pointer, where, HEAD_SHADOW)
             head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",
                              changed="the object is not the one named")
             problems = self.shipped.head_problems(self.shipped.question(question), head)
@@ -115,16 +119,27 @@ class LiveHeads:
         self.logger.info("shadow head serving beside the head in service",
                          extra={"question": question, "head_version": head.version})
 
-    def _signed(self, pointer: HeadPointer, where: str) -> None:
-        """ValueError unless the pointer carries the stack's head signature (when a key is configured)."""
+    def _signed(self, pointer: HeadPointer, where: str, purpose: str) -> None:
+        """ValueError unless the pointer carries the stack's head signature made for `purpose`
+        (HEAD_SERVICE for the head in service, HEAD_SHADOW for a shadow; when a key is configured)."""
         if self.head_key is None:
             return
         if not pointer.signature:
             raise ValueError(f"{where}: unsigned; this stack signs every head its relearning gate passes "
                              "(HeadSigningKeySecret), so an unsigned one is refused")
-        if not self.head_key.head_verified(pointer):
-            raise ValueError(f"{where}: its signature does not verify with the stack's head signing key (the head, "
-                             "its sha256, version or question was changed after the gate passed it): refused")
+        if self.head_key.head_verified(pointer, purpose):
+            return
+        made_for = self.head_key.head_signed_for(pointer)
+        if made_for == LEGACY_HEAD:
+            raise ValueError(f"{where}: signed before head signatures named shadow or service (such a signature "
+                             "cannot tell a shadow from a promotion): refused; the shipped head decides until "
+                             "relearning promotes again, or roll back (docs/learning/relearning.md)")
+        if made_for is not None:
+            wanted = ("the head in service: only a promotion signs a head for service" if purpose == HEAD_SERVICE
+                      else "a shadow")
+            raise ValueError(f"{where}: signed for {made_for.removeprefix('head-')}, not as {wanted}: refused")
+        raise ValueError(f"{where}: its signature does not verify with the stack's head signing key (the head, "
+                         "its sha256, version or question was changed after the gate passed it): refused")
 
     def _refresh(self, question: str) -> bool:
         """Whether the question's head in service changed."""
@@ -141,7 +156,7 @@ class LiveHeads:
             misplaced = pointer_problems(pointer, bucket=self.store.bucket, policy=self.shipped.name, question=question)
             if misplaced:
                 raise ValueError(f"{where}: the pointer " + "; ".join(misplaced))
-            self._signed(pointer, where)
+            self._signed(pointer, where, HEAD_SERVICE)
             if pointer.sha256 == current.sha256:
                 return False
             head = read_head(self.store.read(pointer), pointer.sha256, where, named_by="the pointer's",

@@ -37,6 +37,7 @@ from ..adapters.shadow_tally import ShadowTally
 from ..domain.linking import LinkedIncident
 from ..domain.policies import Policy, load_policy
 from ..domain.ports import ResolvedItemStore
+from ..domain.precision import DrawKeyUnavailable
 from ..domain.records import DecisionRecord, RecordTooLarge, check_size
 from ..domain.routing import Router, ShadowHead
 from ..domain.similar import ROUTER
@@ -150,7 +151,7 @@ class Intake:
             self.logger.warning("policy warning", extra={"policy": policy.name, "warning": warning})
         router = Router(self.wiring.endpoint, destinations=s.destination_queues, review_queue_url=s.review_queue_url,
                         review_timeout_seconds=s.review_timeout_seconds,
-                        wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False))
+                        wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False), check_key=self._check_key)
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
         # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
         judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
@@ -160,6 +161,22 @@ class Intake:
                           head_key=self.wiring.head_signing_key if self.wiring.head_store is not None else None)
         tally = self.wiring.shadow_tally if live is not None else None
         return IntakeParts(policy, router, judge_once, live, tally, self.wiring.resolved_items)
+
+    def _check_key(self) -> bytes | None:
+        """The precision checks' draw key (domain/precision.py): the stack's head signing key, which
+        the routing functions read anyway; None where the stack configured none (a local run). A key
+        that cannot be read samples no item (logged, `PrecisionCheckKeyUnavailable`): the item is
+        routed as its thresholds say, never held by a draw its sender could compute."""
+        key = self.wiring.head_signing_key
+        if key is None:
+            return None
+        try:
+            return key.material
+        except Exception as error:  # a check missed, never an item
+            self.metrics.add_metric(name="PrecisionCheckKeyUnavailable", unit=MetricUnit.Count, value=1)
+            self.logger.error("precision check draw key unreadable; this item is not sampled",
+                              extra={"reason": f"{type(error).__name__}: {error}"})
+            raise DrawKeyUnavailable(str(error)) from error
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
     def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:

@@ -79,26 +79,26 @@ def complete_review(record: DecisionRecord, execution_name: str, answers: Mappin
 
 
 class ReviewCompletion(BaseModel):
-    """A reviewer's answer to one pending review (the review function's event, or the CLI's input)."""
+    """A reviewer's answer to one pending review, with who answered as the calling function
+    established it: the console from the verified token, the review function from its caller's
+    proven identity (review/caller.py, whose event is a `CallerAnswer`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     execution_name: ExecutionName = Field(description="The pending review's execution (review_cli list shows it).")
     task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
     reviewer: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)] = Field(
-        description="A display name only: who answered is `identity_proof`'s principal (or the console's `sub`).")
+        description="Who answered, as the audit keys it: the console's `sub`, the review function's proven "
+                    "principal's name; never a name the reviewer typed.")
     answers: dict[str, str] = Field(min_length=1)
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
     policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
                                                          "applies; refused when it is not the record's.")
-    receipt_handle: str | None = Field(default=None, description="Review-queue message to delete once completed.")
     reviewer_username: str | None = Field(default=None, max_length=256,
-                                          description="The console's reviewer's user name (the console sets it).")
+                                          description="The name shown for the reviewer (from the token's claims, "
+                                                      "or the proven principal's user or session name).")
     reviewer_email: str | None = Field(default=None, max_length=256,
                                        description="Their email, only when the user pool has it verified.")
-    identity_proof: str | None = Field(default=None, max_length=8192, description=(
-        "The review function's caller: an STS GetCallerIdentity request presigned with the caller's "
-        "credentials (adapters/caller_identity.py); the console does not use it."))
 
     @classmethod
     def parse(cls, data: Any) -> "ReviewCompletion":
@@ -128,18 +128,25 @@ class PendingReview(BaseModel):
             raise InvalidReview("; ".join(problems)) from None
 
 
-def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter,
-                  reviewer_id: str = "", sign: IdentitySigner | None = None) -> ReviewAnswer:
-    """Validate the answers against the pending record (never a policy the caller names), then
-    hand the output to the waiting workflow. `record` must come from a trusted source: the
-    execution's own input, or the review message that carries the task token. `reviewer_id`:
-    the identity the calling function authenticated (never a field of `completion`)."""
+def review_output(completion: ReviewCompletion, record: DecisionRecord, *, reviewer_id: str = "",
+                  sign: IdentitySigner | None = None) -> ReviewAnswer:
+    """The task output for `completion`, validated against the pending record (never a policy the
+    caller names), or InvalidReview; nothing is sent."""
     if completion.policy is not None and completion.policy != record.policy.name:
         raise InvalidReview(f"policy: {completion.policy!r} is not this review's policy "
                             f"({record.policy.name!r}, from the pending record)")
-    output = complete_review(record, completion.execution_name, completion.answers, completion.reviewer,
-                             note=completion.note, username=completion.reviewer_username,
-                             email=completion.reviewer_email, reviewer_id=reviewer_id, sign=sign)
+    return complete_review(record, completion.execution_name, completion.answers, completion.reviewer,
+                           note=completion.note, username=completion.reviewer_username,
+                           email=completion.reviewer_email, reviewer_id=reviewer_id, sign=sign)
+
+
+def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter,
+                  reviewer_id: str = "", sign: IdentitySigner | None = None) -> ReviewAnswer:
+    """Validate the answers against the pending record (`review_output`), then hand the output
+    to the waiting workflow. `record` must come from a trusted source: the execution's own input,
+    or the review message that carries the task token. `reviewer_id`: the identity the calling
+    function authenticated (never a field of `completion`)."""
+    output = review_output(completion, record, reviewer_id=reviewer_id, sign=sign)
     tasks.complete(completion.task_token, output)
     return output
 

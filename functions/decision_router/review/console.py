@@ -152,7 +152,11 @@ class PendingSummary(BaseModel):
     check: list[str] = Field(default_factory=list, description=(
         "The questions whose automatic answer this review checks (a sampled check, domain/precision.py); "
         "empty for a review the thresholds asked for."))
-    suggested: dict[str, str | None]
+    suggested: dict[str, str | None] = Field(description=(
+        "Per question, the automatic answer; null where there is none, or where it is withheld (`withheld`)."))
+    withheld: list[str] = Field(default_factory=list, description=(
+        "The questions whose automatic answer this view withholds: a check's (`blinded`), so its reviewer "
+        "answers without seeing what is measured."))
     requested_at: str | None
     age_seconds: float | None
     timeout_seconds: int
@@ -179,6 +183,20 @@ def pending_summary(review: PendingReview, policy: Policy, now: datetime) -> Pen
         questions=_doubtful(record) or record.checked, check=record.checked, suggested=suggested,
         requested_at=review.requested_at, timeout_seconds=record.review.timeout_seconds,
         age_seconds=age, sla=status)
+
+
+def blinded(summary: PendingSummary, policy: Policy) -> PendingSummary:
+    """The summary as a reviewer sees it: a sampled check's automatic answers withheld (its
+    `suggested` null, and the review deadline's priority where the policy reads it from a checked
+    question), so the reviewer's answer measures the automatic one instead of confirming it. The
+    review SLA's sweep reads the summary itself: the deadline still runs on the automatic answer."""
+    if not summary.check:
+        return summary
+    suggested = {question: None if question in summary.check else option for question, option in summary.suggested.items()}
+    sla, priority = summary.sla, policy.review_sla.priority if policy.review_sla is not None else None
+    if sla is not None and priority is not None and priority.question in summary.check:
+        sla = sla.model_copy(update={"priority": None})
+    return summary.model_copy(update={"suggested": suggested, "sla": sla, "withheld": list(summary.check)})
 
 
 def pending_list(summaries: Sequence[PendingSummary], *, kind: str | None = None,
@@ -224,15 +242,20 @@ def ranked_options(question_options: Sequence[Any], entry: DecisionEntry | None)
     return [option.id for _, option in order]
 
 
-def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]]:
+def decision_view(record: DecisionRecord, policy: Policy, *, blind: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Per question of the policy: the options with the deciding readout's probabilities (and the
     letters' beside the head's), the options ranked best first, the rule that fired, the
-    suggestion to preselect, and the decision's reason: in one line (`why`) and in full (`why_detail`)."""
+    suggestion to preselect, and the decision's reason: in one line (`why`) and in full (`why_detail`).
+    A question in `blind` (a sampled check's) shows none of what would tell its automatic answer:
+    no suggestion, no probabilities or confidence, the options in the policy's order, no reason."""
     entries = {d.question: d for d in record.decisions}
     rules = {rule.id: rule.description for rule in policy.rules}
     questions = []
     for question in policy.questions:
         entry = entries.get(question.id)
+        if question.id in blind:
+            questions.append(_blind_question(question, entry))
+            continue
         questions.append({
             "id": question.id, "question": question.question,
             "suggested": entry.option_id if entry else None,
@@ -252,11 +275,22 @@ def decision_view(record: DecisionRecord, policy: Policy) -> list[dict[str, Any]
     return questions
 
 
+def _blind_question(question: Any, entry: DecisionEntry | None) -> dict[str, Any]:
+    """A checked question as its reviewer sees it: what it asks and its options, nothing of the
+    automatic answer being measured (`decision_view`'s keys, empty)."""
+    return {"id": question.id, "question": question.question, "suggested": None, "blind": True,
+            "source": entry.source if entry else None, "readout": None, "passed": entry.passed if entry else False,
+            "reasons": [], "confidence": None, "min_confidence": None, "rule": None, "rule_description": None,
+            "head_skipped": None, "error": None, "options": _option_rows(question.options, None),
+            "ranked": [option.id for option in question.options], "why": None, "why_detail": None}
+
+
 def item_view(review: PendingReview, record: DecisionRecord, policy: Policy, now: datetime) -> dict[str, Any]:
-    """One pending item as the item page shows it. `record` is the execution's own input."""
-    summary = pending_summary(review.model_copy(update={"record": record}), policy, now)
+    """One pending item as the item page shows it. `record` is the execution's own input. A
+    sampled check is blind (`blinded`): its automatic answers are neither shown nor preselected."""
+    summary = blinded(pending_summary(review.model_copy(update={"record": record}), policy, now), policy)
     return {**summary.model_dump(), "item": record.item, "policy_version": record.policy.version,
-            "decided_at": record.decided_at, "questions": decision_view(record, policy),
+            "decided_at": record.decided_at, "questions": decision_view(record, policy, blind=summary.withheld),
             "doubtful": summary.questions}
 
 

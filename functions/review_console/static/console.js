@@ -157,8 +157,8 @@ function duration(seconds) {
 
 const percent = (p) => (p === null || p === undefined ? "–" : `${(100 * p).toFixed(1)}%`);
 
-function answersText(answers) {
-  return Object.entries(answers || {}).map(([q, o]) => `${q}=${o ?? "?"}`).join(", ");
+function answersText(answers, withheld = []) {
+  return Object.entries(answers || {}).map(([q, o]) => `${q}=${withheld.includes(q) ? "(hidden: a check)" : o ?? "?"}`).join(", ");
 }
 
 // A sampled check: the router would have routed it alone; the reviewer's answer measures it.
@@ -172,14 +172,15 @@ function checkBadge(questions) {
 // ------------------------------------------------------------------ pending list
 const RISK_WORDS = { breached: "past due", at_risk: "at risk", on_track: "on track" };
 
-// The time-to-first-review clock (the policy's review_sla): the list is ordered by it.
-function slaCell(sla) {
+// The time-to-first-review clock (the policy's review_sla): the list is ordered by it. A check's
+// priority is not named when it is the automatic answer the check measures.
+function slaCell(sla, withheld = []) {
   if (!sla) return el("td", { class: "sla", "data-risk": "" }, "no target");
   const left = sla.time_left_seconds;
   const text = left <= 0 ? `${duration(-left)} past due` : `${duration(left)} left`;
   return el("td", { class: `sla ${sla.risk}`, "data-risk": sla.risk,
     title: `${RISK_WORDS[sla.risk]}: first review within ${sla.target_minutes} min${sla.priority ? ` (${sla.priority})` : ""}` },
-  text, el("div", { class: "id" }, `${sla.priority ?? "default"} · ${sla.target_minutes}m target`));
+  text, el("div", { class: "id" }, `${sla.priority ?? (withheld.length ? "priority hidden" : "default")} · ${sla.target_minutes}m target`));
 }
 
 async function showReviews() {
@@ -197,10 +198,10 @@ async function showReviews() {
       el("td", {}, el("a", { href: `#/review/${r.execution_name}` }, r.headline || r.item_id),
         el("div", { class: "id" }, `${r.item_kind} ${r.item_id}`)),
       el("td", { class: "reason" }, checkBadge(r.check), r.reason),
-      el("td", {}, answersText(r.suggested)),
+      el("td", {}, answersText(r.suggested, r.withheld)),
       el("td", { class: "age" }, `${duration(r.age_seconds)} of ${duration(r.timeout_seconds)}`,
         el("div", { class: `meter ${state}` }, el("span", { style: null, "data-share": Math.min(1, share).toFixed(3) }))),
-      slaCell(r.sla));
+      slaCell(r.sla, r.withheld));
   });
   $("review-rows").replaceChildren(...rows);
   for (const bar of $("review-rows").querySelectorAll("[data-share]")) bar.style.width = `${100 * Number(bar.dataset.share)}%`;
@@ -231,12 +232,14 @@ function questionBlock(question, index, keys) {
   const meta = [];
   if (question.source === "rule") meta.push(`rule ${question.rule} fired${question.rule_description ? `: ${question.rule_description}` : ""}`);
   else if (question.source === "endpoint_error") meta.push(`no model answer (${question.error || "endpoint error"})`);
-  else if (question.source === "model") {
+  else if (question.source === "model" && !question.blind) {
     meta.push(`decided by the ${question.readout === "head" ? "learned head" : "option letters"}`);
     if (question.confidence !== null) meta.push(`confidence ${question.confidence.toFixed(2)} (needs ${question.min_confidence.toFixed(2)})`);
     if (question.head_skipped) meta.push(`head not used: ${question.head_skipped}`);
   }
-  const qmeta = el("div", {}, el("p", { class: "qmeta" }, question.passed ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · ")),
+  // A sampled check is blind: the API sends nothing of the automatic answer, and nothing is preselected.
+  if (question.blind) meta.push("a check: the automatic answer is hidden until you answer; choose what you would");
+  const qmeta = el("div", {}, el("p", { class: "qmeta" }, question.passed || question.blind ? "" : el("span", { class: "doubt" }, "in doubt · "), meta.join(" · ")),
     whyBlock(question));
   if (question.options.length >= PICKER_MIN_OPTIONS) {
     return pickerBlock(question, `${question.id}: ${question.question}`, qmeta, nextAfter);
@@ -244,7 +247,7 @@ function questionBlock(question, index, keys) {
   const options = question.options.map((option, i) => {
     const key = row[i] || "";
     const input = el("input", { type: "radio", name: `q-${question.id}`, value: option.id,
-      checked: option.id === question.suggested, "data-question": question.id });
+      checked: !question.blind && option.id === question.suggested, "data-question": question.id });
     if (key) keys.set(key, input);
     const probability = option.probability ?? option.letters;
     const probs = el("span", { class: "probs" },
@@ -255,7 +258,7 @@ function questionBlock(question, index, keys) {
       el("div", { class: "pbar", "data-width": probability ?? 0 }));
     return el("label", { class: "option" }, el("kbd", {}, key), input,
       el("span", { class: "what" }, el("b", {}, option.id),
-        option.id === question.suggested ? el("span", { class: "suggested" }, "suggested") : null,
+        !question.blind && option.id === question.suggested ? el("span", { class: "suggested" }, "suggested") : null,
         el("small", {}, option.description, option.target ? ` → ${option.target}` : "", option.escalate ? " (escalates)" : "")),
       probs);
   });

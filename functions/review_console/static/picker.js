@@ -41,7 +41,8 @@ export function pickerBlock(question, legend, meta, onChosen) {
   const order = question.ranked && question.ranked.length === question.options.length
     ? question.ranked : question.options.map((o) => o.id);
   const byId = new Map(question.options.map((o) => [o.id, o]));
-  const top = new Set(order.slice(0, TOP));
+  // A sampled check's question is blind (no ranking, no suggestion): no option is marked "top".
+  const top = new Set(question.blind ? [] : order.slice(0, TOP));
   const listId = `pick-list-${question.id}`;
   const filter = node("input", {
     type: "search", class: "pick-filter", id: `pick-${question.id}`, autocomplete: "off", spellcheck: "false",
@@ -55,7 +56,7 @@ export function pickerBlock(question, legend, meta, onChosen) {
     const option = byId.get(id);
     const probability = option.probability ?? option.head ?? option.letters;
     const input = node("input", { type: "radio", name: `q-${question.id}`, value: option.id, tabindex: "-1",
-      checked: option.id === question.suggested, "data-question": question.id });
+      checked: !question.blind && option.id === question.suggested, "data-question": question.id });
     const label = node("label", { class: "option pick-option", id: `pick-${question.id}-${rank}`, role: "option",
       "data-option": option.id },
     node("span", { class: "rank" }, String(rank + 1)), input,

@@ -1,0 +1,109 @@
+"""An answer through the review function: the caller proves who they are, for this one answer.
+
+The event (`CallerAnswer`, what `review_cli complete` sends) names the execution, its task token,
+the answers and a note, and carries `identity_proof`: an STS GetCallerIdentity the caller
+presigned, signing this answer's binding (domain/callers.py). Before anything is sent:
+
+1. the proof is checked and sent to STS with the binding recomputed from the event: STS names
+   the principal that signed this very answer (adapters/caller_identity.py);
+2. that principal must be of the stack's own account and one the stack's ReviewerPrincipals
+   lists: it is the reviewer, named by its ARN (`iam:<ARN>`) and shown by its user or session
+   name; the event names nobody;
+3. the task token must be the one the named execution's review waits on (its history);
+4. the answers must be one of the answers the execution's own record offers;
+5. the proof must never have been used (it is remembered until it expires).
+
+Then the answer goes to the waiting workflow. The caller's review-queue message is not touched
+here: which message a receipt handle belongs to cannot be checked, so `review_cli` removes the
+message it read itself, with its own rights.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from ..domain.callers import Invoked, Reviewer, ReviewerPrincipals, answer_binding
+from ..domain.ports import CallerIdentity, Executions, TaskCompleter, UsedProofs
+from ..domain.records import DecisionRecord, ReviewAnswer
+from ..domain.signatures import IdentityNotProven
+from ..validation import describe_errors
+from .completion import MAX_TASK_TOKEN, ExecutionName, IdentitySigner, InvalidReview, ReviewCompletion, review_output
+
+#: Fields an earlier review function took from its caller, and why they are refused now.
+NOT_TAKEN = {
+    "reviewer": "who answered is your proven AWS identity, shown by its user or role session name; send no name",
+    "reviewer_username": "the name shown is your proven AWS identity's; send none",
+    "reviewer_email": "the name shown is your proven AWS identity's; send none",
+    "receipt_handle": "the review function removes no review message (it cannot tell whose a receipt handle is); "
+                      "review_cli removes the message it read, with your rights",
+}
+
+
+class CallerAnswer(BaseModel):
+    """The review function's event: one answer, and its caller's proof made for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    execution_name: ExecutionName = Field(description="The pending review's execution (review_cli list shows it).")
+    task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)] = Field(
+        description="The token the execution's review waits on (its review-queue message carries it).")
+    answers: dict[str, str] = Field(min_length=1)
+    note: Annotated[str, StringConstraints(max_length=2000)] = ""
+    policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
+                                                         "applies; refused when it is not the record's.")
+    identity_proof: str = Field(default="", max_length=8192, description=(
+        "An STS GetCallerIdentity presigned for GET with the caller's credentials, signing this answer's "
+        "X-Decision-Router-Answer binding (adapters/caller_identity.py make_proof)."))
+
+    @classmethod
+    def parse(cls, data: Any) -> CallerAnswer:
+        if isinstance(data, dict):
+            refused = [f"{name}: {why}" for name, why in NOT_TAKEN.items() if name in data]
+            if refused:
+                raise InvalidReview("invalid review completion: " + "; ".join(refused))
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise InvalidReview("invalid review completion: " + "; ".join(describe_errors(error))) from None
+
+    def binding(self, audience: str) -> str:
+        """What this answer's proof must sign (domain/callers.py answer_binding)."""
+        return answer_binding(audience, self.execution_name, self.task_token, self.answers, self.note)
+
+    def completion(self, reviewer: Reviewer) -> ReviewCompletion:
+        return ReviewCompletion(execution_name=self.execution_name, task_token=self.task_token, reviewer=reviewer.shown,
+                                reviewer_username=reviewer.shown, answers=self.answers, note=self.note,
+                                policy=self.policy)
+
+
+def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str, identities: CallerIdentity,
+                     executions: Executions, tasks: TaskCompleter, proofs: UsedProofs | None,
+                     sign: IdentitySigner | None) -> tuple[ReviewAnswer, DecisionRecord]:
+    """Check the event's answer and its caller (module docstring), hand it to the waiting
+    workflow; the answer sent and the execution's record. IdentityNotProven (the caller),
+    InvalidReview (the answer or the token), the Executions port's ExecutionNotRunning or the
+    TaskCompleter's ReviewTaskGone: nothing is sent."""
+    answer = CallerAnswer.parse(event)
+    invoked = Invoked.of(function_arn)
+    reviewers = ReviewerPrincipals.parse(reviewer_principals, account=invoked.account,
+                                         partition=invoked.partition).require_some()
+    proven = identities.identity(answer.identity_proof, binding=answer.binding(invoked.function_name))
+    reviewer = reviewers.admit(proven.arn)
+    name = answer.execution_name
+    record = executions.running_record(name)
+    waiting = executions.review_task_token(name)
+    if not waiting or not hmac.compare_digest(waiting.encode("utf-8"), answer.task_token.encode("utf-8")):
+        raise InvalidReview(f"task_token: not the token execution {name!r}'s review waits on "
+                            "(review_cli list shows each review with its own)")
+    output = review_output(answer.completion(reviewer), record, reviewer_id=reviewer.identity, sign=sign)
+    if proofs is None:
+        raise IdentityNotProven("identity_proof: this function has no table to remember proofs in "
+                                "(IDEMPOTENCY_TABLE_NAME), so it cannot refuse a replayed one: refused")
+    if not proofs.first_use(proven.proof_key, proven.expires_at):
+        raise IdentityNotProven("identity_proof: used before: a proof answers once; make a new one "
+                                "(review_cli complete does, for each answer)")
+    tasks.complete(answer.task_token, output)
+    return output, record
