@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from .signatures import IdentityNotProven
+from .signatures import IdentityNotProven, iam_identity
 
 #: The header a proof signs to bind itself to one answer (lower case: as SigV4 lists it).
 ANSWER_HEADER = "x-decision-router-answer"
@@ -187,6 +187,6 @@ class ReviewerPrincipals:
         role = rest.split("/", 1)[0] if parsed.service == "sts" and kind == "assumed-role" and "/" in rest else None
         if arn in self.exact or (role is not None and (role in self.roles
                                                        or any(role.startswith(p) for p in self.role_prefixes))):
-            return Reviewer(identity=f"iam:{arn}", shown=shown_name(arn))
+            return Reviewer(identity=iam_identity(arn), shown=shown_name(arn))
         raise IdentityNotProven(f"caller: {arn} is not one of the reviewer principals the stack's {PARAMETER} "
                                 "parameter lists")
