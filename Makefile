@@ -8,13 +8,29 @@ REQUIREMENTS := requirements-dev.txt container/requirements.txt container/requir
                 functions/requirements.txt contract/pyproject.toml container/llama-build.sh
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/container:$(CURDIR)/functions:$(CURDIR)
 
+# Each target declares the variables it takes (TAKES_<target> above it; TAKES_ANY: every target).
+# A variable given on make's command line that none of the goals takes stops make with its name
+# instead of being silently dropped: `make demo TARGETS=x` -> "make demo does not take TARGETS (it
+# takes MODEL, ITEMS, POLICY, REPORT)". Only the command line counts ($(origin) is "command line"):
+# the environment (PYTHONPATH, CI's variables) never does. The check is this file's last line, so
+# it runs once every TAKES_ is read and before any recipe, with -n too.
+TAKES_ANY := PYTHON
+GOALS := $(or $(MAKECMDGOALS),help)
+GIVEN := $(sort $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),$v)))
+TAKEN = $(if $(word 2,$(GOALS)),$(sort $(foreach g,$(GOALS),$(TAKES_$g))),$(strip $(TAKES_$(GOALS))))
+REFUSED = $(filter-out $(TAKES_ANY) $(TAKEN),$(GIVEN))
+empty :=
+comma_space := ,$(empty) $(empty)
+listed = $(subst $(empty) $(empty),$(comma_space),$(strip $(1)))
+
 .PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public bench-linking docs lint fuzz redrive soak learn rollback preflight clean
 
+TAKES_help :=
 help:
 	@echo "make demo   run the whole pipeline locally on the embedded model (MODEL=… ITEMS=… POLICY=… REPORT=out.jsonl optional)"
 	@echo "make unit   the fast tests: the flows on fakes of the ports; no model, servers or stack in moto (about 1 min on 2 cores)"
 	@echo "make test   the whole test suite on every core (what CI runs; about 20 min on 2 cores; TEST_WORKERS=1: one process)"
-	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops)"
+	@echo "make review the review console on the demo's pending reviews, at a printed localhost URL (Ctrl-C stops); the last demo's policy, or POLICY=… (MODEL=… ITEMS=… as for demo)"
 	@echo "make browser  Debian's chromium for the console's browser tests (make test installs it too)"
 	@echo "make bench  decision-latency benchmark (readout vs prefill floor, batch vs singles, prompt cache, vs llama-server, cost)"
 	@echo "make eval   accuracy / calibration / threshold report on the shipped labelled sets"
@@ -35,6 +51,7 @@ help:
 	@echo "make preflight STACK=name REGION=region [PARAMS=\"Key=Value ...\"] [CONFIG_ENV=default]   the deploy checklist, read only, with your credentials: run it before sam deploy"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
 
+TAKES_venv :=
 venv: $(STAMP)
 
 # llama-cpp-python is built by container/llama-build.sh, as the images build it: portable, every
@@ -61,6 +78,7 @@ $(SAM_STAMP): requirements-sam.txt
 	@touch $@
 
 # The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml).
+TAKES_unit :=
 unit: $(STAMP)
 	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser and not fit"
 
@@ -69,6 +87,7 @@ unit: $(STAMP)
 CHROMIUM := /usr/bin/chromium
 CHROMIUM_STAMP := $(VENV)/.chromium
 
+TAKES_browser :=
 browser: $(CHROMIUM_STAMP)
 
 $(CHROMIUM_STAMP): | $(STAMP)
@@ -79,12 +98,14 @@ $(CHROMIUM_STAMP): | $(STAMP)
 # core (TEST_WORKERS=1: in this process): each worker takes whole test files, so a file's module
 # fixtures are made once and its tests keep their order.
 TEST_WORKERS ?= auto
+TAKES_test := TEST_WORKERS
 test: $(STAMP) $(SAM_STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m pytest $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The whole pipeline on this machine: decision container + moto server, real handlers and workflow.
 # MODEL=path.gguf serves your own model; ITEMS=file.jsonl routes your tickets, incidents and raw source events (events/sources.jsonl);
 # POLICY=policy.json has the intake of its item kind apply that policy (events/many-options/: 150 intents).
+TAKES_demo := MODEL ITEMS POLICY REPORT
 demo: $(STAMP)
 	$(PY) -m local.demo $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(POLICY),--policy "$(POLICY)") $(if $(REPORT),--report "$(REPORT)")
 
@@ -92,12 +113,14 @@ demo: $(STAMP)
 # through the intakes' own code on template.yaml's tables in moto, the model's answers given in the
 # suite. Default: the shipped suites; POLICY= a policy file replacing the shipped one of its name.
 TESTS ?= events/route-tests/*.yaml
+TAKES_route-test := TESTS POLICY
 route-test: $(STAMP)
 	$(PY) -m local.route_tests $(TESTS) $(if $(POLICY),--policy "$(POLICY)")
 
 # Erase (docs/operations/erase.md): one item's rows, by its full key kind:source:id, from every
 # table of the deployed stack STACK= that holds its text (ERASE_ARGS="--audit-table …" instead of a
 # stack); DRY_RUN=1 counts them only.
+TAKES_erase := ITEM STACK DRY_RUN ERASE_ARGS
 erase: $(STAMP)
 	@test -n "$(ITEM)" || { echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1] [ERASE_ARGS=...]"; exit 2; }
 	$(PY) -m ops.erase "$(ITEM)" $(if $(STACK),--stack "$(STACK)") $(if $(DRY_RUN),--dry-run) $(ERASE_ARGS)
@@ -106,6 +129,7 @@ erase: $(STAMP)
 # STACK= (its AuditTableName output) or TABLE= (a deployed stack), else ROWS= an export, by default
 # the newer of those make demo (.demo/) and make soak (.soak/) leave. SINCE= only items decided from then (ISO 8601).
 LOCAL_AUDIT = $(or $(shell ls -t .demo/audit.jsonl .soak/audit.jsonl 2>/dev/null | head -1),.demo/audit.jsonl)
+TAKES_replay := POLICY STACK TABLE ROWS SINCE
 replay: $(STAMP)
 	$(PY) -m ops.replay --policy "$(POLICY)" $(if $(SINCE),--since "$(SINCE)") \
 		$(if $(STACK),--stack "$(STACK)",$(if $(TABLE),--table "$(TABLE)",--rows "$(or $(ROWS),$(LOCAL_AUDIT))"))
@@ -114,10 +138,12 @@ replay: $(STAMP)
 # template.yaml, the settings models and the container's OpenAPI document; strict, into site/.
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
+TAKES_docs :=
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # ruff and mypy read their settings from pyproject.toml.
+TAKES_lint :=
 lint: $(STAMP) $(SAM_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -131,6 +157,7 @@ lint: $(STAMP) $(SAM_STAMP)
 # skipped with a message where it cannot install), and the cost of 1,000 decisions; then the batch
 # scorer against per-request scoring, and fit-history's steps at 10k-1M synthetic rows (training.scale).
 # Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
+TAKES_bench := BENCH_ARGS
 bench: $(STAMP)
 	@$(PY) -c "import xllamacpp" 2>/dev/null || $(PY) -m pip install --quiet -r bench/requirements-peer.txt \
 		|| echo "==> xllamacpp did not install: the benchmark runs without the llama-server peer"
@@ -143,12 +170,14 @@ bench: $(STAMP)
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
+TAKES_eval := EVAL_ARGS
 eval: $(STAMP)
 	$(PY) -m bench.evaluate $(EVAL_ARGS)
 
 # Heads and thresholds for every policy question from the labelled sets (train split) plus any
 # review export; reports in reports/fit/, heads written into the policies where they beat the letters.
 # FIT_ARGS passes options through, e.g. FIT_ARGS="--dry-run" or FIT_ARGS="--model my.gguf".
+TAKES_fit := REVIEWS FIT_ARGS
 fit: $(STAMP)
 	$(PY) -m training $(if $(REVIEWS),--reviews "$(REVIEWS)") $(FIT_ARGS)
 
@@ -162,6 +191,7 @@ fit: $(STAMP)
 # ON=sagemaker scores the export's items in one SageMaker Processing job of the deployed stack STACK
 # (docs/learning/fit-history.md): it prints the estimate and starts nothing without YES=1.
 FIT_HISTORY_USAGE := make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [NAME=policy-name] [TARGETS=map.json|own] [MODEL=...|none] [REPLACE=1] [ENCODING=cp1252] [SKIP_UNLABELLED=1] [MERGE_LABELS=1] [LIMIT=N] [MIN_EXAMPLES=10] [RARE=merge|review] [OUT_OF_SCOPE=label] [NOVELTY_BUDGET=0.04] [ON=sagemaker STACK=name [INSTANCES=1] [INSTANCE_TYPE=ml.c7i.8xlarge] [YES=1]]
+TAKES_fit-history := DATA TEST TEXT LABEL OUT NAME TARGETS MODEL REPLACE ENCODING SKIP_UNLABELLED MERGE_LABELS LIMIT MIN_EXAMPLES RARE OUT_OF_SCOPE NOVELTY_BUDGET ENCODER ON STACK INSTANCES INSTANCE_TYPE YES HISTORY_ARGS
 fit-history: $(STAMP)
 	@test -n "$(DATA)" -a -n "$(TEST)" -a -n "$(TEXT)" -a -n "$(LABEL)" -a -n "$(OUT)" || { echo "$(FIT_HISTORY_USAGE)"; exit 2; }
 	@test "$(ON)" != sagemaker -o -n "$(STACK)" || { echo "ON=sagemaker needs STACK=<the deployed stack's name>"; echo "$(FIT_HISTORY_USAGE)"; exit 2; }
@@ -176,21 +206,26 @@ fit-history: $(STAMP)
 
 # The link rule of tickets to open incidents (docs/operations/linked-items.md): its threshold chosen
 # on the fit half of events/linking/pairs.jsonl, its precision and recall on the test half. Seconds, no model.
+TAKES_bench-linking :=
 bench-linking: $(STAMP)
 	$(PY) -m bench.linking --json reports/linking.json
 
 # Banking77 and CLINC150 (bench/public/, with their licences) through fit-history; the table is
 # bench/public/RESULTS.md, the runs in reports/public/. LIMIT=N: a slice (what make test runs).
+TAKES_bench-public := LIMIT MODEL LAYOUT
 bench-public: $(STAMP)
 	$(PY) bench/public_run.py $(if $(LIMIT),--limit $(LIMIT)) $(if $(MODEL),--model "$(MODEL)") $(if $(LAYOUT),--layout $(LAYOUT))
 
 # The review console over the demo's pending reviews (local sign-in); MODEL=… ITEMS=… as for demo.
+# It applies the policy the last make demo applied (recorded in .demo/run.json); POLICY=… instead.
+TAKES_review := MODEL ITEMS POLICY
 review: $(STAMP)
-	$(PY) -m local.review $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)")
+	$(PY) -m local.review $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(POLICY),--policy "$(POLICY)")
 
 # Re-route what a dead-letter queue of the deployed stack holds, as new routes
 # (docs/operations/redrive.md). DLQ=workflow|tickets|incidents; queue URLs etc. from the environment or
 # REDRIVE_ARGS="--dlq-url … --dry-run".
+TAKES_redrive := DLQ REDRIVE_ARGS
 redrive: $(STAMP)
 	@test -n "$(DLQ)" || { echo "make redrive DLQ=workflow|tickets|incidents [REDRIVE_ARGS=...]"; exit 2; }
 	$(PY) -m ops.redrive $(DLQ) $(REDRIVE_ARGS)
@@ -198,6 +233,7 @@ redrive: $(STAMP)
 # Schemathesis (every default check) against a real decision server on the embedded model: at
 # least 1000 generated requests across the routes. Junit report and server log in reports/fuzz/.
 # FUZZ_ARGS passes options through, e.g. FUZZ_ARGS="--max-examples 500 -- --seed 1".
+TAKES_fuzz := FUZZ_ARGS
 fuzz: $(STAMP)
 	$(PY) -m local.fuzz $(FUZZ_ARGS)
 
@@ -211,6 +247,7 @@ fuzz: $(STAMP)
 N ?= 2000
 FAULTS ?= 0.1
 SEED ?= 7
+TAKES_soak := N FAULTS SEED STUB_SHARE CONCURRENCY LOAD REPORT REVIEW_RATE REVIEWERS
 soak: $(STAMP)
 	$(PY) -m local.soak --n $(N) --faults $(FAULTS) --seed $(SEED) $(if $(STUB_SHARE),--stub-share $(STUB_SHARE)) \
 		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)") \
@@ -219,12 +256,14 @@ soak: $(STAMP)
 # The relearning loop on the local stack: route FIRST, answer the reviews it left from ANSWERS
 # through the review function, run the relearning workflow (promote or refuse, with reasons),
 # route THEN with the heads now in service. Defaults: the shipped sample files in events/learn/.
+TAKES_learn := FIRST ANSWERS THEN REPORT MODEL
 learn: $(STAMP)
 	$(PY) -m local.learn $(if $(FIRST),--first "$(FIRST)") $(if $(ANSWERS),--answers "$(ANSWERS)") \
 		$(if $(THEN),--then "$(THEN)") $(if $(REPORT),--report "$(REPORT)") $(if $(MODEL),--model "$(MODEL)")
 
 # Put back the head a promotion replaced, in the deployed stack (audited; no deploy). The head
 # store's names come from the environment (HEAD_STORE_BUCKET, ...) or ROLLBACK_ARGS="--bucket ...".
+TAKES_rollback := POLICY QUESTION REASON ROLLBACK_ARGS
 rollback: $(STAMP)
 	@test -n "$(POLICY)" -a -n "$(QUESTION)" || { echo "make rollback POLICY=... QUESTION=... REASON=..."; exit 2; }
 	$(PY) -m ops.heads rollback --policy "$(POLICY)" --question "$(QUESTION)" --reason "$(REASON)" $(ROLLBACK_ARGS)
@@ -235,11 +274,15 @@ rollback: $(STAMP)
 # image in ECR by digest, the model archive in S3, the on-call subscriptions, the stack's state.
 # STACK= and REGION= default to samconfig.toml's; the parameters are its parameter_overrides
 # (CONFIG_ENV= another of its environments) with PARAMS="Key=Value ..." over them. Exit 1 on any ✗.
+TAKES_preflight := STACK REGION CONFIG_ENV PARAMS INSTANCE_TYPE INSTANCES PROFILE PREFLIGHT_ARGS
 preflight: $(STAMP)
 	$(PY) -m ops.preflight $(if $(STACK),--stack "$(STACK)") $(if $(REGION),--region "$(REGION)") \
 		$(if $(CONFIG_ENV),--config-env "$(CONFIG_ENV)") $(if $(PARAMS),--parameter-overrides '$(PARAMS)') \
 		$(if $(INSTANCE_TYPE),--processing-instance-type "$(INSTANCE_TYPE)") $(if $(INSTANCES),--processing-instances $(INSTANCES)) \
 		$(if $(PROFILE),--profile "$(PROFILE)") $(PREFLIGHT_ARGS)
 
+TAKES_clean :=
 clean:
 	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak site
+
+$(if $(REFUSED),$(error make $(GOALS) does not take $(call listed,$(REFUSED)) ($(if $(TAKEN),it takes $(call listed,$(TAKEN)),it takes no variables))))

@@ -146,11 +146,36 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
     return policies, problems
 
 
+#: What a demo run leaves in its log folder for `make review`: the policy files it applied.
+RUN_RECORD = "run.json"
+
+
+def record_run(log_dir: Path, policies: dict[str, str]) -> None:
+    """Note the policy files this demo applies (none: the shipped ones), for `make review`."""
+    (log_dir / RUN_RECORD).write_text(json.dumps({"policies": sorted(policies.values())}, indent=2) + "\n", encoding="utf-8")
+
+
+def last_run_policies(log_dir: Path) -> list[Path] | None:
+    """The policy files the last demo with this log folder applied ([]: the shipped ones); None
+    where no demo has recorded its run there."""
+    try:
+        return [Path(p) for p in json.loads((log_dir / RUN_RECORD).read_text(encoding="utf-8"))["policies"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def shown(path: Path | str) -> str:
+    """A path as the user would type it: relative to the repository where it lies in it."""
+    path = Path(path)
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, out: TextIO, began: float) -> int:
     from decision_router.items import ITEM_MODELS
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    record_run(args.log_dir, args.policies)
     model_name = args.model.name if args.model else "the embedded SmolLM2-135M-Instruct Q4_1"
     with ExitStack() as cleanup:
         container = cleanup.enter_context(DecisionContainer(args.log_dir / "decision-server.log", model=args.model))
@@ -163,7 +188,7 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
         pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log, policies=args.policies))  # its functions stop first
         progress(f"created from template.yaml: {pipeline.summary()}")
         for kind, path in args.policies.items():
-            progress(f"the {kind} intake applies {Path(path).relative_to(REPO_ROOT) if Path(path).is_relative_to(REPO_ROOT) else path}")
+            progress(f"the {kind} intake applies {shown(path)}")
         loaded = container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
         progress(f"decision container ready: model loaded and warmed up {loaded:.1f}s after start")
         kinds = " and ".join(f"{sum(1 for i in items if i.kind == kind)} {kind}(s)" for kind in ITEM_MODELS)

@@ -1,10 +1,12 @@
 """`make review`: the review console on this machine, over the demo's pending reviews.
 
-    python -m local.review [--model path.gguf] [--items items.jsonl ...] [--port 8400]
+    python -m local.review [--model path.gguf] [--items items.jsonl ...] [--policy policy.json ...] [--port 8400]
 
 Routes the demo's items exactly as `make demo` does (decision container on the embedded model,
 moto server, template.yaml's resources, the real handlers and workflow), then serves two APIs at
-printed http://127.0.0.1 URLs until Ctrl-C:
+printed http://127.0.0.1 URLs until Ctrl-C. Its intakes apply the policy files the last `make demo`
+applied (it records them in .demo/run.json), or those of --policy instead (`make review POLICY=…`);
+where the two differ it says so.
 
 - the review console. Sign-in is local: any name signs you in as a reviewer (local/console.py
   says how and why it is local only);
@@ -23,6 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
+from local.demo import last_run_policies, read_policies, shown
 from local.items import DEFAULT_ITEMS, read_items
 from local.pipeline import LOG_DIR, LocalPipeline
 from local.services import Terminated, unwinding_on_signals
@@ -33,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="GGUF file to serve (default: the embedded SmolLM2-135M)")
     parser.add_argument("--items", type=Path, action="append",
                         help="JSON Lines of tickets and/or incidents (repeatable; default: events/*.jsonl)")
+    parser.add_argument("--policy", type=Path, action="append",
+                        help="a policy file the intake of its item kind applies (repeatable; default: those the last demo applied)")
     parser.add_argument("--port", type=int, default=0, help="the console's port (default: a free one)")
     parser.add_argument("--webhook-port", type=int, default=0, help="the webhook API's port (default: a free one)")
     parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help="where the service logs go (default: .demo/)")
@@ -48,6 +53,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threadi
     if missing:
         print("review: " + "; ".join(missing), file=sys.stderr)
         return 2
+    paths, note = policies_to_serve(args.policy or [], args.log_dir)
+    if note:
+        print(f"review: {note}", file=out, flush=True)
+    args.policies, problems = read_policies(paths)
+    if problems:
+        print("review: " + "; ".join(problems), file=sys.stderr)
+        return 2
     try:
         with unwinding_on_signals():
             return _run(args, out, stop or threading.Event())
@@ -60,6 +72,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threadi
     except Exception as error:  # noqa: BLE001 - the user gets one clear line, and the logs
         print(f"\nreview failed: {type(error).__name__}: {error}\n(logs: {args.log_dir})", file=sys.stderr)
         return 1
+
+
+def policies_to_serve(given: list[Path], log_dir: Path) -> tuple[list[Path], str | None]:
+    """The policy files to apply: `given` (POLICY=), else those the last demo of `log_dir` applied;
+    and a line for the user where that choice is worth saying (the demo's, or a different one)."""
+    demo = last_run_policies(log_dir)
+    demo_said = "the shipped policies" if not demo else ", ".join(shown(p) for p in demo)
+    if not given:
+        return (demo or []), (f"applying what the last make demo applied: {demo_said}" if demo else None)
+    if demo is not None and sorted(p.resolve() for p in given) != sorted(p.resolve() for p in demo):
+        return given, (f"applying POLICY={', '.join(str(p) for p in given)}, not what the last make demo applied "
+                       f"({demo_said}): the pending reviews are this run's own")
+    return given, None
 
 
 def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
@@ -81,7 +106,9 @@ def _run(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> int:
         progress(f"moto server on {moto.url}")
         cleanup.enter_context(patched_environ(local_aws_environ(moto, container.url)))
         lambda_log = cleanup.enter_context(open(args.log_dir / "lambda.log", "w", encoding="utf-8"))
-        pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log))
+        pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log, policies=args.policies))
+        for kind, path in args.policies.items():
+            progress(f"the {kind} intake applies {shown(path)}")
         container.wait_ready(on_wait=lambda s: progress(f"... still loading the model ({s:.0f}s)"))
         progress(f"routing {len(items)} item(s) as make demo does")
         outcomes = pipeline.run(items, progress)
