@@ -38,7 +38,7 @@ class Row:
 
 def _decision_cells(decision: DecisionEntry) -> tuple[list[str], str]:
     """(decided by (question: readout), top option, its p, confidence vs its minimum) and the
-    decision's note: why (the trace's line) and, for a head, what the letters alone said."""
+    decision's note: why (the trace's line) and, where the letters decided instead of a head, why."""
     option = decision.option_id or "-"
     extra = []
     probability = "-"
@@ -52,12 +52,8 @@ def _decision_cells(decision: DecisionEntry) -> tuple[list[str], str]:
         readout = decision.readout or "letters"
         if decision.tier == "words":  # the head answered from the words alone: the endpoint was not asked
             readout = "head (words, no endpoint)"
-        if readout == "head":
-            letters = decision.letter_probabilities or {}
-            best = max(letters, key=letters.__getitem__) if letters else None
-            if best:
-                extra.append(f"the letters alone: {best} {letters[best]:.2f}")
-        elif decision.head_skipped:
+        # the model's letters are said only where they decided: a head's answer is told by its words
+        if readout != "head" and decision.head_skipped:
             readout = "letters"
             extra.append(f"head skipped: {decision.head_skipped}")
     elif decision.source == "rule":

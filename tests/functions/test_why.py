@@ -135,3 +135,100 @@ def test_the_line_names_only_the_fields_that_moved_the_answer():
     assert line(0.004, -0.001) == "head → P2; no evidence field moved it"
     assert "+0.00" not in line(0.0, 0.0)
     assert Why(readout="letters", option="P2").line() == "letters → P2"  # no field effects computed: nothing said
+
+
+def one_field_head(terms: dict[str, float], *, char_ngrams: tuple[int, int] = (3, 4)):
+    """A head over one text field (`text`), options network and billing: network's weight of each
+    term as given, billing's its opposite."""
+    from decision_router.domain.heads import Head
+
+    names = list(terms)
+    return Head.model_validate({
+        "version": "words-1", "question_sha256": "0" * 64, "options": ["network", "billing"],
+        "text": {"fields": ["text"], "word_ngrams": [1, 2], "char_ngrams": list(char_ngrams), "terms": names,
+                 "idf": [1.0] * len(names), "weights": [[terms[t] for t in names], [-terms[t] for t in names]]},
+        "bias": [0.0, 0.0], "thresholds": {"min_confidence": 0.5, "min_margin": 0.1},
+        "fit": {"examples": 10, "fitted_on": "2026-12-01", "regularisation": 1.0, "folds": 2,
+                "cv_accuracy": 0.9, "cv_ece": 0.05}})
+
+
+def test_the_words_that_moved_a_head_are_its_weights_times_the_tickets_values():
+    """Each TF-IDF feature's contribution to the chosen option (weight × value in the ticket's
+    vector) goes to the words it came from; the words with a positive sum, largest first."""
+    from decision_router.domain.why import top_words
+
+    head = one_field_head({"w:vpn": 3.0, "w:tunnel": 2.0, "w:disconnects": 1.0, "w:invoice": 4.0,
+                           "w:the": -0.5, "w:vpn tunnel": 0.2})
+    state = {"text": "The VPN tunnel disconnects; the vpn drops. No invoice? no."}
+    vector = {head.text.terms[c]: v for c, v in head.text_vector(state).items()}
+    contributions = {"vpn": 3.0 * vector["w:vpn"] + 0.1 * vector["w:vpn tunnel"],
+                     "tunnel": 2.0 * vector["w:tunnel"] + 0.1 * vector["w:vpn tunnel"],
+                     "disconnects": 1.0 * vector["w:disconnects"], "invoice": 4.0 * vector["w:invoice"]}
+    expected = sorted(contributions, key=lambda w: -contributions[w])
+    assert top_words(head, state, 0) == expected == ["vpn", "invoice", "tunnel", "disconnects"]  # "vpn" twice
+    assert top_words(head, state, 0, limit=2) == ["vpn", "invoice"]
+    # for billing every weight is the opposite: only "the" pushed towards it
+    assert top_words(head, state, 1) == ["the"]
+    # words the head does not know, or no text block, move nothing
+    assert top_words(head, {"text": "printer jammed"}, 0) == []
+    assert top_words(head, "vpn down", 0) == ["vpn"]  # free text is read as the head's one text
+
+
+def test_character_ngrams_are_named_by_the_word_they_came_from():
+    from decision_router.domain.why import top_words
+
+    # no word feature: the n-grams "vpn" and "tun" lie within "vpn" and "tunnel"; "n t" spans a space (no word)
+    head = one_field_head({"c:vpn": 1.0, "c:tun": 2.0, "c:n t": 5.0, "c:xyz": 9.0})
+    assert top_words(head, {"text": "vpn tunnel"}, 0) == ["tunnel", "vpn"]
+    # a word feature and the n-grams within the same word add up to one word
+    both = one_field_head({"w:vpn": 1.0, "c:vpn": 1.0, "w:tunnel": 1.5})
+    vector = {both.text.terms[c]: v for c, v in both.text_vector({"text": "vpn tunnel"}).items()}
+    assert vector["w:vpn"] + vector["c:vpn"] > 1.5 * vector["w:tunnel"]
+    assert top_words(both, {"text": "vpn tunnel"}, 0) == ["vpn", "tunnel"]
+
+
+def test_the_line_names_the_words_and_a_field_only_among_several():
+    from decision_router.domain.why import FieldEffect
+
+    one = [FieldEffect(field="text", without=0.2, effect=0.6)]
+    assert Why(readout="head", option="network", words=["vpn", "tunnel", "disconnects", "drops"],
+               fields=one).line() == 'head → network; the words "vpn", "tunnel", "disconnects"'
+    several = one + [FieldEffect(field="channel", without=0.7, effect=0.1)]
+    assert Why(readout="head", option="network", words=["vpn"], fields=several).line() == \
+        'head → network; the words "vpn"; by text +0.60, channel +0.10'
+    # no word moved it (its meaning did, through the sentence embedding): the field is still named
+    assert Why(readout="head", option="network", fields=one).line() == "head → network; by text +0.60"
+
+
+def test_a_head_decision_names_its_words_and_no_letters(head_policy, ticket_data):
+    """A head decided: the line names the ticket's words that moved it; the model's letters, read
+    by the head, are no figure of the line or of the demo table's note."""
+    from decision_router.domain.why import top_words
+    from local.tables import _decision_cells
+
+    question = head_policy.questions[0]
+    ticket = parse_item("ticket", {**ticket_data, "subject": "Charged twice", "body": "charged twice, password"})
+    state = build_state(head_policy, ticket)
+    result = result_with_hidden(question, HIDDEN_STATE, letters=LETTERS)
+    [entry] = explain(head_policy, ticket, [model_entry(question, result, state)], state, {question.id: result})
+    chosen = question.option_ids.index(entry.option_id)
+    assert entry.readout == "head" and entry.letter_probabilities
+    assert entry.why.words == (top_words(question.learned_head, state, chosen) or None)
+    if entry.why.words:
+        assert 'the words "' + entry.why.words[0] + '"' in entry.why.line()
+    _, note = _decision_cells(entry)
+    assert "letters" not in note and "letters" not in entry.why.line()
+
+
+def test_a_letters_decision_still_shows_the_letters(ticket_data):
+    from local.tables import _decision_cells
+
+    policy = load_policy("support-ticket")
+    ticket = parse_item("ticket", ticket_data)
+    stripped = policy.model_copy(update={"questions": [policy.questions[0].with_head(None)]})
+    plain = stripped.questions[0]
+    result = make_result("queue", plain.option_ids, [3.0, 0.0, 0.0, 0.0, 0.0])
+    [entry] = explain(stripped, ticket, [model_entry(plain, result)], build_state(stripped, ticket), {"queue": result})
+    cells, note = _decision_cells(entry)
+    assert cells[0] == "queue: letters" and note.startswith(f"queue: letters → {entry.option_id} (conf ")
+    assert entry.why.words is None

@@ -355,9 +355,8 @@ class Head(StrictModel):
                 raise ValueError(f"sentence vector has {len(vector)} values; the head reads {self.sentence.dimensions}")
             logits = [z + math.fsum(map(operator.mul, row, vector)) for z, row in zip(logits, self.sentence.weights)]
         if self.text is not None:
-            counts = term_counts(evidence_text(state, self.text.fields), self.text.word_ngrams, self.text.char_ngrams)
             columns = self._text_columns
-            for column, value in tfidf(counts, self._index, self.text.idf).items():
+            for column, value in self.text_vector(state).items():
                 logits = [z + w * value for z, w in zip(logits, columns[column])]
         if self.categorical is not None:
             for indicator in categorical_features(state, self.categorical.fields):
@@ -365,6 +364,14 @@ class Head(StrictModel):
                 if found is not None:
                     logits = [z + w for z, w in zip(logits, self._categorical_columns[found])]
         return logits
+
+    def text_vector(self, state: State) -> dict[int, float]:
+        """The evidence's TF-IDF vector over the text block's vocabulary (column → value; empty
+        when the head has no text block): what its text weights multiply."""
+        if self.text is None:
+            return {}
+        counts = term_counts(evidence_text(state, self.text.fields), self.text.word_ngrams, self.text.char_ngrams)
+        return tfidf(counts, self._index, self.text.idf)
 
     def indicator_logits(self, indicator: str) -> tuple[float, ...] | None:
         """The categorical block's weights (one per option) of a `key=value` indicator, or None

@@ -22,7 +22,7 @@ from .policies import Policy, Question, Thresholds
 from .precision import DrawKey, check_reason, sampled
 from .records import DecisionEntry, DecisionRecord, Destination, PolicyRef, ReviewChoice, ReviewSpec
 from .rules import RuleHit
-from .why import Why, field_effects, rule_checks, threshold_checks
+from .why import Why, field_effects, rule_checks, threshold_checks, top_words
 
 ALL_MET = "all thresholds met"
 
@@ -324,8 +324,9 @@ def build_record(
 def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state: State | None = None,
             results: Mapping[str, DecisionResult] | None = None) -> list[DecisionEntry]:
     """Each entry with its reason (`why`): the rules that answer its question, evaluated; the
-    readout and the thresholds compared; for a head, the evidence fields that moved its answer
-    (why.field_effects: the head alone over the endpoint's one answer, no second model call)."""
+    readout and the thresholds compared; for a head, the words of the evidence that moved its
+    answer (why.top_words) and the evidence fields that did (why.field_effects: the head alone
+    over the endpoint's one answer, no second model call)."""
     explained = []
     for entry in entries:
         question = policy.question(entry.question)
@@ -342,8 +343,10 @@ def explain(policy: Policy, item: Item, entries: Sequence[DecisionEntry], state:
                     result is not None or entry.tier == "words"):
                 letters = None if result is None or question.many_options or head.letters is None else result.option_logits
                 decided = [(entry.head_probabilities or {}).get(o, 0.0) for o in question.option_ids]
+                chosen = question.option_ids.index(entry.option_id or "")
                 why.fields, why.fields_note = field_effects(head, state, result.hidden_state if result else None, letters,
-                                                            question.option_ids.index(entry.option_id or ""), decided)
+                                                            chosen, decided)
+                why.words = top_words(head, state, chosen) or None
             else:
                 why.fields_note = "the letters decided: a field's effect would need another model call"
         elif entry.source == "endpoint_error":

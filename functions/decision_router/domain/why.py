@@ -1,7 +1,7 @@
 """The reason for a decision (`Why`), carried by each decision of a record (`DecisionEntry.why`):
 the rules evaluated for its question and the one that fired, the noise controls that applied to
 an incident, the readout that decided and each threshold it was compared with, and, for a head,
-the evidence fields that moved its answer most.
+the words of the ticket that moved its answer most (`top_words`) and the evidence fields that did.
 
 A field's effect is the change in the chosen option's probability when the field is left out of
 the evidence, scored by the head alone: no second model call. A head reads the model's hidden
@@ -15,6 +15,7 @@ field means to the whole answer, cheap enough to compute for every decision.
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,11 +24,13 @@ from decision_contract import softmax
 
 from ..items import Item
 from .heads import Head
-from .lexical import State
+from .lexical import CHAR_PREFIX, WORD, WORD_PREFIX, State, evidence_text
 from .policies import Policy
 
 #: Fields kept in a trace, the largest effects first (a policy's evidence has a handful).
 MAX_FIELDS = 8
+#: Words kept in a trace, and named in its one line: the largest contributions first.
+MAX_WORDS, LINE_WORDS = 5, 3
 
 
 class _Why(BaseModel):
@@ -106,6 +109,8 @@ class Why(_Why):
     checks: list[Check] = Field(default_factory=list)
     fields: list[FieldEffect] | None = Field(None, description="A head's evidence fields, largest effect first.")
     fields_note: str | None = Field(None, description="Why there are no field effects, when there are none.")
+    words: list[str] | None = Field(None, description="A head's words of the evidence that pushed it most towards "
+                                    "its answer (its TF-IDF weights for the option × their values), largest first.")
     noise: NoiseTrace | None = None
     linked: str | None = Field(None, description="The open incident the ticket is linked to, in one line.")
 
@@ -125,10 +130,15 @@ class Why(_Why):
         parts = [head]
         parts += [f"unlike any option it learned: novelty {c.value:.2f} > {c.threshold:.2f}" for c in self.checks
                   if c.name == "novelty" and not c.passed]
+        if self.words:
+            parts.append("the words " + ", ".join(f'"{w}"' for w in self.words[:LINE_WORDS]))
         if self.fields is not None:
             moved = [f for f in self.fields if abs(f.effect) >= MOVED]
-            parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in moved[:2]) if moved
-                         else "no evidence field moved it")
+            # one field in play says nothing its words do not; several: which of them mattered
+            if moved and (len(self.fields) > 1 or not self.words):
+                parts.append("by " + ", ".join(f"{f.field} {f.effect:+.2f}" for f in moved[:2]))
+            elif not moved and not self.words:
+                parts.append("no evidence field moved it")
         if self.readout != "rule" and self.rules:
             parts.append(f"{sum(r.matched for r in self.rules)}/{len(self.rules)} rules matched")
         if self.noise is not None:
@@ -217,3 +227,37 @@ def field_effects(head: Head, state: State, hidden: Sequence[float] | None, lett
         effects.append(FieldEffect(field=field, without=p, effect=with_all - p))
     effects.sort(key=lambda e: -abs(e.effect))
     return effects[:MAX_FIELDS], None
+
+
+def top_words(head: Head, state: State, chosen: int, limit: int = MAX_WORDS) -> list[str]:
+    """The words of the evidence that pushed the head most towards option `chosen`: each TF-IDF
+    feature's contribution, the head's weight for the option times the feature's value in the
+    evidence's vector, given to the words it came from (a word pair's split between its two words,
+    a character n-gram's among the words it lies within; one that spans a space, none). The words
+    with a positive sum, largest first (ties: first in the text), at most `limit`; none when the
+    head has no text block. Deterministic: the same evidence and head give the same words."""
+    text = head.text
+    if text is None:
+        return []
+    evidence = evidence_text(state, text.fields)
+    words = list(dict.fromkeys(WORD.findall(unicodedata.normalize("NFKC", evidence).lower())))
+    if not words:
+        return []
+    low, high = text.char_ngrams
+    within: dict[str, list[str]] = {}  # a character n-gram → the words it lies within, in text order
+    for word in words:
+        grams = {word[i:i + n] for n in range(low, high + 1) for i in range(len(word) - n + 1)}
+        for gram in grams:
+            within.setdefault(gram, []).append(word)
+    row = text.weights[chosen]
+    score = dict.fromkeys(words, 0.0)
+    for column, value in head.text_vector(state).items():
+        term = text.terms[column]
+        if term.startswith(WORD_PREFIX):
+            parts = [w for w in term[len(WORD_PREFIX):].split(" ") if w in score]
+        else:
+            parts = within.get(term[len(CHAR_PREFIX):], []) if term.startswith(CHAR_PREFIX) else []
+        for word in parts:
+            score[word] += row[column] * value / len(parts)
+    ranked = sorted((-s, i, w) for i, (w, s) in enumerate(score.items()) if s > 0.0)
+    return [w for _, _, w in ranked[:limit]]

@@ -249,11 +249,12 @@ function questionBlock(question, index, keys) {
     const input = el("input", { type: "radio", name: `q-${question.id}`, value: option.id,
       checked: !question.blind && option.id === question.suggested, "data-question": question.id });
     if (key) keys.set(key, input);
-    const probability = option.probability ?? option.letters;
+    // The model's letters are shown only where they decided: a head's answer shows the head's figure alone.
+    const byHead = question.readout === "head" && option.head !== null && option.head !== undefined;
+    const probability = option.probability ?? (byHead ? option.head : option.letters);
     const probs = el("span", { class: "probs" },
-      option.head !== null && option.head !== undefined
-        ? [el("span", { title: "learned head" }, `head ${percent(option.head)}`), el("br"),
-          el("span", { class: "letters", title: "option letters" }, `letters ${percent(option.letters)}`)]
+      byHead
+        ? el("span", { title: "learned head" }, `head ${percent(option.head)}`)
         : el("span", { title: "option letters" }, percent(probability)),
       el("div", { class: "pbar", "data-width": probability ?? 0 }));
     return el("label", { class: "option" }, el("kbd", {}, key), input,
@@ -266,7 +267,7 @@ function questionBlock(question, index, keys) {
 }
 
 // The decision's reason: its one line, and in full on request (the rules, the thresholds compared,
-// the evidence fields that moved a head's answer, the noise controls an incident met).
+// the words and evidence fields that moved a head's answer, the noise controls an incident met).
 function whyBlock(question) {
   const why = question.why_detail;
   if (!why) return null;
@@ -277,6 +278,7 @@ function whyBlock(question) {
   for (const check of why.checks) {
     add(check.name, `${check.value.toFixed(3)} ${check.passed ? "≥" : "<"} ${check.threshold.toFixed(3)}`);
   }
+  if (why.words && why.words.length) add("words", why.words.map((w) => `"${w}"`).join(", "));
   if (why.fields) {
     add("fields", why.fields.map((f) => `${f.field} ${f.effect >= 0 ? "+" : ""}${f.effect.toFixed(3)} (without it ${f.without.toFixed(3)})`).join("; "));
   } else if (why.fields_note) add("fields", why.fields_note);
