@@ -59,6 +59,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -88,7 +89,7 @@ from decision_router.domain.policies import Policy, Question, load_policy
 from evaluation import metrics
 from evaluation.runners import RunFailure, Runner
 
-from . import learn, novelty
+from . import history_report, learn, novelty
 from .history_policy import (
     MERGED,
     HistoryError,
@@ -338,15 +339,54 @@ def score_in_process(engine: Any, request: Callable[[int], Decision], keys: Sequ
             cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
 
 
+def sagemaker_preflight(args: argparse.Namespace, say: Callable[[str], None]) -> Any:
+    """Before anything is read, embedded or scored: the estimate from the export's row count and
+    the price file (printed even without an account), then the region, the credentials and the
+    stack (SageMakerScoring.from_stack); without --yes it stops there. The scorer."""
+    from .sagemaker_scoring import SageMakerScoring, estimate_for, offer
+
+    if not 1 <= args.instances <= 100:
+        raise HistoryError(f"--instances {args.instances}: a processing job runs on 1 to 100 instances.")
+    rows = [export_rows(path, args.limit) for path in (args.data, args.test)]
+    if None in rows:
+        say("the estimate waits for the export on S3 to be read: it is printed before the job starts")
+    else:
+        say(f"estimate for every row of the export ({sum(rows):,}; rows that ask the same are scored once):")
+        for line in estimate_for(sum(rows), args.instances, offer(args.instance_type)).text.splitlines():
+            say(line)
+    scoring = SageMakerScoring.from_stack(args.stack, instances=args.instances, instance_type=args.instance_type, say=say)
+    if not args.yes:
+        raise HistoryError("Scoring on SageMaker starts paid instances: pass --yes (make fit-history ... YES=1) once the "
+                           "estimate above suits.")
+    return scoring
+
+
+def export_rows(path: str | Path, limit: int | None) -> int | None:
+    """The rows of a local export, counted without parsing them (a CSV's records, a JSONL's
+    lines); None for one on S3 or not there (reading it says why)."""
+    import csv
+
+    if str(path).startswith("s3://") or not Path(path).is_file():
+        return None
+    with Path(path).open(encoding="utf-8", errors="replace", newline="") as handle:
+        if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson"):
+            n = sum(1 for line in handle if line.strip())
+        else:
+            n = max(0, sum(1 for record in csv.reader(handle) if record) - 1)  # less the header
+    return min(n, limit) if limit is not None else n
+
+
 def score_on_sagemaker(args: argparse.Namespace, requests_of: Sequence[tuple[Callable[[int], Decision], int]],
-                       say: Callable[[str], None]) -> tuple[ModelInfo, SignalCache]:
+                       say: Callable[[str], None], scoring: Any = None) -> tuple[ModelInfo, SignalCache]:
     """Every distinct request scored in one SageMaker Processing job on the stack's image and
-    model (training.sagemaker_scoring); its signals join the local cache of that model."""
+    model (training.sagemaker_scoring; `scoring`: the one sagemaker_preflight checked); its
+    signals join the local cache of that model."""
     from decision_server.batch import write_inputs
 
     from .sagemaker_scoring import SageMakerScoring, shard_count
 
-    scoring = SageMakerScoring.from_stack(args.stack, instances=args.instances, instance_type=args.instance_type, say=say)
+    scoring = scoring or SageMakerScoring.from_stack(args.stack, instances=args.instances,
+                                                     instance_type=args.instance_type, say=say)
     rows: list[Decision] = []
     seen: set[str] = set()
     for request, n in requests_of:
@@ -577,10 +617,7 @@ def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: 
     points = curve["points"]
     per_label = n_train / max(1, n_options)
     gain = min(HIDDEN_STATE_GAINS, key=lambda g: abs(np.log(g[0]) - np.log(max(per_label, 0.1))))[1]
-    rising = len(points) > 1 and points[-1]["accuracy"] - points[-2]["accuracy"] >= 0.02
-    curve_says = (f"is still rising ({points[-2]['accuracy']:.3f} → {points[-1]['accuracy']:.3f} from {points[-2]['rows']} to "
-                  f"{points[-1]['rows']} rows: more labelled rows would help)" if rising else
-                  f"has levelled off at {points[-1]['accuracy']:.3f}" if len(points) > 1 else f"reaches {points[-1]['accuracy']:.3f}")
+    curve_says = history_report.judge_curve(points)["says"]  # levelled off only below a stated gain a step
     likely = ("likely to help" if gain >= 2.5 else "likely to add a point or two at most")
     seconds = n_items / SCORING_ITEMS_PER_SECOND[layout or DEFAULT_LAYOUT]
     takes = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{max(1, round(seconds / 60))} min"
@@ -588,8 +625,8 @@ def curve_outlook(curve: dict[str, Any], n_train: int, n_options: int, n_items: 
             f"(the embedded model's hidden state added {gain} points of accuracy at about as many per label on Banking77, "
             f"docs/benchmarks/public.md)"
             + ("; --text-only: the model scores nothing" if text_only else
-               f"; scoring {n_items} items{f' ({layout})' if layout else ''} takes about {takes} on 2 cores (cached after): MODEL=none "
-               "(--text-only) skips it"))
+               f"; scoring {n_items} items{f' ({layout})' if layout else ''} takes about {takes} on 2 cores when idle "
+               "(timed here on its first items before it starts, cached after): MODEL=none (--text-only) skips it"))
 
 
 def out_of_scope_line(report: dict[str, Any]) -> str | None:
@@ -599,8 +636,10 @@ def out_of_scope_line(report: dict[str, Any]) -> str | None:
     oos = report.get("out_of_scope")
     if not oos:
         return None
-    line = (f"in scope {report['in_scope_accuracy'] or 0:.1%} right; answered {report['auto_share']:.1%} at precision "
-            f"{report['auto_precision'] or 0:.1%}; out of scope: {oos['caught']:.1%} of {oos['items']} caught at "
+    answered = ("nothing answered automatically" if report["auto_precision"] is None else
+                f"answered {report['auto_share']:.1%} at precision {report['auto_precision']:.1%}")
+    line = (f"in scope {_pct(report['in_scope_accuracy'])} right; {answered}; "
+            f"out of scope: {oos['caught']:.1%} of {oos['items']} caught at "
             f"{oos['in_scope_sent_to_review']:.1%} of in-scope sent to review")
     found = report.get("novelty")
     if found and "head_thresholds_alone" in found:
@@ -616,16 +655,26 @@ def out_of_scope_line(report: dict[str, Any]) -> str | None:
 def last_line(report: dict[str, Any]) -> str:
     """The command's last line: whether TEST kept the promise, plainly (`verdict`), or, when it
     did, what it showed and whether TEST was large enough to show it with 95 % confidence."""
+    return _verdict_line(report) + (f"; next: {report['next_step']['text']}" if report.get("next_step") else "")
+
+
+def _verdict_line(report: dict[str, Any]) -> str:
+    target, bound = report["target_precision"], report["auto_precision_lower_bound"]
+    if not report["routed_alone"]:  # the next step says how many rows, where `verdict` gives answers
+        return f"NOTHING IS ROUTED ALONE: out of fold, no threshold shows {target:.1%} precision with 95 % confidence"
     said = verdict(report)
     if said:
         return said
-    target, bound = report["target_precision"], report["auto_precision_lower_bound"]
     if report["auto_precision"] is None:
         return f"TEST: nothing was answered automatically, so it shows nothing of the {target:.1%} target"
     if bound is None or bound < target:
         return (f"TEST IS TOO SMALL TO CONFIRM the {target:.1%} target: its automatic answers were "
                 f"{report['auto_precision']:.1%} right, at least {bound or 0:.1%} with 95 % confidence")
     return f"target kept: TEST's automatic answers were at least {bound:.1%} right with 95 % confidence"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
 
 
 # ----------------------------------------------------------------------------------- scoring TEST
@@ -924,11 +973,50 @@ def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) 
     return [request_key(model_sha256, request(i)) for i in range(n)]
 
 
+#: Items scored and timed on this machine before scoring's time is promised (they join the cache:
+#: nothing is scored twice), and the file in a model's cache folder that keeps each machine's rate.
+PROBE_ITEMS = 8
+RATE_FILE = "rates.json"
+
+
+def _rate_key(description: str, layout: str | None) -> str:
+    return f"{socket.gethostname()} | {description} | {layout or 'lettered'}"
+
+
+def last_rate(folder: Path | None, key: str) -> dict[str, Any] | None:
+    """This machine's last measured rate with this model, runner and layout, if recorded."""
+    try:
+        return json.loads((folder / RATE_FILE).read_text()).get(key) if folder else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def record_rate(folder: Path | None, key: str, model_sha256: str, items: int, seconds: float) -> None:
+    """Keep this run's rate in the model's cache folder, for the next run's estimate."""
+    if folder is None or items < PROBE_ITEMS or seconds <= 0:
+        return
+    try:
+        rates = json.loads((folder / RATE_FILE).read_text())
+    except (OSError, ValueError):
+        rates = {}
+    rates[key] = {"items_per_second": round(items / seconds, 4), "items": items, "seconds": round(seconds, 1),
+                  "model_sha256": model_sha256, "date": time.strftime("%Y-%m-%d")}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RATE_FILE).write_text(json.dumps(rates, indent=2) + "\n")
+
+
+def _takes(seconds: float) -> str:
+    return (f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{round(seconds / 60)} min" if seconds >= 90
+            else f"{max(1, round(seconds))} s")
+
+
 def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Callable[[int], Decision], int],
                 test: tuple[Callable[[int], Decision], int], say: Callable[[str], None]
                 ) -> tuple[ModelInfo, SignalCache, list[str], list[str]]:
     """Score on this machine: the batch scorer on the engine in this process, or one request an
-    item to a container (--url) or to the runner a caller gives."""
+    item to a container (--url) or to the runner a caller gives. Its time is promised from the
+    first PROBE_ITEMS scored here (and this machine's last run, when recorded), never from a
+    fixed rate; the run's rate is recorded in the model's cache folder."""
     own = runner is None
     if runner is None:
         from evaluation.runners import EngineRunner, HttpRunner
@@ -938,18 +1026,44 @@ def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Ca
         model = runner.model_info()
         say(f"model {model.file} ({runner.description})")
         cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
-        keys = []
         engine = getattr(runner, "engine", None)
-        for (request, n), what in ((train, "DATA"), (test, "TEST")):
-            keys.append(request_keys(request, n, model.sha256))
+        jobs = [(request, request_keys(request, n, model.sha256), what) for (request, n), what in ((train, "DATA"), (test, "TEST"))]
+
+        def score_rows(request: Callable[[int], Decision], keys: list[str], what: str, rows: list[int] | None = None) -> None:
+            if rows is not None:  # only these rows (positions in keys)
+                request, keys = (lambda j, r=request: r(rows[j])), [keys[i] for i in rows]
             if engine is not None:
-                score_in_process(engine, request, keys[-1], cache, what=what, say=say)
+                score_in_process(engine, request, keys, cache, what=what, say=say)
             else:
-                score(runner, model, request, keys[-1], cache, what=what, progress=not args.no_progress)
+                score(runner, model, request, keys, cache, what=what, progress=not args.no_progress)
+
+        todo = sum(len(cache.missing(keys)) for _, keys, _ in jobs)
+        started = time.perf_counter()
+        key = ""
+        if todo:
+            first = next(r for r, n in (train, test) if n)
+            key = _rate_key(str(runner.description), getattr(first(0), "layout", None))
+            probed = 0
+            for request, keys, what in jobs:
+                rows = cache.missing(keys)[:PROBE_ITEMS - probed]
+                if rows:
+                    score_rows(request, keys, what, rows)
+                    probed += len(rows)
+            rate = probed / max(time.perf_counter() - started, 1e-6)
+            basis = f"from the first {probed} items here: {rate:.2f} items/s"
+            last = last_rate(cache.folder, key)
+            if last:
+                basis += f"; this machine's last run on {last['date']}: {last['items_per_second']:.2f} items/s"
+            print(f"fit-history: scoring {todo} items here takes about {_takes(todo / rate)}, about "
+                  f"{_takes((todo - probed) / rate)} left ({basis})", file=sys.stderr, flush=True)
+        for request, keys, what in jobs:
+            score_rows(request, keys, what)
+        if todo:
+            record_rate(cache.folder, key, model.sha256, todo, time.perf_counter() - started)
     finally:
         if own:
             runner.close()
-    return model, cache, keys[0], keys[1]
+    return model, cache, jobs[0][1], jobs[1][1]
 
 
 def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any]:
@@ -962,6 +1076,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         raise HistoryError("--text-only (MODEL=none) scores nothing: it takes no --on sagemaker, --url, --model or "
                            "--model-weight other than 0")
     check_out(args, say)
+    # the account, the stack and the estimate before minutes of reading, embedding and scoring
+    sagemaker = sagemaker_preflight(args, say) if args.on == "sagemaker" and not args.text_only else None
     with tempfile.TemporaryDirectory(prefix="fit-history-export-") as downloads:
         if any(str(path).startswith("s3://") for path in (args.data, args.test)):
             from .sagemaker_scoring import fetch_export
@@ -995,7 +1111,8 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         test_signals = [(np.zeros(1, dtype=np.float32), np.zeros(width), 1.0, "")] * len(test_states)
     else:
         if args.on == "sagemaker":
-            model, cache = score_on_sagemaker(args, [(train_request, len(scored_states)), (test_request, len(test_states))], say)
+            model, cache = score_on_sagemaker(args, [(train_request, len(scored_states)), (test_request, len(test_states))], say,
+                                              sagemaker)
             train_keys = request_keys(train_request, len(scored_states), model.sha256)
             test_keys = request_keys(test_request, len(test_states), model.sha256)
         else:
@@ -1094,11 +1211,17 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
         "seconds": {"text_curve": curve["seconds"], "scoring": round(scoring, 1), "fitting": round(fitting, 1),
                     "total": round(time.perf_counter() - started, 1)},
     }
+    report["text_curve"].update({k: v for k, v in history_report.judge_curve(curve["points"]).items() if k != "says"})
+    report["groups"] = history_report.group_figures([vocab.option_of(r[args.label]) or r[args.label] for r in test_rows],
+                                                    golds, head_answers, head_auto, 1 - args.max_error)
+    report["next_step"] = history_report.next_step(report, report["groups"])
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     without = " from the words alone, without the endpoint," if question.model != "always" else ""
     say(f"accuracy {report['accuracy']:.3f} (text classifier {report['baseline']['accuracy']:.3f}); answered automatically"
-        f"{without} {report['auto_share']:.3f} at precision {report['auto_precision'] or 0:.3f}; wrote {out}/policy.json, {head_name}, "
-        f"predictions.jsonl, report.json in {report['seconds']['total']:.0f} s")
+        f"{without} {report['auto_share']:.3f} {history_report.precision_words(report['auto_precision'])}; "
+        f"wrote {out}/policy.json, {head_name}, predictions.jsonl, report.json in {report['seconds']['total']:.0f} s")
+    for line in history_report.group_lines(report["groups"], report["target_precision"]):
+        print(f"fit-history: {line}", file=sys.stderr, flush=True)
     scope_line = out_of_scope_line(report)
     if scope_line:
         print(f"fit-history: {scope_line}", file=sys.stderr, flush=True)

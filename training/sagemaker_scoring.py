@@ -226,13 +226,60 @@ class ScoringStack:
 
 
 def stack_outputs(name: str, cloudformation: Any) -> dict[str, str]:
+    region = cloudformation.meta.region_name
     try:
         (stack,) = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except ClientError as error:
-        raise HistoryError(f"stack {name}: {error.response['Error'].get('Message') or error}") from None
+        message = (error.response["Error"].get("Message") or str(error)).rstrip(".")
+        raise HistoryError(f"stack {name}: {message} in {region}. Check STACK= and that the region is the stack's "
+                           f"(AWS_DEFAULT_REGION); the permissions it takes are in {DOCS_PERMISSIONS}.") from None
     except BotoCoreError as error:
-        raise HistoryError(f"stack {name}: {error}") from None
+        raise HistoryError(f"stack {name}: {str(error).rstrip('.')}. See {DOCS_PREFLIGHT}.") from None
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+#: Where a refusal sends the reader: the permissions the command takes, and the account checks.
+DOCS_PERMISSIONS = "docs/learning/fit-history.md#the-permissions-of-the-person-running-it"
+DOCS_PREFLIGHT = "docs/operations/preflight.md"
+
+
+def sts_host(region: str) -> str:
+    """The regional STS endpoint (never the global one, which a region's policy may not allow)."""
+    return f"https://sts.{region}.amazonaws.com{'.cn' if region.startswith('cn-') else ''}"
+
+
+def check_account(session: boto3.session.Session) -> str:
+    """The region and the credentials, checked before anything else is done: the account's ARN
+    (sts get_caller_identity on the region's own host), else HistoryError in whole sentences
+    naming the page to read. boto3 takes its default region from AWS_DEFAULT_REGION or the
+    profile's `region` (botocore's config provider), never from AWS_REGION."""
+    region = session.region_name
+    if not region:
+        raise HistoryError(
+            "No AWS region is set, so the stack cannot be looked up. Set AWS_DEFAULT_REGION to the stack's region "
+            "(e.g. AWS_DEFAULT_REGION=us-east-1; boto3 does not read AWS_REGION for its default region), or `region` in "
+            f"the profile AWS_PROFILE names. See {DOCS_PREFLIGHT}.")
+    try:
+        credentials = session.get_credentials()
+    except BotoCoreError as error:
+        raise HistoryError(f"The AWS credentials could not be read: {str(error).rstrip('.')}. See {DOCS_PREFLIGHT}.") from None
+    if credentials is None:
+        raise HistoryError(
+            "No AWS credentials were found (boto3: Unable to locate credentials), so nothing can be checked or started. "
+            "Sign in (aws sso login --profile NAME, then AWS_PROFILE=NAME) or set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, as someone with the permissions listed in "
+            f"{DOCS_PERMISSIONS}.")
+    try:
+        identity = session.client("sts", region_name=region, endpoint_url=sts_host(region)).get_caller_identity()
+    except ClientError as error:
+        code = error.response["Error"].get("Code", "")
+        message = (error.response["Error"].get("Message") or str(error)).rstrip(".")
+        raise HistoryError(f"AWS did not accept these credentials in {region} ({code}: {message}). Refresh them "
+                           f"(aws sso login) or use another profile; see {DOCS_PERMISSIONS}.") from None
+    except BotoCoreError as error:
+        raise HistoryError(f"AWS could not be reached to check the credentials in {region}: {str(error).rstrip('.')}. "
+                           f"See {DOCS_PREFLIGHT}.") from None
+    return str(identity.get("Arn", ""))
 
 
 # ----------------------------------------------------------------------------------- the job
@@ -270,10 +317,10 @@ class SageMakerScoring:
     @classmethod
     def from_stack(cls, stack_name: str, *, instances: int, instance_type: str, say: Callable[[str], None],
                    session: boto3.session.Session | None = None) -> SageMakerScoring:
-        """The scorer for a deployed stack, from its outputs (HistoryError when it has none)."""
+        """The scorer for a deployed stack, from its outputs, after the region and the credentials
+        are checked (check_account); HistoryError when any is missing."""
         session = session or boto3.DEFAULT_SESSION or boto3.session.Session()
-        if not session.region_name:
-            raise HistoryError("no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION) to the stack's")
+        check_account(session)  # region and credentials first: nothing else is worth doing without them
         stack = ScoringStack.from_outputs(stack_name, stack_outputs(stack_name, session.client("cloudformation")))
         return cls(stack, instances=instances, instance_type=instance_type, say=say, session=session)
 
