@@ -106,11 +106,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 1
 
 
-#: What to do about a policy whose options route to destinations the stack lacks.
-TARGETS_FIX = ("Each option's target must be one of these: set them in the policy file (its head does not depend on "
-               "them), or, for a policy from make fit-history, fit it again with TARGETS=map.json (label → destination, "
-               "\"*\": every other label; without TARGETS it writes a starting map to OUT/targets.json; "
-               "docs/learning/fit-history.md)")
+#: What else to do about a policy whose options route to destinations the stack lacks.
+TARGETS_FIX = ("Or set each option's target to one of the stack's destinations: in the policy file (its head does not "
+               "depend on them), or, for a policy from make fit-history, fit it again with TARGETS=map.json (label → "
+               "destination, \"*\": every other label; without TARGETS it writes a starting map, "
+               "OUT/targets.start.json; docs/learning/fit-history.md)")
 
 
 def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
@@ -118,8 +118,10 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
     the routing function's own loader, checked against the stack's destinations, one per kind."""
     from decision_router.domain.policies import PolicyError, check_targets, load_policy
     from local.cloudformation import Stack
+    from local.destinations import add_queue_steps
 
     destinations: list[str] | None = None
+    resources: list[str] = []
     policies: dict[str, str] = {}
     problems = []
     for path in paths:
@@ -129,6 +131,7 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
         if destinations is None:
             stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
             destinations = sorted(json.loads(stack.function_environment(TICKET_FUNCTION)["DESTINATION_QUEUES"]))
+            resources = list(stack.template["Resources"])
         try:
             policy = load_policy(path.resolve())
         except PolicyError as error:
@@ -137,7 +140,9 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
         try:
             check_targets(policy, destinations)
         except PolicyError as error:
-            problems.append(f"--policy {path}: {error}. {TARGETS_FIX}")
+            unknown = sorted(policy.targets - set(destinations))
+            problems.append(f"--policy {path}: {error}. The stack has no queue for {', '.join(unknown)}: "
+                            f"{add_queue_steps(unknown, resources)}. {TARGETS_FIX}")
             continue
         if policy.item_kind in policies:
             problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")

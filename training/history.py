@@ -26,8 +26,9 @@ and the label field named on the command line, becomes:
 Each option routes to one of the deployment's destinations (`DESTINATION_QUEUES` of the ticket
 function in template.yaml, or `--destinations`), checked before anything is scored: `--targets`
 maps the labels onto them (`"*"`: every other label; `own`: each label a destination of its own
-name); without it the labels must be destinations' names, else a starting map is written to
-OUT/targets.json and the run stops, saying to edit and pass it. OUT must be empty unless
+name); without it the labels must be destinations' names, else a starting map (each label a
+destination of its own name) is written to OUT/targets.start.json and the run stops, saying to edit
+and pass it (from anywhere) and how to give the new destinations queues in template.yaml. OUT must be empty unless
 `--replace`; the policy's name is `--name`, by default OUT's (announced).
 
 TEXT may name several comma-separated fields: one is the ticket's body; of several, the first is
@@ -97,15 +98,15 @@ from .history_policy import (
     Vocabulary,
     check_destinations,
     key_of,
-    nearest_targets,
+    nearest_destination,
     question_of,
     question_sha256,
     raw_policy,
     read_rows,
     read_targets,
     spellings,
+    starting_targets,
     states,
-    target_of,
     vocabulary,
 )
 from .learn import stratified_sample
@@ -777,7 +778,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", help="JSON object label → destination key (\"*\": every other label), each one of the "
                    "deployment's destinations; 'own': each label a destination of its own name (a deployment whose "
                    "DESTINATION_QUEUES names them). Without it, labels must be destinations' names, or a starting map "
-                   "is written to OUT/targets.json to edit")
+                   f"(each label a destination of its own name) is written to OUT/{STARTING_MAP} to edit")
     p.add_argument("--destinations", help="the deployment's destination keys, comma-separated (default: the ticket "
                    "function's DESTINATION_QUEUES in template.yaml)")
     p.add_argument("--encoding", default="utf-8", help="the export's text encoding (default utf-8; a byte order mark "
@@ -849,12 +850,16 @@ class Export:
 
 
 #: What a run writes into OUT (`check_out`): anything else there is the user's.
-WRITTEN = ("policy.json", "heads", "predictions.jsonl", "report.json", "targets.json")
+#: The starting targets map a run writes into OUT when the labels are no destinations: a name no
+#: user's map there is likely to have, and never counted as OUT being used (check_out).
+STARTING_MAP = "targets.start.json"
+WRITTEN = ("policy.json", "heads", "predictions.jsonl", "report.json", "targets.json", STARTING_MAP)
 
 
 def check_out(args: argparse.Namespace, say: Callable[[str], None]) -> None:
-    """OUT must be empty, or hold only the export and the targets map this run reads, unless
-    --replace: a second run never writes over a policy unasked."""
+    """OUT must be empty, or hold only the export, the targets map this run reads (wherever it is)
+    and the starting map a run wrote there (STARTING_MAP), unless --replace: a second run never
+    writes over a policy unasked."""
     out: Path = args.out
     if not out.exists():
         return
@@ -862,7 +867,7 @@ def check_out(args: argparse.Namespace, say: Callable[[str], None]) -> None:
         raise HistoryError(f"--out {out}: not a folder")
     inputs = {Path(p).resolve() for p in (args.data, args.test, args.targets) if p and str(p) != "own"
               and not str(p).startswith("s3://")}
-    there = sorted(p.name for p in out.iterdir() if p.resolve() not in inputs)
+    there = sorted(p.name for p in out.iterdir() if p.resolve() not in inputs and p.name != STARTING_MAP)
     if there and not args.replace:
         raise HistoryError(f"--out {out} is not empty ({', '.join(there[:5])}{' …' if len(there) > 5 else ''}): name "
                            "another folder, or pass --replace (make fit-history REPLACE=1) to write over it")
@@ -884,30 +889,47 @@ def deployment_destinations(args: argparse.Namespace) -> list[str]:
 
 def resolve_targets(args: argparse.Namespace, vocab: Vocabulary, say: Callable[[str], None]) -> dict[str, str] | None:
     """Each option's destination, checked against the deployment's before anything is scored:
-    --targets (a map, or 'own'), else the labels' own names when each is a destination; else a
-    starting map is written to OUT/targets.json and HistoryError says to edit it and pass it."""
+    --targets (a map, wherever it is, or 'own'), else the labels' own names when each is a
+    destination; else a starting map (each label a destination of its own name) is written to
+    OUT/STARTING_MAP and HistoryError says to edit it and pass it, and how to add the queues."""
     if args.targets == "own":
         return None
     destinations = deployment_destinations(args)
     if args.targets:
         targets = read_targets(Path(args.targets), vocab)
-        check_destinations(targets, destinations, f"--targets {args.targets}")
+        check_destinations(targets, destinations, f"--targets {args.targets}", how=lambda unknown: how_to_add(args, unknown))
         return targets
-    own = {o: target_of(vocab.ids[o]) for o in vocab.options}
+    own = starting_targets(vocab)
     if all(t in destinations for t in own.values()):
         say("each label is a destination's name: it routes there")
         return own
-    start = nearest_targets(vocab, destinations)
-    path: Path = args.out / "targets.json"
-    shown = ", ".join(f"{label!r} → {target}" for label, target in list(start.items())[:8]) + (" …" if len(start) > 8 else "")
+    path: Path = args.out / STARTING_MAP
     if path.exists():
         raise HistoryError(f"the labels are not the deployment's destinations ({', '.join(destinations)}), and {path} is "
                            f"already there: check it, then run again with TARGETS={path} (--targets {path})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(start, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    raise HistoryError(f"the labels are not the deployment's destinations ({', '.join(destinations)}): wrote {path}, "
-                       f"each label mapped to the nearest one ({shown}); edit it (\"*\": every label not named), then "
-                       f"run again with TARGETS={path} (--targets {path}); nothing was scored")
+    path.write_text(json.dumps(own, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    new = sorted({t for t in own.values() if t not in destinations})
+    hints = [f"{label!r} → {nearest}" for label, target in own.items() if target in new
+             and (nearest := nearest_destination(target, destinations))]
+    raise HistoryError(
+        f"the labels are not the deployment's destinations ({', '.join(destinations)}): wrote {path}, each label "
+        f"routed to a destination of its own name; the deployment has no queue for {len(new)} of them "
+        f"({', '.join(new[:8])}{' …' if len(new) > 8 else ''}). Either give them queues, {how_to_add(args, new)}; "
+        f"or edit the map so those labels route to destinations the deployment has"
+        + (f" (nearest by name: {', '.join(hints[:8])}{' …' if len(hints) > 8 else ''})" if hints else "")
+        + f" (\"*\": every label not named). Then run again with TARGETS={path} (--targets {path}), or with the map "
+        "copied anywhere; nothing was scored")
+
+
+def how_to_add(args: argparse.Namespace, unknown: list[str]) -> str:
+    """How the deployment gets a queue for each of `unknown`: template.yaml's steps, unless
+    --destinations names another deployment's."""
+    if args.destinations:
+        return "in the deployment that --destinations describes (its DESTINATION_QUEUES)"
+    from local.destinations import add_queue_steps, template_resources
+
+    return add_queue_steps(unknown, template_resources()).replace("\nOr route those options to a destination the stack has", "")
 
 
 def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:

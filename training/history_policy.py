@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from decision_router.domain.heads import question_digest
 from decision_router.domain.model_requests import build_state
@@ -324,23 +324,21 @@ def states(raw: dict[str, Any], rows: Sequence[dict[str, str]], fields: Sequence
 
 
 # ----------------------------------------------------------------------------------- destinations
-#: Where a starting map (`nearest_targets`) sends a label whose name is like no destination's.
-FALLBACK_DESTINATION = "technical-support"
+def starting_targets(vocab: Vocabulary) -> dict[str, str]:
+    """A starting map of each option label onto a destination of its own, for the user to edit:
+    the target named after the label (its option id slugified to a target's rules, lower-case
+    letters, digits and `-`, 64 at most: 'Administrative rights' → administrative-rights)."""
+    return {label: target_of(vocab.ids[label]) for label in vocab.options}
 
 
-def nearest_targets(vocab: Vocabulary, destinations: Sequence[str]) -> dict[str, str]:
-    """A starting map of each option label onto the deployment's destinations, for the user to
-    edit: the destination of its own name, else the one sharing most of its words (then the most
-    alike, by difflib's ratio, at least 0.6), else FALLBACK_DESTINATION."""
-    known = sorted(destinations)
-    fallback = FALLBACK_DESTINATION if FALLBACK_DESTINATION in known else known[0]
-    out = {}
-    for label in vocab.options:
-        own = target_of(vocab.ids[label])
-        best = max(known, key=lambda destination: _likeness(own, destination))
-        shared, ratio = _likeness(own, best)
-        out[label] = own if own in known else best if shared or ratio >= 0.6 else fallback
-    return out
+def nearest_destination(target: str, destinations: Sequence[str]) -> str | None:
+    """The deployment's destination most like `target` (sharing most of its words, then the most
+    alike by difflib's ratio, at least 0.6); None where none is: a hint, never a default."""
+    if not destinations:
+        return None
+    best = max(sorted(destinations), key=lambda destination: _likeness(target, destination))
+    shared, ratio = _likeness(target, best)
+    return best if shared or ratio >= 0.6 else None
 
 
 def _likeness(name: str, destination: str) -> tuple[int, float]:
@@ -348,10 +346,12 @@ def _likeness(name: str, destination: str) -> tuple[int, float]:
     return len(set(name.split("-")) & set(destination.split("-"))), difflib.SequenceMatcher(None, name, destination).ratio()
 
 
-def check_destinations(targets: dict[str, str], destinations: Sequence[str], where: str) -> None:
+def check_destinations(targets: dict[str, str], destinations: Sequence[str], where: str,
+                       how: Callable[[list[str]], str] | None = None) -> None:
     """Every mapped destination is one the deployment has (a policy naming another is refused
-    where it is loaded: better here, before anything is scored)."""
+    where it is loaded: better here, before anything is scored); `how(unknown)`: what to do
+    about the others (how to add their queues), appended."""
     unknown = sorted({t for t in targets.values() if t not in destinations})
     if unknown:
         raise HistoryError(f"{where}: destination(s) the deployment does not have: {', '.join(unknown)} "
-                           f"(its destinations: {', '.join(sorted(destinations))})")
+                           f"(its destinations: {', '.join(sorted(destinations))})" + (f"; {how(unknown)}" if how else ""))

@@ -62,25 +62,51 @@ def test_labels_that_are_no_destination_get_a_starting_map_to_edit_before_anythi
     data = write_csv(tmp_path / "desk.csv", desk_rows())
     assert fit(tmp_path, data) == 2
     err = capsys.readouterr().err
-    path = tmp_path / "out" / "targets.json"
+    path = tmp_path / "out" / "targets.start.json"
     start = json.loads(path.read_text())
-    # each label mapped to the nearest destination: a shared word, else the fallback
-    assert start == {"Access": "account-access", "Hardware": "technical-support", "Purchase": "technical-support"}
+    # each label a destination of its own name (slugified), not most of them on one queue
+    assert start == {"Access": "access", "Hardware": "hardware", "Purchase": "purchase"}
     assert f"wrote {path}" in err and f"TARGETS={path}" in err and "nothing was scored" in err
+    # the new destinations named, with where to add their queues, and the nearest existing ones as a hint
+    assert "no queue for 3 of them (access, hardware, purchase)" in err
+    assert '"access": "${AccessQueue}"' in err and "DESTINATION_QUEUES" in err and "RoutedQueuesPolicy" in err
+    assert "'Access' → account-access" in err
+    # passed unedited, the map is refused with the same steps
+    assert fit(tmp_path, data, "--targets", str(path)) == 2
+    err = capsys.readouterr().err
+    assert "destination(s) the deployment does not have: access, hardware, purchase" in err
+    assert "!GetAtt HardwareQueue.Arn" in err
     # the user edits it and passes it: the policy routes to the deployment's destinations
-    start["Purchase"] = "sales"
+    start.update(Access="account-access", Hardware="technical-support", Purchase="sales")
     path.write_text(json.dumps(start))
     assert fit(tmp_path, data, "--targets", str(path), "--text-only") == 0
     policy = load_policy(tmp_path / "out" / "policy.json", known_targets=DESTINATIONS)  # the demo's own check
     assert {policy.target(o.id) for o in policy.questions[0].options} == {"account-access", "technical-support", "sales"}
 
 
+def test_a_map_kept_outside_out_is_taken_though_the_starting_map_is_there(tmp_path, capsys):
+    data = write_csv(tmp_path / "desk.csv", desk_rows())
+    assert fit(tmp_path, data) == 2  # writes OUT/targets.start.json
+    mine = tmp_path / "elsewhere" / "targets.json"
+    mine.parent.mkdir()
+    mine.write_text(json.dumps({"Access": "account-access", "*": "technical-support"}))
+    assert fit(tmp_path, data, "--targets", str(mine), "--text-only") == 0
+    assert "is not empty" not in capsys.readouterr().err
+    # a map of the user's own named targets.json inside OUT is the user's, never the tool's
+    other = tmp_path / "out2"
+    other.mkdir()
+    (other / "targets.json").write_text(mine.read_text())
+    assert fit(tmp_path, data, "--targets", str(other / "targets.json"), "--text-only", out=other) == 0
+    assert (other / "targets.json").read_text() == mine.read_text()
+
+
 def test_a_map_naming_a_destination_the_deployment_lacks_is_refused_at_fit_time(tmp_path, capsys):
     data = write_csv(tmp_path / "desk.csv", desk_rows())
     (tmp_path / "map.json").write_text(json.dumps({"Access": "helpdesk-l1", "*": "technical-support"}))
     assert fit(tmp_path, data, "--targets", str(tmp_path / "map.json")) == 2
-    assert "destination(s) the deployment does not have: helpdesk-l1 (its destinations: account-access," \
-        in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "destination(s) the deployment does not have: helpdesk-l1 (its destinations: account-access," in err
+    assert '"helpdesk-l1": "${HelpdeskL1Queue}"' in err
 
 
 def test_labels_named_as_destinations_route_there_without_a_map(tmp_path, capsys):
@@ -100,7 +126,22 @@ def test_the_demo_says_how_to_fix_a_policy_whose_targets_the_stack_lacks(tmp_pat
     _, problems = read_policies([tmp_path / "out" / "policy.json"])
     (problem,) = problems
     assert "unknown target(s) access, hardware, purchase" in problem
-    assert "TARGETS=map.json" in problem and "OUT/targets.json" in problem
+    assert "The stack has no queue for access, hardware, purchase" in problem
+    # each unknown target's queue, and each place of template.yaml that names it
+    assert "access → AccessQueue, hardware → HardwareQueue, purchase → PurchaseQueue" in problem
+    assert '"access": "${AccessQueue}", "hardware": "${HardwareQueue}", "purchase": "${PurchaseQueue}"' in problem
+    assert "- !Ref PurchaseQueue" in problem and "DeliverAndEscalate" in problem and "PurchaseQueueUrl" in problem
+    assert "TARGETS=map.json" in problem and "OUT/targets.start.json" in problem
+
+
+def test_a_target_whose_queue_name_is_taken_gets_another():
+    from local.destinations import queue_resource, template_resources
+
+    taken = template_resources()
+    assert "ReviewQueue" in taken
+    assert queue_resource("review", taken) == "ReviewTeamQueue"
+    assert queue_resource("it-hardware", taken) == "ItHardwareQueue"
+    assert queue_resource("3d-print", taken) == "Team3dPrintQueue"
 
 
 # ----------------------------------------------------------------------------------- the OUT folder, the name
