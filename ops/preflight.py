@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
+from decision_router.adapters.caller_identity import sts_client
+
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
 SAMCONFIG = REPO / "samconfig.toml"
@@ -299,16 +301,6 @@ def _ref_of(value: Any) -> str | None:
     return value["Ref"] if isinstance(value, dict) and set(value) == {"Ref"} else None
 
 
-def sts_endpoint(region: str) -> str:
-    """The regional STS host (never the global sts.amazonaws.com)."""
-    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"https://sts.{region}.{suffix}"
-
-
-def sts_client(session: Any, region: str) -> Any:
-    return session.client("sts", region_name=region, endpoint_url=sts_endpoint(region))
-
-
 def quota_increase_command(code: str, desired: int, region: str) -> str:
     return (f"aws service-quotas request-service-quota-increase --service-code sagemaker --quota-code {code} "
             f"--desired-value {desired} --region {region}")
@@ -335,7 +327,7 @@ class Preflight:
     def client(self, service: str) -> Any:
         """The client of SERVICE in the deployment's region, every call of it through the read-only guard."""
         if service not in self._clients:
-            self._clients[service] = guarded(sts_client(self.session, self.region) if service == "sts"
+            self._clients[service] = guarded(sts_client(self.region, session=self.session) if service == "sts"
                                              else self.session.client(service, region_name=self.region))
         return self._clients[service]
 

@@ -39,6 +39,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard
+from decision_router.adapters.caller_identity import sts_client
 from decision_server import batch
 
 from .history_policy import HistoryError
@@ -243,11 +244,6 @@ DOCS_PERMISSIONS = "docs/learning/fit-history.md#the-permissions-of-the-person-r
 DOCS_PREFLIGHT = "docs/operations/preflight.md"
 
 
-def sts_host(region: str) -> str:
-    """The regional STS endpoint (never the global one, which a region's policy may not allow)."""
-    return f"https://sts.{region}.amazonaws.com{'.cn' if region.startswith('cn-') else ''}"
-
-
 def check_account(session: boto3.session.Session) -> str:
     """The region and the credentials, checked before anything else is done: the account's ARN
     (sts get_caller_identity on the region's own host), else HistoryError in whole sentences
@@ -270,7 +266,7 @@ def check_account(session: boto3.session.Session) -> str:
             "AWS_SECRET_ACCESS_KEY, as someone with the permissions listed in "
             f"{DOCS_PERMISSIONS}.")
     try:
-        identity = session.client("sts", region_name=region, endpoint_url=sts_host(region)).get_caller_identity()
+        identity = sts_client(region, session=session).get_caller_identity()
     except ClientError as error:
         code = error.response["Error"].get("Code", "")
         message = (error.response["Error"].get("Message") or str(error)).rstrip(".")

@@ -183,7 +183,7 @@ def test_sts_is_called_on_the_regional_host(session):
     client = checker(session).client("sts")
     assert client.meta.endpoint_url == "https://sts.eu-west-1.amazonaws.com"
     assert client.meta.region_name == REGION
-    assert preflight.sts_endpoint("cn-north-1") == "https://sts.cn-north-1.amazonaws.com.cn"
+    assert preflight.sts_client("cn-north-1", session=session).meta.endpoint_url == "https://sts.cn-north-1.amazonaws.com.cn"
 
 
 # --------------------------------------------------------------------------- 1. credentials
@@ -214,7 +214,7 @@ def test_no_credentials_is_a_sentence_naming_the_permissions_page_and_nothing_el
 
 
 def test_refused_credentials_say_why(session):
-    sts = preflight.sts_client(session, REGION)
+    sts = preflight.sts_client(REGION, session=session)
     stubber = Stubber(sts)
     stubber.add_client_error("get_caller_identity", service_error_code="ExpiredToken",
                              service_message="The security token included in the request is expired", http_status_code=403)

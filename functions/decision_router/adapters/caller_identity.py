@@ -51,14 +51,19 @@ ALLOWED = {"Action", "Version", "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Da
            "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
 
 
-def sts_client(region: str | None = None, **kwargs: Any) -> Any:
+def sts_client(region: str | None = None, *, session: boto3.Session | None = None, **kwargs: Any) -> Any:
     """An STS client on the regional endpoint of `region` (the default region if None), whatever
     AWS_STS_REGIONAL_ENDPOINTS or the config file says ("legacy" would send us-east-1 to the
     global host). An endpoint configured for all services or for STS (AWS_ENDPOINT_URL: a local
-    run's moto server) is still honoured."""
-    session = botocore.session.get_session()
-    session.set_config_variable("sts_regional_endpoints", "regional")
-    return boto3.Session(botocore_session=session).client("sts", region_name=region, **kwargs)
+    run's moto server) is still honoured. `session`: the boto3 session whose credentials and
+    event handlers the client takes (a profile's); the endpoint is still the regional one."""
+    regional = botocore.session.get_session()
+    regional.set_config_variable("sts_regional_endpoints", "regional")
+    client = boto3.Session(botocore_session=regional).client(
+        "sts", region_name=region or (session.region_name if session else None), **({} if session else kwargs))
+    if session is None:
+        return client
+    return session.client("sts", region_name=client.meta.region_name, endpoint_url=client.meta.endpoint_url, **kwargs)
 
 
 def make_proof(sts: Any, binding: str, seconds: int = PROOF_SECONDS) -> str:
