@@ -142,7 +142,8 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
         except PolicyError as error:
             unknown = sorted(policy.targets - set(destinations))
             problems.append(f"--policy {path}: {error}. The stack has no queue for {', '.join(unknown)}: "
-                            f"{add_queue_steps(unknown, resources)}. {TARGETS_FIX}")
+                            f"{add_queue_steps(unknown, resources)}\nOr route those options to a destination the stack has. "
+                            f"{TARGETS_FIX}")
             continue
         if policy.item_kind in policies:
             problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")

@@ -42,7 +42,7 @@ def add_queue_steps(targets: Iterable[str], taken: Iterable[str] = ()) -> str:
             f"(3) under RoutedQueuesPolicy, add {refs} to Queues and {arns} to the Resource list of its "
             f"OnlyTheRoutingWorkflow statement;\n  (4) under RoutingStateMachine, add {arns} to the Resource "
             f"list of its DeliverAndEscalate statement;\n  (5) under Outputs, add {outputs} "
-            f"(docs/destinations/team-queues.md).\nOr route those options to a destination the stack has")
+            f"(docs/destinations/team-queues.md).")
 
 
 def template_resources() -> list[str]:

@@ -344,10 +344,9 @@ def sagemaker_preflight(args: argparse.Namespace, say: Callable[[str], None]) ->
     """Before anything is read, embedded or scored: the estimate from the export's row count and
     the price file (printed even without an account), then the region, the credentials and the
     stack (SageMakerScoring.from_stack); without --yes it stops there. The scorer."""
-    from .sagemaker_scoring import SageMakerScoring, estimate_for, offer
+    from .sagemaker_scoring import SageMakerScoring, check_instances, estimate_for, offer
 
-    if not 1 <= args.instances <= 100:
-        raise HistoryError(f"--instances {args.instances}: a processing job runs on 1 to 100 instances.")
+    check_instances(args.instances)  # before the estimate, which assumes a valid count
     rows = [export_rows(path, args.limit) for path in (args.data, args.test)]
     if None in rows:
         say("the estimate waits for the export on S3 to be read: it is printed before the job starts")
@@ -929,7 +928,7 @@ def how_to_add(args: argparse.Namespace, unknown: list[str]) -> str:
         return "in the deployment that --destinations describes (its DESTINATION_QUEUES)"
     from local.destinations import add_queue_steps, template_resources
 
-    return add_queue_steps(unknown, template_resources()).replace("\nOr route those options to a destination the stack has", "")
+    return add_queue_steps(unknown, template_resources())
 
 
 def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:

@@ -298,8 +298,7 @@ class SageMakerScoring:
         if instance_type not in known:
             raise HistoryError(f"--instance-type {instance_type}: not a SageMaker Processing instance type "
                                f"(e.g. ml.c7i.8xlarge, ml.m7i.8xlarge, ml.g5.xlarge)")
-        if not 1 <= instances <= 100:
-            raise HistoryError(f"--instances {instances}: a processing job runs on 1 to 100 instances")
+        check_instances(instances)
         self.offer = offer(instance_type)
         if self.offer.gpu and stack.compute == "CPU":
             raise HistoryError(f"stack {stack.name} deploys the CPU image, which leaves a {instance_type}'s GPU idle: "
@@ -472,6 +471,12 @@ class SageMakerScoring:
             self.say(f"note: {errors} item(s) could not be scored (*{ERRORS_SUFFIX} in {folder})")
         self.say(f"downloaded {len(got & set(expected))} signal shards to {folder}")
         return ModelInfo.model_validate_json((folder / MODEL_FILE).read_text())
+
+
+def check_instances(instances: int) -> None:
+    """HistoryError unless a processing job may run on `instances` instances."""
+    if not 1 <= instances <= 100:
+        raise HistoryError(f"--instances {instances}: a processing job runs on 1 to 100 instances")
 
 
 def processing_quota_name(instance_type: str) -> str:
