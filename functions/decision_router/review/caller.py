@@ -90,6 +90,9 @@ def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str,
     invoked = Invoked.of(function_arn)
     reviewers = ReviewerPrincipals.parse(reviewer_principals, account=invoked.account,
                                          partition=invoked.partition).require_some()
+    if proofs is None:  # before STS or the execution is asked: no answer can be taken without it
+        raise IdentityNotProven("identity_proof: this function has no table to remember proofs in "
+                                "(IDEMPOTENCY_TABLE_NAME), so it cannot refuse a replayed one: refused")
     proven = identities.identity(answer.identity_proof, binding=answer.binding(invoked.function_name))
     reviewer = reviewers.admit(proven.arn)
     name = answer.execution_name
@@ -99,9 +102,6 @@ def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str,
         raise InvalidReview(f"task_token: not the token execution {name!r}'s review waits on "
                             "(review_cli list shows each review with its own)")
     output = review_output(answer.completion(reviewer), record, reviewer_id=reviewer.identity, sign=sign)
-    if proofs is None:
-        raise IdentityNotProven("identity_proof: this function has no table to remember proofs in "
-                                "(IDEMPOTENCY_TABLE_NAME), so it cannot refuse a replayed one: refused")
     if not proofs.first_use(proven.proof_key, proven.expires_at):
         raise IdentityNotProven("identity_proof: used before: a proof answers once; make a new one "
                                 "(review_cli complete does, for each answer)")
