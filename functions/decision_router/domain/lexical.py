@@ -39,9 +39,14 @@ def evidence_text(state: State, fields: Sequence[str]) -> str:
     return "\n".join(str(state[key]) for key in fields if state.get(key) is not None)
 
 
+def normalized(text: str) -> str:
+    """The text as the features read it: NFKC-normalised and lower-cased."""
+    return unicodedata.normalize("NFKC", text).lower()
+
+
 def term_counts(text: str, word_ngrams: tuple[int, int] = (1, 2), char_ngrams: tuple[int, int] = (2, 5)) -> Counter[str]:
     """How often each word and character n-gram occurs in `text` (prefixed `w:` / `c:`)."""
-    text = unicodedata.normalize("NFKC", text).lower()
+    text = normalized(text)
     counts: Counter[str] = Counter()
     words = WORD.findall(text)
     low, high = word_ngrams

@@ -15,7 +15,6 @@ field means to the whole answer, cheap enough to compute for every decision.
 from __future__ import annotations
 
 import math
-import unicodedata
 from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +23,7 @@ from decision_contract import softmax
 
 from ..items import Item
 from .heads import Head
-from .lexical import CHAR_PREFIX, WORD, WORD_PREFIX, State, evidence_text
+from .lexical import CHAR_PREFIX, WORD, WORD_PREFIX, State, evidence_text, normalized
 from .policies import Policy
 
 #: Fields kept in a trace, the largest effects first (a policy's evidence has a handful).
@@ -240,7 +239,7 @@ def top_words(head: Head, state: State, chosen: int, limit: int = MAX_WORDS) -> 
     if text is None:
         return []
     evidence = evidence_text(state, text.fields)
-    words = list(dict.fromkeys(WORD.findall(unicodedata.normalize("NFKC", evidence).lower())))
+    words = list(dict.fromkeys(WORD.findall(normalized(evidence))))
     if not words:
         return []
     low, high = text.char_ngrams
