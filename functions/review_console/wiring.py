@@ -2,16 +2,15 @@
 per execution environment (app.py makes one `Wiring` at its cold start and puts it in each
 request's routing context), and who is asking and what they sent.
 
-The parts are typed by what the console calls on them: the ports (`decision_router.domain.ports`)
-where their values are the domain's, and here the two faces that hand over the adapters' own
-values (the review queue's listing, the audit's reads)."""
+The parts are typed by what the console calls on them: the ports (`decision_router.domain.ports`:
+`review`, `outcomes`, `messaging`) where their values are the domain's, and here the two faces
+that hand over the adapters' own values (the review queue's listing, the audit's reads)."""
 
 from __future__ import annotations
 
 import json
 import os
 from datetime import datetime, timezone
-from functools import cached_property
 from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
@@ -20,8 +19,8 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import ValidationError
 
+from decision_router.adapters import from_settings
 from decision_router.adapters.escalations import SlaEscalations
-from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.queues import EventBus
 from decision_router.adapters.review import (
     AuditTrail,
@@ -33,20 +32,12 @@ from decision_router.adapters.review import (
     Unreadable,
 )
 from decision_router.adapters.signing_key import SigningKey
-from decision_router.adapters.workflow import WorkflowStarter
-from decision_router.config import Settings
+from decision_router.composition import CompositionRoot, part
 from decision_router.domain.policies import Policy, load_policy
-from decision_router.domain.ports import (
-    Bus,
-    EscalationMarks,
-    Executions,
-    PrecisionTallies,
-    ResolvedItemStore,
-    ReviewMessages,
-    TaskCompleter,
-)
+from decision_router.domain.ports.messaging import Bus
+from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore
+from decision_router.domain.ports.review import EscalationMarks, Executions, ReviewMessages, TaskCompleter
 from decision_router.domain.records import AuditRow, DecisionRecord
-from decision_router.intake.resolved_items import resolved_items
 from decision_router.review import console
 from decision_router.review.completion import IdentitySigner, InvalidReview
 from decision_router.validation import describe_errors
@@ -83,83 +74,69 @@ class ExamplePages(Protocol):
     def page(self, limit: int, after: dict[str, str] | None = None) -> tuple[list[dict[str, str]], dict[str, str] | None]: ...
 
 
-class Wiring:
-    """The console's settings and adapters, each made from the settings on first use. Each part
-    given here replaces the one the settings would make (tests, the local run)."""
+class Wiring(CompositionRoot):
+    """The console's settings and adapters, each made from the settings on first use
+    (`decision_router.composition`). Each part given here replaces the one the settings would
+    make (tests, the local run)."""
 
-    def __init__(self, settings: Settings | None = None, *, queue: ReviewInbox | None = None,
-                 workflow: Executions | None = None, audit: AuditReader | None = None,
-                 examples: ExamplePages | None = None, tasks: TaskCompleter | None = None,
-                 resolved_items: ResolvedItemStore | None = None,
-                 precision_tally: PrecisionTallies | None = None, signing_key: SigningKey | None = None,
-                 bus: Bus | None = None, escalations: EscalationMarks | None = None) -> None:
-        given = {"settings": settings, "queue": queue, "workflow": workflow, "audit": audit, "examples": examples,
-                 "tasks": tasks, "resolved_items": resolved_items, "precision_tally": precision_tally,
-                 "signing_key": signing_key, "bus": bus, "escalations": escalations}
-        self.__dict__.update({name: part for name, part in given.items() if part is not None})  # cached_property reads these first
-        self._policies: dict[str, Policy] = {}
-
-    @cached_property
-    def settings(self) -> Settings:
-        return Settings.from_env()
-
-    @cached_property
+    @part
     def signing_key(self) -> SigningKey | None:
         """The stack's signing key: the console signs its reviewer's `sub` on each answer (None: unsigned)."""
-        arn = self.settings.signing_key_secret_arn
-        return SigningKey.from_secret(arn) if arn else None
+        return from_settings.signing_key(self.settings)
 
     def identity_signer(self) -> IdentitySigner | None:
         key = self.signing_key
         return key.review_signature if key is not None else None
 
-    @cached_property
+    @part
     def queue(self) -> ReviewInbox:
         return ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
 
-    @cached_property
+    @part
     def workflow(self) -> Executions:
-        s = self.settings.require("state_machine_arn")
-        return WorkflowStarter(s.state_machine_arn, audit_retention_days=s.audit_retention_days)
+        return from_settings.workflow(self.settings)
 
-    @cached_property
+    @part
     def audit(self) -> AuditReader:
         return AuditTrail(self.settings.require("audit_table").audit_table)
 
-    @cached_property
+    @part
     def examples(self) -> ExamplePages:
         return LabelledExamples(self.settings.require("labelled_examples_table").labelled_examples_table)
 
-    @cached_property
+    @part
     def tasks(self) -> TaskCompleter:
         return ReviewTasks()
 
-    @cached_property
+    @part
     def resolved_items(self) -> ResolvedItemStore | None:
         """The resolved-items store; None when the function is given none (no similar items, none kept)."""
-        return resolved_items(self.settings)
+        return from_settings.resolved_items(self.settings)
 
-    @cached_property
+    @part
     def precision_tally(self) -> PrecisionTallies | None:
-        """The live precision's tallies (the head history table); None when the function is given none."""
-        table = self.settings.head_history_table
-        return PrecisionTally(table) if table else None
+        return from_settings.precision_tally(self.settings)
 
-    @cached_property
+    @part
     def bus(self) -> Bus:
         """The decision bus: the review SLA's sweep pages the on-call there (Item Escalated)."""
         return EventBus(self.settings.require("event_bus_name").event_bus_name)
 
-    @cached_property
+    @part
     def escalations(self) -> EscalationMarks:
         """The review SLA's escalation marks (the idempotency table's `review-sla-escalation#` rows)."""
         s = self.settings.require("idempotency_table")
         return SlaEscalations(s.idempotency_table, review_timeout_seconds=s.review_timeout_seconds)
 
+    @part
+    def policies(self) -> dict[str, Policy]:
+        """The shipped policies read so far, by name (`policy`): each is read once per execution environment."""
+        return {}
+
     def policy(self, name: str) -> Policy:
-        if name not in self._policies:
-            self._policies[name] = load_policy(name)
-        return self._policies[name]
+        if name not in self.policies:
+            self.policies[name] = load_policy(name)
+        return self.policies[name]
 
     def reviewer(self, event: APIGatewayProxyEventV2) -> console.Reviewer:
         """The signed-in reviewer, from the claims API Gateway's JWT authorizer verified."""

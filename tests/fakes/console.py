@@ -30,7 +30,7 @@ from decision_router.adapters import used_proofs as used_proofs_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
 from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
-from decision_router.adapters.similar_items import RECENT, resolved_key
+from decision_router.adapters.similar_items import RECENT, partition, partitions, resolved_key
 from decision_router.adapters.workflow import ExecutionNotRunning, execution_input
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
 from decision_router.domain.precision import CheckCounts
@@ -572,20 +572,23 @@ class FakeHeadStore:
 # ------------------------------------------------------------------------------ resolved items
 class FakeResolvedItems:
     """The resolved-items store (port `ResolvedItemStore`, adapter `adapters.similar_items.ResolvedItems`):
-    `rows` by (policy, resolved_key), the key the adapter writes (`<kind>#<resolved_at>#<item_id>`:
-    the same item resolved at the same moment by the same kind is one row)."""
+    `rows` by (partition, resolved_key), the keys the adapter writes (the policy's shard of the item
+    id, `<policy>#<n>`; `<kind>#<resolved_at>#<item_id>`: the same item resolved at the same moment
+    by the same kind is one row). A test may put a row under the policy's name alone, as a stack
+    kept it before sharding: it is read too."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], ResolvedItem] = {}
 
     def remember(self, resolved: ResolvedItem) -> None:
-        self.rows[(resolved.policy, resolved_key(resolved))] = resolved
+        self.rows[(partition(resolved), resolved_key(resolved))] = resolved
 
     def recent(self, policy: str, limit: int = RECENT) -> list[ResolvedItem]:
-        """The policy's latest `limit` resolved items of each kind, newest first."""
+        """The policy's latest `limit` resolved items of each kind over all its partitions, newest first."""
         kept: list[ResolvedItem] = []
+        read = set(partitions(policy))
         for kind in ("router#", "reviewer#"):
-            keys = sorted((k for k in self.rows if k[0] == policy and k[1].startswith(kind)), reverse=True)
+            keys = sorted((k for k in self.rows if k[0] in read and k[1].startswith(kind)), key=lambda k: k[1], reverse=True)
             kept.extend(self.rows[k] for k in keys[:limit])
         return sorted(kept, key=lambda row: (row.resolved_at, row.item_id), reverse=True)
 

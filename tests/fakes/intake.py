@@ -44,17 +44,17 @@ from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import (
     EXECUTION_POINTER,
     MAX_RACES,
-    OPEN,
     OPEN_MARK,
     RETENTION_DAYS,
     open_incident_of,
+    open_mark,
 )
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
-from decision_router.domain.ports import AlarmState, Claim, GroupRow, IncidentRow, Joined
+from decision_router.domain.ports.incidents import AlarmState, Claim, GroupRow, IncidentRow, Joined
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.sources.cloudwatch import parse_alarm_arn
 from local.template import DEFAULT_ACCOUNT_ID
@@ -94,11 +94,16 @@ class FakeOpenIncidents:
     writes. `rows` holds one dict per key, as the DynamoDB item would be: its attribute names, a
     string set as a `set`, a number as an `int`, a list as a `list`; a test may read it, or put a
     row there as an older writer would have left it. An update with no condition writes a row that
-    is not there, as DynamoDB's UpdateItem does."""
+    is not there, as DynamoDB's UpdateItem does. An open row carries its shard's mark
+    (`open_mark`); the open-incident index is every row with a mark, whatever its value, by key."""
 
     def __init__(self, *, retention_days: int = RETENTION_DAYS) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
         self.retention_days = retention_days
+
+    def _open_rows(self) -> list[dict[str, Any]]:
+        """The rows of the open-incident index, by key (as the adapter's Query of every shard)."""
+        return [row for _, row in sorted(self.rows.items()) if OPEN_MARK in row]
 
     def _row(self, key: str) -> dict[str, Any]:
         """The row of `key` for an unconditional update (made when missing, as UpdateItem does)."""
@@ -115,7 +120,7 @@ class FakeOpenIncidents:
             existing = self.rows.get(key)
             # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
             if existing is None or (existing.get("status") == "resolved" and existing.get("opened_by") != delivery):
-                item: dict[str, Any] = {"incident_key": key, "status": "open", OPEN_MARK: OPEN, "opened_by": delivery,
+                item: dict[str, Any] = {"incident_key": key, "status": "open", OPEN_MARK: open_mark(key), "opened_by": delivery,
                                         "deliveries": {delivery}, "routed": False, "updates": 0,
                                         "incident_id": incident_id, "source": source, "opened_at": _now()}
                 if opens:
@@ -139,9 +144,9 @@ class FakeOpenIncidents:
 
     def open_now(self) -> list[OpenIncident]:
         incidents = []
-        for row in self.rows.values():
-            if OPEN_MARK not in row or "service" not in row:
-                continue  # resolved (or open from before the index), a group's row, or no service kept
+        for row in self._open_rows():
+            if "service" not in row:
+                continue  # a row with no service kept
             incident = open_incident_of(row)
             if incident is not None:
                 incidents.append(incident)
@@ -155,7 +160,7 @@ class FakeOpenIncidents:
             raise _validation("The provided expression refers to an attribute that does not exist in the item",
                               "UpdateItem")
         row["deliveries"] = row.get("deliveries", set()) | {delivery}
-        row.update(updates=row["updates"] + 1, updated_at=_now(), last_delivery=delivery, **{OPEN_MARK: OPEN})
+        row.update(updates=row["updates"] + 1, updated_at=_now(), last_delivery=delivery, **{OPEN_MARK: open_mark(key)})
         return True
 
     def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None:
@@ -199,8 +204,7 @@ class FakeOpenIncidents:
 
     def expired_holds(self, now: str) -> list[IncidentRow]:
         # The index's rows alone, as the adapter's Query reads them.
-        return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values()
-                if OPEN_MARK in row and self._expired_hold(row, now)]
+        return [IncidentRow.model_validate(_plain(row)) for row in self._open_rows() if self._expired_hold(row, now)]
 
     def released(self, key: str, execution_name: str) -> None:
         self._row(key).update(execution_name=execution_name,
@@ -294,8 +298,8 @@ class FakeOpenIncidents:
         return self.rows.get(EXECUTION_POINTER + execution_name, {}).get("points_to")
 
     def held_open(self) -> list[IncidentRow]:
-        return [IncidentRow.model_validate(_plain(row)) for row in self.rows.values()
-                if OPEN_MARK in row and "held_under" in row and "execution_name" not in row and "group" not in row]
+        return [IncidentRow.model_validate(_plain(row)) for row in self._open_rows()
+                if "held_under" in row and "execution_name" not in row and "group" not in row]
 
 # --------------------------------------------------------------------------- the decision endpoint
 #: The model the fake endpoint reports unless told another (as tests/functions/conftest.py's make_result).

@@ -49,7 +49,7 @@ from decision_router.adapters.review import (
     ReviewTasks,
     Unreadable,
 )
-from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.similar_items import ResolvedItems, partition, partitions, resolved_key
 from decision_router.adapters.used_proofs import UsedProofs
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.domain.head_versions import parameter_name
@@ -1009,6 +1009,42 @@ def test_the_same_resolution_kept_twice_is_one_row_the_later(resolved):
 
     (kept,) = resolved.recent("support-ticket")
     assert kept.answers == {"queue": "technical_fault"}
+
+
+def resolved_partitions(resolved: Any) -> dict[str, int]:
+    """Rows per partition key, as the store holds them."""
+    if isinstance(resolved, FakeResolvedItems):
+        keys = [key for key, _ in resolved.rows]
+    else:
+        keys = [row["policy"]["S"] for row in client("dynamodb").scan(TableName=resolved.table_name)["Items"]]
+    return {key: keys.count(key) for key in set(keys)}
+
+
+def keep_as_before_sharding(resolved: Any, row: ResolvedItem) -> None:
+    """Keep a row under the policy's name alone, as a stack did before the rows were sharded."""
+    if isinstance(resolved, FakeResolvedItems):
+        resolved.rows[(row.policy, resolved_key(row))] = row
+        return
+    client("dynamodb").put_item(TableName=resolved.table_name, Item={
+        "policy": {"S": row.policy}, "resolved_key": {"S": resolved_key(row)}, "item_id": {"S": row.item_id},
+        "body": {"S": row.model_dump_json()}})
+
+
+def test_a_policys_rows_spread_over_its_shards_and_are_read_with_those_kept_before(resolved):
+    for n in range(30):
+        resolved.remember(resolved_ticket(f"T-{n}", f"2026-11-29T12:{n:02d}:00.000+00:00"))
+    before = resolved_ticket("T-old", "2026-11-29T11:59:00.000+00:00")
+    keep_as_before_sharding(resolved, before)
+    spread = resolved_partitions(resolved)
+    assert len(spread) > 2 and set(spread) <= set(partitions("support-ticket"))  # many shards, one policy's
+    assert spread["support-ticket"] == 1 and sum(spread.values()) == 31
+    assert all(partition(resolved_ticket(f"T-{n}", "2026-11-29T12:00:00.000+00:00")) in spread for n in range(30))
+
+    assert [r.item_id for r in resolved.recent("support-ticket")] == [*(f"T-{n}" for n in range(29, -1, -1)), "T-old"]
+    assert [r.item_id for r in resolved.recent("support-ticket", limit=4)] == ["T-29", "T-28", "T-27", "T-26"]
+    newer = resolved_ticket("T-old", "2026-11-29T13:00:00.000+00:00")  # a row of before, newer than all
+    keep_as_before_sharding(resolved, newer)
+    assert [r.item_id for r in resolved.recent("support-ticket", limit=2)] == ["T-old", "T-29"]
 
 
 # ------------------------------------------------------------------------------ precision tallies

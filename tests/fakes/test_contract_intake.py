@@ -52,7 +52,7 @@ from decision_contract import (
 from decision_router.adapters import queues
 from decision_router.adapters.alarm_states import AlarmStates
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
-from decision_router.adapters.open_incidents import OPEN, OPEN_MARK, OpenIncidents
+from decision_router.adapters.open_incidents import OPEN, OPEN_MARK, OPEN_MARKS, OPEN_SHARDS, OpenIncidents, open_mark
 from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.dependencies import ParentEntry
@@ -298,7 +298,7 @@ def test_open_now_reads_the_incidents_title_and_description_as_kept_bounded(stor
 
 def test_a_resolved_incident_leaves_the_open_index_and_expires_after_its_retention(store):
     claim(store, "d1", key="a", service="checkout-api", reported_at=T0)
-    assert rows(store)["a"][OPEN_MARK] == OPEN and "expires_at" not in rows(store)["a"]
+    assert rows(store)["a"][OPEN_MARK] == open_mark("a") and "expires_at" not in rows(store)["a"]
     before = time.time()
     store.resolve("a", "ok-1", "over")
     row = rows(store)["a"]
@@ -308,6 +308,45 @@ def test_a_resolved_incident_leaves_the_open_index_and_expires_after_its_retenti
     claim(store, "d2", key="a", service="checkout-api", reported_at=T1)  # a flap reopens it, whole
     assert OPEN_MARK in rows(store)["a"] and "expires_at" not in rows(store)["a"]
     assert [i.key for i in store.open_now()] == ["a"]
+
+
+def test_open_rows_are_marked_with_their_keys_shard_and_every_shard_is_read(store):
+    """The open-incident index is spread over OPEN_SHARDS values of the mark, one per row by its
+    key's hash; the readers hand over the rows of all of them, by key, as one partition would."""
+    keys = [f"svc-{n:02d}" for n in range(40)]
+    for key in reversed(keys):
+        claim(store, "d1", key=key, service="checkout-api", reported_at=T0)
+        store.held(key, "d1", "held under a parent", held_under="parent-key")
+    marks = {key: row[OPEN_MARK] for key, row in rows(store).items()}
+    assert marks == {key: open_mark(key) for key in keys}
+    assert len(set(marks.values())) > OPEN_SHARDS // 2 and set(marks.values()) <= set(OPEN_MARKS) - {OPEN}
+    assert [i.key for i in store.open_now()] == keys
+    assert [row.incident_key for row in store.held_open()] == keys
+
+
+def mark_as_before_sharding(store, key: str) -> None:
+    """Give an open row the mark of before the index was sharded (one value for every open row)."""
+    if isinstance(store, FakeOpenIncidents):
+        store.rows[key][OPEN_MARK] = OPEN
+    else:
+        boto3.client("dynamodb").update_item(TableName=store.table_name, Key={"incident_key": {"S": key}},
+                                             UpdateExpression="SET #m = :open", ExpressionAttributeNames={"#m": OPEN_MARK},
+                                             ExpressionAttributeValues={":open": {"S": OPEN}})
+
+
+def test_an_open_row_marked_before_sharding_is_read_and_moves_to_its_shard_with_its_next_delivery(store):
+    claim(store, "d1", key="old", service="checkout-api", reported_at=T0)
+    store.held("old", "d1", "in a window", held_until=T1)
+    claim(store, "d1", key="new", service="payments", reported_at=T0)
+    mark_as_before_sharding(store, "old")
+    assert rows(store)["old"][OPEN_MARK] == OPEN
+    assert [i.key for i in store.open_now()] == ["new", "old"]
+    assert [row.incident_key for row in store.expired_holds(T2)] == ["old"]
+    assert claim(store, "d2", key="old") == "update"
+    assert rows(store)["old"][OPEN_MARK] == open_mark("old")
+    assert [i.key for i in store.open_now()] == ["new", "old"]  # once, from its shard
+    store.resolve("old", "ok-1", "over")
+    assert OPEN_MARK not in rows(store)["old"] and [i.key for i in store.open_now()] == ["new"]
 
 
 def test_an_open_row_from_before_the_index_is_listed_from_its_next_delivery_on(store):

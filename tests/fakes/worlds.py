@@ -11,6 +11,7 @@ executions were started, what was dead-lettered), so a test reads alike on eithe
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import boto3
@@ -18,7 +19,7 @@ import boto3
 from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.config import Settings
-from decision_router.domain.ports import Endpoint
+from decision_router.domain.ports.routing import Endpoint
 from decision_router.domain.records import DecisionRecord
 from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
@@ -30,14 +31,27 @@ ENDPOINT_NAME = "decision-endpoint"
 #: What the fake world's functions are not given: no head store (the shipped heads decide, and no
 #: shadow is counted), as a stack deployed without one.
 NOT_GIVEN = ("HEAD_STORE_BUCKET", "HEAD_HISTORY_TABLE_NAME")
+PARAMETERS = {"ExistingEndpointName": ENDPOINT_NAME, "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS}
+
+
+@functools.cache
+def fake_template() -> Stack:
+    """The template every fake world reads, loaded once: a fake world creates nothing in it, so
+    nothing changes it (a test of the stack's resources uses MotoWorld, which loads its own)."""
+    return Stack.load(parameters=PARAMETERS)
+
+
+@functools.cache
+def _fake_environment(function: str) -> tuple[tuple[str, str], ...]:
+    return tuple((name, "" if name in NOT_GIVEN else value)
+                 for name, value in fake_template().function_environment(function).items())
 
 
 class FakeWorld:
     """The template's names (placeholders: nothing is created) over in-memory fakes of the ports."""
 
     def __init__(self) -> None:
-        self.template = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME,
-                                               "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS})
+        self.template = fake_template()
         # What the template keeps for how long, as the functions' adapters are told it.
         self.audit_retention_days = int(self.environment("TicketIntakeFunction")["AUDIT_RETENTION_DAYS"])
         incidents = int(self.environment("IncidentIntakeFunction")["OPEN_INCIDENT_RETENTION_DAYS"])
@@ -57,9 +71,9 @@ class FakeWorld:
         return self.template.ref(logical_id)
 
     def environment(self, function: str) -> dict[str, str]:
-        """The function's environment as the template gives it, less what this world has no fake of."""
-        return {name: ("" if name in NOT_GIVEN else value)
-                for name, value in self.template.function_environment(function).items()}
+        """The function's environment as the template gives it, less what this world has no fake of
+        (a fresh dict each call: a test may change what it is given)."""
+        return dict(_fake_environment(function))
 
     def queue(self, logical_id: str) -> FakeQueue:
         """The fake of one of the template's queues (one per queue, made on first use)."""
@@ -105,7 +119,8 @@ class MotoWorld(FakeWorld):
         super().__init__()
         if stack is not None:
             self.template = stack
-        else:
+        else:  # its own: the fake worlds' template is shared and never created
+            self.template = Stack.load(parameters=PARAMETERS)
             self.template.create()
         self.resolved_items = ResolvedItems(self.ref("ResolvedItemsTable"))  # what the functions keep there
 

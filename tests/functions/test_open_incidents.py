@@ -1,6 +1,7 @@
 """The open-incident store's side of duplicates linked (adapters/open_incidents.py) against moto:
 a claim keeps the incident's service and reported time, `open_now` reads the open ones back as
-domain objects; rows from before (no service), resolved ones and group rows are left out."""
+domain objects; rows from before (no service), resolved ones and group rows are left out. The
+open-incident index is sharded: its reads query every shard and the value of before sharding."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.adapters.open_incidents import OPEN_INDEX, OPEN_MARK, OpenIncidents
+from decision_router.adapters.open_incidents import OPEN, OPEN_INDEX, OPEN_MARK, OPEN_MARKS, OpenIncidents, open_mark
 from decision_router.domain.linking import OpenIncident
 
 TABLE = "open-incidents"
@@ -63,8 +64,37 @@ def test_open_now_reads_every_page(store):
 
     def small_pages(**kwargs):
         pages.append(kwargs.get("ExclusiveStartKey"))
-        return original(**{**kwargs, "Limit": 7})
+        return original(**{**kwargs, "Limit": 2})
 
     store.client.query = small_pages
     assert sorted(i.incident_id for i in store.open_now()) == sorted(f"INC-{n}" for n in range(30))
-    assert len(pages) > 1
+    assert any(start is not None for start in pages)  # a shard read on past its first page
+
+
+def test_the_open_incidents_spread_over_the_shards_and_every_read_counts_them_all(store):
+    """Each open row's mark is its key's shard; a read queries every shard and the value of before
+    sharding, and counts as many open incidents as a single unsharded partition held."""
+    keys = [f"arn:alarm:svc-{n}" for n in range(60)]
+    for n, key in enumerate(keys):
+        store.claim(key, f"d-{n}", incident_id=f"INC-{n}", source="s", service=f"svc-{n}",
+                    reported_at="2026-11-29T12:00:00.000+00:00")
+    # Two rows as a stack kept them before sharding: every open row under the one value OPEN.
+    for key in ("arn:alarm:legacy-a", "arn:alarm:legacy-b"):
+        store.client.put_item(TableName=TABLE, Item={
+            "incident_key": {"S": key}, "status": {"S": "open"}, OPEN_MARK: {"S": OPEN}, "opened_by": {"S": "d-0"},
+            "deliveries": {"SS": ["d-0"]}, "routed": {"BOOL": False}, "updates": {"N": "0"}, "incident_id": {"S": key},
+            "source": {"S": "s"}, "service": {"S": "svc-legacy"}, "reported_at": {"S": "2026-11-29T11:00:00.000+00:00"}})
+    per_mark = {mark: store.client.query(TableName=TABLE, IndexName=OPEN_INDEX, KeyConditionExpression="#m = :m",
+                                         ExpressionAttributeNames={"#m": OPEN_MARK},
+                                         ExpressionAttributeValues={":m": {"S": mark}}, Select="COUNT")["Count"]
+                for mark in OPEN_MARKS}
+    assert sum(1 for count in per_mark.values() if count) > 2  # the writes landed on many index partitions
+    assert per_mark[OPEN] == 2 and sum(per_mark.values()) == len(keys) + 2
+    assert all(store._item(key)[OPEN_MARK] == {"S": open_mark(key)} for key in keys)
+
+    asked = []
+    original = store.client.query
+    store.client.query = lambda **kwargs: asked.append(kwargs["ExpressionAttributeValues"][":open"]["S"]) or original(**kwargs)
+    found = [i.key for i in store.open_now()]
+    assert sorted(asked) == sorted(OPEN_MARKS)  # one Query per shard, and the value of before
+    assert found == sorted([*keys, "arn:alarm:legacy-a", "arn:alarm:legacy-b"])  # by key, each once

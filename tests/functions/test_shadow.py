@@ -1,7 +1,7 @@
 """Shadow heads' bookkeeping: the router records a shadow head's answer beside the one that
 decides (and nothing else changes), a reviewer's answer counts for the head it agrees with, the
-tallies add up in the head history table (moto), and the verdict needs N items and no worse
-precision on the reviewed ones."""
+tallies add up in the head history table (moto: spread over shards, summed with the row of before
+sharding), and the verdict needs N items and no worse precision on the reviewed ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.adapters.shadow_tally import ShadowTally
+from decision_router.adapters.shadow_tally import MAX_ROUNDS, SHARDS, ShadowTally, tally_key, tally_keys
 from decision_router.domain.heads import Head
 from decision_router.domain.policies import load_policy
 from decision_router.domain.routing import Router, ShadowHead
@@ -147,6 +147,56 @@ def test_the_tallies_add_up_per_shadow_head():
         assert tally.counts("incident", "team", "b" * 64).items == 1
         with pytest.raises(ValueError, match="name one or more"):
             tally.add("incident", "team", "a" * 64, wrong=1)
+
+
+def history_table():
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="history", BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "policy_question", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "policy_question", "AttributeType": "S"},
+                              {"AttributeName": "at", "AttributeType": "S"}])
+    return client
+
+
+def test_a_tally_is_spread_over_its_shards_and_summed_with_the_row_of_before_sharding():
+    with mock_aws():
+        client = history_table()
+        tally = ShadowTally("history", client=client)
+        sha = "a" * 64
+        for n in range(60):
+            tally.add("incident", "team", sha, items=1, agreed=n % 2)
+        rows = {row["policy_question"]["S"]: row for row in client.scan(TableName="history")["Items"]}
+        assert len(rows) > 1 and set(rows) <= {k["policy_question"]["S"] for k in tally_keys("incident", "team", sha)[1:]}
+        assert sum(int(row["items"]["N"]) for row in rows.values()) == 60  # the shards' count: every addition once
+        assert tally.counts("incident", "team", sha) == ShadowCounts(items=60, agreed=30)
+        # A stack that counted before sharding keeps its count: the unsharded row is added in.
+        client.put_item(TableName="history", Item={**tally_key("incident", "team", sha),
+                                                   "items": {"N": "7"}, "agreed": {"N": "5"}, "reviewed": {"N": "2"}})
+        assert tally.counts("incident", "team", sha) == ShadowCounts(items=67, agreed=35, reviewed=2)
+        assert len(tally_keys("incident", "team", sha)) == SHARDS + 1
+
+
+def test_a_tally_read_asks_again_for_the_rows_dynamodb_left_unprocessed(monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr("decision_router.adapters.shadow_tally.time.sleep", pauses.append)
+    with mock_aws():
+        tally = ShadowTally("history", client=history_table())
+        tally.add("incident", "team", "a" * 64, items=3)
+        original, calls = tally.client.batch_get_item, []
+
+        def throttled_once(**kwargs):
+            calls.append(kwargs["RequestItems"]["history"]["Keys"])
+            if len(calls) == 1:  # nothing read, every key handed back
+                return {"Responses": {"history": []}, "UnprocessedKeys": kwargs["RequestItems"]}
+            return original(**kwargs)
+
+        tally.client.batch_get_item = throttled_once
+        assert tally.counts("incident", "team", "a" * 64).items == 3 and len(calls) == 2
+        tally.client.batch_get_item = lambda **kwargs: {"Responses": {}, "UnprocessedKeys": kwargs["RequestItems"]}
+        with pytest.raises(RuntimeError, match=f"11 of its rows were still unprocessed after {MAX_ROUNDS} BatchGetItem"):
+            tally.counts("incident", "team", "a" * 64)
+        assert pauses == [0.1, 0.1, 0.2, 0.4, 0.8]  # a growing pause before each round asked again
 
 
 def test_a_review_counts_whether_the_shadow_agreed_on_the_reviewed_item(ticket):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import boto3
@@ -19,7 +19,9 @@ from aws_lambda_powertools import Logger
 from moto import mock_aws
 
 from bench.nearest_neighbour import kept_agreement
-from decision_router.adapters.similar_items import RECENT, ResolvedItems
+from decision_router.adapters.from_settings import resolved_items
+from decision_router.adapters.shards import shard_of
+from decision_router.adapters.similar_items import RECENT, SHARDS, ResolvedItems, partitions, resolved_key
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.domain.similar import (
@@ -31,7 +33,7 @@ from decision_router.domain.similar import (
     resolved_item,
     summary,
 )
-from decision_router.intake.resolved_items import remember_resolved, resolved_items
+from decision_router.intake.resolved_items import remember_resolved
 from decision_router.items import parse_item
 from local.cloudformation import Stack
 from tests.fakes.console import FakeResolvedItems
@@ -145,6 +147,84 @@ def test_the_store_keeps_rows_per_policy_newest_first():
     assert store.recent("support-ticket") == [newer, older]
     assert store.recent("support-ticket", limit=1) == [newer]
     assert store.recent("incident") == [other]
+
+
+def latest(rows: list[ResolvedItem], limit: int) -> list[str]:
+    """What one unsharded partition handed over: each kind's `limit` latest rows, newest first."""
+    kept = []
+    for each in ("router#", "reviewer#"):
+        kept.extend(sorted((r for r in rows if resolved_key(r).startswith(each)), key=resolved_key, reverse=True)[:limit])
+    return [r.item_id for r in sorted(kept, key=lambda r: (r.resolved_at, r.item_id), reverse=True)]
+
+
+@mock_aws
+def test_the_latest_rows_over_the_shards_are_those_one_unsharded_partition_would_hand_over():
+    """A policy's rows spread over its shards; a lookup merges every shard and the rows kept
+    before sharding into exactly the latest of each kind, and reads a shard past its first page
+    only while it may still hold some of them (here the shard that holds the newest ones)."""
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=["ResolvedItemsTable"])
+    table, dynamodb = stack.ref("ResolvedItemsTable"), boto3.client("dynamodb")
+    store = ResolvedItems(table, dynamodb)
+    ids = [f"T-{n}" for n in range(400)]
+    crowded = [i for i in ids if shard_of(i, SHARDS) == 0][:30]  # the newest rows, all on one shard
+    spread = [i for i in ids if shard_of(i, SHARDS) != 0][:40]
+    rows = [resolved(item_id, "Charged twice", f"refund {n}", "billing", by="router" if n % 3 else "alice",
+                     at=f"2026-12-0{1 + (item_id in crowded)}T{10 + n // 60}:{n % 60:02d}:00.000+00:00")
+            for n, item_id in enumerate(crowded + spread)]
+    for row in rows:
+        store.remember(row)
+    before = [resolved(f"T-old-{n}", "Charged twice", "refund", "billing", by="router" if n % 2 else "bob",
+                       at=f"2026-12-01T09:{n:02d}:00.000+00:00") for n in range(6)]
+    for row in before:  # as a stack kept them before sharding: under the policy's name alone
+        dynamodb.put_item(TableName=table, Item={"policy": {"S": "support-ticket"}, "resolved_key": {"S": resolved_key(row)},
+                                                 "item_id": {"S": row.item_id}, "body": {"S": row.model_dump_json()}})
+    counts = {key: dynamodb.query(TableName=table, KeyConditionExpression="#p = :p", Select="COUNT",
+                                  ExpressionAttributeNames={"#p": "policy"},
+                                  ExpressionAttributeValues={":p": {"S": key}})["Count"] for key in partitions("support-ticket")}
+    assert sum(1 for count in counts.values() if count) > 3 and sum(counts.values()) == len(rows) + len(before)
+    assert counts["support-ticket"] == len(before) and counts["support-ticket#0"] == len(crowded)
+
+    asked = []
+    original = dynamodb.query
+    store.client.query = lambda **kwargs: asked.append((kwargs["ExpressionAttributeValues"][":p"]["S"],
+                                                         "ExclusiveStartKey" in kwargs)) or original(**kwargs)
+    for limit in (1, 5, 12, 40, RECENT):
+        asked.clear()
+        assert [r.item_id for r in store.recent("support-ticket", limit=limit)] == latest(rows + before, limit), limit
+        assert {key for key, _ in asked} == set(partitions("support-ticket"))  # every shard, and the key of before
+    assert len(store.recent("support-ticket")) == len(rows) + len(before)  # counted over the shards: every row once
+    asked.clear()
+    store.recent("support-ticket", limit=12)
+    assert {key for key, again in asked if again} == {"support-ticket#0"}  # only the crowded shard was read on
+
+
+@mock_aws
+def test_a_lookup_reads_about_its_share_of_the_latest_rows_from_each_shard():
+    """A full lookup (RECENT of each kind) over 4,000 rows: one partition would be read for 2,000
+    rows; each shard is read for about its share, the whole for at most a third more."""
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=["ResolvedItemsTable"])
+    dynamodb = boto3.client("dynamodb")
+    store = ResolvedItems(stack.ref("ResolvedItemsTable"), dynamodb)
+    first = resolved("T-0", "Charged twice", "refund one", "billing", at="2026-12-01T00:00:00.000+00:00")
+    start = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    for n in range(4 * RECENT):  # 3,000 routed by the router, 1,000 answered by a reviewer
+        store.remember(first.model_copy(update={"item_id": f"T-{n}", "resolved_by": "router" if n % 4 else "alice",
+                                                "resolved_at": (start + timedelta(seconds=n)).isoformat(timespec="milliseconds")}))
+    read: dict[str, int] = {}
+    original = dynamodb.query
+
+    def counted(**kwargs):
+        answer = original(**kwargs)
+        key = kwargs["ExpressionAttributeValues"][":p"]["S"]
+        read[key] = read.get(key, 0) + answer["ScannedCount"]
+        return answer
+
+    store.client.query = counted
+    found = store.recent("support-ticket")
+    assert len(found) == 2 * RECENT and found[0].item_id == "T-3999"
+    assert sum(read.values()) <= 2 * RECENT * 4 / 3 and max(read.values()) <= 2 * RECENT / SHARDS * 1.25 + 2 * 8
+    print(f"one lookup: {sum(read.values())} rows read, at most {max(read.values())} from one partition "
+          f"(one unsharded partition: {2 * RECENT})")
 
 
 def test_a_store_that_cannot_be_written_loses_nothing_but_the_row(world, capsys):  # noqa: F811
@@ -287,7 +367,7 @@ RESOLVED_WRITERS = {"TicketIntakeFunction": ["support-ticket"], "IncidentIntakeF
 def test_every_role_that_writes_resolved_items_writes_only_its_policies_rows():
     stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
     table = stack.template["Resources"]["ResolvedItemsTable"]["Properties"]
-    assert table["KeySchema"][0] == {"AttributeName": "policy", "KeyType": "HASH"}  # what LeadingKeys reads
+    assert table["KeySchema"][0] == {"AttributeName": "policy", "KeyType": "HASH"}  # what LeadingKeys reads: <policy>#<n>
     writers = {}
     for name, resource in stack.template["Resources"].items():
         for policy in resource.get("Properties", {}).get("Policies", []):
@@ -298,7 +378,9 @@ def test_every_role_that_writes_resolved_items_writes_only_its_policies_rows():
                     writers[name] = statement.get("Condition")
     assert set(writers) == set(RESOLVED_WRITERS)
     for name, condition in writers.items():
-        assert condition == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": RESOLVED_WRITERS[name]}}, name
+        # Its policies' shards (`<policy>#<n>`), never another policy's (no policy name holds a '#').
+        assert condition == {"ForAllValues:StringLike": {
+            "dynamodb:LeadingKeys": [f"{policy}#*" for policy in RESOLVED_WRITERS[name]]}}, name
         policy_name = stack.template["Resources"][name]["Properties"].get("Environment", {}).get("Variables", {}).get("POLICY_NAME")
         assert policy_name is None or [policy_name] == RESOLVED_WRITERS[name]  # an intake: its own policy only
     # The review side answers both policies: no more names than the policies shipped.

@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 
-from ..domain.ports import AlarmState
+from ..domain.ports.incidents import AlarmState
 from ..sources.cloudwatch import parse_alarm_arn
 from . import AwsAdapter
 

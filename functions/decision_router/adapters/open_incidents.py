@@ -20,6 +20,16 @@ open, and the sparse index `OPEN_INDEX` holds those rows alone, so `open_now` an
 `expired_holds` read the open incidents however many resolved ones the table keeps. A resolved
 row (an incident's or a group's) gets `expires_at` (epoch seconds, `retention_days` on): the
 table's TTL removes it then.
+
+The mark's value is the index's partition key, and every write of an open row (its claim, each
+delivery, its routing, holds, pages) is a write of the index too: one value would put every open
+incident, and an alert storm's writes, on one partition of the index. The mark is `open#<n>`
+instead, one of `OPEN_SHARDS` values (`open_mark`, from a hash of the incident key: a row keeps
+its shard), and a read queries every shard at once, merged by incident key as one partition
+would hand them over. Rows marked before sharding carry `OPEN` alone: the readers query that value
+too, and an open row's next delivery (`touch`) moves it to its shard. Open rows have no expiry, so
+the value of before is read for as long as any row may carry it (docs/operations/hot-keys.md says
+how to see that none does).
 """
 
 from __future__ import annotations
@@ -32,21 +42,34 @@ from pydantic import BaseModel, ValidationError
 
 from ..domain.dependencies import ParentEntry
 from ..domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
-from ..domain.ports import Claim, GroupRow, IncidentRow, Joined
+from ..domain.ports.incidents import Claim, GroupRow, IncidentRow, Joined
 from . import AwsAdapter, expiry
+from .shards import every_shard, in_parallel, shard_of, sharded
 
 Row = TypeVar("Row", bound=BaseModel)
 #: Conditional writes lost to a concurrent writer before giving up (the event is then retried).
 MAX_RACES = 3
 #: The sparse index of the open incidents (template.yaml OpenIncidentsTable): its key, the
-#: attribute an incident's row carries while it is open, and the attribute's one value.
+#: attribute an incident's row carries while it is open, and the attribute's value before the
+#: index was sharded (still read: `OPEN_MARKS`).
 OPEN_INDEX = "open-incidents"
 OPEN_MARK = "open_mark"
 OPEN = "open"
+#: Values of the open mark (partitions of the index). Each takes at most 1,000 writes a second, and
+#: every write of an open row is one (an alert storm: thousands of deliveries a second); 10 take
+#: 10,000 a second. A read queries all 10 and the unsharded value at once: 11 small Queries.
+OPEN_SHARDS = 10
+#: Every value a read of the open incidents queries: the unsharded one, then each shard's.
+OPEN_MARKS = (OPEN, *every_shard(OPEN, OPEN_SHARDS))
 #: How long a resolved row is kept by default (the stack's OpenIncidentRetentionDays).
 RETENTION_DAYS = 30
 #: The key prefix of a row naming the incident an execution routes (`point`).
 EXECUTION_POINTER = "execution#"
+
+
+def open_mark(key: str) -> str:
+    """The open mark of the incident of `key`: its shard of the open-incident index."""
+    return sharded(OPEN, shard_of(key, OPEN_SHARDS))
 
 
 def _now() -> str:
@@ -92,7 +115,7 @@ class OpenIncidents(AwsAdapter):
         for _ in range(MAX_RACES):
             try:
                 # A reopened row is put whole: its expiry goes, its open mark comes back.
-                item = {"incident_key": {"S": key}, "status": {"S": "open"}, OPEN_MARK: {"S": OPEN},
+                item = {"incident_key": {"S": key}, "status": {"S": "open"}, OPEN_MARK: {"S": open_mark(key)},
                         "opened_by": {"S": delivery},
                         "deliveries": {"SS": [delivery]}, "routed": {"BOOL": False}, "updates": {"N": "0"},
                         "incident_id": {"S": incident_id}, "source": {"S": source}, "opened_at": {"S": _now()}}
@@ -123,14 +146,25 @@ class OpenIncidents(AwsAdapter):
         raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
 
     def _open_rows(self, *, names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
-                   **query: Any) -> Iterator[dict[str, Any]]:
-        """Every row of the open-incident index (only rows with `OPEN_MARK`), page by page."""
+                   **query: Any) -> list[dict[str, Any]]:
+        """Every row of the open-incident index (only rows with `OPEN_MARK`): each of its values
+        queried at once, the rows by incident key (one row seen under two values while the index
+        moves it to its shard: once, as its shard has it)."""
+        def marked(mark: str) -> list[dict[str, Any]]:
+            return list(self._marked(mark, names=names, values=values, **query))
+
+        by_key = {row["incident_key"]["S"]: row for shard in in_parallel(marked, OPEN_MARKS) for row in shard}
+        return [by_key[key] for key in sorted(by_key)]
+
+    def _marked(self, mark: str, *, names: dict[str, str] | None, values: dict[str, Any] | None,
+                **query: Any) -> Iterator[dict[str, Any]]:
+        """The rows of the open-incident index under one value of the mark, page by page."""
         start = None
         while True:
             page = self.client.query(
                 TableName=self.table_name, IndexName=OPEN_INDEX, KeyConditionExpression="#m = :open",
                 ExpressionAttributeNames={"#m": OPEN_MARK, **(names or {})},
-                ExpressionAttributeValues={":open": {"S": OPEN}, **(values or {})},
+                ExpressionAttributeValues={":open": {"S": mark}, **(values or {})},
                 **query, **({"ExclusiveStartKey": start} if start else {}))
             yield from page.get("Items", [])
             start = page.get("LastEvaluatedKey")
@@ -157,13 +191,14 @@ class OpenIncidents(AwsAdapter):
         try:
             self.client.update_item(
                 TableName=self.table_name, Key={"incident_key": {"S": key}},
-                # The mark too: a row opened before the index was kept joins it with its next delivery.
+                # The mark too: a row opened before the index was kept joins it with its next delivery,
+                # and one marked before the index was sharded moves to its shard.
                 UpdateExpression="ADD deliveries :ds SET updates = updates + :one, updated_at = :now, "
-                                 "last_delivery = :d, #m = :open",
+                                 "last_delivery = :d, #m = :mark",
                 ConditionExpression="#s = :open AND NOT contains(deliveries, :d)",
                 ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
                 ExpressionAttributeValues={":ds": {"SS": [delivery]}, ":one": {"N": "1"}, ":now": {"S": _now()},
-                                           ":d": {"S": delivery}, ":open": {"S": OPEN}})
+                                           ":d": {"S": delivery}, ":open": {"S": "open"}, ":mark": {"S": open_mark(key)}})
             return True
         except self.client.exceptions.ConditionalCheckFailedException:
             return False

@@ -26,7 +26,7 @@ from .heads import Head
 from .judging import build_record, error_entry, explain, model_entry, rule_entry, words_entry
 from .model_requests import build_decisions
 from .policies import Policy, Question
-from .ports import Endpoint
+from .ports.routing import Endpoint
 from .precision import DrawKey
 from .records import DecisionEntry, DecisionRecord, ShadowAnswer
 from .rules import apply_rules

@@ -27,7 +27,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.dependencies import Dependencies, ParentEntry, held_reason, hhmm, may_hold
-from ..domain.ports import IncidentRow, OpenIncidentStore
+from ..domain.ports.incidents import IncidentRow, OpenIncidentStore
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..sources.events import Opened

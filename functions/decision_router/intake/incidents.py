@@ -42,7 +42,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
 from ..domain.noise import recent
-from ..domain.ports import IncidentRow, OpenIncidentStore
+from ..domain.ports.incidents import IncidentRow, OpenIncidentStore
 from ..domain.records import AuditRow, RecordTooLarge, json_text
 from ..domain.why import NoiseTrace
 from ..items import Incident

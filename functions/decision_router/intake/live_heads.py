@@ -33,7 +33,7 @@ from ..adapters.signing_key import SigningKey
 from ..domain.head_versions import HeadPointer, pointer_problems
 from ..domain.heads import Head, read_head
 from ..domain.policies import Policy
-from ..domain.ports import PointerSource
+from ..domain.ports.routing import PointerSource
 from ..domain.routing import ShadowHead
 from ..domain.signatures import HEAD_SERVICE, HEAD_SHADOW, LEGACY_HEAD
 

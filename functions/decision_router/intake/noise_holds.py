@@ -16,7 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.noise import NoiseControls, aware
-from ..domain.ports import Joined, OpenIncidentStore
+from ..domain.ports.incidents import Joined, OpenIncidentStore
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..sources.events import Opened

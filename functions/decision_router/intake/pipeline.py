@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseI
 from ..adapters.shadow_tally import ShadowTally
 from ..domain.linking import LinkedIncident
 from ..domain.policies import Policy, load_policy
-from ..domain.ports import ResolvedItemStore
+from ..domain.ports.outcomes import ResolvedItemStore
 from ..domain.precision import DrawKeyUnavailable
 from ..domain.records import DecisionRecord, RecordTooLarge, check_size
 from ..domain.routing import Router, ShadowHead

@@ -13,7 +13,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.policies import Policy
-from ..domain.ports import PrecisionTallies
+from ..domain.ports.outcomes import PrecisionTallies
 from ..domain.precision import PrecisionFigure, check_tally, corrected_answers, precision_figure, target_of
 from ..domain.records import DecisionRecord
 from .live_heads import question_metric

@@ -13,7 +13,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..adapters.review import ReviewTaskGone
-from ..domain.ports import AlarmStateReader, IncidentRow, OpenIncidentStore, Workflow
+from ..domain.ports.incidents import AlarmStateReader, IncidentRow, OpenIncidentStore
+from ..domain.ports.routing import Workflow
 from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Resolved
 from .noise_holds import WriteAudit

@@ -11,21 +11,11 @@ from typing import Mapping
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..adapters.similar_items import ResolvedItems
-from ..config import Settings
 from ..domain.policies import Policy, load_policy
-from ..domain.ports import ResolvedItemStore
+from ..domain.ports.outcomes import ResolvedItemStore
 from ..domain.records import DecisionRecord
 from ..domain.similar import resolved_item
 from ..items import parse_item
-
-
-def resolved_items(settings: Settings) -> ResolvedItems | None:
-    """The store of a function's `RESOLVED_ITEMS_TABLE_NAME`, keeping each row its
-    `RESOLVED_ITEMS_RETENTION_DAYS` (None: unset, nothing is kept). Made once per execution
-    environment by its caller: each store opens its own boto3 client."""
-    table = settings.resolved_items_table
-    return ResolvedItems(table, retention_days=settings.resolved_items_retention_days) if table else None
 
 
 def remember_resolved(record: DecisionRecord, answers: Mapping[str, str], resolved_by: str,

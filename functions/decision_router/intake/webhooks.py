@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from ..domain.ports import Bus, DeliveryRecord, Sender
+from ..domain.ports.messaging import Bus, Sender
+from ..domain.ports.webhooks import DeliveryRecord
 from ..items import Ticket
 from ..sources import INCIDENT_WEBHOOKS, TICKET_SOURCES
 from ..sources.claims import claim_problem

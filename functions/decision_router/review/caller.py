@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..domain.callers import Invoked, Reviewer, ReviewerPrincipals, answer_binding
-from ..domain.ports import CallerIdentity, Executions, TaskCompleter, UsedProofs
+from ..domain.ports.review import CallerIdentity, Executions, TaskCompleter, UsedProofs
 from ..domain.records import DecisionRecord, ReviewAnswer
 from ..domain.signatures import IdentityNotProven
 from ..validation import describe_errors

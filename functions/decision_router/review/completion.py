@@ -16,7 +16,7 @@ from typing import Annotated, Any, Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..domain.policies import Policy, PolicyError, load_policy
-from ..domain.ports import TaskCompleter
+from ..domain.ports.review import TaskCompleter
 from ..domain.records import DecisionRecord, ReviewAnswer, ReviewChoice
 from ..validation import describe_errors
 
