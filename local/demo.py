@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from contextlib import ExitStack
@@ -47,7 +48,6 @@ from typing import Callable, TextIO
 
 from local.cloudformation import REPO_ROOT
 from local.dependency_report import dependency_figures
-from local.deployment import ENDPOINT_NAME, TICKET_FUNCTION
 from local.items import DEFAULT_ITEMS, InputItem, read_items
 from local.outcomes import write_report
 from local.pipeline import LOG_DIR, LocalPipeline
@@ -117,8 +117,7 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
     """item kind → the policy file's absolute path, and what is wrong with the files: each loaded by
     the routing function's own loader, checked against the stack's destinations, one per kind."""
     from decision_router.domain.policies import PolicyError, check_targets, load_policy
-    from local.cloudformation import Stack
-    from local.destinations import add_queue_steps
+    from local.destinations import NEXT_STEP, add_queues_advice, template_destinations, template_resources
 
     destinations: list[str] | None = None
     resources: list[str] = []
@@ -129,9 +128,7 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
             problems.append(f"--policy {path}: no such file")
             continue
         if destinations is None:
-            stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
-            destinations = sorted(json.loads(stack.function_environment(TICKET_FUNCTION)["DESTINATION_QUEUES"]))
-            resources = list(stack.template["Resources"])
+            destinations, resources = template_destinations(), template_resources()
         try:
             policy = load_policy(path.resolve())
         except PolicyError as error:
@@ -141,9 +138,10 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
             check_targets(policy, destinations)
         except PolicyError as error:
             unknown = sorted(policy.targets - set(destinations))
+            then = f"then make demo POLICY={shlex.quote(str(path))} routes to them (and {NEXT_STEP})"
             problems.append(f"--policy {path}: {error}. The stack has no queue for {', '.join(unknown)}: "
-                            f"{add_queue_steps(unknown, resources)}\nOr route those options to a destination the stack has. "
-                            f"{TARGETS_FIX}")
+                            f"{add_queues_advice(unknown, resources, then=then)}\nOr route those options to a destination "
+                            f"the stack has. {TARGETS_FIX}")
             continue
         if policy.item_kind in policies:
             problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TextIO
 
 from local.cloudformation import DEFAULT_ACCOUNT_ID, REPO_ROOT, Stack
+from local.destinations import TICKET_FUNCTION
 from local.event_sources import SqsEventSource, queue_logical_id, queue_url_for_arn
 from local.lambdas import FunctionPool, LocalFunction
 
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 ENDPOINT_NAME = "local-decision"
 LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service logs
-# The template's functions the pipeline runs (everything else is read from their properties).
-TICKET_FUNCTION = "TicketIntakeFunction"
+# The template's functions the pipeline runs (everything else is read from their properties);
+# TICKET_FUNCTION is local.destinations', whose DESTINATION_QUEUES name the stack's destinations.
 INCIDENT_FUNCTION = "IncidentIntakeFunction"
 REVIEW_FUNCTION = "ReviewCompletionFunction"
 #: What the review function adds to its caller's identity proof here, so moto's server routes it to STS.

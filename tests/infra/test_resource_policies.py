@@ -77,11 +77,16 @@ def named(deny: dict[str, Any]) -> tuple[str, list[str]]:
 @pytest.mark.parametrize("parameters", [{"ExistingEndpointName": "decision-endpoint"}, EVERYTHING],
                          ids=["defaults", "every-option"])
 def test_every_queue_and_topic_denies_sending_to_all_but_its_senders(parameters):
-    stack = Stack.load(parameters=parameters)
+    check_senders(Stack.load(parameters=parameters), parameters)
+
+
+def check_senders(stack: Stack, parameters: dict[str, str], senders_of: dict[str, tuple[str, list[str]]] = SENDERS) -> None:
+    """Each queue and topic of `stack` (loaded with `parameters`) denies sending to all but its
+    senders in `senders_of` (tests/infra/test_team_queues.py: a template with more team queues)."""
     owned = stack.of_type("AWS::SQS::Queue", "AWS::SNS::Topic")
-    assert set(owned) <= set(SENDERS), f"a queue or topic without its senders here: {set(owned) - set(SENDERS)}"
+    assert set(owned) <= set(senders_of), f"a queue or topic without its senders here: {set(owned) - set(senders_of)}"
     for logical_id in owned:
-        key, senders = SENDERS[logical_id]
+        key, senders = senders_of[logical_id]
         if logical_id == "TicketQueue" and "TicketQueueSenderArns" not in parameters:
             continue  # its default, below
         found_key, found = named(deny_of(stack, logical_id))
@@ -123,13 +128,18 @@ def _statements(resource: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def test_every_principal_the_template_lets_send_is_named_by_the_deny():
     """An IAM grant added for a new sender must be added to the queue's or topic's policy too."""
-    template = Stack.load(parameters=EVERYTHING).template["Resources"]
-    for name, resource in template.items():
+    check_every_sender_is_named_by_the_deny(Stack.load(parameters=EVERYTHING).template["Resources"])
+
+
+def check_every_sender_is_named_by_the_deny(resources: dict[str, Any],
+                                            senders_of: dict[str, tuple[str, list[str]]] = SENDERS) -> None:
+    """Every principal these template resources let send to a queue or topic is one of its senders."""
+    for name, resource in resources.items():
         role = name if resource["Type"] == "AWS::IAM::Role" else f"{name}Role"
         for actions, target in _statements(resource):
             actions = actions if isinstance(actions, list) else [actions]
             text = json.dumps(target)
-            for queue, (key, senders) in SENDERS.items():
+            for queue, (key, senders) in senders_of.items():
                 kind = "sqs:SendMessage" if "Queue" in queue else "sns:Publish"
                 if any(a in (kind, kind.split(":")[0] + ":*", "*") for a in actions) and re.search(rf'"{queue}[".]', text):
                     assert key == "aws:PrincipalArn" and role in senders, f"{name} may send to {queue}"

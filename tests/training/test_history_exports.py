@@ -67,15 +67,18 @@ def test_labels_that_are_no_destination_get_a_starting_map_to_edit_before_anythi
     # each label a destination of its own name (slugified), not most of them on one queue
     assert start == {"Access": "access", "Hardware": "hardware", "Purchase": "purchase"}
     assert f"wrote {path}" in err and f"TARGETS={path}" in err and "nothing was scored" in err
-    # the new destinations named, with where to add their queues, and the nearest existing ones as a hint
+    # the new destinations named, the command that adds their queues, and the nearest existing ones as the other way
     assert "no queue for 3 of them (access, hardware, purchase)" in err
-    assert '"access": "${AccessQueue}"' in err and "DESTINATION_QUEUES" in err and "RoutedQueuesPolicy" in err
-    assert "'Access' → account-access" in err
-    # passed unedited, the map is refused with the same steps
+    assert f"Either give them queues: make queues TARGETS={path} adds their queues to template.yaml (access → " \
+           "AccessQueue, hardware → HardwareQueue, purchase → PurchaseQueue)" in err
+    assert "DESTINATION_QUEUES" not in err  # the five edits by hand are the docs', not the advice
+    assert "or edit the map so those labels route to destinations the deployment has (nearest by name: " \
+           "'Access' → account-access" in err
+    # passed unedited, the map is refused with the same command
     assert fit(tmp_path, data, "--targets", str(path)) == 2
     err = capsys.readouterr().err
     assert "destination(s) the deployment does not have: access, hardware, purchase" in err
-    assert "!GetAtt HardwareQueue.Arn" in err
+    assert f"make queues TARGETS={path} adds their queues" in err and "hardware → HardwareQueue" in err
     # the user edits it and passes it: the policy routes to the deployment's destinations
     start.update(Access="account-access", Hardware="technical-support", Purchase="sales")
     path.write_text(json.dumps(start))
@@ -106,7 +109,8 @@ def test_a_map_naming_a_destination_the_deployment_lacks_is_refused_at_fit_time(
     assert fit(tmp_path, data, "--targets", str(tmp_path / "map.json")) == 2
     err = capsys.readouterr().err
     assert "destination(s) the deployment does not have: helpdesk-l1 (its destinations: account-access," in err
-    assert '"helpdesk-l1": "${HelpdeskL1Queue}"' in err
+    assert f"make queues TARGETS={tmp_path / 'map.json'} adds their queues to template.yaml (helpdesk-l1 → " \
+           "HelpdeskL1Queue)" in err
 
 
 def test_labels_named_as_destinations_route_there_without_a_map(tmp_path, capsys):
@@ -127,10 +131,12 @@ def test_the_demo_says_how_to_fix_a_policy_whose_targets_the_stack_lacks(tmp_pat
     (problem,) = problems
     assert "unknown target(s) access, hardware, purchase" in problem
     assert "The stack has no queue for access, hardware, purchase" in problem
-    # each unknown target's queue, and each place of template.yaml that names it
-    assert "access → AccessQueue, hardware → HardwareQueue, purchase → PurchaseQueue" in problem
-    assert '"access": "${AccessQueue}", "hardware": "${HardwareQueue}", "purchase": "${PurchaseQueue}"' in problem
-    assert "- !Ref PurchaseQueue" in problem and "DeliverAndEscalate" in problem and "PurchaseQueueUrl" in problem
+    # the command that adds each unknown target's queue, and the demo to run again after it
+    assert "make queues TARGET=access,hardware,purchase adds their queues to template.yaml " \
+           "(access → AccessQueue, hardware → HardwareQueue, purchase → PurchaseQueue)" in problem
+    assert f"then make demo POLICY={tmp_path / 'out' / 'policy.json'} routes to them" in problem
+    # or the other way: targets the stack has
+    assert "Or route those options to a destination the stack has" in problem
     assert "TARGETS=map.json" in problem and "OUT/targets.start.json" in problem
 
 
