@@ -23,7 +23,7 @@ empty :=
 comma_space := ,$(empty) $(empty)
 listed = $(subst $(empty) $(empty),$(comma_space),$(strip $(1)))
 
-.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history bench-public bench-linking docs lint fuzz redrive soak learn rollback preflight clean
+.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history queues bench-public bench-linking docs lint fuzz redrive soak capacity learn rollback preflight clean
 
 TAKES_help :=
 help:
@@ -37,6 +37,7 @@ help:
 	@echo "make fit    fit learned heads + thresholds into the policies (REVIEWS=export.jsonl adds reviewers' answers)"
 	@echo "make fit-history DATA=train.csv TEST=test.csv TEXT=text LABEL=label OUT=dir [TARGETS=map.json MODEL=none REPLACE=1 ...]   a policy + head + report from a labelled export"
 	@echo "                 ON=sagemaker STACK=name [INSTANCES=2 INSTANCE_TYPE=ml.c7i.8xlarge YES=1]: scored on SageMaker Processing (DATA/TEST may be s3://)"
+	@echo "make queues TARGETS=map.json | TARGET=name,name [DRY_RUN=1]   a queue of its own in template.yaml for each target without one (edited in place, checked; then sam build && sam deploy)"
 	@echo "make bench-public [LIMIT=N] [LAYOUT=criterion-first] [MODEL=none: the words alone]   Banking77 and CLINC150 through fit-history; the table in bench/public/RESULTS.md"
 	@echo "make bench-linking   tickets linked to the outage they describe: the threshold (fit half), precision and recall (test half)"
 	@echo "make docs   the documentation site from docs/ (mkdocs build --strict) into site/"
@@ -50,6 +51,7 @@ help:
 	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
 	@echo "make preflight STACK=name REGION=region [PARAMS=\"Key=Value ...\"] [CONFIG_ENV=default]   the deploy checklist, read only, with your credentials: run it before sam deploy"
 	@echo "make soak   N inputs through the local pipeline with faults injected, then a ledger of where each ended (N=2000 FAULTS=0.1 SEED=7)"
+	@echo "make capacity  AWS calls per item by path at two sizes of state, priced a month at 1M/10M/100M items a day, and the first quota each path meets (MIX=automatic=0.7,... PEAK=3; about 10 min)"
 
 TAKES_venv :=
 venv: $(STAMP)
@@ -155,7 +157,7 @@ lint: $(STAMP) $(SAM_STAMP)
 # batch of 8 vs eight singles, the prompt cache, 1/4/8/16 concurrent clients on the serial and
 # batched engines, the stock llama-server side by side (xllamacpp, installed here on first use;
 # skipped with a message where it cannot install), and the cost of 1,000 decisions; then the batch
-# scorer against per-request scoring, and fit-history's steps at 10k-1M synthetic rows (training.scale).
+# scorer against per-request scoring, and fit-history's steps at 10k-1M synthetic rows (bench.scale).
 # Table on stdout, JSON in reports/. BENCH_ARGS="-n 100" etc.
 TAKES_bench := BENCH_ARGS
 bench: $(STAMP)
@@ -166,7 +168,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_many_options.py
 	$(PY) bench/handler_overhead.py
 	$(PY) -m bench.batch_scorer -n 100
-	$(PY) -m training.scale
+	$(PY) -m bench.scale
 
 # Full shipped labelled sets on the embedded model; reports land in reports/eval/.
 # EVAL_ARGS passes options through, e.g. EVAL_ARGS="--url http://127.0.0.1:8080 --write-policy".
@@ -203,6 +205,16 @@ fit-history: $(STAMP)
 		$(if $(OUT_OF_SCOPE),--out-of-scope-label "$(OUT_OF_SCOPE)") $(if $(NOVELTY_BUDGET),--novelty-budget $(NOVELTY_BUDGET)) $(if $(ENCODER),--encoder $(ENCODER)) \
 		$(if $(filter sagemaker,$(ON)),--on sagemaker --stack "$(STACK)" $(if $(INSTANCES),--instances $(INSTANCES)) $(if $(INSTANCE_TYPE),--instance-type $(INSTANCE_TYPE)) $(if $(filter 1,$(YES)),--yes)) \
 		$(HISTORY_ARGS)
+
+# A queue of its own in template.yaml for each target without one (docs/destinations/team-queues.md):
+# the destinations of a targets map as make fit-history takes it (TARGETS=map.json), or named
+# (TARGET=a,b). The five places of each queue are edited as text, the result is checked before it
+# is written, and a second run changes nothing. DRY_RUN=1 checks and says what it would add.
+QUEUES_USAGE := make queues TARGETS=map.json | TARGET=name,name [DRY_RUN=1]
+TAKES_queues := TARGETS TARGET DRY_RUN
+queues: $(STAMP)
+	@test -n "$(TARGETS)$(TARGET)" || { echo "$(QUEUES_USAGE)"; exit 2; }
+	$(PY) -m local.destinations $(if $(TARGETS),--targets="$(TARGETS)") $(if $(TARGET),--target="$(TARGET)") $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 # The link rule of tickets to open incidents (docs/operations/linked-items.md): its threshold chosen
 # on the fit half of events/linking/pairs.jsonl, its precision and recall on the test half. Seconds, no model.
@@ -253,6 +265,16 @@ soak: $(STAMP)
 		$(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(LOAD),--load $(LOAD)) $(if $(REPORT),--report "$(REPORT)") \
 		$(if $(REVIEW_RATE),--review-rate $(REVIEW_RATE)) $(if $(REVIEWERS),--reviewers $(REVIEWERS))
 
+# Capacity (docs/operations/capacity.md): every item path (automatic, review, page, correction,
+# incident resolved, and the console's listing) run for one item on the local stack seeded small
+# and large, its AWS calls counted by service and operation (local/ledger.py); then a month priced
+# at 1M, 10M and 100M items a day under MIX (bench/data/aws-prices.json) and the first quota each
+# path meets at the daily PEAK (bench/data/aws-quotas.json). JSON in reports/capacity.json.
+# CAPACITY_ARGS="--ledger reports/capacity.json" prices the last ledger again without measuring.
+TAKES_capacity := MIX PEAK CAPACITY_ARGS
+capacity: $(STAMP)
+	$(PY) -m bench.capacity $(if $(MIX),--mix "$(MIX)") $(if $(PEAK),--peak $(PEAK)) $(CAPACITY_ARGS)
+
 # The relearning loop on the local stack: route FIRST, answer the reviews it left from ANSWERS
 # through the review function, run the relearning workflow (promote or refuse, with reasons),
 # route THEN with the heads now in service. Defaults: the shipped sample files in events/learn/.
@@ -283,6 +305,6 @@ preflight: $(STAMP)
 
 TAKES_clean :=
 clean:
-	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak site
+	rm -rf $(VENV) .venv-sam .pytest_cache reports .demo .soak .capacity site
 
 $(if $(REFUSED),$(error make $(GOALS) does not take $(call listed,$(REFUSED)) ($(if $(TAKEN),it takes $(call listed,$(TAKEN)),it takes no variables))))

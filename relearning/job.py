@@ -59,7 +59,7 @@ from decision_router.domain import shadow
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
-from decision_router.domain.ports import PrecisionTallies
+from decision_router.domain.ports.outcomes import PrecisionTallies
 from decision_router.domain.precision import precision_figure, target_of
 from decision_router.domain.shadow import ShadowCounts, shadow_verdict
 from decision_router.domain.signatures import HEAD_SERVICE, HEAD_SHADOW
@@ -158,9 +158,10 @@ def read_labels(rows: Sequence[dict[str, str]], key: SigningKey | None = None) -
     """The table's rows as cases (a row that does not parse is reported, never fatal), each with
     its verified reviewer identity (`verified_identity`)."""
     found, problems = [], []
+    policies: dict[str, Any] = {}  # each policy loaded once, not once a row (its heads are validated at load)
     for number, row in enumerate(rows, start=1):
         try:
-            case = case_from_row(labelled_example(row), "labelled-examples", number)
+            case = case_from_row(labelled_example(row), "labelled-examples", number, policies)
             decisions = json.loads(row.get("model_decisions") or "[]")
         except (ValueError, KeyError) as error:
             problems.append(f"{row.get('item_id', '?')}: {error}")

@@ -28,7 +28,8 @@ function in template.yaml, or `--destinations`), checked before anything is scor
 maps the labels onto them (`"*"`: every other label; `own`: each label a destination of its own
 name); without it the labels must be destinations' names, else a starting map (each label a
 destination of its own name) is written to OUT/targets.start.json and the run stops, saying to edit
-and pass it (from anywhere) and how to give the new destinations queues in template.yaml. OUT must be empty unless
+and pass it (from anywhere), or to give the new destinations queues with `make queues TARGETS=<the map>`
+(local/destinations.py). OUT must be empty unless
 `--replace`; the policy's name is `--name`, by default OUT's (announced).
 
 TEXT may name several comma-separated fields: one is the ticket's body; of several, the first is
@@ -87,7 +88,7 @@ from decision_router.domain.heads import FORMAT, LETTERED_OPTIONS, MAX_HEAD_BYTE
 from decision_router.domain.judging import UNLIKE, model_entry, words_entry
 from decision_router.domain.model_requests import question_decision
 from decision_router.domain.policies import Policy, Question, load_policy
-from evaluation import metrics
+from evaluation import metrics, text_classifier
 from evaluation.runners import RunFailure, Runner
 
 from . import history_report, learn, novelty
@@ -137,10 +138,12 @@ FOLDS = 5
 #: A larger history is learned from stratified samples, so that fitting takes minutes and bounded
 #: memory at a million rows: the model's weight, the temperature and the threshold are chosen on at
 #: most GRID_ROWS rows (the weight on a held-out fifth of them, the temperature and the threshold
-#: out of fold over all of them), the head is fitted on at most FIT_ROWS, and the
-#: text classifier it is compared with (scikit-learn's, whose character n-grams are unbounded) on
-#: at most BASELINE_ROWS. Figures in docs/benchmarks/history-scale.md.
-GRID_ROWS, FIT_ROWS, BASELINE_ROWS = 20_000, 50_000, 10_000
+#: out of fold over all of them), and the head and the text classifier it is compared with are
+#: fitted on the same FIT_ROWS at most. Every fitted row is embedded by the sentence encoder (1.5 ms
+#: a short query, 4 ms a ticket-length text here), which is most of a large export's fit: at
+#: 20,000 rows a text-only fit of 100,000 tickets takes minutes (docs/benchmarks/history-scale.md).
+GRID_ROWS, FIT_ROWS = 20_000, 20_000
+BASELINE_ROWS = FIT_ROWS
 #: Items a shard when the batch scorer scores in this process (an interrupted run resumes at its shard).
 BATCH_CHUNK = 2000
 
@@ -484,28 +487,25 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
         if not choose:
             say(f"  {len(judged)} held-out item(s) of options the fitting rows saw (fewer than {MIN_JUDGED}): nothing is "
                 f"chosen, C {HEAD_C:g} and the model's weight {weights[-1]:g}")
+        fitted: dict[float, learn.Linear] = {}  # at HEAD_C, by model weight
         for weight in weights if choose else weights[-1:]:
             started = time.perf_counter()
-            linear = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
-            held_logits[weight] = learn.numpy_logits(linear, s, held)
+            fitted[weight] = learn.fit_linear(s, fit_rows, k, HEAD_C, weight, space=space)
+            held_logits[weight] = learn.numpy_logits(fitted[weight], s, held)
             if choose:
                 losses[weight] = metrics.mean_nll_at(list(held_logits[weight][judged]), judged_gold, 1.0)
                 say(f"  head, model weight {weight}: held-out log loss {losses[weight]:.3f} ({time.perf_counter() - started:.0f} s)")
         weight = min(losses, key=lambda w: (round(losses[w], 9), w)) if choose else weights[-1]
-        # C by the held-out log loss at its own best temperature: the head is calibrated after, so a
-        # large C's overconfidence is not held against it, only how well it ranks the options
-        c_losses, c_logits = {}, {HEAD_C: held_logits[weight]}
-        for C in C_CHOICES if choose else ():
-            started = time.perf_counter()
-            if C not in c_logits:
-                c_logits[C] = learn.numpy_logits(learn.fit_linear(s, fit_rows, k, C, weight, space=space), s, held)
-            at = metrics.fit_temperature(list(c_logits[C][judged]), judged_gold).temperature
-            c_losses[C] = metrics.mean_nll_at(list(c_logits[C][judged]), judged_gold, at)
-            say(f"  head, model weight {weight}, C {C:g}: held-out log loss {c_losses[C]:.3f} at temperature {at:.2f} "
-                f"({time.perf_counter() - started:.0f} s)")
+        at_C: dict[float, learn.Linear] = {HEAD_C: fitted[weight]}
+        c_losses: dict[float, float] = {}
+        if choose:
+            search_C(lambda C: learn.fit_linear(s, fit_rows, k, C, weight, space=space),
+                     lambda linear: learn.numpy_logits(linear, s, held)[judged], judged_gold, at_C, c_losses,
+                     lambda C, loss, at, seconds: say(f"  head, model weight {weight}, C {C:g}: held-out log loss {loss:.3f} "
+                                                      f"at temperature {at:.2f} ({seconds:.0f} s)"))
         head_C = min(c_losses, key=lambda c: (round(c_losses[c], 9), abs(np.log(c / HEAD_C)))) if choose else HEAD_C
         started = time.perf_counter()
-        oof_logits = [c_logits[head_C]]
+        oof_logits = [learn.numpy_logits(at_C[head_C], s, held)]
         for part in parts[1:]:
             train = np.setdiff1d(grid, part)
             linear = learn.fit_linear(s, train, k, head_C, weight, space=space_on(train))
@@ -523,7 +523,11 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
                               for part in parts])
         base_readout = judge(list(base_oof), s.gold[oof_rows], formula, max_error, 5)
         base_test = learn.baseline_probabilities(s, base_rows, np.arange(len(test)), k, test)
-        say(f"  text classifier (TF-IDF + logistic regression): {time.perf_counter() - started:.0f} s")
+        base_columns = text_classifier.columns_read(s.classifier_counts.rows(base_rows))
+        left_out = [f"{c['read']:,} of its {c['seen']:,} {kind} n-gram columns"
+                    for kind, c in base_columns.items() if c["read"] < c["seen"]]
+        say(f"  text classifier (TF-IDF + logistic regression): {time.perf_counter() - started:.0f} s"
+            + (f"; it read the most frequent {' and '.join(left_out)}" if left_out else ""))
     blocks = final.blocks(s)
     blocks.pop("letters", None)
     reads_model = "hidden" in blocks
@@ -566,8 +570,41 @@ def fit(raw: dict[str, Any], train_states: list[Any], train_hidden: np.ndarray, 
                "auto_precision": readout.auto_routed_accuracy, "auto_precision_lower_bound": readout.auto_routed_lower_bound,
                "items_needed": readout.items_needed,
                "baseline_accuracy": base_readout.accuracy, "baseline_min_confidence": base_readout.min_confidence,
-               "terms": len(final.space.terms), "baseline_rows": len(base_rows)}
+               "terms": len(final.space.terms), "baseline_rows": len(base_rows), "baseline_columns": base_columns}
     return Fitted(document, holdout, base_readout.min_confidence, base_test)
+
+
+def search_C(fit_at: Callable[[float], learn.Linear], held_logits: Callable[[learn.Linear], np.ndarray],
+             held_gold: list[int], at_C: dict[float, learn.Linear], losses: dict[float, float],
+             said: Callable[[float, float, float, float], None]) -> None:
+    """C by the held-out log loss at its own best temperature (the head is calibrated after, so a
+    large C's overconfidence is not held against it, only how well it ranks the options), searched
+    from HEAD_C (its head in `at_C`) one step of C_CHOICES at a time: up while the loss falls, or,
+    when the first step up does not lower it, down while it falls (the loss has one low point in C:
+    the C's beyond a rise are not fitted). Fills `at_C` and `losses` with every C tried;
+    `said(C, loss, temperature, seconds)`."""
+    def tried(C: float) -> float:
+        started = time.perf_counter()
+        if C not in at_C:
+            at_C[C] = fit_at(C)
+        logits = list(held_logits(at_C[C]))
+        at = metrics.fit_temperature(logits, held_gold).temperature
+        losses[C] = metrics.mean_nll_at(logits, held_gold, at)
+        said(C, losses[C], at, time.perf_counter() - started)
+        return round(losses[C], 9)
+
+    best = tried(HEAD_C)
+    larger = [C for C in C_CHOICES if C > HEAD_C]
+    smaller = [C for C in reversed(C_CHOICES) if C < HEAD_C]
+    for direction in (larger, smaller):
+        previous = HEAD_C
+        for C in direction:
+            loss = tried(C)
+            if loss >= best:
+                break
+            best, previous = loss, C
+        if previous != HEAD_C:  # the loss fell this way: the other way it would rise
+            return
 
 
 # ----------------------------------------------------------------------------------- before scoring
@@ -602,9 +639,10 @@ def text_curve(raw: dict[str, Any], train_states: Sequence[Any], gold: np.ndarra
                  None)  # the text classifier reads the text alone
     held, pool = np.arange(held_n), np.arange(held_n, len(order))
     points = []
-    for n in [size for size in CURVE_SIZES if size < len(pool)] + [len(pool)]:
-        P = learn.baseline_probabilities(s, pool[:n], held, k)
-        points.append({"rows": int(n), "accuracy": round(float((P.argmax(axis=1) == s.gold[held]).mean()), 4)})
+    with threadpool_limits(limits=1, user_api="blas"):  # small problems: threads cost more than they give
+        for n in [size for size in CURVE_SIZES if size < len(pool)] + [len(pool)]:
+            P = learn.baseline_probabilities(s, pool[:n], held, k)
+            points.append({"rows": int(n), "accuracy": round(float((P.argmax(axis=1) == s.gold[held]).mean()), 4)})
     return {"held_out": int(held_n), "points": points, "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -879,11 +917,9 @@ def deployment_destinations(args: argparse.Namespace) -> list[str]:
     DESTINATION_QUEUES in template.yaml (what `make demo` and a deployed stack have)."""
     if args.destinations:
         return [d.strip() for d in args.destinations.split(",") if d.strip()]
-    from local.cloudformation import Stack
-    from local.deployment import ENDPOINT_NAME, TICKET_FUNCTION
+    from local.destinations import template_destinations
 
-    stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME})
-    return sorted(json.loads(stack.function_environment(TICKET_FUNCTION)["DESTINATION_QUEUES"]))
+    return template_destinations()
 
 
 def resolve_targets(args: argparse.Namespace, vocab: Vocabulary, say: Callable[[str], None]) -> dict[str, str] | None:
@@ -896,7 +932,8 @@ def resolve_targets(args: argparse.Namespace, vocab: Vocabulary, say: Callable[[
     destinations = deployment_destinations(args)
     if args.targets:
         targets = read_targets(Path(args.targets), vocab)
-        check_destinations(targets, destinations, f"--targets {args.targets}", how=lambda unknown: how_to_add(args, unknown))
+        check_destinations(targets, destinations, f"--targets {args.targets}",
+                           how=lambda unknown: how_to_add(args, unknown, args.targets))
         return targets
     own = starting_targets(vocab)
     if all(t in destinations for t in own.values()):
@@ -914,21 +951,21 @@ def resolve_targets(args: argparse.Namespace, vocab: Vocabulary, say: Callable[[
     raise HistoryError(
         f"the labels are not the deployment's destinations ({', '.join(destinations)}): wrote {path}, each label "
         f"routed to a destination of its own name; the deployment has no queue for {len(new)} of them "
-        f"({', '.join(new[:8])}{' …' if len(new) > 8 else ''}). Either give them queues, {how_to_add(args, new)}; "
+        f"({', '.join(new[:8])}{' …' if len(new) > 8 else ''}). Either give them queues: {how_to_add(args, new, path)}; "
         f"or edit the map so those labels route to destinations the deployment has"
         + (f" (nearest by name: {', '.join(hints[:8])}{' …' if len(hints) > 8 else ''})" if hints else "")
         + f" (\"*\": every label not named). Then run again with TARGETS={path} (--targets {path}), or with the map "
         "copied anywhere; nothing was scored")
 
 
-def how_to_add(args: argparse.Namespace, unknown: list[str]) -> str:
-    """How the deployment gets a queue for each of `unknown`: template.yaml's steps, unless
-    --destinations names another deployment's."""
+def how_to_add(args: argparse.Namespace, unknown: list[str], targets_map: str | Path) -> str:
+    """How the deployment gets a queue for each of `unknown`: `make queues` on the map that names
+    them, unless --destinations names another deployment's."""
     if args.destinations:
         return "in the deployment that --destinations describes (its DESTINATION_QUEUES)"
-    from local.destinations import add_queue_steps, template_resources
+    from local.destinations import add_queues_advice, template_resources
 
-    return add_queue_steps(unknown, template_resources())
+    return add_queues_advice(unknown, template_resources(), targets_map=targets_map)
 
 
 def read_export(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
@@ -1178,9 +1215,12 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     head_answers, head_conf, head_auto, lines = [], [], [], []
     novelty_scores: list[float | None] = []
     unlike_only: list[bool] = []  # held for novelty alone: the head's thresholds would have answered
-    for row, state, signal in zip(test_rows, test_states, test_signals):
-        entry = (words_entry(question, state) if question.model != "always"
-                 else model_entry(question, _result(question, model, signal), state))
+    # one item at a time, as the routing function judges: a BLAS thread pool costs more than it gives
+    with threadpool_limits(limits=1, user_api="blas"):
+        entries = [words_entry(question, state) if question.model != "always"
+                   else model_entry(question, _result(question, model, signal), state)
+                   for state, signal in zip(test_states, test_signals)]
+    for row, entry in zip(test_rows, entries):
         answer = label_of[entry.option_id] if entry.option_id else None
         head_answers.append(answer)
         head_conf.append(entry.confidence or 0.0)

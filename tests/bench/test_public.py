@@ -43,7 +43,7 @@ def test_the_novelty_signals_are_compared_on_the_runs_own_arguments(tmp_path):
                                             tmp_path / "cache", "criterion-first")
     command = public_run.novelty_methods_command("clinc150", tmp_path / "d", tmp_path / "t", tmp_path / "o", None,
                                                  tmp_path / "cache", "criterion-first")
-    assert command[1:3] == ["-m", "training.novelty_methods"] and command[3:] == fitted[3:]
+    assert command[1:3] == ["-m", "bench.novelty_methods"] and command[3:] == fitted[3:]
 
 
 def test_the_out_of_scope_cell_says_what_novelty_added():

@@ -26,8 +26,10 @@ tests/fakes/test_contract_intake.py); the same machine runs a few examples on th
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
+import unittest
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -43,7 +45,6 @@ from moto import mock_aws
 from decision_router.domain.dependencies import Dependencies
 from decision_router.domain.policies import load_policy
 from tests.fakes.worlds import FakeWorld, MotoWorld
-from tests.functions.conftest import policy_files_beside
 from tests.functions.test_correlation import MONDAY, alarm
 from tests.functions.test_dependencies import deliver, item_escalated, make_flow
 from tests.infra.test_noise_property import grafana
@@ -71,18 +72,26 @@ inhibitions = st.lists(st.builds(
     max_size=2, unique_by=lambda r: r["id"])
 
 
-def letters_policy(folder: Path, services: dict, inhibit: list, include_sev1: bool) -> str:
-    """The shipped incident policy, its heads and noise controls left out (the endpoint's letters
-    decide, per service; nothing but the dependencies holds), with the drawn dependencies."""
+@functools.cache
+def headless_incident_policy() -> str:
+    """The shipped incident policy without its heads, as JSON: read once (its heads are validated
+    at load, and every example writes its own policy from it)."""
     raw = load_policy("incident").model_dump(mode="json", by_alias=True, exclude_none=True)
     for question in raw["questions"]:
         question.pop("head", None)
+    return json.dumps(raw)
+
+
+def letters_policy(folder: Path, services: dict, inhibit: list, include_sev1: bool) -> str:
+    """The shipped incident policy, its heads and noise controls left out (the endpoint's letters
+    decide, per service; nothing but the dependencies holds), with the drawn dependencies. It names
+    no head file, so none is copied beside it."""
+    raw = json.loads(headless_incident_policy())
     raw["noise"] = {}
     raw["dependencies"] = {"services": services, "inhibit": inhibit, "include_sev1": include_sev1,
                            "hold_minutes": HOLD_MINUTES}
     path = folder / "incident.json"
     path.write_text(json.dumps(raw))
-    policy_files_beside(folder)
     return str(path)
 
 
@@ -125,11 +134,15 @@ class DependencyHolds(RuleBasedStateMachine):
     """The intake on `WORLD` (the fakes, or the stack in moto) against the model."""
 
     WORLD = FakeWorld
+    #: A moto of its own for each example, where the world's resources live in moto; the fakes keep
+    #: nothing there, so their examples share one empty moto (started by `in_one_moto`).
+    OWN_MOTO = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.mock = mock_aws()
-        self.mock.start()
+        self.mock = mock_aws() if self.OWN_MOTO else None
+        if self.mock is not None:
+            self.mock.start()
         self.patch = pytest.MonkeyPatch()
         self.folder = tempfile.TemporaryDirectory()
         self.world = self.WORLD()
@@ -137,7 +150,8 @@ class DependencyHolds(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.patch.undo()
-        self.mock.stop()
+        if self.mock is not None:
+            self.mock.stop()
         self.folder.cleanup()
         Metrics(namespace="Test").clear_metrics()
 
@@ -336,11 +350,29 @@ class DependencyHolds(RuleBasedStateMachine):
 DependencyHolds.TestCase.settings = settings(max_examples=200, stateful_step_count=20, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.filter_too_much])
-test_dependency_holds_against_the_model = DependencyHolds.TestCase
+
+
+def in_one_moto(case: type[unittest.TestCase]) -> type[unittest.TestCase]:
+    """The machine's test with every example inside one empty moto: a call no fake answers fails at
+    once, never reaching AWS (a factory, so that pytest collects the test once, by its name below)."""
+
+    class InOneMoto(case):  # type: ignore[valid-type, misc]
+        def setUp(self) -> None:
+            self.moto = mock_aws()
+            self.moto.start()
+
+        def tearDown(self) -> None:
+            self.moto.stop()
+
+    return InOneMoto
+
+
+test_dependency_holds_against_the_model = in_one_moto(DependencyHolds.TestCase)
 
 
 class DependencyHoldsOnTheStack(DependencyHolds):
     WORLD = MotoWorld
+    OWN_MOTO = True
 
     def _waiting(self) -> list[str]:
         return []  # moto runs no execution here: none waits for a reviewer

@@ -4,6 +4,7 @@ reported; the same id from another source, and every other item, left as they we
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from decision_router.adapters import queues
 from decision_router.adapters.escalations import SlaEscalations
 from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.review import AuditTrail
@@ -31,6 +33,13 @@ ERASED = ["AuditTable", "LabelledExamplesTable", "ResolvedItemsTable", "OpenInci
 #: Tables that hold no item text: a webhook delivery's hash and source; heads and shadow tallies.
 NO_ITEM_TEXT = {"WebhookDeliveriesTable", "HeadHistoryTable"}
 DESTINATIONS = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t in ALL_TARGETS}
+
+
+@pytest.fixture(autouse=True)
+def no_long_poll(monkeypatch):
+    """moto answers a receive at once: the long poll that ends each read of a queue (a second of
+    SQS's time, to reach every server) would only wait out its second here, per queue and run."""
+    monkeypatch.setattr(erase, "new_batches", functools.partial(queues.new_batches, wait=0))
 
 
 def test_every_table_of_the_template_is_erased_or_holds_no_item_text():

@@ -8,6 +8,7 @@ a subscription pending confirmation). Every call preflight makes is read off the
 
 from __future__ import annotations
 
+import copy
 import datetime
 import io
 import json
@@ -35,6 +36,25 @@ ENOUGH = {"ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", 4), "ml.c7i.8xlarge 
 
 
 # ------------------------------------------------------------------------------------- helpers
+read_template = preflight.load_template
+_shipped: list[dict[str, Any]] = []  # the shipped template as read_template reads it, once
+
+
+def shipped_template_once(path: Path = preflight.TEMPLATE) -> dict[str, Any]:
+    """`preflight.load_template`, the shipped template parsed once for the module (cfn-lint's reader
+    takes about half a second a read): each caller gets its own deep copy, as a read gives."""
+    if Path(path) != preflight.TEMPLATE:
+        return read_template(path)
+    if not _shipped:
+        _shipped.append(read_template(path))
+    return copy.deepcopy(_shipped[0])
+
+
+@pytest.fixture(autouse=True)
+def template_read_once(monkeypatch):
+    monkeypatch.setattr(preflight, "load_template", shipped_template_once)
+
+
 @pytest.fixture
 def session():
     with mock_aws():

@@ -41,7 +41,7 @@ def fit(tmp_path, runner, seed=1, out="out"):
                          "--min-examples", "2", "--no-progress"], runner=runner)
 
 
-@pytest.mark.parametrize("seconds", [0.05, 0.12])
+@pytest.mark.parametrize("seconds", [0.02, 0.05])  # slept an item: 52 items take 1 s and 2.6 s
 def test_the_local_estimate_is_timed_here_and_within_a_factor_of_two(tmp_path, capsys, seconds):
     assert fit(tmp_path, SlowRunner(seconds)) == 0
     err = capsys.readouterr().err

@@ -1,6 +1,6 @@
 """fit-history's parts that must hold at a help desk's size: the export read as a stream, the
 signal cache (float16 shards, found by sorted keys), and the stratified samples a large history
-is fitted on. How their time and memory grow is measured by `python -m training.scale` (make bench), not here."""
+is fitted on. How their time and memory grow is measured by `python -m bench.scale` (make bench), not here."""
 
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ SAMPLE = REPO_ROOT / "events/help-desk-export"
 #: What each sample ticket is about (events/help-desk-export/README.md).
 EXPECTED = {"HD-001": "Hardware", "HD-002": "Access", "HD-003": "Administrative rights", "HD-004": "Purchase",
             "HD-005": "Storage"}
+#: The walk is the page's own: its command on the whole 400-row sample (a real-sized fit, the text
+#: classifier beside it on every fold), so its tests are `make test`'s, not the fast tier's.
+WALKS_THE_PAGE = pytest.mark.fit
 ENDPOINT_MODEL = ModelInfo(file="any.gguf", bytes=1, sha256="b" * 64, context_size=2048, threads=1, gpu_layers=0,
                            llama_cpp_python_version="test", hidden_size=8)
 
@@ -60,6 +63,7 @@ def sample_tickets() -> list[dict]:
     return [json.loads(line) for line in (SAMPLE / "tickets.jsonl").read_text().splitlines()]
 
 
+@WALKS_THE_PAGE
 def test_the_sample_export_fits_a_policy_the_demo_accepts(fitted):
     from local.demo import read_policies
 
@@ -72,6 +76,7 @@ def test_the_sample_export_fits_a_policy_the_demo_accepts(fitted):
     assert raw["state"] == [{"key": "Document", "field": "body", "max_chars": 3000}]  # TEXT=Document: the ticket's body
 
 
+@WALKS_THE_PAGE
 def test_tickets_written_as_the_docs_say_route_on_their_text(fitted):
     policy = load_policy(fitted / "policy.json")
     question = policy.questions[0]
@@ -87,6 +92,7 @@ def test_tickets_written_as_the_docs_say_route_on_their_text(fitted):
         next(o.id for o in question.options if o.description == "Purchase"))]) == "sales"
 
 
+@WALKS_THE_PAGE
 def test_a_ticket_whose_read_fields_are_empty_is_held_and_its_why_says_so(fitted):
     policy = load_policy(fitted / "policy.json")
     item, _, result, _ = judged(policy, sample_tickets()[0])
@@ -98,6 +104,7 @@ def test_a_ticket_whose_read_fields_are_empty_is_held_and_its_why_says_so(fitted
     assert why.why is not None and why.why.fields_note is not None and why.why.fields_note.startswith(EMPTY_EVIDENCE)
 
 
+@WALKS_THE_PAGE
 @pytest.mark.model
 @pytest.mark.stack
 @pytest.mark.server  # `python -m local.demo`, with its container and moto server

@@ -197,20 +197,42 @@ def test_the_routing_function_adds_the_heads_surprise_as_the_fitter_does():
         head.novelty_score(list(far[0]))
 
 
+#: Rows of each priority the two `fit_head` tests below fit on: enough for the cross-validation to
+#: tell a signal from noise (it does on every seed tried), few enough for the fast tier (the
+#: real-sized fit is `make fit`'s).
+ROWS_PER_PRIORITY = 12
+
+
+def incident_examples(hidden_of) -> list:
+    """The shipped incidents' first ROWS_PER_PRIORITY training rows of each priority as examples,
+    each with the hidden state `hidden_of(gold)` gives it."""
+    from tests.training.test_gate import POLICY, PRIORITY, REPO, Example, build_state, parse_item
+
+    rows = [json.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
+    taken: dict[str, int] = {}
+    train = []
+    for r in (x for x in rows if x.get("split") != "test"):
+        priority = r["gold"]["priority"]
+        if taken.setdefault(priority, 0) == ROWS_PER_PRIORITY:
+            continue
+        taken[priority] += 1
+        i, gold = len(train), PRIORITY.option_ids.index(priority)
+        train.append(Example(policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="train",
+                             fold_group=str(i), option_ids=PRIORITY.option_ids, gold=gold,
+                             state=build_state(POLICY, parse_item("incident", r["item"])), hidden=hidden_of(gold),
+                             letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v"))
+    assert sorted(taken.values()) == [ROWS_PER_PRIORITY] * len(PRIORITY.options)
+    return train
+
+
 def test_a_head_on_the_words_alone_gets_its_novelty_part_in_the_encoders_space_so_it_still_serves_any_model():
-    import json as json_
     from datetime import date
 
-    from tests.training.test_gate import MODEL, POLICY, PRIORITY, REPO, Example, build_state, parse_item
+    from tests.training.test_gate import MODEL, POLICY, PRIORITY
     from training.fitting import fit_head
 
     rng = np.random.default_rng(0)
-    rows = [json_.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
-    train = [Example(policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="train",
-                     fold_group=str(i), option_ids=PRIORITY.option_ids, gold=PRIORITY.option_ids.index(r["gold"]["priority"]),
-                     state=build_state(POLICY, parse_item("incident", r["item"])), hidden=rng.normal(0, 1, 8),
-                     letter_logits=np.zeros(len(PRIORITY.options)), allowed_token_mass=0.9, prompt_version="v")
-             for i, r in enumerate(x for x in rows if x.get("split") != "test")]  # hidden states of noise
+    train = incident_examples(lambda gold: rng.normal(0, 1, 8))  # hidden states of noise
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
     assert fit.model_weight == 0.0  # the noise is given no weight: the head reads the words alone
     assert document["novelty"]["score"] == "nearest" and "model_sha256" not in document
@@ -223,24 +245,19 @@ def test_make_fit_gives_a_head_a_novelty_part_in_the_encoders_space_that_routing
     distance to the nearest kept training items in the sentence encoder's space alone (the head's
     confidence threshold holds what it cannot choose between), and the routing function's score of
     a training item is exactly that distance."""
-    import json as json_
     from datetime import date
 
-    from tests.training.test_gate import MODEL, POLICY, PRIORITY, REPO, Example, build_state, parse_item
+    from tests.training.test_gate import MODEL, POLICY, PRIORITY
     from training.fitting import fit_head
 
     rng = np.random.default_rng(0)
-    rows = [json_.loads(line) for line in (REPO / "bench/data/incidents.jsonl").read_text().splitlines()]
-    k = len(PRIORITY.options)
-    train = []
-    for i, r in enumerate(x for x in rows if x.get("split") != "test"):
-        gold = PRIORITY.option_ids.index(r["gold"]["priority"])
+
+    def says_the_answer_noisily(gold: int) -> np.ndarray:
         hidden = rng.normal(0, 1, MODEL.hidden_size)
-        hidden[gold % MODEL.hidden_size] += 3.0  # says the answer, noisily
-        train.append(Example(policy="incident", question="priority", case_id=str(i), where=f"t:{i}", split="train",
-                             fold_group=str(i), option_ids=PRIORITY.option_ids, gold=gold,
-                             state=build_state(POLICY, parse_item("incident", r["item"])), hidden=hidden,
-                             letter_logits=np.zeros(k), allowed_token_mass=0.9, prompt_version="v"))
+        hidden[gold % MODEL.hidden_size] += 3.0
+        return hidden
+
+    train = incident_examples(says_the_answer_noisily)
     fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["t"], curve=False, fitted_on=date(2026, 12, 5))
     assert fit.model_weight > 0
     section = document["novelty"]

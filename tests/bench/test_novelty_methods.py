@@ -1,4 +1,4 @@
-"""python -m training.novelty_methods: each novelty signal's separation on a fit-history run's
+"""python -m bench.novelty_methods: each novelty signal's separation on a fit-history run's
 TEST, from the run's own cached signals (nothing scored again)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench import novelty_methods
 from tests.training.test_history import export, run, write_jsonl
-from training import novelty_methods
 
 
 def test_each_signal_is_read_off_the_runs_test_from_its_cache(tmp_path, capsys):

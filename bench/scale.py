@@ -1,7 +1,7 @@
 """How make fit-history's own steps grow with the export: seconds and peak memory for reading the
 rows, preparing the signals and fitting the head, at 10,000, 100,000 and 1,000,000 rows.
 
-    python -m training.scale [--rows 10000,100000,1000000] [--labels 77] [--width 576]    (make bench runs it)
+    python -m bench.scale [--rows 10000,100000,1000000] [--labels 77] [--width 576]    (make bench runs it)
 
 No model is needed: the export is synthetic (77 labels, a dozen words a row, some of them the
 label's own) and its signals are stored beforehand as a scoring run would store them (one hidden
@@ -13,7 +13,7 @@ its own. The steps are fit-history's functions (training/history.py):
 - prepare: each row's evidence and request key, the cache asked which it lacks (none) and the
   signals gathered from its shards;
 - fit: the head (model weight chosen on a held-out fifth, temperature, threshold, the text
-  classifier beside it), on stratified samples above 100,000 rows (training/history.py FIT_ROWS).
+  classifier beside it), on stratified samples above 20,000 rows (training/history.py FIT_ROWS).
 
 Prints a markdown table and writes reports/bench/history-scale.json.
 """
@@ -35,11 +35,10 @@ import numpy as np
 
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, write_shard
+from training import history
+from training.history_policy import states
 
-from . import history
-from .fitting import REPO
-from .history_policy import states
-
+REPO = Path(__file__).resolve().parents[1]
 MODEL = ModelInfo(file="synthetic.gguf", bytes=1, sha256="5" * 64, context_size=4096, threads=1, gpu_layers=0,
                   llama_cpp_python_version="bench", hidden_size=576)
 TEST_ROWS = 2000
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             write_export(folder / "test.csv", TEST_ROWS, args.labels, seed=2)
             store_signals(folder, arguments(folder, rows), args.width, seed=3)
             print(f"{rows} rows: export and signals stored in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            done = subprocess.run([sys.executable, "-m", "training.scale", "--rows", str(rows), "--one", str(folder)],
+            done = subprocess.run([sys.executable, "-m", "bench.scale", "--rows", str(rows), "--one", str(folder)],
                                   capture_output=True, text=True, check=True)
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr)

@@ -2,8 +2,8 @@
 in-scope ones: the comparison behind the novelty part's design, rerun on any run whose TEST has
 out-of-scope items.
 
-    python -m training.novelty_methods [--budget 0.04] <the fit-history run's own arguments>
-    python -m training.novelty_methods --data DATA --test TEST --text text --label label \\
+    python -m bench.novelty_methods [--budget 0.04] <the fit-history run's own arguments>
+    python -m bench.novelty_methods --data DATA --test TEST --text text --label label \\
         --out OUT --out-of-scope-label oos --layout criterion-first
 
 With the run's own arguments its export reads the same and the model's signals come from the
@@ -38,12 +38,11 @@ from sklearn.metrics import roc_auc_score
 from decision_router import sentences
 from decision_router.domain.lexical import evidence_text
 from decision_router.domain.policies import load_policy
-
-from . import learn
-from .history import BASELINE_ROWS, SignalCache, _signals, read_export, request_keys, requests, stratified_sample
-from .history import parser as history_parser
-from .history_policy import states
-from .novelty import DEFAULT_BUDGET, Surprise
+from training import learn
+from training.history import BASELINE_ROWS, SignalCache, _signals, read_export, request_keys, requests, stratified_sample
+from training.history import parser as history_parser
+from training.history_policy import states
+from training.novelty import DEFAULT_BUDGET, Surprise
 
 
 def separation(out_of_scope: np.ndarray, score: np.ndarray, budget: float) -> tuple[float, float]:
@@ -80,7 +79,7 @@ def table(rows: Sequence[tuple[str, float, float]], budget: float) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.novelty_methods", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m bench.novelty_methods", description=__doc__.splitlines()[0],
                                 epilog="every other argument is the fit-history run's own (python -m training.history --help)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="in-scope share above each threshold (%(default)s)")
     return p
