@@ -229,7 +229,7 @@ bench-public: $(STAMP)
 	$(PY) bench/public_run.py $(if $(LIMIT),--limit $(LIMIT)) $(if $(MODEL),--model "$(MODEL)") $(if $(LAYOUT),--layout $(LAYOUT))
 
 # The review console over the demo's pending reviews (local sign-in); MODEL=… ITEMS=… as for demo.
-# It applies the policy the last make demo applied (recorded in .demo/run.json); POLICY=… instead.
+# It applies the policy the last make demo applied and routes its items (recorded in .demo/run.json); POLICY=… or ITEMS=… instead.
 TAKES_review := MODEL ITEMS POLICY
 review: $(STAMP)
 	$(PY) -m local.review $(if $(MODEL),--model "$(MODEL)") $(if $(ITEMS),--items "$(ITEMS)") $(if $(POLICY),--policy "$(POLICY)")

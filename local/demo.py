@@ -154,9 +154,11 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
 RUN_RECORD = "run.json"
 
 
-def record_run(log_dir: Path, policies: dict[str, str]) -> None:
-    """Note the policy files this demo applies (none: the shipped ones), for `make review`."""
-    (log_dir / RUN_RECORD).write_text(json.dumps({"policies": sorted(policies.values())}, indent=2) + "\n", encoding="utf-8")
+def record_run(log_dir: Path, policies: dict[str, str], items: list[Path] | None = None) -> None:
+    """Note the policy files this demo applies (none: the shipped ones) and the item files it routes
+    (none: the sample items), for `make review`."""
+    record = {"policies": sorted(policies.values()), "items": [str(p.resolve()) for p in items or []]}
+    (log_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def last_run_policies(log_dir: Path) -> list[Path] | None:
@@ -166,6 +168,15 @@ def last_run_policies(log_dir: Path) -> list[Path] | None:
         return [Path(p) for p in json.loads((log_dir / RUN_RECORD).read_text(encoding="utf-8"))["policies"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def last_run_items(log_dir: Path) -> list[Path]:
+    """The item files the last demo with this log folder routed ([]: the sample items, or no demo
+    recorded there, or one recorded before item files were)."""
+    try:
+        return [Path(p) for p in json.loads((log_dir / RUN_RECORD).read_text(encoding="utf-8")).get("items", [])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
 
 
 def shown(path: Path | str) -> str:
@@ -179,7 +190,7 @@ def _run(args: argparse.Namespace, items: list[InputItem], progress: Progress, o
     from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    record_run(args.log_dir, args.policies)
+    record_run(args.log_dir, args.policies, args.items)
     model_name = args.model.name if args.model else "the embedded SmolLM2-135M-Instruct Q4_1"
     with ExitStack() as cleanup:
         container = cleanup.enter_context(DecisionContainer(args.log_dir / "decision-server.log", model=args.model))

@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
-from local.demo import last_run_policies, read_policies, shown
+from local.demo import last_run_items, last_run_policies, read_policies, shown
 from local.items import DEFAULT_ITEMS, read_items
 from local.pipeline import LOG_DIR, LocalPipeline
 from local.services import Terminated, unwinding_on_signals
@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, stop: threadi
     paths, note = policies_to_serve(args.policy or [], args.log_dir)
     if note:
         print(f"review: {note}", file=out, flush=True)
+    if not args.items:
+        demo_items = [p for p in last_run_items(args.log_dir) if p.is_file()]
+        if demo_items:
+            args.items = demo_items
+            print(f"review: routing what the last make demo routed: {', '.join(shown(p) for p in demo_items)}",
+                  file=out, flush=True)
     args.policies, problems = read_policies(paths)
     if problems:
         print("review: " + "; ".join(problems), file=sys.stderr)

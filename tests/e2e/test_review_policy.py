@@ -61,3 +61,24 @@ def test_the_demo_record_round_trips(tmp_path):
     assert demo.last_run_policies(tmp_path) is None
     demo.record_run(tmp_path, {"ticket": "/a/ticket.json", "incident": "/b/incident.json"})
     assert [str(p) for p in demo.last_run_policies(tmp_path)] == ["/a/ticket.json", "/b/incident.json"]
+
+
+def test_review_routes_the_items_the_last_demo_routed_unless_given_its_own(tmp_path, served):
+    items = tmp_path / "mine.jsonl"
+    items.write_text("{}\n")
+    demo.record_run(tmp_path, {}, [items])
+    out = io.StringIO()
+    assert review.main(["--log-dir", str(tmp_path)], out=out) == 0
+    assert served[0].items == [items.resolve()]
+    assert "routing what the last make demo routed" in out.getvalue()
+    given = tmp_path / "other.jsonl"
+    given.write_text("{}\n")
+    assert review.main(["--log-dir", str(tmp_path), "--items", str(given)], out=io.StringIO()) == 0
+    assert served[1].items == [given]
+
+
+def test_a_record_without_items_leaves_the_sample_items(tmp_path, served):
+    (tmp_path / demo.RUN_RECORD).write_text('{"policies": []}\n')  # written before item files were recorded
+    assert demo.last_run_items(tmp_path) == []
+    assert review.main(["--log-dir", str(tmp_path)], out=io.StringIO()) == 0
+    assert served[0].items is None
