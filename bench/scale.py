@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from bench.memory import peak_mib
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, write_shard
 from training import history
@@ -80,18 +80,6 @@ def store_signals(folder: Path, args: SimpleNamespace, width: int, seed: int) ->
             hidden = centre + rng.normal(scale=8.0, size=(len(part), width)).astype(np.float32)
             write_shard(cache / f"bench-{len(rows)}-{start}{SHARD_SUFFIX}", MODEL.sha256, part, hidden,
                         [[0.0, 0.0]] * len(part), [0.5] * len(part), ["direct-options-v1"] * len(part))
-
-
-def peak_mib() -> float:
-    """This process's peak resident memory. Linux's VmHWM starts afresh with the program; the
-    rusage maximum would include the parent's size when it was forked."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def one(folder: Path, rows: int) -> dict:

@@ -37,7 +37,6 @@ import csv
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline, make_union
 from threadpoolctl import threadpool_limits
 
+from bench.memory import peak_mib
 from evaluation import text_classifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,17 +102,6 @@ def previous_classifier() -> Any:
         make_union(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
                    TfidfVectorizer(analyzer="char", ngram_range=(2, 5), sublinear_tf=True)),
         LogisticRegression(C=text_classifier.C, max_iter=3000))
-
-
-def peak_mib() -> float:
-    """This process's peak resident memory (Linux VmHWM; the rusage maximum elsewhere)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def classify(which: str, name: str) -> dict[str, Any]:
