@@ -109,8 +109,13 @@ def add_queues_advice(targets: Iterable[str], taken: Iterable[str] = (), *, targ
 
 # ---------------------------------------------------------------------------------- reading
 def map_targets(path: Path) -> list[str]:
-    """The destinations of a targets map (make fit-history's: a JSON object of label → destination
-    key, `"*"` naming the destination of every other label)."""
+    """The destinations of a targets map."""
+    return list(read_targets_map(path).values())
+
+
+def read_targets_map(path: Path) -> dict[str, str]:
+    """A targets map as written (make fit-history's: a JSON object of label → destination key,
+    `"*"` naming the destination of every other label); QueueError says what is wrong with it."""
     try:
         mapping = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -122,7 +127,7 @@ def map_targets(path: Path) -> list[str]:
     for label, target in mapping.items():
         if not isinstance(target, str) or not target:
             raise QueueError(f"--targets {path}: {label!r} → {target!r}: a destination key is non-empty text")
-    return list(mapping.values())
+    return mapping
 
 
 def check_targets(targets: Iterable[str]) -> list[str]:

@@ -26,6 +26,7 @@ from decision_router.domain.heads import question_digest
 from decision_router.domain.model_requests import build_state
 from decision_router.domain.policies import MAX_QUESTION_OPTIONS, Question
 from decision_router.items import parse_item
+from local.destinations import QueueError, read_targets_map
 
 #: Text entries of the policy's evidence are cut here (the ticket's own limit is 20,000).
 SUBJECT_CHARS, BODY_CHARS = 300, 3000
@@ -252,13 +253,9 @@ def read_targets(path: Path, vocab: Vocabulary) -> dict[str, str]:
     names the destination of every label the file does not name. Without a `"*"`, every option
     must be named; a label that is no option is refused too (a typo would route nothing)."""
     try:
-        mapping = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise HistoryError(f"--targets {path}: cannot read it ({error.strerror or error})") from None
-    except json.JSONDecodeError as error:
-        raise HistoryError(f"--targets {path}: not JSON ({error})") from None
-    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
-        raise HistoryError(f"--targets {path}: must be a JSON object of label → destination key (non-empty text)")
+        mapping = read_targets_map(path)
+    except QueueError as error:
+        raise HistoryError(str(error)) from None
     unknown = sorted(set(mapping) - set(vocab.options) - {"*"})
     if unknown:
         raise HistoryError(f"--targets {path}: {len(unknown)} label(s) that are no option: {', '.join(unknown[:10])}")
