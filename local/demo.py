@@ -117,7 +117,7 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
     """item kind → the policy file's absolute path, and what is wrong with the files: each loaded by
     the routing function's own loader, checked against the stack's destinations, one per kind."""
     from decision_router.domain.policies import PolicyError, check_targets, load_policy
-    from local.destinations import NEXT_STEP, add_queues_advice, template_destinations, template_resources
+    from local.destinations import NEXT_STEP, add_queues_advice, nearest_destination, template_destinations, template_resources
 
     destinations: list[str] | None = None
     resources: list[str] = []
@@ -139,9 +139,11 @@ def read_policies(paths: list[Path]) -> tuple[dict[str, str], list[str]]:
         except PolicyError as error:
             unknown = sorted(policy.targets - set(destinations))
             then = f"then make demo POLICY={shlex.quote(str(path))} routes to them (and {NEXT_STEP})"
+            nearest = [f"{target} → {near}" for target in unknown if (near := nearest_destination(target, destinations))]
             problems.append(f"--policy {path}: {error}. The stack has no queue for {', '.join(unknown)}: "
                             f"{add_queues_advice(unknown, resources, then=then)}\nOr route those options to a destination "
-                            f"the stack has. {TARGETS_FIX}")
+                            "the stack has" + (f" (nearest by name: {', '.join(nearest)})" if nearest else "")
+                            + f". {TARGETS_FIX}")
             continue
         if policy.item_kind in policies:
             problems.append(f"--policy {path}: a second {policy.item_kind} policy (one per intake)")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
 import json
 import os
 import re
@@ -105,6 +106,21 @@ def add_queues_advice(targets: Iterable[str], taken: Iterable[str] = (), *, targ
     pairs = ", ".join(f"{target} → {queue_resource(target, taken)}" for target in targets)
     return (f"{make_queues_command(targets, targets_map)} adds their queues to template.yaml ({pairs}) and checks "
             f"the result; {then} ({BY_HAND})")
+
+
+def nearest_destination(target: str, destinations: Sequence[str]) -> str | None:
+    """The deployment's destination most like `target` (sharing most of its words, then the most
+    alike by difflib's ratio, at least 0.6); None where none is: a hint, never a default."""
+    if not destinations:
+        return None
+    best = max(sorted(destinations), key=lambda destination: _likeness(target, destination))
+    shared, ratio = _likeness(target, best)
+    return best if shared or ratio >= 0.6 else None
+
+
+def _likeness(name: str, destination: str) -> tuple[int, float]:
+    """Words two destination keys share, then how alike they are (difflib's ratio)."""
+    return len(set(name.split("-")) & set(destination.split("-"))), difflib.SequenceMatcher(None, name, destination).ratio()
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -90,6 +90,7 @@ from decision_router.domain.model_requests import question_decision
 from decision_router.domain.policies import Policy, Question, load_policy
 from evaluation import metrics, text_classifier
 from evaluation.runners import RunFailure, Runner
+from local.destinations import nearest_destination
 
 from . import history_report, learn, novelty
 from .history_policy import (
@@ -99,7 +100,6 @@ from .history_policy import (
     Vocabulary,
     check_destinations,
     key_of,
-    nearest_destination,
     question_of,
     question_sha256,
     raw_policy,

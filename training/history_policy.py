@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import difflib
 import itertools
 import json
 import re
@@ -326,21 +325,6 @@ def starting_targets(vocab: Vocabulary) -> dict[str, str]:
     the target named after the label (its option id slugified to a target's rules, lower-case
     letters, digits and `-`, 64 at most: 'Administrative rights' → administrative-rights)."""
     return {label: target_of(vocab.ids[label]) for label in vocab.options}
-
-
-def nearest_destination(target: str, destinations: Sequence[str]) -> str | None:
-    """The deployment's destination most like `target` (sharing most of its words, then the most
-    alike by difflib's ratio, at least 0.6); None where none is: a hint, never a default."""
-    if not destinations:
-        return None
-    best = max(sorted(destinations), key=lambda destination: _likeness(target, destination))
-    shared, ratio = _likeness(target, best)
-    return best if shared or ratio >= 0.6 else None
-
-
-def _likeness(name: str, destination: str) -> tuple[int, float]:
-    """Words two destination keys share, then how alike they are (difflib's ratio)."""
-    return len(set(name.split("-")) & set(destination.split("-"))), difflib.SequenceMatcher(None, name, destination).ratio()
 
 
 def check_destinations(targets: dict[str, str], destinations: Sequence[str], where: str,

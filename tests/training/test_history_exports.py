@@ -136,7 +136,8 @@ def test_the_demo_says_how_to_fix_a_policy_whose_targets_the_stack_lacks(tmp_pat
            "(access → AccessQueue, hardware → HardwareQueue, purchase → PurchaseQueue)" in problem
     assert f"then make demo POLICY={tmp_path / 'out' / 'policy.json'} routes to them" in problem
     # or the other way: targets the stack has
-    assert "Or route those options to a destination the stack has" in problem
+    assert "Or route those options to a destination the stack has (nearest by name: access → account-access)." \
+        in problem  # a hint only where a name is alike: hardware and purchase have none
     assert "TARGETS=map.json" in problem and "OUT/targets.start.json" in problem
 
 
