@@ -41,12 +41,9 @@ def endpoint_answer(question, head, rng: random.Random) -> DecisionResult:
     model = ModelInfo(file="bench.gguf", bytes=1, sha256=head.model_sha256 or "0" * 64, context_size=8192, threads=1,
                       gpu_layers=0, llama_cpp_python_version="bench", hidden_size=width)
     logits = [rng.gauss(0, 1) for _ in question.options]
-    return DecisionResult(
-        id=question.id, option_ids=question.option_ids, probabilities=[1 / len(logits)] * len(logits),
-        option_logits=logits, temperature=1.0, input_tokens=300, allowed_token_mass=0.9, prompt_sha256="0" * 64,
-        prompt_version=head.prompt_version or "direct-options-v1", model=model,
-        timing={"tokenize_seconds": 0.0, "prefill_seconds": 0.0, "total_seconds": 0.0},
-        hidden_state=[rng.gauss(0, 1) for _ in range(width)] if head.reads_hidden_state else None)
+    return DecisionResult.from_signals(
+        question.id, question.option_ids, logits, model=model, prompt_version=head.prompt_version or "direct-options-v1",
+        allowed_token_mass=0.9, hidden_state=[rng.gauss(0, 1) for _ in range(width)] if head.reads_hidden_state else None)
 
 
 def main(argv: list[str] | None = None) -> int:

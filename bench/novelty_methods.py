@@ -39,9 +39,13 @@ from decision_router import sentences
 from decision_router.domain.lexical import evidence_text
 from decision_router.domain.policies import load_policy
 from training import learn
-from training.history import BASELINE_ROWS, SignalCache, _signals, read_export, request_keys, requests, stratified_sample
 from training.history import parser as history_parser
+from training.history_export import read_export
+from training.history_fit import BASELINE_ROWS, head_signals
 from training.history_policy import states
+from training.history_scoring import request_keys, requests
+from training.history_signals import SignalCache
+from training.learn import stratified_sample
 from training.novelty import DEFAULT_BUDGET, Surprise
 
 
@@ -128,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         distance = np.array([head.novelty_score(list(h), sure) for h in test_hidden])
         distance_name = "its distance alone (Mahalanobis)"
     nearest = nearest_distance(train_hidden, test_hidden)
-    s = _signals(train_states, train_hidden, export.gold, export.fields, None)
-    held = _signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields, None)
+    s = head_signals(train_states, train_hidden, export.gold, export.fields, None)
+    held = head_signals(test_states, test_hidden, np.zeros(len(test_states), dtype=int), export.fields, None)
     rows = stratified_sample(s.gold, BASELINE_ROWS, 0)
     text = learn.baseline_probabilities(s, rows, np.arange(len(test_states)), len(export.vocab.options), held)
     text_surprise = Surprise.of(text)

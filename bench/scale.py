@@ -7,13 +7,14 @@ No model is needed: the export is synthetic (77 labels, a dozen words a row, som
 label's own) and its signals are stored beforehand as a scoring run would store them (one hidden
 state a row, random around its label's centre, float16 shards in a signal cache). Each size runs
 in a fresh process, so its peak memory (the process's maximum resident set, after each step) is
-its own. The steps are fit-history's functions (training/history.py):
+its own. The steps are fit-history's functions (training/history_export.py, history_scoring.py,
+history_signals.py, history_fit.py):
 
 - read: the training and test exports read as a stream, the labels turned into options;
 - prepare: each row's evidence and request key, the cache asked which it lacks (none) and the
   signals gathered from its shards;
 - fit: the head (model weight chosen on a held-out fifth, temperature, threshold, the text
-  classifier beside it), on stratified samples above 20,000 rows (training/history.py FIT_ROWS).
+  classifier beside it), on stratified samples above 20,000 rows (training/history_fit.py FIT_ROWS).
 
 Prints a markdown table and writes reports/bench/history-scale.json.
 """
@@ -35,7 +36,7 @@ import numpy as np
 from bench.memory import peak_mib
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, write_shard
-from training import history
+from training import history_export, history_fit, history_scoring, history_signals
 from training.history_policy import states
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,8 @@ SHARD_ROWS = 50_000
 def arguments(folder: Path, rows: int) -> SimpleNamespace:
     return SimpleNamespace(data=folder / "train.csv", test=folder / "test.csv", text="text", label="label", limit=None,
                            min_examples=10, rare="review", out=folder / "out", name="scale", targets="own", max_error=0.03,
-                           encoding="utf-8", skip_unlabelled=False, merge_labels=False, destinations=None)
+                           encoding="utf-8", skip_unlabelled=False, merge_labels=False, destinations=None,
+                           out_of_scope_label=None)
 
 
 def write_export(path: Path, rows: int, labels: int, seed: int) -> None:
@@ -67,13 +69,13 @@ def write_export(path: Path, rows: int, labels: int, seed: int) -> None:
 def store_signals(folder: Path, args: SimpleNamespace, width: int, seed: int) -> None:
     """Every row's signals in the cache, as a scoring run leaves them (untimed)."""
     cache = folder / "cache" / MODEL.sha256
-    export = history.read_export(args, lambda text: None)
+    export = history_export.read_export(args, lambda text: None)
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(len(export.vocab.options), width)).astype(np.float32)
     for rows, labels in ((export.train_rows, export.gold), (export.test_rows, None)):
         item_states = states(export.raw, rows, export.fields)
-        request = history.requests(export.question, item_states)
-        keys = history.request_keys(request, len(item_states), MODEL.sha256)
+        request = history_scoring.requests(export.question, item_states)
+        keys = history_scoring.request_keys(request, len(item_states), MODEL.sha256)
         for start in range(0, len(keys), SHARD_ROWS):
             part = keys[start:start + SHARD_ROWS]
             centre = centres[labels[start:start + SHARD_ROWS]] if labels is not None else 0.0
@@ -87,21 +89,21 @@ def one(folder: Path, rows: int) -> dict:
     args = arguments(folder, rows)
     out: dict = {"rows": rows, "baseline_mib": round(peak_mib())}
     started = time.perf_counter()
-    export = history.read_export(args, lambda text: None)
+    export = history_export.read_export(args, lambda text: None)
     out["read"] = {"seconds": round(time.perf_counter() - started, 2), "peak_mib": round(peak_mib())}
 
     started = time.perf_counter()
     train_states = states(export.raw, export.train_rows, export.fields)
     test_states = states(export.raw, export.test_rows, export.fields)
-    cache = history.SignalCache(folder / "cache" / MODEL.sha256)
-    train_keys = history.request_keys(history.requests(export.question, train_states), len(train_states), MODEL.sha256)
-    test_keys = history.request_keys(history.requests(export.question, test_states), len(test_states), MODEL.sha256)
+    cache = history_signals.SignalCache(folder / "cache" / MODEL.sha256)
+    train_keys = history_scoring.request_keys(history_scoring.requests(export.question, train_states), len(train_states), MODEL.sha256)
+    test_keys = history_scoring.request_keys(history_scoring.requests(export.question, test_states), len(test_states), MODEL.sha256)
     missing = len(cache.missing(train_keys)) + len(cache.missing(test_keys))
     train, test = cache.gather(train_keys), cache.gather(test_keys)
     out["prepare"] = {"seconds": round(time.perf_counter() - started, 2), "peak_mib": round(peak_mib()), "missing": missing}
 
     started = time.perf_counter()
-    fitted = history.fit(export.raw, train_states, train.hidden, export.gold, test_states, test.hidden.astype(np.float64),
+    fitted = history_fit.fit(export.raw, train_states, train.hidden, export.gold, test_states, test.hidden.astype(np.float64),
                          model=MODEL, prompt_version="direct-options-v1", max_error=0.03, seed=0, data=["train.csv"],
                          say=lambda text: None)
     out["fit"] = {"seconds": round(time.perf_counter() - started, 2), "peak_mib": round(peak_mib()),

@@ -31,7 +31,7 @@ STAND_IN_VERSION = "given-answers"
 
 def answered(decision: Any, option_id: str | None) -> Any:
     """The `DecisionResult` of one decision: `option_id` surely, or (None) every option alike."""
-    from decision_contract import DecisionResult, DecisionTiming, ModelInfo
+    from decision_contract import DecisionResult, ModelInfo
 
     options = [o.id for o in decision.options]
     if option_id is not None and option_id not in options:
@@ -41,11 +41,8 @@ def answered(decision: Any, option_id: str | None) -> Any:
         SURE if o == option_id else rest for o in options]
     model = ModelInfo(file="given answers", bytes=0, sha256="0" * 64, context_size=0, threads=0, gpu_layers=0,
                       llama_cpp_python_version="none")
-    return DecisionResult(
-        id=decision.id, option_ids=options, probabilities=probabilities,
-        option_logits=[math.log(p) for p in probabilities], temperature=1.0, input_tokens=0, allowed_token_mass=1.0,
-        prompt_sha256="0" * 64, prompt_version=STAND_IN_VERSION, model=model,
-        timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.0, total_seconds=0.0))
+    return DecisionResult.from_signals(decision.id, options, [math.log(p) for p in probabilities], model=model,
+                                       prompt_version=STAND_IN_VERSION)
 
 
 def response_body(raw: bytes, answers: dict[str, str]) -> bytes:

@@ -44,16 +44,9 @@ class Example:
 
     def result(self, model: ModelInfo) -> DecisionResult:
         """The decision result the routing function would have received (for its own code path)."""
-        from decision_contract import softmax
-
-        logits = self.letter_logits.tolist()
-        return DecisionResult(
-            id=self.question, option_ids=self.option_ids, probabilities=softmax(logits), option_logits=logits,
-            temperature=1.0, input_tokens=0, allowed_token_mass=self.allowed_token_mass, prompt_sha256="0" * 64,
-            prompt_version=self.prompt_version, model=model,
-            timing={"tokenize_seconds": 0.0, "prefill_seconds": 0.0, "total_seconds": 0.0},
-            hidden_state=self.hidden.tolist(),
-        )
+        return DecisionResult.from_signals(self.question, self.option_ids, self.letter_logits, model=model,
+                                           prompt_version=self.prompt_version, allowed_token_mass=self.allowed_token_mass,
+                                           hidden_state=self.hidden)
 
 
 class FeatureCache:

@@ -3,8 +3,6 @@ beside the policy and what the relearning workflow promotes into the head store.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -60,6 +58,4 @@ def fit_head(policy: Any, question: Any, train: list[Example], model: Any, *, so
         said = "no novelty part: the head reads the text alone (model weight 0), so it serves any model"
     if say is not None:
         say(f"{policy.name}/{question.id}: {said}")
-    digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
-    document["version"] = f"{policy.name}.{question.id}.{document['fit']['fitted_on']}.{digest}"
-    return fit, document
+    return fit, learn.stamp_version(document, policy.name, question.id)

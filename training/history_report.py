@@ -1,6 +1,8 @@
-"""What `make fit-history`'s report says beyond its overall figures (training/history.py): TEST's
-figures per group (label), the next step after the verdict with numbers (how many labelled rows to
-collect), and whether the text alone's learning curve has levelled off, judged on its points.
+"""`make fit-history`'s report (`build_report`: report.json) and what it says beyond its overall
+figures (training/history_judging.py): TEST's figures per group (label), the next step after the
+verdict with numbers (how many labelled rows to collect), whether the text alone's learning curve
+has levelled off, judged on its points, and the command's last lines (`out_of_scope_line`,
+`last_line`).
 
 Every bound is the project's one definition (decision_contract/precision.py): the one-sided
 Clopper–Pearson lower bound `precision_lower_bound`, and `items_needed`, the fewest answers, all
@@ -9,10 +11,19 @@ right, that could show a target.
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Any, Sequence
 
+from decision_contract import ModelInfo
 from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
+from decision_router.domain.policies import Question
+from evaluation import metrics
+
+from .history_export import Export
+from .history_fit import FORMULA, Fitted
+from .history_judging import Judged, figures, head_figures, tiers
+from .thresholds import promise, verdict
 
 #: The learning curve has levelled off when its last step added less than this much accuracy
 #: (0.01: one point); otherwise it is still rising and more labelled rows would help.
@@ -204,3 +215,93 @@ def judge_curve(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def precision_words(precision: float | None, digits: int = 3) -> str:
     """`at precision 0.987`, or `(nothing answered)` (never precision 0 when nothing was)."""
     return "(nothing answered)" if precision is None else f"at precision {precision:.{digits}f}"
+
+
+def build_report(args: argparse.Namespace, export: Export, question: Question, judged: Judged, fitted: Fitted, *,
+                 head_file: tuple[str, int], curve: dict[str, Any], outlook: str, model: ModelInfo,
+                 seconds: dict[str, float]) -> dict[str, Any]:
+    """report.json: the head's figures on TEST against the text classifier's at its own threshold,
+    whether TEST kept the promise, the head (`head_file`: its name in OUT and its bytes), the
+    choices out of fold, what reading the export found, who answers, the text alone's curve, and
+    the groups and the next step."""
+    vocab = export.vocab
+    P = fitted.baseline_probabilities
+    base_conf = [float(c) for c in metrics.confidences(list(P), FORMULA)]
+    base_threshold = fitted.baseline_threshold if fitted.baseline_threshold is not None else 1.01
+    base_answers = [vocab.options[int(i)] for i in P.argmax(axis=1)]
+    found = head_figures(question, judged, vocab.options)
+    learned = question.learned_head
+    assert learned is not None, "fit-history writes the question's head"
+    target = 1 - args.max_error
+    report = {
+        "n_train": len(export.train_rows), "n_test": len(export.test_rows), "options": len(vocab.options),
+        **found,
+        **promise(found["auto_precision"], target, fitted.holdout["items_needed"]),
+        "baseline": figures(judged.gold, base_answers, base_conf, [c >= base_threshold for c in base_conf], vocab.options),
+        "readout": "head over the model's signals (signals decision)" if question.many_options else "head over the letters' request",
+        "head": {"file": head_file[0], "bytes": head_file[1], "version": fitted.document["version"],
+                 "model_weight": fitted.document["fit"]["model_weight"], "min_confidence": learned.thresholds.min_confidence,
+                 "encoder": fitted.document["sentence"]["encoder"] if "sentence" in fitted.document else None,
+                 "reads_model": learned.reads_model},
+        "holdout": fitted.holdout,
+        "rare": {"min_examples": args.min_examples, "mode": args.rare, "labels": vocab.rare},
+        "read": export.read,
+        "tiers": tiers(question, judged.auto, found),
+        "scoring": "text-only" if args.text_only else "model",
+        "text_curve": {**{k: v for k, v in curve.items() if k != "seconds"}, "outlook": outlook},
+        "model": None if args.text_only else {"file": model.file, "sha256": model.sha256},
+        "seconds": seconds,
+    }
+    report["text_curve"].update({k: v for k, v in judge_curve(curve["points"]).items() if k != "says"})
+    report["groups"] = group_figures([vocab.option_of(r[args.label]) or r[args.label] for r in export.test_rows],
+                                     judged.gold, judged.answers, judged.auto, target)
+    report["next_step"] = next_step(report, report["groups"])
+    return report
+
+
+def out_of_scope_line(report: dict[str, Any]) -> str | None:
+    """With out-of-scope TEST items: in-scope accuracy, the share answered and its precision, the
+    out-of-scope share caught against the in-scope share sent to review (and what the head's
+    thresholds alone did), the novelty score's AUROC. None without out-of-scope items."""
+    oos = report.get("out_of_scope")
+    if not oos:
+        return None
+    answered = ("nothing answered automatically" if report["auto_precision"] is None else
+                f"answered {report['auto_share']:.1%} at precision {report['auto_precision']:.1%}")
+    line = (f"in scope {_pct(report['in_scope_accuracy'])} right; {answered}; "
+            f"out of scope: {oos['caught']:.1%} of {oos['items']} caught at "
+            f"{oos['in_scope_sent_to_review']:.1%} of in-scope sent to review")
+    found = report.get("novelty")
+    if found and "head_thresholds_alone" in found:
+        alone = found["head_thresholds_alone"]
+        line += f" (head thresholds alone: {alone['caught']:.1%} at {alone['in_scope_sent_to_review']:.1%})"
+        if found.get("auroc") is not None:
+            line += f"; novelty AUROC {found['auroc']:.3f}"
+    else:
+        line += " (no novelty part)"
+    return line
+
+
+def last_line(report: dict[str, Any]) -> str:
+    """The command's last line: whether TEST kept the promise, plainly (`verdict`), or, when it
+    did, what it showed and whether TEST was large enough to show it with 95 % confidence."""
+    return _verdict_line(report) + (f"; next: {report['next_step']['text']}" if report.get("next_step") else "")
+
+
+def _verdict_line(report: dict[str, Any]) -> str:
+    target, bound = report["target_precision"], report["auto_precision_lower_bound"]
+    if not report["routed_alone"]:  # the next step says how many rows, where `verdict` gives answers
+        return f"NOTHING IS ROUTED ALONE: out of fold, no threshold shows {target:.1%} precision with 95 % confidence"
+    said = verdict(report)
+    if said:
+        return said
+    if report["auto_precision"] is None:
+        return f"TEST: nothing was answered automatically, so it shows nothing of the {target:.1%} target"
+    if bound is None or bound < target:
+        return (f"TEST IS TOO SMALL TO CONFIRM the {target:.1%} target: its automatic answers were "
+                f"{report['auto_precision']:.1%} right, at least {bound or 0:.1%} with 95 % confidence")
+    return f"target kept: TEST's automatic answers were at least {bound:.1%} right with 95 % confidence"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"

@@ -25,6 +25,8 @@ Everything is seeded and deterministic: the same data gives the same head, byte 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -633,25 +635,53 @@ def learning_curve(s: Signals, k: int, parts: Sequence[np.ndarray], C: float, mo
     return points
 
 
+#: The head file's keys that bind it to the model whose hidden state it reads.
+MODEL_BINDING = ("model_sha256", "hidden_size", "prompt_version")
+
+
+def head_file(linear: Linear, s: Signals, *, options: list[str], binding: dict[str, Any], temperature: float,
+              min_confidence: float | None, fit: dict[str, Any], min_margin: float = 0.0,
+              by_option: dict[str, float] | None = None, letters: bool = True) -> dict:
+    """The head file (decision_router.domain.heads.Head) over fitted weights: the one writer of
+    `make fit`, relearning and `make fit-history`, so their files cannot drift apart. Its version
+    is left empty for `stamp_version`, once every part (the novelty part too) is in. `letters`:
+    False for a head whose letter weights read nothing (fit-history's: a constant column);
+    `by_option`: the per-option minimums, where the fit chose them."""
+    blocks = linear.blocks(s)
+    if not letters:
+        blocks.pop("letters", None)
+    return {
+        "format": FORMAT,
+        "version": "",
+        "question_sha256": binding["question_sha256"],
+        **({key: binding[key] for key in MODEL_BINDING} if "hidden" in blocks else {}),
+        "options": options,
+        **blocks,
+        "temperature": round(temperature, 4),
+        "thresholds": {"min_confidence": min_confidence if min_confidence is not None else 1.0, "min_margin": min_margin,
+                       **({"by_option": by_option} if by_option is not None else {})},
+        "fit": fit,
+    }
+
+
+def stamp_version(document: dict[str, Any], policy: str, question: str) -> dict[str, Any]:
+    """The head's version, `<policy>.<question>.<fitted_on>.<digest of its content>`, written into
+    `document` (and returned): the same weights fitted the same day get the same version."""
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:10]
+    document["version"] = f"{policy}.{question}.{document['fit']['fitted_on']}.{digest}"
+    return document
+
+
 def head_document(fit: QuestionFit, *, version: str, binding: dict[str, Any], data: list[str], fitted_on: date,
                   min_margin: float = 0.0) -> dict:
-    """The head file (decision_router.domain.heads.Head)."""
-    document = {
-        "format": FORMAT,
-        "version": version,
-        "question_sha256": binding["question_sha256"],
-        **({key: binding[key] for key in ("model_sha256", "hidden_size", "prompt_version")} if fit.linear.hidden is not None else {}),
-        "options": fit.option_ids,
-        **fit.linear.blocks(fit.signals),
-        "temperature": round(fit.temperature, 4),
-        "thresholds": {"min_confidence": fit.head.min_confidence if fit.head.min_confidence is not None else 1.0,
-                       "min_margin": min_margin, "by_option": fit.option_minimums},
-        "fit": {
-            "examples": fit.n_train, "fitted_on": fitted_on.isoformat(), "data": data,
-            "regularisation": fit.regularisation, "model_weight": fit.model_weight, "folds": fit.folds,
-            "cv_accuracy": round(fit.head.accuracy, 4), "cv_ece": round(fit.head.ece, 4),
-            "letters_cv_accuracy": round(fit.letters.accuracy, 4),
-            "text_only_cv_accuracy": round(fit.text_only.accuracy, 4),
-        },
-    }
+    """The head file of a question fitted by `fit_question` (`head_file`)."""
+    document = head_file(
+        fit.linear, fit.signals, options=fit.option_ids, binding=binding, temperature=fit.temperature,
+        min_confidence=fit.head.min_confidence, min_margin=min_margin, by_option=fit.option_minimums,
+        fit={"examples": fit.n_train, "fitted_on": fitted_on.isoformat(), "data": data,
+             "regularisation": fit.regularisation, "model_weight": fit.model_weight, "folds": fit.folds,
+             "cv_accuracy": round(fit.head.accuracy, 4), "cv_ece": round(fit.head.ece, 4),
+             "letters_cv_accuracy": round(fit.letters.accuracy, 4),
+             "text_only_cv_accuracy": round(fit.text_only.accuracy, 4)})
+    document["version"] = version
     return document

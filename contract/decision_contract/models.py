@@ -6,7 +6,8 @@ responses) and by the routing functions (to build requests and read results).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+import math
+from typing import Annotated, Any, Iterable, Literal, Sequence, Union
 
 from pydantic import (
     BaseModel,
@@ -24,6 +25,8 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
+
+from .confidence import softmax
 
 #: Letters A…P label the options by position; the readout allows no more.
 OPTION_LETTERS = "ABCDEFGHIJKLMNOP"
@@ -196,6 +199,9 @@ class DecisionTiming(BaseModel):
 #: What the probabilities are (and are not), as the AWS SemIf sample states it in every result.
 PROBABILITY_STATUS = "conditional option score; uncalibrated as decision confidence"
 READOUT = "final-position logits restricted to the option letters; no generated tokens"
+#: The prompt hash of a result built from signals already in hand (`DecisionResult.from_signals`):
+#: no prompt was rendered for it.
+NO_PROMPT_SHA256 = "0" * 64
 
 
 class DecisionResult(BaseModel):
@@ -226,6 +232,27 @@ class DecisionResult(BaseModel):
     @property
     def top_option_id(self) -> str:
         return self.option_ids[max(range(len(self.probabilities)), key=self.probabilities.__getitem__)]
+
+    @classmethod
+    def from_signals(cls, id: str, option_ids: Sequence[str], option_logits: Iterable[float], *, model: ModelInfo,
+                     prompt_version: str, allowed_token_mass: float = 1.0,
+                     hidden_state: Iterable[float] | None = None) -> "DecisionResult":
+        """The router's input built from signals already in hand rather than from a call to the
+        endpoint: a fitter's cached or scored signals judged through the routing function's own
+        code, a stand-in endpoint's given answer. No prompt was rendered here (`prompt_sha256` is
+        NO_PROMPT_SHA256), no tokens read and no time spent; `probabilities` are
+        softmax(option_logits) at temperature 1, as the endpoint's are."""
+        logits = [float(z) for z in option_logits]
+        if len(logits) != len(option_ids):
+            raise ValueError(f"option_logits: {len(logits)} values for {len(option_ids)} option_ids")
+        bad = next((i for i, z in enumerate(logits) if not math.isfinite(z)), None)
+        if bad is not None:
+            raise ValueError(f"option_logits[{bad}] is {logits[bad]}: a logit must be finite")
+        return cls(id=id, option_ids=list(option_ids), probabilities=softmax(logits), option_logits=logits, temperature=1.0,
+                   input_tokens=0, allowed_token_mass=allowed_token_mass, prompt_sha256=NO_PROMPT_SHA256,
+                   prompt_version=prompt_version, model=model,
+                   timing=DecisionTiming(tokenize_seconds=0.0, prefill_seconds=0.0, total_seconds=0.0),
+                   hidden_state=None if hidden_state is None else [float(v) for v in hidden_state])
 
 
 class BatchTiming(BaseModel):

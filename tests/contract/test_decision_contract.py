@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from decision_contract import DEFAULT_LAYOUT, NON_BLANK_PATTERN, Decision, DecisionRequest, softmax
+from decision_contract import (
+    DEFAULT_LAYOUT,
+    NO_PROMPT_SHA256,
+    NON_BLANK_PATTERN,
+    Decision,
+    DecisionRequest,
+    DecisionResult,
+    ModelInfo,
+    softmax,
+)
 from decision_contract.signals import request_key
 
 OPTIONS = [{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]
@@ -118,3 +127,23 @@ def test_request_keys_of_default_layout_decisions_are_unchanged():
     assert request_key("0" * 64, asked) == "b3adfffed88d7db09aed1fe0684c8f19a8c792c3c2ec8a554558d93ee61a3896"
     assert request_key("0" * 64, asked.model_copy(update={"layout": "evidence-first"})) == request_key("0" * 64, asked)
     assert request_key("0" * 64, asked.model_copy(update={"layout": "criterion-first"})) != request_key("0" * 64, asked)
+
+
+MODEL_INFO = {"file": "m.gguf", "bytes": 1, "sha256": "a" * 64, "context_size": 2048, "threads": 1, "gpu_layers": 0,
+              "llama_cpp_python_version": "test", "hidden_size": 2}
+
+
+def test_a_result_from_signals_in_hand_names_no_prompt_and_spends_nothing():
+    result = DecisionResult.from_signals("d", ["a", "b"], [2.0, 0.0], model=ModelInfo(**MODEL_INFO),
+                                         prompt_version="direct-options-v1", allowed_token_mass=0.5, hidden_state=[0.25, -1])
+    assert result.probabilities == softmax([2.0, 0.0]) and result.top_option_id == "a"
+    assert (result.prompt_sha256, result.input_tokens, result.timing.total_seconds, result.temperature) == (NO_PROMPT_SHA256, 0, 0.0, 1.0)
+    assert result.hidden_state == [0.25, -1.0] and result.allowed_token_mass == 0.5
+    assert DecisionResult.model_validate_json(result.model_dump_json()) == result  # the wire contract's own shape
+
+
+@pytest.mark.parametrize("logits, reason", [([1.0], r"option_logits: 1 values for 2 option_ids"),
+                                            ([1.0, float("nan")], r"option_logits\[1\] is nan: a logit must be finite")])
+def test_a_result_from_signals_refuses_logits_that_do_not_answer_its_options(logits, reason):
+    with pytest.raises(ValueError, match=reason):
+        DecisionResult.from_signals("d", ["a", "b"], logits, model=ModelInfo(**MODEL_INFO), prompt_version="v")

@@ -11,7 +11,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from decision_router.domain.lexical import term_counts, tfidf
-from training import history, learn
+from training import history_fit, learn
 
 WORDS = [["invoice", "refund", "charged"], ["password", "login", "locked"], ["error", "crash", "outage"]]
 FILLER = ["hello", "please", "thanks", "team", "today", "need", "help"]
@@ -67,8 +67,8 @@ def test_the_solver_finds_scikit_learns_logistic_regression(monkeypatch, options
     ({1: 0.7, 3: 0.4, 10: 0.5, 30: 0.6, 100: 0.7}, [10, 30, 3, 1]),  # falls downwards until it rises
 ])
 def test_c_is_searched_outward_from_10_while_the_held_out_loss_falls(monkeypatch, losses, tried):
-    monkeypatch.setattr(history.metrics, "fit_temperature", lambda logits, gold: SimpleNamespace(temperature=1.0))
-    monkeypatch.setattr(history.metrics, "mean_nll_at", lambda logits, gold, at: losses[logits[0][0]])
+    monkeypatch.setattr(history_fit.metrics, "fit_temperature", lambda logits, gold: SimpleNamespace(temperature=1.0))
+    monkeypatch.setattr(history_fit.metrics, "mean_nll_at", lambda logits, gold, at: losses[logits[0][0]])
     fitted: list[float] = []
 
     def fit_at(C):  # a "head" here is its C
@@ -76,6 +76,6 @@ def test_c_is_searched_outward_from_10_while_the_held_out_loss_falls(monkeypatch
         return C
 
     at_C, found = {10.0: 10.0}, {}
-    history.search_C(fit_at, lambda C: np.array([[C]]), [0], at_C, found, lambda *said: None)
+    history_fit.search_C(fit_at, lambda C: np.array([[C]]), [0], at_C, found, lambda *said: None)
     assert list(found) == tried and set(at_C) == set(tried)
     assert fitted == tried[1:]  # 10's head was there already

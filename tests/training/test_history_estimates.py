@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from training import history
+from training import history, history_export, history_scoring
 from training.sagemaker_scoring import DOCS_PERMISSIONS, DOCS_PREFLIGHT
 
 from .test_history import MODEL, WordRunner, export, write_jsonl
@@ -53,7 +53,7 @@ def test_the_local_estimate_is_timed_here_and_within_a_factor_of_two(tmp_path, c
     taken = json.loads((tmp_path / "out" / "report.json").read_text())["seconds"]["scoring"]
     assert taken / 2 <= promised <= 2 * taken, (promised, taken)
     # the run's rate is kept in the model's cache folder for this machine's next run
-    (rate_kept,) = json.loads((tmp_path / "cache" / MODEL.sha256 / history.RATE_FILE).read_text()).values()
+    (rate_kept,) = json.loads((tmp_path / "cache" / MODEL.sha256 / history_scoring.RATE_FILE).read_text()).values()
     assert rate_kept["model_sha256"] == MODEL.sha256 and rate_kept["items"] == 52
     assert 0.5 / seconds < rate_kept["items_per_second"] < 2 / seconds
 
@@ -79,8 +79,9 @@ def nothing_local(monkeypatch):
     def refuse(*_, **__):
         raise AssertionError("local work before the account was checked")
 
-    for name in ("read_export", "states", "text_curve", "_score_here"):
-        monkeypatch.setattr(history, name, refuse)
+    for module, name in ((history, "read_export"), (history, "states"), (history, "text_curve"),
+                         (history_scoring, "_score_here")):
+        monkeypatch.setattr(module, name, refuse)
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
 
 
@@ -183,5 +184,5 @@ def test_with_the_stack_and_no_yes_it_stops_after_the_estimate_before_any_local_
 
 def test_rows_are_counted_without_reading_the_export(tmp_path):
     (tmp_path / "a.csv").write_text('text,label\n"two\nlines",x\none,y\n\n')
-    assert history.export_rows(tmp_path / "a.csv", None) == 2 and history.export_rows(tmp_path / "a.csv", 1) == 1
-    assert history.export_rows("s3://bucket/key.csv", None) is None
+    assert history_export.export_rows(tmp_path / "a.csv", None) == 2 and history_export.export_rows(tmp_path / "a.csv", 1) == 1
+    assert history_export.export_rows("s3://bucket/key.csv", None) is None

@@ -15,7 +15,7 @@ import pytest
 
 from decision_router.domain.policies import load_policy
 from local.cloudformation import REPO_ROOT
-from training import history
+from training import history, history_outlook, history_report
 from training.history_policy import HistoryError, iter_rows, label_key, spellings
 
 from .test_history import WordRunner, export, write_csv, write_jsonl
@@ -303,9 +303,9 @@ def test_the_text_alone_is_fitted_first_and_its_curve_printed_before_the_model_s
 ])
 def test_the_scoring_estimate_is_at_the_rate_of_the_layout_asked(layout, n_items, takes):
     curve = {"points": [{"rows": 50, "accuracy": 0.8}, {"rows": 100, "accuracy": 0.81}]}
-    outlook = history.curve_outlook(curve, 1000, 10, n_items, False, layout)
+    outlook = history_outlook.curve_outlook(curve, 1000, 10, n_items, False, layout)
     assert f"scoring {n_items} items {takes} on 2 cores" in outlook, outlook
-    assert history.SCORING_ITEMS_PER_SECOND["criterion-first"] > 2 * history.SCORING_ITEMS_PER_SECOND["evidence-first"]
+    assert history_outlook.SCORING_ITEMS_PER_SECOND["criterion-first"] > 2 * history_outlook.SCORING_ITEMS_PER_SECOND["evidence-first"]
 
 
 def test_the_outlook_of_a_lettered_question_takes_no_layout(tmp_path, capsys):
@@ -337,11 +337,11 @@ def test_the_last_line_states_the_verdict_plainly(tmp_path, capsys):
     assert last.startswith("fit-history: NOTHING IS ROUTED ALONE: out of fold, no threshold shows 97.0% precision"), last
     report = {"target_precision": 0.97, "target_missed": False, "missed_by": 0.0, "routed_alone": True,
               "items_needed": None, "auto_precision": 1.0, "auto_precision_lower_bound": 0.9}
-    assert history.last_line(report) == ("TEST IS TOO SMALL TO CONFIRM the 97.0% target: its automatic answers were "
+    assert history_report.last_line(report) == ("TEST IS TOO SMALL TO CONFIRM the 97.0% target: its automatic answers were "
                                          "100.0% right, at least 90.0% with 95 % confidence")
-    assert history.last_line({**report, "target_missed": True, "missed_by": 0.05, "auto_precision": 0.92}) \
+    assert history_report.last_line({**report, "target_missed": True, "missed_by": 0.05, "auto_precision": 0.92}) \
         .startswith("TARGET MISSED: automatic answers 92.0% right on test, 5.0% below the promised 97.0%")
-    assert history.last_line({**report, "auto_precision_lower_bound": 0.975}).startswith("target kept")
+    assert history_report.last_line({**report, "auto_precision_lower_bound": 0.975}).startswith("target kept")
 
 
 def test_the_vocabulary_itself_never_makes_two_options_of_one_label_spelled_two_ways():

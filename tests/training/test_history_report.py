@@ -9,7 +9,7 @@ import json
 import pytest
 
 from decision_contract.precision import items_needed, precision_lower_bound
-from training import history, history_report
+from training import history_outlook, history_report
 from training.thresholds import promise
 
 TARGET = 0.97
@@ -69,7 +69,7 @@ def test_too_small_to_confirm_says_how_many_more_labelled_rows_and_of_which_grou
     step = history_report.next_step(r, groups)
     assert step["rows"] == 38 and step["groups"] == ["b", "a"]
     assert step["text"].startswith("collect about 38 more labelled TEST rows, most of groups b and a, to confirm 97.0%")
-    line = history.last_line({**r, "next_step": step})
+    line = history_report.last_line({**r, "next_step": step})
     assert line.startswith("TEST IS TOO SMALL TO CONFIRM the 97.0% target: its automatic answers were 100.0% right, at least")
     assert "; next: collect about 38 more labelled TEST rows" in line
 
@@ -79,7 +79,7 @@ def test_nothing_routed_alone_says_how_many_rows_to_collect_not_answers():
                n_train=60, holdout={"accuracy": 0.99, "judged_rows": 60})
     step = history_report.next_step(r, {})
     assert step["rows"] == 40  # 99 answers at 99 % out-of-fold accuracy: at least 100 rows judged, 60 now
-    line = history.last_line({**r, "next_step": step})
+    line = history_report.last_line({**r, "next_step": step})
     assert line.startswith("NOTHING IS ROUTED ALONE: out of fold, no threshold shows 97.0% precision with 95 % confidence")
     assert "next: collect about 40 more labelled rows for DATA" in line and "above it" not in line
     weak = history_report.next_step({**r, "holdout": {"accuracy": 0.8, "judged_rows": 60}}, {})
@@ -99,7 +99,7 @@ def test_a_missed_target_names_the_groups_to_fix_and_how_many_wrong_answers_must
 def test_nothing_answered_is_said_so_never_precision_zero():
     assert history_report.precision_words(None) == "(nothing answered)"
     assert history_report.precision_words(0.0) == "at precision 0.000"
-    line = history.out_of_scope_line({"in_scope_accuracy": None, "auto_share": 0.0, "auto_precision": None,
+    line = history_report.out_of_scope_line({"in_scope_accuracy": None, "auto_share": 0.0, "auto_precision": None,
                                       "out_of_scope": {"caught": 1.0, "items": 5, "in_scope_sent_to_review": 1.0}})
     assert "precision 0" not in line and "nothing answered automatically; out of scope: 100.0% of 5 caught" in line
 
@@ -118,4 +118,4 @@ def test_the_curve_levels_off_only_below_the_stated_gain(points, levelled, says)
     assert judged["levelled_off_below"] == history_report.LEVELLED_OFF_GAIN == 0.01
     if levelled:
         assert "levelled off means under +1 point a step" in judged["says"]
-    assert history_report.judge_curve(points)["says"] in history.curve_outlook({"points": points}, 1600, 8, 2000, True)
+    assert history_report.judge_curve(points)["says"] in history_outlook.curve_outlook({"points": points}, 1600, 8, 2000, True)

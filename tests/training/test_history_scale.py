@@ -12,7 +12,7 @@ import pytest
 
 from decision_contract import DecisionResult, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard, write_shard
-from training import history, learn
+from training import history_signals, learn
 from training.history_policy import HistoryError, iter_rows
 
 MODEL = ModelInfo(file="m.gguf", bytes=1, sha256="c" * 64, context_size=2048, threads=1, gpu_layers=0,
@@ -38,7 +38,7 @@ def test_the_cache_finds_each_key_in_its_shard_and_gathers_rows_in_the_order_ask
         write_shard(folder / f"part-{start}{SHARD_SUFFIX}", MODEL.sha256, keys, [[i, 0.5, -0.5, 2.0] for i in range(start, start + 5)],
                     [[i, -1.0] for i in range(start, start + 5)], [0.25] * 5, ["direct-options-v1"] * 5)
     (folder / "notes.txt").write_text("not a shard")
-    cache = history.SignalCache(folder)
+    cache = history_signals.SignalCache(folder)
     assert len(cache) == 10
     asked = [key(7), key(2), key(11), key(7), key(12), key(11)]
     assert cache.missing(asked) == [2, 4]  # the first of each key it lacks, once
@@ -51,17 +51,17 @@ def test_the_cache_finds_each_key_in_its_shard_and_gathers_rows_in_the_order_ask
     assert gathered.versions == ["direct-options-v1"] * 6 and float(gathered.mass[0]) == 0.25
     # what was put is a shard now, and a new cache over the folder finds everything
     assert len(list(folder.glob(f"*{SHARD_SUFFIX}"))) == 3
-    assert history.SignalCache(folder).missing(asked) == []
+    assert history_signals.SignalCache(folder).missing(asked) == []
 
 
 def test_a_key_no_shard_holds_is_refused_when_gathered(tmp_path):
-    cache = history.SignalCache(tmp_path / "none")
+    cache = history_signals.SignalCache(tmp_path / "none")
     with pytest.raises(Exception, match="1 item"):
         cache.gather([key(1)])
 
 
 def test_without_a_folder_the_cache_keeps_answers_in_memory(tmp_path):
-    cache = history.SignalCache(None)
+    cache = history_signals.SignalCache(None)
     cache.put(key(1), result(1))
     assert cache.missing([key(1), key(2)]) == [1]
     assert float(cache.gather([key(1)]).hidden[0][0]) == 1.0
@@ -70,7 +70,7 @@ def test_without_a_folder_the_cache_keeps_answers_in_memory(tmp_path):
 def test_shards_written_elsewhere_join_the_cache_under_their_own_name_or_a_fresh_one(tmp_path):
     made = tmp_path / "batch"
     write_shard(made / f"part-00000{SHARD_SUFFIX}", MODEL.sha256, [key(1)], [[1.0, 0, 0, 0]], [[1.0, 0.0]], [0.5], ["v"])
-    cache = history.SignalCache(tmp_path / "cache")
+    cache = history_signals.SignalCache(tmp_path / "cache")
     cache.adopt([made / f"part-00000{SHARD_SUFFIX}"])
     write_shard(made / f"part-00000{SHARD_SUFFIX}", MODEL.sha256, [key(2)], [[2.0, 0, 0, 0]], [[1.0, 0.0]], [0.5], ["v"])
     cache.adopt([made / f"part-00000{SHARD_SUFFIX}"])
@@ -82,12 +82,12 @@ def test_shards_written_elsewhere_join_the_cache_under_their_own_name_or_a_fresh
 
 def test_a_stratified_sample_keeps_every_label_in_proportion_and_a_floor_of_the_rare_ones():
     gold = np.array([0] * 9000 + [1] * 900 + [2] * 100 + [3] * 5)
-    rows = history.stratified_sample(gold, 2000, seed=0)
+    rows = learn.stratified_sample(gold, 2000, seed=0)
     counts = np.bincount(gold[rows])
     assert list(counts) == [1799, 179, learn.SAMPLE_FLOOR, 5]
     assert list(rows) == sorted(set(rows))
-    assert list(history.stratified_sample(gold[:50], 2000, seed=0)) == list(range(50))
-    assert list(history.stratified_sample(gold, 2000, seed=0)) == list(rows)  # seeded
+    assert list(learn.stratified_sample(gold[:50], 2000, seed=0)) == list(range(50))
+    assert list(learn.stratified_sample(gold, 2000, seed=0)) == list(rows)  # seeded
 
 
 def test_the_export_is_read_as_a_stream_and_a_limit_stops_reading(tmp_path):

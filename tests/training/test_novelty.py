@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from decision_router.domain.heads import Head, nearest_distance
-from training import history, novelty
+from training import history_judging, history_report, novelty
 
 
 def clusters(seed: int, k: int = 4, per: int = 60, width: int = 48, far: int = 100):
@@ -92,7 +92,7 @@ def test_novelty_figures_compare_with_the_head_thresholds_alone_and_give_the_aur
     auto = [True, True, False, False, False, True]
     unlike_only = [False, False, True, True, False, False]  # held for novelty alone
     scores = [1.0, 2.0, 5.0, 6.0, 7.0, 1.5]
-    found = history.novelty_figures(gold, auto, unlike_only, scores, threshold=4.0)
+    found = history_judging.novelty_figures(gold, auto, unlike_only, scores, threshold=4.0)
     assert found["threshold"] == 4.0 and found["in_scope_above_threshold"] == pytest.approx(1 / 3)
     assert found["out_of_scope_above_threshold"] == pytest.approx(2 / 3)
     # without novelty the third in-scope item and the first out-of-scope one would have been answered
@@ -100,10 +100,10 @@ def test_novelty_figures_compare_with_the_head_thresholds_alone_and_give_the_aur
     assert found["auroc"] == pytest.approx(7 / 9)
     report = {"in_scope_accuracy": 0.9, "auto_share": 0.5, "auto_precision": 0.96,
               "out_of_scope": {"items": 3, "caught": 2 / 3, "in_scope_sent_to_review": 1 / 3}, "novelty": found}
-    assert history.out_of_scope_line(report) == (
+    assert history_report.out_of_scope_line(report) == (
         "in scope 90.0% right; answered 50.0% at precision 96.0%; out of scope: 66.7% of 3 caught at 33.3% of "
         "in-scope sent to review (head thresholds alone: 33.3% at 0.0%); novelty AUROC 0.778")
-    assert history.out_of_scope_line({**report, "out_of_scope": None}) is None
+    assert history_report.out_of_scope_line({**report, "out_of_scope": None}) is None
 
 
 OTHER = ["weather", "paris", "movie", "recipe", "song", "flight", "hotel", "joke", "president", "calendar"]

@@ -1,0 +1,326 @@
+"""`make fit-history`'s scoring step: each row's request to the model (`requests`, built when
+needed) and its key, scored where the user asks (`score_export`): in this process by the batch
+scorer, one request an item to a container or a runner (`score`), or in one SageMaker Processing
+job of the deployed stack (`score_on_sagemaker`), every answer joining the signal cache
+(training/history_signals.py); its time promised from the first items scored here
+(`PROBE_ITEMS`), never from a fixed rate. `--text-only` scores nothing (`text_only_signals`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence as SequenceABC
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from decision_contract import Decision, Layout, ModelInfo
+from decision_contract.signals import SHARD_SUFFIX, request_key
+from decision_router.domain.model_requests import question_decision
+from decision_router.domain.policies import Question
+from evaluation.runners import RunFailure, Runner
+
+from .history_export import export_rows
+from .history_policy import HistoryError
+from .history_signals import SignalCache
+
+#: Items a shard when the batch scorer scores in this process (an interrupted run resumes at its shard).
+BATCH_CHUNK = 2000
+#: The model a --text-only run names in its head's TEST judging: none was asked (the head reads
+#: the text alone, so nothing in the answer is read but its shape).
+TEXT_ONLY_MODEL = ModelInfo(file="(none: --text-only)", bytes=0, sha256="0" * 64, context_size=0, threads=0, gpu_layers=0,
+                            llama_cpp_python_version="", hidden_size=1)
+#: One TEST row's signals as the cache gives them: hidden state, option logits, allowed-token mass, prompt version.
+Signal = tuple[np.ndarray, np.ndarray, float, str]
+
+
+def requests(question: Question, item_states: Sequence[Any], layout: Layout | None = None) -> Callable[[int], Decision]:
+    """The decision the endpoint is asked for row i (built when needed: a million requests are
+    never held at once), in `layout` (None: the request's own)."""
+    return lambda i: question_decision(question, item_states[i], layout).model_copy(update={"return_hidden_state": True})
+
+
+def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) -> list[str]:
+    return [request_key(model_sha256, request(i)) for i in range(n)]
+
+
+def score(runner: Runner, model: ModelInfo, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
+          what: str, progress: bool = True, workers: int = 4, save_every: int = 500) -> None:
+    """Ask the endpoint, one request per decision, for every decision whose key the cache lacks
+    (`request(i)` is the decision of `keys[i]`); a progress bar says how many are left."""
+    todo = cache.missing(keys)
+    bar = tqdm(total=len(todo), desc=f"scoring {what} ({len(keys) - len(todo)} cached)", unit="item",
+               disable=not progress or not todo, file=sys.stderr, mininterval=2.0)
+
+    def one(index: int) -> None:
+        result = runner.decide([request(index)]).results[0]
+        if result.hidden_state is None or result.model.sha256 != model.sha256:
+            raise RunFailure("the endpoint returned no hidden state, or another model answered")
+        cache.put(keys[index], result)
+        bar.update(1)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for start in range(0, len(todo), save_every):
+                list(pool.map(one, todo[start:start + save_every]))
+                cache.save()
+    finally:
+        cache.save()
+        bar.close()
+
+
+class Requests(SequenceABC):
+    """The decisions of some rows, built when read (the batch scorer's writer takes a sequence)."""
+
+    def __init__(self, request: Callable[[int], Decision], rows: Sequence[int]) -> None:
+        self.request, self.rows = request, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self.request(i) for i in self.rows[index]]
+        return self.request(self.rows[index])
+
+
+def score_in_process(engine: Any, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
+                     what: str, say: Callable[[str], None], chunk: int = BATCH_CHUNK) -> None:
+    """Score what the cache lacks with the batch scorer (decision_server.batch) on the engine in
+    this process, a chunk at a time, each chunk's signals joining the cache as soon as it is done
+    (an interrupted run resumes at the chunk it was in)."""
+    from decision_server.batch import score_folder, write_inputs
+
+    todo = cache.missing(keys)
+    if not todo:
+        return
+    say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {chunk} a shard")
+    for start in range(0, len(todo), chunk):
+        with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
+            inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
+            write_inputs(Requests(request, todo[start:start + chunk]), inputs, shards=1)
+            score_folder(engine, inputs, outputs, log=say)
+            _refuse_errors(outputs)
+            cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+
+
+def sagemaker_preflight(args: argparse.Namespace, say: Callable[[str], None]) -> Any:
+    """Before anything is read, embedded or scored: the estimate from the export's row count and
+    the price file (printed even without an account), then the region, the credentials and the
+    stack (SageMakerScoring.from_stack); without --yes it stops there. The scorer."""
+    from .sagemaker_scoring import SageMakerScoring, check_instances, estimate_for, offer
+
+    check_instances(args.instances)  # before the estimate, which assumes a valid count
+    rows = [export_rows(path, args.limit) for path in (args.data, args.test)]
+    if None in rows:
+        say("the estimate waits for the export on S3 to be read: it is printed before the job starts")
+    else:
+        say(f"estimate for every row of the export ({sum(rows):,}; rows that ask the same are scored once):")
+        for line in estimate_for(sum(rows), args.instances, offer(args.instance_type)).text.splitlines():
+            say(line)
+    scoring = SageMakerScoring.from_stack(args.stack, instances=args.instances, instance_type=args.instance_type, say=say)
+    if not args.yes:
+        raise HistoryError("Scoring on SageMaker starts paid instances: pass --yes (make fit-history ... YES=1) once the "
+                           "estimate above suits.")
+    return scoring
+
+
+def score_on_sagemaker(args: argparse.Namespace, requests_of: Sequence[tuple[Callable[[int], Decision], int]],
+                       say: Callable[[str], None], scoring: Any = None) -> tuple[ModelInfo, SignalCache]:
+    """Every distinct request scored in one SageMaker Processing job on the stack's image and
+    model (training.sagemaker_scoring; `scoring`: the one sagemaker_preflight checked); its
+    signals join the local cache of that model."""
+    from decision_server.batch import write_inputs
+
+    from .sagemaker_scoring import SageMakerScoring, shard_count
+
+    scoring = scoring or SageMakerScoring.from_stack(args.stack, instances=args.instances,
+                                                     instance_type=args.instance_type, say=say)
+    rows: list[Decision] = []
+    seen: set[str] = set()
+    for request, n in requests_of:
+        for i in range(n):
+            decision = request(i)
+            content = request_key("", decision)  # the model is not known before the job answers
+            if content not in seen:
+                seen.add(content)
+                rows.append(decision)
+    with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
+        inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
+        write_inputs(rows, inputs, shard_count(len(rows), args.instances))
+        del rows
+        model = scoring.run(inputs, outputs, yes=args.yes)
+        _refuse_errors(outputs)
+        cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
+        cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+    return model, cache
+
+
+def _refuse_errors(outputs: Path) -> None:
+    """The batch scorer's errors files: a row it could not score stops the fit, named."""
+    from decision_server.batch import ERRORS_SUFFIX
+
+    errors = [(path.name, line) for path in sorted(outputs.glob(f"*{ERRORS_SUFFIX}"))
+              for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if errors:
+        shown = "; ".join(f"{name}: {line}" for name, line in errors[:3])
+        raise HistoryError(f"{len(errors)} request(s) could not be scored ({shown})")
+
+
+#: Items scored and timed on this machine before scoring's time is promised (they join the cache:
+#: nothing is scored twice), and the file in a model's cache folder that keeps each machine's rate.
+PROBE_ITEMS = 8
+RATE_FILE = "rates.json"
+
+
+def _rate_key(description: str, layout: str | None) -> str:
+    return f"{socket.gethostname()} | {description} | {layout or 'lettered'}"
+
+
+def last_rate(folder: Path | None, key: str) -> dict[str, Any] | None:
+    """This machine's last measured rate with this model, runner and layout, if recorded."""
+    try:
+        return json.loads((folder / RATE_FILE).read_text()).get(key) if folder else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def record_rate(folder: Path | None, key: str, model_sha256: str, items: int, seconds: float) -> None:
+    """Keep this run's rate in the model's cache folder, for the next run's estimate."""
+    if folder is None or items < PROBE_ITEMS or seconds <= 0:
+        return
+    try:
+        rates = json.loads((folder / RATE_FILE).read_text())
+    except (OSError, ValueError):
+        rates = {}
+    rates[key] = {"items_per_second": round(items / seconds, 4), "items": items, "seconds": round(seconds, 1),
+                  "model_sha256": model_sha256, "date": time.strftime("%Y-%m-%d")}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RATE_FILE).write_text(json.dumps(rates, indent=2) + "\n")
+
+
+def _takes(seconds: float) -> str:
+    return (f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{round(seconds / 60)} min" if seconds >= 90
+            else f"{max(1, round(seconds))} s")
+
+
+def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Callable[[int], Decision], int],
+                test: tuple[Callable[[int], Decision], int], say: Callable[[str], None]
+                ) -> tuple[ModelInfo, SignalCache, list[str], list[str]]:
+    """Score on this machine: the batch scorer on the engine in this process, or one request an
+    item to a container (--url) or to the runner a caller gives. Its time is promised from the
+    first PROBE_ITEMS scored here (and this machine's last run, when recorded), never from a
+    fixed rate; the run's rate is recorded in the model's cache folder."""
+    own = runner is None
+    if runner is None:
+        from evaluation.runners import EngineRunner, HttpRunner
+
+        runner = HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads)
+    try:
+        model = runner.model_info()
+        say(f"model {model.file} ({runner.description})")
+        cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
+        scorer = _Scorer(runner, model, cache, say, progress=not args.no_progress)
+        jobs = [(request, request_keys(request, n, model.sha256), what) for (request, n), what in ((train, "DATA"), (test, "TEST"))]
+        todo = sum(len(cache.missing(keys)) for _, keys, _ in jobs)
+        started = time.perf_counter()
+        key = ""
+        if todo:
+            first = next(r for r, n in (train, test) if n)
+            key = _rate_key(str(runner.description), getattr(first(0), "layout", None))
+            _probe_and_promise(scorer, jobs, todo, key, started)
+        for request, keys, what in jobs:
+            scorer.score(request, keys, what)
+        if todo:
+            record_rate(cache.folder, key, model.sha256, todo, time.perf_counter() - started)
+    finally:
+        if own:
+            runner.close()
+    return model, cache, jobs[0][1], jobs[1][1]
+
+
+@dataclass
+class _Scorer:
+    """Scores what the cache lacks on this machine: by the batch scorer where the runner holds the
+    engine in this process, else one request an item."""
+
+    runner: Runner
+    model: ModelInfo
+    cache: SignalCache
+    say: Callable[[str], None]
+    progress: bool
+
+    def score(self, request: Callable[[int], Decision], keys: list[str], what: str, rows: list[int] | None = None) -> None:
+        if rows is not None:  # only these rows (positions in keys)
+            request, keys = (lambda j, r=request: r(rows[j])), [keys[i] for i in rows]
+        engine = getattr(self.runner, "engine", None)
+        if engine is not None:
+            score_in_process(engine, request, keys, self.cache, what=what, say=self.say)
+        else:
+            score(self.runner, self.model, request, keys, self.cache, what=what, progress=self.progress)
+
+
+def _probe_and_promise(scorer: _Scorer, jobs: Sequence[tuple[Callable[[int], Decision], list[str], str]], todo: int,
+                       key: str, started: float) -> None:
+    """Score the first PROBE_ITEMS items the cache lacks, and say how long the rest takes at
+    their rate (and at this machine's last run's, when recorded)."""
+    probed = 0
+    for request, keys, what in jobs:
+        rows = scorer.cache.missing(keys)[:PROBE_ITEMS - probed]
+        if rows:
+            scorer.score(request, keys, what, rows)
+            probed += len(rows)
+    rate = probed / max(time.perf_counter() - started, 1e-6)
+    basis = f"from the first {probed} items here: {rate:.2f} items/s"
+    last = last_rate(scorer.cache.folder, key)
+    if last:
+        basis += f"; this machine's last run on {last['date']}: {last['items_per_second']:.2f} items/s"
+    print(f"fit-history: scoring {todo} items here takes about {_takes(todo / rate)}, about "
+          f"{_takes((todo - probed) / rate)} left ({basis})", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------- the step
+@dataclass
+class ExportSignals:
+    """What the model said of the export, as the fit and TEST's judging read it."""
+
+    model: ModelInfo
+    prompt_version: str
+    train_hidden: np.ndarray  # float16: DATA's option rows, converted only for the rows fitted on
+    out_of_scope_hidden: np.ndarray | None  # DATA's out-of-scope rows (None: nothing was scored)
+    test_hidden: np.ndarray
+    test_signals: list[Signal]
+    seconds: float
+
+
+def text_only_signals(question: Question, n_train: int, n_test: int) -> ExportSignals:
+    """--text-only: nothing scored; the head reads no model signal, so these are shapes alone."""
+    width = len(question_decision(question, "x").option_ids)
+    return ExportSignals(TEXT_ONLY_MODEL, "", np.zeros((n_train, 1), dtype=np.float16), None, np.zeros((n_test, 1)),
+                         [(np.zeros(1, dtype=np.float32), np.zeros(width), 1.0, "")] * n_test, 0.0)
+
+
+def score_export(args: argparse.Namespace, runner: Runner | None, train: tuple[Callable[[int], Decision], int],
+                 test: tuple[Callable[[int], Decision], int], n_train: int, say: Callable[[str], None],
+                 sagemaker: Any = None) -> ExportSignals:
+    """Every request of DATA (its `n_train` option rows, then its out-of-scope rows) and of TEST
+    scored where --on says (`sagemaker`: the scorer its preflight checked), then gathered from the
+    cache."""
+    started = time.perf_counter()
+    if args.on == "sagemaker":
+        model, cache = score_on_sagemaker(args, [train, test], say, sagemaker)
+        train_keys, test_keys = (request_keys(request, n, model.sha256) for request, n in (train, test))
+    else:
+        model, cache, train_keys, test_keys = _score_here(args, runner, train, test, say)
+    train_signals, test_gathered = cache.gather(train_keys), cache.gather(test_keys)
+    return ExportSignals(model, train_signals.versions[0], train_signals.hidden[:n_train],
+                         train_signals.hidden[n_train:].astype(np.float64), test_gathered.hidden.astype(np.float64),
+                         [test_gathered.row(i) for i in range(len(test_keys))], time.perf_counter() - started)
