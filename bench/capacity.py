@@ -3,7 +3,8 @@ can grow; what a month of items costs at that; and which quota each path meets f
 
     python -m bench.capacity [--mix automatic=0.7,review=0.2,page=0.05,correction=0.03,incident resolved=0.02]
                              [--peak 3] [--endpoint-seconds 1] [--call-seconds 0.02] [--listings-per-review 1]
-                             [--ledger reports/capacity.json] [--out reports/capacity.json]
+                             [--ledger reports/capacity.json] [--out reports/capacity.json] [--record-ledger]
+    python -m bench.capacity --recommend [--ledger bench/data/capacity-ledger.json]
 
 1. The ledger (`local.capacity`, `local.ledger`): each path run for one item on the local stack
    seeded small (10 pending reviews, 10 open incidents, 100 audit rows, 10 shadowed items) and
@@ -20,6 +21,12 @@ can grow; what a month of items costs at that; and which quota each path meets f
 3. Quotas (bench/data/aws-quotas.json, and the stack's own limits read from template.yaml): the
    rate the mix asks of each at its daily peak (`--peak` times the day's average), the volume at
    which it is reached, and for each path the first one it meets, with the headroom at each scale.
+4. The stack parameters that carry each scale (template.yaml's defaults are those of 1M items a
+   day): the endpoint's instance bounds from its throughput per instance
+   (bench/data/endpoint-throughput.json, estimates derived from make bench's figures), the
+   intakes' concurrency, the console API's throttle. `--recommend` prints them (and the scaling
+   targets' mapping as template.yaml writes it) from the recorded ledger (`--record-ledger`
+   records the ledger in hand as bench/data/capacity-ledger.json).
 
 Every figure says what it is measured or assumed from; the price and quota tables carry their
 sources and whether they were checked against them.
@@ -28,6 +35,7 @@ sources and whether they were checked against them.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -375,9 +383,7 @@ def stack_limits() -> list[Quota]:
     review console's API throttle."""
     from local.cloudformation import Stack
 
-    stack = Stack.load()
-    parameters = stack.template["Parameters"]
-    console_route = stack.properties("ReviewConsoleApi")["DefaultRouteSettings"]
+    parameters = Stack.load().template["Parameters"]
     source = "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html"
     return [
         Quota("ticket-intake-concurrency", "ticket intake concurrency (TicketMaxConcurrency: the SQS event source's "
@@ -388,9 +394,9 @@ def stack_limits() -> list[Quota]:
               ("lambda:concurrency:IncidentIntakeFunction",), float(parameters["IncidentMaxConcurrency"]["Default"]), True,
               "this stack (template.yaml)", "raise the IncidentMaxConcurrency parameter (the endpoint must take it)",
               "https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html"),
-        Quota("console-api-throttle", "review console API throttle (ReviewConsoleApi DefaultRouteSettings)",
-              ("apigateway:HTTP API request",), float(console_route["ThrottlingRateLimit"]), False,
-              "this stack (template.yaml)", "raise ThrottlingRateLimit in template.yaml (and the reviewers with it)",
+        Quota("console-api-throttle", "review console API throttle (ReviewConsoleThrottlingRateLimit)",
+              ("apigateway:HTTP API request",), float(parameters["ReviewConsoleThrottlingRateLimit"]["Default"]), False,
+              "this stack (template.yaml)", "raise the ReviewConsoleThrottlingRateLimit parameter (and the reviewers with it)",
               "https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html"),
     ]
 
@@ -485,6 +491,194 @@ def first_quotas(found: Sequence[Demand]) -> dict[str, Demand]:
     return first
 
 
+# ---------------------------------------------------------------------------------- sizing
+THROUGHPUT = DATA / "endpoint-throughput.json"
+#: The ledger the recommended parameters are computed from (make capacity's, recorded: --record-ledger).
+LEDGER = DATA / "capacity-ledger.json"
+#: The scale template.yaml's defaults are sized for (items a day).
+DEFAULT_SCALE = SCALES[0]
+#: The mapping's key for the template's GPU instance pool (EndpointCompute=GPU): auto scaling counts
+#: instances of whichever type of the pool SageMaker gives.
+GPU_POOL = "GPU"
+#: A throttle's burst holds this many seconds of its steady rate (the webhook API's 50 over 20).
+BURST_SECONDS = 2.5
+#: The parameters the capacity table sizes, in the order it shows them.
+SIZED = ("EndpointMinInstances", "EndpointMaxInstances", "TicketMaxConcurrency", "IncidentMaxConcurrency",
+         "ReviewConsoleThrottlingRateLimit", "ReviewConsoleThrottlingBurstLimit")
+ENDPOINT_INVOCATIONS = Quota("endpoint-invocations", "endpoint invocations", ("sagemaker-runtime:InvokeEndpoint",),
+                             None, False, "this stack", "more endpoint instances",
+                             "https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling.html")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Decisions a second one endpoint instance serves (an estimate: see `basis`)."""
+
+    instance: str
+    model: str
+    decisions_per_second: float
+    basis: str
+
+    def invocations_target(self, safety_factor: float) -> int:
+        """SageMaker's target of invocations per instance per minute: the rate × the safety factor × 60."""
+        return max(1, math.floor(self.decisions_per_second * safety_factor * 60))
+
+
+@dataclass(frozen=True)
+class ThroughputTable:
+    safety_factor: float
+    rows: dict[tuple[str, str], Throughput]
+
+    def of(self, instance: str, model: str) -> Throughput:
+        if (instance, model) not in self.rows:
+            raise TableError(f"{THROUGHPUT.name}: no throughput for instance {instance!r} with model {model!r} "
+                             f"(instances: {', '.join(sorted({i for i, _ in self.rows}))})")
+        return self.rows[(instance, model)]
+
+    def mapping(self) -> dict[str, dict[str, int]]:
+        """template.yaml's EndpointInvocationsPerMinute: {instance: {model: target per instance per minute}}."""
+        found: dict[str, dict[str, int]] = {}
+        for (instance, model), row in self.rows.items():
+            found.setdefault(instance, {})[model] = row.invocations_target(self.safety_factor)
+        return found
+
+
+def _positive(where: str, value: Any, integer: bool = False) -> float:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
+        raise TableError(f"{where}: must be a{'n integer' if integer else ' number'} > 0, not {value!r}")
+    return float(value)
+
+
+def load_throughput(path: Path = THROUGHPUT) -> ThroughputTable:
+    """The per-instance rates, each derived from the measurements in the file (`derivation` says how)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        measured, models, cpus = raw["measured"], raw["models"], raw["cpu_instances"]
+        cpu, gpu = measured["cpu"], measured["gpu"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise TableError(f"{path}: needs measured.cpu, measured.gpu, models and cpu_instances ({error!r})") from None
+    safety = _positive(f"{path.name}: safety_factor", raw.get("safety_factor"))
+    if safety > 1:
+        raise TableError(f"{path.name}: safety_factor: {safety} is over 1 (the target must stay below the most an instance serves)")
+    for name, at in (("cpu", cpu), ("gpu", gpu)):
+        if at.get("model") not in models:
+            raise TableError(f"{path.name}: measured.{name}.model: {at.get('model')!r} is none of models ({', '.join(models)})")
+    per_thread = _positive(f"{path.name}: measured.cpu.decisions_per_second", cpu.get("decisions_per_second")) / \
+        _positive(f"{path.name}: measured.cpu.threads", cpu.get("threads"), integer=True)
+    gpu_rate = 1 / _positive(f"{path.name}: measured.gpu.seconds_per_decision", gpu.get("seconds_per_decision"))
+    size = {m: _positive(f"{path.name}: models.{m}.parameters", spec.get("parameters")) for m, spec in models.items()}
+    rows: dict[tuple[str, str], Throughput] = {}
+    for model, parameters in size.items():
+        for instance, vcpus in cpus.items():
+            shrink = size[cpu["model"]] / parameters
+            rate = per_thread * _positive(f"{path.name}: cpu_instances.{instance}", vcpus, integer=True) * shrink
+            rows[(instance, model)] = Throughput(instance, model, rate, (
+                f"estimate: the {cpu['model']} at {cpu['decisions_per_second']:g}/s on {cpu['threads']} threads "
+                f"(make bench) × {vcpus}/{cpu['threads']} vCPUs" + _scaled(cpu["model"], model)))
+        shrink = size[gpu["model"]] / parameters
+        rows[(GPU_POOL, model)] = Throughput(GPU_POOL, model, gpu_rate * shrink, (
+            f"estimate: the {gpu['model']} at {gpu['seconds_per_decision'] * 1000:g} ms a decision on an {gpu['device']} "
+            f"(bench.compare_backends; the pool has no {gpu['device'].split()[-1]}: taken for each of its cards)"
+            + _scaled(gpu["model"], model)))
+    return ThroughputTable(safety, rows)
+
+
+def _scaled(measured: str, model: str) -> str:
+    return "" if measured == model else f" × {measured}/{model} parameters"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The sized parameters at one scale, and what the daily peak asks of each before rounding
+    and before the parameter's bounds."""
+
+    scale: int
+    throughput: Throughput
+    target: int  # invocations per instance per minute
+    values: dict[str, int]
+    needed: dict[str, float]
+
+    def capped(self, name: str) -> bool:
+        return self.values[name] < math.ceil(self.needed[name])
+
+
+def recommend(records: Mapping[str, PathRecord], assumptions: Assumptions, table: ThroughputTable, scale: int,
+              instance: str, model: str, parameters: Mapping[str, Any]) -> Recommendation:
+    """The endpoint's bounds, the intakes' concurrency and the console's throttle that carry
+    `scale` items a day at the daily peak. The endpoint's floor serves the day's average at the
+    instance's full rate (an instance takes minutes to start); its ceiling holds the peak at the
+    scaling target. An intake's concurrency is its invocations in flight at the peak (Little's
+    law over the modelled busy seconds); the throttle is the console's requests a second at the peak."""
+    throughput = table.of(instance, model)
+    target = throughput.invocations_target(table.safety_factor)
+    asked = {d.quota.id: d.per_item_a_day * scale
+             for d in demands(records, [*stack_limits(), ENDPOINT_INVOCATIONS], assumptions)}
+    peak = asked[ENDPOINT_INVOCATIONS.id]  # invocations a second at the daily peak
+    rate = asked["console-api-throttle"]
+    needed = {"EndpointMinInstances": peak / assumptions.peak / throughput.decisions_per_second,
+              "EndpointMaxInstances": peak * 60 / target,
+              "TicketMaxConcurrency": asked["ticket-intake-concurrency"],
+              "IncidentMaxConcurrency": asked["incident-intake-concurrency"],
+              "ReviewConsoleThrottlingRateLimit": rate,
+              "ReviewConsoleThrottlingBurstLimit": math.ceil(rate) * BURST_SECONDS}
+    values = {name: _within(name, parameters[name], math.ceil(n)) for name, n in needed.items()}
+    values["EndpointMaxInstances"] = max(values["EndpointMaxInstances"], values["EndpointMinInstances"])
+    return Recommendation(scale, throughput, target, values, needed)
+
+
+def _within(name: str, spec: Mapping[str, Any], value: int) -> int:
+    """`value` held to the parameter's MinValue and MaxValue."""
+    if "MinValue" not in spec:
+        raise TableError(f"template.yaml: {name}: needs a MinValue")
+    value = max(value, int(spec["MinValue"]))
+    return min(value, int(spec["MaxValue"])) if "MaxValue" in spec else value
+
+
+def template_sizing() -> tuple[dict[str, Any], str, str]:
+    """template.yaml's parameters, and its default instance key and model (GPU_POOL for EndpointCompute=GPU)."""
+    from local.cloudformation import Stack
+
+    parameters = Stack.load().template["Parameters"]
+    gpu = parameters["EndpointCompute"]["Default"] == "GPU"
+    instance = GPU_POOL if gpu else parameters["CpuInstanceType"]["Default"]
+    return parameters, instance, parameters["DecisionModelSize"]["Default"]
+
+
+def recommendations(measured: Measured, assumptions: Assumptions, table: ThroughputTable) -> list[Recommendation]:
+    """At each scale, for the template's default instance type and model, at the large state."""
+    parameters, instance, model = template_sizing()
+    return [recommend(measured.paths["large"], assumptions, table, scale, instance, model, parameters) for scale in SCALES]
+
+
+def sizing_lines(found: Sequence[Recommendation], table: ThroughputTable) -> list[str]:
+    """The recommended parameters per scale as a Markdown table, and the scaling targets per
+    instance and model (template.yaml's EndpointInvocationsPerMinute)."""
+    first = found[0].throughput
+    lines = [f"For {first.instance} with the {first.model} model: {first.decisions_per_second:.3g} decisions/s an "
+             f"instance ({first.basis}); InvocationsPerInstanceTarget 0 takes {found[0].target} a minute "
+             f"(× {table.safety_factor:g}, SageMaker's safety factor)", "",
+             "| parameter | " + " | ".join(f"{volume(r.scale)} items/day" for r in found) + " |",
+             "|---|" + "---:|" * len(found)]
+    for name in SIZED:
+        cells = [f"{r.values[name]:,}" + (f" (needs {math.ceil(r.needed[name]):,})" if r.capped(name) else "")
+                 for r in found]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    lines += ["", "| instance | model | decisions/s an instance | invocations a minute (target) | rests on |",
+              "|---|---|---:|---:|---|"]
+    for (instance, model), row in table.rows.items():
+        lines.append(f"| {instance} | {model} | {row.decisions_per_second:.3g} | "
+                     f"{row.invocations_target(table.safety_factor)} | {row.basis} |")
+    return lines
+
+
+def mapping_yaml(table: ThroughputTable) -> list[str]:
+    """The EndpointInvocationsPerMinute mapping as template.yaml writes it."""
+    return ["  EndpointInvocationsPerMinute:"] + [
+        f"    {instance}: {{" + ", ".join(f'"{model}": {n}' for model, n in by_model.items()) + "}"
+        for instance, by_model in table.mapping().items()]
+
+
 # ---------------------------------------------------------------------------------- the report
 def money(usd: float) -> str:
     return f"${usd:,.0f}" if usd >= 100 else f"${usd:,.2f}"
@@ -554,9 +748,10 @@ def cost_lines(measured: Measured, prices: Prices, assumptions: Assumptions) -> 
         detail = ", ".join(f"{s} {money(u * 1e6)}" for s, u in sorted(by_service.items(), key=lambda kv: -kv[1]))
         lines.append(f"  {path:<18} {money(sum(by_service.values()) * 1e6)} per million ({detail})")
     auto = records["automatic"]
-    standard, express = express_month(auto, prices, SCALES[0] * assumptions.mix["automatic"])
-    lines.append(f"what if the automatic path's workflow ran as Express (1 s at 64 MB an execution, assumed): "
-                 f"{money(express)} a month instead of {money(standard)} on Standard at {volume(SCALES[0])} items/day")
+    if auto.transitions:  # an automatic path that still runs the Standard workflow: what Express would cost
+        standard, express = express_month(auto, prices, SCALES[0] * assumptions.mix["automatic"])
+        lines.append(f"what if the automatic path's workflow ran as Express (1 s at 64 MB an execution, assumed): "
+                     f"{money(express)} a month instead of {money(standard)} on Standard at {volume(SCALES[0])} items/day")
     return lines, {"months": {str(s): m for s, m in months.items()}, "per_item": costs, "endpoint": endpoint_basis}
 
 
@@ -595,7 +790,9 @@ def sources_lines(prices: Prices, quotas_raw: Mapping[str, Any]) -> list[str]:
     return [f"prices: {PRICES.relative_to(DATA.parent.parent)} ({prices.region}, recorded {prices.recorded}, "
             f"{checked[prices.checked]}); each row names its source",
             f"quotas: {QUOTAS.relative_to(DATA.parent.parent)} ({quotas_raw['region']}, recorded {quotas_raw['recorded']}, "
-            f"{checked[quotas_raw['checked_against_source']]}); the stack's own limits are template.yaml's defaults"]
+            f"{checked[quotas_raw['checked_against_source']]}); the stack's own limits are template.yaml's defaults",
+            f"endpoint throughput: {THROUGHPUT.relative_to(DATA.parent.parent)} (each row an ESTIMATE derived from "
+            "the benchmarks' figures, none measured on its instance type)"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -611,7 +808,26 @@ def _parser() -> argparse.ArgumentParser:
                         help="console listings a reviewed item costs (1: the list is loaded again after each answer)")
     parser.add_argument("--ledger", type=Path, help="price this ledger (what --out wrote) instead of measuring")
     parser.add_argument("--out", type=Path, default=Path("reports/capacity.json"), help="the ledger and report as JSON")
+    parser.add_argument("--recommend", action="store_true",
+                        help=f"print only the stack parameters per scale and the scaling targets' mapping, from --ledger "
+                             f"(default {LEDGER.relative_to(DATA.parent.parent)}); nothing measured or written")
+    parser.add_argument("--record-ledger", action="store_true",
+                        help=f"write the ledger in hand to {LEDGER.relative_to(DATA.parent.parent)}, which the "
+                             "template's defaults are sized from")
     return parser
+
+
+def read_ledger(path: Path) -> Measured:
+    """A ledger `--out` (or `--record-ledger`) wrote."""
+    try:
+        return Measured.from_json(json.loads(path.read_text(encoding="utf-8"))["ledger"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise TableError(f"--ledger {path}: not a ledger `make capacity` wrote ({type(error).__name__}: {error})") from None
+
+
+def record_ledger(measured: Measured, path: Path = LEDGER) -> None:
+    path.write_text(json.dumps({"recorded": f"{datetime.date.today()}", "measured_by": "make capacity",
+                                "ledger": measured.to_json()}, indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -621,33 +837,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("peak", "endpoint_seconds", "listings_per_review", "call_seconds"):
             if not (getattr(args, name) >= (1 if name == "peak" else 0)) or not math.isfinite(getattr(args, name)):
                 raise TableError(f"--{name.replace('_', '-')}: {getattr(args, name)} is out of range")
-        prices, (quotas_raw, quotas) = load_prices(), load_quotas()
+        prices, (quotas_raw, quotas), throughput = load_prices(), load_quotas(), load_throughput()
+        assumptions = Assumptions(mix, args.peak, args.endpoint_seconds, args.listings_per_review, args.call_seconds)
+        if args.recommend:
+            measured = read_ledger(args.ledger or LEDGER)
+            print("\n".join([*sizing_lines(recommendations(measured, assumptions, throughput), throughput), "",
+                             *mapping_yaml(throughput)]))
+            return 0
+        measured = read_ledger(args.ledger) if args.ledger else measure(
+            {"small": SMALL, "large": LARGE}, progress=lambda m: print(m, flush=True))
+        sized = recommendations(measured, assumptions, throughput)
     except TableError as error:
         print(f"capacity: {error}", file=sys.stderr)
         return 2
-    assumptions = Assumptions(mix, args.peak, args.endpoint_seconds, args.listings_per_review, args.call_seconds)
-    if args.ledger:
-        try:
-            measured = Measured.from_json(json.loads(args.ledger.read_text(encoding="utf-8"))["ledger"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"capacity: --ledger {args.ledger}: not a ledger `make capacity` wrote ({type(error).__name__}: {error})",
-                  file=sys.stderr)
-            return 2
-    else:
-        measured = measure({"small": SMALL, "large": LARGE}, progress=lambda m: print(m, flush=True))
     sections: list[tuple[str, list[str], dict[str, Any]]] = [
         ("1. AWS calls per item, by path, measured on the local stack", ledger_lines(measured), {})]
     lines, costs = cost_lines(measured, prices, assumptions)
     sections.append((f"2. A month ({DAYS_PER_MONTH} days) of items, by service (USD, {prices.region} list prices)", lines, costs))
     lines, quota_report = quota_lines(measured, [*quotas, *stack_limits()], assumptions)
     sections.append(("3. Quotas", lines, quota_report))
+    sections.append(("4. Stack parameters for each scale (template.yaml; its defaults are sized for "
+                     f"{volume(DEFAULT_SCALE)} items/day)", sizing_lines(sized, throughput),
+                     {"recommended": {str(r.scale): r.values for r in sized}}))
     sections.append(("Sources", sources_lines(prices, quotas_raw), {}))
     for title, lines, _ in sections:
         print(f"\n{title}\n" + "\n".join(lines))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"ledger": measured.to_json(), "assumptions": asdict(assumptions),
-                                    "costs": costs, "quotas": quota_report}, indent=1, default=str), encoding="utf-8")
+    args.out.write_text(json.dumps({"ledger": measured.to_json(), "assumptions": asdict(assumptions), "costs": costs,
+                                    "quotas": quota_report, **sections[3][2]}, indent=1, default=str), encoding="utf-8")
     print(f"\nwritten: {args.out}")
+    if args.record_ledger:
+        record_ledger(measured)
+        print(f"recorded: {LEDGER}")
     return 0
 
 

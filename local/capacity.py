@@ -62,11 +62,6 @@ LOG_DIR = REPO_ROOT / ".capacity"
 #: The local stack's settings for a measuring run: heads are read once per execution environment
 #: (at the warm-up), so no refresh lands in a measured item (HeadRefreshSeconds: a day).
 PARAMETERS = {"HeadRefreshSeconds": "86400"}
-#: The console's look through the review queue hides what it received for PEEK_SECONDS (5 s), so it
-#: sees each message once. moto answers a receive more slowly than SQS: a look through 1,000
-#: pending reviews outlasts 5 s here and would meet its first messages again and stop early. The
-#: calls counted are those of a look that sees each message once, as a fast queue lets it.
-CONSOLE_OVERRIDES = {"decision_router.adapters.review.PEEK_SECONDS": 120}
 #: moto, with a thousand executions waiting in this process, answers far more slowly than AWS: an
 #: invocation may take minutes here that takes seconds there (its calls are the same). No
 #: function is ended at its template Timeout (29 s for the console) in a measuring run.
@@ -77,8 +72,8 @@ WAIT_SECONDS = 120.0
 
 @dataclass(frozen=True)
 class Sizes:
-    """The state that can grow, as a world is seeded with it: `pending_reviews` is the queue's
-    when the measured review waits (itself included)."""
+    """The state that can grow, as a world is seeded with it: `pending_reviews` is the
+    pending-review index's rows when the measured review waits (itself included)."""
 
     pending_reviews: int
     open_incidents: int
@@ -157,7 +152,7 @@ class LocalWorld:
         log: TextIO = enter(open(self.log_dir / "lambda.log", "w", encoding="utf-8"))
         started = time.monotonic()
         self.pipeline = enter(LocalPipeline(log=log, parameters=PARAMETERS))
-        self.console = enter(LocalConsole(self.pipeline.stack, log=log, overrides=CONSOLE_OVERRIDES))
+        self.console = enter(LocalConsole(self.pipeline.stack, log=log))
         for function in (self.console.function, *self.pipeline.functions):
             function.timeout = LOCAL_TIMEOUT_SECONDS
         self.progress(f"stack and functions up in {time.monotonic() - started:.0f}s ({self.pipeline.summary()})")
@@ -204,7 +199,7 @@ class LocalWorld:
             # the measured review is the last of them: the others wait already
             ("pending reviews", lambda: seeding.pending_reviews(
                 review_record, sizes.pending_reviews - 1, state_machine_arn=self.pipeline.state_machine_arn,
-                retention_days=int(env["AUDIT_RETENTION_DAYS"]), review_queue_url=self.pipeline.review_queue_url)),
+                retention_days=int(env["AUDIT_RETENTION_DAYS"]), pending_reviews_table=self.pipeline.pending_reviews_table)),
         ]
         for what, step in steps:
             started = time.monotonic()
@@ -221,22 +216,23 @@ class LocalWorld:
         """Every path once; the review's record (what the seeded pending reviews are made like)."""
         record = None
         for path in PATHS:
-            self._reviews_visible()
             started = time.monotonic()
             with self.ledger.measuring(path) if measured else contextlib.nullcontext():
                 mark = len(self.ledger.executions)
                 outcome = getattr(self, "_" + path.replace(" ", "_"))()
+            direct = outcome if path == "automatic" else None
             if path == "review":
                 record = outcome
             if measured:
                 self.ledger.count_transitions(self.pipeline.sfn, self.ledger.paths[path])
-                self.outcomes[path] = self._summary(mark) if path != LISTING else f"{outcome} reviews listed"
+                self.outcomes[path] = self._summary(mark, direct) if path != LISTING else f"{outcome} reviews listed"
             self.progress(f"{'measured' if measured else 'warmed up'} {path}: "
-                          f"{self.outcomes.get(path) if measured else self._summary(mark)} ({time.monotonic() - started:.1f}s)")
+                          f"{self.outcomes.get(path) if measured else self._summary(mark, direct)} "
+                          f"({time.monotonic() - started:.1f}s)")
         return record
 
     def _automatic(self) -> Any:
-        return self._ticket(unsure=False)
+        return self._ticket(unsure=False)  # its id: the intake delivers it without an execution
 
     def _review(self) -> Any:
         from decision_router.domain.records import DecisionRecord
@@ -264,9 +260,8 @@ class LocalWorld:
 
     def _correction(self) -> Any:
         mark = len(self.ledger.executions)
-        self._ticket(unsure=False)
-        name = self.ledger.executions[mark].rsplit(":", 1)[1]
-        self._console("GET", "/api/routes")
+        self._ticket(unsure=False)  # delivered by the intake, without an execution
+        name = self._console("GET", "/api/routes")["routes"][0]["execution_name"]  # the newest route
         self._console("GET", f"/api/routes/{name}")
         self._console("POST", f"/api/routes/{name}/correction", {"answers": {"queue": "account_access"},
                                                                  "note": "capacity run: corrected"})
@@ -288,9 +283,9 @@ class LocalWorld:
         self._items += 1
         return f"{prefix}-{self._items}-{uuid.uuid4().hex[:6]}"
 
-    def _ticket(self, *, unsure: bool) -> None:
+    def _ticket(self, *, unsure: bool) -> str:
         """A ticket sent by its source to the ticket queue, taken by Lambda's poller (a batch of
-        one), and whatever it started carried on as far as it goes without a person."""
+        one), and whatever it started carried on as far as it goes without a person; its id."""
         mark = len(self.ledger.executions)
         self.endpoint.answers = {}
         body = ticket(self._new_id("CAP-T"), unsure=unsure)
@@ -299,6 +294,7 @@ class LocalWorld:
         if report is None or report.failed:
             raise RuntimeError(f"the ticket intake did not take ticket {body['ticket_id']}: {report}")
         self._settle(mark)
+        return str(body["ticket_id"])
 
     def _service_event(self, event: dict[str, Any]) -> None:
         """An AWS service's event on the default bus (EventBridge charges nothing for these): put
@@ -363,25 +359,17 @@ class LocalWorld:
                 self.ledger.note(f"EventBridge rule {owner}", "sns", "Publish")
         return delivered
 
-    def _reviews_visible(self) -> None:
-        """Wait until no pending review is held out of sight by an earlier path's look through the
-        queue (a reader hides what it received for a few seconds), so each path finds them all."""
-        deadline = time.monotonic() + WAIT_SECONDS
-        while int(self.pipeline.sqs.get_queue_attributes(
-                QueueUrl=self.pipeline.review_queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])[
-                "Attributes"]["ApproximateNumberOfMessagesNotVisible"]):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"pending reviews still held out of sight after {WAIT_SECONDS:.0f}s")
-            time.sleep(0.5)
-
-    def _summary(self, mark: int) -> str:
-        """What the path's executions came to: each one's status and audit outcomes."""
+    def _summary(self, mark: int, direct: str | None = None) -> str:
+        """What the path's executions came to: each one's status and audit outcomes; or, for the
+        item `direct` the intake delivered itself, its audit outcomes."""
         shown = []
         for arn in self.ledger.executions[mark:]:
             described = self.pipeline.sfn.describe_execution(executionArn=arn)
             status = "waiting for a person" if described["status"] == "RUNNING" else described["status"].lower()
             item_id = json.loads(described["input"]).get("item_id", "?")
             shown.append(f"{status} ({self.pipeline.audit(item_id) or 'not audited'})")
+        if not shown and direct is not None:
+            return f"delivered by the intake, no execution ({self.pipeline.audit(direct) or 'not audited'})"
         return "; ".join(shown) or "no execution"
 
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Self, TextIO
 from local.cloudformation import DEFAULT_ACCOUNT_ID, REPO_ROOT, Stack
 from local.destinations import TICKET_FUNCTION
 from local.event_sources import SqsEventSource, queue_logical_id, queue_url_for_arn
-from local.lambdas import FunctionPool, LocalFunction
+from local.lambdas import FunctionPool, LocalFunction, serve_workflow_invokes
 
 if TYPE_CHECKING:
-    from decision_router.adapters.review import QueuedReview
     from decision_router.domain.policies import Policy
+    from decision_router.domain.ports.review import PendingReviewRow
     from decision_router.domain.records import AuditRow, DecisionRecord
 
 ENDPOINT_NAME = "local-decision"
@@ -31,6 +31,10 @@ LOG_DIR = REPO_ROOT / ".demo"  # the demo's and the review console's service log
 # TICKET_FUNCTION is local.destinations', whose DESTINATION_QUEUES name the stack's destinations.
 INCIDENT_FUNCTION = "IncidentIntakeFunction"
 REVIEW_FUNCTION = "ReviewCompletionFunction"
+#: The function the workflow's RequestReview invokes (moto's Step Functions calls it here, in this process).
+INDEX_WRITER_FUNCTION = "ReviewIndexWriterFunction"
+#: Its execution environments: the workflow's reviews are indexed two at a time.
+INDEX_WRITERS = 2
 #: What the review function adds to its caller's identity proof here, so moto's server routes it to STS.
 STS_ROUTING = {"Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/sts/aws4_request, "
                                 "SignedHeaders=host, Signature=0"}
@@ -110,6 +114,9 @@ class LocalDeployment:
         self.reviews = LocalFunction(self.stack, REVIEW_FUNCTION, log=log, wait=False, overrides={
             **(overrides or {}), "decision_router.adapters.caller_identity.LOCAL_ROUTING_HEADERS": STS_ROUTING})
         self.webhooks = LocalFunction(self.stack, WEBHOOK_FUNCTION, log=log, wait=False)
+        index_writer = LocalFunction(self.stack, INDEX_WRITER_FUNCTION, log=log, wait=False, overrides=overrides)
+        self.index_writer_pool = FunctionPool(index_writer, INDEX_WRITERS)
+        serve_workflow_invokes(index_writer, self.index_writer_pool)
         self.ticket_pool = FunctionPool(self.tickets, concurrency)
         self.incident_pool = FunctionPool(self.incidents, concurrency)
         for function in (self.reviews, self.webhooks):
@@ -122,6 +129,7 @@ class LocalDeployment:
         env = self.tickets.env
         self.destinations: dict[str, str] = json.loads(env["DESTINATION_QUEUES"])
         self.review_queue_url = env["REVIEW_QUEUE_URL"]
+        self.pending_reviews_table = env["PENDING_REVIEWS_TABLE_NAME"]
         self.state_machine_arn = env["ROUTING_STATE_MACHINE_ARN"]
         self.audit_table = env["AUDIT_TABLE_NAME"]
         self.resolved_items_table = env["RESOLVED_ITEMS_TABLE_NAME"]
@@ -145,13 +153,14 @@ class LocalDeployment:
         self.webhook_secrets = {**stored, **DEMO_WEBHOOK_SECRETS}
         secrets.put_secret_value(SecretId=secret_id, SecretString=json.dumps(self.webhook_secrets))
         self.incident_webhook_rule = next(rule for rule in self.incident_rules if rule[0] == INCIDENT_WEBHOOK_RULE)
-        self.pending_reviews: dict[str, QueuedReview] = {}  # by item id
+        self.pending_reviews: dict[str, PendingReviewRow] = {}  # by item id
         self.redelivery_seconds, self.retry_delays = 0, ()
 
     @property
     def functions(self) -> list[LocalFunction]:
         """Every execution environment the pipeline started."""
-        return [*self.ticket_pool.functions, *self.incident_pool.functions, self.reviews, self.webhooks]
+        return [*self.ticket_pool.functions, *self.incident_pool.functions, self.reviews, self.webhooks,
+                *self.index_writer_pool.functions]
 
     def close(self) -> None:
         for function in self.functions:

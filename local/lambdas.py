@@ -13,10 +13,14 @@
 
 Why processes: this process runs the moto server, whose Step Functions interpreter executes the
 routing workflow in its threads and builds a boto3 client per task, reading os.environ as it does.
-The workflow calls no function (its tasks are SQS, EventBridge and DynamoDB integrations; the
-review function answers its task token with SendTaskSuccess), but a function environment applied
-to this process's os.environ around an invocation could vanish while the interpreter read it (a
-workflow once failed with States.Runtime 'POWERTOOLS_METRICS_NAMESPACE'). Here it never changes.
+A function environment applied to this process's os.environ around an invocation could vanish
+while the interpreter read it (a workflow once failed with States.Runtime
+'POWERTOOLS_METRICS_NAMESPACE'). Here it never changes.
+
+The workflow invokes one function, the pending-review index's writer (`lambda:invoke` with its
+task token): `serve_workflow_invokes` has moto's interpreter run that invoke on a LocalFunction (or
+a pool of them) in place of moto's Lambda, which would run the code in Docker. The Invoke request
+is still built and validated by a boto3 client, as moto's interpreter would send it.
 
 Workers are forked from a server process that imported the heavy libraries once
 (`lambda_worker.PRELOAD`), so a cold start costs the handler's own imports. They stop on `close`,
@@ -33,6 +37,7 @@ Everything is read from template.yaml (handlers, environments, timeouts, memory)
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
 import json
@@ -398,3 +403,68 @@ class FunctionPool:
     def close(self) -> None:
         for function in self.functions:
             function.close()
+
+
+# ------------------------------------------------------------- the workflow's Lambda tasks
+#: The functions moto's Step Functions interpreter may invoke here, by the FunctionName the
+#: template gives the workflow (the function's ARN or name): each `lambda:invoke` task runs one.
+_WORKFLOW_TARGETS: dict[str, FunctionPool | LocalFunction] = {}
+
+
+def serve_workflow_invokes(function: LocalFunction, pool: FunctionPool | None = None) -> None:
+    """Let the routing workflow's `lambda:invoke` tasks run `function` (or its pool) in this
+    process's moto: moto's Lambda would run the code in Docker, which the local run has not.
+    Replaced by the next deployment that serves a function of the same name."""
+    target = pool if pool is not None else function
+    for key in (function.name, function.stack.get_att(function.logical_id, "Arn")):
+        _WORKFLOW_TARGETS[key] = target
+    _patch_moto_lambda_tasks()
+
+
+def _invoke_served(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+    """moto's `lambda_eval_utils._invoke_lambda_function`, for a served function: the Invoke request
+    is built (and validated) by a boto3 client as moto's would be, and answered before it is sent
+    by the local function: its result, or its exception as a function error ('Unhandled', with
+    Lambda's errorType and errorMessage)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+    target = _WORKFLOW_TARGETS.get(str(parameters.get("FunctionName")))
+    if target is None:
+        return _MOTO_INVOKE(parameters=parameters, region=region, state_credentials=state_credentials)
+    client = boto_client_for(region=region, service="lambda", state_credentials=state_credentials)
+    client.meta.events.register_first("before-send.lambda.Invoke", functools.partial(_answer_invoke, target))
+    response = client.invoke(**parameters)
+    response["Payload"] = lambda_eval_utils._from_payload(response["Payload"])
+    return response
+
+
+def _answer_invoke(target: FunctionPool | LocalFunction, request: Any, **_: Any) -> Any:
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
+    event = json.loads(request.body or b"{}")
+    headers = {"Content-Type": "application/json"}
+    try:
+        if isinstance(target, FunctionPool):
+            with target.borrowed() as function:
+                result = function.invoke(event)
+        else:
+            result = target.invoke(event)
+    except FunctionError as error:
+        headers["X-Amz-Function-Error"] = "Unhandled"
+        result = {"errorType": error.error_type, "errorMessage": str(error)}
+    body = json.dumps(result).encode("utf-8")
+    return AWSResponse(request.url, 200, headers, MockRawResponse(body))
+
+
+_MOTO_INVOKE: Any = None
+
+
+def _patch_moto_lambda_tasks() -> None:
+    global _MOTO_INVOKE
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    if _MOTO_INVOKE is None:
+        _MOTO_INVOKE = lambda_eval_utils._invoke_lambda_function
+        lambda_eval_utils._invoke_lambda_function = _invoke_served

@@ -45,7 +45,10 @@ def put_rows(table: str, rows: Iterator[dict[str, dict[str, Any]]]) -> int:
 
 
 def audit_rows(count: int) -> Iterator[dict[str, dict[str, Any]]]:
-    """Audit rows of tickets routed automatically, as the workflow's WriteAuditRecord puts them."""
+    """Audit rows of tickets routed automatically, as the workflow's WriteAuditRecord puts them
+    (spread over the shards of the index of recent rows, as its random pick spreads them)."""
+    from decision_router.domain.records import AuditRow
+
     for n in range(count):
         ticket = {"ticket_id": f"SEED-T-{n}", "subject": "Invoice question", "body": FILLER,
                   "customer": {"id": f"C-{n % 977}", "tier": "pro"}, "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
@@ -55,22 +58,34 @@ def audit_rows(count: int) -> Iterator[dict[str, dict[str, Any]]]:
                    "policy_version": "1", "decisions": "[]", "item": json.dumps(ticket),
                    "decided_at": "2026-11-29T12:00:00Z", "audited_at": f"2026-11-29T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z",
                    "linked_incident": "null"}
-        yield {name: {"S": value} for name, value in columns.items()}
+        yield {name: {"S": value} for name, value in AuditRow.model_validate(columns).columns().items()}
 
 
 def open_incident_rows(count: int) -> Iterator[dict[str, dict[str, Any]]]:
     """Open, routed incidents, as `OpenIncidents.claim` and `routed` leave them: each of its own
-    service (none the measured items name), with a title and description of a real one's length."""
-    from decision_router.adapters.open_incidents import OPEN_MARK, open_mark
+    service (none the measured items name), with a title and description of a real one's length;
+    then the link index's rows they are filed under, as the incident intake's `file` leaves them
+    (the words they share list `MAX_FILED` of them, as a full key does)."""
+    from decision_router.adapters.open_incidents import FILED, FILED_COUNT, LOOKUP_ROW, OPEN_MARK, open_mark
+    from decision_router.domain.linking import MAX_FILED, filing_keys
 
+    filed: dict[str, dict[str, Any]] = {}
     for n in range(count):
-        delivery, key = f"seed-delivery-{n}", f"monitoring:SEED-INC-{n}"
+        delivery, key, service = f"seed-delivery-{n}", f"monitoring:SEED-INC-{n}", f"seed-service-{n}"
+        title, description, reported_at = f"{service} is degraded", (FILLER * 3)[:600], "2026-11-29T12:00:00Z"
+        keys = filing_keys(service, title, description)
         yield {"incident_key": {"S": key}, "status": {"S": "open"}, OPEN_MARK: {"S": open_mark(key)},
                "opened_by": {"S": delivery}, "deliveries": {"SS": [delivery]}, "routed": {"BOOL": True},
                "updates": {"N": "0"}, "incident_id": {"S": f"SEED-INC-{n}"}, "source": {"S": "monitoring"},
-               "opened_at": {"S": "2026-11-29T12:00:00.000+00:00"}, "service": {"S": f"seed-service-{n}"},
-               "reported_at": {"S": "2026-11-29T12:00:00Z"}, "title": {"S": f"seed-service-{n} is degraded"},
-               "description": {"S": (FILLER * 3)[:600]}, "execution_name": {"S": f"incident-SEED-INC-{n}"}}
+               "opened_at": {"S": "2026-11-29T12:00:00.000+00:00"}, "service": {"S": service},
+               "reported_at": {"S": reported_at}, "title": {"S": title}, "description": {"S": description},
+               "execution_name": {"S": f"incident-SEED-INC-{n}"}, "filed_under": {"L": [{"S": k} for k in keys]}}
+        for lookup in keys:
+            listed = filed.setdefault(lookup, {})
+            if len(listed) < MAX_FILED:
+                listed[FILED + key] = {"S": reported_at}
+    for lookup, listed in filed.items():
+        yield {"incident_key": {"S": LOOKUP_ROW + lookup}, **listed, FILED_COUNT: {"N": str(len(listed))}}
 
 
 def clone(record: DecisionRecord, n: int) -> DecisionRecord:
@@ -82,15 +97,16 @@ def clone(record: DecisionRecord, n: int) -> DecisionRecord:
 
 
 def pending_reviews(record: DecisionRecord, count: int, *, state_machine_arn: str, retention_days: int,
-                    review_queue_url: str, timeout: float = 600) -> None:
+                    pending_reviews_table: str, timeout: float = 600) -> None:
     """`count` items like `record` (one routed to review) waiting for a person: started, and
-    waited for until the review queue holds a message of each more than it held."""
+    waited for until the pending-review index holds a row of each more than it held (the workflow's
+    index writer puts them)."""
     import boto3
 
     from decision_router.adapters.workflow import WorkflowStarter
 
-    sqs = boto3.client("sqs")
-    before = _depth(sqs, review_queue_url)
+    dynamodb = boto3.client("dynamodb")
+    before = _rows(dynamodb, pending_reviews_table)
     starter = WorkflowStarter(state_machine_arn, audit_retention_days=retention_days)
     with parsed_once():
         for n in range(count):
@@ -98,9 +114,9 @@ def pending_reviews(record: DecisionRecord, count: int, *, state_machine_arn: st
             if not started:
                 raise RuntimeError(f"seeding: execution {name} existed already")
         deadline = time.monotonic() + timeout
-        while (depth := _depth(sqs, review_queue_url)) < before + count:
+        while (rows := _rows(dynamodb, pending_reviews_table)) < before + count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"seeding: {depth - before} of {count} review requests after {timeout:.0f}s")
+                raise TimeoutError(f"seeding: {rows - before} of {count} pending-review rows after {timeout:.0f}s")
             time.sleep(0.5)
 
 
@@ -129,10 +145,9 @@ def parsed_once() -> Iterator[None]:
         ExecutionWorker._get_evaluation_entrypoint = original  # type: ignore[method-assign]
 
 
-def _depth(sqs: Any, url: str) -> int:
-    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
-        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
-    return sum(int(v) for v in attributes.values())
+def _rows(dynamodb: Any, table: str) -> int:
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table, Select="COUNT", ConsistentRead=True)
+    return sum(page["Count"] for page in pages)
 
 
 def start_shadow(env: dict[str, str], policy: str, question: str, head_file: bytes) -> str:

@@ -1,6 +1,7 @@
 """How the local pipeline settles: it waits until every started execution finished or asked for
-review, reads back where each item ended up (team queues, on-call pages, the review queue, the
-workflow DLQ, the audit table), and answers pending reviews through the real review function.
+review, reads back where each item ended up (team queues, on-call pages, the pending-review
+index, the workflow DLQ, the audit table), and answers pending reviews through the real review
+function.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from local.items import InputItem
@@ -15,6 +17,9 @@ from local.outcomes import Outcome
 
 if TYPE_CHECKING:
     from local.deployment import LocalDeployment
+
+#: Where an item waiting for its reviewer is shown to be (the template's pending-review index).
+WAITING_FOR_REVIEW = "PendingReviewsTable"
 
 
 def execution_arn(pipeline: LocalDeployment, item: InputItem) -> str | None:
@@ -28,6 +33,84 @@ def execution_arn(pipeline: LocalDeployment, item: InputItem) -> str | None:
         return None
     name = execution_name(parsed.kind, parsed.item_id, parsed.key)
     return f"{pipeline.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+
+
+def delivered_directly(pipeline: LocalDeployment, item: InputItem, arn: str | None) -> tuple[Any, str] | None:
+    """(record, status) of the automatic route the intake delivered without an execution, under the
+    name `arn` ends with, read back from its audit row (SUCCEEDED once marked delivered, RUNNING
+    while its claim is pending, FAILED once the claim is past its deadline undelivered); None when
+    there is no such row."""
+    if arn is None or item.item_id is None:
+        return None
+    route = direct_route(pipeline.dynamodb, pipeline.audit_table, item.item_id, arn.rsplit(":", 1)[1])
+    return None if route is None else (route.record, route.status)
+
+
+#: How long the harness reads again through throttling (longer than a soak outage).
+HARNESS_READ_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one item was routed, from wherever that is kept: an execution of the routing workflow,
+    or the audit row of an automatic route the intake delivered itself (`execution_arn` None)."""
+
+    name: str  # the execution's name; a direct route's audit row carries the name it would have had
+    record: Any  # the DecisionRecord (a CorrectedRecord for a correction's execution)
+    status: str  # an execution's; a direct route's: SUCCEEDED delivered, RUNNING claimed, FAILED claim handed back
+    execution_arn: str | None = None
+
+
+def _direct(found: dict[str, Any]) -> Route | None:
+    """The route an audit row (DynamoDB's attribute values) delivered directly; None for a row the workflow wrote."""
+    from decision_router.adapters.direct_routes import PENDING
+    from decision_router.domain.records import AuditRow
+
+    if "routing_record" not in found:
+        return None
+    row = AuditRow.model_validate({key: value["S"] for key, value in found.items() if "S" in value})
+    record = row.routed_record()
+    if record is None:
+        return None
+    # A claim past its holder's deadline (handed back after a failed send) delivers nothing until a retry takes it over.
+    status = ("SUCCEEDED" if PENDING not in found
+              else "RUNNING" if float(found[PENDING]["N"]) > time.time() else "FAILED")
+    return Route(row.execution_name, record, status)
+
+
+def direct_route(dynamodb: Any, audit_table: str, item_id: str, name: str) -> Route | None:
+    """The automatic route delivered without an execution under `name`, read from its audit row
+    (read again through a throttle: `make soak` throttles this process's DynamoDB calls too, for
+    up to its outage's seconds, and the harness must still read what happened)."""
+    deadline = time.monotonic() + HARNESS_READ_SECONDS
+    while True:
+        try:
+            found = dynamodb.get_item(TableName=audit_table, ConsistentRead=True, Key={
+                "item_id": {"S": item_id}, "execution_name": {"S": name}}).get("Item")
+            return _direct(found) if found else None
+        except dynamodb.exceptions.ProvisionedThroughputExceededException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def routes(dynamodb: Any, audit_table: str, sfn: Any = None, state_machine_arn: str | None = None) -> dict[str, Route]:
+    """Name -> route of every item routed so far: each execution of the workflow (when `sfn` is
+    given; its status as it is now) and each automatic route the intake delivered itself."""
+    from decision_router.domain.records import CorrectedRecord, DecisionRecord
+
+    found: dict[str, Route] = {}
+    if sfn is not None:
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn):
+            for execution in page["executions"]:
+                described = sfn.describe_execution(executionArn=execution["executionArn"])
+                raw = json.loads(described["input"])
+                record = (CorrectedRecord if "correction" in raw else DecisionRecord).model_validate(raw)
+                found[execution["name"]] = Route(execution["name"], record, described["status"], execution["executionArn"])
+    for page in dynamodb.get_paginator("scan").paginate(TableName=audit_table, ConsistentRead=True):
+        for route in filter(None, map(_direct, page["Items"])):
+            found[route.name] = route  # under the name of an execution that failed: it is what routed the item
+    return found
 
 
 def settle(pipeline: LocalDeployment, outcomes: list[Outcome], timeout: float) -> None:
@@ -48,7 +131,12 @@ def settle(pipeline: LocalDeployment, outcomes: list[Outcome], timeout: float) -
             with contextlib.suppress(pipeline.sfn.exceptions.ExecutionDoesNotExist):
                 described = pipeline.sfn.describe_execution(executionArn=outcome.execution_arn)
         if described is None:
-            outcome.execution_arn, outcome.problem = None, "no workflow execution was started"
+            direct = delivered_directly(pipeline, outcome.item, outcome.execution_arn)
+            outcome.execution_arn = None
+            if direct is None:
+                outcome.problem = "no workflow execution was started"
+            else:  # an automatic route the intake delivered itself: no execution to wait for
+                outcome.record, outcome.status = direct
             continue
         outcome.record = DecisionRecord.model_validate_json(described["input"])
     deadline = time.monotonic() + timeout
@@ -70,23 +158,21 @@ def settle(pipeline: LocalDeployment, outcomes: list[Outcome], timeout: float) -
 
 
 def collect_reviews(pipeline: LocalDeployment) -> None:
-    """Hold every review request on the review queue in `pipeline.pending_reviews`."""
-    from decision_router.adapters.review import QueuedReview
-    from decision_router.review.completion import PendingReview
+    """Every review the workflow waits for (the index writer's rows), in `pipeline.pending_reviews`
+    by item id: read, not taken (the workflow removes a row once its wait is over)."""
+    from decision_router.adapters.pending_reviews import row_of
 
-    # Received once and held (not deleted): the review function deletes what it completes.
-    while messages := pipeline.sqs.receive_message(QueueUrl=pipeline.review_queue_url, MaxNumberOfMessages=10,
-                                                   VisibilityTimeout=900).get("Messages", []):
-        for message in messages:
-            review = PendingReview.from_message(message["Body"])
-            pipeline.pending_reviews[review.record.item_id] = QueuedReview(review, message["ReceiptHandle"])
+    pages = pipeline.dynamodb.get_paginator("scan").paginate(TableName=pipeline.pending_reviews_table,
+                                                             ConsistentRead=True)
+    for page in pages:
+        for item in page["Items"]:
+            row = row_of(item)
+            pipeline.pending_reviews[row.record.item_id] = row
 
 
 def release_reviews(pipeline: LocalDeployment) -> None:
-    """Make the held review messages visible again (for a reviewer tool such as the console)."""
-    from decision_router.adapters.review import ReviewQueue
-
-    ReviewQueue(pipeline.review_queue_url, client=pipeline.sqs).release(list(pipeline.pending_reviews.values()))
+    """Let go of the reviews this run holds, for a reviewer tool such as the console (which reads
+    the index itself)."""
     pipeline.pending_reviews.clear()
 
 
@@ -105,16 +191,15 @@ def read_back(pipeline: LocalDeployment, outcomes: list[Outcome]) -> None:
         body = json.loads(message["Body"])
         (unaudited if body.get("audit_missing") else failed)[body["record"]["item_id"]] = body.get("error")
     escalated = {json.loads(m["Body"])["item_id"] for url in pipeline.page_queues for m in pipeline.drain_messages(url)}
-    review_queue = pipeline.queue_name(pipeline.review_queue_url)
     for outcome in outcomes:
         item_id = outcome.item.item_id
         if outcome.record is None or item_id is None:
             continue
-        outcome.queues = [q for q in outcome.queues if q != review_queue]
+        outcome.queues = [q for q in outcome.queues if q != WAITING_FOR_REVIEW]
         outcome.queues += held.pop(item_id, [])
         outcome.delivered_by += delivered_by.pop(item_id, [])
         if item_id in pipeline.pending_reviews and outcome.status == "RUNNING":
-            outcome.queues.append(review_queue)
+            outcome.queues.append(WAITING_FOR_REVIEW)
         if item_id in failed:
             outcome.queues.append(pipeline.queue_name(workflow_dlq))
             outcome.problem = f"workflow failed: {failed.pop(item_id)}"
@@ -144,8 +229,7 @@ def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, 
     finish, and read back where the item went. Returns the review function's answer. `reviewer`
     is not sent: the function names its caller by the AWS identity that signed the proof (here
     moto's STS caller, which the local stack's ReviewerPrincipals lists)."""
-    pending = pipeline.pending_reviews.pop(outcome.item.item_id)
-    review = pending.review
+    review = pipeline.pending_reviews.pop(outcome.item.item_id)
     policy = pipeline.load_policy(review.record.policy.name)
     suggested = {d.question: d.option_id for d in review.record.decisions if d.option_id}
     given = answers or {}
@@ -154,8 +238,6 @@ def complete_review(pipeline: LocalDeployment, outcome: Outcome, reviewer: str, 
         "task_token": review.task_token, "execution_name": review.execution_name, "answers": chosen,
         "note": "answered from the answers file (make learn)" if given else "accepted the model's suggestion (make demo)",
     }, pipeline.reviews.name))
-    # The message this run read: removed by the reviewer, as review_cli does (the function removes none).
-    pipeline.sqs.delete_message(QueueUrl=pipeline.review_queue_url, ReceiptHandle=pending.receipt_handle)
     deadline = time.monotonic() + timeout
     while (status := pipeline.sfn.describe_execution(executionArn=outcome.execution_arn)["status"]) == "RUNNING":
         if time.monotonic() > deadline:

@@ -62,7 +62,7 @@ from local.items import classify
 from local.outcomes import Outcome, report_line, write_report
 from local.pipeline import LocalPipeline
 from local.review_load import compare, problems
-from local.settling import proved
+from local.settling import WAITING_FOR_REVIEW, proved
 
 DATA = REPO_ROOT / "bench" / "data"
 SOURCES = REPO_ROOT / "events" / "sources.jsonl"
@@ -176,7 +176,6 @@ def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path |
             reason = logged.get(outcome.message_id or "")
             outcome.problem = f"intake failed, moved to the DLQ by the queue's redrive policy: {reason}" if reason else ""
     team_queues = {pipeline.queue_name(url) for url in pipeline.destinations.values()}
-    review_queue = pipeline.queue_name(pipeline.review_queue_url)
     lines = [report_line(o) for o in outcomes]
     lost, duplicated, no_reason = [], [], []
     delivered_by_item: dict[str, list[str]] = {}
@@ -185,8 +184,8 @@ def reconcile(pipeline: LocalPipeline, outcomes: list[Outcome], log_path: Path |
         teams = [q for q in outcome.queues if q in team_queues]
         if kind == "routed" and not (teams or outcome.escalated):
             lost.append(f"{outcome.item.source}: routed, but in no team queue and not escalated")
-        elif kind == "review" and review_queue not in outcome.queues and not teams and not outcome.audit:
-            lost.append(f"{outcome.item.source}: sent to review, but neither waiting in the review queue nor audited")
+        elif kind == "review" and WAITING_FOR_REVIEW not in outcome.queues and not teams and not outcome.audit:
+            lost.append(f"{outcome.item.source}: sent to review, but neither waiting for its reviewer nor audited")
         elif kind == "rejected" and not outcome.item.rejected:
             lost.append(f"{outcome.item.source}: sent, then found nowhere ({outcome.reason or 'no reason'})")
         elif kind == "dead_lettered" and not (line["reason"] or "").strip():
@@ -221,8 +220,8 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
         answer = pipeline.complete_review(outcome)
         counts["answered"] += 1
         try:
-            pipeline.reviews.invoke(proved({"task_token": review.review.task_token,
-                                            "execution_name": review.review.execution_name, "answers": answer["answers"],
+            pipeline.reviews.invoke(proved({"task_token": review.task_token,
+                                            "execution_name": review.execution_name, "answers": answer["answers"],
                                             "note": "the same review answered again (soak fault)"}, pipeline.reviews.name))
             counts["second answer accepted"] += 1
         except Exception:  # noqa: BLE001 - what must happen: the spent token is refused

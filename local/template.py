@@ -378,6 +378,9 @@ class StackTemplate:
             self.refs[logical_id] = name
             self.attributes.update({(logical_id, "Arn"): f"arn:aws:iam::{account}:role/{name}",
                                     (logical_id, "RoleId"): name})
+        elif kind in FUNCTION_TYPES:  # as Lambda shapes it (the workflow invokes one by its ARN)
+            self.refs[logical_id] = name
+            self.attributes.update({(logical_id, "Arn"): f"arn:aws:lambda:{region}:{account}:function:{name}"})
         elif kind in _STATE_MACHINE_TYPES:
             arn = f"arn:aws:states:{region}:{account}:stateMachine:{name}"
             self.refs[logical_id] = arn

@@ -3,7 +3,7 @@
     python -m ops.erase ITEM [--stack NAME | --audit-table … --labelled-table … --resolved-table …
                               --open-incidents-table … --idempotency-table … --review-queue-url …
                               --ticket-dlq-url … --incident-dlq-url … --team-dlq-url … --workflow-dlq-url …
-                              --escalation-queue-url …] [--dry-run]
+                              --escalation-queue-url … --head-bucket …] [--dry-run]
 
 ITEM is the item's full key, `kind:source:id` (`ticket:email:T-1001`,
 `incident:cloudwatch:arn:aws:cloudwatch:…`: the id is everything after the second colon), as the
@@ -18,8 +18,10 @@ an id alone. What holds an item's text, and what is removed there:
 | resolved items | the rows kept for the console's similar items (every policy, both kinds) |
 | open incidents | an incident's row (its id and source; incidents only), out of its dependency slots first |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
-| review queue | a pending review's message; its execution is stopped, so the review is never answered |
+| pending reviews | a waiting review's row of the pending-review index; its execution is stopped first |
+| review queue | a message an earlier release left there; its execution is stopped, so the review is never answered |
 | dead-letter, escalation queues | a parked or failed ticket or event, a failed record, an overdue review (14 days) |
+| head bucket `labels/` | relearning's kept labels (every policy): rewritten without the item's rows, every version holding them deleted |
 
 Each queue is read once, its messages hidden 30 s while it is read: a message that carries the item
 is deleted as soon as it is read (on a dry run only counted), every other one made visible again
@@ -45,12 +47,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
+from decision_router.adapters.open_incidents import FILED_COUNT, LOOKUP_ROW, unfiling
 from decision_router.adapters.queues import new_batches, release_now
+from decision_router.domain.kept_labels import LABELS_PREFIX, KeptLabels
 from decision_router.items import ITEM_MODELS
 
 #: Each table: its stack output and the flag that names it instead.
 TABLES = {"audit": "AuditTableName", "labelled": "LabelledExamplesTableName", "resolved": "ResolvedItemsTableName",
-          "open-incidents": "OpenIncidentsTableName", "idempotency": "IdempotencyTableName"}
+          "open-incidents": "OpenIncidentsTableName", "idempotency": "IdempotencyTableName",
+          "pending-reviews": "PendingReviewsTableName"}
 REVIEW_QUEUE = "ReviewQueueUrl"
 #: The queues that keep an item's text until their retention ends (14 days), by the name erase
 #: gives them (its flag: --NAME-url) and their stack output: a ticket or event parked or failed, a
@@ -63,6 +68,8 @@ HELD_QUEUES = {"ticket-dlq": "TicketDeadLetterQueueUrl", "incident-dlq": "Incide
 QUEUE_RETENTION_DAYS = 14
 #: Seconds a message read by erase stays hidden from other readers while the queue is read.
 QUEUE_VISIBILITY = 30
+#: The head bucket (stack output), where relearning keeps the labels it has read under LABELS_PREFIX.
+HEAD_BUCKET = "HeadBucketName"
 
 
 class EraseError(ValueError):
@@ -114,11 +121,15 @@ class Erased:
     notes: list[str] = field(default_factory=list)
     #: The queues not read (no URL given), each with why and how long it keeps the item's text.
     unread: dict[str, str] = field(default_factory=dict)
+    #: Object versions removed (or found) per bucket prefix: earlier copies that held the item.
+    versions: dict[str, int] = field(default_factory=dict)
 
     def report(self, out: TextIO) -> None:
         verb = "found (dry run, nothing removed)" if self.dry_run else "removed"
         for table, count in self.rows.items():
             out.write(f"{table}: {count} row(s) {verb}\n")
+        for where, count in self.versions.items():
+            out.write(f"{where}: {count} earlier version(s) {verb}\n")
         for queue, why in self.unread.items():
             out.write(f"not read: {queue} ({why})\n")
         for note in self.notes:
@@ -134,9 +145,9 @@ class Eraser:
     """Finds and removes one item's rows, table by table (each given by name; an empty name: skipped)."""
 
     def __init__(self, key: ItemKey, names: Mapping[str, str], *, dynamodb: Any, sqs: Any, stepfunctions: Any,
-                 dry_run: bool = False):
+                 s3: Any = None, dry_run: bool = False):
         self.key, self.names, self.dry_run = key, names, dry_run
-        self.dynamodb, self.sqs, self.stepfunctions = dynamodb, sqs, stepfunctions
+        self.dynamodb, self.sqs, self.stepfunctions, self.s3 = dynamodb, sqs, stepfunctions, s3
         self.notes: list[str] = []
         self._severity: Mapping[str, Any] | None = None
 
@@ -144,10 +155,17 @@ class Eraser:
         erased = Erased(dry_run=self.dry_run, notes=self.notes)
         steps: dict[str, Callable[[str], int]] = {
             "audit": self.audit, "labelled": self.labelled, "resolved": self.resolved,
-            "open-incidents": self.open_incidents, "idempotency": self.idempotency}
+            "open-incidents": self.open_incidents, "idempotency": self.idempotency,
+            "pending-reviews": self.pending_reviews}
         for name, step in steps.items():
             if self.names.get(name):
                 erased.rows[name] = step(self.names[name])
+        # After the labelled-examples table: a relearning step from now on reads the item no more.
+        if self.names.get("head-bucket"):
+            erased.rows["kept-labels"], erased.versions["kept-labels"] = self.kept_labels(self.names["head-bucket"])
+        else:
+            erased.unread["kept-labels"] = ("no --head-bucket: relearning's copy of the labelled examples, the "
+                                            "item's among them, keeps a label up to LabelRetentionDays")
         if self.names.get("review-queue"):
             erased.rows["review-queue"] = self.review_queue(self.names["review-queue"])
         for name in HELD_QUEUES:
@@ -172,6 +190,19 @@ class Eraser:
             keys += [{"item_id": row["item_id"], "execution_name": row["execution_name"]} for row in page["Items"]
                      if self.key.holds(row.get("item_kind", {}).get("S"), row.get("item", {}).get("S"))]
         return self._delete(table, keys)
+
+    def pending_reviews(self, table: str) -> int:
+        """The item's rows of the pending-review index (the record of a review that waits), each
+        review's execution stopped first, so nothing answers it after."""
+        rows = []
+        for row in _scan(self.dynamodb, table):
+            record = json.loads(row.get("record", {}).get("S", "{}"))
+            if isinstance(record, dict) and self.key.holds(record.get("item_kind"), record.get("item")):
+                rows.append(row)
+        if not self.dry_run:
+            for row in rows:
+                self._stop({"execution_name": row["execution_name"]["S"]})
+        return self._delete(table, [{"execution_name": row["execution_name"]} for row in rows])
 
     def labelled(self, table: str) -> int:
         # Every policy's rows: the item is read from each row, whatever its sort key names it by.
@@ -199,7 +230,29 @@ class Eraser:
                           ExpressionAttributeValues={":i": {"S": self.key.id}, ":s": {"S": self.key.source}}))
         for row in rows:
             self._leave_slots(table, row)
+            self._leave_lookups(table, row)
         return self._delete(table, [{"incident_key": row["incident_key"]} for row in rows])
+
+    def _leave_lookups(self, table: str, row: dict[str, Any]) -> None:
+        """The incident off the link index's rows it was filed under (their keys are words of its
+        text and its service): each row that listed it alone is deleted, so none of its words is
+        left as a key; a row that lists other open incidents keeps them."""
+        lookups = [entry["S"] for entry in row.get("filed_under", {}).get("L", []) if "S" in entry]
+        if self.dry_run or not lookups:
+            return
+        key = row["incident_key"]["S"]
+        for lookup in lookups:
+            slot = {"incident_key": {"S": LOOKUP_ROW + lookup}}
+            try:
+                self.dynamodb.update_item(**unfiling(table, lookup, key))
+            except self.dynamodb.exceptions.ConditionalCheckFailedException:
+                pass  # not listed there (a row it was never filed under, being full, is left as it is)
+            try:  # a row that lists none now goes (a word of the erased text among its keys)
+                self.dynamodb.delete_item(TableName=table, Key=slot, ConditionExpression="#n = :none",
+                                          ExpressionAttributeNames={"#n": FILED_COUNT},
+                                          ExpressionAttributeValues={":none": {"N": "0"}})
+            except self.dynamodb.exceptions.ConditionalCheckFailedException:
+                pass  # no such row, or it lists other open incidents
 
     def _leave_slots(self, table: str, row: dict[str, Any]) -> None:
         """An incident that may hold others (it paged): out of its dependency slots first, so it
@@ -230,6 +283,71 @@ class Eraser:
             if isinstance(data, dict) and self.key.holds(data.get("item_kind"), data.get("item")):
                 keys.append({"id": row["id"]})
         return self._delete(table, keys)
+
+    def kept_labels(self, bucket: str) -> tuple[int, int]:
+        """The item's rows out of each policy's kept labels (written as a new current version, its
+        watermark and next full read as they were), then every other version of the object that
+        holds the item deleted, so that none is left for the lifecycle rule's day. How many rows,
+        how many versions."""
+        rows = versions = 0
+        for key in self._versions(bucket, LABELS_PREFIX):
+            found, written = self._rewrite_labels(bucket, key)
+            rows += found
+            # listed after the rewrite: the version it replaced, and any relearning wrote meanwhile
+            for version in self._versions(bucket, key).get(key, []):
+                if version != written and self._labels_of(bucket, key, version) is not None:
+                    versions += 1
+                    if not self.dry_run:
+                        self.s3.delete_object(Bucket=bucket, Key=key, VersionId=version)
+            if written:
+                self._check_not_written_back(bucket, key, written)
+        return rows, versions
+
+    def _versions(self, bucket: str, prefix: str) -> dict[str, list[str]]:
+        """The version ids of each object under `prefix` (delete markers hold nothing)."""
+        found: dict[str, list[str]] = {}
+        for page in self.s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+            for version in page.get("Versions", []):
+                found.setdefault(version["Key"], []).append(version["VersionId"])
+        return found
+
+    def _labels_of(self, bucket: str, key: str, version: str) -> KeptLabels | None:
+        """One version's kept labels where it holds the item; None where not (or where it does not
+        read: a note says so, and it is left)."""
+        data = self.s3.get_object(Bucket=bucket, Key=key, VersionId=version)["Body"].read()
+        try:
+            kept = KeptLabels.load(data, f"{key} (version {version})")
+        except ValueError as error:
+            self.notes.append(f"kept-labels: {error}: left as it is")
+            return None
+        return kept if kept.remove(self._holds_row) else None
+
+    def _rewrite_labels(self, bucket: str, key: str) -> tuple[int, str | None]:
+        """The current version without the item's rows, written as the new current one: the rows
+        removed (found, on a dry run) and the new version's id (None when nothing was written)."""
+        try:
+            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return 0, None  # deleted (a delete marker is current): its versions are read below
+        try:
+            kept = KeptLabels.load(data, key)
+        except ValueError:
+            return 0, None  # the versions' pass names it in a note
+        removed = kept.remove(self._holds_row)
+        if not removed or self.dry_run:
+            return removed, None
+        return removed, self.s3.put_object(Bucket=bucket, Key=key, Body=kept.dump())["VersionId"]
+
+    def _check_not_written_back(self, bucket: str, key: str, written: str) -> None:
+        """A relearning step that read the labels before the rewrite and writes its copy (the
+        item's rows in it) after the versions were read: said in a note (run erase again)."""
+        current = self.s3.head_object(Bucket=bucket, Key=key)["VersionId"]
+        if current != written and self._labels_of(bucket, key, current) is not None:
+            self.notes.append(f"kept-labels: relearning wrote {key} again while erase ran, the item's rows in it: "
+                              "run erase again")
+
+    def _holds_row(self, row: Mapping[str, str]) -> bool:
+        return self.key.holds(row.get("item_kind"), row.get("item"))
 
     def review_queue(self, queue_url: str) -> int:
         """Delete the item's pending review messages and stop their executions; every other
@@ -371,7 +489,8 @@ def _strings(value: Any) -> set[str]:
 def names_of_stack(stack: str, client: Any) -> dict[str, str]:
     """The tables, the review queue and the routing state machine of a deployed stack (its outputs)."""
     outputs = {o["OutputKey"]: o["OutputValue"] for o in client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, **HELD_QUEUES, "state-machine": "RoutingStateMachineArn"}
+    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, **HELD_QUEUES, "state-machine": "RoutingStateMachineArn",
+              "head-bucket": HEAD_BUCKET}
     missing = sorted(output for output in wanted.values() if output not in outputs)
     if missing:
         raise EraseError(f"stack {stack} has no output {', '.join(missing)}")
@@ -388,6 +507,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--review-queue-url", default="", help="the review queue's URL (instead of --stack)")
     for name in HELD_QUEUES:
         p.add_argument(f"--{name}-url", default="", help=f"the {name}'s URL (instead of --stack)")
+    p.add_argument("--head-bucket", default="",
+                   help="the head bucket, where relearning keeps the labels it has read (instead of --stack)")
     p.add_argument("--state-machine-arn", default="", help="the routing state machine (its waiting executions are stopped)")
     p.add_argument("--dry-run", action="store_true", help="only count the rows, remove nothing")
     return p
@@ -406,7 +527,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any 
             names = names_of_stack(args.stack, session.client("cloudformation"))
         else:
             names = {name: getattr(args, f"{name.replace('-', '_')}_table") for name in TABLES}
-            names |= {"review-queue": args.review_queue_url, "state-machine": args.state_machine_arn}
+            names |= {"review-queue": args.review_queue_url, "state-machine": args.state_machine_arn,
+                      "head-bucket": args.head_bucket}
             names |= {name: getattr(args, f"{name.replace('-', '_')}_url") for name in HELD_QUEUES}
             if not any(names.values()):
                 raise EraseError("name the stack (--stack) or at least one table or queue")
@@ -414,7 +536,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any 
         print(f"erase: {error}", file=sys.stderr)
         return 2
     erased = Eraser(key, names, dynamodb=session.client("dynamodb"), sqs=session.client("sqs"),
-                    stepfunctions=session.client("stepfunctions"), dry_run=args.dry_run).erase()
+                    stepfunctions=session.client("stepfunctions"), s3=session.client("s3"), dry_run=args.dry_run).erase()
     out.write(f"erase {key}\n")
     erased.report(out)
     return 0

@@ -6,7 +6,7 @@
         --note "export bug"
     python -m ops.review_cli export --out labelled.jsonl [--policy support-ticket]
 
-Settings come from the same environment variables as the functions (REVIEW_QUEUE_URL,
+Settings come from the same environment variables as the functions (PENDING_REVIEWS_TABLE_NAME,
 LABELLED_EXAMPLES_TABLE_NAME, REVIEW_FUNCTION_NAME: the stack's ReviewCompletionFunctionName
 output) or the flags. Completing invokes the review function with your AWS credentials' proof of
 who you are, made for this one answer (an STS GetCallerIdentity request presigned for GET for a
@@ -14,8 +14,8 @@ minute, signing a digest of the function's name, the execution, the task token, 
 the note: adapters/caller_identity.py): the label counts under that IAM principal, which must be
 one the stack's ReviewerPrincipals lists, and it is shown by its user or role session name. The
 function checks the answers against the pending record's own policy, and the destination comes
-from that record. Once the answer is in, the review's message is removed from the review queue
-with your credentials (sqs:DeleteMessage on it).
+from that record. Pending reviews are read from the pending-review index (dynamodb:Query and
+GetItem on it); the review function removes the answered review's row.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
-from decision_router.domain.records import DecisionRecord
 from decision_router.review.completion import InvalidReview, answer_problems, labelled_example
 
 if TYPE_CHECKING:
-    from decision_router.adapters.review import QueuedReview, ReviewQueue
+    from decision_router.adapters.pending_reviews import PendingReviewTable
+    from decision_router.domain.ports.review import PendingReviewRow
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -46,55 +46,44 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 2
 
 
-def _queue(args: argparse.Namespace, settings: Settings) -> ReviewQueue:
-    from decision_router.adapters.review import ReviewQueue
+def _index(args: argparse.Namespace, settings: Settings) -> PendingReviewTable:
+    from decision_router.adapters.pending_reviews import PendingReviewTable
 
-    url = args.queue_url or settings.review_queue_url
-    if not url:
-        raise LookupError("no review queue: set REVIEW_QUEUE_URL or pass --queue-url")
-    return ReviewQueue(url)
-
-
-def _pending(queue: ReviewQueue, limit: int) -> list[QueuedReview]:
-    pending = queue.pending(limit=limit)
-    if pending.malformed:
-        print(f"skipped {len(pending.malformed)} malformed review message(s) (left on the queue):", file=sys.stderr)
-        for bad in pending.malformed:
-            print(f"  message {bad.message_id}: {bad.problem}", file=sys.stderr)
-    return pending.reviews
+    table = args.pending_reviews_table or settings.pending_reviews_table
+    if not table:
+        raise LookupError("no pending-review index: set PENDING_REVIEWS_TABLE_NAME (the stack's "
+                          "PendingReviewsTableName output) or pass --pending-reviews-table")
+    return PendingReviewTable(table)
 
 
-def _find(queue: ReviewQueue, name: str) -> QueuedReview:
-    for queued in _pending(queue, limit=1000):
-        if queued.review.execution_name == name:
-            return queued
-    raise LookupError(f"no pending review named {name!r} (see `list`; one listed seconds ago may be briefly hidden)")
-
-
-def _suggestions(record: DecisionRecord) -> str:
-    parts = []
-    for d in record.decisions:
-        if d.source == "endpoint_error":
-            parts.append(f"{d.question}=? (endpoint error)")
-        else:
-            p = (d.probabilities or {}).get(d.option_id or "")
-            parts.append(f"{d.question}={d.option_id}" + (f" ({p:.2f})" if p is not None else f" (rule {d.rule})"))
-    return ", ".join(parts)
+def _waiting(index: PendingReviewTable, name: str) -> PendingReviewRow:
+    row = index.get(name)
+    if row is None:
+        raise LookupError(f"no pending review named {name!r} (answered, closed or timed out already? see `list`)")
+    return row
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    reviews = _pending(_queue(args, settings), limit=args.max)
-    if not reviews:
+    """The first `--max` reviews of each lane of every shipped policy, due first (the index's listing)."""
+    from decision_router.domain import policies
+    from decision_router.review.console import PendingSummary
+    from decision_router.review.pending import policy_lanes
+
+    names = sorted(path.stem for path in policies.POLICY_DIR.glob("*.json"))
+    lanes = [lane for name in names for lane in policy_lanes(load_policy(name))]
+    listed = _index(args, settings).listing(lanes, args.max)[: args.max]
+    if not listed:
         print("no pending reviews", file=out)
-    for queued in reviews:
-        review, record = queued.review, queued.review.record
-        print(f"{review.execution_name}  [{record.policy.name}]  suggested: {_suggestions(record)}\n"
-              f"    why: {record.route_reason}", file=out)
+    for row in listed:
+        summary = PendingSummary.model_validate_json(row.summary)
+        suggested = ", ".join(f"{q}={o}" for q, o in summary.suggested.items() if o is not None) or "-"
+        print(f"{row.execution_name}  [{summary.policy}]  suggested: {suggested}  due {row.due_at}\n"
+              f"    why: {summary.reason}", file=out)
     return 0
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    review = _find(_queue(args, settings), args.execution_name).review
+    review = _waiting(_index(args, settings), args.execution_name)
     record = review.record
     policy = load_policy(record.policy.name)
     print(f"{record.item_kind} {record.item_id} (policy {policy.name} v{record.policy.version}, "
@@ -138,13 +127,12 @@ def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     if args.reviewer:
         print("note: --reviewer is no longer sent: the name shown is your AWS identity's (its user or role "
               "session name)", file=sys.stderr)
-    queue = _queue(args, settings)
-    queued = _find(queue, args.execution_name)
+    review = _waiting(_index(args, settings), args.execution_name)
     answers = dict(_answer(a) for a in args.answer)
-    answer = CallerAnswer.parse({"execution_name": queued.review.execution_name, "task_token": queued.review.task_token,
+    answer = CallerAnswer.parse({"execution_name": review.execution_name, "task_token": review.task_token,
                                  "answers": answers, "note": args.note or ""})
-    # Checked here first against the record the message carries, so a typo costs no invoke.
-    problems = answer_problems(load_policy(queued.review.record.policy.name), answers, reviewer="(your AWS identity)")
+    # Checked here first against the record the row carries, so a typo costs no invoke.
+    problems = answer_problems(load_policy(review.record.policy.name), answers, reviewer="(your AWS identity)")
     if problems:
         raise InvalidReview("; ".join(problems))
     function = _function_name(args)
@@ -159,12 +147,6 @@ def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         return 2
     print(json.dumps({k: output.get(k) for k in ("execution_name", "reviewer", "reviewer_id", "note", "destination",
                                                  "escalate", "answers")}, ensure_ascii=False), file=out)
-    try:
-        queue.remove(queued.receipt_handle)  # the message this CLI read: answered, of no further use
-    except Exception as error:  # noqa: BLE001 - the answer is in; only the message's removal failed
-        print(f"warning: the answer is in, but its review message could not be removed from the review queue "
-              f"({type(error).__name__}: {error}); the console no longer lists it (its execution waits for "
-              "nothing), and it expires with the queue's retention", file=sys.stderr)
     return 0
 
 
@@ -199,10 +181,10 @@ def _answer(text: str) -> tuple[str, str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ops.review_cli", description=__doc__.split("\n")[0])
-    parser.add_argument("--queue-url", help="review queue (default: REVIEW_QUEUE_URL)")
+    parser.add_argument("--pending-reviews-table", help="the pending-review index (default: PENDING_REVIEWS_TABLE_NAME)")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="pending reviews with the model's suggestion and why")
-    listing.add_argument("--max", type=int, default=50)
+    listing.add_argument("--max", type=int, default=50, help="at most this many, due first (default: 50)")
     listing.set_defaults(run=cmd_list)
     show = commands.add_parser("show", help="one pending review: item, options, probabilities")
     show.add_argument("execution_name")

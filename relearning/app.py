@@ -107,6 +107,10 @@ def job() -> Relearning:
                                                                  str(shadow.MIN_REVIEWED))),
                           shadow_max_disagreement=float(os.environ.get("RELEARNING_SHADOW_MAX_DISAGREEMENT",
                                                                        str(shadow.MAX_DISAGREEMENT))),
+                          # a review answered by an execution started before the shard index is read
+                          # by a second whole read, once its longest wait is over (relearning/labels.py)
+                          label_retention_days=s.label_retention_days,
+                          full_read_after_seconds=s.review_timeout_seconds + 3600,
                           logger=logger)
     return _job
 

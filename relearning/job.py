@@ -41,7 +41,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -58,6 +58,7 @@ from decision_router.adapters.signing_key import SigningKey
 from decision_router.domain import shadow
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.heads import Head, read_head
+from decision_router.domain.kept_signals import KeptSignals
 from decision_router.domain.policies import POLICY_DIR, Policy, load_policy
 from decision_router.domain.ports.outcomes import PrecisionTallies
 from decision_router.domain.precision import precision_figure, target_of
@@ -70,6 +71,8 @@ from evaluation.runners import RunFailure, Scored
 from training import gate, shipped_signals
 from training.features import Example, FeatureCache, extract, request_key
 from training.fitting import SHIPPED, TEST_SPLIT, fit_head
+
+from .labels import Synced, seed_kept_signals, signals_of, sync_labels
 
 #: Items asked of the endpoint between two saves of their signals.
 CHUNK = 50
@@ -143,6 +146,8 @@ class LabelledRow:
     #: Who answered, authenticated: the row's `reviewer_id` where the stack's key signed it for this
     #: row's execution; None (counted as gate.UNAUTHENTICATED) for every other row.
     reviewer_id: str | None = None
+    #: The endpoint's signals kept at decision time, by question ({}: asked of the endpoint).
+    signals: dict[str, KeptSignals] = field(default_factory=dict)
 
 
 def verified_identity(row: Mapping[str, str], key: SigningKey | None) -> str | None:
@@ -167,9 +172,14 @@ def read_labels(rows: Sequence[dict[str, str]], key: SigningKey | None = None) -
             problems.append(f"{row.get('item_id', '?')}: {error}")
             continue
         suggested = {d["question"]: d["option_id"] for d in decisions if d.get("source") == "model" and d.get("option_id")}
+        try:
+            signals = signals_of(row)
+        except ValueError as error:  # pydantic's ValidationError too: the endpoint is asked instead
+            problems.append(f"{row.get('item_id', '?')}: signals not read, asked of the endpoint ({error})")
+            signals = {}
         found.append(LabelledRow(case, row.get("labelled_at", ""), json.loads(row["answers"]), suggested,
                               (row.get("route_reason") or "").startswith("correction by"),
-                              (row.get("reviewer") or "").strip() or None, verified_identity(row, key)))
+                              (row.get("reviewer") or "").strip() or None, verified_identity(row, key), signals))
     return found, problems
 
 
@@ -211,6 +221,13 @@ class _NoEndpoint:
         raise RunFailure("not asked in this call (time is up): the next collect asks")
 
 
+def _probe(cases: Sequence[Case], labelled: Sequence[LabelledRow]) -> Case:
+    """The case whose request tells which model the endpoint serves: one whose signals were not
+    kept at decision time where there is one (the endpoint is asked for those anyway)."""
+    kept = {row.case.where for row in labelled if row.signals}
+    return next((case for case in cases if case.where not in kept), cases[0])
+
+
 class Relearning:
     """The steps of one policy's relearning run."""
 
@@ -223,7 +240,8 @@ class Relearning:
                  shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
                  signing_key: SigningKey | None = None, head_signing_key: SigningKey | None = None,
                  clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR,
-                 precision: PrecisionTallies | None = None):
+                 precision: PrecisionTallies | None = None, label_retention_days: int = 365,
+                 full_read_after_seconds: float = 2 * 86400):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
         may pass the in-process engine's). `max_reviewer_share`: the most one reviewer may give of
         the reviews a candidate trains on, and of those it is judged on. `announce(notice)`: each
@@ -237,7 +255,14 @@ class Relearning:
         counts (default: the head store's history table).
         `signals_dir`: the shipped signals (training/shipped_signals.py). `signing_key`: the stack's
         key, which verifies who answered each label (the gate counts verified identities only);
-        `head_signing_key`: the stack's head key, which signs each head the gate (and its shadow) passed."""
+        `head_signing_key`: the stack's head key, which signs each head the gate (and its shadow) passed.
+        `label_retention_days`: labels older are dropped from those kept (the table's TTL, LabelRetentionDays);
+        `full_read_after_seconds`: when the policy's partition is read whole a second time after the
+        first run (the longest review wait: relearning/labels.py)."""
+        if label_retention_days < 1 or full_read_after_seconds < 0:
+            raise ValueError(f"label_retention_days {label_retention_days!r} must be 1 or more, "
+                             f"full_read_after_seconds {full_read_after_seconds!r} 0 or more")
+        self.label_retention_days, self.full_read_after_seconds = label_retention_days, full_read_after_seconds
         if not 0 < max_reviewer_share <= 1:
             raise ValueError(f"max_reviewer_share {max_reviewer_share!r}: must be more than 0 and at most 1")
         if shadow_items < 0 or shadow_timeout_seconds <= 0 or shadow_check_seconds < 1:
@@ -277,8 +302,8 @@ class Relearning:
         policy = shipped_policy(policy_name)
         runs = self.store.history(policy.name, RUNS, limit=1)
         since = runs[0]["at"] if runs else ""
-        labelled, _ = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
-        new = [row for row in labelled if row.labelled_at > since]
+        rows = self.labelled_rows(policy.name).rows
+        new, _ = read_labels([row for row in rows if row.get("labelled_at", "") > since], self.signing_key)
         question_metric("LabelsSinceRelearning", policy.name, "*", len(new))
         for question in policy.questions:
             suggested = [row for row in new if question.id in row.suggested and question.id in row.answers]
@@ -289,11 +314,22 @@ class Relearning:
                             for row in new)
             question_metric("CorrectionsOfAutomaticRoutes", policy.name, question.id, corrected)
         enough = len(new) >= self.min_new_labels or (trigger == "schedule" and len(new) > 0)
-        return {"policy": policy.name, "new_labels": len(new), "labels": len(labelled), "since": since,
+        return {"policy": policy.name, "new_labels": len(new), "labels": len(rows), "since": since,
                 "min_new_labels": self.min_new_labels, "relearn": enough}
 
+    def labelled_rows(self, policy_name: str) -> Synced:
+        """The policy's labelled examples: those kept in the head bucket, with only the table's new
+        rows read (relearning/labels.py)."""
+        synced = sync_labels(self.store, self.labels, policy_name, now=self.clock(),
+                             retention_days=self.label_retention_days,
+                             full_read_after_seconds=self.full_read_after_seconds)
+        self.logger.info("labels read", extra={"policy": policy_name, "rows_read": synced.read,
+                                               "full_read": synced.full_read, "labels": len(synced.rows)})
+        return synced
+
     # ------------------------------------------------------------------------------ collect
-    def _cases(self, policy: Policy) -> tuple[list[Case], dict[str, tuple[str, str | None]], list[str]]:
+    def _cases(self, policy: Policy) -> tuple[list[Case], dict[str, tuple[str, str | None]], list[str],
+                                              list[LabelledRow]]:
         """The shipped sets' rows (their test split is the gate's second slice, never trained on)
         and every reviewed row of the policy; the label time and reviewer of each reviewed case (by
         its `where`); the sources, for the fit report."""
@@ -305,23 +341,23 @@ class Relearning:
             if mine:
                 cases += mine
                 sources.append(path.name)
-        labelled, problems = read_labels(list(self.labels.of_policy(policy.name)), self.signing_key)
+        labelled, problems = read_labels(self.labelled_rows(policy.name).rows, self.signing_key)
         for problem in problems:
             self.logger.warning("labelled example not used", extra={"problem": problem})
         times = {row.case.where: (row.labelled_at, row.reviewer_id) for row in labelled}
         cases += [row.case for row in labelled]
         sources.append(f"labelled examples table ({len(labelled)} reviews)")
-        return cases, times, sources
+        return cases, times, sources, labelled
 
     def _examples(self, policy: Policy, model: ModelInfo | None, deadline: float | None = None
                   ) -> tuple[list[Example], dict[str, tuple[str, str | None]], list[str], ModelInfo, list[str], bool]:
         """Every labelled example with its signals, asking the endpoint for those the kept signals
         lack, CHUNK items at a time, each chunk kept in the bucket at once. Past `deadline`
         (time.monotonic()) no further chunk starts: the last value says whether every item was asked."""
-        cases, times, sources = self._cases(policy)
+        cases, times, sources, labelled = self._cases(policy)
         if not cases:
             raise ValueError(f"policy {policy.name!r}: no labelled examples at all")
-        runner = self.endpoint([d.decision for d in cases[0].decisions])
+        runner = self.endpoint([d.decision for d in _probe(cases, labelled).decisions])
         model = model or runner.model_info()
         cache_dir = self.work_dir / "signals"
         cache_file = cache_dir / f"{model.sha256}.npz"
@@ -331,9 +367,13 @@ class Relearning:
         kept = self.store.download(key, cache_file)
         cache = FeatureCache(cache_file)
         seeded = shipped_signals.seed(cache, model.sha256, self.signals_dir)
-        if seeded:
+        kept_at_decision = seed_kept_signals(cache, model.sha256, (s for row in labelled for s in row.signals.values()),
+                                             lambda problem: self.logger.warning("kept signals not used",
+                                                                                 extra={"problem": problem}))
+        if seeded or kept_at_decision:
             cache.save()
-            self.logger.info("model signals shipped for this model used", extra={"decisions": seeded})
+            self.logger.info("model signals used without asking", extra={"shipped": seeded,
+                                                                         "kept_at_decision": kept_at_decision})
         pending = [c for c in cases if any(cache.get(request_key(model.sha256, d.decision)) is None for d in c.decisions)]
         complete = True
         for start in range(0, len(pending), CHUNK):

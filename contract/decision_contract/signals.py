@@ -15,13 +15,21 @@ A shard file is a numpy `.npz` holding, for n rows:
 - `mass`: float32; `versions` and `version`: the prompt versions, and each row's index into them.
 
 Written under a temporary name and renamed, so a reader never sees half a shard.
+
+One decision's hidden state also travels as text (`hidden_text`, `hidden_from_text`): the same
+float16 values, little-endian, in base64 (2 bytes a value, 4/3 of that as text), as a decision
+record keeps them for relearning (576 values: 1,536 characters; 2,560: 6,828).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import io
+import math
 import os
+import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,33 @@ def request_key(model_sha256: str, decision: Decision) -> str:
     (`Decision`'s serializer), so its key is the one it had before decisions had a layout."""
     content = decision.model_dump_json(exclude={"id", "return_hidden_state", "temperature"})
     return hashlib.sha256(f"{model_sha256}\n{content}".encode()).hexdigest()
+
+
+def hidden_text(hidden: Sequence[float]) -> str:
+    """A hidden state as float16 little-endian bytes in base64 (pure Python: the routing functions
+    write it). ValueError when a value is not finite or lies past float16's range."""
+    try:
+        packed = struct.pack(f"<{len(hidden)}e", *hidden)
+    except (OverflowError, struct.error) as error:
+        raise ValueError(f"hidden state: a value does not fit float16 ({error})") from None
+    if not all(math.isfinite(v) for v in hidden):
+        raise ValueError("hidden state: a value is not finite")
+    return base64.b64encode(packed).decode("ascii")
+
+
+def hidden_from_text(text: str, width: int | None = None) -> list[float]:
+    """`hidden_text`'s values back (as floats); ValueError naming what is wrong: not base64, an odd
+    byte count, or not `width` values."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as error:
+        raise ValueError(f"hidden state text: not base64 ({error})") from None
+    if len(raw) % 2:
+        raise ValueError(f"hidden state text: {len(raw)} bytes, not whole float16 values (2 bytes each)")
+    values = list(struct.unpack(f"<{len(raw) // 2}e", raw))
+    if width is not None and len(values) != width:
+        raise ValueError(f"hidden state text: {len(values)} values, expected {width}")
+    return values
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
         default_factory=dict, validation_alias="DESTINATION_QUEUES",
         description="JSON object mapping each policy target to its queue URL.")
     review_queue_url: str = _env("REVIEW_QUEUE_URL", "The review queue: items waiting for a person, with their task token.")
+    pending_reviews_table: str = _env("PENDING_REVIEWS_TABLE_NAME",
+        "The pending-review index: one row per review the workflow waits for (its task token and record), "
+        "put by the index writer alone.")
     review_timeout_seconds: int = _env("REVIEW_TIMEOUT_SECONDS",
         "How long a review may wait before the item goes to the escalation queue and pages the on-call.", 86400, ge=1)
     policy_name: str = _env("POLICY_NAME", "The policy a function applies (a shipped policy's name, or a policy file's path).")
@@ -47,6 +50,9 @@ class Settings(BaseSettings):
     audit_retention_days: int = _env("AUDIT_RETENTION_DAYS",
         "Days an audit row is kept (the table's TTL removes it after): set on each execution the function "
         "starts and on each row it writes; 0 keeps them.", 0, ge=0)
+    label_retention_days: int = _env("LABEL_RETENTION_DAYS",
+        "Days a labelled example is kept (the labelled-examples table's TTL removes it after, and relearning "
+        "drops it from the labels it keeps): set on each execution the function starts.", 365, ge=1)
     labelled_examples_table: str = _env("LABELLED_EXAMPLES_TABLE_NAME",
         "Completed reviews, stored as labelled examples (what make fit and relearning read).")
     event_bus_name: str = _env("EVENT_BUS_NAME",

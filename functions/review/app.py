@@ -1,5 +1,5 @@
 """Review completion: a reviewer's answers for a pending review → validated against the record
-the review's execution was started with (read from Step Functions, never taken from the caller)
+its review's row of the pending-review index holds (put by the workflow's writer, never taken from the caller)
 → SendTaskSuccess with {execution_name, reviewer, reviewer_id, identity_signature, choice, note}; the
 workflow checks the answer, routes the item, stores the labelled example and writes the audit
 record. Invalid answers raise with every problem named; nothing is sent then, so the review stays
@@ -34,7 +34,7 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     given = WIRING
     output, record = answer_as_caller(
         event, function_arn=context.invoked_function_arn, reviewer_principals=given.settings.reviewer_principals,
-        identities=given.caller_identity, executions=given.workflow, tasks=given.tasks, proofs=given.used_proofs,
+        identities=given.caller_identity, reviews=given.pending_reviews, tasks=given.tasks, proofs=given.used_proofs,
         sign=given.identity_signer)
     chosen = output.chosen
     count_review(record, chosen.answers, given.settings.head_history_table, logger)

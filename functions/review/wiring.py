@@ -1,5 +1,5 @@
 """The review function's composition root (`decision_router.composition`): its settings and the
-parts a completion works with (the routing workflow's executions, their review tasks, STS, the
+parts a completion works with (the pending-review index, the workflow's review tasks, STS, the
 proofs already used, the resolved items), each made from the settings on first use and then
 kept for the execution environment. app.py makes one `Wiring` at import (nothing is read or
 connected then); a test hands it the parts it replaces."""
@@ -13,13 +13,14 @@ from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.used_proofs import UsedProofs as UsedProofsTable
 from decision_router.composition import CompositionRoot, part
 from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore
-from decision_router.domain.ports.review import CallerIdentity, Executions, TaskCompleter, UsedProofs
+from decision_router.domain.ports.review import CallerIdentity, PendingReviews, TaskCompleter, UsedProofs
 
 
 class Wiring(CompositionRoot):
     @part
-    def workflow(self) -> Executions:
-        return from_settings.workflow(self.settings)
+    def pending_reviews(self) -> PendingReviews:
+        """The pending-review index: the record and task token each waiting review holds."""
+        return from_settings.pending_reviews(self.settings)
 
     @part
     def tasks(self) -> TaskCompleter:

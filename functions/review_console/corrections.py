@@ -8,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
+from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
 from decision_router.intake.precision_checks import count_correction
@@ -36,12 +37,24 @@ def routes() -> dict[str, Any]:
 
 
 def routed_record(given: Wiring, name: str) -> DecisionRecord:
-    status, execution_input = given.workflow.describe(name)
+    try:
+        status, execution_input = given.workflow.describe(name)
+    except ExecutionNotRunning:
+        return delivered_directly(given, name)
     record = DecisionRecord.model_validate(execution_input)
     if status != "SUCCEEDED" or record.route != "auto":
         raise console.Conflict(f"{name} is {status} with route {record.route}: only a delivered automatic route "
                                "can be corrected")
     return record
+
+
+def delivered_directly(given: Wiring, name: str) -> DecisionRecord:
+    """The record of an automatic route the intake delivered without an execution, read from its
+    audit row among the recent routes this console offers for correction (those `routes` lists)."""
+    for row in readable(given.audit.recent("auto_routed", limit=RECENT_ROUTES)):
+        if row.execution_name == name and (record := row.routed_record()) is not None:
+            return record
+    raise ExecutionNotRunning(f"no routing execution named {name!r}, nor a recent automatic route")
 
 
 @router.get("/api/routes/<name>")

@@ -3,8 +3,8 @@ per execution environment (app.py makes one `Wiring` at its cold start and puts 
 request's routing context), and who is asking and what they sent.
 
 The parts are typed by what the console calls on them: the ports (`decision_router.domain.ports`:
-`review`, `outcomes`, `messaging`) where their values are the domain's, and here the two faces
-that hand over the adapters' own values (the review queue's listing, the audit's reads)."""
+`review`, `outcomes`, `messaging`) where their values are the domain's, and here the faces
+that hand over the adapters' own values (the audit's reads, the labelled examples' pages)."""
 
 from __future__ import annotations
 
@@ -22,38 +22,21 @@ from pydantic import ValidationError
 from decision_router.adapters import from_settings
 from decision_router.adapters.escalations import SlaEscalations
 from decision_router.adapters.queues import EventBus
-from decision_router.adapters.review import (
-    AuditTrail,
-    LabelledExamples,
-    Pending,
-    QueuedReview,
-    ReviewQueue,
-    ReviewTasks,
-    Unreadable,
-)
+from decision_router.adapters.review import AuditTrail, LabelledExamples, ReviewTasks, Unreadable
 from decision_router.adapters.signing_key import SigningKey
 from decision_router.composition import CompositionRoot, part
+from decision_router.domain import policies as shipped
 from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.ports.messaging import Bus
 from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore
-from decision_router.domain.ports.review import EscalationMarks, Executions, ReviewMessages, TaskCompleter
+from decision_router.domain.ports.review import EscalationMarks, Executions, PendingReviews, TaskCompleter
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.review import console
 from decision_router.review.completion import IdentitySigner, InvalidReview
+from decision_router.review.pending import policy_lanes
 from decision_router.validation import describe_errors
 
 logger = Logger(child=True)
-
-
-class ReviewInbox(ReviewMessages, Protocol):
-    """The review queue as the console reads it (`adapters.review.ReviewQueue`): pending reviews
-    peeked and released, one found by its execution, removed once answered."""
-
-    def pending(self, limit: int = ...) -> Pending: ...
-
-    def release(self, reviews: list[QueuedReview]) -> None: ...
-
-    def find(self, execution_name: str) -> QueuedReview | None: ...
 
 
 class AuditReader(Protocol):
@@ -89,8 +72,9 @@ class Wiring(CompositionRoot):
         return key.review_signature if key is not None else None
 
     @part
-    def queue(self) -> ReviewInbox:
-        return ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
+    def pending_reviews(self) -> PendingReviews:
+        """The pending-review index: the list, an item, and its row removed once answered."""
+        return from_settings.pending_reviews(self.settings)
 
     @part
     def workflow(self) -> Executions:
@@ -137,6 +121,15 @@ class Wiring(CompositionRoot):
         if name not in self.policies:
             self.policies[name] = load_policy(name)
         return self.policies[name]
+
+    def policy_names(self) -> list[str]:
+        """The shipped policies' names (the console lists and the sweep counts the reviews of each)."""
+        return sorted(path.stem for path in shipped.POLICY_DIR.glob("*.json"))
+
+    def all_lanes(self, *, item_kind: str | None = None) -> list[str]:
+        """The pending-review index's lanes of every shipped policy (of `item_kind`'s only, when given)."""
+        chosen = [self.policy(name) for name in self.policy_names()]
+        return [lane for policy in chosen if item_kind in (None, policy.item_kind) for lane in policy_lanes(policy)]
 
     def reviewer(self, event: APIGatewayProxyEventV2) -> console.Reviewer:
         """The signed-in reviewer, from the claims API Gateway's JWT authorizer verified."""

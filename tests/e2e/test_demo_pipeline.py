@@ -7,7 +7,7 @@ from the audit table.
 
 The embedded model is tiny, so nothing here expects a particular model answer: items decided by
 a policy rule have a known destination; model-decided ones are followed through their own
-decision record (auto -> its target's queue; review -> the review queue, then the reviewer's
+decision record (auto -> its target's queue; review -> the pending-review index, then the reviewer's
 answer's queue once the review function completed it).
 """
 
@@ -30,6 +30,7 @@ from decision_router.domain.policies import load_policy
 from local.cloudformation import REPO_ROOT
 from local.items import EVENTS, classify, read_items
 from local.outcomes import report_line, write_report
+from local.settling import WAITING_FOR_REVIEW
 from local.tables import format_table, table_rows
 
 from .conftest import UNUSED_ENDPOINT
@@ -57,7 +58,6 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
 
     outcomes = {o.item.item_id: o for o in pipeline.run(items)}
 
-    review_queue = pipeline.queue_name(pipeline.review_queue_url)
     assert set(outcomes) == {RULE_TICKET, MODEL_TICKET, SEV1_INCIDENT}
     for item_id, outcome in outcomes.items():
         record = outcome.record
@@ -66,9 +66,9 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
             assert outcome.status == "SUCCEEDED"
             assert outcome.queues == [pipeline.queue_name(pipeline.destinations[record.destination.target])]
             assert outcome.audit == "auto_routed"
-        else:  # waiting for a person: only on the review queue, audited once answered
+        else:  # waiting for a person: only in the pending-review index, audited once answered
             assert outcome.status == "RUNNING"
-            assert outcome.queues == [review_queue]
+            assert outcome.queues == [WAITING_FOR_REVIEW]
             assert outcome.audit is None
             assert record.route_reason and outcome.reason == record.route_reason
 
@@ -197,12 +197,11 @@ def test_tickets_that_belong_to_no_queue_go_to_review_with_the_novelty_check_in_
     outcomes = pipeline.run([classify(f"line:{n}", sample(EVENTS / "tickets.jsonl", item_id), n)
                              for n, item_id in enumerate(OFF_TOPIC, 1)])
 
-    review_queue = pipeline.queue_name(pipeline.review_queue_url)
     assert [o.item.item_id for o in outcomes] == list(OFF_TOPIC)
     for outcome in outcomes:
         record = outcome.record
         assert record is not None and record.route == "review", f"{outcome.item.item_id} was routed alone: {record}"
-        assert outcome.status == "RUNNING" and outcome.queues == [review_queue] and outcome.audit is None
+        assert outcome.status == "RUNNING" and outcome.queues == [WAITING_FOR_REVIEW] and outcome.audit is None
         (decision,) = record.decisions
         assert decision.readout == "head" and decision.head_version == head.version and not decision.passed
         assert decision.novelty is not None and decision.max_novelty == head.novelty.threshold
@@ -257,9 +256,9 @@ def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reaso
     assert both.route == "rejected" and "both ticket_id and incident_id" in both.reason
     for outcome in (bad_ticket, bad_incident):
         assert outcome.record is None and outcome.audit is None and outcome.route == "failed"
-    # Nothing reached a team or the review queue.
-    assert all(not pipeline.sqs.receive_message(QueueUrl=url).get("Messages")
-               for url in [*pipeline.destinations.values(), pipeline.review_queue_url])
+    # Nothing reached a team or waits for a review.
+    assert all(not pipeline.sqs.receive_message(QueueUrl=url).get("Messages") for url in pipeline.destinations.values())
+    assert not pipeline.dynamodb.scan(TableName=pipeline.pending_reviews_table)["Items"]
     assert "TicketDeadLetterQueue" in format_table(table_rows(list(outcomes.values())))
 
     report_file = tmp_path / "report.jsonl"

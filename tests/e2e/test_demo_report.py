@@ -40,7 +40,7 @@ def decided(incident_id: str, priority_logits: list[float]) -> Outcome:
                           review_queue_url="https://queue/review", review_timeout_seconds=60)
     line = InputItem("incidents.jsonl:1", 1, "incident", incident_id, json.dumps(INCIDENT))
     status = "RUNNING" if record.route == "review" else "SUCCEEDED"
-    queues = ["ReviewQueue"] if record.route == "review" else ["AppOncallQueueWithAVeryLongLogicalName"]
+    queues = ["PendingReviewsTable"] if record.route == "review" else ["AppOncallQueueWithAVeryLongLogicalName"]
     return Outcome(item=line, record=record, status=status, queues=queues,
                    audit=None if record.route == "review" else "auto_routed")
 

@@ -61,4 +61,4 @@ def test_the_local_review_function_checks_its_callers_proof_with_sts_on_motos_se
     assert refused.value.error_type == "IdentityNotProven"
     with pytest.raises(FunctionError) as proven:  # made for this answer to this function: its caller admitted
         pipeline.reviews.invoke(proved(event, pipeline.reviews.name))
-    assert proven.value.error_type == "ExecutionNotRunning", proven.value
+    assert proven.value.error_type == "ReviewNotWaiting", proven.value

@@ -21,7 +21,7 @@ from decision_router.adapters.precision_tally import PrecisionTally
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
-from tests.fakes.console_worlds import delivered, depth, start, status, wait_for
+from tests.fakes.console_worlds import delivered, start, status, wait_for, waiting_reviews
 from tests.functions.test_review_console import (
     INCIDENT,
     SURE_TICKET,
@@ -52,14 +52,11 @@ class Site:
 
 @pytest.fixture
 def site(lambda_log, monkeypatch) -> Iterator[Site]:
-    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
     with ExitStack() as stack:
         moto = stack.enter_context(MotoServer())
         stack.enter_context(patched_environ(local_aws_environ(moto, UNUSED_ENDPOINT)))
         pipeline = stack.enter_context(LocalPipeline(log=lambda_log))
-        # The console function runs in its own process: the patch above is made there too.
-        console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log, overrides={
-            "decision_router.adapters.review.POLL_SECONDS": 0}))
+        console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log))
         yield Site(pipeline, console)
 
 
@@ -91,7 +88,7 @@ def sign_in(page, site: Site, name: str = "alice@example.com") -> None:
 
 def pending(site: Site, *records) -> list[str]:
     names = [start(site.stack, record) for record in records]
-    wait_for(lambda: depth(site.stack.ref("ReviewQueue")) == len(records), "the review requests")
+    wait_for(lambda: waiting_reviews(site.stack) == len(records), "the review requests")
     return names
 
 

@@ -25,7 +25,7 @@ from decision_router.items import parse_item
 from local.console import LocalConsole, LocalTokens
 from local.pipeline import LocalPipeline
 from local.services import MotoServer, local_aws_environ, patched_environ
-from tests.fakes.console_worlds import delivered, depth, start, wait_for
+from tests.fakes.console_worlds import delivered, start, wait_for, waiting_reviews
 from tests.functions.conftest import MODEL_INFO
 from tests.functions.many_options import head_document, raw_policy
 from tests.functions.test_many_options import signals_result
@@ -58,13 +58,12 @@ def policy_dir(tmp_path):
 
 @pytest.fixture
 def site(lambda_log, monkeypatch, policy_dir) -> Iterator[Site]:
-    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
     with ExitStack() as stack:
         moto = stack.enter_context(MotoServer())
         stack.enter_context(patched_environ(local_aws_environ(moto, UNUSED_ENDPOINT)))
-        pipeline = stack.enter_context(LocalPipeline(log=lambda_log))
+        # The workflow's index writer reads the review's policy too (its SLA lane): installed for it.
+        pipeline = stack.enter_context(LocalPipeline(log=lambda_log, policies={"ticket": str(policy_dir / "many-intents.json")}))
         console = stack.enter_context(LocalConsole(pipeline.stack, log=lambda_log, overrides={
-            "decision_router.adapters.review.POLL_SECONDS": 0,
             "decision_router.domain.policies.POLICY_DIR": policy_dir}))
         yield Site(pipeline, console)
 
@@ -84,7 +83,7 @@ def undecided(site: Site, policy_dir) -> object:
 
 def test_a_reviewer_finds_one_of_150_options_by_typing_and_arrows_and_it_reaches_its_queue(site, page, policy_dir):
     name = start(site.stack, undecided(site, policy_dir))
-    wait_for(lambda: depth(site.stack.ref("ReviewQueue")) == 1, "the review request")
+    wait_for(lambda: waiting_reviews(site.stack) == 1, "the review request")
     sign_in(page, site)
     page.click(f'tr[data-name="{name}"] a')
     page.wait_for_selector("fieldset.picker")
@@ -126,7 +125,7 @@ def test_a_reviewer_finds_one_of_150_options_by_typing_and_arrows_and_it_reaches
 
 def test_escape_clears_the_filter_and_a_filter_matching_nothing_chooses_nothing(site, page, policy_dir):
     name = start(site.stack, undecided(site, policy_dir))
-    wait_for(lambda: depth(site.stack.ref("ReviewQueue")) == 1, "the review request")
+    wait_for(lambda: waiting_reviews(site.stack) == 1, "the review request")
     sign_in(page, site)
     page.click(f'tr[data-name="{name}"] a')
     page.wait_for_selector("fieldset.picker")

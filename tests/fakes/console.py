@@ -1,13 +1,13 @@
 """In-memory fakes of what the webhook flow, the review console and the review function work
 with: each a plain class that behaves as its adapter does over AWS, hands over the adapter's own
-values (`Claim`, `Pending`, `QueuedReview`, `Malformed`, `AuditRow`, `Unreadable`, `HeadPointer`,
+values (`Claim`, `PendingReviewRow`, `ListedReview`, `AuditRow`, `Unreadable`, `HeadPointer`,
 `ResolvedItem`) and raises the adapter's own errors. `test_contract_console.py` runs the same
 behaviours against each fake and its adapter over moto (the review tasks: over botocore's Stubber).
 
 Beside the port's methods, each fake has what a test needs to play the other side: the workflow
-putting a review on the review queue, a row an older release wrote, a clock to move, and what
-was sent, to look at. Module constants of the adapters (`PEEK_SECONDS`) are read when used, so a
-test that patches one patches the fake too.
+ending a review's task, a row an older release wrote, a clock to move, and what was sent, to look
+at. Module constants of the adapters are read when used, so a test that patches one patches the
+fake too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import time
 import uuid
 from bisect import bisect_right
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -25,18 +24,20 @@ from pydantic import ValidationError
 
 from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import expiry
+from decision_router.adapters import pending_reviews as pending_reviews_adapter
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters import used_proofs as used_proofs_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
 from decision_router.adapters.head_store import now as pointer_time
-from decision_router.adapters.review import Malformed, Pending, QueuedReview, ReviewTaskGone, Unreadable
+from decision_router.adapters.review import ReviewTaskGone, Unreadable
+from decision_router.adapters.shards import every_shard
 from decision_router.adapters.similar_items import RECENT, partition, partitions, resolved_key
 from decision_router.adapters.workflow import ExecutionNotRunning, execution_input
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
+from decision_router.domain.ports.review import ListedReview, PendingReviewRow
 from decision_router.domain.precision import CheckCounts
-from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
+from decision_router.domain.records import AUDIT_SHARDS, AuditRow, DecisionRecord, ReviewAnswer
 from decision_router.domain.similar import ResolvedItem
-from decision_router.review.completion import InvalidReview, PendingReview
 from decision_router.validation import describe_errors
 
 #: Epoch seconds now (`time.time` by default); a test passes its own to move time.
@@ -172,106 +173,43 @@ class FakeSlaEscalations:
         self.rows[escalations_adapter.mark_key(execution_name)] = self._row("sent", int(self.clock()))
 
 
-# ------------------------------------------------------------------------------ the review queue
-@dataclass
-class _Message:
-    message_id: str
-    body: str
-    visible_at: float = 0.0
+# ------------------------------------------------------------------------------ the pending-review index
+class FakePendingReviews:
+    """The pending-review index (adapter `adapters.pending_reviews.PendingReviewTable`): `rows` by
+    execution name, each with the shard of its lane the adapter would write it under. `put` only
+    where none is; `listing` takes the first `limit` by due time of each shard of each lane, as
+    one Query each would, and merges them in due order; `remove` only a row there (holding the
+    token, when one is given)."""
 
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, PendingReviewRow]] = {}  # execution name -> (sharded lane, row)
 
-class FakeReviewQueue:
-    """The review queue (adapter `adapters.review.ReviewQueue`: pending, release, find, remove).
+    def put(self, row: PendingReviewRow) -> bool:
+        if row.execution_name in self.rows:
+            return False
+        shard = pending_reviews_adapter.shard_of(row.execution_name, pending_reviews_adapter.LANE_SHARDS)
+        self.rows[row.execution_name] = (pending_reviews_adapter.sharded(row.lane, shard), row)
+        return True
 
-    Messages are kept in the order sent; a listing receives each visible message, hides it for
-    PEEK_SECONDS of `clock()` and hands over a fresh receipt handle, as SQS does. Any handle given
-    out removes its message (also once removed); one never given out is refused with SQS's
-    `ReceiptHandleIsInvalid`. `request_review` is the workflow's RequestReview state; `put`, any body."""
+    def get(self, execution_name: str) -> PendingReviewRow | None:
+        found = self.rows.get(execution_name)
+        return found[1] if found else None
 
-    def __init__(self, clock: Clock = time.time):
-        self.clock = clock
-        self._messages: dict[str, _Message] = {}
-        self._handles: dict[str, str] = {}  # every receipt handle given out -> its message id
+    def listing(self, lanes: Sequence[str], limit: int) -> list[ListedReview]:
+        keys = {key for base in lanes for key in pending_reviews_adapter.every_shard(base, pending_reviews_adapter.LANE_SHARDS)}
+        listed: list[ListedReview] = []
+        for key in keys:
+            in_lane = sorted((row for lane, row in self.rows.values() if lane == key), key=lambda row: row.due_at)
+            listed += [ListedReview(execution_name=row.execution_name, requested_at=row.requested_at,
+                                    due_at=row.due_at, summary=row.summary) for row in in_lane[:limit]]
+        return sorted(listed, key=lambda row: (row.due_at, row.execution_name))
 
-    # -------------------------------------------------------------------- the workflow's side
-    def put(self, body: str) -> str:
-        """A message with this body (visible at once); its message id."""
-        message_id = str(uuid.uuid4())
-        self._messages[message_id] = _Message(message_id, body)
-        return message_id
-
-    def request_review(self, record: DecisionRecord, execution_name: str, task_token: str, *,
-                       requested_at: str | None = None) -> str:
-        """The message RequestReview sends (statemachine/routing.asl.json): the task token, the
-        execution's name, the state's entered time and the state's input, which there is the
-        execution's input, the record. Its message id."""
-        body = {"task_token": task_token, "execution_name": execution_name,
-                "requested_at": requested_at or entered_time(self.clock()),
-                "record": json.loads(record.model_dump_json())}
-        return self.put(json.dumps(body))
-
-    def bodies(self) -> list[str]:
-        """Every message's body still on the queue, hidden or not (what a test asserts on)."""
-        return [m.body for m in self._messages.values()]
-
-    # -------------------------------------------------------------------- the adapter's methods
-    def _receive(self, limit: int, hide_seconds: float) -> list[tuple[_Message, str]]:
-        now = self.clock()
-        received = []
-        for message in self._messages.values():
-            if len(received) == limit:
-                break
-            if message.visible_at <= now:
-                message.visible_at = now + hide_seconds
-                handle = uuid.uuid4().hex
-                self._handles[handle] = message.message_id
-                received.append((message, handle))
-        return received
-
-    def pending(self, limit: int = 50) -> Pending:
-        """Up to `limit` pending reviews, each hidden for PEEK_SECONDS; what is no review request
-        is reported. Received ten at a time, as the adapter does: the reviews of the last batch
-        past `limit` are hidden too, and not handed over."""
-        found = Pending()
-        seen: set[str] = set()
-        while len(found.reviews) < limit:
-            new = [(m, h) for m, h in self._receive(10, review_adapter.PEEK_SECONDS) if m.message_id not in seen]
-            if not new:
-                break
-            for message, handle in new:
-                seen.add(message.message_id)
-                try:
-                    review = PendingReview.from_message(message.body)
-                except InvalidReview as error:
-                    found.malformed.append(Malformed(message.message_id, str(error)))
-                    continue
-                found.reviews.append(QueuedReview(review, handle))
-        found.reviews = found.reviews[:limit]
-        return found
-
-    def remove(self, receipt_handle: str) -> None:
-        if receipt_handle not in self._handles:
-            raise _client_error("ReceiptHandleIsInvalid", "The input receipt handle is invalid.", "DeleteMessage")
-        self._messages.pop(self._handles[receipt_handle], None)
-
-    def release(self, reviews: list[QueuedReview]) -> None:
-        """Make the peeked messages visible again at once (a handle it does not know: nothing, as
-        the adapter ignores the batch's failed entries)."""
-        now = self.clock()
-        for queued in reviews:
-            message = self._messages.get(self._handles.get(queued.receipt_handle, ""))
-            if message is not None:
-                message.visible_at = now
-
-    def find(self, execution_name: str, *, limit: int = 1000, tries: int = 3) -> QueuedReview | None:
-        """The execution's pending review (its message hidden), the others released; None when none."""
-        for _ in range(tries):
-            found = self.pending(limit=limit).reviews
-            mine = [q for q in found if q.review.execution_name == execution_name]
-            self.release([q for q in found if q.review.execution_name != execution_name])
-            if mine:
-                return mine[0]
-        return None
+    def remove(self, execution_name: str, task_token: str | None = None) -> bool:
+        found = self.rows.get(execution_name)
+        if found is None or (task_token is not None and found[1].task_token != task_token):
+            return False
+        del self.rows[execution_name]
+        return True
 
 
 def entered_time(at: float) -> str:
@@ -308,9 +246,22 @@ class FakeAuditTrail:
         self.rows[(columns["item_id"], columns["execution_name"])] = dict(columns)
 
     def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
-        """The latest `limit` rows of this outcome, newest first (the outcome-audited_at index)."""
-        indexed = [r for r in self.rows.values() if r.get("outcome") == outcome and "audited_at" in r]
-        return [_read(r) for r in sorted(indexed, key=lambda r: r["audited_at"], reverse=True)[:limit]]
+        """The latest `limit` rows of this outcome, newest first, ties by key: a row in one of the
+        outcome's shards as the sharded index projects it (its keys and RECENT_COLUMNS), a row
+        without a shard whole (the unsharded index, where its outcome is)."""
+        trail = review_adapter.AuditTrail
+        shards = set(every_shard(outcome, AUDIT_SHARDS))
+        projected = {"item_id", "execution_name", "outcome_shard", "audited_at", *trail.RECENT_COLUMNS}
+        listed = []
+        for row in self.rows.values():
+            if "audited_at" not in row:
+                continue  # in no index
+            if row.get("outcome_shard") in shards:
+                listed.append({name: value for name, value in row.items() if name in projected})
+            elif trail.UNSHARDED_INDEX and row.get("outcome") == outcome:
+                listed.append(row)
+        newest = sorted(listed, key=lambda r: (r["audited_at"], r["item_id"], r["execution_name"]), reverse=True)
+        return [_read(r) for r in newest[:max(limit, 0)]]
 
     def of_item(self, item_id: str) -> list[AuditRow | Unreadable]:
         """Every row of one item, in execution-name order."""
@@ -381,6 +332,15 @@ class FakeLabelledExamples:
         for key in sorted(k for k in self.rows if k[0] == policy_name):
             yield dict(self.rows[key])
 
+    def since(self, policy_name: str, labelled_after: str) -> Iterator[dict[str, str]]:
+        """The shard index's rows of the policy labelled after `labelled_after` (a row without a
+        `label_shard` of the policy is not in the index), shard by shard, oldest first in each."""
+        indexed = [row for row in self.rows.values()
+                   if row.get("label_shard", "").rpartition("#")[0] == policy_name and "labelled_at" in row]
+        for row in sorted(indexed, key=lambda r: (r["label_shard"], r["labelled_at"])):
+            if row["labelled_at"] > labelled_after:
+                yield dict(row)
+
 
 # ------------------------------------------------------------------------------ review tasks
 class FakeReviewTasks:
@@ -434,13 +394,11 @@ class FakeReviewTasks:
 class ConsoleWorkflow:
     """The routing workflow as the review console and the review function use it (port
     `Executions`, adapter `adapters.workflow.WorkflowStarter`): `executions`, by name, each its
-    status and input (JSON text, as Step Functions keeps it), and the token of each review request
-    one sent (`request_review`). Nothing runs: a started execution is RUNNING until the test
-    `end`s it."""
+    status and input (JSON text, as Step Functions keeps it). Nothing runs: a started execution is
+    RUNNING until the test `end`s it."""
 
     def __init__(self, *, audit_retention_days: int = 0) -> None:
         self.executions: dict[str, tuple[str, str]] = {}
-        self.review_tokens: dict[str, str] = {}  # execution name -> its latest review request's token
         self.audit_retention_days = audit_retention_days
 
     def start_named(self, name: str, record: DecisionRecord) -> bool:
@@ -459,23 +417,6 @@ class ConsoleWorkflow:
             raise ExecutionNotRunning(f"no routing execution named {name!r}")
         status, given = self.executions[name]
         return status, json.loads(given)
-
-    def running_record(self, name: str) -> DecisionRecord:
-        status, _ = self.describe(name)
-        if status != "RUNNING":
-            raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
-        return DecisionRecord.model_validate_json(self.executions[name][1])
-
-    def request_review(self, name: str, task_token: str) -> None:
-        """The execution's RequestReview sent its review request under `task_token` (the workflow's
-        part; a later request, as a retry's, replaces the earlier one)."""
-        self.describe(name)
-        self.review_tokens[name] = task_token
-
-    def review_task_token(self, name: str) -> str | None:
-        """The token of the latest review request the execution sent; None when it sent none."""
-        self.describe(name)
-        return self.review_tokens.get(name)
 
 
 # ------------------------------------------------------------------------------ identity proofs used

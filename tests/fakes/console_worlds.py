@@ -33,18 +33,21 @@ from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter, execution_input
 from decision_router.config import Settings
+from decision_router.domain.policies import load_policy
 from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AuditRow, DecisionRecord
+from decision_router.review.completion import PendingReview
+from decision_router.review.pending import pending_row
 from local.cloudformation import Stack
-from local.lambdas import LocalFunction
+from local.lambdas import LocalFunction, serve_workflow_invokes
 from tests.fakes.console import (
     Clock,
     FakeAuditTrail,
     FakeBus,
     FakeLabelledExamples,
+    FakePendingReviews,
     FakePrecisionTally,
     FakeResolvedItems,
-    FakeReviewQueue,
     FakeReviewTasks,
     FakeSlaEscalations,
     FakeUsedProofs,
@@ -91,6 +94,13 @@ def depth(url: str) -> int:
     return sum(int(v) for v in attributes["Attributes"].values())
 
 
+def waiting_reviews(stack: Stack) -> int:
+    """The rows of the stack's pending-review index: the reviews its workflow waits for."""
+    pages = boto3.client("dynamodb").get_paginator("scan").paginate(
+        TableName=stack.ref("PendingReviewsTable"), Select="COUNT", ConsistentRead=True)
+    return sum(page["Count"] for page in pages)
+
+
 def delivered(url: str) -> list[dict[str, Any]]:
     """The queue's messages (their JSON bodies), taken off it."""
     sqs = boto3.client("sqs")
@@ -115,14 +125,15 @@ def _compact(value: Any) -> str:
 class PlayedWorkflow(RecordingWorkflow):
     """The routing workflow (statemachine/routing.asl.json) played over the fakes: started as the
     intakes start it (`start`, RecordingWorkflow's rules for names used before) and as the console
-    starts a correction (`start_named`); read as the review side reads it (`describe`,
-    `running_record`, ConsoleWorkflow's answers). `play` takes each running execution as far as
+    starts a correction (`start_named`); read as the console reads it (`describe`, ConsoleWorkflow's
+    answers). `play` takes each running execution as far as
     the workflow would by now:
 
     - an automatic route: delivered to its destination, audited `auto_routed`, SUCCEEDED;
-    - a review: requested on the review queue under a task token the review tasks issue; once the
-      token is answered, the answer is checked (this execution, a reviewer, one of the record's own
-      choices), then delivered, its labelled example stored, audited `reviewed`, SUCCEEDED;
+    - a review: its row put in the pending-review index (as the index writer puts it) under a task
+      token the review tasks issue; once the token is answered, the row is removed and the answer
+      checked (this execution, a reviewer, one of the record's own choices), then delivered, its
+      labelled example stored, audited `reviewed`, SUCCEEDED;
     - a correction: its answer checked and carried out as a review's.
 
     Each row and message is written field for field as the state that writes it in AWS. What it
@@ -131,13 +142,13 @@ class PlayedWorkflow(RecordingWorkflow):
     announcement is not put (no bus: nothing here can read it). The smoke tests, run on both
     worlds, hold what it plays to the real workflow in moto."""
 
-    def __init__(self, state_machine_arn: str, *, review_queue_url: str, review_queue: FakeReviewQueue,
+    def __init__(self, state_machine_arn: str, *, pending_reviews: FakePendingReviews, review_timeout_seconds: int,
                  tasks: FakeReviewTasks, audit: FakeAuditTrail, examples: FakeLabelledExamples,
                  queue_at: Callable[[str], FakeQueue], clock: Clock = time.time,
                  audit_retention_days: int = 0) -> None:
         super().__init__(audit_retention_days=audit_retention_days)
-        self.state_machine_arn, self.review_queue_url = state_machine_arn, review_queue_url
-        self.review_queue, self.tasks, self.audit, self.examples = review_queue, tasks, audit, examples
+        self.state_machine_arn, self.review_timeout_seconds = state_machine_arn, review_timeout_seconds
+        self.pending_reviews, self.tasks, self.audit, self.examples = pending_reviews, tasks, audit, examples
         self.queue_at, self.clock = queue_at, clock
         self.tokens: dict[str, str] = {}  # execution name -> the task token its review waits on
 
@@ -155,17 +166,6 @@ class PlayedWorkflow(RecordingWorkflow):
             raise ExecutionNotRunning(f"no routing execution named {name!r}")
         execution = self.executions[name]
         return execution.status, json.loads(execution.input)
-
-    def running_record(self, name: str) -> DecisionRecord:
-        status, _ = self.describe(name)
-        if status != "RUNNING":
-            raise ExecutionNotRunning(f"execution {name!r} is {status}: it waits for no review")
-        return DecisionRecord.model_validate_json(self.executions[name].input)
-
-    def review_task_token(self, name: str) -> str | None:
-        """The token the execution's review request was sent under (its history's, in AWS)."""
-        self.describe(name)
-        return self.tokens.get(name)
 
     def execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
@@ -194,15 +194,22 @@ class PlayedWorkflow(RecordingWorkflow):
         if given["escalate"]:
             raise NotPlayed(f"{execution.name}: an escalation before the review (PutItemEscalatedBeforeReview)")
         token = self.tokens.get(execution.name)
-        if token is None:  # RequestReview
-            if given["review"]["queue_url"] != self.review_queue_url:
-                raise NotPlayed(f"{execution.name}: a review queue this world has no fake of")
+        if token is None:  # RequestReview: the index writer puts the review's row
             token = self.tokens[execution.name] = self.tasks.issue()
-            self.review_queue.request_review(execution.record, execution.name, token)
+            self.request_review(execution.record, execution.name, token)
         if token in self.tasks.answered:
+            self.pending_reviews.remove(execution.name)  # ForgetPendingReview
             self._answered(execution, given, json.loads(self.tasks.answered[token].model_dump_json()))
         elif token in self.tasks.closed or token in self.tasks.timed_out:
+            self.pending_reviews.remove(execution.name)
             raise NotPlayed(f"{execution.name}: a review closed at its source or timed out")
+
+    def request_review(self, record: DecisionRecord, execution_name: str, task_token: str) -> None:
+        """The row the index writer (functions/review_index_writer) puts for RequestReview's invoke."""
+        review = PendingReview(task_token=task_token, execution_name=execution_name,
+                               requested_at=entered_time(self.clock()), record=record)
+        self.pending_reviews.put(pending_row(review, load_policy(record.policy.name),
+                                             review_timeout_seconds=self.review_timeout_seconds))
 
     def _answered(self, execution: Execution, given: dict[str, Any], answer: dict[str, Any]) -> None:
         """CheckReviewAnswer* and LookUpReviewChoice, then the route the chosen answer names."""
@@ -254,20 +261,22 @@ class _Questions:
     `depth`, `wait_for`)."""
 
     def pending(self, *records: DecisionRecord) -> list[str]:
-        """Each record's execution started, once the workflow requested every review (beside the
-        messages already on the review queue: one answered through the review function stays
-        until its reader removes it)."""
-        before = self.depth("ReviewQueue")
+        """Each record's execution started, once the workflow requested every review (its row is
+        in the pending-review index)."""
         names = [self.start(record) for record in records]
-        self.wait_for(lambda: self.depth("ReviewQueue") == before + len(records), "the review requests")
+        self.wait_for(lambda: {n for n in names} <= {r["execution_name"] for r in self.review_requests()},
+                      "the review requests")
         return names
 
-    def send_review_message(self, body: str) -> None:
-        """A message put on the review queue by someone other than the workflow (a forgery)."""
-        if isinstance(self, MotoConsoleWorld):
-            boto3.client("sqs").send_message(QueueUrl=self.ref("ReviewQueue"), MessageBody=body)
-        else:
-            self.review_queue.put(body)  # type: ignore[attr-defined]
+    def review_requests(self) -> list[dict[str, Any]]:
+        """The reviews waiting, as the index writer put them (task_token, execution_name,
+        requested_at, record as JSON), oldest first."""
+        raise NotImplementedError
+
+    def pending_message(self) -> dict[str, Any]:
+        """The one review waiting (its row, as `review_requests` gives it)."""
+        (request,) = self.review_requests()
+        return request
 
     def finished(self, name: str) -> str:
         """The execution's status once it ended."""
@@ -282,7 +291,6 @@ class ConsoleWorld(_Questions, FakeWorld):
 
     def __init__(self) -> None:
         super().__init__()
-        self.review_queue = FakeReviewQueue()
         self.tasks = FakeReviewTasks()
         self.audit = FakeAuditTrail(retention_days=self.audit_retention_days)
         self.examples = FakeLabelledExamples()
@@ -295,8 +303,10 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.sts = StsStandIn()  # STS as the review function's proofs meet it (moto's checks no signature)
         # SigningKeySecret is not created in this world: the functions get its key as bytes.
         self.signing_key = SigningKey(b"decision-router-test-signing-key-0123456789")
-        self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), review_queue_url=self.ref("ReviewQueue"),
-                                       review_queue=self.review_queue, tasks=self.tasks, audit=self.audit,
+        self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), pending_reviews=self.pending_reviews,
+                                       review_timeout_seconds=int(
+                                           self.environment("ReviewConsoleFunction")["REVIEW_TIMEOUT_SECONDS"]),
+                                       tasks=self.tasks, audit=self.audit,
                                        examples=self.examples, queue_at=self._queue_at,
                                        audit_retention_days=self.audit_retention_days)
 
@@ -306,7 +316,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         under mock_aws), its wiring made of this world's fakes: event -> response."""
         from review_console.wiring import Wiring
 
-        wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), queue=self.review_queue,
+        wiring = Wiring(Settings.from_env(self.environment("ReviewConsoleFunction")), pending_reviews=self.pending_reviews,
                         workflow=self.workflow, audit=self.audit, examples=self.examples, tasks=self.tasks,
                         resolved_items=self.resolved_items, precision_tally=self.precision,
                         signing_key=self.signing_key, bus=self.bus, escalations=self.escalations)
@@ -321,7 +331,7 @@ class ConsoleWorld(_Questions, FakeWorld):
         identity = StsCallerIdentity()
         self.sts.attach(identity.client)
         monkeypatch.setattr(app, "WIRING", Wiring(
-            Settings.from_env(self.environment("ReviewCompletionFunction")), workflow=self.workflow,
+            Settings.from_env(self.environment("ReviewCompletionFunction")), pending_reviews=self.pending_reviews,
             tasks=self.tasks, used_proofs=self.used_proofs, resolved_items=self.resolved_items,
             precision_tally=self.precision, signing_key=self.signing_key, caller_identity=identity))
 
@@ -346,8 +356,6 @@ class ConsoleWorld(_Questions, FakeWorld):
     def depth(self, logical_id: str) -> int:
         """The messages on the queue, hidden or not."""
         self.workflow.play()
-        if logical_id == "ReviewQueue":
-            return len(self.review_queue.bodies())
         return len(self.queue(logical_id).waiting)
 
     def delivered(self, logical_id: str) -> list[dict[str, Any]]:
@@ -360,12 +368,11 @@ class ConsoleWorld(_Questions, FakeWorld):
             queue.delete(message)
         return found
 
-    def pending_message(self) -> dict[str, Any]:
-        """The one review request on the review queue, with a receipt handle (left visible)."""
+    def review_requests(self) -> list[dict[str, Any]]:
         self.workflow.play()
-        (queued,) = self.review_queue.pending().reviews
-        self.review_queue.release([queued])
-        return dict(json.loads(queued.review.model_dump_json()), receipt_handle=queued.receipt_handle)
+        rows = sorted((row for _, row in self.pending_reviews.rows.values()), key=lambda row: row.requested_at)
+        return [{"task_token": row.task_token, "execution_name": row.execution_name,
+                 "requested_at": row.requested_at, "record": json.loads(row.record.model_dump_json())} for row in rows]
 
     def audit_columns(self, item_id: str, execution_name: str) -> dict[str, str]:
         """The audit row's columns (KeyError: no row)."""
@@ -407,6 +414,8 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         self.audit = AuditTrail(self.ref("AuditTable"))
         self.signing_key = SigningKey.from_secret(self.ref("SigningKeySecret"))
         self.sts = StsStandIn()  # STS as the review function's proofs meet it (moto's checks no signature)
+        # The workflow's RequestReview invokes the index writer: here, in this process.
+        serve_workflow_invokes(LocalFunction(self.template, "ReviewIndexWriterFunction"))
 
     def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""
@@ -438,10 +447,11 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def delivered(self, logical_id: str) -> list[dict[str, Any]]:
         return delivered(self.ref(logical_id))
 
-    def pending_message(self) -> dict[str, Any]:
-        (message,) = boto3.client("sqs").receive_message(QueueUrl=self.ref("ReviewQueue"),
-                                                         VisibilityTimeout=0)["Messages"]
-        return dict(json.loads(message["Body"]), receipt_handle=message["ReceiptHandle"])
+    def review_requests(self) -> list[dict[str, Any]]:
+        rows = boto3.client("dynamodb").scan(TableName=self.ref("PendingReviewsTable"), ConsistentRead=True)["Items"]
+        found = [{"task_token": row["task_token"]["S"], "execution_name": row["execution_name"]["S"],
+                  "requested_at": row["requested_at"]["S"], "record": json.loads(row["record"]["S"])} for row in rows]
+        return sorted(found, key=lambda request: request["requested_at"])
 
     def _get(self, table: str, key: dict[str, str]) -> dict[str, str]:
         item = boto3.client("dynamodb").get_item(TableName=self.ref(table),

@@ -26,6 +26,7 @@ import json
 import math
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -40,12 +41,26 @@ from botocore.exceptions import ClientError
 
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
 from decision_router.adapters import expiry
+from decision_router.adapters.direct_routes import (
+    FAILED,
+    LEASE_SECONDS,
+    DeliveryInProgress,
+    audit_row,
+    entered_time,
+    routed_detail,
+    team_message,
+)
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
 from decision_router.adapters.open_incidents import (
+    BATCH_KEYS,
     EXECUTION_POINTER,
+    FILED,
+    FILED_COUNT,
+    LOOKUP_ROW,
     MAX_RACES,
     OPEN_MARK,
     RETENTION_DAYS,
+    instant_of,
     open_incident_of,
     open_mark,
 )
@@ -53,8 +68,9 @@ from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
-from decision_router.domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
+from decision_router.domain.linking import MAX_DESCRIPTION, MAX_FILED, MAX_TITLE, OpenIncident, bounded, filing_keys
 from decision_router.domain.ports.incidents import AlarmState, Claim, GroupRow, IncidentRow, Joined
+from decision_router.domain.ports.routing import Delivery
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.sources.cloudwatch import parse_alarm_arn
 from local.template import DEFAULT_ACCOUNT_ID
@@ -100,6 +116,8 @@ class FakeOpenIncidents:
     def __init__(self, *, retention_days: int = RETENTION_DAYS) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
         self.retention_days = retention_days
+        #: Requests as the adapter would make them, by method (the link index's reads and writes).
+        self.calls: Counter[str] = Counter()
 
     def _open_rows(self) -> list[dict[str, Any]]:
         """The rows of the open-incident index, by key (as the adapter's Query of every shard)."""
@@ -131,6 +149,7 @@ class FakeOpenIncidents:
                         kept = bounded(text, limit)
                         if kept:
                             item[name] = kept
+                    item["filed_under"] = filing_keys(service, title, description)
                 self.rows[key] = item  # a put replaces the whole item
                 return "new"
             row = self.get(key)
@@ -141,6 +160,46 @@ class FakeOpenIncidents:
             if row.status == "open":
                 return "update" if self.touch(key, delivery) else "duplicate"
         raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
+
+    # the link index: a row per lookup key (`LOOKUP_ROW` + key), each incident filed an attribute
+    # `FILED` + incident key -> reported time, and their count `FILED_COUNT`
+    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None:
+        self.calls["file"] += 1
+        for lookup in lookup_keys:
+            row = self.rows.get(LOOKUP_ROW + lookup, {})
+            if FILED + key not in row and row.get(FILED_COUNT, 0) < MAX_FILED:
+                row = self._row(LOOKUP_ROW + lookup)
+                row[FILED + key] = reported_at
+                row[FILED_COUNT] = row.get(FILED_COUNT, 0) + 1
+
+    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None:
+        self.calls["unfile"] += 1
+        for lookup in lookup_keys:
+            row = self.rows.get(LOOKUP_ROW + lookup, {})
+            if row.pop(FILED + key, None) is not None:
+                row[FILED_COUNT] -= 1
+
+    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]:
+        """As the adapter's BatchGetItem of the lookup rows (`calls` counts one per BATCH_KEYS keys)."""
+        unique = list(dict.fromkeys(lookup_keys))
+        self.calls["filed_under"] += math.ceil(len(unique) / BATCH_KEYS)
+        found = {}
+        for lookup in unique:
+            row = self.rows.get(LOOKUP_ROW + lookup)
+            if row is not None:
+                filed = {name[len(FILED):]: instant_of(text) for name, text in row.items() if name.startswith(FILED)}
+                found[lookup] = {key: at for key, at in filed.items() if at is not None}
+        return found
+
+    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]:
+        """As the adapter's BatchGetItem of the incidents' rows (`calls` counts one per BATCH_KEYS keys;
+        `read` counts the rows read)."""
+        unique = list(dict.fromkeys(keys))
+        self.calls["open_incidents"] += math.ceil(len(unique) / BATCH_KEYS)
+        self.calls["rows_read"] += len(unique)
+        rows = [self.rows[key] for key in sorted(unique) if key in self.rows]
+        incidents = [open_incident_of(_plain(row)) for row in rows if row.get("status") == "open"]
+        return [incident for incident in incidents if incident is not None]
 
     def open_now(self) -> list[OpenIncident]:
         incidents = []
@@ -497,6 +556,51 @@ class RecordingWorkflow:
         if status not in {"SUCCEEDED", *ENDED_UNROUTED}:
             raise ValueError(f"an execution ends SUCCEEDED, FAILED, TIMED_OUT or ABORTED, not {status!r}")
         self.executions[name].status = status
+
+
+# --------------------------------------------------------------------------- the direct routes
+class FakeDirectRoutes:
+    """The direct delivery of an automatic route (port `DirectRoutes`), as its adapter does it: the
+    audit row claimed in `audit` (a `FakeAuditTrail`: the row's string columns, the pending mark
+    beside them in `pending`), the team message onto the fake queue of its URL (`queue_at`), the
+    `Item Routed` event's detail in `events`. `clock` is the adapter's; `fail_send`, an exception
+    the next send raises (after the claim): an `Exception` hands the claim back, as the adapter
+    does; a crash (a `BaseException`, a timeout) leaves it pending until its deadline."""
+
+    def __init__(self, audit: Any, queue_at: Callable[[str], "FakeQueue"], *, retention_days: int = 0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.audit, self.queue_at, self.retention_days, self.clock = audit, queue_at, retention_days, clock
+        self.pending: dict[tuple[str, str], float] = {}
+        self.events: list[dict[str, Any]] = []
+        self.records: dict[str, DecisionRecord] = {}
+        self.fail_send: BaseException | None = None
+
+    def deliver(self, record: DecisionRecord, name: str, *, holds_until: float | None = None) -> Delivery:
+        now = self.clock()
+        until = holds_until if holds_until is not None else now + LEASE_SECONDS
+        key = (record.item_id, name)
+        if key in self.audit.rows:
+            held = self.pending.get(key)
+            if held is None:
+                return Delivery(False, ended_unrouted=self.audit.rows[key].get("outcome") == FAILED)
+            if held > now:
+                raise DeliveryInProgress(f"{record.item_kind} {record.item_id}: delivery claimed by another invocation")
+        else:
+            self.audit.rows[key] = audit_row(record, name, entered_time(now)).columns()
+            if self.retention_days:
+                self.audit.expires[key] = expiry(self.retention_days, datetime.fromisoformat(record.decided_at))
+        self.pending[key] = until
+        if self.fail_send is not None:
+            failure, self.fail_send = self.fail_send, None
+            if isinstance(failure, Exception):
+                self.pending[key] = 0.0
+            raise failure
+        self.queue_at(record.destination.queue_url if record.destination else "").send(
+            json.dumps(team_message(record, name), ensure_ascii=False))
+        self.events.append(routed_detail(record, name))
+        self.records[name] = record
+        del self.pending[key]
+        return Delivery(True)
 
 
 # --------------------------------------------------------------------------- queues

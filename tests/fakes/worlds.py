@@ -20,11 +20,18 @@ from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.similar_items import ResolvedItems
 from decision_router.config import Settings
 from decision_router.domain.ports.routing import Endpoint
-from decision_router.domain.records import DecisionRecord
+from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
-from tests.fakes.console import FakeAuditTrail, FakeResolvedItems, FakeReviewQueue, FakeReviewTasks
-from tests.fakes.intake import FakeAlarmStates, FakeOpenIncidents, FakeQueue, InMemoryIdempotency, RecordingWorkflow
+from tests.fakes.console import FakeAuditTrail, FakePendingReviews, FakeResolvedItems, FakeReviewTasks
+from tests.fakes.intake import (
+    FakeAlarmStates,
+    FakeDirectRoutes,
+    FakeOpenIncidents,
+    FakeQueue,
+    InMemoryIdempotency,
+    RecordingWorkflow,
+)
 from tests.functions.sts_stand_in import TEST_REVIEWER_PRINCIPALS
 
 ENDPOINT_NAME = "decision-endpoint"
@@ -60,12 +67,13 @@ class FakeWorld:
         self.idempotency = InMemoryIdempotency()
         self.alarm_states = FakeAlarmStates()
         self.audit = FakeAuditTrail(retention_days=self.audit_retention_days)
-        self.review_queue = FakeReviewQueue()
+        self.pending_reviews = FakePendingReviews()
         self.review_tasks = FakeReviewTasks()
         self.resolved_items: FakeResolvedItems | ResolvedItems = FakeResolvedItems()
         # The stack's head signing key (HeadSigningKeySecret): the precision checks' draw is keyed with it.
         self.head_signing_key = SigningKey(b"decision-router-test-head-signing-key-0123456789")
         self._queues: dict[str, FakeQueue] = {}
+        self.direct = FakeDirectRoutes(self.audit, self._queue_at, retention_days=self.audit_retention_days)
 
     def ref(self, logical_id: str) -> str:
         return self.template.ref(logical_id)
@@ -89,13 +97,18 @@ class FakeWorld:
                       dead_letters=self._queue_at(settings.dead_letter_queue_url),
                       ticket_queue=self._queue_at(settings.ticket_queue_url) if settings.ticket_queue_url else None,
                       alarm_states=self.alarm_states, idempotency_store=self.idempotency, audit=self.audit,
-                      review_queue=self.review_queue, review_tasks=self.review_tasks, resolved_items=self.resolved_items,
-                      head_signing_key=self.head_signing_key)
+                      pending_reviews=self.pending_reviews, review_tasks=self.review_tasks, resolved_items=self.resolved_items,
+                      head_signing_key=self.head_signing_key, direct_routes=self.direct)
 
     # ------------------------------------------------------------------ what became of the items
     def executions(self) -> dict[str, DecisionRecord]:
-        """Execution name -> the decision record it was started with."""
-        return self.workflow.records
+        """Execution name -> the decision record it was started with; an automatic route the intake
+        delivered itself, under the name its execution would have (`delivered_directly` tells them apart)."""
+        return {**self.workflow.records, **self.delivered_directly()}
+
+    def delivered_directly(self) -> dict[str, DecisionRecord]:
+        """Execution name -> the record of each automatic route the intake delivered itself."""
+        return dict(self.direct.records)
 
     def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:
         """The dead-letter queue's messages (body and attributes, as SQS hands them over), taken off it."""
@@ -136,6 +149,16 @@ class MotoWorld(FakeWorld):
         for execution in sfn.list_executions(stateMachineArn=self.ref("RoutingStateMachine"))["executions"]:
             described = sfn.describe_execution(executionArn=execution["executionArn"])
             found[execution["name"]] = DecisionRecord.model_validate_json(described["input"])
+        return {**found, **self.delivered_directly()}
+
+    def delivered_directly(self) -> dict[str, DecisionRecord]:
+        """Read back from the audit table: each row the intake wrote as it delivered a route itself."""
+        table = self.environment("TicketIntakeFunction")["AUDIT_TABLE_NAME"]
+        found = {}
+        for raw in boto3.client("dynamodb").scan(TableName=table)["Items"]:
+            row = AuditRow.model_validate({k: v["S"] for k, v in raw.items() if "S" in v})
+            if row.routing_record is not None and "delivery_pending_until" not in raw:
+                found[row.execution_name] = row.routed_record()
         return found
 
     def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:

@@ -86,6 +86,7 @@ class RecordingTracerProvider:
 @pytest.fixture
 def traces(monkeypatch) -> RecordingTracerProvider:
     """Every Tracer of the functions (the handlers' and the library's) records into one provider."""
+    import decision_router.adapters.direct_routes
     import decision_router.adapters.endpoint
     import decision_router.adapters.workflow
     import decision_router.intake.pipeline
@@ -95,7 +96,8 @@ def traces(monkeypatch) -> RecordingTracerProvider:
 
     recorder = RecordingTracerProvider()
     for module in (ticket_app, incident_app, review_app, decision_router.intake.pipeline,
-                   decision_router.adapters.endpoint, decision_router.adapters.workflow):
+                   decision_router.adapters.endpoint, decision_router.adapters.workflow,
+                   decision_router.adapters.direct_routes):
         assert module.tracer.auto_patch is True  # boto3 calls (InvokeEndpoint, DynamoDB, StartExecution) traced too
         monkeypatch.setattr(module.tracer, "provider", recorder)
     return recorder

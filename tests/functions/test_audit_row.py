@@ -13,7 +13,8 @@ from moto import mock_aws
 from pydantic import ValidationError
 
 from decision_router.adapters.review import AuditTrail, Unreadable
-from decision_router.domain.records import AuditRow
+from decision_router.adapters.shards import shard_of, sharded
+from decision_router.domain.records import AUDIT_SHARDS, AuditRow, outcome_shard
 
 STATE_MACHINES = Path(__file__).resolve().parents[2] / "statemachine"
 
@@ -67,6 +68,10 @@ def test_the_workflow_writes_the_audit_row_the_model_defines():
         assert expiry is None or set(expiry) == {"N.$"}, (machine, state, expiry)
         assert required <= set(item) <= fields, (machine, state, sorted(set(item) ^ fields))
         assert "linked_incident_id" in item, (machine, state, "the link index's key")
+        # The index of recent rows: the outcome and one of AUDIT_SHARDS shards, at random.
+        assert item["outcome_shard"] == {"S.$": "States.Format('{}#{}', $.outcome.status, "
+                                                f"States.MathRandom(0, {AUDIT_SHARDS - 1}))"}, (machine, state)
+        assert item["outcome"] == {"S.$": "$.outcome.status"}, (machine, state)
         for column, value in item.items():
             assert set(value) <= {"S", "S.$"} and len(value) == 1, (machine, state, column, value)
 
@@ -74,6 +79,7 @@ def test_the_workflow_writes_the_audit_row_the_model_defines():
 def _row(**change: Any) -> dict[str, Any]:
     row = {name: f"{name}-value" for name in AuditRow.model_fields}
     row["outcome_detail"] = json.dumps({"status": "auto_routed", "target": "billing"})
+    row["outcome_shard"] = "outcome-value#3"
     return {**row, **change}
 
 
@@ -83,6 +89,26 @@ def test_a_row_reads_back_its_columns_and_its_detail():
     assert row.detail() == {"status": "auto_routed", "target": "billing"}
     held = AuditRow.model_validate(_row(execution_arn=None))
     assert "execution_arn" not in held.columns()
+
+
+def test_a_row_the_code_writes_is_given_its_outcomes_shard_from_its_key():
+    """The same shard for the same row in every process (a retry's put is the same row), the
+    outcome's own, spread over every shard (adapters/shards.py's `shard_of` on the row's key)."""
+    without = _row(outcome="auto_routed", outcome_shard=None)
+    shard = AuditRow.model_validate(without).outcome_shard
+    assert shard == sharded("auto_routed", shard_of(f"{without['item_id']}/{without['execution_name']}", AUDIT_SHARDS))
+    assert AuditRow.model_validate(without).columns()["outcome_shard"] == shard
+    spread = {outcome_shard("auto_routed", f"T-{n}", f"ticket-T-{n}") for n in range(200)}
+    assert spread == {f"auto_routed#{n}" for n in range(AUDIT_SHARDS)}
+    kept = AuditRow.model_validate(_row(outcome="auto_routed", outcome_shard="auto_routed#7"))
+    assert kept.outcome_shard == "auto_routed#7"  # the workflow's pick is kept as written
+
+
+@pytest.mark.parametrize("shard", ["reviewed#2", "auto_routed", "auto_routed#", "auto_routed#x", "auto_routed#01"])
+def test_a_shard_that_is_not_its_outcomes_is_refused_naming_the_field(shard):
+    with pytest.raises(ValidationError, match="outcome_shard") as refused:
+        AuditRow.model_validate(_row(outcome="auto_routed", outcome_shard=shard))
+    assert "'auto_routed#<n>'" in str(refused.value)
 
 
 @pytest.mark.parametrize(("change", "field"), [

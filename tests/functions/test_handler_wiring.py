@@ -12,20 +12,22 @@ from datetime import datetime, timezone
 import pytest
 
 from decision_router.adapters.caller_identity import StsCallerIdentity
-from decision_router.adapters.review import ReviewQueue
+from decision_router.adapters.pending_reviews import PendingReviewTable
 from decision_router.config import ConfigError, Settings
+from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.intake.webhooks import sign
+from decision_router.review.completion import PendingReview
+from decision_router.review.pending import pending_row
 from decision_router.sources.webhook import FORWARDED_SOURCE
 from local.event_sources import http_event
 from tests.fakes.console import (
-    ConsoleWorkflow,
     FakeAuditTrail,
     FakeBus,
     FakeDeliveries,
     FakeLabelledExamples,
+    FakePendingReviews,
     FakeResolvedItems,
-    FakeReviewQueue,
     FakeReviewTasks,
     FakeUsedProofs,
 )
@@ -58,25 +60,24 @@ def unsure_ticket(ticket_id: str) -> DecisionRecord:
 
 @pytest.fixture
 def in_review():
-    """A ticket waiting for its reviewer: its execution running, its task waiting, its message queued."""
+    """A ticket waiting for its reviewer: its task waiting, its row in the pending-review index."""
     record = unsure_ticket("T-77")
     name = execution_name(record.item_kind, record.item_id, record.item_key)
-    workflow, tasks, queue = ConsoleWorkflow(), FakeReviewTasks(), FakeReviewQueue()
-    workflow.start_named(name, record)
+    tasks, reviews = FakeReviewTasks(), FakePendingReviews()
     token = tasks.issue()
-    workflow.request_review(name, token)
-    queue.request_review(record, name, token)
-    return name, workflow, tasks, queue
+    request = PendingReview(task_token=token, execution_name=name, requested_at="2026-12-01T09:00:00.000Z", record=record)
+    reviews.put(pending_row(request, load_policy(record.policy.name), review_timeout_seconds=3600))
+    return name, token, tasks, reviews
 
 
 # ------------------------------------------------------------------------------ review console
 def test_the_console_makes_each_part_from_its_own_setting_and_names_a_missing_one():
     from review_console.wiring import Wiring
 
-    wiring = Wiring(Settings.from_env({"REVIEW_QUEUE_URL": QUEUE_URL}))
+    wiring = Wiring(Settings.from_env({"PENDING_REVIEWS_TABLE_NAME": "pending-reviews"}))
 
-    assert isinstance(wiring.queue, ReviewQueue) and wiring.queue.queue_url == QUEUE_URL
-    assert wiring.queue is wiring.queue
+    assert isinstance(wiring.pending_reviews, PendingReviewTable) and wiring.pending_reviews.table_name == "pending-reviews"
+    assert wiring.pending_reviews is wiring.pending_reviews
     with pytest.raises(ConfigError, match="AUDIT_TABLE_NAME"):
         _ = wiring.audit
     assert wiring.resolved_items is None  # no table: no similar items, nothing kept, nothing fails
@@ -86,9 +87,9 @@ def test_the_console_lists_and_answers_a_review_with_the_parts_it_is_given(monke
     from review_console import app
     from review_console.wiring import Wiring
 
-    name, workflow, tasks, queue = in_review
+    name, _, tasks, reviews = in_review
     resolved = FakeResolvedItems()
-    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), queue=queue, workflow=workflow, tasks=tasks,
+    monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({}), pending_reviews=reviews, tasks=tasks,
                                               audit=FakeAuditTrail(), examples=FakeLabelledExamples(),
                                               resolved_items=resolved))
 
@@ -104,7 +105,7 @@ def test_the_console_lists_and_answers_a_review_with_the_parts_it_is_given(monke
     assert (status, answered["status"], answered["target"]) == (200, "answered", "technical-support")
     (answer,) = tasks.answered.values()
     assert (answer.execution_name, answer.reviewer, answer.chosen.answers) == (name, "a-1", {"queue": "technical_fault"})
-    assert queue.bodies() == []  # the answered review's message removed
+    assert reviews.rows == {}  # the answered review's row removed
     assert [r.item_id for r in resolved.recent("support-ticket")] == ["T-77"]
     assert call("POST", f"/api/reviews/{name}", {"answers": {"queue": "billing"}})[0] == 409  # answered already
 
@@ -114,32 +115,31 @@ def test_the_review_function_completes_a_review_with_the_parts_it_is_given(monke
     from review import app
     from review.wiring import Wiring
 
-    name, workflow, tasks, queue = in_review
-    (queued,) = queue.pending().reviews  # what the reviewer's tool listed
+    name, token, tasks, reviews = in_review
     sts, proofs = StsStandIn(), FakeUsedProofs()
     identity = StsCallerIdentity(region="us-east-1")
     sts.attach(identity.client)  # STS answers who signed the proof (a signature-checking stand-in)
     monkeypatch.setattr(app, "WIRING", Wiring(Settings.from_env({"REVIEWER_PRINCIPALS": TEST_REVIEWER_PRINCIPALS}),
-                                              workflow=workflow, tasks=tasks, used_proofs=proofs,
+                                              pending_reviews=reviews, tasks=tasks, used_proofs=proofs,
                                               resolved_items=FakeResolvedItems(), caller_identity=identity))
 
-    result = app.lambda_handler(CAROL.prove({"task_token": queued.review.task_token, "execution_name": name,
+    result = app.lambda_handler(CAROL.prove({"task_token": token, "execution_name": name,
                                              "answers": {"queue": "billing"}}), FakeLambdaContext())
 
     assert (result["status"], result["destination"]["target"]) == ("completed", "billing")
-    assert tasks.answered[queued.review.task_token].reviewer == "carol"  # the proven user's name
-    assert tasks.answered[queued.review.task_token].reviewer_id == f"iam:{CAROL.arn}"
+    assert tasks.answered[token].reviewer == "carol"  # the proven user's name
+    assert tasks.answered[token].reviewer_id == f"iam:{CAROL.arn}"
     assert len(proofs.rows) == 1  # the proof, remembered
-    assert len(queue.bodies()) == 1  # the message is the reader's to remove
+    assert reviews.rows == {}  # the answered review's row removed
 
 
-def test_the_review_function_needs_the_workflow_only_when_it_is_not_given():
+def test_the_review_function_needs_the_index_only_when_it_is_not_given():
     from review.wiring import Wiring
 
     wiring = Wiring(Settings.from_env({}))
 
-    with pytest.raises(ConfigError, match="STATE_MACHINE_ARN"):
-        _ = wiring.workflow
+    with pytest.raises(ConfigError, match="PENDING_REVIEWS_TABLE_NAME"):
+        _ = wiring.pending_reviews
     assert wiring.used_proofs is None and wiring.resolved_items is None  # no table: every answer is refused
 
 

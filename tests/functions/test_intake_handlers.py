@@ -23,7 +23,7 @@ from moto import mock_aws
 
 from decision_contract import BatchDecisionResponse, BatchTiming, SingleDecisionResponse
 from decision_router.adapters.endpoint import DecisionEndpoint
-from decision_router.domain.linking import THRESHOLD
+from decision_router.domain.linking import THRESHOLD, filing_keys
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import execution_name
 from decision_router.intake.incidents import IncidentIntake
@@ -258,12 +258,14 @@ def test_duplicate_delivery_is_routed_once(tickets, world, context, ticket_data)
 
 
 def test_already_started_execution_counts_as_routed(tickets, world, context, ticket_data):
-    """Idempotency record expired (or lost) but the workflow already has the item: no second route."""
+    """Idempotency record expired (or lost) but the item was delivered already (its audit row
+    claimed and marked delivered): no second route."""
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
     record, _ = app.intake.router.judge(parse_item("ticket", ticket_data), app.intake.policy)
-    assert app.intake.wiring.workflow.start(record)[1]  # routed outside the idempotency store
+    # routed outside the idempotency store
+    assert app.intake.wiring.direct_routes.deliver(record, ticket_execution(ticket_data)).delivered
     summary = app.intake.handle(json.dumps(ticket_data), context)
     assert summary["started"] is False and summary["execution_name"] == ticket_execution(ticket_data)
     (record,) = world.executions().values()
@@ -319,11 +321,11 @@ def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_tr
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
     assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.pipeline.Intake.judge",
                                   "## decision_router.adapters.endpoint.DecisionEndpoint.decide",
-                                  "## decision_router.adapters.workflow.WorkflowStarter.start"]
+                                  "## decision_router.adapters.direct_routes.DirectRoutes.deliver"]
     traces.subsegments.clear()
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
     # a duplicate: judged once (the idempotency store answers), no second model call
-    assert traces.subsegments == ["## lambda_handler", "## decision_router.adapters.workflow.WorkflowStarter.start"]
+    assert traces.subsegments == ["## lambda_handler", "## decision_router.adapters.direct_routes.DirectRoutes.deliver"]
 
 
 @pytest.mark.parametrize(
@@ -493,15 +495,40 @@ def state_machine_gone(*args, **kwargs):
 
 def test_workflow_start_failure_fails_the_record_for_redelivery(tickets, world, context, ticket_data, monkeypatch):
     app, stub = tickets
-    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
-    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    stub.model_error(400)  # no answer: the workflow asks for a review
     event = ticket_event(ticket_data)
     with monkeypatch.context() as patch:
         patch.setattr(world.workflow, "start", state_machine_gone)
         assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
 
     assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # redelivery routes it
-    assert list(world.executions()) == [ticket_execution(ticket_data)]
+    assert list(world.workflow.records) == [ticket_execution(ticket_data)]
+
+
+def test_a_crash_after_the_claim_is_delivered_once_by_the_retry_after_the_lease(tickets, world, context, ticket_data):
+    """A crash between the claim and the send: the row stays pending; a retry inside the claimant's
+    lease (its invocation's deadline) waits, one after it takes the claim over and delivers once.
+    A send that fails with an error hands the claim back: its retry delivers at once."""
+    app, stub = tickets
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    event = ticket_event(ticket_data)
+    name = ticket_execution(ticket_data)
+    world.direct.fail_send = InvocationEnded("Task timed out")
+    with pytest.raises(InvocationEnded):
+        app.lambda_handler(event, context)
+    assert world.audit.rows[("T-1001", name)]["outcome"] == "auto_routed"  # claimed, pending
+    assert world.direct.pending and world.queue("BillingQueue").sent == []
+
+    assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}  # held
+    lease_ends = world.direct.pending[("T-1001", name)]
+    world.direct.clock = lambda: lease_ends + 1
+    world.direct.fail_send = ConnectionError("the team queue is unreachable")
+    assert app.lambda_handler(event, context) == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}  # taken over, failed
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # handed back: delivered at once
+    assert app.lambda_handler(event, context) == {"batchItemFailures": []}  # delivered: nothing more
+    assert [json.loads(b)["execution_name"] for b, _ in world.queue("BillingQueue").sent] == [name]
+    assert [e["execution_name"] for e in world.direct.events] == [name] and not world.direct.pending
+    assert world.workflow.records == {}  # no execution of the workflow
 
 
 # ----------------------------------------------------------------------------- scale to zero
@@ -733,10 +760,16 @@ def test_a_bad_ticket_in_an_sns_envelope_is_parked_with_the_reason(tickets, worl
 
 
 # ----------------------------------------------------------------------------- tickets linked to open incidents
+def open_incident(store, key: str, delivery: str, **fields) -> None:
+    """Open an incident as the incident intake does: its row claimed, then filed for links."""
+    assert store.claim(key, delivery, **fields) == "new"
+    store.file(key, filing_keys(fields["service"], fields.get("title"), fields.get("description")), fields["reported_at"])
+
+
 def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_reason(tickets, world, context,
                                                                                      ticket_data, capsys):
     app, stub = tickets
-    world.open_incidents.claim("arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
+    open_incident(world.open_incidents, "arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
                 source="aws.cloudwatch", service="payments-api", reported_at="2026-11-29T11:55:00.000+00:00")
     stub.answer(body(TICKET_OPTIONS, [0, 0, 6.0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -756,6 +789,33 @@ def test_a_ticket_naming_an_open_incidents_service_is_linked_on_its_record_and_r
     assert any(blob.get("TicketsLinked") for blob in emf(capsys))
 
 
+def test_a_ticket_naming_a_service_links_to_its_incident_with_the_same_reads_however_many_are_open(
+        tickets, world, context, ticket_data):
+    """The ticket intake reads the link index by the ticket's own keys: one read of the keys, one of
+    the incidents they list, whether 1 or 301 incidents are open (the store's requests, counted)."""
+    app, stub = tickets
+    store = world.open_incidents
+    at = "2026-11-29T11:55:00.000+00:00"
+    open_incident(store, "arn:aws:cloudwatch:us-east-1:123456789012:alarm:payments-api-5xx", "e-1", incident_id="INC-PAY",
+                  source="aws.cloudwatch", service="payments-api", reported_at=at, description="Card payments fail")
+
+    def reads_for(ticket_id: str) -> dict[str, int]:
+        store.calls.clear()
+        stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+        ticket = dict(ticket_data, ticket_id=ticket_id, subject="Checkout fails", body="payments-api answers 503.")
+        assert app.lambda_handler(ticket_event(ticket), context) == {"batchItemFailures": []}
+        (record,) = [r for r in world.executions().values() if r.item_id == ticket_id]
+        assert record.linked is not None and record.linked.incident_id == "INC-PAY"
+        return dict(store.calls)
+
+    few = reads_for("T-FEW")
+    for n in range(300):
+        open_incident(store, f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:inventory-{n}", f"e-{n}",
+                      incident_id=f"INC-{n}", source="aws.cloudwatch", service=f"inventory-{n}", reported_at=at,
+                      title=f"inventory-{n} lag", description="Stock counts lag behind orders")
+    assert reads_for("T-MANY") == few == {"filed_under": 1, "open_incidents": 1, "rows_read": 1}
+
+
 @ON_THE_STACK
 def test_a_ticket_describing_an_open_incident_is_linked_with_why_and_routed_as_if_it_were_not(tickets, world, context,
                                                                                                 ticket_data):
@@ -763,8 +823,8 @@ def test_a_ticket_describing_an_open_incident_is_linked_with_why_and_routed_as_i
     a ticket in a customer's words during the outage, the same words before it (not linked), and a
     question about the same product during it (not linked); the link changes no route."""
     app, stub = tickets
-    app.tickets.wiring.open_incidents.claim(
-        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
+    open_incident(
+        app.tickets.wiring.open_incidents, "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
         incident_id="checkout-api-5xx-high", source="aws.cloudwatch", service="checkout-api",
         reported_at="2026-11-29T11:55:00.000+00:00", title="CloudWatch alarm checkout-api-5xx-high is in ALARM",
         description="Checkout API 5xx rate above 5%: customers cannot pay.")
@@ -806,8 +866,8 @@ def test_the_ticket_policys_aliases_link_a_ticket_that_calls_the_service_by_them
                                                                                  world, context, ticket_data):
     app, stub = tickets
     assert app.tickets.intake.policy.service_aliases == {"checkout-api": ["payment page"]}
-    app.tickets.wiring.open_incidents.claim(
-        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
+    open_incident(
+        app.tickets.wiring.open_incidents, "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-high", "e-1",
         incident_id="checkout-api-5xx-high", source="aws.cloudwatch", service="checkout-api",
         reported_at="2026-11-29T11:55:00.000+00:00", title="CloudWatch alarm checkout-api-5xx-high is in ALARM")
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -824,8 +884,8 @@ def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, wo
     app, stub = tickets
 
     class Unreadable:
-        def open_now(self):
-            raise RuntimeError("AccessDeniedException: not authorized to perform dynamodb:Scan")
+        def filed_under(self, lookup_keys):
+            raise RuntimeError("AccessDeniedException: not authorized to perform dynamodb:BatchGetItem")
 
     app.tickets.wiring.open_incidents = Unreadable()
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
@@ -837,4 +897,4 @@ def test_open_incidents_that_cannot_be_read_never_hold_a_ticket_back(tickets, wo
     assert record.linked is None and record.route == "auto"
     (warning,) = [r for r in caplog.records if "open incidents could not be read" in r.getMessage()]
     assert warning.levelname == "WARNING" and warning.getMessage().endswith("the ticket is routed unlinked")
-    assert "not authorized to perform dynamodb:Scan" in warning.reason
+    assert "not authorized to perform dynamodb:BatchGetItem" in warning.reason

@@ -21,6 +21,7 @@ from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
 from decision_router.intake.wiring import Wiring
 from local.cloudformation import Stack
+from local.settling import routes
 from tests.functions.conftest import EVENTS
 
 pytestmark = [pytest.mark.model, pytest.mark.stack]
@@ -47,12 +48,11 @@ def use_intake(monkeypatch, stack, app, kind, function):
 
 
 def records(stack) -> dict[str, DecisionRecord]:
-    sfn = boto3.client("stepfunctions")
-    found = {}
-    for execution in sfn.list_executions(stateMachineArn=stack.ref("RoutingStateMachine"))["executions"]:
-        record = DecisionRecord.model_validate_json(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
-        found[record.item_id] = record
-    return found
+    """Item id -> the record it was routed with: an execution's input, or the audit row of an
+    automatic route the intake delivered itself."""
+    found = routes(boto3.client("dynamodb"), stack.ref("AuditTable"), boto3.client("stepfunctions"),
+                   stack.ref("RoutingStateMachine"))
+    return {route.record.item_id: route.record for route in found.values()}
 
 
 def assert_consistent(record: DecisionRecord, embedded_sha256: str) -> None:

@@ -124,8 +124,9 @@ def test_record_is_plain_json_of_the_interface_shape(ticket_data):
     data = rec.model_dump(mode="json")
     assert set(data) == {"item_kind", "item_id", "item_key", "item", "policy", "route", "route_reason", "destination",
                          "escalate", "decisions", "review", "decided_at", "announce", "shadow", "linked",
-                         "audit_expires_at"}
+                         "audit_expires_at", "label_expires_at", "signals"}
     assert data["audit_expires_at"] is None  # set as its execution is started
+    assert data["signals"] == {}  # a result without a hidden state keeps no signals
     assert data["linked"] is None  # a ticket linked to no open incident
     assert data["announce"] == {"reference": None, "answers": {"queue": "billing"},
                                 "confidence": {"queue": rec.decisions[0].confidence}, "readout": {"queue": "letters"}}

@@ -9,15 +9,21 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from bench.linking import load
 from decision_router.domain.linking import (
     LEAD,
     MAX_DESCRIPTION,
+    MAX_FILED_WORDS,
     MAX_TITLE,
     THRESHOLD,
     OpenIncident,
     bounded,
+    candidates,
+    filing_keys,
     incident_terms,
     link_ticket,
+    lookup_keys,
+    names_in,
     score,
     scores,
     service_pattern,
@@ -296,3 +302,74 @@ def test_an_incident_policy_cannot_declare_aliases():
     with pytest.raises(ValueError, match="service_aliases: the ticket intake reads them to link tickets; they apply "
                                          "to ticket policies only"):
         Policy.model_validate(incident)
+
+
+# ------------------------------------------------------------------ the link index (filing and lookup keys)
+NAMING_TEXTS = ["payments-api returns 500", "Is PAYMENTS-API down?", "errors from payments-api.", "(payments-api) fails",
+                "payments-api-v2 is down", "my.payments-api", "payments-api.eu is down", "payments-api..", "payments_api"]
+
+
+@pytest.mark.parametrize("text", NAMING_TEXTS)
+@pytest.mark.parametrize("service", ["payments-api", "payments-api.eu", "my.payments-api", "payments_api"])
+def test_a_ticket_looks_up_exactly_the_names_the_rule_would_find(text, service):
+    """`names_in` finds a name exactly where `service_pattern` does: the lookup misses no named incident."""
+    pattern = service_pattern(service)
+    assert pattern is not None
+    assert (service.lower() in names_in(text)) == bool(pattern.search(text))
+
+
+def _index(incidents: list[OpenIncident]) -> dict[str, dict[str, datetime]]:
+    filed: dict[str, dict[str, datetime]] = {}
+    for incident in incidents:
+        for key in filing_keys(incident.service, incident.title, incident.description):
+            filed.setdefault(key, {})[incident.key] = incident.opened_at
+    return filed
+
+
+def _looked_up(ticket: Ticket, incidents: list[OpenIncident], aliases=None) -> list[OpenIncident]:
+    filed, by_key = _index(incidents), {incident.key: incident for incident in incidents}
+    chosen = candidates(ticket, {key: filed[key] for key in lookup_keys(ticket, aliases) if key in filed})
+    return [by_key[key] for key in chosen]
+
+
+def test_an_incident_is_filed_under_its_name_and_first_salient_words():
+    keys = filing_keys("Checkout-API", "CloudWatch alarm checkout-api-5xx-high is in ALARM",
+                       "Checkout API 5xx rate above 5%: customers cannot pay.")
+    assert keys == ["name#checkout-api", "word#checkout", "word#customer", "word#pay"]
+    long = filing_keys("search", description=" ".join(f"word{n:02}x" for n in range(40)))
+    assert len(long) == 1 + MAX_FILED_WORDS and long[1] == "word#search" and long[-1] == "word#word14x"
+
+
+def test_a_ticket_looks_up_aliased_services_names_and_its_words():
+    ticket = _ticket(subject="Payment page broken at app.example", body="The payment page on app-server fails")
+    keys = lookup_keys(ticket, {"checkout-api": ["payment page"], "search-service": ["finder"]})
+    assert keys[:3] == ["name#checkout-api", "name#app-server", "name#app.example"]
+    assert keys[3:] == ["word#payment", "word#page", "word#broken", "word#example", "word#fail", "name#the"]
+
+
+def test_candidates_put_named_incidents_first_drop_those_reported_after_the_lead_and_cap():
+    ticket = _ticket(at=OPENED)
+    soon, late = OPENED + LEAD, OPENED + LEAD + timedelta(seconds=1)
+    filed = {"name#checkout-api": {"named": OPENED - timedelta(hours=1)},
+             "word#checkout": {"named": OPENED, "two-words": OPENED, "newest": soon, "too-late": late},
+             "word#pay": {"two-words": OPENED}}
+    assert candidates(ticket, filed) == ["named", "two-words", "newest"]
+    assert candidates(ticket, filed, limit=2) == ["named", "two-words"]
+
+
+@pytest.mark.parametrize("case", load(), ids=lambda case: case.ticket.ticket_id)
+def test_the_lookup_links_every_labelled_ticket_as_the_full_comparison_does(case):
+    """On events/linking/: the same link, and the same scores for the incidents looked up (the
+    spread counts the same incidents), as `link_ticket` over every open incident of the case."""
+    found = _looked_up(case.ticket, list(case.incidents), case.aliases)
+    assert link_ticket(case.ticket, found, case.aliases) == link_ticket(case.ticket, case.incidents, case.aliases)
+    full = dict(zip((i.key for i in case.incidents), scores(case.ticket, case.incidents, case.aliases)))
+    assert all(full[i.key] == s for i, s in zip(found, scores(case.ticket, found, case.aliases)))
+
+
+def test_what_the_lookup_misses_an_incident_described_only_past_its_filed_words():
+    filler = " ".join(f"metric{n:02}z" for n in range(MAX_FILED_WORDS))
+    incident = _incident(service="ledger-writer", description=f"{filler} invoices missing duplicated")
+    ticket = _ticket(subject="Invoices missing", body="Our invoices are missing or duplicated since this morning.")
+    assert link_ticket(ticket, [incident]) is not None  # the full comparison links it
+    assert _looked_up(ticket, [incident]) == []  # "invoice" and "missing" were never filed

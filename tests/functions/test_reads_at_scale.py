@@ -22,10 +22,12 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 
+from decision_router.adapters.open_incidents import OpenIncidents
+from decision_router.domain.linking import filing_keys
 from local.cloudformation import Stack
 from local.event_sources import http_event
-from local.lambdas import LocalFunction
-from tests.fakes.console_worlds import depth, start, wait_for
+from local.lambdas import LocalFunction, serve_workflow_invokes
+from tests.fakes.console_worlds import start, wait_for, waiting_reviews
 from tests.functions.test_intake_handlers import FakeLambdaContext, StubbedEndpoint, make_intake
 from tests.functions.test_intake_handlers import body as answer_body
 from tests.functions.test_review_console import ALICE, INCIDENT, TICKET, UNSURE_INCIDENT, decided
@@ -48,11 +50,13 @@ class ReadCounter:
         self.calls: Counter[str] = Counter()
 
     def asked(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-        context["read_table"] = params.get("TableName", "")
+        context["read_table"] = params.get("TableName") or next(iter(params.get("RequestItems") or {}), "")
 
     def answered(self, model: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         operation, table = model.name, context.get("read_table", "")
-        if operation in ("Scan", "Query"):
+        if operation == "BatchGetItem":
+            self.items[table] += len((parsed.get("Responses") or {}).get(table, []))
+        elif operation in ("Scan", "Query"):
             self.items[table] += parsed.get("ScannedCount", 0)
         elif operation == "GetItem":
             self.items[table] += 1 if "Item" in parsed else 0
@@ -67,9 +71,10 @@ class ReadCounter:
 
 @pytest.fixture
 def stack(monkeypatch) -> Iterator[Stack]:
-    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create()
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create()
+        serve_workflow_invokes(LocalFunction(stack, "ReviewIndexWriterFunction"))  # RequestReview invokes it
+        yield stack
 
 
 @pytest.fixture
@@ -119,7 +124,7 @@ def test_an_incident_page_and_a_ticket_batch_read_their_rows_not_the_tables(stac
     # The console's page of an incident in review, beside 100,000 audit rows (3 of its own tickets).
     audit = stack.ref("AuditTable")
     name = start(stack, decided(stack, "incident", INCIDENT, UNSURE_INCIDENT))
-    wait_for(lambda: depth(stack.ref("ReviewQueue")) == 1, "the incident's review request")
+    wait_for(lambda: waiting_reviews(stack) == 1, "the incident's review request")
     put_rows(audit, audit_rows(ROWS, INCIDENT["incident_id"], own=3))
     console = LocalFunction(stack, "ReviewConsoleFunction")
     reads.clear()
@@ -138,8 +143,12 @@ def test_an_incident_page_and_a_ticket_batch_read_their_rows_not_the_tables(stac
     incidents = stack.ref("OpenIncidentsTable")
     put_rows(incidents, ({"incident_key": f"grafana:fp-{n}", "incident_id": f"INC-{n}", "service": f"svc-{n % 50}",
                           "reported_at": "2026-01-01T00:00:00Z", "status": "resolved"} for n in range(ROWS)))
-    put_rows(incidents, ({"incident_key": f"grafana:open-{n}", "incident_id": f"INC-open-{n}", "service": "payments-api",
-                          "reported_at": "2026-11-29T11:00:00Z", "status": "open", "open_mark": "open"} for n in range(3)))
+    open_incidents = OpenIncidents(incidents)  # the open ones as the incident intake opens and files them
+    for n in range(3):
+        key = f"grafana:open-{n}"
+        open_incidents.claim(key, f"d-{n}", incident_id=f"INC-open-{n}", source="grafana", service="payments-api",
+                             reported_at="2026-11-29T11:00:00Z", title="payments-api errors")
+        open_incidents.file(key, filing_keys("payments-api", "payments-api errors", None), "2026-11-29T11:00:00Z")
     stub = StubbedEndpoint()
     make_intake(monkeypatch, stack, app, "ticket", "TicketIntakeFunction", stub.endpoint)
     stub.answer(answer_body(["billing", "account_access", "technical_fault", "how_to", "sales"], [30.0, 0, 0, 0, 0]))
@@ -148,6 +157,8 @@ def test_an_incident_page_and_a_ticket_batch_read_their_rows_not_the_tables(stac
     reads.clear()
     answer = app.lambda_handler({"Records": [dict(template, messageId="m-1", body=json.dumps(ticket))]}, FakeLambdaContext())
     assert answer == {"batchItemFailures": []}
-    assert reads.calls[f"Query {incidents}"] >= 1 and not any(call.startswith("Scan") for call in reads.calls), reads.calls
+    # by key: the rows of the names and words the ticket uses, then the incidents they list
+    assert reads.calls[f"BatchGetItem {incidents}"] >= 1, reads.calls
+    assert not any(call.startswith(("Scan", "Query")) and call.endswith(incidents) for call in reads.calls), reads.calls
     assert reads.items[incidents] <= BOUND, (reads.items, reads.calls)
     print(f"ticket batch: {reads.items[incidents]} open-incident items read of {ROWS + 3} ({dict(reads.calls)})")

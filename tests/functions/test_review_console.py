@@ -67,7 +67,6 @@ SURE_TICKET = {"queue": [30.0, 0.0, 0.0, 0.0, 0.0]}
 def world(request, monkeypatch):
     """The fakes, or, for a test marked `ON_THE_STACK`, also the template's resources in moto with
     the routing workflow executing."""
-    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)  # moto answers at once
     with console_world(getattr(request, "param", "fakes")) as world:
         yield world
 
@@ -217,6 +216,11 @@ def test_the_scheduled_sweep_counts_what_waits_is_at_risk_and_past_due_as_metric
     assert breached == {"incident": [1.0], "support-ticket": [0.0]}
     (directive,) = next(m for m in emitted if "ReviewsBreached" in m)["_aws"]["CloudWatchMetrics"]
     assert directive["Dimensions"] == [["policy"]]
+    # the oldest (the incident, requested first) is 50 minutes old: one figure, no dimension
+    (oldest,) = [m for m in emitted if "OldestReviewAgeSeconds" in m]
+    assert 50 * 60 <= oldest["OldestReviewAgeSeconds"][0] < 51 * 60
+    assert oldest["OldestReviewAgeSeconds"][0] == result["oldest_review_age_seconds"]
+    assert oldest["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
     # the messages were counted, not taken: the list shows both at once
     assert len(console_listing(world)) == 2
 
@@ -379,20 +383,43 @@ def test_the_list_and_item_page_show_what_the_record_says_and_hide_the_task_toke
     assert console("GET", "/api/reviews/ticket-nothing-0")["statusCode"] == 409
 
 
-@ON_THE_STACK
-def test_a_review_message_its_execution_does_not_vouch_for_is_never_listed(world, console):
-    """Anyone who may send to the review queue could list a made-up review ("URGENT from the CFO"):
-    a message is listed only when its execution runs under the routing workflow with its record."""
+#: What writes a row of a DynamoDB table (a grant of any of these on the index lets its holder list a review).
+TABLE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "dynamodb:*", "*"}
+
+
+def grants_on(value, table: str, found: set[str], owner: str) -> None:
+    """Every Allow statement under `value` that grants a write naming `table` adds `owner` to `found`."""
+    if isinstance(value, list):
+        for item in value:
+            grants_on(item, table, found, owner)
+    elif isinstance(value, dict):
+        if value.get("Effect") == "Allow" and table in json.dumps(value.get("Resource")):
+            actions = value.get("Action")
+            if set(actions if isinstance(actions, list) else [actions]) & TABLE_WRITES:
+                found.add(owner)
+        for item in value.values():
+            grants_on(item, table, found, owner)
+
+
+def test_a_row_whose_summary_does_not_read_is_counted_not_listed_and_the_others_are(world, console):
     (real,) = world.pending(decided(world.template, "ticket", TICKET, UNSURE_TICKET))
-    made_up = decided(world.template, "ticket", {**TICKET, "ticket_id": "T-666", "subject": "URGENT from the CFO"},
-                      UNSURE_TICKET)
-    world.send_review_message(PendingReview(task_token="t", execution_name="ticket-T-666-0123456789ab",
-                                            record=made_up).model_dump_json())  # no such execution
-    world.send_review_message(PendingReview(task_token="t", execution_name=real,
-                                            record=made_up).model_dump_json())  # a running one, another record
+    waiting = world.pending_reviews.get(real)
+    world.pending_reviews.put(waiting.model_copy(update={"execution_name": "ticket-T-9-0123456789ab",
+                                                         "summary": '{"policy": "support-ticket"}'}))
+
     listing = console("GET", "/api/reviews")["json"]
-    assert [r["execution_name"] for r in listing["reviews"]] == [real]
-    assert listing["unverified"] == 2 and "URGENT" not in json.dumps(listing)
+
+    assert [r["execution_name"] for r in listing["reviews"]] == [real] and listing["malformed"] == 1
+
+
+def test_only_the_workflows_index_writer_may_put_a_pending_review(world):
+    """Anyone who could write the pending-review index could list a made-up review ("URGENT from
+    the CFO") under a token of their choosing: the index writer, which the workflow invokes with
+    its own task token, is the only principal the stack lets write it."""
+    writers: set[str] = set()
+    for logical_id, spec in world.template.template["Resources"].items():
+        grants_on(spec.get("Properties", {}), "PendingReviewsTable", writers, logical_id)
+    assert writers == {"ReviewIndexWriterFunction"}
 
 
 @ON_THE_STACK
@@ -415,10 +442,10 @@ def test_an_answer_is_delivered_and_audited_under_the_tokens_reviewer(world, con
     outcome = console("GET", f"/api/executions/{name}")["json"]
     assert outcome == {"execution_name": name, "status": "SUCCEEDED", "item_id": "T-77", "outcome": "reviewed",
                        "target": "technical-support", "reviewer": "alice@example.com", "escalated": False}
-    assert world.depth("ReviewQueue") == 0
+    assert world.review_requests() == []  # its row: removed once answered
     # Answered already: nothing is pending any more.
     again = console("POST", f"/api/reviews/{name}", body={"answers": {"queue": "billing"}})
-    assert again["statusCode"] == 409 and "SUCCEEDED" in again["json"]["error"]
+    assert again["statusCode"] == 409 and "already answered" in again["json"]["error"]
 
 
 def test_answers_are_validated_and_a_reviewer_in_the_body_is_refused(world, console):
@@ -471,6 +498,23 @@ def test_a_wrong_automatic_route_is_corrected_rerouted_and_labelled(world, conso
     assert after["corrected"]["target"] == "sales" and after["corrected"]["reviewer"] == "alice@example.com"
     twice = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "how_to"}})
     assert twice["statusCode"] == 409 and "already corrected" in twice["json"]["error"]
+
+
+def test_an_automatic_route_delivered_without_an_execution_is_corrected_from_its_audit_row(world, console):
+    from decision_router.domain.records import execution_name
+    from tests.fakes.intake import FakeDirectRoutes, FakeQueue
+
+    record = decided(world.template, "ticket", TICKET, SURE_TICKET)
+    direct = FakeDirectRoutes(world.audit, FakeQueue)
+    name = execution_name(record.item_kind, record.item_id, record.item_key)
+    assert direct.deliver(record, name).delivered and world.status(name) is None  # no execution
+    (listed,) = console("GET", "/api/routes")["json"]["routes"]
+    assert listed["execution_name"] == name and listed["target"] == "billing"
+    page = console("GET", f"/api/routes/{name}")
+    assert page["statusCode"] == 200 and page["json"]["item_id"] == "T-77", page["body"]
+    fixed = console("POST", f"/api/routes/{name}/correction", body={"answers": {"queue": "sales"}})
+    assert fixed["statusCode"] == 200 and fixed["json"]["execution_name"] == correction_name(record), fixed["body"]
+    assert console("GET", "/api/routes/ticket-nothing-000000000000")["statusCode"] == 409  # no such route
 
 
 @ON_THE_STACK

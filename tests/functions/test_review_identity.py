@@ -9,8 +9,8 @@ review function's STS here is a stand-in that verifies the signature as STS does
   answers and this note (a signed header STS verifies), and only once;
 - only principals of the stack's own account that its ReviewerPrincipals lists are admitted, and
   each is named to people by its own user or session name, never by a name the caller sends;
-- the task token must be the one the named execution waits on; no review message is removed by
-  a receipt handle the caller hands over;
+- the task token must be the one the named execution's review waits on (its row of the
+  pending-review index); a receipt handle the caller hands over is refused;
 - both sides talk to STS's regional host, whatever AWS_STS_REGIONAL_ENDPOINTS says.
 
 On the fakes (the routing workflow played over them) and, as a smoke test, on the template's
@@ -34,7 +34,7 @@ from decision_router.review.completion import InvalidReview
 from local.cloudformation import Stack
 from local.event_sources import http_event
 from relearning.job import read_labels
-from tests.fakes.console_worlds import ConsoleWorld, console_world
+from tests.fakes.console_worlds import console_world
 from tests.functions.sts_stand_in import ALICE, BOB, CAROL, FOREIGN, FUNCTION_NAME, MALLORY, StsStandIn
 from tests.functions.test_intake_handlers import ON_THE_STACK, ONLY_ON_THE_STACK, FakeLambdaContext
 from tests.functions.test_review_console import ALICE as CONSOLE_ALICE
@@ -43,7 +43,6 @@ from tests.functions.test_review_console import TICKET, UNSURE_TICKET, decided
 
 @pytest.fixture
 def world(request, monkeypatch):
-    monkeypatch.setattr("decision_router.adapters.review.POLL_SECONDS", 0)
     with console_world(getattr(request, "param", "fakes")) as world:
         world.review_function(monkeypatch)
         yield world
@@ -56,20 +55,8 @@ def ticket(n: int):
 def in_review(world, *ns: int) -> list[tuple[str, str]]:
     """Tickets T-n put in review: (execution name, the task token its review waits on) each."""
     names = world.pending(*(decided(world.template, "ticket", ticket(n), UNSURE_TICKET) for n in ns))
-    messages = {m["execution_name"]: m for m in pending_messages(world)}
+    messages = {m["execution_name"]: m for m in world.review_requests()}
     return [(name, messages[name]["task_token"]) for name in names]
-
-
-def pending_messages(world) -> list[dict]:
-    """Every review message on the queue (bodies, left visible)."""
-    if isinstance(world, ConsoleWorld):
-        world.workflow.play()
-        found = world.review_queue.pending(limit=100).reviews
-        world.review_queue.release(found)
-        return [json.loads(q.review.model_dump_json()) for q in found]
-    sqs, url = boto3.client("sqs"), world.ref("ReviewQueue")
-    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
-    return [json.loads(m["Body"]) for m in messages]
 
 
 def event(name: str, token: str, answers: dict | None = None, **extra) -> dict:
@@ -197,10 +184,12 @@ def test_a_proof_that_signs_no_binding_or_another_header_set_is_refused(world):
 
 def test_a_proof_answers_once(world):
     """Accepted once, remembered until it expires: the same event again is refused, even while
-    its execution still waits (the fakes' workflow has not taken the answer on yet)."""
+    its review's row is still there (the replay came before the first answer removed it)."""
     ((name, token),) = in_review(world, 9)
     proved = ALICE.prove(event(name, token))
+    waiting = world.pending_reviews.get(name)
     assert invoke(proved)["status"] == "completed"
+    world.pending_reviews.put(waiting)
     with pytest.raises(IdentityNotProven, match="used before: a proof answers once"):
         invoke(proved)
     (row,) = world.used_proofs.rows.values()
@@ -280,15 +269,16 @@ def test_a_task_token_of_another_execution_is_refused_and_nothing_is_sent(world)
 
 
 @ON_THE_STACK
-def test_the_function_removes_no_review_message_and_refuses_a_receipt_handle(world):
+def test_a_receipt_handle_is_refused_and_only_the_answered_review_leaves_the_index(world):
     """The function once deleted whatever receipt handle it was given: a caller removed another
-    pending review's message (it waited, listed nowhere, until its timeout)."""
+    pending review's message (it waited, listed nowhere, until its timeout). Now the answered
+    review's own row alone is removed."""
     (t8, token_8), (t9, _) = in_review(world, 8, 9)
-    with pytest.raises(InvalidReview, match="receipt_handle: the review function removes no review message"):
+    with pytest.raises(InvalidReview, match="receipt_handle: reviews are no longer read from a queue"):
         invoke(ALICE.prove(event(t8, token_8, receipt_handle="AQEB-another-reviews-handle")))
     assert invoke(ALICE.prove(event(t8, token_8)))["status"] == "completed"
     assert world.finished(t8) == "SUCCEEDED"
-    assert {m["execution_name"] for m in pending_messages(world)} >= {t9}
+    assert {m["execution_name"] for m in world.review_requests()} == {t9}
 
 
 # ------------------------------------------------------------------------------ the reviewers' list

@@ -7,6 +7,8 @@ import pytest
 
 from decision_router.domain.policies import POLICY_DIR, PolicyError, load_policy
 from decision_router.domain.review_sla import ReviewSla, escalation_reason, sla_order, sla_status
+from decision_router.review.console import PendingSummary
+from review_console.sla import oldest_age_seconds
 from tests.functions.test_policies import load_changed
 
 INCIDENT = json.loads((POLICY_DIR / "incident.json").read_text())
@@ -125,3 +127,18 @@ def test_the_reason_says_the_risk_the_time_left_or_past_due_the_target_and_the_p
     assert escalation_reason(sla_status(sla, "P2", None, 48 * 60)) == "review SLA at risk: 12m left of 60m (P2)"
     assert escalation_reason(sla_status(sla, "P2", None, 125 * 60)) == "review SLA breached: 1h 5m past due of 60m (P2)"
     assert escalation_reason(sla_status(sla, None, None, 200 * 60)) == "review SLA at risk: 40m left of 240m"
+
+
+def waiting_for(age_seconds: float | None) -> PendingSummary:
+    return PendingSummary(execution_name=f"x-{age_seconds}", item_kind="ticket", item_id="T-1", policy="support-ticket",
+                          headline="h", reason="r", questions=["queue"], suggested={"queue": None},
+                          requested_at=None if age_seconds is None else "2026-11-29T12:00:00Z",
+                          age_seconds=age_seconds, timeout_seconds=3600)
+
+
+def test_the_oldest_age_is_the_longest_wait_and_zero_when_none_waits():
+    """What ReviewAgeAlarm reads: 0 with nothing waiting (the alarm resolves), and a row whose
+    request time did not read (no age) is not taken for a fresh review."""
+    assert oldest_age_seconds([]) == 0.0
+    assert oldest_age_seconds([waiting_for(None)]) == 0.0
+    assert oldest_age_seconds([waiting_for(60.0), waiting_for(None), waiting_for(7200.0), waiting_for(600.0)]) == 7200.0

@@ -16,7 +16,8 @@ from decision_router.intake.pipeline import Intake
 from decision_router.intake.tickets import TicketIntake
 from decision_router.intake.wiring import Wiring
 from decision_router.items import parse_item
-from tests.fakes.intake import FakeEndpoint, InMemoryIdempotency, RecordingWorkflow
+from tests.fakes.console import FakeAuditTrail
+from tests.fakes.intake import FakeDirectRoutes, FakeEndpoint, FakeQueue, InMemoryIdempotency, RecordingWorkflow
 from tests.functions.conftest import TICKET_TARGETS
 
 DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/ticket-dlq"
@@ -64,12 +65,15 @@ def test_the_intake_judges_each_item_once_in_the_idempotency_store_handed_in():
         "DECISION_ENDPOINT_NAME": "decision-endpoint", "IDEMPOTENCY_TABLE_NAME": "never-read",
         "ROUTING_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:routing",
         "DESTINATION_QUEUES": json.dumps({t: f"https://sqs/{t}" for t in TICKET_TARGETS}),
-        "REVIEW_QUEUE_URL": "https://sqs/review", "POLICY_NAME": "support-ticket"})
+        "REVIEW_QUEUE_URL": "https://sqs/review", "POLICY_NAME": "support-ticket",
+        "AUDIT_TABLE_NAME": "never-written", "EVENT_BUS_NAME": "never-put"})
     store, workflow = InMemoryIdempotency(), RecordingWorkflow()
+    direct = FakeDirectRoutes(FakeAuditTrail(), FakeQueue)  # an automatic route is delivered without an execution
     # the shipped head reads the hidden state; on another model than its own it is skipped: the letters decide
     endpoint = FakeEndpoint({"queue": [6.0, 0.0, 0.0, 0.0, 0.0]}, hidden_state=[0.0] * 576)
     intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="test"),
-                    wiring=Wiring(settings, endpoint=endpoint, workflow=workflow, idempotency_store=store))
+                    wiring=Wiring(settings, endpoint=endpoint, workflow=workflow, idempotency_store=store,
+                                  direct_routes=direct))
     ticket = parse_item("ticket", {"ticket_id": "T-1", "subject": "Charged twice", "body": "Refund one payment.",
                                    "customer": {"id": "C-1", "tier": "pro"}, "channel": "email",
                                    "created_at": "2026-11-29T12:00:00Z"})
@@ -79,5 +83,6 @@ def test_the_intake_judges_each_item_once_in_the_idempotency_store_handed_in():
     first, again = intake.route(ticket, context), intake.route(ticket, context)
 
     assert len(endpoint.requests) == 1 and [item["status"] for item in store.items.values()] == ["COMPLETED"]
-    assert first["execution_name"] == again["execution_name"] and list(workflow.records) == [first["execution_name"]]
+    assert first["execution_name"] == again["execution_name"] and list(direct.records) == [first["execution_name"]]
+    assert not workflow.records  # answered automatically: no execution started
     assert first["target"] == "billing"

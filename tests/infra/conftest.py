@@ -19,6 +19,8 @@ from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.items import parse_item
 from decision_router.review.completion import complete_review
 from local.cloudformation import Stack
+from local.lambdas import LocalFunction, serve_workflow_invokes
+from local.settling import Route, routes
 from tests.functions.sts_stand_in import TEST_REVIEWER_PRINCIPALS
 
 ENDPOINT_NAME = "decision-endpoint"
@@ -110,6 +112,30 @@ class Pipeline:
         events = self.sfn.get_execution_history(executionArn=execution_arn)["events"]
         return [e for e in events if e["type"].endswith("Failed")]
 
+    def routes(self) -> dict[str, Route]:
+        """Name -> route of every item routed so far: the workflow's executions and the automatic
+        routes the intake delivered itself (read from their audit rows), as the local harness reads them."""
+        return routes(self.dynamodb, self.env["AUDIT_TABLE_NAME"], self.sfn, self.state_machine_arn)
+
+    def settled(self, timeout: float = 60) -> dict[str, str]:
+        """Name -> status of every route, once no execution runs any more (for tests where none
+        waits for a review): a direct route is SUCCEEDED once delivered."""
+        return {name: self.wait(route.execution_arn, timeout)["status"] if route.execution_arn else route.status
+                for name, route in self.routes().items()}
+
+    # ------------------------------------------------------------------------- reviews
+    def review_requests(self, *, wait_seconds: float = 0) -> list[dict]:
+        """The reviews the workflow waits for, as its index writer put them in the pending-review
+        index (task_token, execution_name, requested_at, record; waits up to `wait_seconds` for one)."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            rows = self.dynamodb.scan(TableName=self.env["PENDING_REVIEWS_TABLE_NAME"], ConsistentRead=True)["Items"]
+            if rows or time.monotonic() >= deadline:
+                return [{"task_token": row["task_token"]["S"], "execution_name": row["execution_name"]["S"],
+                         "requested_at": row["requested_at"]["S"], "record": json.loads(row["record"]["S"])}
+                        for row in rows]
+            time.sleep(0.1)
+
     # ------------------------------------------------------------------------------ queues
     def messages(self, queue_url: str, *, wait_seconds: float = 0) -> list[dict]:
         """Every message on the queue (bodies as JSON), received and deleted."""
@@ -164,14 +190,18 @@ class Pipeline:
                                    KeyConditionExpression="policy_name = :p", FilterExpression="item_id = :i",
                                    ExpressionAttributeValues={":p": {"S": policy_name}, ":i": {"S": item_id}})["Items"]
         assert len(rows) <= 1, f"{len(rows)} labelled examples of {item_id}"
-        return {key: value["S"] for key, value in rows[0].items()} if rows else None
+        return {key: value["S"] for key, value in rows[0].items() if "S" in value} if rows else None
 
 
 @pytest.fixture
 def pipeline():
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield Pipeline(Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME,
-                                              "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS}).create())
+        stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME,
+                                       "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS}).create()
+        writer = LocalFunction(stack, "ReviewIndexWriterFunction")  # the workflow's RequestReview invokes it
+        serve_workflow_invokes(writer)
+        yield Pipeline(stack)
+        writer.close()
 
 
 class LambdaContext:

@@ -1,5 +1,5 @@
 """Every failure someone must act on raises an alarm that notifies: Lambda errors and throttles,
-tickets waiting too long, and the functions' own metrics (EndpointErrors, SentToReview). The
+tickets and reviews waiting too long, and the functions' own metrics (EndpointErrors, SentToReview). The
 custom-metric alarms are checked against the metrics the real handler prints (EMF), so a
 renamed metric or dimension cannot leave an alarm watching nothing."""
 
@@ -14,6 +14,7 @@ import pytest
 
 from local.cloudformation import Stack
 from local.lambdas import LocalFunction
+from review_console.sla import OLDEST_AGE_METRIC
 
 FUNCTIONS = Stack.load(parameters={"ExistingEndpointName": "e"}).of_type("AWS::Serverless::Function")  # every one
 
@@ -30,7 +31,8 @@ def alarms(stack: Stack) -> dict[str, dict]:
 def metric_stats(alarm: dict) -> list[dict]:
     """(Namespace, MetricName, Dimensions) of every metric an alarm reads, single or metric math."""
     if "MetricName" in alarm:
-        return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"], "Dimensions": alarm["Dimensions"]}]
+        return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"],
+                 "Dimensions": alarm.get("Dimensions", [])}]
     return [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
 
 
@@ -54,6 +56,23 @@ def test_tickets_waiting_too_long_alarm(stack):
     (alarm,) = [a for a in alarms(stack).values() if a.get("MetricName") == "ApproximateAgeOfOldestMessage"
                 and a["Dimensions"] == [{"Name": "QueueName", "Value": queue}]]
     assert alarm["Threshold"] == stack.parameters["TicketAgeAlarmSeconds"]
+
+
+def test_reviews_waiting_too_long_alarm_reads_the_sla_sweeps_oldest_age(stack):
+    """Reviews wait in the pending-review index, not a queue: the alarm reads the age the console
+    function's sweep emits (its namespace, its metric, no dimension; tests/functions checks the
+    EMF it prints), notifies past ReviewAgeAlarmSeconds, and says so when the sweep stops."""
+    namespace = stack.function_environment("ReviewConsoleFunction")["POWERTOOLS_METRICS_NAMESPACE"]
+    (alarm,) = [a for a in alarms(stack).values() if a.get("MetricName") == OLDEST_AGE_METRIC]
+    assert alarm["Namespace"] == namespace and not alarm.get("Dimensions")
+    assert alarm["Threshold"] == stack.parameters["ReviewAgeAlarmSeconds"]
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" and alarm["Statistic"] == "Maximum"
+    # a sweep every 5 minutes: one over the threshold alarms; three missed in a row are not "none waits"
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (300, 3, 1)
+    assert alarm["TreatMissingData"] == "missing"
+    assert alarm["InsufficientDataActions"] == [stack.ref("AlarmTopic")]
+    assert not [a for a in alarms(stack).values() if a.get("Namespace") == "AWS/SQS" and a.get("Dimensions") == [
+        {"Name": "QueueName", "Value": stack.get_att("ReviewQueue", "QueueName")}]], "an alarm on the unused review queue"
 
 
 class _AccessDenied(BaseHTTPRequestHandler):

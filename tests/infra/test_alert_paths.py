@@ -401,11 +401,10 @@ def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_re
     assert routed["outcome"] == "routed" and routed["route"] == "review" and routed["window"] == "orders-db-sunday-patching"
     assert "maintenance window 'orders-db-sunday-patching'" in routed["route_reason"] and routed["escalate"] is False
     deadline, waiting = time.monotonic() + 30, []
-    while not waiting and time.monotonic() < deadline:  # the review request, left on the queue
-        waiting = pipeline.sqs.receive_message(QueueUrl=pipeline.env["REVIEW_QUEUE_URL"],
-                                               VisibilityTimeout=0).get("Messages", [])
+    while not waiting and time.monotonic() < deadline:  # the review request, in the pending-review index
+        waiting = pipeline.review_requests()
         time.sleep(0.2)  # a poll without a pause holds the GIL: moto's execution thread took 50 s to get there
-    assert "orders-db-sunday-patching" in waiting[0]["Body"]
+    assert "orders-db-sunday-patching" in json.dumps(waiting[0]["record"])
     assert pipeline.pages() == []
     # The alert resolves: its review is closed, the workflow ends (and no execution thread outlives the test).
     grafana["detail"]["alerts"][0]["status"] = "resolved"
@@ -414,18 +413,18 @@ def test_a_window_whose_action_is_review_decides_the_incident_and_sends_it_to_re
     assert list(settled(pipeline).values()) == ["SUCCEEDED"]
 
 
-def test_a_group_leader_whose_route_failed_still_leads_its_group_on_the_retry(pipeline, incidents):
+@native.ROUTE_FAULTS
+def test_a_group_leader_whose_route_failed_still_leads_its_group_on_the_retry(pipeline, incidents, priority_logits,
+                                                                              break_route):
     app, stub = incidents
-    confident(stub)
+    confident(stub, priority_logits=priority_logits)
     first = put(pipeline, alarm("checkout-api-5xx", minute=1), "CloudWatchAlarmRule")
-    definition = pipeline.sfn.describe_state_machine(stateMachineArn=pipeline.state_machine_arn)
-    pipeline.sfn.delete_state_machine(stateMachineArn=pipeline.state_machine_arn)
+    mend = break_route(pipeline)
     with pytest.raises(Exception, match="does not exist|StateMachineDoesNotExist"):
         handle(app, first)
     (member,) = handle(app, put(pipeline, alarm("checkout-api-latency", minute=2), "CloudWatchAlarmRule"))
     assert member["outcome"] == "grouped"  # the group exists: its leader's page is on its way
-    pipeline.sfn.create_state_machine(name=definition["name"], definition=definition["definition"],
-                                      roleArn=definition["roleArn"])
+    mend()
     (retried,) = handle(app, first)  # Lambda's retry
     assert retried["outcome"] == "routed"
     assert list(settled(pipeline).values()) == ["SUCCEEDED"]

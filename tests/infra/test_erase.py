@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +17,27 @@ from moto import mock_aws
 
 from decision_router.adapters import queues
 from decision_router.adapters.escalations import SlaEscalations
-from decision_router.adapters.open_incidents import OpenIncidents
-from decision_router.adapters.review import AuditTrail
+from decision_router.adapters.head_store import HeadStore
+from decision_router.adapters.open_incidents import FILED_COUNT, LOOKUP_ROW, OpenIncidents, filed_on
+from decision_router.adapters.pending_reviews import PendingReviewTable
+from decision_router.adapters.review import AuditTrail, LabelledExamples
 from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.domain.kept_labels import KeptLabels, labels_key
+from decision_router.domain.linking import filing_keys
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.domain.similar import resolved_item
 from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview
+from decision_router.review.pending import pending_row
 from local.cloudformation import Stack
 from ops import erase
+from relearning.labels import sync_labels
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
 REPO = Path(__file__).resolve().parents[2]
-ERASED = ["AuditTable", "LabelledExamplesTable", "ResolvedItemsTable", "OpenIncidentsTable", "IdempotencyTable"]
+ERASED = ["AuditTable", "LabelledExamplesTable", "ResolvedItemsTable", "OpenIncidentsTable", "IdempotencyTable",
+          "PendingReviewsTable"]
 #: Tables that hold no item text: a webhook delivery's hash and source; heads and shadow tallies.
 NO_ITEM_TEXT = {"WebhookDeliveriesTable", "HeadHistoryTable"}
 DESTINATIONS = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t in ALL_TARGETS}
@@ -91,8 +99,11 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
         dynamodb.put_item(TableName=stack.ref("IdempotencyTable"), Item={
             "id": {"S": f"intake#{record.item_key}"}, "status": {"S": "COMPLETED"}, "data": {"S": record.model_dump_json()}})
     incidents = OpenIncidents(stack.ref("OpenIncidentsTable"))
-    incidents.claim("cloudwatch#arn:alarm:db", "d-1", incident_id="arn:alarm:db", source="cloudwatch")
-    incidents.claim("cloudwatch#arn:alarm:api", "d-2", incident_id="arn:alarm:api", source="cloudwatch")
+    for key, delivery, service, title in (("cloudwatch#arn:alarm:db", "d-1", "orders-db", "orders database latency high"),
+                                          ("cloudwatch#arn:alarm:api", "d-2", "orders-api", "orders api errors")):
+        incidents.claim(key, delivery, incident_id=key.split("#", 1)[1], source="cloudwatch", service=service,
+                        reported_at="2026-12-01T10:00:00Z", title=title)
+        incidents.file(key, filing_keys(service, title, None), "2026-12-01T10:00:00Z")
     # Pending reviews: the item's is stopped (its execution waits on the token) and deleted.
     states = boto3.client("stepfunctions")
     machine = states.create_state_machine(name="routing", roleArn="arn:aws:iam::123456789012:role/r", definition=json.dumps(
@@ -101,10 +112,14 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     for record, name in ((mine, "ticket-T-1-abc"), (other, "ticket-T-2-def")):
         sqs.send_message(QueueUrl=stack.ref("ReviewQueue"), MessageBody=PendingReview(
             task_token="tok", execution_name=name, record=record).model_dump_json())
+    index = PendingReviewTable(stack.ref("PendingReviewsTable"))
+    for record, name in ((mine, "ticket-T-1-idx"), (other, "ticket-T-2-idx")):
+        index.put(pending_row(PendingReview(task_token="tok", execution_name=name, record=record), policy,
+                              review_timeout_seconds=3600))
     names = ["--audit-table", stack.ref("AuditTable"), "--labelled-table", stack.ref("LabelledExamplesTable"),
              "--resolved-table", stack.ref("ResolvedItemsTable"), "--open-incidents-table", stack.ref("OpenIncidentsTable"),
              "--idempotency-table", stack.ref("IdempotencyTable"), "--review-queue-url", stack.ref("ReviewQueue"),
-             "--state-machine-arn", machine]
+             "--pending-reviews-table", stack.ref("PendingReviewsTable"), "--state-machine-arn", machine]
 
     dry = io.StringIO()
     assert erase.main(["ticket:email:T-1", *names, "--dry-run"], out=dry, session=boto3.Session()) == 0
@@ -116,7 +131,9 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     assert out.getvalue().splitlines() == [
         "erase ticket:email:T-1", "audit: 2 row(s) removed", "labelled: 1 row(s) removed",
         "resolved: 1 row(s) removed",  # by kind, source and id: the other source's row of the same id stays
-        "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "review-queue: 1 row(s) removed",
+        "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "pending-reviews: 1 row(s) removed",
+        "review-queue: 1 row(s) removed",
+        UNREAD_KEPT_LABELS,
         *(f"not read: {name} (no --{name}-url: its messages, the item's text among them, are kept up to 14 days)"
           for name in erase.HELD_QUEUES)]
     # The other source's item and every other item are as they were.
@@ -130,12 +147,98 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     left = sqs.receive_message(QueueUrl=stack.ref("ReviewQueue"), MaxNumberOfMessages=10)["Messages"]
     assert [PendingReview.from_message(m["Body"]).execution_name for m in left] == ["ticket-T-2-def"]
     assert states.describe_execution(executionArn=execution)["status"] == "ABORTED"
+    assert (index.get("ticket-T-1-idx"), index.get("ticket-T-2-idx") is not None) == (None, True)
 
     # An incident: its open-incident row goes, the other alarm's stays.
     out = io.StringIO()
     assert erase.main(["incident:cloudwatch:arn:alarm:db", *names], out=out, session=boto3.Session()) == 0
     assert "open-incidents: 1 row(s) removed" in out.getvalue()
-    assert [r["incident_id"]["S"] for r in dynamodb.scan(TableName=stack.ref("OpenIncidentsTable"))["Items"]] == ["arn:alarm:api"]
+    rows = dynamodb.scan(TableName=stack.ref("OpenIncidentsTable"))["Items"]
+    assert [r["incident_id"]["S"] for r in rows if "incident_id" in r] == ["arn:alarm:api"]
+    # off the link index: no row keyed by its words alone is left, a shared word lists the other alone
+    lookups = [r for r in rows if r["incident_key"]["S"].startswith(LOOKUP_ROW)]
+    filed = {r["incident_key"]["S"]: set(filed_on(r)) for r in lookups}
+    assert filed and all(keys == {"cloudwatch#arn:alarm:api"} for keys in filed.values()), filed
+    assert all(r[FILED_COUNT] == {"N": "1"} for r in lookups), lookups
+    assert not [key for key in filed if "latency" in key or "database" in key]
+
+
+def kept_versions(s3: Any, bucket: str, key: str) -> list[KeptLabels]:
+    """Every version of a kept-labels object, newest first."""
+    listed = s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", [])
+    return [KeptLabels.load(s3.get_object(Bucket=bucket, Key=key, VersionId=v["VersionId"])["Body"].read(), key)
+            for v in listed]
+
+
+def test_erase_rewrites_the_kept_labels_without_the_items_rows_and_deletes_the_versions_that_hold_them():
+    """Relearning keeps the labels it has read in the head bucket (relearning/labels.py): erased,
+    the item's row is gone from the current copy and from every earlier version, the other rows and
+    the watermark stay, and the next relearning sync reads only the labels new since it."""
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(
+            only=["LabelledExamplesTable", "HeadBucket"])
+        dynamodb, s3 = boto3.client("dynamodb"), boto3.client("s3")
+        table, bucket = stack.ref("LabelledExamplesTable"), stack.ref("HeadBucket")
+        labels, store = LabelledExamples(table), HeadStore(bucket, "/test/heads", "history")
+        now = datetime(2026, 12, 2, tzinfo=timezone.utc).timestamp()
+
+        def sync(at: float, policy: str = "support-ticket") -> Any:
+            return sync_labels(store, labels, policy, now=at, retention_days=365, full_read_after_seconds=86400)
+
+        mine, same_id_other_source, other = ticket_record("T-1"), ticket_record("T-1", "chat"), ticket_record("T-2")
+        for record in (mine, other):
+            dynamodb.put_item(TableName=table, Item=labelled_row(record))
+        sync(now)  # the first: the partition read whole
+        later = {**labelled_row(same_id_other_source), "labelled_at": {"S": "2026-12-01T11:00:00Z"},
+                 "label_shard": {"S": "support-ticket#3"}}
+        dynamodb.put_item(TableName=table, Item=later)
+        assert sync(now + 60).read == 1  # a second version: the new label, from the shard index
+        sync(now, "incident")  # another policy's object, without the item
+        key, incidents = labels_key("support-ticket"), labels_key("incident")
+        before, incidents_before = kept_versions(s3, bucket, key), kept_versions(s3, bucket, incidents)
+        assert len(before) == 2 and all(mine.item_key in v.rows for v in before)
+        names = ["--labelled-table", table, "--head-bucket", bucket]
+
+        dry = io.StringIO()
+        assert erase.main(["ticket:email:T-1", *names, "--dry-run"], out=dry, session=boto3.Session()) == 0
+        assert "kept-labels: 1 row(s) found (dry run, nothing removed)" in dry.getvalue()
+        assert "kept-labels: 2 earlier version(s) found (dry run, nothing removed)" in dry.getvalue()
+        assert kept_versions(s3, bucket, key) == before
+
+        out = io.StringIO()
+        assert erase.main(["ticket:email:T-1", *names], out=out, session=boto3.Session()) == 0
+        assert out.getvalue().splitlines()[1:4] == [
+            "labelled: 1 row(s) removed", "kept-labels: 1 row(s) removed", "kept-labels: 2 earlier version(s) removed"]
+        [current] = kept_versions(s3, bucket, key)  # every version that held the item is gone
+        assert sorted(current.rows) == sorted([same_id_other_source.item_key, other.item_key])
+        assert current.rows[other.item_key] == before[0].rows[other.item_key]
+        assert (current.watermark, current.full_read_at) == (before[0].watermark, before[0].full_read_at)
+        assert current.watermark == "2026-12-01T11:00:00Z"
+        assert kept_versions(s3, bucket, incidents) == incidents_before  # held no row of the item: left
+        assert "note:" not in out.getvalue()
+
+        # The next relearning sync reads only what is new since the watermark, and not the item.
+        synced = sync(now + 120)
+        assert (synced.read, synced.full_read) == (0, False)
+        assert mine.item_key not in {row["item_key"] for row in synced.rows} and len(synced.rows) == 2
+
+        again = io.StringIO()
+        assert erase.main(["ticket:email:T-1", *names], out=again, session=boto3.Session()) == 0
+        assert "kept-labels: 0 row(s) removed" in again.getvalue()
+        assert "kept-labels: 0 earlier version(s) removed" in again.getvalue()
+
+
+def test_a_kept_labels_version_that_does_not_read_is_named_and_left():
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=["HeadBucket"])
+        s3, bucket = boto3.client("s3"), stack.ref("HeadBucket")
+        s3.put_object(Bucket=bucket, Key=labels_key("support-ticket"), Body=b"not gzip")
+        out = io.StringIO()
+        assert erase.main(["ticket:email:T-1", "--head-bucket", bucket], out=out, session=boto3.Session()) == 0
+        assert "kept-labels: 0 row(s) removed" in out.getvalue()
+        assert "note: kept-labels: labels/support-ticket.jsonl.gz (version " in out.getvalue()
+        assert "not the labels relearning keeps" in out.getvalue()
+        assert len(s3.list_object_versions(Bucket=bucket)["Versions"]) == 1
 
 
 def test_the_review_sla_escalation_marks_hold_no_item_text_and_erase_leaves_them(stack):
@@ -166,7 +269,8 @@ def test_a_stack_names_every_table_the_queue_and_the_state_machine_by_its_output
     with mock_aws():
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
         outputs = stack.outputs()
-    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values(), "RoutingStateMachineArn"}
+    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values(), "RoutingStateMachineArn",
+              erase.HEAD_BUCKET}
     assert wanted <= set(outputs)
 
 
@@ -264,6 +368,8 @@ def visible(sqs, queue: str) -> list[str]:
 
 UNREAD_REVIEW_QUEUE = ("not read: review-queue (no --review-queue-url: its messages, the item's text among them, "
                        "are kept up to 14 days)")
+UNREAD_KEPT_LABELS = ("not read: kept-labels (no --head-bucket: relearning's copy of the labelled examples, the item's "
+                      "among them, keeps a label up to LabelRetentionDays)")
 
 
 def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_queues():
@@ -302,7 +408,7 @@ def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_qu
         assert erase.main(["ticket:email:T-1", *flags, "--dry-run"], out=dry, session=boto3.Session()) == 0
         assert dry.getvalue().splitlines()[1:] == [
             *(f"{name}: {len(gone[name])} row(s) found (dry run, nothing removed)" for name in erase.HELD_QUEUES),
-            UNREAD_REVIEW_QUEUE]
+            UNREAD_KEPT_LABELS, UNREAD_REVIEW_QUEUE]
         for name in erase.HELD_QUEUES:  # all there, visible again at once
             assert sorted(visible(sqs, url[name])) == sorted(gone[name] + keep[name]), name
 
@@ -311,12 +417,12 @@ def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_qu
         assert out.getvalue().splitlines() == ["erase ticket:email:T-1", "ticket-dlq: 2 row(s) removed",
                                                "incident-dlq: 0 row(s) removed", "team-dlq: 1 row(s) removed",
                                                "workflow-dlq: 1 row(s) removed", "escalation-queue: 1 row(s) removed",
-                                               UNREAD_REVIEW_QUEUE]
+                                               UNREAD_KEPT_LABELS, UNREAD_REVIEW_QUEUE]
         for name in erase.HELD_QUEUES:  # the others stay, visible again at once
             assert sorted(visible(sqs, url[name])) == sorted(keep[name]), name
         out = io.StringIO()
         assert erase.main(["ticket:email:T-1", *flags], out=out, session=boto3.Session()) == 0
-        assert all(line.endswith(": 0 row(s) removed") for line in out.getvalue().splitlines()[1:-1])  # a second run
+        assert all(line.endswith(": 0 row(s) removed") for line in out.getvalue().splitlines()[1:-2])  # a second run
 
 
 def test_erase_removes_an_incidents_events_from_the_incident_dlq_as_the_intake_reads_them():
@@ -371,4 +477,4 @@ def test_a_queue_read_longer_than_its_messages_stay_hidden_says_to_run_again(mon
     assert erased.rows == {"ticket-dlq": 0}
     assert erased.notes == ["ticket-dlq: read for longer than its messages stay hidden (0 s): some may not have been "
                             "read; run erase again (a run that finds none is complete)"]
-    assert sorted(erased.unread) == sorted(["review-queue", *erase.HELD_QUEUES.keys() - {"ticket-dlq"}])
+    assert sorted(erased.unread) == sorted(["kept-labels", "review-queue", *erase.HELD_QUEUES.keys() - {"ticket-dlq"}])

@@ -104,7 +104,7 @@ def test_an_escalation_before_review_pages_without_a_target(pipeline, on_call):
     record = pipeline.record("incident", "INC-12", route="review", escalate=True,
                              answers={"priority": "P1", "team": "data"})
     pipeline.start(record)
-    pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    pipeline.review_requests(wait_seconds=10)
 
     (page,) = on_call()
     assert page["item_id"] == "INC-12" and page["summary"].startswith("Item Escalated: incident-INC-12-")
@@ -167,9 +167,9 @@ def test_the_on_call_gets_escalations_and_alarms_by_default():
 
 
 @pytest.mark.parametrize("queue, threshold", [("EscalationQueue", "EscalationAgeAlarmSeconds"),
-                                              ("ReviewQueue", "ReviewAgeAlarmSeconds"),
                                               ("NotificationDeadLetterQueue", None)])
-def test_waiting_escalations_reviews_and_undelivered_pages_alarm(queue, threshold):
+def test_waiting_escalations_and_undelivered_pages_alarm(queue, threshold):
+    """(Waiting reviews: tests/infra/test_alarms.py, from the pending-review index.)"""
     stack = Stack.load(parameters=EXISTING)
     alarms = []
     for alarm in stack.of_type("AWS::CloudWatch::Alarm"):

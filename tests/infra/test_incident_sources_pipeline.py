@@ -18,6 +18,7 @@ from moto import mock_aws
 
 from local.cloudformation import Stack
 from local.cloudwatch import play_alarm_states
+from local.lambdas import LocalFunction, serve_workflow_invokes
 from tests.functions.conftest import EVENTS, make_result
 from tests.functions.test_intake_handlers import (
     PRIORITY_OPTIONS,
@@ -46,7 +47,10 @@ def pipeline():
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         stack = Stack.load(parameters={"ExistingEndpointName": ENDPOINT_NAME, "PagerDutySource": "true",
                                        "PagerDutyEventBusName": PAGERDUTY_BUS}).create()
+        writer = LocalFunction(stack, "ReviewIndexWriterFunction")  # the workflow's RequestReview invokes it
+        serve_workflow_invokes(writer)
         yield Pipeline(stack)
+        writer.close()
 
 
 @pytest.fixture
@@ -79,11 +83,9 @@ def deliver(pipeline: Pipeline, event: dict) -> dict:
 
 
 def settled(pipeline: Pipeline) -> dict[str, str]:
-    """Execution name -> status, once none runs any more (none of these waits for a review)."""
-    found = {}
-    for execution in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]:
-        found[execution["name"]] = pipeline.wait(execution["executionArn"])["status"]
-    return found
+    """Route name -> status, executions and direct routes alike, once no execution runs any more
+    (none of these waits for a review)."""
+    return pipeline.settled()
 
 
 def open_row(pipeline: Pipeline, key: str) -> dict:
@@ -214,21 +216,44 @@ def test_an_unknown_detail_type_is_parked_in_the_incident_dlq_with_the_reason(pi
     assert stub.requests == [] and settled(pipeline) == {}
 
 
-def test_a_workflow_that_cannot_start_fails_the_event_and_its_retry_routes_it(pipeline, incidents):
-    """The open-incident row is taken before the route: a failed route must not leave it claimed."""
-    app, stub = incidents
-    confident(stub)
-    event = deliver(pipeline, sample("pagerduty_incident_trigger"))
+def break_the_workflow(pipeline: Pipeline):
+    """The routing state machine gone (StartExecution fails) until the returned call puts it back."""
     definition = pipeline.sfn.describe_state_machine(stateMachineArn=pipeline.state_machine_arn)
     pipeline.sfn.delete_state_machine(stateMachineArn=pipeline.state_machine_arn)
+    return lambda: pipeline.sfn.create_state_machine(name=definition["name"], definition=definition["definition"],
+                                                     roleArn=definition["roleArn"])
+
+
+def break_the_team_queues(pipeline: Pipeline):
+    """The teams' queues gone (the intake's own delivery fails) until the returned call puts them back."""
+    urls = list(pipeline.destinations.values())
+    for url in urls:
+        pipeline.sqs.delete_queue(QueueUrl=url)
+    return lambda: [pipeline.sqs.create_queue(QueueName=url.rsplit("/", 1)[1]) for url in urls]
+
+
+#: A route that fails, for each way an item is routed: the priority's logits, and how its route is broken.
+ROUTE_FAULTS = pytest.mark.parametrize("priority_logits, break_route", [
+    ((6.0, 0, 0, 0), break_the_workflow),  # P1 pages: the workflow routes it
+    ((0, 6.0, 0, 0), break_the_team_queues),  # P2 pages nobody: the intake delivers it itself
+], ids=["workflow", "direct"])
+
+
+@ROUTE_FAULTS
+def test_a_route_that_fails_fails_the_event_and_its_retry_routes_it(pipeline, incidents, priority_logits, break_route):
+    """The open-incident row is taken before the route: a failed route must not leave it claimed."""
+    app, stub = incidents
+    confident(stub, priority_logits=priority_logits)
+    event = deliver(pipeline, sample("pagerduty_incident_trigger"))
+    mend = break_route(pipeline)
     with pytest.raises(Exception, match="does not exist|StateMachineDoesNotExist"):
         app.lambda_handler(event, FakeLambdaContext())
-    pipeline.sfn.create_state_machine(name=definition["name"], definition=definition["definition"],
-                                      roleArn=definition["roleArn"])
+    mend()
     (retried,) = app.lambda_handler(event, FakeLambdaContext())["outcomes"]  # Lambda's retry
     assert retried["outcome"] == "routed"
     assert open_row(pipeline, "Q2W3E4R5T6Y7U8")["routed"]["BOOL"] is True
     assert list(settled(pipeline).values()) == ["SUCCEEDED"]  # (and no execution thread outlives the test)
+    assert len(pipeline.messages(pipeline.destinations["app-oncall"])) == 1  # routed once
 
 
 def test_resolution_closes_the_review_the_incident_waits_for_and_audits_it(pipeline, incidents):
@@ -251,7 +276,7 @@ def test_resolution_closes_the_review_the_incident_waits_for_and_audits_it(pipel
     (event,) = pipeline.messages(announced, wait_seconds=10)
     assert (event["detail"]["outcome"], event["detail"]["target"], event["detail"]["answers"]) == ("resolved_at_source", None, None)
     assert json.loads(audit["outcome_detail"])["error"]["Error"] == "IncidentResolved"
-    assert pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"]) == []  # the review request is gone
+    assert pipeline.review_requests() == []  # the review request is gone
     assert {t: m for t, url in pipeline.destinations.items() if (m := pipeline.messages(url))} == {}  # routed nowhere
 
 

@@ -57,26 +57,28 @@ def wire(pipeline, monkeypatch, decision_server_url):
 
 def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> dict[str, str]:
     """Complete every pending review (the reviewer accepts the suggestion), wait for every
-    execution; returns item id -> the target it was finally routed to."""
+    route (an execution, or an automatic route the intake delivered itself); returns item id ->
+    the target it was finally routed to."""
     records = {}
-    for execution in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]:
-        record = json.loads(pipeline.sfn.describe_execution(executionArn=execution["executionArn"])["input"])
+    for name, route in pipeline.routes().items():
+        record = route.record.model_dump(mode="json")
         if record["item_kind"] == kind and record["item_id"] in item_ids:
-            assert execution["name"] == execution_name(kind, record["item_id"], record["item_key"])
-            records[record["item_id"]] = (execution["executionArn"], record)
-    assert sorted(records) == sorted(item_ids), "one execution per item"
+            assert name == execution_name(kind, record["item_id"], record["item_key"])
+            assert record["item_id"] not in records, f"{record['item_id']} routed twice"
+            records[record["item_id"]] = (name, record)
+    assert sorted(records) == sorted(item_ids), "one route per item"
     awaiting = {i for i, (_, record) in records.items() if record["route"] == "review"}
     reviews: dict[str, dict] = {}
     deadline = time.monotonic() + 30
     while awaiting - set(reviews) and time.monotonic() < deadline:
-        for message in pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=1):
+        for message in pipeline.review_requests(wait_seconds=1):
             reviews[message["record"]["item_id"]] = message
     assert set(reviews) == awaiting, "every item sent to review has a pending review message"
 
     wire("ReviewCompletionFunction")
     StsStandIn().attach(review_app.WIRING.caller_identity.client)  # STS, checking the proofs' signatures
     targets = {}
-    for item_id, (arn, record) in records.items():
+    for item_id, (_, record) in records.items():
         policy = load_policy(record["policy"]["name"])
         if record["route"] == "review":
             answers = {d["question"]: d["option_id"] or policy.question(d["question"]).option_ids[0]
@@ -90,7 +92,9 @@ def settle(pipeline, kind: str, item_ids: list[str], wire, lambda_context) -> di
             targets[item_id] = output["destination"]["target"]
         else:
             targets[item_id] = record["destination"]["target"]
-        assert pipeline.wait(arn)["status"] == "SUCCEEDED", item_id
+    statuses = pipeline.settled()
+    for item_id, (name, _) in records.items():
+        assert statuses[name] == "SUCCEEDED", item_id
     return targets
 
 

@@ -32,7 +32,10 @@ BUCKET = "decision-router-models"
 MODEL_URL = f"s3://{BUCKET}/decision-router/model.tar.gz"
 NO_SAMCONFIG = "/nonexistent/samconfig.toml"
 GPU_POOL = ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge"]
-ENOUGH = {"ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", 4), "ml.c7i.8xlarge for processing job usage": ("L-C7I8XL", 2)}
+#: The template's endpoint bounds (sized for a million items a day: docs/operations/capacity.md).
+MIN, MAX = (int(preflight.load_template()["Parameters"][f"Endpoint{m}Instances"]["Default"]) for m in ("Min", "Max"))
+ENOUGH = {"ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", MAX + 2),
+          "ml.c7i.8xlarge for processing job usage": ("L-C7I8XL", 2)}
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -249,7 +252,8 @@ def test_refused_credentials_say_why(session):
 # --------------------------------------------------------------------------------- 2. quotas
 def test_endpoint_and_processing_quotas_that_suffice_pass(session):
     code, output = run(session, good_parameters(ready(session)))
-    assert '✓ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is 4: enough for 2 (EndpointMaxInstances).' in output
+    assert f'✓ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is {MAX + 2}: enough for {MAX} (EndpointMaxInstances).' \
+        in output
     assert '✓ quota: "ml.c7i.8xlarge for processing job usage" (L-C7I8XL) is 2: enough for 1.' in output
 
 
@@ -258,16 +262,17 @@ def test_a_zero_endpoint_quota_fails_with_its_name_code_and_the_increase_command
     code, output = run(session, good_parameters(ready(session)), quotas=quotas)
     assert code == 1
     [line] = lines(output, "quota")[:1]
-    assert line.startswith('✗ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is 0, but the endpoint starts with 1 '
+    assert line.startswith(f'✗ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is 0, but the endpoint starts with {MIN} '
                            "(EndpointMinInstances): the deploy would fail. Request the increase and deploy once it is "
                            "granted (docs/operations/preflight.md#quotas)."), line
     assert ("    run: aws service-quotas request-service-quota-increase --service-code sagemaker --quota-code L-C6I8XL "
-            "--desired-value 2 --region eu-west-1") in line
+            f"--desired-value {MAX} --region eu-west-1") in line
 
 
 def test_a_quota_below_the_maximum_warns_that_scaling_stops_there(session):
     quotas = quotas_client(session, {**ENOUGH, "ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", 2)})
-    code, output = run(session, good_parameters(ready(session), EndpointMaxInstances="5"), quotas=quotas)
+    code, output = run(session, good_parameters(ready(session), EndpointMinInstances="1", EndpointMaxInstances="5"),
+                       quotas=quotas)
     assert code == 0, output
     assert "! quota: \"ml.c6i.8xlarge for endpoint usage\" (L-C6I8XL) is 2: the endpoint starts with 1 " \
            "(EndpointMinInstances), but auto scaling stops at 2 of 5 (EndpointMaxInstances)." in output
@@ -290,14 +295,14 @@ def test_a_gpu_pool_without_quota_on_any_type_fails_and_one_type_with_quota_pass
                        quotas=quotas_client(session, {**ENOUGH, **none}))
     assert code == 1
     failed = [line for line in lines(output, "quota") if line.startswith("✗")]
-    assert len(failed) == 4 and "--quota-code L-GPU0 --desired-value 2" in failed[0]
+    assert len(failed) == 4 and f"--quota-code L-GPU0 --desired-value {MAX}" in failed[0]
     assert failed[0].startswith('✗ quota: "ml.g6e.xlarge for endpoint usage" (L-GPU0) is 0 (GPU pool priority 1 of 4), '
-                                "but the endpoint starts with 1 (EndpointMinInstances), and no type of the pool has that "
-                                "quota: the deploy would fail.")
-    some = {**none, "ml.g5.2xlarge for endpoint usage": ("L-GPU2", 2)}
+                                f"but the endpoint starts with {MIN} (EndpointMinInstances), and no type of the pool has "
+                                "that quota: the deploy would fail.")
+    some = {**none, "ml.g5.2xlarge for endpoint usage": ("L-GPU2", MAX)}
     code, output = run(session, good_parameters(digest, EndpointCompute="GPU"), quotas=quotas_client(session, {**ENOUGH, **some}))
     assert code == 0, output
-    assert '✓ quota: "ml.g5.2xlarge for endpoint usage" (L-GPU2) is 2: enough for the GPU pool priority 3 of 4' in output
+    assert f'✓ quota: "ml.g5.2xlarge for endpoint usage" (L-GPU2) is {MAX}: enough for the GPU pool priority 3 of 4' in output
     assert '! quota: "ml.g6e.xlarge for endpoint usage" (L-GPU0) is 0' in output
 
 
@@ -317,9 +322,9 @@ def test_a_short_processing_quota_warns_and_fails_when_fit_history_on_sagemaker_
 
 def test_a_quota_the_account_never_changed_is_read_from_the_defaults(session):
     applied = {"ml.c7i.8xlarge for processing job usage": ("L-C7I8XL", 1)}
-    defaults = {"ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", 2)}
+    defaults = {"ml.c6i.8xlarge for endpoint usage": ("L-C6I8XL", MAX)}
     code, output = run(session, good_parameters(ready(session)), quotas=quotas_client(session, applied, defaults))
-    assert '✓ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is 2 (the default): enough for 2' in output
+    assert f'✓ quota: "ml.c6i.8xlarge for endpoint usage" (L-C6I8XL) is {MAX} (the default): enough for {MAX}' in output
 
 
 def test_without_service_quotas_permission_it_says_so_and_carries_on(session):

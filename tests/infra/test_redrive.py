@@ -1,10 +1,12 @@
-"""Nothing routed is lost to a failure: a re-sent item whose earlier route failed is routed as a
-new execution, `python -m ops.redrive` re-routes what the dead-letter queues hold,
+"""Nothing routed is lost to a failure: a re-sent item whose earlier route failed is routed
+again, once, `python -m ops.redrive` re-routes what the dead-letter queues hold,
 and an item is one item only for the same source, id and payload.
 
 The real intake handlers (endpoint answers from a botocore Stubber), the template's resources in
 moto and the real routing ASL executed by moto; the delivery failure is injected by removing
-the destination queue, as an operator's mistake or a wrong URL would."""
+the destination queue, as an operator's mistake or a wrong URL would. An automatic route that
+pages nobody is delivered by the intake itself: its failed delivery fails the ticket (SQS
+delivers it again); a route of the workflow that failed leaves its record in the workflow DLQ."""
 
 from __future__ import annotations
 
@@ -61,9 +63,9 @@ def ticket_data() -> dict:
 
 
 def executions(pipeline) -> dict[str, str]:
-    """execution name -> status, for every execution of the routing state machine."""
-    listed = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
-    return {e["name"]: pipeline.wait(e["executionArn"])["status"] for e in listed}
+    """Route name -> status, for every execution of the routing state machine and every route the
+    intake delivered itself."""
+    return pipeline.settled()
 
 
 def break_billing(pipeline) -> str:
@@ -76,27 +78,32 @@ def mend_billing(pipeline, url: str) -> None:
     assert pipeline.sqs.create_queue(QueueName=url.rsplit("/", 1)[1])["QueueUrl"] == url
 
 
-def route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket) -> tuple[str, list[dict]]:
-    """T-8001 decided (billing, confidently), its delivery failed: the execution FAILED and the
-    record is in the workflow DLQ. The billing queue is back afterwards (the fault was fixed)."""
-    app, stub = tickets
-    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+def route_ticket_into_the_dead_letter_queue(pipeline) -> list[dict]:
+    """T-8001 routed to billing by an execution of the workflow (an automatic route started before
+    the intake delivered those itself), its delivery failed: the execution FAILED and the record
+    is in the workflow DLQ. The billing queue is back afterwards (the fault was fixed)."""
     url = break_billing(pipeline)
-    assert app.lambda_handler(ticket_event(ticket), FakeLambdaContext()) == {"batchItemFailures": []}
-    assert list(executions(pipeline).values()) == ["FAILED"]
+    record = pipeline.record("ticket", "T-8001", route="auto", answers={"queue": "billing"})
+    assert pipeline.wait(pipeline.start(record))["status"] == "FAILED"
     mend_billing(pipeline, url)
-    return url, pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
+    return pipeline.messages(pipeline.stack.ref("WorkflowDeadLetterQueue"))
 
 
 def test_a_resent_item_whose_route_failed_is_routed_again_not_reported_as_routed(pipeline, tickets, ticket):
+    """T-8001 decided (billing, confidently): the intake delivers it itself, and its delivery failed."""
     app, stub = tickets
-    route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket)
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    url = break_billing(pipeline)
+    failed = app.lambda_handler(ticket_event(ticket), FakeLambdaContext())
+    assert failed == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}  # not reported as routed: SQS delivers it again
+    assert list(executions(pipeline).values()) == ["FAILED"]  # its claim handed back
+    mend_billing(pipeline, url)
 
-    # The sender re-sends the same ticket after the fault was fixed.
+    # The ticket delivered again after the fault was fixed.
     assert app.lambda_handler(ticket_event(ticket), FakeLambdaContext()) == {"batchItemFailures": []}
 
     statuses = executions(pipeline)
-    assert sorted(statuses.values()) == ["FAILED", "SUCCEEDED"], statuses
+    assert list(statuses.values()) == ["SUCCEEDED"], statuses  # the same route, delivered this time
     assert list(pipeline.queues_holding("T-8001")) == ["billing"]
     assert len(stub.requests) == 1  # the decision was kept: no second model call for the same payload
 
@@ -106,8 +113,20 @@ def test_a_resent_item_whose_route_failed_is_routed_again_not_reported_as_routed
     assert pipeline.queues_holding("T-8001") == {}
 
 
-def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipeline, tickets, ticket, capsys):
-    _, dead_letters = route_ticket_into_the_dead_letter_queue(pipeline, tickets, ticket)
+def test_an_item_whose_workflow_route_failed_is_routed_by_the_intake_when_resent(pipeline, tickets):
+    """T-8001's execution FAILED (its record in the workflow DLQ); the same item delivered to the
+    intake again, which now delivers an automatic route itself, is routed once, not reported as routed."""
+    app, stub = tickets
+    (dead_letter,) = route_ticket_into_the_dead_letter_queue(pipeline)
+    stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
+    summary = app.intake.handle(json.dumps(dead_letter["record"]["item"]), FakeLambdaContext())
+    assert summary["started"] is True
+    assert summary["execution_name"] == dead_letter["execution_name"] + "-r2"  # the failed route's name is spent
+    assert list(pipeline.queues_holding("T-8001")) == ["billing"]
+
+
+def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipeline, capsys):
+    dead_letters = route_ticket_into_the_dead_letter_queue(pipeline)
     (dead_letter,) = dead_letters
     dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
     pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dead_letter))  # put it back for the redrive

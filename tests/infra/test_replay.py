@@ -87,7 +87,8 @@ def test_since_and_a_reviewed_answer_give_precision_with_its_interval(audited, t
     (row,) = replay.rows_from_table(audited)
     detail = {"status": "reviewed", "answers": {"priority": "P2", "team": "application"}, "reviewer": "ana",
               "escalated": False, "target": None}
-    reviewed = row.model_copy(update={"route": "review", "outcome": "reviewed", "outcome_detail": json.dumps(detail)})
+    reviewed = row.model_copy(update={"route": "review", "outcome": "reviewed", "outcome_detail": json.dumps(detail),
+                                      "outcome_shard": None})  # its index key follows the new outcome when read
     rows = tmp_path / "audit.jsonl"
     rows.write_text(reviewed.model_dump_json() + "\n")
     out = replayed("--policy", candidate(tmp_path), "--rows", str(rows))

@@ -16,9 +16,10 @@ import pytest
 
 from local.cloudformation import Stack
 
-ROUTED = ["BillingQueue", "AccountAccessQueue", "TechnicalSupportQueue", "ProductHelpQueue", "SalesQueue",
-          "PlatformOncallQueue", "DataOncallQueue", "SecurityOncallQueue", "AppOncallQueue", "ReviewQueue",
-          "EscalationQueue"]
+TEAM_QUEUES = ["BillingQueue", "AccountAccessQueue", "TechnicalSupportQueue", "ProductHelpQueue", "SalesQueue",
+               "PlatformOncallQueue", "DataOncallQueue", "SecurityOncallQueue", "AppOncallQueue"]
+#: Who sends to a team queue: the workflow, and the intakes (an automatic route delivered directly).
+TEAM_SENDERS = ["RoutingStateMachineRole", "TicketIntakeFunctionRole", "IncidentIntakeFunctionRole"]
 ALARMS = ["ItemEscalatedRule", "ReviewOverdueRule"]
 #: Each queue and topic: who may send (the role principals, or the rules as aws:SourceArn; none: only SQS moves
 #: messages there). The ticket queue's senders with TicketQueueSenderArns set (see the test of its default).
@@ -26,7 +27,9 @@ SENDERS: dict[str, tuple[str, list[str]]] = {
     "TicketQueue": ("aws:PrincipalArn", ["TicketWebhookFunctionRole"]),
     "TicketDeadLetterQueue": ("aws:PrincipalArn", ["TicketIntakeFunctionRole", "TicketWebhookFunctionRole"]),
     "IncidentDeadLetterQueue": ("aws:PrincipalArn", ["IncidentIntakeFunctionRole"]),
-    **{queue: ("aws:PrincipalArn", ["RoutingStateMachineRole"]) for queue in ROUTED},
+    **{queue: ("aws:PrincipalArn", TEAM_SENDERS) for queue in TEAM_QUEUES},
+    "ReviewQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
+    "EscalationQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
     "WorkflowDeadLetterQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
     "TeamDeadLetterQueue": ("none", []),
     "RelearningQueue": ("aws:PrincipalArn", ["RelearningStateMachineRole"]),

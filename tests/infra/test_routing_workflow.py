@@ -24,7 +24,7 @@ def test_auto_route_reaches_the_target_queue_and_is_audited(pipeline):
     (message,) = holding["billing"]
     assert message["target"] == "billing" and message["item"] == record["item"]
     assert message["decisions"] == record["decisions"]
-    assert pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"]) == []
+    assert pipeline.review_requests() == []
 
     (audit,) = pipeline.audit("T-1001")
     assert audit["outcome"] == "auto_routed"
@@ -71,7 +71,7 @@ def test_review_waits_for_the_reviewer_then_routes_labels_and_audits(pipeline, m
     record = pipeline.record("ticket", "T-2002", route="review", answers={"queue": "billing"})
     execution_arn = pipeline.start(record)
 
-    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    (review,) = pipeline.review_requests(wait_seconds=10)
     assert review["record"] == record and review["task_token"]
     assert pipeline.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
     assert pipeline.queues_holding("T-2002") == {}
@@ -103,7 +103,7 @@ def test_a_reviewer_choosing_p1_escalates_the_incident(pipeline):
     escalations = pipeline.observe("Item Escalated")
     record = pipeline.record("incident", "INC-8", route="review", answers={"priority": "P3", "team": "data"})
     execution_arn = pipeline.start(record)
-    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    (review,) = pipeline.review_requests(wait_seconds=10)
 
     output = pipeline.reviewer_output(record, {"priority": "P1", "team": "data"}, execution_name=review["execution_name"])
     pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)
@@ -121,7 +121,7 @@ def test_a_decided_escalation_does_not_wait_for_the_review_nor_repeat_after_it(p
     record = pipeline.record("incident", "INC-9", route="review", escalate=True,
                              answers={"priority": "P1", "team": "data"})
     execution_arn = pipeline.start(record)
-    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    (review,) = pipeline.review_requests(wait_seconds=10)
 
     (early,) = pipeline.messages(escalations, wait_seconds=10)
     assert early["detail"]["item_id"] == "INC-9" and early["detail"]["target"] is None
@@ -230,7 +230,7 @@ def pending_review(pipeline, item_id: str) -> tuple[dict, str, dict]:
     """A ticket waiting for its reviewer: (record, execution arn, review message)."""
     record = pipeline.record("ticket", item_id, route="review", answers={"queue": "billing"})
     execution_arn = pipeline.start(record)
-    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    (review,) = pipeline.review_requests(wait_seconds=10)
     return record, execution_arn, review
 
 
@@ -303,7 +303,7 @@ def test_every_outcome_is_announced_as_item_routed_with_the_final_answers(pipeli
     auto = pipeline.record("ticket", "T-7001", route="auto", answers={"queue": "billing"})
     reviewed = pipeline.record("incident", "INC-71", route="review", answers={"priority": "P3", "team": "data"})
     auto_arn, review_arn = pipeline.start(auto), pipeline.start(reviewed)
-    (review,) = pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=10)
+    (review,) = pipeline.review_requests(wait_seconds=10)
     output = pipeline.reviewer_output(reviewed, {"priority": "P2", "team": "platform"},
                                       execution_name=review["execution_name"])
     pipeline.sfn.send_task_success(taskToken=review["task_token"], output=output)

@@ -13,6 +13,8 @@ from tests.infra.test_template_properties import CPU, GPU
 ZERO_RESOURCES = {"DecisionComponentEndpointConfig", "DecisionInferenceComponent", "DecisionComponentScalableTarget",
                   "DecisionComponentScalingPolicy", "DecisionComponentWakePolicy", "DecisionComponentWakeAlarm"}
 ALWAYS_ON_RESOURCES = {"DecisionEndpointConfig", "DecisionEndpointScalableTarget", "DecisionEndpointScalingPolicy"}
+#: The template's EndpointMaxInstances (parameters resolve as text).
+MAX = str(Stack.load().template["Parameters"]["EndpointMaxInstances"]["Default"])
 
 
 def zero(parameters: dict) -> Stack:
@@ -31,7 +33,7 @@ def test_scale_to_zero_deploys_the_model_as_an_inference_component_on_an_empty_v
     assert config["ExecutionRoleArn"] == stack.get_att("DecisionModelRole", "Arn")
     (variant,) = config["ProductionVariants"]
     assert "ModelName" not in variant and variant["VariantName"] == "AllTraffic"
-    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": "2"}
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": MAX}
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
 
     component = stack.resolve(stack.properties("DecisionInferenceComponent"))
@@ -57,7 +59,7 @@ def test_copies_scale_between_zero_and_the_maximum_and_a_refused_request_wakes_t
     name = stack.get_att("DecisionEndpoint", "EndpointName")
     target = stack.resolve(stack.properties("DecisionComponentScalableTarget"))
     assert target == {"ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
-                      "ResourceId": f"inference-component/{name}", "MinCapacity": 0, "MaxCapacity": "2"}
+                      "ResourceId": f"inference-component/{name}", "MinCapacity": 0, "MaxCapacity": MAX}
     # Registering the target needs the component to exist.
     assert stack.template["Resources"]["DecisionComponentScalableTarget"]["DependsOn"] == "DecisionInferenceComponent"
 

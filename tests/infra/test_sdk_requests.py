@@ -698,7 +698,8 @@ def test_the_routing_workflows_requests_are_valid_as_moto_sends_them(pipeline, s
              or params.get("Entries", [{}])[0].get("DetailType")) for _, operation, params in sent_by_moto_workflows}
     destinations = {("SendMessage", url) for url in pipeline.destinations.values()}
     assert sent >= {
-        ("SendMessage", env["REVIEW_QUEUE_URL"]), ("SendMessage", pipeline.stack.ref("EscalationQueue")),
+        ("Invoke", None), ("DeleteItem", env["PENDING_REVIEWS_TABLE_NAME"]),
+        ("SendMessage", pipeline.stack.ref("EscalationQueue")),
         ("SendMessage", pipeline.stack.ref("WorkflowDeadLetterQueue")),
         ("PutItem", env["AUDIT_TABLE_NAME"]), ("PutItem", env["LABELLED_EXAMPLES_TABLE_NAME"]),
         ("PutEvents", "Item Escalated"), ("PutEvents", "Review Overdue"), ("PutEvents", "Item Routed"),
@@ -707,10 +708,11 @@ def test_the_routing_workflows_requests_are_valid_as_moto_sends_them(pipeline, s
 
 
 def review_request(pipeline, item_id: str, timeout: float = 20) -> dict[str, Any]:
-    """The review queue's message about `item_id` (others are drained with it)."""
+    """The pending-review index's row about `item_id`, as the workflow's index writer put it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for message in pipeline.messages(pipeline.env["REVIEW_QUEUE_URL"], wait_seconds=1):
-            if message["record"]["item_id"] == item_id:
-                return message
+        for request in pipeline.review_requests(wait_seconds=1):
+            if request["record"]["item_id"] == item_id:
+                return request
+        time.sleep(0.1)
     raise AssertionError(f"no review request for {item_id} after {timeout} s")

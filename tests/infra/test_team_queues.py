@@ -106,7 +106,7 @@ def test_cfn_lint_passes_on_the_edited_template(edited):
 
 def test_the_queue_policy_checks_hold_for_the_new_queues(edited):
     stack = Stack.load(edited[0], parameters=PARAMETERS)
-    senders = {**resource_policies.SENDERS, **{name: ("aws:PrincipalArn", ["RoutingStateMachineRole"]) for name in NEW.values()}}
+    senders = {**resource_policies.SENDERS, **{name: ("aws:PrincipalArn", resource_policies.TEAM_SENDERS) for name in NEW.values()}}
     resource_policies.check_senders(stack, PARAMETERS, senders)
     resource_policies.check_every_sender_is_named_by_the_deny(stack.template["Resources"], senders)
     template_properties.test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(stack)

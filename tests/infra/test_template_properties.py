@@ -163,7 +163,7 @@ def test_tables_have_recovery_and_encryption_and_idempotency_keys(stack):
 def test_every_workflow_task_retries_and_catches():
     asl = json.loads(Stack.load().state_machine_definition("RoutingStateMachine"))
     tasks = {name: state for name, state in asl["States"].items() if state["Type"] in ("Task", "Parallel")}
-    assert len(tasks) == 11
+    assert len(tasks) == 13
     for name, state in tasks.items():
         # A Parallel's tasks retry inside its branches; the Parallel catches what they let through.
         inner = [s for branch in state.get("Branches", []) for s in branch["States"].values() if s["Type"] == "Task"]
@@ -233,17 +233,17 @@ def test_outputs_name_every_queue_table_bus_and_state_machine(stack):
         assert stack.ref(logical_id) in outputs, logical_id
 
 
-def test_review_function_may_only_answer_tasks_read_pending_executions_and_remember_proofs(stack):
-    # and read the signing key: it signs who answered (docs/security.md). It removes no review
-    # message: which message a caller's receipt handle names cannot be checked (review_cli removes its own).
+def test_review_function_may_only_answer_tasks_read_pending_reviews_and_remember_proofs(stack):
+    # and read the signing key: it signs who answered (docs/security.md). The pending review (its
+    # record and task token) is the pending-review index's row, which it reads and removes once answered.
     (policy,) = stack.properties("ReviewCompletionFunction")["Policies"]
     grants = {(tuple(s["Action"]) if isinstance(s["Action"], list) else (s["Action"],), s["Resource"])
               for s in stack.resolve(policy)["Statement"]}
-    executions = stack.get_att("RoutingStateMachine", "Arn").replace(":stateMachine:", ":execution:") + ":*"
+    index = stack.get_att("PendingReviewsTable", "Arn")
     # Step Functions authorizes a task token against the state machine that issued it.
     assert grants == {(("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
                        stack.ref("RoutingStateMachine")),
-                      (("states:DescribeExecution", "states:GetExecutionHistory"), executions),
+                      (("dynamodb:GetItem", "dynamodb:DeleteItem"), index),
                       (("dynamodb:UpdateItem",), stack.get_att("HeadHistoryTable", "Arn")),
                       (("dynamodb:PutItem",), stack.get_att("ResolvedItemsTable", "Arn")),
                       (("dynamodb:PutItem",), stack.get_att("IdempotencyTable", "Arn")),

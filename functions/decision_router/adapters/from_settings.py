@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..config import Settings
 
 if TYPE_CHECKING:
+    from .pending_reviews import PendingReviewTable
     from .precision_tally import PrecisionTally
     from .signing_key import SigningKey
     from .similar_items import ResolvedItems
@@ -22,7 +23,17 @@ def workflow(settings: Settings) -> WorkflowStarter:
     from .workflow import WorkflowStarter
 
     s = settings.require("state_machine_arn")
-    return WorkflowStarter(s.state_machine_arn, audit_retention_days=s.audit_retention_days)
+    return WorkflowStarter(s.state_machine_arn, audit_retention_days=s.audit_retention_days,
+                           label_retention_days=s.label_retention_days)
+
+
+def pending_reviews(settings: Settings) -> PendingReviewTable:
+    """The pending-review index (`PENDING_REVIEWS_TABLE_NAME`, required), its rows kept until a day
+    after their review would time out (`REVIEW_TIMEOUT_SECONDS`)."""
+    from .pending_reviews import PendingReviewTable
+
+    s = settings.require("pending_reviews_table")
+    return PendingReviewTable(s.pending_reviews_table, review_timeout_seconds=s.review_timeout_seconds)
 
 
 def resolved_items(settings: Settings) -> ResolvedItems | None:

@@ -30,19 +30,27 @@ would hand them over. Rows marked before sharding carry `OPEN` alone: the reader
 too, and an open row's next delivery (`touch`) moves it to its shard. Open rows have no expiry, so
 the value of before is read for as long as any row may carry it (docs/operations/hot-keys.md says
 how to see that none does).
+
+A ticket is linked without listing the open incidents: the link index (domain/linking.py) keeps a
+row per lookup key (`lookup#name#<service>`, `lookup#word#<word>`) listing the open incidents filed
+under it (`file`, by the incident intake once an incident opens; `unfile` when it resolves, from the
+keys its row keeps in `filed_under`). The ticket intake reads the rows of its ticket's keys
+(`filed_under`) and then the incidents they list (`open_incidents`), each a BatchGetItem.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterator, Sequence, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..domain.dependencies import ParentEntry
-from ..domain.linking import MAX_DESCRIPTION, MAX_TITLE, OpenIncident, bounded
+from ..domain.linking import MAX_DESCRIPTION, MAX_FILED, MAX_TITLE, OpenIncident, bounded, filing_keys
 from ..domain.ports.incidents import Claim, GroupRow, IncidentRow, Joined
+from ..items import UtcDatetime
 from . import AwsAdapter, expiry
 from .shards import every_shard, in_parallel, shard_of, sharded
 
@@ -65,6 +73,18 @@ OPEN_MARKS = (OPEN, *every_shard(OPEN, OPEN_SHARDS))
 RETENTION_DAYS = 30
 #: The key prefix of a row naming the incident an execution routes (`point`).
 EXECUTION_POINTER = "execution#"
+#: The key prefix of a row of the link index (`lookup#name#<service>`, `lookup#word#<word>`): the
+#: open incidents filed under one lookup key (domain/linking.py), each an attribute of its own
+#: (`FILED` + incident key -> reported time), and their count `FILED_COUNT` (at most MAX_FILED).
+#: Filing or unfiling is then one conditional UpdateItem whatever the row holds (missing, with room,
+#: full): a count kept beside a map could not be checked and raised in one write.
+LOOKUP_ROW = "lookup#"
+FILED = "filed#"
+FILED_COUNT = "filed_count"
+#: BatchGetItem's most keys a request, and its rounds for keys left unprocessed before giving up.
+BATCH_KEYS = 100
+MAX_BATCH_ROUNDS = 5
+_INSTANT: TypeAdapter[datetime] = TypeAdapter(UtcDatetime)
 
 
 def open_mark(key: str) -> str:
@@ -127,6 +147,8 @@ class OpenIncidents(AwsAdapter):
                         kept = bounded(text, limit)
                         if kept:
                             item[name] = {"S": kept}
+                    # What the intake files it under (`file`), so its resolution finds them again.
+                    item["filed_under"] = {"L": [{"S": k} for k in filing_keys(service, title, description)]}
                 self.client.put_item(
                     TableName=self.table_name, Item=item,
                     # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
@@ -170,6 +192,75 @@ class OpenIncidents(AwsAdapter):
             start = page.get("LastEvaluatedKey")
             if not start:
                 return
+
+    # ------------------------------------------------------------------ the link index (domain/linking.py)
+    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None:
+        """File the open incident of `key` (reported at `reported_at`) under each of `lookup_keys`,
+        all at once; a key that lists `MAX_FILED` open incidents already is left as it is (a word
+        that many share tells none apart). One UpdateItem a key, whatever its row holds. A key
+        that lists the incident already keeps it as it is: a retry files nothing more."""
+        in_parallel(lambda lookup: self._file_one(LOOKUP_ROW + lookup, key, reported_at), lookup_keys)
+
+    def _file_one(self, row_key: str, key: str, reported_at: str) -> None:
+        try:
+            self.client.update_item(
+                TableName=self.table_name, Key={"incident_key": {"S": row_key}}, UpdateExpression="SET #k = :at ADD #n :one",
+                # Listed already (a retry: counted once), or full: nothing to do.
+                ConditionExpression="attribute_not_exists(#k) AND (attribute_not_exists(#n) OR #n < :max)",
+                ExpressionAttributeNames={"#k": FILED + key, "#n": FILED_COUNT},
+                ExpressionAttributeValues={":at": {"S": reported_at}, ":one": {"N": "1"}, ":max": {"N": str(MAX_FILED)}})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass
+
+    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None:
+        """Take the incident of `key` off each of `lookup_keys` (nothing where it is not listed)."""
+        def unfile_one(lookup: str) -> None:
+            try:
+                self.client.update_item(**unfiling(self.table_name, lookup, key))
+            except self.client.exceptions.ConditionalCheckFailedException:
+                pass  # not listed there (or no row): nothing was filed there
+        in_parallel(unfile_one, lookup_keys)
+
+    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]:
+        """The open incidents each of `lookup_keys` lists (incident key -> reported time), read by
+        key (BatchGetItem, eventually consistent); a key nothing was filed under is left out."""
+        found: dict[str, dict[str, datetime]] = {}
+        # The whole row: its incidents are attributes named by their keys, which no projection can list.
+        for raw in self._batch_get([LOOKUP_ROW + lookup for lookup in dict.fromkeys(lookup_keys)]):
+            found[raw["incident_key"]["S"][len(LOOKUP_ROW):]] = filed_on(raw)
+        return found
+
+    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]:
+        """The incidents of `keys` that are open and can be linked to, by key (BatchGetItem,
+        eventually consistent: one resolved a moment ago may still read open), in key order."""
+        names = {"#s": "status", "#src": "source", "#t": "title", "#d": "description"}  # DynamoDB reserves some words
+        rows = self._batch_get(list(dict.fromkeys(keys)), names=names, projection=(
+            "incident_key, #s, incident_id, service, reported_at, #src, #t, #d"))
+        incidents = [open_incident_of(_plain(raw)) for raw in rows if raw.get("status", {}).get("S") == "open"]
+        return sorted((i for i in incidents if i is not None), key=lambda incident: incident.key)
+
+    def _batch_get(self, keys: list[str], *, projection: str | None = None,
+                   names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """The rows of `keys` that exist (only `projection`'s attributes, when given), BATCH_KEYS a
+        request; the keys DynamoDB leaves unprocessed (throttled) asked again with a growing pause,
+        up to MAX_BATCH_ROUNDS."""
+        found: list[dict[str, Any]] = []
+        projected = {"ProjectionExpression": projection, "ExpressionAttributeNames": names or {}} if projection else {}
+        for start in range(0, len(keys), BATCH_KEYS):
+            request: dict[str, Any] = {self.table_name: {
+                "Keys": [{"incident_key": {"S": key}} for key in keys[start:start + BATCH_KEYS]], **projected}}
+            for attempt in range(MAX_BATCH_ROUNDS):
+                if attempt:
+                    time.sleep(0.05 * 2 ** attempt)
+                answer = self.client.batch_get_item(RequestItems=request)
+                found.extend(answer.get("Responses", {}).get(self.table_name, []))
+                request = answer.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                raise RuntimeError(f"open-incident store: {len(request[self.table_name]['Keys'])} rows still "
+                                   f"unprocessed after {MAX_BATCH_ROUNDS} BatchGetItem rounds (throttled)")
+        return found
 
     def open_now(self) -> list[OpenIncident]:
         """Every open incident that can be linked to (its service and reported time kept), for the
@@ -450,6 +541,30 @@ class OpenIncidents(AwsAdapter):
         return [_read(IncidentRow, raw) for raw in self._open_rows(
             FilterExpression="attribute_exists(held_under) AND attribute_not_exists(execution_name) "
                              "AND attribute_not_exists(#g)", names={"#g": "group"})]
+
+
+def unfiling(table_name: str, lookup: str, key: str) -> dict[str, Any]:
+    """The UpdateItem that takes the incident of `key` off the link index's row of `lookup` and
+    counts it out; its condition fails where the row does not list it (so it is counted out once)."""
+    return {"TableName": table_name, "Key": {"incident_key": {"S": LOOKUP_ROW + lookup}},
+            "UpdateExpression": "REMOVE #k ADD #n :minus_one", "ConditionExpression": "attribute_exists(#k)",
+            "ExpressionAttributeNames": {"#k": FILED + key, "#n": FILED_COUNT},
+            "ExpressionAttributeValues": {":minus_one": {"N": "-1"}}}
+
+
+def filed_on(row: dict[str, Any]) -> dict[str, datetime]:
+    """The open incidents a row of the link index lists (incident key -> reported time), from its
+    `FILED` attributes; one whose time is not a time is left out."""
+    filed = {name[len(FILED):]: instant_of(value.get("S")) for name, value in row.items() if name.startswith(FILED)}
+    return {key: at for key, at in filed.items() if at is not None}
+
+
+def instant_of(text: str | None) -> datetime | None:
+    """A reported time as the link index keeps it (ISO 8601 with a zone); None when it is not one."""
+    try:
+        return _INSTANT.validate_python(text)
+    except ValidationError:
+        return None
 
 
 def open_incident_of(row: dict[str, Any]) -> OpenIncident | None:

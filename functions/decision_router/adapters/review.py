@@ -1,22 +1,19 @@
-"""Review side of AWS: the review queue (messages carry a task token and the decision record),
-SendTaskSuccess, and the labelled-examples table the workflow fills."""
+"""Review side of AWS: SendTaskSuccess (and the close of a resolved incident's review), the audit
+trail, and the labelled-examples table the workflow fills. Pending reviews are the pending-review
+index's (adapters/pending_reviews.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from ..domain.records import AuditRow, ReviewAnswer
-from ..review.completion import InvalidReview, PendingReview
+from ..domain.records import AUDIT_SHARDS, AuditRow, ReviewAnswer
 from ..validation import describe_errors
 from . import AwsAdapter, expiry
-from .queues import new_batches, release_now
+from .shards import every_shard, in_parallel
 
-PEEK_SECONDS = 5
-#: Long polling: a receive waits this long for messages before answering empty.
-POLL_SECONDS = 2
 GONE_CODES = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}
 
 
@@ -50,89 +47,26 @@ class ReviewTasks(AwsAdapter):
             raise
 
 
-@dataclass
-class Malformed:
-    """A review-queue message that is not a review request (left on the queue, reported)."""
-
-    message_id: str
-    problem: str
-
-
-@dataclass(frozen=True)
-class QueuedReview:
-    """A pending review as it sits on the review queue: the request, and the receipt handle that
-    removes its message once answered."""
-
-    review: PendingReview
-    receipt_handle: str
-
-
-@dataclass
-class Pending:
-    reviews: list[QueuedReview] = field(default_factory=list)
-    malformed: list[Malformed] = field(default_factory=list)
-
-
-class ReviewQueue(AwsAdapter):
-    """Pending reviews: the workflow's `{task_token, execution_name, requested_at, record}` messages."""
-
-    service = "sqs"
-
-    def __init__(self, queue_url: str, client: Any = None):
-        super().__init__(client)
-        self.queue_url = queue_url
-
-    def pending(self, limit: int = 50) -> Pending:
-        """Peek at up to `limit` pending reviews, hiding each only briefly from other reviewers.
-
-        Each message is received once per call (a short visibility timeout keeps it out of the
-        following receives), so a listing neither repeats items nor hides them for long. Every
-        receive long-polls: a short poll samples only some SQS servers and can come back empty
-        while reviews wait. A message that is not a review request is reported, never fatal."""
-        found = Pending()
-        for batch in new_batches(self.client, self.queue_url, visibility=PEEK_SECONDS, wait=POLL_SECONDS):
-            for message in batch:
-                try:
-                    review = PendingReview.from_message(message["Body"])
-                except InvalidReview as error:
-                    found.malformed.append(Malformed(message["MessageId"], str(error)))
-                    continue
-                found.reviews.append(QueuedReview(review, message["ReceiptHandle"]))
-            if len(found.reviews) >= limit:
-                break
-        found.reviews = found.reviews[:limit]
-        return found
-
-    def remove(self, receipt_handle: str) -> None:
-        self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
-
-    def release(self, reviews: list[QueuedReview]) -> None:
-        """Make peeked messages visible again at once (a listing must not hide the items it shows
-        from the reviewer who opens one of them a second later)."""
-        release_now(self.client, self.queue_url, [q.receipt_handle for q in reviews])
-
-    def find(self, execution_name: str, *, limit: int = 1000, tries: int = 3) -> QueuedReview | None:
-        """The pending review of this execution (its message held for PEEK_SECONDS), the others
-        released; None when no message of it is on the queue. A message another reviewer's
-        listing hides for a moment is looked for again, `tries` times in all."""
-        for _ in range(tries):
-            found = self.pending(limit=limit).reviews
-            mine = [q for q in found if q.review.execution_name == execution_name]
-            self.release([q for q in found if q.review.execution_name != execution_name])
-            if mine:
-                return mine[0]
-        return None
-
-
 class AuditTrail(AwsAdapter):
     """Reads the audit table the workflow writes: one row per outcome (JSON strings for the
-    structured fields). RECENT_INDEX orders the rows of one outcome by time; LINK_INDEX, sparse,
-    holds the rows of linked tickets alone, by their incident's id. Every read here is a Query or
-    a GetItem but `all` (a replay's export)."""
+    structured fields). RECENT_INDEX orders the rows of one outcome by time, spread over
+    AUDIT_SHARDS keys (`outcome_shard`, `<outcome>#<n>`), with RECENT_COLUMNS alone; LINK_INDEX,
+    sparse, holds the rows of linked tickets alone, by their incident's id. Every read here is a
+    Query or a GetItem but `all` (a replay's export).
+
+    UNSHARDED_INDEX keys the rows by their outcome alone: it lists the rows written before
+    `outcome_shard` was, until AuditRetentionDays has removed them (then the stack drops it, and
+    this reads it no more: None)."""
 
     service = "dynamodb"
-    RECENT_INDEX = "outcome-audited_at"
+    RECENT_INDEX = "outcome_shard-audited_at"
+    UNSHARDED_INDEX: str | None = "outcome-audited_at"
     LINK_INDEX = "linked_incident_id-audited_at"
+    #: What RECENT_INDEX holds besides the keys (template.yaml's NonKeyAttributes): the columns
+    #: `AuditRow` requires, and the record of a route the intake delivered itself, which a
+    #: correction reads back (review_console/corrections.py).
+    RECENT_COLUMNS = ("item_kind", "outcome", "outcome_detail", "route", "route_reason", "policy_name",
+                      "policy_version", "decisions", "item", "decided_at", "routing_record")
 
     def __init__(self, table_name: str, client: Any = None, *, retention_days: int = 0):
         super().__init__(client)
@@ -140,11 +74,29 @@ class AuditTrail(AwsAdapter):
         self.retention_days = retention_days
 
     def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
-        """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first."""
-        response = self.client.query(TableName=self.table_name, IndexName=self.RECENT_INDEX, Limit=limit,
-                                     KeyConditionExpression="outcome = :o", ScanIndexForward=False,
-                                     ExpressionAttributeValues={":o": {"S": outcome}})
-        return [_audit_row(row) for row in response["Items"]]
+        """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first: the
+        latest `limit` of each shard, and of the unsharded index, all at once, merged. A row is in
+        the unsharded index too while it is kept: the sharded one's (RECENT_COLUMNS) is listed."""
+        if limit < 1:
+            return []
+        reads = [(self.RECENT_INDEX, "outcome_shard", shard) for shard in every_shard(outcome, AUDIT_SHARDS)]
+        if self.UNSHARDED_INDEX:
+            reads.append((self.UNSHARDED_INDEX, "outcome", outcome))
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for rows in in_parallel(lambda read: self._latest(*read, limit), reads):
+            for row in rows:
+                found.setdefault(_key_of(row), row)  # the shards are read first
+        newest = sorted(found.values(), key=_recency, reverse=True)[:limit]
+        return [_audit_row(row) for row in newest]
+
+    def _latest(self, index: str, key: str, value: str, limit: int) -> list[dict[str, Any]]:
+        """The latest `limit` rows of one key of an index, newest first (read on past a page that
+        DynamoDB's 1 MB ends before `limit` rows)."""
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.table_name, IndexName=index, KeyConditionExpression="#k = :v", ScanIndexForward=False,
+            ExpressionAttributeNames={"#k": key}, ExpressionAttributeValues={":v": {"S": value}},
+            PaginationConfig={"MaxItems": limit, "PageSize": limit})
+        return [row for page in pages for row in page["Items"]][:limit]
 
     def of_item(self, item_id: str) -> list[AuditRow | Unreadable]:
         """Every row of one item (its routing, a correction, a review), in execution-name order."""
@@ -180,8 +132,9 @@ class AuditTrail(AwsAdapter):
         return rows
 
     def write(self, row: AuditRow) -> bool:
-        """Write one row (every field a string), as the workflow's audit state does, only where
-        none is: an audit row is never rewritten. False when it exists already (a retry's)."""
+        """Write one row (every field a string, with its shard of the index of recent rows), as the
+        workflow's audit state does, only where none is: an audit row is never rewritten. False
+        when it exists already (a retry's)."""
         item: dict[str, Any] = {key: {"S": value} for key, value in row.columns().items()}
         if self.retention_days:
             item["expires_at"] = {"N": str(expiry(self.retention_days))}
@@ -199,6 +152,15 @@ class AuditTrail(AwsAdapter):
 
 def _strings(row: dict[str, Any]) -> dict[str, str]:
     return {key: value["S"] for key, value in row.items() if "S" in value}
+
+
+def _key_of(row: dict[str, Any]) -> tuple[str, str]:
+    return row["item_id"]["S"], row["execution_name"]["S"]
+
+
+def _recency(row: dict[str, Any]) -> tuple[str, str, str]:
+    """Newest first by `audited_at`; rows of one instant in a fixed order, by their key."""
+    return (row["audited_at"]["S"], *_key_of(row))
 
 
 @dataclass(frozen=True)
@@ -220,9 +182,14 @@ def _audit_row(raw: dict[str, Any]) -> AuditRow | Unreadable:
 
 
 class LabelledExamples(AwsAdapter):
-    """Reads the table the workflow writes after each review (JSON strings for item/answers)."""
+    """Reads the table the workflow writes after each review (JSON strings for item/answers).
+    SHARD_INDEX holds each row the workflow wrote since rows carried `label_shard` (the policy and
+    one of LABEL_SHARDS shards, StoreLabelledExample's States.MathRandom(0, LABEL_SHARDS - 1)) by
+    its `labelled_at`: `since` reads the new labels alone, a Query of each shard."""
 
     service = "dynamodb"
+    SHARD_INDEX = "label_shard-labelled_at"
+    LABEL_SHARDS = 8
 
     def __init__(self, table_name: str, client: Any = None):
         super().__init__(client)
@@ -240,6 +207,22 @@ class LabelledExamples(AwsAdapter):
         response = self.client.scan(TableName=self.table_name, Limit=limit, **start)
         last = response.get("LastEvaluatedKey")
         return [_strings(row) for row in response["Items"]], (_strings(last) if last else None)
+
+    def since(self, policy_name: str, labelled_after: str) -> Iterator[dict[str, str]]:
+        """The policy's labelled examples labelled after `labelled_after` (an ISO 8601 time as the
+        workflow writes `labelled_at`; "" for all in the index): a Query of each shard of the shard
+        index, never a read of older rows. Rows written before rows carried a shard are not in it
+        (`of_policy` reads them)."""
+        paginator = self.client.get_paginator("query")
+        # DynamoDB refuses an empty string as a key's value: "" reads the whole shard
+        after = " AND labelled_at > :t" if labelled_after else ""
+        for shard in every_shard(policy_name, self.LABEL_SHARDS):
+            values = {":s": {"S": shard}, **({":t": {"S": labelled_after}} if labelled_after else {})}
+            for page in paginator.paginate(TableName=self.table_name, IndexName=self.SHARD_INDEX,
+                                           KeyConditionExpression=f"label_shard = :s{after}",
+                                           ExpressionAttributeValues=values):
+                for row in page["Items"]:
+                    yield _strings(row)
 
     def of_policy(self, policy_name: str) -> Iterator[dict[str, str]]:
         """Every labelled example of one policy (the table's partition for it)."""

@@ -1,5 +1,5 @@
 """The routing workflow (Step Functions): starting an execution for one decision record, and
-reading a pending execution's record back (the review function trusts only that copy)."""
+reading an execution's status and input back (where an answered or corrected item went)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from aws_lambda_powertools import Tracer
 
-from ..domain.records import DecisionRecord, execution_name
+from ..domain.records import LABEL_RETENTION_DAYS, DecisionRecord, execution_name
 from . import AwsAdapter, expiry
 
 #: Execution statuses that mean the item was not routed by that execution.
@@ -20,53 +20,39 @@ MAX_ATTEMPTS = 99
 tracer = Tracer()
 
 
-def execution_input(record: DecisionRecord, audit_retention_days: int) -> str:
+
+
+def execution_input(record: DecisionRecord, audit_retention_days: int,
+                    label_retention_days: int = LABEL_RETENTION_DAYS) -> str:
     """An execution's input: the record, with when its audit row expires, `audit_retention_days`
-    after the item was decided (0: kept). Counted from `decided_at`, not from now, so the same
-    record always makes the same input (Step Functions answers a repeated start as one)."""
+    after the item was decided (0: kept), and when its labelled example expires,
+    `label_retention_days` after (always set: the workflow's StoreLabelledExample writes it).
+    Counted from `decided_at`, not from now, so the same record always makes the same input (Step
+    Functions answers a repeated start as one)."""
+    if label_retention_days < 1:
+        raise ValueError(f"label_retention_days {label_retention_days!r}: must be 1 or more")
+    decided = datetime.fromisoformat(record.decided_at)
+    update: dict[str, int] = {"label_expires_at": expiry(label_retention_days, decided)}
     if audit_retention_days:
-        decided = datetime.fromisoformat(record.decided_at)
-        record = record.model_copy(update={"audit_expires_at": expiry(audit_retention_days, decided)})
-    return record.model_dump_json()
+        update["audit_expires_at"] = expiry(audit_retention_days, decided)
+    return record.model_copy(update=update).model_dump_json()
 
 
 class ExecutionNotRunning(LookupError):
     """The named execution does not exist or no longer waits for anything."""
 
 
-#: A review's task token is read from the history's newest events (a page of this many), never
-#: more than this many in all.
-REVIEW_HISTORY_PAGE = 20
-REVIEW_HISTORY_EVENTS = 200
-
-
-def _review_token(parameters: Any, execution_name: str) -> str | None:
-    """The task token a RequestReview's parameters carry in their message, when the message names
-    this execution (Step Functions records the parameters as sent: the message body is JSON, as
-    an object or, written as a string, as text)."""
-    try:
-        sent = json.loads(parameters) if isinstance(parameters, str) else None
-        body = sent.get("MessageBody") if isinstance(sent, dict) else None
-        if isinstance(body, str):
-            body = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or body.get("execution_name") != execution_name:
-        return None
-    token = body.get("task_token")
-    return token if isinstance(token, str) and token else None
-
-
 class WorkflowStarter(AwsAdapter):
     service = "stepfunctions"
 
-    def __init__(self, state_machine_arn: str, client: Any = None, *, audit_retention_days: int = 0):
+    def __init__(self, state_machine_arn: str, client: Any = None, *, audit_retention_days: int = 0,
+                 label_retention_days: int = LABEL_RETENTION_DAYS):
         super().__init__(client)
         self.state_machine_arn = state_machine_arn
-        self.audit_retention_days = audit_retention_days
+        self.audit_retention_days, self.label_retention_days = audit_retention_days, label_retention_days
 
     def _input(self, record: DecisionRecord) -> str:
-        return execution_input(record, self.audit_retention_days)
+        return execution_input(record, self.audit_retention_days, self.label_retention_days)
 
     def execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
@@ -125,39 +111,3 @@ class WorkflowStarter(AwsAdapter):
             return self.client.describe_execution(executionArn=self.execution_arn(name))["status"]
         except self.client.exceptions.ExecutionDoesNotExist:
             return None
-
-    def review_task_token(self, name: str) -> str | None:
-        """The task token of the latest review request the execution sent (RequestReview: SQS
-        sendMessage.waitForTaskToken, whose message names the execution and carries the token), read
-        from its history, newest first; None when it sent none. ExecutionNotRunning: no such execution.
-        A waiting review's request is among the history's last few events: one page, seldom two."""
-        arn = self.execution_arn(name)
-        latest: tuple[int, str | None] | None = None
-        try:
-            pages = self.client.get_paginator("get_execution_history").paginate(
-                executionArn=arn, reverseOrder=True, includeExecutionData=True,
-                PaginationConfig={"PageSize": REVIEW_HISTORY_PAGE, "MaxItems": REVIEW_HISTORY_EVENTS})
-            for page in pages:
-                for event in page["events"]:
-                    if event.get("type") != "TaskScheduled":
-                        continue
-                    details = event.get("taskScheduledEventDetails") or {}
-                    if (details.get("resourceType"), details.get("resource")) != ("sqs", "sendMessage.waitForTaskToken"):
-                        continue
-                    if latest is None or event["id"] > latest[0]:
-                        latest = (event["id"], _review_token(details.get("parameters"), name))
-                if latest is not None:
-                    break  # newest first: nothing older can be the waiting request
-        except self.client.exceptions.ExecutionDoesNotExist:
-            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
-        return latest[1] if latest else None
-
-    def running_record(self, name: str) -> DecisionRecord:
-        """The decision record a running execution was started with (its input, written by the intake)."""
-        try:
-            described = self.client.describe_execution(executionArn=self.execution_arn(name))
-        except self.client.exceptions.ExecutionDoesNotExist:
-            raise ExecutionNotRunning(f"no routing execution named {name!r}") from None
-        if described["status"] != "RUNNING":
-            raise ExecutionNotRunning(f"execution {name!r} is {described['status']}: it waits for no review")
-        return DecisionRecord.model_validate_json(described["input"])

@@ -294,3 +294,91 @@ def suggestion(incident_id: str, answers: Mapping[str, str] | None,
         if team in options:
             return Suggestion(incident_id=incident_id, team=team, question=question, option=team)
     return Suggestion(incident_id=incident_id, team=team, question=None, option=None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The link index: which open incidents a ticket can be linked to, found by key.
+#
+# An open incident is filed under its service's name and its salient words (`filing_keys`); a ticket
+# looks up the names and words it uses, and the services whose aliases it uses (`lookup_keys`); the
+# incidents filed under those keys are the only ones `link_ticket` compares it with (`candidates`).
+# An incident the rule would link is always filed under a key the ticket looks up, except when it is
+# described only in words past its first `MAX_FILED_WORDS`, named in a way no run of the ticket's
+# letters, digits, `.`, `-` and `_` spells (a service name with a space), or filed under a key that
+# already held `MAX_FILED` open incidents, or when the ticket's words that find it come after its
+# first `MAX_LOOKUP_KEYS` keys; past `MAX_CANDIDATES` incidents, the least likely are left.
+
+#: A lookup key's kinds: a service's name (lower case, whole) and a word (`words`: stemmed).
+NAME_KEY = "name#"
+WORD_KEY = "word#"
+#: The most words an incident is filed under: its service's words, then its title's, then its
+#: description's, in order (each filing is a write when it opens and another when it resolves).
+MAX_FILED_WORDS = 16
+#: The most open incidents one key lists (a word shared by more tells none of them apart).
+MAX_FILED = 100
+#: The most keys one ticket looks up, and the most incidents read for it: one BatchGetItem each.
+MAX_LOOKUP_KEYS = 100
+MAX_CANDIDATES = 100
+_NAME_RUN = re.compile(r"[\w.-]+")
+
+
+def filing_keys(service: str, title: str | None = None, description: str | None = None) -> list[str]:
+    """The lookup keys an open incident is filed under: its service's name (found by a ticket that
+    names it or uses one of its aliases), then its first `MAX_FILED_WORDS` words (the service's
+    first, then its title's and description's, as `incident_terms` reads them, without the aliases:
+    a ticket looks those up by the service's name)."""
+    name = service.strip().lower()
+    keys = [NAME_KEY + name] if name else []
+    # Cut as the open row keeps them: the words filed are the words read back and scored.
+    kept = f"{bounded(title, MAX_TITLE) or ''} {bounded(description, MAX_DESCRIPTION) or ''}"
+    salient = dict.fromkeys([*words(service), *words(kept)])
+    return keys + [WORD_KEY + word for word in list(salient)[:MAX_FILED_WORDS]]
+
+
+def names_in(text: str) -> set[str]:
+    """Every name `service_pattern` could find in `text`, lower case: each run of letters, digits,
+    `.`, `-` and `_`, and each of its beginnings that ends before a `.` no letter or digit follows."""
+    found = set()
+    for run in _NAME_RUN.findall(text.lower()):
+        found.add(run)
+        found.update(run[:at] for at, char in enumerate(run)
+                     if char == "." and at and not (at + 1 < len(run) and (run[at + 1].isalnum() or run[at + 1] == "_")))
+    return {name for name in found if len(name) >= MIN_SERVICE_LENGTH}
+
+
+def lookup_keys(ticket: Ticket, aliases: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The lookup keys of `ticket`, at most `MAX_LOOKUP_KEYS`: the name of each service whose
+    aliases' words it uses (an alias is the ticket policy's, never filed), the names it could be
+    naming that join words (`checkout-api`), its words in order, then the plain names no word
+    stands for (a stop word, a number). A plain name that is a word is left to its word's key (a
+    service's own words are filed first), so a ticket looks up about as many keys as it has words."""
+    text = f"{ticket.subject} {ticket.body}"
+    used = list(dict.fromkeys(words(text)))
+    aliased = sorted(service.strip().lower() for service, others in (aliases or {}).items()
+                     if set(used) & set(words(" ".join(others))))
+    names = sorted(name for name in names_in(text) if not (_WORD.fullmatch(name) and words(name)))
+    compound = [name for name in names if not _WORD.fullmatch(name)]
+    plain = [name for name in names if _WORD.fullmatch(name)]  # a stop word or a number: last
+    keys = dict.fromkeys([*(NAME_KEY + name for name in [*aliased, *compound]), *(WORD_KEY + word for word in used),
+                          *(NAME_KEY + name for name in plain)])
+    return list(keys)[:MAX_LOOKUP_KEYS]
+
+
+def candidates(ticket: Ticket, filed: Mapping[str, Mapping[str, datetime]], *,
+               limit: int = MAX_CANDIDATES) -> list[str]:
+    """The keys of the incidents to read for `ticket`, given what its lookup keys list (`filed`: key
+    -> {incident key: reported at}): those reported by the ticket's time plus `LEAD`, the ones under
+    a name first, then those under more of its keys, then the latest; at most `limit`."""
+    named: set[str] = set()
+    hits: Counter[str] = Counter()
+    reported: dict[str, datetime] = {}
+    for key, incidents in filed.items():
+        for incident_key, at in incidents.items():
+            if at - LEAD > ticket.created_at:
+                continue  # reported after the ticket's lead: never linked to it
+            reported[incident_key] = at
+            hits[incident_key] += 1
+            if key.startswith(NAME_KEY):
+                named.add(incident_key)
+    ranked = sorted(reported, key=lambda k: (k in named, hits[k], reported[k], k), reverse=True)
+    return ranked[:limit]

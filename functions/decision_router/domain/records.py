@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from decision_contract import ModelInfo
 
 from ..items import ItemKind, ref_of
+from .kept_signals import KeptSignals
 from .linking import LinkedIncident
 from .policies import Thresholds
 from .why import Why
@@ -24,6 +26,10 @@ Tier = Literal["words", "endpoint"]
 #: What produced the decision: a rule, the option letters' logits, or a learned head over the
 #: model's hidden state (see heads.py).
 ReadoutKind = Literal["rule", "letters", "head"]
+
+
+#: Days a labelled example is kept where the starter of an execution gives none (LabelRetentionDays' default).
+LABEL_RETENTION_DAYS = 365
 
 
 class _Record(BaseModel):
@@ -167,6 +173,12 @@ class DecisionRecord(_Record):
     audit_expires_at: int | None = Field(None, description=(
         "When the execution's audit row expires (the audit table's TTL, epoch seconds): set as the "
         "execution is started (AuditRetentionDays); null: kept."))
+    label_expires_at: int | None = Field(None, description=(
+        "When the item's labelled example expires (the labelled-examples table's TTL, epoch seconds): set as "
+        "the execution is started (LabelRetentionDays); where none is given, LABEL_RETENTION_DAYS after decided_at."))
+    signals: dict[str, KeptSignals] = Field(default_factory=dict, description=(
+        "question → the endpoint's signals for it as they were at decision time (domain/kept_signals.py), kept "
+        "on a record that goes to review: the labelled example carries them, so relearning need not ask again."))
 
     def item_ref(self) -> str | None:
         """Which item the record decides: kind, source and id (`items.item_ref`)."""
@@ -176,6 +188,17 @@ class DecisionRecord(_Record):
     def checked(self) -> list[str]:
         """The questions whose automatic answer this item was held to check (domain/precision.py)."""
         return [d.question for d in self.decisions if d.check]
+
+    @model_validator(mode="after")
+    def _label_expiry(self) -> "DecisionRecord":
+        # The workflow's StoreLabelledExample writes it as a number: a record always has one.
+        if self.label_expires_at is None:
+            try:
+                decided = datetime.fromisoformat(self.decided_at)
+            except ValueError:
+                return self
+            self.label_expires_at = int((decided + timedelta(days=LABEL_RETENTION_DAYS)).timestamp())
+        return self
 
     @model_validator(mode="after")
     def _announce(self) -> "DecisionRecord":
@@ -247,6 +270,23 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+#: Partition keys of the audit table's index of recent rows (`outcome_shard`, `<outcome>#<n>`, n
+#: from 0 to AUDIT_SHARDS - 1): every automatic route writes a row of `auto_routed`, and one key
+#: of an index takes 1,000 writes a second. The workflow's WriteAuditRecord picks n at random
+#: (States.MathRandom(0, AUDIT_SHARDS - 1)); the code's writers from a hash of the row's key. Raise
+#: it, never lower it: a read asks shards 0 to AUDIT_SHARDS - 1 (docs/operations/hot-keys.md).
+AUDIT_SHARDS = 10
+_OUTCOME_SHARD = re.compile(r"^(?P<outcome>.*)#(?P<shard>0|[1-9][0-9]*)$")
+
+
+def outcome_shard(outcome: str, item_id: str, execution_name: str) -> str:
+    """The index key of an audit row the code writes: the outcome's shard from a hash of the row's
+    key, the same in every process and for every retry of the row (as adapters/shards.py's
+    `shard_of` picks one; this floor may not import it)."""
+    digest = hashlib.blake2b(f"{item_id}/{execution_name}".encode(), digest_size=8).digest()
+    return f"{outcome}#{int.from_bytes(digest, 'big') % AUDIT_SHARDS}"
+
+
 class AuditRow(_Record):
     """One row of the audit table, as DynamoDB holds it: every column a string (the structured
     ones, `outcome_detail`, `decisions` and `item`, as JSON text). The workflow's WriteAuditRecord
@@ -277,6 +317,40 @@ class AuditRow(_Record):
     #: The linked incident's id alone, on a linked ticket's row only: the key of the table's sparse
     #: index of links (`AuditTrail.linked_to`).
     linked_incident_id: str | None = None
+    #: On a row the intake wrote as it delivered an automatic route itself (no execution holds its
+    #: record): the decision record less `item` and `decisions` (columns of their own), as JSON
+    #: text. A correction reads the record back from it (`routed_record`).
+    routing_record: str | None = None
+    #: The key of the index of recent rows (`<outcome>#<n>`, AUDIT_SHARDS): given here to a row
+    #: that has none (one the code writes, or one kept from before the index), from its key.
+    outcome_shard: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _with_outcome_shard(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("outcome_shard") is None:
+            outcome, item_id, name = (data.get(key) for key in ("outcome", "item_id", "execution_name"))
+            if isinstance(outcome, str) and isinstance(item_id, str) and isinstance(name, str):
+                return {**data, "outcome_shard": outcome_shard(outcome, item_id, name)}
+        return data
+
+    @model_validator(mode="after")
+    def _shard_of_its_outcome(self) -> "AuditRow":
+        found = _OUTCOME_SHARD.match(self.outcome_shard or "")
+        if found is None or found["outcome"] != self.outcome:
+            raise ValueError(f"outcome_shard {self.outcome_shard!r}: must be the outcome and a shard, "
+                             f"'{self.outcome}#<n>' (n from 0 to {AUDIT_SHARDS - 1})")
+        return self
+
+    def routed_record(self) -> DecisionRecord | None:
+        """The decision record a directly delivered route was delivered from; None on a row the
+        workflow wrote (its execution's input is the record)."""
+        if self.routing_record is None:
+            return None
+        rest = json.loads(self.routing_record)
+        if not isinstance(rest, dict):
+            raise ValueError(f"audit row {self.item_id}/{self.execution_name}: routing_record is not a JSON object")
+        return DecisionRecord.model_validate({**rest, "item": json.loads(self.item), "decisions": json.loads(self.decisions)})
 
     def columns(self) -> dict[str, str]:
         """The row's columns as written (an absent `execution_arn` is no column); a linked
@@ -320,6 +394,17 @@ STEP_FUNCTIONS_PAYLOAD_BYTES = 256 * 1024
 WORKFLOW_RESERVE_BYTES = 32 * 1024
 #: The largest record an execution is started with.
 MAX_RECORD_BYTES = STEP_FUNCTIONS_PAYLOAD_BYTES - WORKFLOW_RESERVE_BYTES
+
+
+def with_signals_that_fit(record: DecisionRecord) -> DecisionRecord:
+    """The record with its kept signals only where it goes to review (what becomes a labelled
+    example) and stays within MAX_RECORD_BYTES with them; otherwise without (relearning then asks
+    the endpoint for that item, as for one kept before signals were)."""
+    if not record.signals:
+        return record
+    if record.route != "review" or record_bytes(record) > MAX_RECORD_BYTES:
+        return record.model_copy(update={"signals": {}})
+    return record
 
 
 class RecordTooLarge(ValueError):

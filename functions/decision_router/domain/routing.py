@@ -24,6 +24,7 @@ from ..items import Item
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
 from .heads import Head
 from .judging import build_record, error_entry, explain, model_entry, rule_entry, words_entry
+from .kept_signals import KeptSignals, keep_signals
 from .model_requests import build_decisions
 from .policies import Policy, Question
 from .ports.routing import Endpoint
@@ -69,6 +70,7 @@ class Router:
         pending = [q for q in policy.questions if q.id not in hits]
         seconds, state, results = None, None, None
         shadowed: dict[str, ShadowAnswer] = {}
+        kept: dict[str, KeptSignals] = {}
         words: dict[str, DecisionEntry] = {}
         if pending:
             decisions = {d.id: d for d in build_decisions(policy, item, [q.id for q in pending])}
@@ -85,6 +87,7 @@ class Router:
             try:
                 asked = [_with_shadow_signals(decisions[q.id], shadows.get(q.id)) for q in pending]
                 results = self.endpoint.decide(asked, deadline=deadline)
+                kept = keep_signals({q.id: decision for q, decision in zip(pending, asked)}, results)
                 # a question whose head was unsure of the words is answered by the letters
                 answered = [model_entry(q.with_head(None) if q.id in words else q, results[q.id], state)
                             for q in pending]
@@ -101,8 +104,8 @@ class Router:
         record = build_record(policy, item, entries, destinations=self.destinations,
                               review_queue_url=self.review_queue_url,
                               review_timeout_seconds=self.review_timeout_seconds, check_key=self.check_key)
-        if shadowed:
-            record = record.model_copy(update={"shadow": shadowed})
+        if shadowed or kept:
+            record = record.model_copy(update={"shadow": shadowed, "signals": kept})
         return record, seconds
 
 

@@ -41,6 +41,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
+from ..domain.linking import filing_keys
 from ..domain.noise import recent
 from ..domain.ports.incidents import IncidentRow, OpenIncidentStore
 from ..domain.records import AuditRow, RecordTooLarge, json_text
@@ -172,6 +173,8 @@ class IncidentIntake:
         claim = self.store.claim(opened.key, delivery, incident_id=incident.incident_id, source=incident.source,
                                  opens=opens, service=incident.service, reported_at=at,
                                  title=incident.title, description=incident.description)
+        if claim in ("new", "retry"):
+            self._file_for_links(opened.key, incident, at)
         base = {"key": opened.key, "incident_id": incident.incident_id}
         now = self.clock()
         if claim in ("duplicate", "update") and noise.maintenance:
@@ -196,6 +199,17 @@ class IncidentIntake:
         if held is not None:
             return {**base, **held}
         return self._decide(opened, delivery, context, opens)
+
+    def _file_for_links(self, key: str, incident: Incident, at: str) -> None:
+        """File the opened incident in the link index under its service's name and salient words,
+        so a ticket finds it by key (domain/linking.py). A link is a hint: a failure is logged and
+        counted, and the incident goes on (it is then linked to no ticket)."""
+        try:
+            self.store.file(key, filing_keys(incident.service, incident.title, incident.description), at)
+        except Exception as error:  # noqa: BLE001 - never hold an incident back for a ticket's hint
+            self.metrics.add_metric(name="LinkFilingFailed", unit=MetricUnit.Count, value=1)
+            self.logger.warning("the incident could not be filed for links; no ticket is linked to it", extra={
+                "key": key, "incident_id": incident.incident_id, "reason": f"{type(error).__name__}: {error}"})
 
     def _reroute(self, context: Any):
         return lambda opened, delivery, release: self._decide(opened, delivery, context, None, release=release)

@@ -1,12 +1,15 @@
 """The intake flow shared by the ticket (SQS) and incident (EventBridge) functions:
-parse → judge once per item key → start the workflow → log and metrics. An item is validated
+parse → judge once per item key → deliver it or start the workflow → log and metrics. An item is validated
 once, and its decision record travels as one `DecisionRecord` from the judge to the workflow
 (the idempotency store keeps its JSON and gives the same record back for a duplicate). Its parts are built once,
 on the first item (`Intake.parts`), so importing a handler creates no AWS client and a broken
 policy/config fails loudly at the first invoke.
 
 The router judges each item under the policy it is told for that item (the shipped policy with
-the heads in service, `live_heads`); `Intake.route` alone starts the workflow:
+the heads in service, `live_heads`); `Intake.route` alone routes it. An automatic route that pages
+nobody is delivered here without an execution (`DirectRoutes`: the audit row's conditional put
+claims it, so it is delivered once; a retry finds it delivered, or takes over a claim whose
+invocation has ended). Anything that waits for a person or pages starts the workflow:
 - Failing to start it fails the item (the exception propagates): SQS redelivers the ticket and
   moves it to the DLQ after maxReceiveCount; EventBridge's async invoke retries the incident and
   then hands it to the function's on-failure destination/DLQ.
@@ -33,12 +36,14 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
+from ..adapters.direct_routes import is_direct
 from ..adapters.shadow_tally import ShadowTally
+from ..adapters.workflow import MAX_ATTEMPTS
 from ..domain.linking import LinkedIncident
 from ..domain.policies import Policy, load_policy
 from ..domain.ports.outcomes import ResolvedItemStore
 from ..domain.precision import DrawKeyUnavailable
-from ..domain.records import DecisionRecord, RecordTooLarge, check_size
+from ..domain.records import DecisionRecord, RecordTooLarge, check_size, execution_name, with_signals_that_fit
 from ..domain.routing import Router, ShadowHead
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
@@ -250,13 +255,14 @@ class Intake:
             record = with_reason(record, noise=noise)
         if linked is not None:
             record = with_reason(record, linked=linked.reason()).model_copy(update={"linked": linked})
+        record = with_signals_that_fit(record)  # the signals only where they become a labelled example
         try:
             check_size(record)  # StartExecution would refuse it, on every retry alike
         except RecordTooLarge as error:
             self.metrics.add_metric(name="RecordsTooLarge", unit=MetricUnit.Count, value=1)
             self.logger.error("record too large to route", extra={"item_id": item.item_id, "reason": str(error)})
             raise
-        name, started = self.wiring.workflow.start(record)
+        name, started = self._deliver(record, context)
         summary = RouteOutcome(record, name, started).summary()
         if started and record.route == "auto":
             answers = {d.question: d.option_id for d in record.decisions if d.option_id is not None}
@@ -265,6 +271,33 @@ class Intake:
             self.metrics.add_metric(name="AlreadyRouted", unit=MetricUnit.Count, value=1)
         self.logger.info("item routed" if started else "item already routed", extra=summary)
         return summary
+
+    def _deliver(self, record: DecisionRecord, context: Any) -> tuple[str, bool]:
+        """(name, started): an automatic route that pages nobody is delivered here, without an
+        execution (`DirectRoutes`: its audit row claimed, its message and its event), under the name
+        its execution would have; anything that waits for a person or pages starts the workflow."""
+        if not is_direct(record):
+            return self.wiring.workflow.start(record)
+        holds_until = None  # the claim's lease: this invocation's own end
+        if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+            holds_until = time.time() + context.get_remaining_time_in_millis() / 1000
+        for attempt in range(1, MAX_ATTEMPTS + 1):  # past the names whose route failed, as Workflow.start
+            name = execution_name(record.item_kind, record.item_id, record.item_key, attempt)
+            delivery = self.wiring.direct_routes.deliver(record, name, holds_until=holds_until)
+            if not delivery.ended_unrouted:
+                break
+        else:
+            raise RuntimeError(f"{record.item_kind} {record.item_id!r}: {MAX_ATTEMPTS} routes of this item failed; "
+                               "see the workflow DLQ")
+        if delivery.announce_error is not None:
+            self.metrics.add_metric(name="AnnouncementsFailed", unit=MetricUnit.Count, value=1)
+            self.logger.error("item routed but not announced (no Item Routed event)",
+                              extra={"item_id": record.item_id, "reason": delivery.announce_error})
+        if delivery.mark_error is not None:
+            self.metrics.add_metric(name="DeliveriesNotMarked", unit=MetricUnit.Count, value=1)
+            self.logger.error("item routed but its claim not marked delivered",
+                              extra={"item_id": record.item_id, "reason": delivery.mark_error})
+        return name, delivery.delivered
 
     def _judge_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision, once per item key; decided without the idempotency store when the

@@ -20,10 +20,6 @@ from ..sources.events import Resolved
 from .noise_holds import WriteAudit
 from .wiring import Wiring
 
-#: Pending reviews looked through for the resolved incident's (the review queue is a queue, not
-#: an index: past this many, the review stays open and the resolution says so).
-MAX_REVIEWS_SCANNED = 100
-
 
 class Ignore(Protocol):
     def __call__(self, source: str, key: str | None, reason: str, *, touched: bool = False) -> dict: ...
@@ -34,13 +30,23 @@ class Resolutions:
                  write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics,
                  release: Callable[[IncidentRow, Any], list[dict]] | None = None):
         """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
-        row of a group whose last member is resolved. The review queue (from `wiring`) is reached
+        row of a group whose last member is resolved. The pending-review index (from `wiring`) is read
         only when a resolved incident's execution still runs. `release` (with the policy's
         dependencies) routes what was held under the resolved incident."""
         self.store, self.alarm_states, self.workflow, self.wiring = store, alarm_states, workflow, wiring
         self.release = release
         self.write_audit, self.ignore = write_audit, ignore
         self.logger, self.metrics = logger, metrics
+
+    def _unfile(self, was: IncidentRow) -> None:
+        """Take the resolved incident off the link index's keys it was filed under. A failure is
+        logged and counted: the entry stays, and ticket intakes skip it (they read only open rows)."""
+        try:
+            self.store.unfile(was.incident_key, was.filed_under)
+        except Exception as error:  # noqa: BLE001 - a stale link entry is harmless: never fail a resolution
+            self.metrics.add_metric(name="LinkUnfilingFailed", unit=MetricUnit.Count, value=1)
+            self.logger.warning("the resolved incident could not be taken off the link index", extra={
+                "key": was.incident_key, "reason": f"{type(error).__name__}: {error}"})
 
     def resolve(self, outcome: Resolved, delivery: str, context: Any = None) -> dict:
         refused = self._unconfirmed(outcome)
@@ -60,6 +66,7 @@ class Resolutions:
             return self.ignore(outcome.source, outcome.key, f"{outcome.reason}; no open incident has this key "
                                "(already resolved, or never opened here)")
         self.metrics.add_metric(name="IncidentsResolved", unit=MetricUnit.Count, value=1)
+        self._unfile(was)
         name = was.execution_name
         reason = outcome.reason
         group_key = was.group
@@ -112,17 +119,14 @@ class Resolutions:
         """Close the review the incident's execution still waits for; False when it waits for none."""
         if self.workflow.status(execution_name) != "RUNNING":
             return False
-        reviews, tasks = self.wiring.review_queue, self.wiring.review_tasks
-        for queued in reviews.pending(limit=MAX_REVIEWS_SCANNED).reviews:
-            if queued.review.execution_name != execution_name:
-                continue
-            try:
-                tasks.close_resolved(queued.review.task_token, f"resolved at the source: {reason}")
-            except ReviewTaskGone:
-                return False  # answered or timed out meanwhile: the workflow has its outcome
-            reviews.remove(queued.receipt_handle)
-            self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
-            return True
-        self.logger.warning("resolved incident's review not found among the pending ones; it stays open",
-                            extra={"execution_name": execution_name, "scanned": MAX_REVIEWS_SCANNED})
-        return False
+        reviews = self.wiring.pending_reviews
+        row = reviews.get(execution_name)
+        if row is None:  # it waits for no review (or its writer has not put the row yet)
+            return False
+        try:
+            self.wiring.review_tasks.close_resolved(row.task_token, f"resolved at the source: {reason}")
+        except ReviewTaskGone:
+            return False  # answered or timed out meanwhile: the workflow has its outcome (and removed the row)
+        reviews.remove(execution_name, row.task_token)  # the workflow removes it too; either may be first
+        self.metrics.add_metric(name="ReviewsClosedResolved", unit=MetricUnit.Count, value=1)
+        return True

@@ -16,13 +16,17 @@ from its text to a `Ticket`, and routed; what cannot be routed now is parked or 
   the measured threshold against the incident's words and the ticket policy's `service_aliases`),
   while that incident is open is linked to it (domain/linking.py): the link goes on its record,
   its audit row and its reason (which says why: named, or described with the score and the words
-  shared). A link is a suggestion: the ticket's route is decided as if it were not linked. The open
-  incidents are read once per invocation (batch); when they cannot be read, the tickets are
-  routed unlinked with a warning: a link never holds a ticket back.
+  shared). A link is a suggestion: the ticket's route is decided as if it were not linked. Only
+  the open incidents filed under the names and words the ticket uses are read (the link index:
+  one BatchGetItem of its keys, one of the incidents they list; each read once per invocation),
+  never a listing of every open incident, so a ticket's reads stay the same however many are open;
+  when they cannot be read, the ticket is routed unlinked with a warning: a link never holds a
+  ticket back.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics
@@ -32,7 +36,8 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from ..domain.failures import WaitingForCapacity, wake_up_wait
-from ..domain.linking import LinkedIncident, OpenIncident, link_ticket
+from ..domain.linking import LinkedIncident, OpenIncident, candidates, link_ticket, lookup_keys
+from ..domain.ports.incidents import OpenIncidentStore
 from ..domain.records import RecordTooLarge
 from ..items import InvalidItem, Ticket, parse_item
 from ..sources.sns import SnsNotification, carried, faults_the_notification
@@ -71,12 +76,14 @@ class TicketIntake:
         composition root)."""
         self.intake, self.logger, self.metrics = intake, logger, metrics
         self.wiring = intake.wiring
-        #: The open incidents read for this invocation (`begin` forgets them; None: not read yet).
-        self._open_now: list[OpenIncident] | None = None
+        #: What this invocation read of the link index (`begin` forgets it): the incidents filed
+        #: under each lookup key, and each incident read (None: not open, or nothing to link to).
+        self._filed: dict[str, dict[str, datetime]] = {}
+        self._incidents: dict[str, OpenIncident | None] = {}
 
     def begin(self) -> None:
-        """A new invocation: the open incidents are read again for its batch."""
-        self._open_now = None
+        """A new invocation: the link index is read again for its batch."""
+        self._filed, self._incidents = {}, {}
 
     def link(self, ticket: Ticket) -> LinkedIncident | None:
         """The open incident `ticket` describes, or None; a store that cannot be read is logged
@@ -84,20 +91,34 @@ class TicketIntake:
         store = self.wiring.open_incidents
         if store is None:
             return None
-        if self._open_now is None:
-            try:
-                self._open_now = list(store.open_now())
-            except Exception as error:  # noqa: BLE001 - a link is a hint: the ticket is routed without it
-                self.metrics.add_metric(name="LinkLookupFailed", unit=MetricUnit.Count, value=1)
-                self.logger.warning("open incidents could not be read; the ticket is routed unlinked", extra={
-                    "item_id": ticket.ticket_id, "reason": f"{type(error).__name__}: {error}"})
-                return None
-        linked = link_ticket(ticket, self._open_now, self.intake.policy.service_aliases)
+        try:
+            incidents = self._filed_for(store, ticket)
+        except Exception as error:  # noqa: BLE001 - a link is a hint: the ticket is routed without it
+            self.metrics.add_metric(name="LinkLookupFailed", unit=MetricUnit.Count, value=1)
+            self.logger.warning("open incidents could not be read; the ticket is routed unlinked", extra={
+                "item_id": ticket.ticket_id, "reason": f"{type(error).__name__}: {error}"})
+            return None
+        linked = link_ticket(ticket, incidents, self.intake.policy.service_aliases)
         if linked is not None:
             self.metrics.add_metric(name="TicketsLinked", unit=MetricUnit.Count, value=1)
             self.logger.info("ticket linked to an open incident", extra={
                 "item_id": ticket.ticket_id, "incident_id": linked.incident_id, "why": linked.why})
         return linked
+
+    def _filed_for(self, store: OpenIncidentStore, ticket: Ticket) -> list[OpenIncident]:
+        """The open incidents filed under `ticket`'s lookup keys (domain/linking.py): at most one
+        read of the keys and one of the incidents, each key and incident read once per invocation."""
+        keys = lookup_keys(ticket, self.intake.policy.service_aliases)
+        unread = [key for key in keys if key not in self._filed]
+        if unread:
+            found = store.filed_under(unread)
+            self._filed.update({key: found.get(key, {}) for key in unread})
+        chosen = candidates(ticket, {key: self._filed[key] for key in keys})
+        unread = [key for key in chosen if key not in self._incidents]
+        if unread:
+            read = {incident.key: incident for incident in store.open_incidents(unread)}
+            self._incidents.update({key: read.get(key) for key in unread})
+        return [incident for key in chosen if (incident := self._incidents[key]) is not None]
 
     def handle(self, record: SqsRecordModel, context: Any = None) -> dict:
         """Route the record's ticket; park it when invalid; raise so SQS receives it again otherwise."""

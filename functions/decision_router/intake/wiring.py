@@ -19,14 +19,15 @@ from ..adapters.endpoint import DecisionEndpoint
 from ..adapters.head_store import HeadStore
 from ..adapters.open_incidents import OpenIncidents
 from ..adapters.queues import Queue
-from ..adapters.review import AuditTrail, ReviewQueue, ReviewTasks
+from ..adapters.review import AuditTrail, ReviewTasks
 from ..adapters.shadow_tally import ShadowTally
 from ..adapters.signing_key import SigningKey
 from ..composition import CompositionRoot, part
 from ..domain.ports.incidents import AlarmStateReader, OpenIncidentStore
 from ..domain.ports.messaging import Sender, Waiting
 from ..domain.ports.outcomes import ResolvedItemStore
-from ..domain.ports.routing import AuditWriter, Endpoint, PointerSource, Workflow
+from ..domain.ports.review import PendingReviews
+from ..domain.ports.routing import AuditWriter, DirectRoutes, Endpoint, PointerSource, Workflow
 
 
 class Wiring(CompositionRoot):
@@ -39,6 +40,15 @@ class Wiring(CompositionRoot):
     @part
     def workflow(self) -> Workflow:
         return from_settings.workflow(self.settings)
+
+    @part
+    def direct_routes(self) -> DirectRoutes:
+        """An automatic route that pages nobody, delivered without an execution (its audit row, team
+        queue and event as the workflow writes them)."""
+        from ..adapters.direct_routes import DirectRoutes as DirectRoutesAdapter
+
+        s = self.settings.require("audit_table", "event_bus_name")
+        return DirectRoutesAdapter(s.audit_table, s.event_bus_name, retention_days=s.audit_retention_days)
 
     @part
     def open_incidents(self) -> OpenIncidentStore | None:
@@ -69,8 +79,9 @@ class Wiring(CompositionRoot):
         return AuditTrail(s.audit_table, retention_days=s.audit_retention_days)
 
     @part
-    def review_queue(self) -> ReviewQueue:
-        return ReviewQueue(self.settings.require("review_queue_url").review_queue_url)
+    def pending_reviews(self) -> PendingReviews:
+        """The pending-review index: a resolved incident's waiting review is found there."""
+        return from_settings.pending_reviews(self.settings)
 
     @part
     def review_tasks(self) -> ReviewTasks:

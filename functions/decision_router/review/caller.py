@@ -9,13 +9,13 @@ presigned, signing this answer's binding (domain/callers.py). Before anything is
 2. that principal must be of the stack's own account and one the stack's ReviewerPrincipals
    lists: it is the reviewer, named by its ARN (`iam:<ARN>`) and shown by its user or session
    name; the event names nobody;
-3. the task token must be the one the named execution's review waits on (its history);
-4. the answers must be one of the answers the execution's own record offers;
+3. the task token must be the one the named execution's review waits on (its row of the
+   pending-review index, which only the workflow's index writer puts);
+4. the answers must be one of the answers the row's record offers;
 5. the proof must never have been used (it is remembered until it expires).
 
-Then the answer goes to the waiting workflow. The caller's review-queue message is not touched
-here: which message a receipt handle belongs to cannot be checked, so `review_cli` removes the
-message it read itself, with its own rights.
+Then the answer goes to the waiting workflow, and the review's row is removed (the workflow
+removes it too, once the wait is over).
 """
 
 from __future__ import annotations
@@ -26,19 +26,27 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..domain.callers import Invoked, Reviewer, ReviewerPrincipals, answer_binding
-from ..domain.ports.review import CallerIdentity, Executions, TaskCompleter, UsedProofs
+from ..domain.ports.review import CallerIdentity, PendingReviews, TaskCompleter, UsedProofs
 from ..domain.records import DecisionRecord, ReviewAnswer
 from ..domain.signatures import IdentityNotProven
 from ..validation import describe_errors
-from .completion import MAX_TASK_TOKEN, ExecutionName, IdentitySigner, InvalidReview, ReviewCompletion, review_output
+from .completion import (
+    MAX_TASK_TOKEN,
+    ExecutionName,
+    IdentitySigner,
+    InvalidReview,
+    ReviewCompletion,
+    not_waiting,
+    review_output,
+)
 
 #: Fields an earlier review function took from its caller, and why they are refused now.
 NOT_TAKEN = {
     "reviewer": "who answered is your proven AWS identity, shown by its user or role session name; send no name",
     "reviewer_username": "the name shown is your proven AWS identity's; send none",
     "reviewer_email": "the name shown is your proven AWS identity's; send none",
-    "receipt_handle": "the review function removes no review message (it cannot tell whose a receipt handle is); "
-                      "review_cli removes the message it read, with your rights",
+    "receipt_handle": "reviews are no longer read from a queue: the review's row of the pending-review index "
+                      "is removed once answered; send none",
 }
 
 
@@ -49,7 +57,7 @@ class CallerAnswer(BaseModel):
 
     execution_name: ExecutionName = Field(description="The pending review's execution (review_cli list shows it).")
     task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)] = Field(
-        description="The token the execution's review waits on (its review-queue message carries it).")
+        description="The token the execution's review waits on (review_cli list shows it, from the index).")
     answers: dict[str, str] = Field(min_length=1)
     note: Annotated[str, StringConstraints(max_length=2000)] = ""
     policy: str | None = Field(default=None, description="Optional check: the policy the reviewer believes "
@@ -80,11 +88,11 @@ class CallerAnswer(BaseModel):
 
 
 def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str, identities: CallerIdentity,
-                     executions: Executions, tasks: TaskCompleter, proofs: UsedProofs | None,
+                     reviews: PendingReviews, tasks: TaskCompleter, proofs: UsedProofs | None,
                      sign: IdentitySigner | None) -> tuple[ReviewAnswer, DecisionRecord]:
     """Check the event's answer and its caller (module docstring), hand it to the waiting
     workflow; the answer sent and the execution's record. IdentityNotProven (the caller),
-    InvalidReview (the answer or the token), the Executions port's ExecutionNotRunning or the
+    InvalidReview (the answer or the token), ReviewNotWaiting (no row: nothing waits) or the
     TaskCompleter's ReviewTaskGone: nothing is sent."""
     answer = CallerAnswer.parse(event)
     invoked = Invoked.of(function_arn)
@@ -96,9 +104,11 @@ def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str,
     proven = identities.identity(answer.identity_proof, binding=answer.binding(invoked.function_name))
     reviewer = reviewers.admit(proven.arn)
     name = answer.execution_name
-    record = executions.running_record(name)
-    waiting = executions.review_task_token(name)
-    if not waiting or not hmac.compare_digest(waiting.encode("utf-8"), answer.task_token.encode("utf-8")):
+    row = reviews.get(name)
+    if row is None:
+        raise not_waiting(name)
+    record, waiting = row.record, row.task_token
+    if not hmac.compare_digest(waiting.encode("utf-8"), answer.task_token.encode("utf-8")):
         raise InvalidReview(f"task_token: not the token execution {name!r}'s review waits on "
                             "(review_cli list shows each review with its own)")
     output = review_output(answer.completion(reviewer), record, reviewer_id=reviewer.identity, sign=sign)
@@ -106,4 +116,6 @@ def answer_as_caller(event: Any, *, function_arn: str, reviewer_principals: str,
         raise IdentityNotProven("identity_proof: used before: a proof answers once; make a new one "
                                 "(review_cli complete does, for each answer)")
     tasks.complete(answer.task_token, output)
+    # The workflow removes the row as its wait ends; removing it now keeps a second answer from finding it.
+    reviews.remove(name, answer.task_token)
     return output, record

@@ -29,6 +29,16 @@ class InvalidReview(ValueError):
     """Answers that do not fit the pending review; the message names every problem."""
 
 
+class ReviewNotWaiting(LookupError):
+    """The named execution waits for no review: the pending-review index has no row for it
+    (answered, closed at its source or timed out already, or never sent to review)."""
+
+
+def not_waiting(execution_name: str) -> ReviewNotWaiting:
+    return ReviewNotWaiting(f"execution_name: {execution_name!r} waits for no review (already answered, "
+                            "closed or timed out; the list shows the reviews still waiting)")
+
+
 def answer_problems(policy: Policy, answers: Mapping[str, str], reviewer: str) -> list[str]:
     """Every way the answers miss the policy's questions and options, in words for the reviewer."""
     problems = []
@@ -109,7 +119,8 @@ class ReviewCompletion(BaseModel):
 
 
 class PendingReview(BaseModel):
-    """One message of the review queue, as the workflow's RequestReview state writes it."""
+    """One review request, as the workflow's RequestReview state hands it to the index writer
+    (the pending-review index keeps it: review/pending.py)."""
 
     task_token: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_TOKEN)]
     execution_name: ExecutionName
@@ -118,7 +129,7 @@ class PendingReview(BaseModel):
 
     @classmethod
     def from_message(cls, body: str) -> "PendingReview":
-        """Parse a review message; InvalidReview names what is wrong with it."""
+        """Parse a review request (JSON); InvalidReview names what is wrong with it."""
         try:
             return cls.model_validate_json(body)
         except ValidationError as error:
@@ -143,8 +154,8 @@ def review_output(completion: ReviewCompletion, record: DecisionRecord, *, revie
 def submit_review(completion: ReviewCompletion, record: DecisionRecord, *, tasks: TaskCompleter,
                   reviewer_id: str = "", sign: IdentitySigner | None = None) -> ReviewAnswer:
     """Validate the answers against the pending record (`review_output`), then hand the output
-    to the waiting workflow. `record` must come from a trusted source: the execution's own input,
-    or the review message that carries the task token. `reviewer_id`: the identity the calling
+    to the waiting workflow. `record` must come from a trusted source: the review's row of the
+    pending-review index, which only the workflow's index writer puts. `reviewer_id`: the identity the calling
     function authenticated (never a field of `completion`)."""
     output = review_output(completion, record, reviewer_id=reviewer_id, sign=sign)
     tasks.complete(completion.task_token, output)

@@ -1,5 +1,5 @@
 """What the review console shows and accepts, as pure functions over the records the workflow
-already keeps: pending reviews (the review queue's messages), decision records, audit rows and
+already keeps: pending reviews (the pending-review index's rows), decision records, audit rows and
 labelled examples. The handler (functions/review_console) adds HTTP and the reviewer's identity;
 the adapters add AWS.
 
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..domain.linking import Suggestion, suggestion
+from ..domain.linking import LinkedIncident, Suggestion, suggestion
 from ..domain.policies import Policy
 from ..domain.records import AuditRow, CorrectedRecord, DecisionEntry, DecisionRecord, execution_name
 from ..domain.review_sla import SlaStatus, sla_order, sla_status
@@ -163,6 +163,8 @@ class PendingSummary(BaseModel):
     sla: SlaStatus | None = Field(None, description=(
         "The time-to-first-review clock (the policy's review_sla), from when the review was requested; "
         "null when the policy sets no target."))
+    linked_incident: LinkedIncident | None = Field(None, description=(
+        "The incident a ticket is linked to (its incident's page lists the ticket as in review)."))
 
 
 def pending_summary(review: PendingReview, policy: Policy, now: datetime) -> PendingSummary:
@@ -182,7 +184,7 @@ def pending_summary(review: PendingReview, policy: Policy, now: datetime) -> Pen
         policy=record.policy.name, headline=headline(record.item, policy), reason=record.route_reason,
         questions=_doubtful(record) or record.checked, check=record.checked, suggested=suggested,
         requested_at=review.requested_at, timeout_seconds=record.review.timeout_seconds,
-        age_seconds=age, sla=status)
+        age_seconds=age, sla=status, linked_incident=record.linked)
 
 
 def blinded(summary: PendingSummary, policy: Policy) -> PendingSummary:
@@ -326,18 +328,18 @@ def link_view(record: DecisionRecord, incident_rows: Sequence[AuditRow], policy:
             "suggestion": {**offered.model_dump(), "line": offered.line()} if offered else None}
 
 
-def linked_tickets(incident_id: str, pending: Sequence[PendingReview], rows: Sequence[AuditRow], *,
+def linked_tickets(incident_id: str, pending: Sequence[PendingSummary], rows: Sequence[AuditRow], *,
                    incident_ref: str | None = None) -> list[dict[str, Any]]:
     """The tickets linked to the incident, as its item page lists them: those still in review
-    (`pending`: the review queue's) first, then those audited (`rows`: audit rows, whatever their
+    (`pending`: the pending-review index's listing) first, then those audited (`rows`: audit rows, whatever their
     outcome); each once, by execution. Given the incident's identity (`incident_ref`), a link to
     another source's incident of the same id is not this incident's."""
     shown: dict[str, dict[str, Any]] = {}
     for review in pending:
-        linked = review.record.linked
+        linked = review.linked_incident
         if linked is not None and linked.names(incident_ref, incident_id):
             shown.setdefault(review.execution_name, {
-                "execution_name": review.execution_name, "item_id": review.record.item_id, "state": "in review",
+                "execution_name": review.execution_name, "item_id": review.item_id, "state": "in review",
                 "why": linked.why})
     for row in sorted(rows, key=lambda row: row.audited_at):
         try:

@@ -207,8 +207,7 @@ async function showReviews() {
   for (const bar of $("review-rows").querySelectorAll("[data-share]")) bar.style.width = `${100 * Number(bar.dataset.share)}%`;
   $("reviews-empty").hidden = rows.length > 0;
   const notes = [];
-  if (data.malformed) notes.push(`${data.malformed} message(s) on the review queue are not review requests (left there for an operator).`);
-  if (data.unverified) notes.push(`${data.unverified} message(s) on the review queue are not vouched for by a waiting execution and are not shown (see the console's logs).`);
+  if (data.malformed) notes.push(`${data.malformed} pending review(s) could not be read and are not shown (see the console's logs).`);
   if (notes.length) say(notes.join(" "));
 }
 

@@ -17,8 +17,8 @@ and tests wire the same adapters over moto, or the in-memory fakes of tests/fake
 - `review`: the review side: `TaskCompleter` (a reviewer's answer handed to the execution waiting
   for it), `Executions` (the routing workflow's executions as the review side reads them, and a
   correction started by name), `CallerIdentity` and `UsedProofs` (who signed a review function
-  caller's proof, and the proofs already accepted), `ReviewMessages` (the review queue as a
-  function that answered a review sees it), `EscalationMarks` (which pending reviews the review
+  caller's proof, and the proofs already accepted), `PendingReviews` (the pending-review index:
+  one row per waiting review, put by the workflow's index writer), `EscalationMarks` (which pending reviews the review
   SLA's sweep has escalated, once each).
 - `outcomes`: what an answered item leaves behind, for the routing and review functions alike:
   `ResolvedItemStore` (the resolved items kept for the console's similar items) and

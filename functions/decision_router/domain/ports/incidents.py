@@ -3,7 +3,8 @@ store and the rows it hands over), and what CloudWatch says of an alarm now."""
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from datetime import datetime
+from typing import Literal, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +39,9 @@ class IncidentRow(BaseModel):
                                                    "its dependants (dependencies).")
     held_at: str | None = Field(None, description="When a parent first held it (the hold's ceiling counts from then).")
     parent_severity: str | None = Field(None, description="The severity of the parent it is held under.")
+    filed_under: list[str] = Field(default_factory=list, description=(
+        "The link index's keys it was filed under when it opened (linking.filing_keys): its resolution "
+        "takes it off them."))
 
     @property
     def held_by_parent(self) -> bool:
@@ -73,7 +77,14 @@ class OpenIncidentStore(Protocol):
               service: str | None = None, reported_at: str | None = None, title: str | None = None,
               description: str | None = None) -> Claim: ...
 
-    def open_now(self) -> list[OpenIncident]: ...
+    # the link index (domain/linking.py): open incidents filed by name and word, read by key
+    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None: ...
+
+    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None: ...
+
+    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]: ...
+
+    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]: ...
 
     def touch(self, key: str, delivery: str) -> bool: ...
 
