@@ -179,7 +179,7 @@ def test_a_tally_is_spread_over_its_shards_and_summed_with_the_row_of_before_sha
 
 def test_a_tally_read_asks_again_for_the_rows_dynamodb_left_unprocessed(monkeypatch):
     pauses: list[float] = []
-    monkeypatch.setattr("decision_router.adapters.shadow_tally.time.sleep", pauses.append)
+    monkeypatch.setattr("decision_router.adapters.time.sleep", pauses.append)  # batch_get's pause
     with mock_aws():
         tally = ShadowTally("history", client=history_table())
         tally.add("incident", "team", "a" * 64, items=3)

@@ -3,6 +3,7 @@ a handler never opens a connection (and tests can start moto first)."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,6 +13,37 @@ import boto3
 def expiry(days: int, now: datetime | None = None) -> int:
     """A DynamoDB TTL attribute's value for a row kept `days` from `now`: epoch seconds."""
     return int(((now or datetime.now(timezone.utc)) + timedelta(days=days)).timestamp())
+
+
+#: BatchGetItem's most keys a request, and its rounds for keys DynamoDB left unprocessed
+#: (throttled) before giving up.
+BATCH_GET_KEYS = 100
+BATCH_GET_ROUNDS = 5
+
+
+def batch_get(client: Any, table: str, keys: list[dict[str, Any]], *, what: str, consistent: bool = False,
+              projection: str | None = None, names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The rows of `keys` (DynamoDB key maps) that exist in `table`, BATCH_GET_KEYS a request (only
+    `projection`'s attributes, when given); the keys DynamoDB leaves unprocessed asked again with a
+    growing pause. RuntimeError naming `what` when some are still unprocessed after BATCH_GET_ROUNDS."""
+    found: list[dict[str, Any]] = []
+    options: dict[str, Any] = {"ConsistentRead": True} if consistent else {}
+    if projection:
+        options.update(ProjectionExpression=projection, ExpressionAttributeNames=names or {})
+    for start in range(0, len(keys), BATCH_GET_KEYS):
+        request: dict[str, Any] = {table: {"Keys": keys[start:start + BATCH_GET_KEYS], **options}}
+        for attempt in range(BATCH_GET_ROUNDS):
+            if attempt:
+                time.sleep(0.05 * 2 ** attempt)
+            answer = client.batch_get_item(RequestItems=request)
+            found.extend(answer.get("Responses", {}).get(table, []))
+            request = answer.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        else:
+            raise RuntimeError(f"{what}: {len(request[table]['Keys'])} of its rows were still unprocessed after "
+                               f"{BATCH_GET_ROUNDS} BatchGetItem rounds (throttled); read it again")
+    return found
 
 
 class AwsAdapter:

@@ -40,7 +40,6 @@ keys its row keeps in `filed_under`). The ticket intake reads the rows of its ti
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence, TypeVar
 
@@ -51,7 +50,7 @@ from ..domain.dependencies import ParentEntry
 from ..domain.linking import MAX_DESCRIPTION, MAX_FILED, MAX_TITLE, OpenIncident, bounded, filing_keys
 from ..domain.ports.incidents import Claim, GroupRow, IncidentRow, Joined
 from ..items import UtcDatetime
-from . import AwsAdapter, expiry
+from . import BATCH_GET_KEYS, AwsAdapter, batch_get, expiry
 from .shards import every_shard, in_parallel, shard_of, sharded
 
 Row = TypeVar("Row", bound=BaseModel)
@@ -81,9 +80,8 @@ EXECUTION_POINTER = "execution#"
 LOOKUP_ROW = "lookup#"
 FILED = "filed#"
 FILED_COUNT = "filed_count"
-#: BatchGetItem's most keys a request, and its rounds for keys left unprocessed before giving up.
-BATCH_KEYS = 100
-MAX_BATCH_ROUNDS = 5
+#: BatchGetItem's most keys a request.
+BATCH_KEYS = BATCH_GET_KEYS
 _INSTANT: TypeAdapter[datetime] = TypeAdapter(UtcDatetime)
 
 
@@ -241,26 +239,9 @@ class OpenIncidents(AwsAdapter):
 
     def _batch_get(self, keys: list[str], *, projection: str | None = None,
                    names: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """The rows of `keys` that exist (only `projection`'s attributes, when given), BATCH_KEYS a
-        request; the keys DynamoDB leaves unprocessed (throttled) asked again with a growing pause,
-        up to MAX_BATCH_ROUNDS."""
-        found: list[dict[str, Any]] = []
-        projected = {"ProjectionExpression": projection, "ExpressionAttributeNames": names or {}} if projection else {}
-        for start in range(0, len(keys), BATCH_KEYS):
-            request: dict[str, Any] = {self.table_name: {
-                "Keys": [{"incident_key": {"S": key}} for key in keys[start:start + BATCH_KEYS]], **projected}}
-            for attempt in range(MAX_BATCH_ROUNDS):
-                if attempt:
-                    time.sleep(0.05 * 2 ** attempt)
-                answer = self.client.batch_get_item(RequestItems=request)
-                found.extend(answer.get("Responses", {}).get(self.table_name, []))
-                request = answer.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-            else:
-                raise RuntimeError(f"open-incident store: {len(request[self.table_name]['Keys'])} rows still "
-                                   f"unprocessed after {MAX_BATCH_ROUNDS} BatchGetItem rounds (throttled)")
-        return found
+        """The rows of `keys` that exist (only `projection`'s attributes, when given)."""
+        return batch_get(self.client, self.table_name, [{"incident_key": {"S": key}} for key in keys],
+                         what="open-incident store", projection=projection, names=names)
 
     def open_now(self) -> list[OpenIncident]:
         """Every open incident that can be linked to (its service and reported time kept), for the

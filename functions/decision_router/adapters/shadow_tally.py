@@ -13,11 +13,10 @@ stack that upgrades in the middle of a shadow period keeps what it had counted."
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 from ..domain.shadow import ShadowCounts
-from . import AwsAdapter
+from . import BATCH_GET_ROUNDS, AwsAdapter, batch_get
 from .shards import every_shard, sharded
 
 #: The history table's partition of the shadow tallies (the routing functions may write only these).
@@ -28,7 +27,7 @@ PREFIX = "shadow#"
 #: sums 11 rows (the shards and the unsharded row) in one BatchGetItem.
 SHARDS = 10
 #: BatchGetItem rounds for keys DynamoDB left unprocessed (throttled) before giving up.
-MAX_ROUNDS = 5
+MAX_ROUNDS = BATCH_GET_ROUNDS
 
 
 def tally_partition(policy: str, question: str) -> str:
@@ -79,17 +78,5 @@ class ShadowTally(AwsAdapter):
         return ShadowCounts(**totals)
 
     def _rows(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rows of `keys` that exist (one BatchGetItem, strongly consistent; the keys it leaves
-        unprocessed asked again, with a growing pause)."""
-        found: list[dict[str, Any]] = []
-        request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
-        for attempt in range(MAX_ROUNDS):
-            if attempt:
-                time.sleep(0.05 * 2 ** attempt)
-            answer = self.client.batch_get_item(RequestItems=request)
-            found.extend(answer.get("Responses", {}).get(self.table, []))
-            request = answer.get("UnprocessedKeys") or {}
-            if not request:
-                return found
-        raise RuntimeError(f"shadow tally in {self.table!r}: {len(request[self.table]['Keys'])} of its rows were "
-                           f"still unprocessed after {MAX_ROUNDS} BatchGetItem rounds (throttled); read it again")
+        """The rows of `keys` that exist (one BatchGetItem, strongly consistent)."""
+        return batch_get(self.client, self.table, keys, what=f"shadow tally in {self.table!r}", consistent=True)
