@@ -7,33 +7,20 @@ are gone)."""
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
+
+from ..domain.shard_keys import every_shard, shard_of, sharded
+
+#: The keys' functions are the domain's (an audit row's shard is chosen there too); the adapters
+#: import them from here, beside the parallel read of every shard.
+__all__ = ["MAX_PARALLEL", "every_shard", "in_parallel", "shard_of", "sharded"]
 
 Arg = TypeVar("Arg")
 Result = TypeVar("Result")
 
 #: Reads of shards at once (threads: each one waits on its own DynamoDB request).
 MAX_PARALLEL = 16
-
-
-def shard_of(key: str, shards: int) -> int:
-    """The shard of `key`, from 0 to `shards` - 1: the same in every process (Python's `hash` is
-    salted per process), so a row's shard can be found again from its key."""
-    if shards < 1:
-        raise ValueError(f"shards {shards!r}: must be 1 or more")
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % shards
-
-
-def sharded(key: str, shard: int) -> str:
-    """The partition key of `key`'s shard `shard`."""
-    return f"{key}#{shard}"
-
-
-def every_shard(key: str, shards: int) -> list[str]:
-    """The partition keys of all of `key`'s shards."""
-    return [sharded(key, n) for n in range(shards)]
 
 
 def in_parallel(call: Callable[[Arg], Result], args: Iterable[Arg]) -> list[Result]:

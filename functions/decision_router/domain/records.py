@@ -17,6 +17,7 @@ from ..items import ItemKind, ref_of
 from .kept_signals import KeptSignals
 from .linking import LinkedIncident
 from .policies import Thresholds
+from .shard_keys import shard_of, sharded
 from .why import Why
 
 Source = Literal["rule", "model", "endpoint_error"]
@@ -281,10 +282,8 @@ _OUTCOME_SHARD = re.compile(r"^(?P<outcome>.*)#(?P<shard>0|[1-9][0-9]*)$")
 
 def outcome_shard(outcome: str, item_id: str, execution_name: str) -> str:
     """The index key of an audit row the code writes: the outcome's shard from a hash of the row's
-    key, the same in every process and for every retry of the row (as adapters/shards.py's
-    `shard_of` picks one; this floor may not import it)."""
-    digest = hashlib.blake2b(f"{item_id}/{execution_name}".encode(), digest_size=8).digest()
-    return f"{outcome}#{int.from_bytes(digest, 'big') % AUDIT_SHARDS}"
+    key, the same in every process and for every retry of the row."""
+    return sharded(outcome, shard_of(f"{item_id}/{execution_name}", AUDIT_SHARDS))
 
 
 class AuditRow(_Record):
