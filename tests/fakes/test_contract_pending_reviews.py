@@ -17,7 +17,8 @@ from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.domain.ports.review import PendingReviewRow
 from decision_router.review.completion import InvalidReview, PendingReview
-from decision_router.review.pending import NO_TARGET, as_pending, listed_summary, pending_row, policy_lanes
+from decision_router.review.console import PendingSummary
+from decision_router.review.pending import NO_TARGET, as_pending, moved_on, pending_row, policy_lanes
 from local.cloudformation import Stack
 from review_index_writer.app import Wiring, index_review
 from tests.fakes.console import FakePendingReviews
@@ -106,7 +107,7 @@ def test_a_row_is_due_at_its_sla_target_in_the_lane_of_its_policy_and_target():
     assert (enterprise.lane, enterprise.due_at) == ("support-ticket#60m", "2026-11-29T13:00:00.000Z")
     assert {pro.lane, enterprise.lane} <= set(policy_lanes(policy))
     assert as_pending(pro) == review("ex-pro")
-    later = listed_summary(pro.summary, policy, REQUESTED + timedelta(minutes=200))
+    later = moved_on(PendingSummary.model_validate_json(pro.summary), policy, REQUESTED + timedelta(minutes=200))
     assert later.age_seconds == 200 * 60 and later.sla is not None and later.sla.risk == "at_risk"
 
 

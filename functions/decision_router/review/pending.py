@@ -57,11 +57,6 @@ def pending_row(review: PendingReview, policy: Policy, *, review_timeout_seconds
         summary=summary.model_dump_json(), record=review.record)
 
 
-def listed_summary(summary_json: str, policy: Policy, now: datetime) -> PendingSummary:
-    """A listed row's summary as of `now`: its age and its SLA clock moved on from when it was written."""
-    return moved_on(PendingSummary.model_validate_json(summary_json), policy, now)
-
-
 def moved_on(summary: PendingSummary, policy: Policy, now: datetime) -> PendingSummary:
     """`summary` (as its row was written) with its age and SLA clock as of `now`."""
     requested = _parse_time(summary.requested_at)
