@@ -7,7 +7,7 @@ The items are Banking77 test messages (bench/public/banking77), each asked as a 
 SIGNAL_OPTIONS, the hidden state returned), as `make fit-history` scores them. Two paths over the
 same items and the same loaded engine:
 
-- per request: what `training.history_scoring.score` does today for `make fit-history`, without its disk
+- per request: what `training.scoring.RunnerScoring` does today for `make fit-history`, without its disk
   cache: 4 threads, each sending one decision through `EngineRunner.decide` and keeping its hidden
   state, logits, mass and prompt version (written out here: bench and training stand on one floor);
 - batch: `decision_server.batch.score_folder` in-process over the same items written as input

@@ -39,14 +39,15 @@ from decision_router import sentences
 from decision_router.domain.lexical import evidence_text
 from decision_router.domain.policies import load_policy
 from training import learn
+from training.head_fit import BASELINE_ROWS
 from training.history import parser as history_parser
 from training.history_export import read_export
-from training.history_fit import BASELINE_ROWS, head_signals
+from training.history_fit import head_signals
 from training.history_policy import states
 from training.history_scoring import request_keys, requests
-from training.history_signals import SignalCache
 from training.learn import stratified_sample
 from training.novelty import DEFAULT_BUDGET, Surprise
+from training.signals_store import SignalsStore
 
 
 def separation(out_of_scope: np.ndarray, score: np.ndarray, budget: float) -> tuple[float, float]:
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     sha256 = json.loads((run.out / "report.json").read_text())["model"]["sha256"]
     if not str(run.cache):
         raise SystemExit("--cache '': the run's signals are read from its cache; pass the folder it used")
-    cache = SignalCache(run.cache / sha256)
+    cache = SignalsStore(run.cache / sha256)
     train_states = states(export.raw, export.train_rows, export.fields)
     test_states = states(export.raw, export.test_rows, export.fields)
     keys = [request_keys(requests(export.question, s, run.layout), len(s), sha256) for s in (train_states, test_states)]

@@ -22,7 +22,7 @@ the table and the changes without writing.
 
 The API is public data behind signed requests: it takes AWS credentials allowed the IAM action
 pricing:GetProducts, and answers in us-east-1, ap-south-1 and eu-central-1 (`--api-region`),
-whatever the region of the prices. training/sagemaker_scoring.py's `offer` and bench/cost.py read
+whatever the region of the prices. training/processing_estimate.py's `offer` and bench/cost.py read
 the file; the keys they read (`usd_per_hour`, `vcpus`, `gpu`, `as_of`, `region`, `estimated`) keep
 their meaning.
 """

@@ -61,8 +61,8 @@ def ask(text: str, layout: str) -> Decision:
 
 
 def write_signals(folder: Path, rows: list[tuple[str, DecisionResult]]) -> None:
-    """Rows as one shard of make fit-history's signal cache (the format training.history's
-    SignalCache reads: one folder per model, `shard-*.npz`)."""
+    """Rows as one shard of make fit-history's signals store (the format training.signals_store's
+    SignalsStore reads: one folder per model, `shard-*.npz`)."""
     folder.mkdir(parents=True, exist_ok=True)
     name = folder / f"shard-{time.time_ns()}.npz"
     np.savez(name, keys=np.array([k for k, _ in rows]),

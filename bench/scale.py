@@ -8,13 +8,13 @@ label's own) and its signals are stored beforehand as a scoring run would store 
 state a row, random around its label's centre, float16 shards in a signal cache). Each size runs
 in a fresh process, so its peak memory (the process's maximum resident set, after each step) is
 its own. The steps are fit-history's functions (training/history_export.py, history_scoring.py,
-history_signals.py, history_fit.py):
+signals_store.py, history_fit.py):
 
 - read: the training and test exports read as a stream, the labels turned into options;
 - prepare: each row's evidence and request key, the cache asked which it lacks (none) and the
   signals gathered from its shards;
 - fit: the head (model weight chosen on a held-out fifth, temperature, threshold, the text
-  classifier beside it), on stratified samples above 20,000 rows (training/history_fit.py FIT_ROWS).
+  classifier beside it), on stratified samples above 20,000 rows (training/head_fit.py FIT_ROWS).
 
 Prints a markdown table and writes reports/bench/history-scale.json.
 """
@@ -36,7 +36,7 @@ import numpy as np
 from bench.memory import peak_mib
 from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, write_shard
-from training import history_export, history_fit, history_scoring, history_signals
+from training import history_export, history_fit, history_scoring, signals_store
 from training.history_policy import states
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def one(folder: Path, rows: int) -> dict:
     started = time.perf_counter()
     train_states = states(export.raw, export.train_rows, export.fields)
     test_states = states(export.raw, export.test_rows, export.fields)
-    cache = history_signals.SignalCache(folder / "cache" / MODEL.sha256)
+    cache = signals_store.SignalsStore(folder / "cache" / MODEL.sha256)
     train_keys = history_scoring.request_keys(history_scoring.requests(export.question, train_states), len(train_states), MODEL.sha256)
     test_keys = history_scoring.request_keys(history_scoring.requests(export.question, test_states), len(test_states), MODEL.sha256)
     missing = len(cache.missing(train_keys)) + len(cache.missing(test_keys))

@@ -27,7 +27,7 @@ with the judged heads' figures on the same newest labels and the shadows' counts
 In the stack the shipped labelled sets train every candidate with the reviews. Here they do when
 the model's signals for them are at hand, so only new items ask the model: shipped with the code
 for the embedded model (bench/data/signals/<sha256>.npz, training/shipped_signals.py), or in
-`make fit`'s signal cache (reports/fit/cache). --shipped yes: always, scoring what is missing
+`make fit`'s signals store (reports/fit/cache/<sha256>/). --shipped yes: always, scoring what is missing
 first; no: the reviews alone.
 """
 
@@ -36,11 +36,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from decision_contract.signals import SHARD_SUFFIX, read_shard, write_shard
 from local.cloudformation import REPO_ROOT
 from local.items import EVENTS, read_items
 from local.outcomes import Outcome, report_line
@@ -50,7 +52,7 @@ from local.services import Terminated, unwinding_on_signals
 
 SAMPLES = EVENTS / "learn"
 FIT_CACHE = REPO_ROOT / "reports/fit/cache"
-#: The model signals shipped for the shipped sets, one file per model's sha256 (training/shipped_signals.py's SIGNALS_DIR).
+#: The model signals shipped for the shipped sets, one file per model's sha256 (training/signals_store.py's SHIPPED_SIGNALS).
 SHIPPED_SIGNALS = REPO_ROOT / "bench/data/signals"
 REVIEWER = "learn-reviewer@example.com"
 
@@ -229,7 +231,7 @@ def signals_at_hand(model: Path, shipped: Path = SHIPPED_SIGNALS, fit_cache: Pat
     sha256), or in make fit's cache (any)."""
     from decision_server.model_files import describe
 
-    return (shipped / f"{describe(model).sha256}.npz").is_file() or any(fit_cache.glob("*.npz"))
+    return (shipped / f"{describe(model).sha256}.npz").is_file() or any(fit_cache.glob(f"*/*{SHARD_SUFFIX}"))
 
 
 class ShadowTraffic:
@@ -274,9 +276,26 @@ def _seed_signals(pipeline: LocalPipeline) -> None:
 
     bucket = pipeline.tickets.env["HEAD_STORE_BUCKET"]
     s3 = boto3.client("s3")
-    for cache in sorted(FIT_CACHE.glob("*.npz")):
+    for folder in sorted(p for p in FIT_CACHE.glob("*") if p.is_dir()):
+        body = _one_shard(folder)
         for policy in ("support-ticket", "incident"):
-            s3.put_object(Bucket=bucket, Key=f"signals/{policy}/{cache.name}", Body=cache.read_bytes())
+            if body is not None:
+                s3.put_object(Bucket=bucket, Key=f"signals/{policy}/{folder.name}.npz", Body=body)
+
+
+def _one_shard(folder: Path) -> bytes | None:
+    """A model's folder of `make fit`'s signals store as one shard, the file relearning keeps
+    (decision_contract.signals); None when the folder holds no shard."""
+    shards = [read_shard(path) for path in sorted(folder.glob(f"*{SHARD_SUFFIX}"))]
+    rows = {key: shard.row(i) for shard in shards for i, key in enumerate(shard.keys)}
+    if not rows:
+        return None
+    keys = sorted(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_shard(Path(tmp) / f"{folder.name}.npz", shards[0].model_sha256, keys, [rows[k][0] for k in keys],
+                           [rows[k][1].tolist() for k in keys], [rows[k][2] for k in keys], [rows[k][3] for k in keys],
+                           compress=True)
+        return path.read_bytes()
 
 
 def _print_figures(out: TextIO, stages: dict[str, dict], verdicts: list[dict[str, Any]]) -> None:

@@ -19,16 +19,18 @@ import time
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import Any
 
 from decision_router import sentences
 from evaluation.cases import Case, load_file
 from evaluation.runners import EngineRunner, HttpRunner
 
-from . import novelty, report, shipped_signals
-from .features import Example, FeatureCache, extract
+from . import novelty, report
+from .features import Example, examples_of, score_cases
 from .fitting import REPO, SHIPPED, TEST_SPLIT, fit_head
+from .question_fit import QuestionFit
+from .scoring import scorer_for
+from .signals_store import SignalsStore
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", default=sentences.DEFAULT_ENCODER, choices=[*sentences.ENCODERS, "none"],
                    help="the sentence encoder the heads read beside TF-IDF (default %(default)s; none: TF-IDF alone)")
     p.add_argument("--out", type=Path, default=REPO / "reports/fit")
-    p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache", help="hidden-state cache ('' to disable)")
+    p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache",
+                   help="the signals store, one folder per model ('' to disable)")
     p.add_argument("--dry-run", action="store_true", help="print the policy diffs, write nothing to the policies")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -69,13 +72,12 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
     runner = runner or (HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads))
     try:
         model = runner.model_info()
-        if str(args.cache):  # the embedded model's signals for the shipped sets ship with the code
-            cache = FeatureCache(args.cache / f"{model.sha256}.npz")
-            if shipped_signals.seed(cache, model.sha256):
-                cache.save()
-        total = sum(len(c.decisions) for c in cases)
-        with tqdm(total=total, unit="decision", desc="hidden states", disable=args.no_progress, file=sys.stderr) as bar:
-            examples, failures = extract(runner, model, cases, args.cache if str(args.cache) else None, progress=bar.update)
+        store = SignalsStore(args.cache / model.sha256 if str(args.cache) else None)
+        _say_old_cache(args.cache, model.sha256)
+        store.include_shipped(model.sha256)  # the embedded model's signals for the shipped sets ship with the code
+        say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr))
+        failures = score_cases(scorer_for(runner, model, say, progress=not args.no_progress), store, model.sha256, cases)
+        examples = examples_of(store, model.sha256, cases)
     finally:
         runner.close()
     for failure in failures:
@@ -92,11 +94,7 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
         question = policy.question(question_id)
         train = [e for e in group if e.split != TEST_SPLIT]
         test = [e for e in group if e.split == TEST_SPLIT]
-        fit, document = fit_head(policy, question, train, model, sources=sources, folds=args.folds, seed=args.seed,
-                                 target_error=args.target_error, curve=not args.no_curve,
-                                 fitted_on=fitted_on or date.today(), novelty_budget=args.novelty_budget,
-                                 encoder=None if args.encoder == "none" else args.encoder,
-                                 say=None if args.no_progress else lambda text: print(text, file=sys.stderr))
+        fit, document = fit_as_asked(args, policy, question, train, model, sources, fitted_on or date.today())
         results.append(report.QuestionResult(policy, question, fit, document,
                                              report.score_test(question, document, test, model, fit)))
 
@@ -106,6 +104,24 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
     paths = report.write_all(summary, results, args.out)
     report.print_summary(summary, paths)
     return 0
+
+
+def _say_old_cache(cache: Path, model_sha256: str) -> None:
+    """A cache file of the single-file layout an earlier `make fit` wrote is not read: its signals
+    are scored again into the store (the shipped ones are read from bench/data/signals)."""
+    old = cache / f"{model_sha256}.npz" if str(cache) else None
+    if old is not None and old.is_file():
+        print(f"{old}: a signal cache of an earlier layout, not read; what the shipped signals lack is scored "
+              f"again into {old.with_suffix('')}/ (delete the file to silence this)", file=sys.stderr)
+
+
+def fit_as_asked(args: argparse.Namespace, policy: Any, question: Any, train: list[Example], model: Any, sources: list[str],
+                 fitted_on: date) -> tuple[QuestionFit, dict]:
+    """One question's head (fitting.fit_head) as `make fit`'s arguments ask."""
+    return fit_head(policy, question, train, model, sources=sources, folds=args.folds, seed=args.seed,
+                    target_error=args.target_error, curve=not args.no_curve, fitted_on=fitted_on,
+                    novelty_budget=args.novelty_budget, encoder=None if args.encoder == "none" else args.encoder,
+                    say=None if args.no_progress else lambda text: print(text, file=sys.stderr))
 
 
 def _load(args: argparse.Namespace) -> tuple[list[Case], list[str]]:

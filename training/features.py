@@ -1,24 +1,25 @@
-"""What the model produces for each labelled decision: its final hidden state and its letter
-logits, from one request per item (the real engine in-process, or a container over HTTP).
+"""What the model produces for each labelled decision (`Example`): its final hidden state and its
+letter logits, scored by the one scorer (training/scoring.py: the batch scorer in this process, a
+decision server over HTTP, an endpoint) into the signals store (training/signals_store.py).
 
-Scoring hundreds of items takes minutes on a CPU, so results are cached on disk per model
-(GGUF sha256) and per decision (its content, not its id): a second `make fit` on the same
-model and data reads the cache, and a changed prompt, question or model scores afresh.
+Scoring hundreds of items takes minutes on a CPU, so the store keeps them per model (GGUF sha256)
+and per decision (its content, not its id): a second `make fit` on the same model and data scores
+nothing, and a changed prompt, question or model scores afresh.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from decision_contract import DecisionResult, ModelInfo
+from decision_contract import Decision, DecisionResult, ModelInfo
 from decision_contract.signals import request_key
 from evaluation.cases import Case, RowError
-from evaluation.runners import RunFailure, Runner
+
+from .scoring import Scorer
+from .signals_store import SignalsStore
 
 
 @dataclass(frozen=True)
@@ -49,72 +50,36 @@ class Example:
                                            hidden_state=self.hidden)
 
 
-class FeatureCache:
-    """Hidden state, letter logits, allowed-token mass and prompt version per decision key, in one .npz."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.rows: dict[str, tuple[np.ndarray, np.ndarray, float, str]] = {}
-        if path is not None and path.is_file():
-            with np.load(path, allow_pickle=False) as data:
-                for key in {name.split(".")[0] for name in data.files}:
-                    self.rows[key] = (data[f"{key}.h"], data[f"{key}.z"], float(data[f"{key}.m"]), str(data[f"{key}.v"]))
-        self.dirty = False
-
-    def get(self, key: str) -> tuple[np.ndarray, np.ndarray, float, str] | None:
-        return self.rows.get(key)
-
-    def put(self, key: str, result: DecisionResult) -> None:
-        hidden = np.asarray(result.hidden_state, dtype=np.float32)
-        self.rows[key] = (hidden, np.asarray(result.option_logits, dtype=np.float64), result.allowed_token_mass,
-                          result.prompt_version)
-        self.dirty = True
-
-    def save(self) -> None:
-        if self.path is None or not self.dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {}
-        for key, (hidden, logits, mass, version) in self.rows.items():
-            arrays.update({f"{key}.h": hidden, f"{key}.z": logits, f"{key}.m": np.float64(mass), f"{key}.v": np.str_(version)})
-        np.savez_compressed(self.path, **arrays)
-        self.dirty = False
+def case_decisions(cases: Sequence[Case], model_sha256: str) -> tuple[list[Decision], list[str], list[Case]]:
+    """Every decision of the cases (the hidden state asked for), its request key, and its case."""
+    decisions, keys, owners = [], [], []
+    for case in cases:
+        for labelled in case.decisions:
+            decision = labelled.decision.model_copy(update={"return_hidden_state": True})
+            decisions.append(decision)
+            keys.append(request_key(model_sha256, decision))
+            owners.append(case)
+    return decisions, keys, owners
 
 
-def extract(runner: Runner, model: ModelInfo, cases: Sequence[Case], cache_dir: Path | None, *, workers: int = 4,
-            progress: Callable[[int], None] | None = None) -> tuple[list[Example], list[RowError]]:
-    """Score every case (one request each, its decisions asking for the hidden state) unless the
-    cache has it; concurrent requests share the engine's decodes."""
-    cache = FeatureCache(cache_dir / f"{model.sha256}.npz" if cache_dir is not None else None)
-    failures: list[RowError] = []
+def score_cases(scorer: Scorer, store: SignalsStore, model_sha256: str, cases: Sequence[Case]) -> list[RowError]:
+    """Score every decision of the cases that the store lacks (training/scoring.py's scorer);
+    a decision the model could not score is named by its case's row."""
+    decisions, keys, owners = case_decisions(cases, model_sha256)
+    not_scored = scorer.score_missing(store, decisions, keys, what="labelled decisions")
+    store.save()
+    return [RowError(owners[row.index].source, owners[row.index].line, "(scoring)", row.reason) for row in not_scored]
 
-    def score(case: Case) -> None:
-        decisions = [labelled.decision.model_copy(update={"return_hidden_state": True}) for labelled in case.decisions]
-        keys = [request_key(model.sha256, d) for d in decisions]
-        if all(cache.get(k) is not None for k in keys):
-            return
-        try:
-            scored = runner.decide(decisions)
-            for key, result in zip(keys, scored.results):
-                if result.hidden_state is None or result.model.sha256 != model.sha256:
-                    raise RunFailure("the endpoint returned no hidden state, or another model answered")
-                cache.put(key, result)
-        except RunFailure as exc:
-            failures.append(RowError(case.source, case.line, "(scoring)", str(exc)))
-        finally:
-            if progress:
-                progress(len(decisions))
 
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(score, cases))
-    finally:
-        cache.save()
-
+def examples_of(store: SignalsStore, model_sha256: str, cases: Sequence[Case]) -> list[Example]:
+    """Every decision of the cases whose signals the store holds, as an Example (the others are
+    left out: what scoring could not score was reported as it happened)."""
+    _, keys, _ = case_decisions(cases, model_sha256)
+    rows = store.rows(keys)
     examples = []
     for case in cases:
         for labelled in case.decisions:
-            row = cache.get(request_key(model.sha256, labelled.decision))
+            row = rows.get(request_key(model_sha256, labelled.decision))
             if row is None:
                 continue
             hidden, logits, mass, version = row
@@ -124,4 +89,4 @@ def extract(runner: Runner, model: ModelInfo, cases: Sequence[Case], cache_dir: 
                 gold=labelled.gold_index, state=labelled.decision.state, hidden=hidden.astype(np.float64), letter_logits=logits,
                 allowed_token_mass=mass, prompt_version=version, note=case.note, language=case.language,
             ))
-    return examples, failures
+    return examples

@@ -36,8 +36,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from decision_contract import ModelInfo
-from decision_contract.precision import precision_lower_bound
 from decision_router.domain.precision import target_of
+from decision_router.domain.precision_bound import precision_lower_bound
 from evaluation import metrics
 
 from .features import Example
@@ -148,7 +148,7 @@ def held_out_slice(reviewed: Sequence[tuple[str, Example]], *, trusted: int = 0,
     return split.train, split.held_out
 
 
-def score(question: Any, head: Any, examples: Sequence[Example], model: ModelInfo) -> dict[str, Any]:
+def head_scores(question: Any, head: Any, examples: Sequence[Example], model: ModelInfo) -> dict[str, Any]:
     """A head (None: the letters) on held-out examples, as the routing function judges them, its
     novelty part aside: every labelled example is in scope, so novelty would only send the share of
     them its budget chose to review (a cost the budget sets, not a worse head), and a candidate
@@ -191,13 +191,13 @@ def recall(option_ids: Sequence[str], chosen: Sequence[int], gold: Sequence[int]
     return found
 
 
-def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_out: Sequence[Example],
+def promotion_verdict(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_out: Sequence[Example],
           n_train: int, model: ModelInfo, *, test_split: Sequence[Example] = (),
           max_share: float = MAX_REVIEWER_SHARE) -> Verdict:
     """Whether the candidate may replace the head in service, and why (not). `test_split`: the
     shipped test split (trusted labels), a second gate where given."""
     max_share = _check_share(max_share)
-    current = score(question, current_head, held_out, model) if held_out else {}
+    current = head_scores(question, current_head, held_out, model) if held_out else {}
     if n_train < MIN_TRAIN:
         return Verdict(False, f"too few labels: {n_train} to fit on, at least {MIN_TRAIN}", current, {})
     if len(held_out) < MIN_HELD_OUT:
@@ -207,7 +207,7 @@ def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_
     if n_top > max_share * len(held_out) + TOLERANCE:
         return Verdict(False, f"one reviewer ({top}) gave {n_top} of the {len(held_out)} labels to judge on, more "
                        f"than {max_share:.0%}: the candidate would be judged by the labels it learned from", current, {})
-    candidate = score(question, candidate_head, held_out, model)
+    candidate = head_scores(question, candidate_head, held_out, model)
     if fit is not None and not fit.beats_chance:
         return Verdict(False, "the candidate does not beat always-the-commonest-answer on its own held-out folds "
                        f"(chance {fit.chance_rate:.2f}): its labels carry no signal", current, candidate)
@@ -217,8 +217,8 @@ def judge(question: Any, current_head: Any, candidate_head: Any, fit: Any, held_
         return Verdict(False, f"worse than the head in service {slice_}: " + "; ".join(worse), current, candidate)
     if not test_split:
         return Verdict(True, f"not worse than the head in service on any measure {slice_}", current, candidate)
-    trusted = {"current": score(question, current_head, test_split, model),
-               "candidate": score(question, candidate_head, test_split, model)}
+    trusted = {"current": head_scores(question, current_head, test_split, model),
+               "candidate": head_scores(question, candidate_head, test_split, model)}
     worse = _worse(question, trusted["current"], trusted["candidate"], safety_only=True)
     if worse:
         return Verdict(False, f"worse than the head in service on the {len(test_split)} labels of the shipped test "

@@ -57,7 +57,8 @@ The model's signals (hidden state) are cached per model file (its sha256) and pe
 The command is a thin line of steps, one module each: the export read and OUT checked
 (training/history_export.py), the targets checked against the deployment's destinations
 (training/history_targets.py), the text alone's outlook (training/history_outlook.py), the model's
-signals scored and cached (training/history_scoring.py, training/history_signals.py), the head fitted
+signals scored into the signals store (training/history_scoring.py over training/scoring.py and
+training/signals_store.py), the head fitted
 (training/history_fit.py), TEST judged as routing judges it (training/history_judging.py), and the
 report (training/history_report.py).
 """
@@ -80,16 +81,17 @@ from decision_router import sentences
 from decision_router.domain.policies import Question, load_policy
 from evaluation.runners import Runner
 
-from . import history_report, novelty
+from . import history_report, learn, novelty
+from .head_fit import MODEL_WEIGHTS
 from .history_export import Export, check_out, read_export
-from .history_fit import MODEL_WEIGHTS, Fitted, fit
+from .history_fit import Fitted, fit
 from .history_judging import Judged, judge_test
 from .history_outlook import curve_outlook, text_curve
 from .history_policy import MERGED, HistoryError, states
 from .history_report import build_report, last_line, out_of_scope_line
 from .history_scoring import ExportSignals, requests, sagemaker_preflight, score_export, text_only_signals
-from .history_signals import DEFAULT_CACHE
 from .history_targets import STARTING_MAP
+from .signals_store import DEFAULT_CACHE
 
 
 def parser() -> argparse.ArgumentParser:
@@ -127,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-terms", type=int, help="at most this many text terms in the head (a smaller file, a faster "
                    "cold start; default: as many as the head's size limit allows)")
     p.add_argument("--model-weight", type=float, choices=MODEL_WEIGHTS,
-                   help="fix the model's weight instead of choosing it on the held-out fifth (0: the text alone)")
+                   help="fix the model's weight instead of choosing it on held-out rows (0: the text alone)")
     p.add_argument("--out-of-scope-label", help="the label that means \"none of these\" (e.g. oos): its DATA items are "
                    "never an option (the novelty part's catch of them is reported), its TEST items are out of scope")
     p.add_argument("--novelty-budget", type=float, default=novelty.DEFAULT_BUDGET,
@@ -269,7 +271,7 @@ def write_policy(out: Path, raw: dict[str, Any], document: dict[str, Any]) -> tu
     for stale in (out / "heads").glob("*.json"):  # a previous run's (--replace): only this run's head stays
         stale.unlink()
     question = raw["questions"][0]
-    head_bytes = json.dumps(document, separators=(",", ":")).encode()
+    head_bytes = learn.head_bytes(document)
     head_name = f"heads/{question['id']}.json"
     (out / head_name).write_bytes(head_bytes)
     question["head"] = {"file": head_name, "sha256": hashlib.sha256(head_bytes).hexdigest()}

@@ -4,7 +4,7 @@ verdict with numbers (how many labelled rows to collect), whether the text alone
 has levelled off, judged on its points, and the command's last lines (`out_of_scope_line`,
 `last_line`).
 
-Every bound is the project's one definition (decision_contract/precision.py): the one-sided
+Every bound is the project's one definition (decision_router/domain/precision_bound.py): the one-sided
 Clopper–Pearson lower bound `precision_lower_bound`, and `items_needed`, the fewest answers, all
 right, that could show a target.
 """
@@ -16,8 +16,8 @@ import math
 from typing import Any, Sequence
 
 from decision_contract import ModelInfo
-from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
 from decision_router.domain.policies import Question
+from decision_router.domain.precision_bound import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
 from evaluation import metrics
 
 from .history_export import Export

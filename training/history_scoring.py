@@ -1,9 +1,10 @@
 """`make fit-history`'s scoring step: each row's request to the model (`requests`, built when
-needed) and its key, scored where the user asks (`score_export`): in this process by the batch
-scorer, one request an item to a container or a runner (`score`), or in one SageMaker Processing
-job of the deployed stack (`score_on_sagemaker`), every answer joining the signal cache
-(training/history_signals.py); its time promised from the first items scored here
-(`PROBE_ITEMS`), never from a fixed rate. `--text-only` scores nothing (`text_only_signals`)."""
+needed) and its key, scored where the user asks (`score_export`) by the one scorer
+(training/scoring.py): in this process by the batch scorer, one request an item to a decision
+server (`--url`) or a runner, or in one SageMaker Processing job of the deployed stack
+(`score_on_sagemaker`), every answer joining the signals store (training/signals_store.py); its
+time promised from the first items scored here (`PROBE_ITEMS`), never from a fixed rate.
+`--text-only` scores nothing (`text_only_signals`)."""
 
 from __future__ import annotations
 
@@ -11,35 +12,31 @@ import argparse
 import json
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Sequence as SequenceABC
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from decision_contract import Decision, Layout, ModelInfo
-from decision_contract.signals import SHARD_SUFFIX, request_key
+from decision_contract.signals import request_key
 from decision_router.domain.model_requests import question_decision
 from decision_router.domain.policies import Question
-from evaluation.runners import RunFailure, Runner
+from evaluation.runners import Runner
 
 from .history_export import export_rows
 from .history_policy import HistoryError
-from .history_signals import SignalCache
+from .scoring import NotScored, Rows, SageMakerBatchScoring, Scorer, scorer_for
+from .signals_store import Row, SignalsStore
 
-#: Items a shard when the batch scorer scores in this process (an interrupted run resumes at its shard).
-BATCH_CHUNK = 2000
 #: The model a --text-only run names in its head's TEST judging: none was asked (the head reads
 #: the text alone, so nothing in the answer is read but its shape).
 TEXT_ONLY_MODEL = ModelInfo(file="(none: --text-only)", bytes=0, sha256="0" * 64, context_size=0, threads=0, gpu_layers=0,
                             llama_cpp_python_version="", hidden_size=1)
-#: One TEST row's signals as the cache gives them: hidden state, option logits, allowed-token mass, prompt version.
-Signal = tuple[np.ndarray, np.ndarray, float, str]
+#: One TEST row's signals as the store gives them: hidden state, option logits, allowed-token mass, prompt version.
+Signal = Row
 
 
 def requests(question: Question, item_states: Sequence[Any], layout: Layout | None = None) -> Callable[[int], Decision]:
@@ -52,71 +49,34 @@ def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) 
     return [request_key(model_sha256, request(i)) for i in range(n)]
 
 
-def score(runner: Runner, model: ModelInfo, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
-          what: str, progress: bool = True, workers: int = 4, save_every: int = 500) -> None:
-    """Ask the endpoint, one request per decision, for every decision whose key the cache lacks
-    (`request(i)` is the decision of `keys[i]`); a progress bar says how many are left."""
-    todo = cache.missing(keys)
-    bar = tqdm(total=len(todo), desc=f"scoring {what} ({len(keys) - len(todo)} cached)", unit="item",
-               disable=not progress or not todo, file=sys.stderr, mininterval=2.0)
+class Built(SequenceABC):
+    """The decisions of rows 0..n-1, each built when read."""
 
-    def one(index: int) -> None:
-        result = runner.decide([request(index)]).results[0]
-        if result.hidden_state is None or result.model.sha256 != model.sha256:
-            raise RunFailure("the endpoint returned no hidden state, or another model answered")
-        cache.put(keys[index], result)
-        bar.update(1)
-
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for start in range(0, len(todo), save_every):
-                list(pool.map(one, todo[start:start + save_every]))
-                cache.save()
-    finally:
-        cache.save()
-        bar.close()
-
-
-class Requests(SequenceABC):
-    """The decisions of some rows, built when read (the batch scorer's writer takes a sequence)."""
-
-    def __init__(self, request: Callable[[int], Decision], rows: Sequence[int]) -> None:
-        self.request, self.rows = request, rows
+    def __init__(self, request: Callable[[int], Decision], n: int) -> None:
+        self.request, self.n = request, n
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.n
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    def __getitem__(self, index):
         if isinstance(index, slice):
-            return [self.request(i) for i in self.rows[index]]
-        return self.request(self.rows[index])
+            return [self.request(i) for i in range(self.n)[index]]
+        return self.request(index)
 
 
-def score_in_process(engine: Any, request: Callable[[int], Decision], keys: Sequence[str], cache: SignalCache, *,
-                     what: str, say: Callable[[str], None], chunk: int = BATCH_CHUNK) -> None:
-    """Score what the cache lacks with the batch scorer (decision_server.batch) on the engine in
-    this process, a chunk at a time, each chunk's signals joining the cache as soon as it is done
-    (an interrupted run resumes at the chunk it was in)."""
-    from decision_server.batch import score_folder, write_inputs
-
-    todo = cache.missing(keys)
-    if not todo:
-        return
-    say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {chunk} a shard")
-    for start in range(0, len(todo), chunk):
-        with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
-            inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
-            write_inputs(Requests(request, todo[start:start + chunk]), inputs, shards=1)
-            score_folder(engine, inputs, outputs, log=say)
-            _refuse_errors(outputs)
-            cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+def refuse_unscored(not_scored: Sequence[NotScored], what: str) -> None:
+    """A row the model could not score stops the fit, named."""
+    if not_scored:
+        shown = "; ".join(f"{what} row {row.index + 1}: {row.reason}" for row in not_scored[:3])
+        raise HistoryError(f"{len(not_scored)} request(s) could not be scored ({shown})")
 
 
 def sagemaker_preflight(args: argparse.Namespace, say: Callable[[str], None]) -> Any:
     """Before anything is read, embedded or scored: the estimate from the export's row count and
     the price file (printed even without an account), then the region, the credentials and the
     stack (SageMakerScoring.from_stack); without --yes it stops there. The scorer."""
-    from .sagemaker_scoring import SageMakerScoring, check_instances, estimate_for, offer
+    from .processing_estimate import check_instances, estimate_for, offer
+    from .sagemaker_scoring import SageMakerScoring
 
     check_instances(args.instances)  # before the estimate, which assumes a valid count
     rows = [export_rows(path, args.limit) for path in (args.data, args.test)]
@@ -134,49 +94,23 @@ def sagemaker_preflight(args: argparse.Namespace, say: Callable[[str], None]) ->
 
 
 def score_on_sagemaker(args: argparse.Namespace, requests_of: Sequence[tuple[Callable[[int], Decision], int]],
-                       say: Callable[[str], None], scoring: Any = None) -> tuple[ModelInfo, SignalCache]:
+                       say: Callable[[str], None], scoring: Any = None) -> tuple[ModelInfo, SignalsStore]:
     """Every distinct request scored in one SageMaker Processing job on the stack's image and
     model (training.sagemaker_scoring; `scoring`: the one sagemaker_preflight checked); its
-    signals join the local cache of that model."""
-    from decision_server.batch import write_inputs
-
-    from .sagemaker_scoring import SageMakerScoring, shard_count
+    signals join the local store of that model."""
+    from .sagemaker_scoring import SageMakerScoring
 
     scoring = scoring or SageMakerScoring.from_stack(args.stack, instances=args.instances,
                                                      instance_type=args.instance_type, say=say)
-    rows: list[Decision] = []
-    seen: set[str] = set()
-    for request, n in requests_of:
-        for i in range(n):
-            decision = request(i)
-            content = request_key("", decision)  # the model is not known before the job answers
-            if content not in seen:
-                seen.add(content)
-                rows.append(decision)
-    with tempfile.TemporaryDirectory(prefix="fit-history-") as tmp:
-        inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
-        write_inputs(rows, inputs, shard_count(len(rows), args.instances))
-        del rows
-        model = scoring.run(inputs, outputs, yes=args.yes)
-        _refuse_errors(outputs)
-        cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
-        cache.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
-    return model, cache
-
-
-def _refuse_errors(outputs: Path) -> None:
-    """The batch scorer's errors files: a row it could not score stops the fit, named."""
-    from decision_server.batch import ERRORS_SUFFIX
-
-    errors = [(path.name, line) for path in sorted(outputs.glob(f"*{ERRORS_SUFFIX}"))
-              for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if errors:
-        shown = "; ".join(f"{name}: {line}" for name, line in errors[:3])
-        raise HistoryError(f"{len(errors)} request(s) could not be scored ({shown})")
+    every = [request(i) for request, n in requests_of for i in range(n)]
+    model, store, not_scored = SageMakerBatchScoring(scoring, args.instances, args.yes).score_all(
+        every, lambda sha256: SignalsStore(args.cache / sha256 if str(args.cache) else None))
+    refuse_unscored(not_scored, "DATA and TEST")
+    return model, store
 
 
 #: Items scored and timed on this machine before scoring's time is promised (they join the cache:
-#: nothing is scored twice), and the file in a model's cache folder that keeps each machine's rate.
+#: nothing is scored twice), and the file in a model's store folder that keeps each machine's rate.
 PROBE_ITEMS = 8
 RATE_FILE = "rates.json"
 
@@ -214,11 +148,11 @@ def _takes(seconds: float) -> str:
 
 def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Callable[[int], Decision], int],
                 test: tuple[Callable[[int], Decision], int], say: Callable[[str], None]
-                ) -> tuple[ModelInfo, SignalCache, list[str], list[str]]:
+                ) -> tuple[ModelInfo, SignalsStore, list[str], list[str]]:
     """Score on this machine: the batch scorer on the engine in this process, or one request an
-    item to a container (--url) or to the runner a caller gives. Its time is promised from the
-    first PROBE_ITEMS scored here (and this machine's last run, when recorded), never from a
-    fixed rate; the run's rate is recorded in the model's cache folder."""
+    item to a decision server (--url) or to the runner a caller gives. Its time is promised from
+    the first PROBE_ITEMS scored here (and this machine's last run, when recorded), never from a
+    fixed rate; the run's rate is recorded in the model's store folder."""
     own = runner is None
     if runner is None:
         from evaluation.runners import EngineRunner, HttpRunner
@@ -227,60 +161,41 @@ def _score_here(args: argparse.Namespace, runner: Runner | None, train: tuple[Ca
     try:
         model = runner.model_info()
         say(f"model {model.file} ({runner.description})")
-        cache = SignalCache(args.cache / model.sha256 if str(args.cache) else None)
-        scorer = _Scorer(runner, model, cache, say, progress=not args.no_progress)
-        jobs = [(request, request_keys(request, n, model.sha256), what) for (request, n), what in ((train, "DATA"), (test, "TEST"))]
-        todo = sum(len(cache.missing(keys)) for _, keys, _ in jobs)
+        store = SignalsStore(args.cache / model.sha256 if str(args.cache) else None)
+        scorer = scorer_for(runner, model, say, progress=not args.no_progress)
+        jobs = [(Built(request, n), request_keys(request, n, model.sha256), what)
+                for (request, n), what in ((train, "DATA"), (test, "TEST"))]
+        todo = sum(len(store.missing(keys)) for _, keys, _ in jobs)
         started = time.perf_counter()
         key = ""
         if todo:
-            first = next(r for r, n in (train, test) if n)
-            key = _rate_key(str(runner.description), getattr(first(0), "layout", None))
-            _probe_and_promise(scorer, jobs, todo, key, started)
-        for request, keys, what in jobs:
-            scorer.score(request, keys, what)
+            first = next(decisions for decisions, _, _ in jobs if len(decisions))
+            key = _rate_key(str(runner.description), getattr(first[0], "layout", None))
+            _probe_and_promise(scorer, store, jobs, todo, key, started)
+        for decisions, keys, what in jobs:
+            refuse_unscored(scorer.score_missing(store, decisions, keys, what=what), what)
         if todo:
-            record_rate(cache.folder, key, model.sha256, todo, time.perf_counter() - started)
+            record_rate(store.folder, key, model.sha256, todo, time.perf_counter() - started)
     finally:
         if own:
             runner.close()
-    return model, cache, jobs[0][1], jobs[1][1]
+    return model, store, jobs[0][1], jobs[1][1]
 
 
-@dataclass
-class _Scorer:
-    """Scores what the cache lacks on this machine: by the batch scorer where the runner holds the
-    engine in this process, else one request an item."""
-
-    runner: Runner
-    model: ModelInfo
-    cache: SignalCache
-    say: Callable[[str], None]
-    progress: bool
-
-    def score(self, request: Callable[[int], Decision], keys: list[str], what: str, rows: list[int] | None = None) -> None:
-        if rows is not None:  # only these rows (positions in keys)
-            request, keys = (lambda j, r=request: r(rows[j])), [keys[i] for i in rows]
-        engine = getattr(self.runner, "engine", None)
-        if engine is not None:
-            score_in_process(engine, request, keys, self.cache, what=what, say=self.say)
-        else:
-            score(self.runner, self.model, request, keys, self.cache, what=what, progress=self.progress)
-
-
-def _probe_and_promise(scorer: _Scorer, jobs: Sequence[tuple[Callable[[int], Decision], list[str], str]], todo: int,
-                       key: str, started: float) -> None:
-    """Score the first PROBE_ITEMS items the cache lacks, and say how long the rest takes at
+def _probe_and_promise(scorer: Scorer, store: SignalsStore, jobs: Sequence[tuple[Sequence[Decision], list[str], str]],
+                       todo: int, key: str, started: float) -> None:
+    """Score the first PROBE_ITEMS items the store lacks, and say how long the rest takes at
     their rate (and at this machine's last run's, when recorded)."""
     probed = 0
-    for request, keys, what in jobs:
-        rows = scorer.cache.missing(keys)[:PROBE_ITEMS - probed]
+    for decisions, keys, what in jobs:
+        rows = store.missing(keys)[:PROBE_ITEMS - probed]
         if rows:
-            scorer.score(request, keys, what, rows)
+            not_scored = scorer.score_missing(store, Rows(decisions, rows), [keys[i] for i in rows], what=what)
+            refuse_unscored([NotScored(rows[n.index], n.reason) for n in not_scored], what)
             probed += len(rows)
     rate = probed / max(time.perf_counter() - started, 1e-6)
     basis = f"from the first {probed} items here: {rate:.2f} items/s"
-    last = last_rate(scorer.cache.folder, key)
+    last = last_rate(store.folder, key)
     if last:
         basis += f"; this machine's last run on {last['date']}: {last['items_per_second']:.2f} items/s"
     print(f"fit-history: scoring {todo} items here takes about {_takes(todo / rate)}, about "
@@ -313,14 +228,14 @@ def score_export(args: argparse.Namespace, runner: Runner | None, train: tuple[C
                  sagemaker: Any = None) -> ExportSignals:
     """Every request of DATA (its `n_train` option rows, then its out-of-scope rows) and of TEST
     scored where --on says (`sagemaker`: the scorer its preflight checked), then gathered from the
-    cache."""
+    store."""
     started = time.perf_counter()
     if args.on == "sagemaker":
-        model, cache = score_on_sagemaker(args, [train, test], say, sagemaker)
+        model, store = score_on_sagemaker(args, [train, test], say, sagemaker)
         train_keys, test_keys = (request_keys(request, n, model.sha256) for request, n in (train, test))
     else:
-        model, cache, train_keys, test_keys = _score_here(args, runner, train, test, say)
-    train_signals, test_gathered = cache.gather(train_keys), cache.gather(test_keys)
+        model, store, train_keys, test_keys = _score_here(args, runner, train, test, say)
+    train_signals, test_gathered = store.gather(train_keys), store.gather(test_keys)
     return ExportSignals(model, train_signals.versions[0], train_signals.hidden[:n_train],
                          train_signals.hidden[n_train:].astype(np.float64), test_gathered.hidden.astype(np.float64),
                          [test_gathered.row(i) for i in range(len(test_keys))], time.perf_counter() - started)

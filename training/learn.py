@@ -1,26 +1,14 @@
-"""Fitting one policy question's head, and judging it against the alternatives on held-out folds.
+"""The head's signals, its design and its linear fit: what the one head fitter (training/head_fit.py)
+fits for `make fit`, relearning and `make fit-history`, and the one head writer of their files.
 
 The head is one multinomial logistic regression (L2) over every signal the routing function
 has (decision_router.domain.heads): TF-IDF word and character n-grams of the evidence, the item's
-structured fields as indicators, the model's final hidden state and its letter logits. The
-model's two blocks are standardised and scaled by one `model_weight` against the lexical ones;
-C and that weight are chosen together by group k-fold cross-validation (out-of-fold log-loss),
-then a temperature is fitted on the out-of-fold logits. Standardisation is folded into the
-weights, so the shipped head reads raw hidden states and logits.
-
-On the same folds, side by side:
-- the letters, as production uses them (a temperature fitted on the training folds);
-- the text-only classifier a user would compare us with: TF-IDF (word 1-2-grams and character
-  2-5-grams, sublinear tf) + logistic regression (C=10), as evaluation/text_classifier.py fits it;
-- the hidden-state-only head (the readout before the lexical blocks).
-
-The out-of-fold probabilities of the chosen head are computed by the routing function's own
-code (`Head.logits`), so the thresholds are chosen on exactly what routing will compute.
-Thresholds come from out-of-fold probabilities only: the lowest `min_confidence` at which the
-auto-routed answers are wrong at most `max_error` of the time, and, where a question protects
-options from under-assignment (priority), per-option minimums that keep a protected gold answer
-from being auto-assigned a later option more than `max_under_assignment` of the time.
-Everything is seeded and deterministic: the same data gives the same head, byte for byte.
+structured fields as indicators, the sentence embedding, the model's final hidden state and its
+letter logits. The model's two blocks are standardised and scaled by one `model_weight` against
+the lexical ones (chosen, with C, by training/head_fit.py). Standardisation is folded into the
+weights, so the shipped head reads raw hidden states and logits. Beside it, the text-only classifier
+a user would compare us with (evaluation/text_classifier.py). Everything is seeded and
+deterministic: the same data gives the same head, byte for byte.
 """
 
 from __future__ import annotations
@@ -30,27 +18,18 @@ import json
 import math
 from array import array
 from dataclasses import dataclass, field
-from datetime import date
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import optimize, sparse
 from scipy.special import logsumexp
-from scipy.stats import binomtest
-from threadpoolctl import threadpool_limits
 
 from decision_router import sentences as sentence_encoders
-from decision_router.domain.heads import FORMAT, Head
+from decision_router.domain.heads import FORMAT
 from decision_router.domain.lexical import WORD_PREFIX, categorical_features, evidence_text, inverse_document_frequency, term_counts
 from evaluation import metrics, text_classifier
 
-from .thresholds import OutOfFoldReadout, Targets, judge, option_thresholds, under_assigned
-
-#: Inverse regularisation strengths tried by cross-validation.
-C_GRID = (3.0, 10.0, 30.0, 100.0)
-#: Scales of the model's blocks (hidden state, letters) against the lexical ones; 0 = lexical only.
-MODEL_WEIGHTS = (0.0, 0.5, 1.0, 2.0)
 #: A term must occur in this many training items to enter the vocabulary; at most MAX_TERMS
 #: (the most frequent) are kept, so a head file stays well under 2 MB.
 MIN_DF, MAX_TERMS = 2, 25000
@@ -67,12 +46,6 @@ SENTENCE_SCALE = 1.0
 SOLVER_TOLERANCE, SOLVER_STEPS, SOLVER_MEMORY = 1e-5, 1000, 10
 #: Significant digits written for head weights.
 WEIGHT_DIGITS = 5
-#: A head that does not beat always-the-commonest-answer at this significance is not shipped.
-CHANCE_ALPHA = 0.01
-#: Learning-curve sizes (plus every training example), as a user's history grows.
-CURVE_SIZES = (25, 50, 100, 200, 400)
-#: The text-only classifier we must beat (its C is the one users of it typically leave).
-BASELINE_C = text_classifier.C
 #: The bias of an option never seen in training: never predicted.
 UNSEEN_BIAS = -30.0
 #: A label keeps at least this many rows (all it has, if fewer) in a sample.
@@ -211,12 +184,12 @@ class Signals:
         return [evidence_text(self.states[i], self.text_fields) for i in rows]
 
 
-def _centre(letters: np.ndarray) -> np.ndarray:
+def centre(letters: np.ndarray) -> np.ndarray:
     return letters - letters.mean(axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)
-class Space:
+class FeatureSpace:
     """The feature space fitted on training rows: vocabulary with idf, indicators, and the
     standardisation of the model's blocks."""
 
@@ -234,12 +207,12 @@ class Space:
 
     @classmethod
     def fit(cls, s: Signals, rows: Sequence[int], use_text: bool = True, max_terms: int = MAX_TERMS,
-            min_df: int = MIN_DF) -> "Space":
+            min_df: int = MIN_DF) -> "FeatureSpace":
         kept, df = s.terms.vocabulary(rows, max_terms, min_df) if use_text else ([], [])
         idf = [inverse_document_frequency(len(rows), frequency) for frequency in df]
         values = sorted({v for i in rows for v in s.indicators[i]}) if use_text and CATEGORY_SCALE > 0 else []
         hidden = s.hidden[list(rows)]
-        centred = _centre(s.letters[list(rows)])
+        centred = centre(s.letters[list(rows)])
         width = s.sentences.shape[1] if use_text and s.sentences is not None else 0
         return cls(kept, idf, values, hidden.mean(axis=0), _scale(hidden), centred.mean(axis=0), _scale(centred), use_text,
                    width)
@@ -283,7 +256,7 @@ class Space:
         if model_weight == 0:
             return lexical, dense
         hidden = (s.hidden[list(rows)] - self.hidden_mean) / self.hidden_scale * (model_weight / math.sqrt(s.hidden.shape[1]))
-        letters = (_centre(s.letters[list(rows)]) - self.letters_mean) / self.letters_scale * (
+        letters = (centre(s.letters[list(rows)]) - self.letters_mean) / self.letters_scale * (
             model_weight / math.sqrt(s.letters.shape[1]))
         return lexical, np.hstack([dense, hidden, letters])
 
@@ -304,7 +277,7 @@ def _scale(values: np.ndarray) -> np.ndarray:
 class Linear:
     """A fitted head, as weights over the raw inputs (what the head file stores)."""
 
-    space: Space
+    space: FeatureSpace
     model_weight: float
     text: np.ndarray  # options x terms
     categorical: np.ndarray  # options x values
@@ -333,24 +306,12 @@ class Linear:
         out["bias"] = [float(f"{v:.{WEIGHT_DIGITS}g}") for v in self.bias]
         return out
 
-    def head(self, s: Signals, options: list[str], binding: dict[str, Any], temperature: float = 1.0,
-             thresholds: dict | None = None, fit: dict | None = None) -> Head:
-        """The routing function's own Head over these weights (what the fitter scores folds with)."""
-        document = {"format": FORMAT, "version": "fold", "options": options, **binding, **self.blocks(s),
-                    "temperature": temperature, "thresholds": thresholds or {"min_confidence": 1.0, "min_margin": 0.0},
-                    "fit": fit or {"examples": 1, "fitted_on": "2000-01-01", "regularisation": 1.0, "folds": 2,
-                                   "cv_accuracy": 0.0, "cv_ece": 0.0}}
-        if self.hidden is None:
-            for key in ("model_sha256", "hidden_size", "prompt_version"):
-                document.pop(key, None)
-        return Head.model_validate(document)
-
 
 def fit_linear(s: Signals, rows: Sequence[int], n_options: int, C: float, model_weight: float,
-               use_text: bool = True, space: Space | None = None) -> Linear:
+               use_text: bool = True, space: FeatureSpace | None = None) -> Linear:
     """The head fitted on `rows`: the one fitter of `make fit`, relearning and `make fit-history`."""
     rows = list(rows)
-    space = space or Space.fit(s, rows, use_text)
+    space = space or FeatureSpace.fit(s, rows, use_text)
     lexical, dense = space.design(s, rows, model_weight)
     gold = s.gold[rows]
     width = lexical.shape[1] + dense.shape[1]
@@ -365,7 +326,7 @@ def fit_linear(s: Signals, rows: Sequence[int], n_options: int, C: float, model_
         bias[classes] = intercept - intercept.mean()  # softmax is blind to a common shift
     lexical_width = space.evidence_width
     text = coef[:, :len(space.terms)]
-    categorical = coef[:, len(space.terms):len(space.terms) + len(space.values)] * Space.indicator_value(s)  # applied as 1.0
+    categorical = coef[:, len(space.terms):len(space.terms) + len(space.values)] * FeatureSpace.indicator_value(s)  # applied as 1.0
     sentence = coef[:, len(space.terms) + len(space.values):lexical_width] * SENTENCE_SCALE if space.sentence_width else None
     hidden = letters = None
     if model_weight > 0:
@@ -415,69 +376,17 @@ def numpy_logits(linear: Linear, s: Signals, rows: Sequence[int]) -> np.ndarray:
     """The head's logits computed with matrices (fast, for the grid search)."""
     rows = list(rows)
     lexical, embedded = linear.space.lexical(s, rows)
-    # the design holds indicators at Space.indicator_value and the embedding at SENTENCE_SCALE; the
+    # the design holds indicators at FeatureSpace.indicator_value and the embedding at SENTENCE_SCALE; the
     # head's weights apply them as they are
-    out = lexical @ np.hstack([linear.text, linear.categorical / Space.indicator_value(s)]).T + linear.bias
+    out = lexical @ np.hstack([linear.text, linear.categorical / FeatureSpace.indicator_value(s)]).T + linear.bias
     if linear.sentence is not None:
         out = out + embedded @ (linear.sentence / SENTENCE_SCALE).T
     if linear.hidden is not None and linear.letters is not None:
-        out = out + s.hidden[rows] @ linear.hidden.T + _centre(s.letters[rows]) @ linear.letters.T
+        out = out + s.hidden[rows] @ linear.hidden.T + centre(s.letters[rows]) @ linear.letters.T
     return np.asarray(out)
 
 
-def routing_logits(head: Head, s: Signals, rows: Sequence[int]) -> np.ndarray:
-    """The head's logits as the routing function computes them (decision_router.domain.heads)."""
-    return np.array([head.logits(s.states[i], s.hidden[i].tolist(), s.letters[i].tolist(),
-                                 None if s.sentences is None else s.sentences[i].tolist()) for i in rows])
-
-
-# ----------------------------------------------------------------------------------- one question
-@dataclass
-class QuestionFit:
-    name: str
-    option_ids: list[str]
-    n_train: int
-    folds: int
-    regularisation: float
-    model_weight: float
-    temperature: float
-    letters_temperature: float
-    letters: OutOfFoldReadout
-    text_only: OutOfFoldReadout  # the TF-IDF + logistic regression baseline
-    hidden_only: OutOfFoldReadout  # the hidden-state head
-    head: OutOfFoldReadout  # the combined readout, out of fold through the routing function's code
-    linear: Linear
-    signals: Signals
-    option_minimums: dict[str, float]
-    under_assignment: dict[str, Any] | None
-    chance_rate: float
-    beats_chance: bool
-    targets: Targets
-    formula: str
-    hidden_C: float
-    hidden_temperature: float
-    learning_curve: list[dict] = field(default_factory=list)
-
-    def text_only_test(self, test: Signals) -> np.ndarray:
-        """The text-only classifier fitted on every training row, on other rows."""
-        return baseline_probabilities(self.signals, range(self.n_train), range(len(test)), len(self.option_ids), test)
-
-    def hidden_only_test(self, test: Signals) -> np.ndarray:
-        """The hidden-state head fitted on every training row, on other rows."""
-        linear = fit_linear(self.signals, range(self.n_train), len(self.option_ids), self.hidden_C, 1.0, use_text=False)
-        return np.array(_softmax_rows(numpy_logits(linear, test, range(len(test))), self.hidden_temperature))
-
-    @property
-    def head_wins(self) -> bool:
-        return (self.beats_chance and self.head.accuracy > self.letters.accuracy
-                and self.head.log_loss < self.letters.log_loss)
-
-    @property
-    def overtakes_letters_at(self) -> int | None:
-        """The fewest labelled examples on the learning curve at which the head beats the letters."""
-        return next((p["examples"] for p in self.learning_curve if p["head"]["accuracy"] > p["letters"]["accuracy"]), None)
-
-
+# ----------------------------------------------------------------------------------- the comparison
 def baseline_probabilities(s: Signals, train: Sequence[int], held: Sequence[int], n_options: int,
                            held_signals: Signals | None = None) -> np.ndarray:
     """The text-only classifier a user would compare with (evaluation/text_classifier.py: TF-IDF
@@ -489,150 +398,8 @@ def baseline_probabilities(s: Signals, train: Sequence[int], held: Sequence[int]
                                          other.classifier_counts.rows(held), n_options)
 
 
-def _out_of_fold(parts: Sequence[np.ndarray], n: int, n_options: int,
-                 predict: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
-    out = np.zeros((n, n_options))
-    for part in parts:
-        out[part] = predict(np.setdiff1d(np.arange(n), part), part)
-    return out
-
-
-def _softmax_rows(logits: np.ndarray, temperature: float = 1.0) -> list[np.ndarray]:
+def softmax_rows(logits: np.ndarray, temperature: float = 1.0) -> list[np.ndarray]:
     return metrics.probabilities_at(list(logits), temperature)
-
-
-def fit_question(name: str, option_ids: list[str], s: Signals, *, binding: dict[str, Any], formula: str, folds: int,
-                 seed: int, targets: Targets, curve: bool = True) -> QuestionFit:
-    # L-BFGS here works on vectors of a few ten thousand values: a multi-threaded BLAS spends more
-    # on its threads than on the work (measured 14x slower on 2 busy cores).
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _fit_question(name, option_ids, s, binding=binding, formula=formula, folds=folds, seed=seed,
-                             targets=targets, curve=curve)
-
-
-def _fit_question(name: str, option_ids: list[str], s: Signals, *, binding: dict[str, Any], formula: str, folds: int,
-                  seed: int, targets: Targets, curve: bool) -> QuestionFit:
-    n, k = len(s), len(option_ids)
-    parts = metrics.fold_indices(n, folds, seed, s.groups)
-    if len(parts) < 2:
-        raise ValueError(f"{name}: {n} labelled decisions in {len(set(s.groups))} groups; need two folds at least")
-    gold = s.gold
-
-    # C and the model's weight, together, by out-of-fold log-loss (matrices: fast).
-    fold_maps: dict[tuple[float, float], list[Linear]] = {}
-    losses = {}
-    spaces = [Space.fit(s, np.setdiff1d(np.arange(n), part)) for part in parts]
-    # model signals that never vary (a fit on the words alone passes zeros) carry nothing: weight 0
-    # alone, rather than a tie the solver's last digits would break
-    varies = bool((s.hidden.std(axis=0) > 1e-8).any() or (_centre(s.letters).std(axis=0) > 1e-8).any())
-    for model_weight in MODEL_WEIGHTS if varies else (0.0,):
-        for C in C_GRID:
-            maps, oof = [], np.zeros((n, k))
-            for part, space in zip(parts, spaces):
-                linear = fit_linear(s, np.setdiff1d(np.arange(n), part), k, C, model_weight, space=space)
-                maps.append(linear)
-                oof[part] = numpy_logits(linear, s, part)
-            fold_maps[(C, model_weight)] = maps
-            losses[(C, model_weight)] = metrics.mean_nll_at(list(oof), list(gold), 1.0)
-    best_C, best_weight = min(losses, key=lambda key: (round(losses[key], 9), key[1], key[0]))
-
-    # The chosen head's out-of-fold logits, through the routing function's own code.
-    oof = np.zeros((n, k))
-    for part, linear in zip(parts, fold_maps[(best_C, best_weight)]):
-        oof[part] = routing_logits(linear.head(s, option_ids, binding), s, part)
-    temperature = metrics.fit_temperature(list(oof), list(gold)).temperature
-    head_probabilities = _softmax_rows(oof, temperature)
-    head = judge(head_probabilities, gold, formula, targets.max_error, targets.min_auto_routed)
-
-    letters_probs, _ = metrics.out_of_fold_probabilities(list(s.letters), list(gold), parts=parts)
-    letters = judge(letters_probs, gold, formula, targets.max_error, targets.min_auto_routed)
-    letters_temperature = metrics.fit_temperature(list(s.letters), list(gold)).temperature
-
-    text_only = judge(list(_out_of_fold(parts, n, k, lambda tr, he: baseline_probabilities(s, tr, he, k))),
-                      gold, formula, targets.max_error, targets.min_auto_routed)
-    hidden_C = _best_hidden_C(s, parts, k)
-    hidden_oof = _out_of_fold(parts, n, k, lambda tr, he: numpy_logits(fit_linear(s, tr, k, hidden_C, 1.0, use_text=False), s, he))
-    hidden_temperature = metrics.fit_temperature(list(hidden_oof), list(gold)).temperature
-    hidden_only = judge(_softmax_rows(hidden_oof, hidden_temperature), gold, formula, targets.max_error,
-                        targets.min_auto_routed)
-
-    minimums: dict[str, float] = {}
-    under = None
-    if targets.protected:
-        floor = head.min_confidence if head.min_confidence is not None else 0.0
-        per_option = option_thresholds(head_probabilities, gold, formula, floor, targets)
-        minimums = {option_ids[o]: t for o, t in per_option.items() if t > floor}
-        under = _under_assignment_report(head_probabilities, gold, formula, head.min_confidence, per_option, targets)
-
-    counts = np.bincount(gold, minlength=k)
-    chance = counts.max() / n
-    hits = int(round(head.accuracy * n))
-    beats_chance = binomtest(hits, n, chance, alternative="greater").pvalue < CHANCE_ALPHA
-
-    fit = QuestionFit(
-        name=name, option_ids=option_ids, n_train=n, folds=len(parts), regularisation=best_C, model_weight=best_weight,
-        temperature=temperature, letters_temperature=letters_temperature, letters=letters, text_only=text_only,
-        hidden_only=hidden_only, head=head, linear=fit_linear(s, range(n), k, best_C, best_weight), signals=s,
-        option_minimums=minimums, under_assignment=under, chance_rate=float(chance), beats_chance=beats_chance,
-        targets=targets, formula=formula, hidden_C=hidden_C, hidden_temperature=hidden_temperature,
-    )
-    if curve:
-        fit.learning_curve = learning_curve(s, k, parts, best_C, best_weight, hidden_C, formula, targets, seed)
-    return fit
-
-
-def _best_hidden_C(s: Signals, parts: Sequence[np.ndarray], k: int) -> float:
-    n = len(s)
-    losses = {}
-    for C in C_GRID:
-        oof = _out_of_fold(parts, n, k, lambda tr, he, C=C: numpy_logits(fit_linear(s, tr, k, C, 1.0, use_text=False), s, he))
-        losses[C] = metrics.mean_nll_at(list(oof), list(s.gold), 1.0)
-    return min(C_GRID, key=lambda C: (round(losses[C], 9), C))
-
-
-def _under_assignment_report(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, floor: float | None,
-                             per_option: dict[int, float], targets: Targets) -> dict[str, Any]:
-    P = np.array(probabilities)
-    predicted, conf = P.argmax(axis=1), metrics.confidences(probabilities, formula)
-    minimum = np.array([max(floor if floor is not None else 1.0, per_option.get(int(p), 0.0)) for p in predicted])
-    auto = conf >= minimum
-    protected = np.isin(gold, list(targets.protected))
-    under = under_assigned(predicted, gold, targets.protected) & auto
-    return {"protected_gold": int(protected.sum()), "auto_assigned_lower": int(under.sum()),
-            "rate": float(under.sum() / max(1, protected.sum())), "auto_share": float(auto.mean()),
-            "auto_accuracy": float((predicted[auto] == gold[auto]).mean()) if auto.any() else None}
-
-
-def learning_curve(s: Signals, k: int, parts: Sequence[np.ndarray], C: float, model_weight: float, hidden_C: float,
-                   formula: str, targets: Targets, seed: int, repeats: int = 2) -> list[dict]:
-    """Out-of-fold accuracy, and the share auto-routed at the target error, of each readout
-    against the number of labelled examples (seeded subsamples of each training fold)."""
-    n = len(s)
-    largest = min(n - len(p) for p in parts)
-    sizes = sorted({size for size in CURVE_SIZES if size < largest} | {largest})
-    points = []
-    for size in sizes:
-        results: dict[str, list[tuple[float, float]]] = {"letters": [], "text_only": [], "hidden_only": [], "head": []}
-        for repeat in range(repeats if size < largest else 1):
-            rng = np.random.default_rng(seed + repeat)
-            outs = {name: np.zeros((n, k)) for name in results}
-            for part in parts:
-                train = np.setdiff1d(np.arange(n), part)
-                if size < len(train):
-                    train = np.sort(rng.choice(train, size=size, replace=False))
-                t = metrics.fit_temperature(list(s.letters[train]), list(s.gold[train])).temperature
-                outs["letters"][part] = np.array(_softmax_rows(s.letters[part], t))
-                outs["text_only"][part] = baseline_probabilities(s, train, part, k)
-                outs["hidden_only"][part] = np.array(_softmax_rows(
-                    numpy_logits(fit_linear(s, train, k, hidden_C, 1.0, use_text=False), s, part)))
-                outs["head"][part] = np.array(_softmax_rows(numpy_logits(fit_linear(s, train, k, C, model_weight), s, part)))
-            for name, probabilities in outs.items():
-                readout = judge(list(probabilities), s.gold, formula, targets.max_error, min_auto_routed=1)
-                results[name].append((readout.accuracy, readout.auto_routed_share))
-        points.append({"examples": int(size), **{name: {"accuracy": float(np.mean([a for a, _ in r])),
-                                                       "auto_routed_share": float(np.mean([b for _, b in r]))}
-                                               for name, r in results.items()}})
-    return points
 
 
 #: The head file's keys that bind it to the model whose hidden state it reads.
@@ -672,16 +439,6 @@ def stamp_version(document: dict[str, Any], policy: str, question: str) -> dict[
     return document
 
 
-def head_document(fit: QuestionFit, *, version: str, binding: dict[str, Any], data: list[str], fitted_on: date,
-                  min_margin: float = 0.0) -> dict:
-    """The head file of a question fitted by `fit_question` (`head_file`)."""
-    document = head_file(
-        fit.linear, fit.signals, options=fit.option_ids, binding=binding, temperature=fit.temperature,
-        min_confidence=fit.head.min_confidence, min_margin=min_margin, by_option=fit.option_minimums,
-        fit={"examples": fit.n_train, "fitted_on": fitted_on.isoformat(), "data": data,
-             "regularisation": fit.regularisation, "model_weight": fit.model_weight, "folds": fit.folds,
-             "cv_accuracy": round(fit.head.accuracy, 4), "cv_ece": round(fit.head.ece, 4),
-             "letters_cv_accuracy": round(fit.letters.accuracy, 4),
-             "text_only_cv_accuracy": round(fit.text_only.accuracy, 4)})
-    document["version"] = version
-    return document
+def head_bytes(document: dict[str, Any]) -> bytes:
+    """A head file's bytes, as `make fit`, relearning and `make fit-history` write it (one JSON line)."""
+    return (json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n").encode()

@@ -22,7 +22,7 @@ from evaluation import metrics
 
 from . import learn
 from .features import Example
-from .learn import QuestionFit
+from .question_fit import QuestionFit
 from .thresholds import promise, verdict
 
 
@@ -127,7 +127,7 @@ def policy_changes(results: Sequence[QuestionResult], write: bool) -> list[dict]
                 continue
             if result.fit.head_wins:
                 relative = f"heads/{name}.{question['id']}.json"
-                text = json.dumps(result.head, ensure_ascii=False, separators=(",", ":")) + "\n"
+                text = learn.head_bytes(result.head).decode()
                 files[POLICY_DIR / relative] = text
                 question["head"] = {"file": relative, "sha256": hashlib.sha256(text.encode()).hexdigest()}
             else:

@@ -1,7 +1,7 @@
 """Choosing thresholds from out-of-fold probabilities: a readout's accuracy, calibration and the
 lowest min_confidence at which the automatic answers' precision meets the question's target with
 95 % confidence (its one-sided Clopper–Pearson lower bound, `evaluation.metrics.meets_target`), not
-merely on average (`judge`), and per-option minimums
+merely on average (`threshold_readout`), and per-option minimums
 that keep protected answers (priority's most urgent options) from being auto-assigned a less
 urgent option (`option_thresholds`). `training.learn` fits the heads whose probabilities these read."""
 
@@ -39,7 +39,7 @@ class OutOfFoldReadout:
 THRESHOLDS = tuple(round(0.01 * i, 2) for i in range(101))
 
 
-def judge(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
+def threshold_readout(probabilities: list[np.ndarray], gold: np.ndarray, formula: str, target_error: float,
           min_auto_routed: int) -> OutOfFoldReadout:
     scores = metrics.calibration_scores(probabilities, list(gold))
     conf = metrics.confidences(probabilities, formula)

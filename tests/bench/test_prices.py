@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 
 from bench import cost
 from bench import prices as bp
-from training.sagemaker_scoring import offer
+from training.processing_estimate import offer
 
 TODAY = "2027-01-15"
 REGION = "us-east-1"

@@ -65,13 +65,13 @@ def cautious() -> Head:
 def test_a_better_candidate_is_promoted_and_a_worse_one_refused_with_every_reason():
     held = examples()
     shipped = PRIORITY.learned_head
-    better = gate.judge(PRIORITY, cautious(), shipped, BEATS_CHANCE, held, 400, MODEL)
+    better = gate.promotion_verdict(PRIORITY, cautious(), shipped, BEATS_CHANCE, held, 400, MODEL)
     assert better.promote, better.reason
     assert better.candidate["auto_routed_share"] > better.current["auto_routed_share"]
     assert better.candidate["recall"] == better.current["recall"]
     assert better.candidate["head_version"] == shipped.version
     assert better.candidate["protected_auto_assigned_lower"] == 0  # P1/P2 never auto-assigned lower here
-    worse = gate.judge(PRIORITY, shipped, know_nothing(), BEATS_CHANCE, held, 400, MODEL)
+    worse = gate.promotion_verdict(PRIORITY, shipped, know_nothing(), BEATS_CHANCE, held, 400, MODEL)
     assert not worse.promote
     assert worse.reason.startswith(f"worse than the head in service on the {len(held)} newest labels: accuracy")
     assert "log loss" in worse.reason and "automatically" in worse.reason
@@ -84,7 +84,7 @@ def test_a_candidate_that_finds_fewer_of_any_option_is_refused():
     """Better everywhere else is not enough: the head that always answers P1 finds every P1, the
     shipped head misses some, so the shipped head may not replace it (on held-out or test split)."""
     held = examples()
-    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
+    verdict = gate.promotion_verdict(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
     assert not verdict.promote
     assert verdict.current["recall"]["P1"] == 1.0 > verdict.candidate["recall"]["P1"]
     assert verdict.reason == (f"worse than the head in service on the {len(held)} newest labels: recall of P1 "
@@ -93,7 +93,7 @@ def test_a_candidate_that_finds_fewer_of_any_option_is_refused():
 
 
 def test_the_same_head_is_not_worse_than_itself():
-    verdict = gate.judge(PRIORITY, PRIORITY.learned_head, PRIORITY.learned_head, BEATS_CHANCE, examples(), 400, MODEL)
+    verdict = gate.promotion_verdict(PRIORITY, PRIORITY.learned_head, PRIORITY.learned_head, BEATS_CHANCE, examples(), 400, MODEL)
     assert verdict.promote and verdict.current == verdict.candidate
 
 
@@ -111,18 +111,18 @@ def test_a_candidate_with_a_novelty_part_is_judged_on_its_answers_not_on_its_nov
     held = examples()
     entries = [model_entry(PRIORITY.with_head(strict), e.result(MODEL), e.state) for e in held]
     assert not any(e.passed for e in entries)  # in service, the novelty part would hold every one
-    verdict = gate.judge(PRIORITY, shipped, strict, BEATS_CHANCE, held, 400, MODEL)
+    verdict = gate.promotion_verdict(PRIORITY, shipped, strict, BEATS_CHANCE, held, 400, MODEL)
     assert verdict.promote and verdict.candidate == {**verdict.current, "head_version": "with-novelty"}
 
 
 def test_too_few_labels_or_no_signal_are_refused_before_any_comparison():
     held = examples()
-    too_few = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, held, 12, MODEL)
+    too_few = gate.promotion_verdict(PRIORITY, PRIORITY.learned_head, None, None, held, 12, MODEL)
     assert too_few.reason == "too few labels: 12 to fit on, at least 40" and not too_few.candidate
     assert too_few.current["head_version"] == PRIORITY.learned_head.version  # the head in service, still measured
-    few = gate.judge(PRIORITY, None, None, None, held[:5], 400, MODEL)
+    few = gate.promotion_verdict(PRIORITY, None, None, None, held[:5], 400, MODEL)
     assert not few.promote and few.reason.startswith("too few new labels to judge on: 5 newest")
-    noise = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, SimpleNamespace(beats_chance=False, chance_rate=0.3),
+    noise = gate.promotion_verdict(PRIORITY, know_nothing(), PRIORITY.learned_head, SimpleNamespace(beats_chance=False, chance_rate=0.3),
                        held, 400, MODEL)
     assert not noise.promote and noise.reason.startswith("the candidate does not beat always-the-commonest-answer")
 
@@ -168,26 +168,26 @@ def test_no_reviewer_dominates_the_labels_trained_on_or_judged_on():
 
 def test_a_slice_one_reviewer_dominates_is_refused():
     held = [replace(e, reviewer="mallory@example.com") if i % 3 else e for i, e in enumerate(examples())]
-    verdict = gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
+    verdict = gate.promotion_verdict(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL)
     assert not verdict.promote
     assert verdict.reason.startswith(f"one reviewer (mallory@example.com) gave {sum(1 for i in range(len(held)) if i % 3)} "
                                      f"of the {len(held)} labels to judge on, more than 50%")
     unnamed = [replace(e, reviewer=None) for e in held]
-    assert gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, unnamed, 400, MODEL).reason \
+    assert gate.promotion_verdict(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, unnamed, 400, MODEL).reason \
         .startswith(f"one reviewer ({gate.UNAUTHENTICATED})")
-    assert gate.judge(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, max_share=1.0).promote
+    assert gate.promotion_verdict(PRIORITY, cautious(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, max_share=1.0).promote
 
 
 def test_the_shipped_test_split_is_a_second_gate():
     held = [e for e in examples() if e.gold != 0]  # no P1 here: always-P1 finds none of these
     trusted = [replace(e, gold=0, split="test") for e in held]  # every one a P1: the know-nothing head's first answer
-    verdict = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL,
+    verdict = gate.promotion_verdict(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL,
                          test_split=trusted)
     assert not verdict.promote, verdict.reason
     assert verdict.reason.startswith(f"worse than the head in service on the {len(trusted)} labels of the shipped test split")
     assert set(verdict.test_split) == {"current", "candidate"} and verdict.as_dict()["test_split"] == verdict.test_split
     assert "recall of P1" in verdict.reason
-    same = gate.judge(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, test_split=held)
+    same = gate.promotion_verdict(PRIORITY, know_nothing(), PRIORITY.learned_head, BEATS_CHANCE, held, 400, MODEL, test_split=held)
     assert same.promote and same.reason.endswith(f"nor on the {len(held)} labels of the shipped test split")
 
 
@@ -215,7 +215,7 @@ def test_one_reviewers_poisoned_labels_are_refused_by_the_gate():
         train = shipped + split.train
         assert sum(e.reviewer == reviewer for e in split.train) <= gate.MAX_REVIEWER_SHARE * len(train)
         fit, document = fit_head(POLICY, PRIORITY, train, MODEL, sources=["test"], curve=False, fitted_on=date(2026, 12, 8))
-        verdict = gate.judge(PRIORITY, PRIORITY.learned_head, Head.model_validate(document), fit, split.held_out,
+        verdict = gate.promotion_verdict(PRIORITY, PRIORITY.learned_head, Head.model_validate(document), fit, split.held_out,
                              len(train), MODEL, test_split=trusted)
         assert not verdict.promote
         assert verdict.reason.startswith(f"one reviewer ({reviewer or gate.UNAUTHENTICATED}) gave {len(split.held_out)} of the "
@@ -263,7 +263,7 @@ def test_one_callers_poisoned_labels_under_two_names_are_refused_by_the_gate(sig
                for n, (row, raw) in enumerate(zip(read, stored))]
     split = gate.reviewed_split(reviews, trusted=len(shipped))  # as relearning.job fit splits them
     train = shipped + split.train
-    verdict = gate.judge(PRIORITY, PRIORITY.learned_head, None, None, split.held_out, len(train), MODEL)
+    verdict = gate.promotion_verdict(PRIORITY, PRIORITY.learned_head, None, None, split.held_out, len(train), MODEL)
     who = "iam:arn:aws:iam::123456789012:user/mallory" if signed else gate.UNAUTHENTICATED
     assert not verdict.promote
     assert verdict.reason.startswith(f"one reviewer ({who}) gave {len(split.held_out)} of the {len(split.held_out)} "

@@ -8,10 +8,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_contract.precision import precision_lower_bound
 from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.domain.policies import load_policy
+from decision_router.domain.precision_bound import precision_lower_bound
 from local.cloudformation import Stack
 from relearning.job import Relearning
 from training import gate

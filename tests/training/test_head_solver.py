@@ -11,7 +11,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from decision_router.domain.lexical import term_counts, tfidf
-from training import history_fit, learn
+from training import head_fit, learn
 
 WORDS = [["invoice", "refund", "charged"], ["password", "login", "locked"], ["error", "crash", "outage"]]
 FILLER = ["hello", "please", "thanks", "team", "today", "need", "help"]
@@ -27,7 +27,7 @@ def tickets(n: int, options: int = 3, seed: int = 0) -> learn.Signals:
 
 def test_the_fitters_tfidf_is_the_routing_functions_row_by_row():
     s = tickets(40)
-    space = learn.Space.fit(s, range(30), max_terms=60, min_df=2)
+    space = learn.FeatureSpace.fit(s, range(30), max_terms=60, min_df=2)
     design, _ = space.lexical(s, range(40))
     index = {t: i for i, t in enumerate(space.terms)}
     for row in range(40):
@@ -52,7 +52,7 @@ def test_the_vocabulary_keeps_the_most_frequent_terms_and_at_the_cut_the_first_a
 def test_the_solver_finds_scikit_learns_logistic_regression(monkeypatch, options):
     monkeypatch.setattr(learn, "SOLVER_TOLERANCE", 1e-9)  # both solved to the optimum, not the fitter's stop
     s = tickets(60, options)
-    space = learn.Space.fit(s, range(60))
+    space = learn.FeatureSpace.fit(s, range(60))
     linear = learn.fit_linear(s, range(60), options, 10.0, 0.0, space=space)
     reference = LogisticRegression(C=10.0, tol=1e-9, max_iter=5000).fit(space.matrix(s, range(60), 0.0), s.gold)
     expected = reference.predict_log_proba(space.matrix(s, range(60), 0.0))
@@ -67,8 +67,8 @@ def test_the_solver_finds_scikit_learns_logistic_regression(monkeypatch, options
     ({1: 0.7, 3: 0.4, 10: 0.5, 30: 0.6, 100: 0.7}, [10, 30, 3, 1]),  # falls downwards until it rises
 ])
 def test_c_is_searched_outward_from_10_while_the_held_out_loss_falls(monkeypatch, losses, tried):
-    monkeypatch.setattr(history_fit.metrics, "fit_temperature", lambda logits, gold: SimpleNamespace(temperature=1.0))
-    monkeypatch.setattr(history_fit.metrics, "mean_nll_at", lambda logits, gold, at: losses[logits[0][0]])
+    monkeypatch.setattr(head_fit.metrics, "fit_temperature", lambda logits, gold: SimpleNamespace(temperature=1.0))
+    monkeypatch.setattr(head_fit.metrics, "mean_nll_at", lambda logits, gold, at: losses[logits[0][0]])
     fitted: list[float] = []
 
     def fit_at(C):  # a "head" here is its C
@@ -76,6 +76,6 @@ def test_c_is_searched_outward_from_10_while_the_held_out_loss_falls(monkeypatch
         return C
 
     at_C, found = {10.0: 10.0}, {}
-    history_fit.search_C(fit_at, lambda C: np.array([[C]]), [0], at_C, found, lambda *said: None)
+    head_fit.search_C(fit_at, lambda C: np.array([[C]]), [0], at_C, found, lambda *said: None)
     assert list(found) == tried and set(at_C) == set(tried)
     assert fitted == tried[1:]  # 10's head was there already

@@ -20,7 +20,7 @@ from decision_router.domain.model_requests import SIGNAL_OPTION_IDS, build_decis
 from decision_router.domain.policies import load_policy
 from decision_router.items import parse_item
 from evaluation.runners import Scored
-from training import history, history_fit, history_policy, thresholds
+from training import head_fit, history, history_policy, thresholds
 
 MODEL = ModelInfo(file="words.gguf", bytes=1, sha256="a" * 64, context_size=2048, threads=1, gpu_layers=0,
                   llama_cpp_python_version="test", hidden_size=16)
@@ -354,8 +354,8 @@ def test_with_a_row_or_two_an_option_the_head_keeps_terms_seen_once_and_chooses_
     assert code == 0
     holdout = json.loads((out / "report.json").read_text())["holdout"]
     assert holdout["min_df"] == 1 and holdout["judged_rows"] == 0
-    assert holdout["regularisation"] == history_fit.HEAD_C and holdout["log_loss_by_C"] == {} and holdout["log_loss"] == {}
-    assert holdout["model_weight"] == max(history_fit.MODEL_WEIGHTS)
+    assert holdout["regularisation"] == head_fit.HEAD_C and holdout["log_loss_by_C"] == {} and holdout["log_loss"] == {}
+    assert holdout["model_weight"] == max(head_fit.MODEL_WEIGHTS)
     head = json.loads((out / "heads/label.json").read_text())
     seen_in = Counter(word for r in rows for word in set(f"{r['subject']} {r['body']}".split()))
     once = {word for word, n in seen_in.items() if n == 1}
@@ -373,6 +373,6 @@ def test_with_many_rows_an_option_only_terms_of_two_rows_are_kept_and_c_is_chose
     holdout = json.loads((out / "report.json").read_text())["holdout"]
     assert holdout["min_df"] == 2 and holdout["judged_rows"] == holdout["rows"]  # every held-out option was seen
     tried = holdout["log_loss_by_C"]  # searched outward from 10 while the held-out loss falls
-    assert "10" in tried and len(tried) >= 3 and set(tried) <= {f"{c:g}" for c in history_fit.C_CHOICES}
+    assert "10" in tried and len(tried) >= 3 and set(tried) <= {f"{c:g}" for c in head_fit.C_CHOICES}
     assert tried[f"{holdout['regularisation']:g}"] == min(tried.values())
     assert "w:zyzzyva" not in json.loads((out / "heads/label.json").read_text())["text"]["terms"]

@@ -145,8 +145,8 @@ def test_a_target_whose_queue_name_is_taken_gets_another():
     from local.destinations import queue_resource, template_resources
 
     taken = template_resources()
-    assert "ReviewQueue" in taken
-    assert queue_resource("review", taken) == "ReviewTeamQueue"
+    assert "EscalationQueue" in taken
+    assert queue_resource("escalation", taken) == "EscalationTeamQueue"
     assert queue_resource("it-hardware", taken) == "ItHardwareQueue"
     assert queue_resource("3d-print", taken) == "Team3dPrintQueue"
 

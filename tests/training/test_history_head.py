@@ -1,5 +1,5 @@
 """fit-history's head is written by the one head writer `make fit` and relearning use
-(training/learn.py `head_file`, `stamp_version`), and TEST is judged over the router's input built
+(training/learn.py `head_file`, `stamp_version`, `head_bytes`), and TEST is judged over the router's input built
 by the one constructor the routing function's judging accepts (`DecisionResult.from_signals`)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def weights_of(document: dict) -> learn.Linear:
     k = len(document["options"])
     text = document["text"]
     reads_model = "hidden" in document
-    space = learn.Space(text["terms"], text["idf"], [], np.zeros(0), np.ones(0), np.zeros(0), np.ones(0))
+    space = learn.FeatureSpace(text["terms"], text["idf"], [], np.zeros(0), np.ones(0), np.zeros(0), np.ones(0))
     return learn.Linear(space, document["fit"]["model_weight"], np.array(text["weights"]), np.zeros((k, 0)), None,
                         np.array(document["hidden"]["weights"]) if reads_model else None,
                         np.zeros((k, 1)) if reads_model else None, np.array(document["bias"]))
@@ -61,7 +61,7 @@ def test_the_head_fit_history_writes_is_the_shared_writers_byte_for_byte(tmp_pat
     if "novelty" in document:  # attached between the writer and the version, as `make fit` attaches it
         again["novelty"] = document["novelty"]
     learn.stamp_version(again, policy["name"], question["id"])
-    assert json.dumps(again, separators=(",", ":")).encode() == written
+    assert learn.head_bytes(again) == written
 
 
 def test_the_router_judges_a_result_built_from_signals_as_the_endpoints_own_answer(tmp_path):

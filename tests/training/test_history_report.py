@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from decision_contract.precision import items_needed, precision_lower_bound
+from decision_router.domain.precision_bound import items_needed, precision_lower_bound
 from training import history_outlook, history_report
 from training.thresholds import promise
 

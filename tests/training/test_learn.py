@@ -1,6 +1,7 @@
-"""The head fitter on signals drawn here (no model): determinism, every block folded into weights
-over raw inputs, thresholds from held-out folds only, protected options, and the same
-probabilities in the fitter and the routing function."""
+"""`make fit`'s question fit (training/question_fit.py over the one head fitter, training/head_fit.py)
+on signals drawn here (no model): determinism, every block folded into weights over raw inputs,
+thresholds from held-out folds only, protected options, and the same probabilities in the fitter
+and the routing function."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from decision_contract import softmax
 from decision_router.domain.heads import Head
-from training import learn
+from training import head_fit, learn, question_fit
+from training.thresholds import Targets
 
 pytestmark = pytest.mark.fit  # each test runs the fitter's fold and regularisation search (seconds)
 
@@ -51,16 +53,24 @@ def draw(n: int = 150, seed: int = 3, text_signal: bool = True, hidden_signal: b
                                categorical_fields=["channel", "customer_tier"])
 
 
-DEFAULT_TARGETS = learn.Targets(max_error=0.05)
+DEFAULT_TARGETS = Targets(max_error=0.05)
 
 
 def fit(signals, targets=DEFAULT_TARGETS, **kw):
-    return learn.fit_question("support-ticket/queue", OPTIONS, signals, binding=BINDING, formula="normalized_peak",
-                              folds=5, seed=0, targets=targets, curve=kw.pop("curve", False), **kw)
+    return question_fit.fit_question("support-ticket/queue", OPTIONS, signals, formula="normalized_peak", folds=5, seed=0,
+                                     targets=targets, curve=kw.pop("curve", False), **kw)
 
 
 def document(result):
-    return learn.head_document(result, version="v", binding=BINDING, data=["x"], fitted_on=date(2026, 11, 30))
+    written = head_fit.head_document(result.fitted, options=OPTIONS, binding=BINDING, data=["x"],
+                                     fitted_on=date(2026, 11, 30), sampled_from=result.n_train)
+    return {**written, "version": "v"}
+
+
+def routing_logits(head: Head, signals, rows) -> np.ndarray:
+    """The head's logits as the routing function computes them (decision_router.domain.heads)."""
+    return np.array([head.logits(signals.states[i], signals.hidden[i].tolist(), signals.letters[i].tolist(),
+                                 None if signals.sentences is None else signals.sentences[i].tolist()) for i in rows])
 
 
 def test_fitting_is_deterministic_byte_for_byte():
@@ -73,7 +83,7 @@ def test_a_head_beats_letters_that_know_nothing_and_is_written():
     assert result.head.accuracy > 0.9 and result.letters.accuracy < 0.4
     assert result.beats_chance and result.head_wins
     assert result.head.min_confidence is not None and result.head.auto_routed_share > 0.5
-    assert result.regularisation in learn.C_GRID and result.model_weight in learn.MODEL_WEIGHTS
+    assert result.regularisation in head_fit.C_CHOICES and result.model_weight in head_fit.MODEL_WEIGHTS
 
 
 def test_the_model_blocks_are_used_where_only_the_hidden_state_knows():
@@ -104,7 +114,7 @@ def test_the_fitter_and_the_routing_function_compute_the_same_probabilities():
     head = Head.model_validate(document(result))
     rows = range(40)
     numpy_side = learn.numpy_logits(result.linear, signals, rows)
-    routing_side = learn.routing_logits(head, signals, rows)
+    routing_side = routing_logits(head, signals, rows)
     # the file rounds weights to 5 significant digits (on hidden states offset by 50, as real ones
     # are, that moves a logit by about 0.002); nothing else differs
     assert np.allclose(numpy_side, routing_side, atol=5e-3)
@@ -112,14 +122,6 @@ def test_the_fitter_and_the_routing_function_compute_the_same_probabilities():
         ours = softmax(list(routing_side[i]), result.temperature)
         theirs = head.probabilities(signals.states[i], signals.hidden[i].tolist(), signals.letters[i].tolist())
         assert ours == pytest.approx(theirs, abs=1e-12)
-
-
-def test_fold_heads_are_scored_through_the_routing_functions_code():
-    signals = draw(60, hidden_signal=True)
-    linear = learn.fit_linear(signals, range(50), len(OPTIONS), 10.0, 1.0)
-    fold_head = linear.head(signals, OPTIONS, BINDING)
-    assert np.allclose(learn.routing_logits(fold_head, signals, range(50, 60)),
-                       learn.numpy_logits(linear, signals, range(50, 60)), atol=5e-3)
 
 
 def test_thresholds_come_from_held_out_folds_only():
@@ -142,7 +144,7 @@ def test_protected_options_get_stricter_thresholds_and_are_rarely_auto_assigned_
     gold[flip] = rng.integers(0, len(OPTIONS), flip.sum())
     noisy = learn.Signals.build(signals.states, signals.hidden, list(signals.letters), gold, signals.groups,
                                 signals.text_fields, signals.categorical_fields)
-    targets = learn.Targets(max_error=0.1, protected=(0, 1), max_under_assignment=0.01)
+    targets = Targets(max_error=0.1, protected=(0, 1), max_under_assignment=0.01)
     result = fit(noisy, targets)
     under = result.under_assignment
     assert under is not None and under["rate"] <= 0.01 + 1e-9

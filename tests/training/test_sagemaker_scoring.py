@@ -28,9 +28,11 @@ from decision_contract import ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, read_shard, write_shard
 from local.cloudformation import Stack
 from tests.training.test_history import clinc150_slice
+from training import processing_estimate as estimates
 from training import sagemaker_scoring as scoring
 from training.history_policy import HistoryError
-from training.sagemaker_scoring import SageMakerScoring, ScoringStack, estimate_for, fetch_export, offer, shard_count
+from training.processing_estimate import estimate_for, offer, shard_count
+from training.sagemaker_scoring import SageMakerScoring, ScoringStack, fetch_export
 
 REGION = "us-east-1"
 STACK = "decisions"
@@ -145,7 +147,7 @@ def test_one_job_scores_the_shards_on_the_stacks_image_role_and_model_and_the_si
                                                                "VolumeSizeInGB": scoring.VOLUME_GB}
     assert request["NetworkConfig"] == {"EnableNetworkIsolation": True}
     assert request["Environment"] == {"SM_LLAMA_CPP_THREADS": "4"}  # an ml.c7i.xlarge's vCPUs; no GPU layers
-    assert 3600 <= request["StoppingCondition"]["MaxRuntimeInSeconds"] <= scoring.MAX_RUNTIME_SECONDS
+    assert 3600 <= request["StoppingCondition"]["MaxRuntimeInSeconds"] <= estimates.MAX_RUNTIME_SECONDS
     # what the job wrote came back, and the job is the one moto holds
     assert sorted(p.name for p in (tmp_path / "signals").iterdir()) == [
         "model.json", "part-00000.errors.jsonl", *(f"part-{i:05d}{SHARD_SUFFIX}" for i in range(4))]
@@ -162,7 +164,7 @@ def test_a_gpu_type_offloads_every_layer_and_its_estimate_is_unknown(template):
         scorer = world.scorer(instances=1, instance_type="ml.g5.xlarge")
         request = scorer.job_request("decisions-history-x", 1000)
     assert request["Environment"] == {"SM_LLAMA_CPP_THREADS": "4", "SM_LLAMA_CPP_N_GPU_LAYERS": "999"}
-    assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == scoring.UNMEASURED_RUNTIME_SECONDS
+    assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == estimates.UNMEASURED_RUNTIME_SECONDS
     text = scorer.estimate(1000)
     assert "unmeasured" in text and "unknown" in text and "$1.408/h" in text
 
@@ -336,19 +338,19 @@ def test_the_estimate_is_instances_times_hours_times_the_processing_price(tmp_pa
     assert first.endswith("16.0 items/s an instance, 1.0 h each: 2 x 1.0 h x $1.500/h = $3.10")
     assert "SageMaker Processing price (estimated, not published), us-east-1 on-demand as of 2026-01-01" in second
     assert "0.5 items/s per vCPU (from the price file)" in second
-    assert plan.max_runtime_seconds == int(scoring.RUNTIME_HEADROOM * 3725)
+    assert plan.max_runtime_seconds == int(estimates.RUNTIME_HEADROOM * 3725)
 
 
 def test_without_a_processing_price_the_estimate_says_where_its_figures_come_from(tmp_path):
     real_time = offer("ml.c6i.8xlarge")  # the shipped file's real-time inference list
     assert real_time.usd_per_hour and "real-time inference price" in real_time.basis
-    assert real_time.items_per_second_per_vcpu == scoring.MEASURED_ITEMS_PER_SECOND_PER_VCPU
+    assert real_time.items_per_second_per_vcpu == estimates.MEASURED_ITEMS_PER_SECOND_PER_VCPU
     unknown = offer("ml.c7i.48xlarge", tmp_path / "none.json")
     assert (unknown.vcpus, unknown.usd_per_hour) == (192, None)
     text = estimate_for(300_000, 2, unknown).text
     assert "price unknown" in text and "measured, docs/benchmarks/batch-scoring.md" in text
     huge = estimate_for(10_000_000, 1, offer("ml.c7i.large", tmp_path / "none.json"))
-    assert huge.max_runtime_seconds == scoring.MAX_RUNTIME_SECONDS  # capped at the service's maximum
+    assert huge.max_runtime_seconds == estimates.MAX_RUNTIME_SECONDS  # capped at the service's maximum
 
 
 @pytest.mark.parametrize("items, instances, expected", [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evaluation import metrics
-from training.thresholds import Targets, judge, option_thresholds
+from training.thresholds import Targets, option_thresholds, threshold_readout
 
 
 def confident(n_right: int, n_wrong: int = 0, option: int = 0, k: int = 2, peak: float = 0.98) -> tuple[list, list]:
@@ -21,7 +21,7 @@ def confident(n_right: int, n_wrong: int = 0, option: int = 0, k: int = 2, peak:
 
 def test_thirty_right_of_thirty_routes_nothing_alone_and_says_how_many_items_it_would_take():
     probabilities, gold = confident(30)
-    readout = judge(probabilities, np.array(gold), "normalized_peak", 0.03, 5)
+    readout = threshold_readout(probabilities, np.array(gold), "normalized_peak", 0.03, 5)
     assert readout.accuracy == 1.0
     assert readout.min_confidence is None and readout.auto_routed_share == 0.0
     assert readout.auto_routed_accuracy is None and readout.auto_routed_lower_bound is None
@@ -33,7 +33,7 @@ def test_thirty_right_of_thirty_routes_nothing_alone_and_says_how_many_items_it_
 
 def test_ninety_nine_right_of_ninety_nine_meet_97_percent():
     probabilities, gold = confident(99)
-    readout = judge(probabilities, np.array(gold), "normalized_peak", 0.03, 5)
+    readout = threshold_readout(probabilities, np.array(gold), "normalized_peak", 0.03, 5)
     assert readout.min_confidence == 0.0 and readout.auto_routed_share == 1.0
     assert readout.auto_routed_lower_bound == pytest.approx(0.05 ** (1 / 99))
     assert readout.auto_routed_lower_bound >= 0.97
@@ -45,7 +45,7 @@ def test_the_threshold_rises_until_the_lower_bound_meets_the_target():
     # 90.9 % right; above the wrong ones' confidence every answer is right
     right_p, right_gold = confident(200, peak=0.99)
     wrong_p, wrong_gold = confident(0, 20, peak=0.7)
-    readout = judge(right_p + wrong_p, np.array(right_gold + wrong_gold), "normalized_peak", 0.03, 5)
+    readout = threshold_readout(right_p + wrong_p, np.array(right_gold + wrong_gold), "normalized_peak", 0.03, 5)
     assert readout.min_confidence is not None
     chosen = next(r for r in readout.threshold_table if r.threshold == readout.min_confidence)
     assert chosen.errors == 0 and chosen.auto_routed == 200
