@@ -23,7 +23,7 @@ empty :=
 comma_space := ,$(empty) $(empty)
 listed = $(subst $(empty) $(empty),$(comma_space),$(strip $(1)))
 
-.PHONY: help venv unit test demo route-test replay erase review browser bench eval fit fit-history queues bench-public bench-linking docs lint fuzz redrive soak capacity learn rollback preflight clean
+.PHONY: help venv unit test demo route-test replay erase backfill-audit-shards review browser bench eval fit fit-history queues bench-public bench-linking docs lint fuzz redrive soak capacity learn rollback preflight clean
 
 TAKES_help :=
 help:
@@ -47,6 +47,7 @@ help:
 	@echo "make route-test [TESTS=suite.yaml ...] [POLICY=policy.json]   what must become of each item, checked (no model, no AWS)"
 	@echo "make replay POLICY=candidate.json [STACK=name | TABLE=name | ROWS=audit.jsonl] [SINCE=2026-11-01]   a policy change over audited items (default: the last demo or soak)"
 	@echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1]   remove one item's text from every table of a deployed stack (an erasure request)"
+	@echo "make backfill-audit-shards STACK=name [SEGMENTS=4] [DRY_RUN=1]   give the audit rows from before the sharded index their shard (before dropping the old index)"
 	@echo "make learn  the relearning loop locally: route FIRST, answer its reviews from ANSWERS, relearn, route THEN (REPORT=out.jsonl)"
 	@echo "make rollback POLICY=... QUESTION=... REASON=...   put back the head a promotion replaced (deployed stack)"
 	@echo "make preflight STACK=name REGION=region [PARAMS=\"Key=Value ...\"] [CONFIG_ENV=default]   the deploy checklist, read only, with your credentials: run it before sam deploy"
@@ -79,10 +80,12 @@ $(SAM_STAMP): requirements-sam.txt
 	$(SAM_VENV)/bin/python -m pip install --quiet -r requirements-sam.txt
 	@touch $@
 
-# The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml).
-TAKES_unit :=
+# The fast tier: what checks an edit of the routing code in seconds (the marks are in pyproject.toml),
+# on every core as make test runs (TEST_WORKERS=1: in this process).
+TAKES_unit := TEST_WORKERS
 unit: $(STAMP)
-	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser and not fit"
+	$(PY) -m pytest -m "not model and not sam and not server and not stack and not browser and not fit" \
+		$(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The console's browser tests drive Debian's headless Chromium through Playwright (its driver
 # comes with the PyPI package; no browser is downloaded: the tests point it at /usr/bin/chromium).
@@ -126,6 +129,15 @@ TAKES_erase := ITEM STACK DRY_RUN ERASE_ARGS
 erase: $(STAMP)
 	@test -n "$(ITEM)" || { echo "make erase ITEM=kind:source:id STACK=name [DRY_RUN=1] [ERASE_ARGS=...]"; exit 2; }
 	$(PY) -m ops.erase "$(ITEM)" $(if $(STACK),--stack "$(STACK)") $(if $(DRY_RUN),--dry-run) $(ERASE_ARGS)
+
+# Backfill (docs/operations/hot-keys.md): every audit row of the deployed stack STACK= (or the table
+# TABLE=) without outcome_shard given its shard, so the stack can drop the old index by outcome;
+# SEGMENTS= parallel scan segments; DRY_RUN=1 counts them only.
+TAKES_backfill-audit-shards := STACK TABLE SEGMENTS DRY_RUN
+backfill-audit-shards: $(STAMP)
+	@test -n "$(STACK)$(TABLE)" || { echo "make backfill-audit-shards STACK=name [SEGMENTS=4] [DRY_RUN=1] (or TABLE=name)"; exit 2; }
+	$(PY) -m ops.backfill_audit_shards $(if $(STACK),--stack "$(STACK)",--audit-table "$(TABLE)") \
+		$(if $(SEGMENTS),--segments "$(SEGMENTS)") $(if $(DRY_RUN),--dry-run)
 
 # Replay (docs/operations/replay.md): a candidate policy over the items a stack audited, read only:
 # STACK= (its AuditTableName output) or TABLE= (a deployed stack), else ROWS= an export, by default
