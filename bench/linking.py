@@ -30,9 +30,9 @@ from decision_router.domain.linking import (
     OpenIncident,
     candidates,
     filing_keys,
+    link_scores,
     link_ticket,
     lookup_keys,
-    scores,
 )
 from decision_router.items import Ticket
 
@@ -122,7 +122,7 @@ def measure(cases: list[Case], threshold: float, *, lookup: bool = False) -> Fig
 
 def choose(cases: list[Case]) -> Figures:
     """The threshold of the best F1 on `cases` among the scores they reach (ties: the lowest)."""
-    candidates = sorted({s.value for case in cases for s in scores(case.ticket, case.incidents, case.aliases)
+    candidates = sorted({s.value for case in cases for s in link_scores(case.ticket, case.incidents, case.aliases)
                          if s.value > 0})
     best = max((measure(cases, t) for t in candidates), key=lambda f: (round(f.f1, 6), -f.threshold))
     return best

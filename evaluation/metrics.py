@@ -16,7 +16,7 @@ import numpy as np
 from decision_contract import confidence, softmax
 
 # One definition of how sure a precision is, shared with the routing functions' live checks.
-from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, precision_lower_bound  # noqa: F401 - re-exported
+from decision_router.domain.precision_bound import PRECISION_CONFIDENCE, items_needed, precision_lower_bound  # noqa: F401 - re-exported
 
 from .stats import percentile
 

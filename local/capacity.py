@@ -199,7 +199,8 @@ class LocalWorld:
             # the measured review is the last of them: the others wait already
             ("pending reviews", lambda: seeding.pending_reviews(
                 review_record, sizes.pending_reviews - 1, state_machine_arn=self.pipeline.state_machine_arn,
-                retention_days=int(env["AUDIT_RETENTION_DAYS"]), pending_reviews_table=self.pipeline.pending_reviews_table)),
+                retention_days=int(env["AUDIT_RETENTION_DAYS"]), label_retention_days=int(env["LABEL_RETENTION_DAYS"]),
+                pending_reviews_table=self.pipeline.pending_reviews_table)),
         ]
         for what, step in steps:
             started = time.monotonic()

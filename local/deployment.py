@@ -128,7 +128,6 @@ class LocalDeployment:
         self.pagerduty_bus = PAGERDUTY_BUS
         env = self.tickets.env
         self.destinations: dict[str, str] = json.loads(env["DESTINATION_QUEUES"])
-        self.review_queue_url = env["REVIEW_QUEUE_URL"]
         self.pending_reviews_table = env["PENDING_REVIEWS_TABLE_NAME"]
         self.state_machine_arn = env["ROUTING_STATE_MACHINE_ARN"]
         self.audit_table = env["AUDIT_TABLE_NAME"]

@@ -72,7 +72,7 @@ class QueueError(ValueError):
 def queue_resource(target: str, taken: Iterable[str] = ()) -> str:
     """The logical id of `target`'s queue: its words capitalised, then `Queue` ("it-hardware" →
     `ItHardwareQueue`); `TeamQueue` where that is another resource of the template already
-    (a target `review` must not be mistaken for the `ReviewQueue`)."""
+    (a target `escalation` must not be mistaken for the `EscalationQueue`)."""
     words = "".join(word[:1].upper() + word[1:] for word in re.split(r"[^A-Za-z0-9]+", target) if word)
     words = words if words[:1].isalpha() else "Team" + words  # a logical id starts with a letter
     name = f"{words}Queue"

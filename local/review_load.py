@@ -137,7 +137,7 @@ def _gold_record(policy: Policy, row: dict) -> DecisionRecord:
         update={"passed": False, "reasons": ["the gold answer, held for review"]}) for q in policy.questions]
     return build_record(policy, parse_item(policy.item_kind, row["item"]), entries,
                         destinations={t: f"https://sqs.local/{t}" for t in policy.targets},
-                        review_queue_url="https://sqs.local/review", review_timeout_seconds=86_400, decided_at=START)
+                        review_timeout_seconds=86_400, decided_at=START)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,7 +97,7 @@ def clone(record: DecisionRecord, n: int) -> DecisionRecord:
 
 
 def pending_reviews(record: DecisionRecord, count: int, *, state_machine_arn: str, retention_days: int,
-                    pending_reviews_table: str, timeout: float = 600) -> None:
+                    label_retention_days: int, pending_reviews_table: str, timeout: float = 600) -> None:
     """`count` items like `record` (one routed to review) waiting for a person: started, and
     waited for until the pending-review index holds a row of each more than it held (the workflow's
     index writer puts them)."""
@@ -107,7 +107,8 @@ def pending_reviews(record: DecisionRecord, count: int, *, state_machine_arn: st
 
     dynamodb = boto3.client("dynamodb")
     before = _rows(dynamodb, pending_reviews_table)
-    starter = WorkflowStarter(state_machine_arn, audit_retention_days=retention_days)
+    starter = WorkflowStarter(state_machine_arn, audit_retention_days=retention_days,
+                              label_retention_days=label_retention_days)  # the stack's, as its intakes start them
     with parsed_once():
         for n in range(count):
             name, started = starter.start(clone(record, n))

@@ -53,8 +53,9 @@ import time
 import uuid
 from collections import Counter
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from local.cloudformation import REPO_ROOT
 from local.faults import READ_TIMEOUT_SECONDS, AwsFaults, FaultProxy
@@ -230,13 +231,54 @@ def answer_reviews_twice(pipeline: LocalPipeline, outcomes: list[Outcome], rate:
 
 
 # ----------------------------------------------------------------------------------- run
+@dataclass
+class _Routed:
+    """What a soak's routing left behind for its summary."""
+
+    outcomes: list[Outcome]
+    reviews: Counter[str]
+    seconds: float
+    ledger: dict[str, Any]
+    audited: int
+    endpoint_calls: dict[str, int]
+    aws_faults: dict[str, int]
+    restarts: list[float]
+
+
+class _ContainerKeeper:
+    """Restarts the decision container once when asked (by the fault proxy, partway through the
+    run), then lives as long as the run: the kernel stops a child when the thread that started it
+    ends (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, log_dir: Path, progress: Callable[[str], None]):
+        self.log_dir, self.progress = log_dir, progress
+        self.restart_now, self.finished = threading.Event(), threading.Event()
+        self.restarts: list[float] = []
+
+    def start(self, container: Any, proxy: FaultProxy) -> None:
+        threading.Thread(target=self._keep, args=(container, proxy), name="container-keeper", daemon=True).start()
+
+    def _keep(self, container: Any, proxy: FaultProxy) -> None:
+        self.restart_now.wait()
+        if self.finished.is_set():
+            return
+        self.progress("restarting the decision container (its log: decision-server.log, then decision-server-2.log)")
+        proxy.down.set()
+        stopping = time.monotonic()
+        container.stop()
+        container.log_path = self.log_dir / "decision-server-2.log"
+        container.start().wait_ready()
+        proxy.down.clear()
+        self.restarts.append(time.monotonic() - stopping)
+        self.progress(f"the decision container answers again, {self.restarts[-1]:.1f}s after it was stopped")
+        self.finished.wait()
+
+
 def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
              report: Path | None = None, log_dir: Path = LOG_DIR, *, concurrency: int = CONCURRENCY,
              load: float | None = None, restart: bool = True, review_rate: float = 0.5, reviewers: int = 3) -> int:
     """`load`: the overload check (every call real, `load` times the requests the container holds);
     `review_rate`, `reviewers`: the reviewers working the run's reviews afterwards (local/review_load.py)."""
-    from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
-
     began = time.monotonic()
 
     def progress(message: str) -> None:
@@ -250,44 +292,46 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
     texts = build_inputs(n, rng)
     items = [classify(f"soak:{number}", text, number) for number, text in enumerate(texts, start=1)]
     log_dir.mkdir(parents=True, exist_ok=True)
-    restarts: list[float] = []
-    restart_now, finished = threading.Event(), threading.Event()
+    keeper = _ContainerKeeper(log_dir, progress)
+    routed = _route(items, faults, seed, stub_share, settings, concurrency, keeper, began=began,
+                    load=load, restart=restart)
+    if report:
+        write_report(report, routed.outcomes)
+    _print_ledger(routed, log_dir, out)
+    print(f"{routed.seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; "
+          f"{_model_decisions(routed.outcomes) / routed.seconds:.2f} model decisions/s", file=out)
+    sla_problems = _review_sla_problems(routed.outcomes, out, reviewers=reviewers, rate=review_rate, seed=seed)
+    ledger, reviews = routed.ledger, routed.reviews
+    totals = ledger["totals"]
+    print(f"soak: {n} inputs; " + ", ".join(f"{place} {totals[place]}" for place in LEDGER_ORDER)
+          + f"; lost {len(ledger['lost'])}; duplicated {len(ledger['duplicated'])}; {n / routed.seconds:.1f} items/s",
+          file=out, flush=True)
+    failed = (ledger["lost"] or ledger["duplicated"] or ledger["no_reason"] or reviews["second answer accepted"]
+              or sla_problems)
+    return 1 if failed else 0
+
+
+def _route(items: list[Any], faults: float, seed: int, stub_share: float, settings: dict[str, str],
+           concurrency: int, keeper: _ContainerKeeper, *, began: float, load: float | None, restart: bool) -> _Routed:
+    """The container, moto and the pipeline started with their faults; the items routed, their
+    reviews answered twice, and the ledger reconciled from what the run logged."""
+    from local.services import DecisionContainer, MotoServer, local_aws_environ, patched_environ
+
+    n, log_dir, progress = len(items), keeper.log_dir, keeper.progress
     with ExitStack() as cleanup:
-        cleanup.callback(restart_now.set)  # last, after the container stopped: the keeper may end
-        cleanup.callback(finished.set)
+        cleanup.callback(keeper.restart_now.set)  # last, after the container stopped: the keeper may end
+        cleanup.callback(keeper.finished.set)
         container = cleanup.enter_context(DecisionContainer(log_dir / "decision-server.log", settings=settings))
         moto = cleanup.enter_context(MotoServer())
-
-        def keeper() -> None:
-            """Restarts the container when asked, then lives as long as the run: the kernel stops
-            a child when the thread that started it ends (PR_SET_PDEATHSIG)."""
-            restart_now.wait()
-            if finished.is_set():
-                return
-            progress("restarting the decision container (its log: decision-server.log, then decision-server-2.log)")
-            proxy.down.set()
-            stopping = time.monotonic()
-            container.stop()
-            container.log_path = log_dir / "decision-server-2.log"
-            container.start().wait_ready()
-            proxy.down.clear()
-            restarts.append(time.monotonic() - stopping)
-            progress(f"the decision container answers again, {restarts[-1]:.1f}s after it was stopped")
-            finished.wait()
-
-        threading.Thread(target=keeper, name="container-keeper", daemon=True).start()
-        restart_after = (max(1, int(n * 0.8 * RESTART_AT)), restart_now.set) if restart and faults > 0 else None
+        restart_after = (max(1, int(n * 0.8 * RESTART_AT)), keeper.restart_now.set) if restart and faults > 0 else None
         proxy = FaultProxy(container.url, rate=faults, stub_share=stub_share, seed=seed + 1, restart=restart_after)
+        keeper.start(container, proxy)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         cleanup.callback(proxy.shutdown)
         cleanup.enter_context(patched_environ(local_aws_environ(moto, proxy.url)))
         lambda_log = cleanup.enter_context(open(log_dir / "lambda.log", "w", encoding="utf-8"))
         pipeline = cleanup.enter_context(LocalPipeline(log=lambda_log, concurrency=concurrency))
-        aws = AwsFaults(faults, seed + 2, {pipeline.tickets.env["IDEMPOTENCY_TABLE_NAME"]: "idempotency",
-                                           pipeline.audit_table: "audit"})
-        for function in pipeline.ticket_pool.functions + pipeline.incident_pool.functions + [pipeline.webhooks]:
-            function.env["ENDPOINT_READ_TIMEOUT_SECONDS"] = str(READ_TIMEOUT_SECONDS)
-            aws.wrap(function)
+        aws = _aws_faults(pipeline, faults, seed)
         loaded = container.wait_ready()
         progress(f"container ready in {loaded:.1f}s; {n} inputs, faults {faults:.0%} of calls each, seed {seed}, "
                  f"stub share {stub_share:.0%} of endpoint calls, {concurrency} execution environment(s) per intake"
@@ -308,16 +352,34 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
         lambda_log.flush()
         ledger = reconcile(pipeline, outcomes, log_dir / "lambda.log")
         audited = len(pipeline.export_audit(log_dir / "audit.jsonl"))  # what make replay reads afterwards
-    if report:
-        write_report(report, outcomes)
-    decisions = sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")
-    print(f"audit: {audited} row(s) in {log_dir / 'audit.jsonl'} (make replay POLICY=candidate.json)", file=out)
-    print(f"endpoint calls: {dict(sorted(proxy.counts.items()))}", file=out)
+    return _Routed(outcomes, reviews, seconds, ledger, audited, proxy.counts, aws.counts, keeper.restarts)
+
+
+def _aws_faults(pipeline: LocalPipeline, faults: float, seed: int) -> AwsFaults:
+    """The AWS faults over every function of the pipeline (the idempotency and audit tables named),
+    each function's endpoint read timeout shortened to the soak's."""
+    aws = AwsFaults(faults, seed + 2, {pipeline.tickets.env["IDEMPOTENCY_TABLE_NAME"]: "idempotency",
+                                       pipeline.audit_table: "audit"})
+    for function in pipeline.ticket_pool.functions + pipeline.incident_pool.functions + [pipeline.webhooks]:
+        function.env["ENDPOINT_READ_TIMEOUT_SECONDS"] = str(READ_TIMEOUT_SECONDS)
+        aws.wrap(function)
+    return aws
+
+
+def _model_decisions(outcomes: list[Outcome]) -> int:
+    return sum(1 for o in outcomes if o.record for d in o.record.decisions if d.source == "model")
+
+
+def _print_ledger(routed: _Routed, log_dir: Path, out: TextIO) -> None:
+    """What the run called and injected, and what became of every input (each problem named)."""
+    ledger, reviews = routed.ledger, routed.reviews
+    print(f"audit: {routed.audited} row(s) in {log_dir / 'audit.jsonl'} (make replay POLICY=candidate.json)", file=out)
+    print(f"endpoint calls: {dict(sorted(routed.endpoint_calls.items()))}", file=out)
     print("  (real: the decision container on the embedded model; stub: its latest real answer to the same question, "
           "replayed; busy/timeout/slow: injected; container down: during its restart)", file=out)
-    if restarts:
-        print(f"container restarted once: no answers for {restarts[0]:.1f}s", file=out)
-    print(f"AWS faults injected: {dict(sorted(aws.counts.items()))}", file=out)
+    if routed.restarts:
+        print(f"container restarted once: no answers for {routed.restarts[0]:.1f}s", file=out)
+    print(f"AWS faults injected: {dict(sorted(routed.aws_faults.items()))}", file=out)
     print(f"reviews answered twice: {dict(sorted(reviews.items()))}", file=out)
     print(f"outcomes: {dict(sorted(ledger['outcomes'].items()))}", file=out)
     for problem in ledger["lost"] + ledger["duplicated"] + ledger["no_reason"]:
@@ -328,22 +390,18 @@ def run_soak(n: int, faults: float, seed: int, stub_share: float, out: TextIO,
         print(f"routed, audit row in the workflow DLQ (make redrive DLQ=workflow writes it): {note}", file=out)
     if reviews["second answer accepted"]:
         print(f"PROBLEM {reviews['second answer accepted']} second review answer(s) accepted", file=out)
-    print(f"{seconds:.1f}s routing, {time.monotonic() - began:.1f}s wall; {decisions / seconds:.2f} model decisions/s",
-          file=out)
-    # The run's reviews, worked by reviewers at `review_rate` of their pace: by SLA and oldest first.
-    # Once per item: a duplicate input line carries the record of the execution it joined.
+
+
+def _review_sla_problems(outcomes: list[Outcome], out: TextIO, *, reviewers: int, rate: float, seed: int) -> list[str]:
+    """The run's reviews, worked by reviewers at `rate` of their pace: by SLA and oldest first
+    (each problem printed). Once per item: a duplicate input line carries the record of the
+    execution it joined."""
     in_review = list({o.record.item_key: o.record for o in outcomes
                       if o.record is not None and o.record.route == "review"}.values())
-    sla_problems = problems(compare(in_review, out, reviewers=reviewers, rate=review_rate, seed=seed)) if in_review else []
+    sla_problems = problems(compare(in_review, out, reviewers=reviewers, rate=rate, seed=seed)) if in_review else []
     for problem in sla_problems:
         print(f"PROBLEM {problem}", file=out)
-    totals = ledger["totals"]
-    print(f"soak: {n} inputs; " + ", ".join(f"{place} {totals[place]}" for place in LEDGER_ORDER)
-          + f"; lost {len(ledger['lost'])}; duplicated {len(ledger['duplicated'])}; {n / seconds:.1f} items/s",
-          file=out, flush=True)
-    failed = (ledger["lost"] or ledger["duplicated"] or ledger["no_reason"] or reviews["second answer accepted"]
-              or sla_problems)
-    return 1 if failed else 0
+    return sla_problems
 
 
 def main(argv: list[str] | None = None) -> int:

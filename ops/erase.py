@@ -1,7 +1,7 @@
 """Erase one item's text from every table of a stack that holds it (a customer's erasure request).
 
     python -m ops.erase ITEM [--stack NAME | --audit-table … --labelled-table … --resolved-table …
-                              --open-incidents-table … --idempotency-table … --review-queue-url …
+                              --open-incidents-table … --idempotency-table …
                               --ticket-dlq-url … --incident-dlq-url … --team-dlq-url … --workflow-dlq-url …
                               --escalation-queue-url … --head-bucket …] [--dry-run]
 
@@ -19,9 +19,15 @@ an id alone. What holds an item's text, and what is removed there:
 | open incidents | an incident's row (its id and source; incidents only), out of its dependency slots first |
 | idempotency | the record kept a day for a duplicate delivery (not the review SLA's escalation marks: no item text) |
 | pending reviews | a waiting review's row of the pending-review index; its execution is stopped first |
-| review queue | a message an earlier release left there; its execution is stopped, so the review is never answered |
 | dead-letter, escalation queues | a parked or failed ticket or event, a failed record, an overdue review (14 days) |
 | head bucket `labels/` | relearning's kept labels (every policy): rewritten without the item's rows, every version holding them deleted |
+
+The kept labels are rewritten after the labelled-examples table's rows, as a new version (its
+`erased_at` set) wherever the object held the item or its policy's table held a row of it, even
+with no row to remove, and only while it is the version read (S3 If-Match; If-None-Match where
+there is none yet, so a first relearning sync under way meets it too). A relearning sync that
+read the object before meets a conflict and starts over (relearning/labels.py), reading the table
+after the row is gone: it cannot write the item back.
 
 Each queue is read once, its messages hidden 30 s while it is read: a message that carries the item
 is deleted as soon as it is read (on a dry run only counted), every other one made visible again
@@ -47,29 +53,33 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
+from botocore.exceptions import ClientError
+
+from decision_router.adapters.head_store import CHANGED_MEANWHILE
 from decision_router.adapters.open_incidents import FILED_COUNT, LOOKUP_ROW, unfiling
 from decision_router.adapters.queues import new_batches, release_now
-from decision_router.domain.kept_labels import LABELS_PREFIX, KeptLabels
+from decision_router.domain.kept_labels import LABELS_PREFIX, KeptLabels, labels_key
 from decision_router.items import ITEM_MODELS
 
 #: Each table: its stack output and the flag that names it instead.
 TABLES = {"audit": "AuditTableName", "labelled": "LabelledExamplesTableName", "resolved": "ResolvedItemsTableName",
           "open-incidents": "OpenIncidentsTableName", "idempotency": "IdempotencyTableName",
           "pending-reviews": "PendingReviewsTableName"}
-REVIEW_QUEUE = "ReviewQueueUrl"
 #: The queues that keep an item's text until their retention ends (14 days), by the name erase
 #: gives them (its flag: --NAME-url) and their stack output: a ticket or event parked or failed, a
 #: failed execution's record, a team message that failed, a review nobody answered in time.
 HELD_QUEUES = {"ticket-dlq": "TicketDeadLetterQueueUrl", "incident-dlq": "IncidentDeadLetterQueueUrl",
                "team-dlq": "TeamDeadLetterQueueUrl", "workflow-dlq": "WorkflowDeadLetterQueueUrl",
                "escalation-queue": "EscalationQueueUrl"}
-#: How long the review queue and those queues keep a message (their MessageRetentionPeriod in
+#: How long those queues keep a message (their MessageRetentionPeriod in
 #: template.yaml): a queue erase does not read keeps the item's text this long.
 QUEUE_RETENTION_DAYS = 14
 #: Seconds a message read by erase stays hidden from other readers while the queue is read.
 QUEUE_VISIBILITY = 30
 #: The head bucket (stack output), where relearning keeps the labels it has read under LABELS_PREFIX.
 HEAD_BUCKET = "HeadBucketName"
+#: Rewrites of one kept-labels object tried while relearning writes it meanwhile, before a note says to run erase again.
+LABEL_WRITE_ATTEMPTS = 5
 
 
 class EraseError(ValueError):
@@ -150,6 +160,8 @@ class Eraser:
         self.dynamodb, self.sqs, self.stepfunctions, self.s3 = dynamodb, sqs, stepfunctions, s3
         self.notes: list[str] = []
         self._severity: Mapping[str, Any] | None = None
+        #: The policies whose labelled-examples rows of the item were erased (found, on a dry run).
+        self.label_policies: set[str] = set()
 
     def erase(self) -> Erased:
         erased = Erased(dry_run=self.dry_run, notes=self.notes)
@@ -166,12 +178,10 @@ class Eraser:
         else:
             erased.unread["kept-labels"] = ("no --head-bucket: relearning's copy of the labelled examples, the "
                                             "item's among them, keeps a label up to LabelRetentionDays")
-        if self.names.get("review-queue"):
-            erased.rows["review-queue"] = self.review_queue(self.names["review-queue"])
         for name in HELD_QUEUES:
             if self.names.get(name):
                 erased.rows[name] = self.held_queue(self.names[name], name)
-        for name in ("review-queue", *HELD_QUEUES):
+        for name in HELD_QUEUES:
             if not self.names.get(name):
                 erased.unread[name] = (f"no --{name}-url: its messages, the item's text among them, are kept up to "
                                        f"{QUEUE_RETENTION_DAYS} days")
@@ -208,6 +218,7 @@ class Eraser:
         # Every policy's rows: the item is read from each row, whatever its sort key names it by.
         keys = [{"policy_name": row["policy_name"], "item_key": row["item_key"]} for row in _scan(self.dynamodb, table)
                 if self.key.holds(row.get("item_kind", {}).get("S"), row.get("item", {}).get("S"))]
+        self.label_policies |= {key["policy_name"]["S"] for key in keys}
         return self._delete(table, keys)
 
     def resolved(self, table: str) -> int:
@@ -290,8 +301,10 @@ class Eraser:
         holds the item deleted, so that none is left for the lifecycle rule's day. How many rows,
         how many versions."""
         rows = versions = 0
-        for key in self._versions(bucket, LABELS_PREFIX):
-            found, written = self._rewrite_labels(bucket, key)
+        # a policy that had a row of the item is rewritten even without an object yet (a first sync under way)
+        touched = {labels_key(policy) for policy in self.label_policies}
+        for key in sorted(set(self._versions(bucket, LABELS_PREFIX)) | touched):
+            found, written = self._rewrite_labels(bucket, key, touch=key in touched)
             rows += found
             # listed after the rewrite: the version it replaced, and any relearning wrote meanwhile
             for version in self._versions(bucket, key).get(key, []):
@@ -322,21 +335,34 @@ class Eraser:
             return None
         return kept if kept.remove(self._holds_row) else None
 
-    def _rewrite_labels(self, bucket: str, key: str) -> tuple[int, str | None]:
-        """The current version without the item's rows, written as the new current one: the rows
-        removed (found, on a dry run) and the new version's id (None when nothing was written)."""
-        try:
-            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except self.s3.exceptions.NoSuchKey:
-            return 0, None  # deleted (a delete marker is current): its versions are read below
-        try:
-            kept = KeptLabels.load(data, key)
-        except ValueError:
-            return 0, None  # the versions' pass names it in a note
-        removed = kept.remove(self._holds_row)
-        if not removed or self.dry_run:
-            return removed, None
-        return removed, self.s3.put_object(Bucket=bucket, Key=key, Body=kept.dump())["VersionId"]
+    def _rewrite_labels(self, bucket: str, key: str, *, touch: bool) -> tuple[int, str | None]:
+        """The current version without the item's rows, written as the new current one with its
+        `erased_at` now, where it held the item or `touch` (its policy's table held a row of the
+        item, which a relearning sync may have read). Written only while it is the version read,
+        read again on a conflict (see the module). The rows removed (found, on a dry run) and the
+        new version's id (None when nothing was written)."""
+        for _ in range(LABEL_WRITE_ATTEMPTS):
+            try:
+                current = self.s3.get_object(Bucket=bucket, Key=key)
+                data, condition = current["Body"].read(), {"IfMatch": current["ETag"]}
+            except self.s3.exceptions.NoSuchKey:  # none yet, or a delete marker: its versions are read below
+                data, condition = None, {"IfNoneMatch": "*"}
+            try:
+                kept = KeptLabels.load(data, key) if data is not None else KeptLabels()
+            except ValueError:
+                return 0, None  # the versions' pass names it in a note
+            removed = kept.remove(self._holds_row)
+            if self.dry_run or not (removed or touch):
+                return removed, None
+            kept.erased_at = time.time()
+            try:
+                return removed, self.s3.put_object(Bucket=bucket, Key=key, Body=kept.dump(), **condition)["VersionId"]
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
+                    raise
+        self.notes.append(f"kept-labels: {key} changed under each of {LABEL_WRITE_ATTEMPTS} rewrites (relearning "
+                          "wrote it meanwhile): run erase again")
+        return 0, None
 
     def _check_not_written_back(self, bucket: str, key: str, written: str) -> None:
         """A relearning step that read the labels before the rewrite and writes its copy (the
@@ -348,15 +374,6 @@ class Eraser:
 
     def _holds_row(self, row: Mapping[str, str]) -> bool:
         return self.key.holds(row.get("item_kind"), row.get("item"))
-
-    def review_queue(self, queue_url: str) -> int:
-        """Delete the item's pending review messages and stop their executions; every other
-        message is made visible again at once."""
-        def mine(body: Any) -> bool:
-            record = body.get("record") if isinstance(body, dict) else None
-            return isinstance(record, dict) and self.key.holds(record.get("item_kind"), record.get("item"))
-
-        return self._queue(queue_url, "review-queue", mine, self._stop)
 
     def held_queue(self, queue_url: str, name: str = "queue") -> int:
         """Delete every message of a dead-letter or escalation queue that carries the item: the
@@ -487,9 +504,9 @@ def _strings(value: Any) -> set[str]:
 
 
 def names_of_stack(stack: str, client: Any) -> dict[str, str]:
-    """The tables, the review queue and the routing state machine of a deployed stack (its outputs)."""
+    """The tables, the queues, the head bucket and the routing state machine of a deployed stack (its outputs)."""
     outputs = {o["OutputKey"]: o["OutputValue"] for o in client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    wanted = {**TABLES, "review-queue": REVIEW_QUEUE, **HELD_QUEUES, "state-machine": "RoutingStateMachineArn",
+    wanted = {**TABLES, **HELD_QUEUES, "state-machine": "RoutingStateMachineArn",
               "head-bucket": HEAD_BUCKET}
     missing = sorted(output for output in wanted.values() if output not in outputs)
     if missing:
@@ -504,7 +521,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stack", help="a deployed stack's name: every table, queue and state machine from its outputs")
     for name in TABLES:
         p.add_argument(f"--{name}-table", default="", help=f"the {name} table's name (instead of --stack)")
-    p.add_argument("--review-queue-url", default="", help="the review queue's URL (instead of --stack)")
     for name in HELD_QUEUES:
         p.add_argument(f"--{name}-url", default="", help=f"the {name}'s URL (instead of --stack)")
     p.add_argument("--head-bucket", default="",
@@ -527,7 +543,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any 
             names = names_of_stack(args.stack, session.client("cloudformation"))
         else:
             names = {name: getattr(args, f"{name.replace('-', '_')}_table") for name in TABLES}
-            names |= {"review-queue": args.review_queue_url, "state-machine": args.state_machine_arn,
+            names |= {"state-machine": args.state_machine_arn,
                       "head-bucket": args.head_bucket}
             names |= {name: getattr(args, f"{name.replace('-', '_')}_url") for name in HELD_QUEUES}
             if not any(names.values()):

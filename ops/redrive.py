@@ -10,7 +10,10 @@ workflow   Each record in the workflow DLQ starts a NEW execution with the same 
            so the item's next attempt name is taken (`…-r2`). A record whose item has been routed
            since (an execution of it running or succeeded) is only taken off the queue. A record
            whose item was routed but not audited (`audit_missing`) gets its audit row written
-           (--audit-table), nothing else.
+           (--audit-table), nothing else. Each new execution's labelled example expires
+           LabelRetentionDays after the item was decided, as the stack's own starts do
+           (--label-retention-days; else LABEL_RETENTION_DAYS; else the parameter of the stack
+           the state machine belongs to, read from CloudFormation).
 tickets    Each ticket in the ticket DLQ goes back to the ticket queue; ticket intake decides it again.
 incidents  Each incident in the incident DLQ (Lambda's on-failure record, or EventBridge's
            undelivered event) is put on the bus again as "Incident Reported". A source's raw
@@ -236,7 +239,8 @@ def cmd_workflow(args, out: TextIO) -> int:
     from decision_router.adapters.review import AuditTrail
     from decision_router.adapters.workflow import WorkflowStarter
 
-    workflow = WorkflowStarter(_required(args.state_machine_arn, "--state-machine-arn", "ROUTING_STATE_MACHINE_ARN"))
+    arn = _required(args.state_machine_arn, "--state-machine-arn", "ROUTING_STATE_MACHINE_ARN")
+    workflow = WorkflowStarter(arn, label_retention_days=label_retention_days(args.label_retention_days, arn))
 
     def understand(message: dict) -> Replay:
         record, reason = workflow_record(message)
@@ -309,6 +313,39 @@ def cmd_incidents(args, out: TextIO) -> int:
     return redrive(queue, understand, limit=args.max, dry_run=args.dry_run, out=out)
 
 
+#: The stack parameter a labelled example's retention is read from (template.yaml).
+LABEL_RETENTION_PARAMETER = "LabelRetentionDays"
+
+
+def label_retention_days(given: str | None, state_machine_arn: str, cloudformation: Any = None) -> int:
+    """Days a redriven record's labelled example is kept, as the stack keeps those it starts:
+    `given` (--label-retention-days), else LABEL_RETENTION_DAYS, else the LabelRetentionDays
+    parameter of the stack that holds the state machine. LookupError saying which could not be read."""
+    text = (given or os.environ.get("LABEL_RETENTION_DAYS", "")).strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise LookupError(f"--label-retention-days (or LABEL_RETENTION_DAYS) {text!r}: a whole number of days, 1 or more")
+        return int(text)
+    if cloudformation is None:
+        import boto3
+
+        cloudformation = boto3.client("cloudformation")
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        resources = cloudformation.describe_stack_resources(PhysicalResourceId=state_machine_arn)["StackResources"]
+        stack = resources[0]["StackName"]
+        parameters = cloudformation.describe_stacks(StackName=stack)["Stacks"][0].get("Parameters", [])
+    except (BotoCoreError, ClientError, IndexError, KeyError) as error:
+        raise LookupError(f"pass --label-retention-days or set LABEL_RETENTION_DAYS: the stack of {state_machine_arn} "
+                          f"could not be read ({error})") from None
+    value = next((p.get("ParameterValue") for p in parameters if p.get("ParameterKey") == LABEL_RETENTION_PARAMETER), None)
+    if value is None or not value.isdigit() or int(value) < 1:
+        raise LookupError(f"stack {stack}: no {LABEL_RETENTION_PARAMETER} of 1 day or more ({value!r}); "
+                          "pass --label-retention-days")
+    return int(value)
+
+
 def _required(value: str | None, flag: str, variable: str) -> str:
     value = value or os.environ.get(variable, "").strip()
     if not value:
@@ -323,7 +360,9 @@ def _parser() -> argparse.ArgumentParser:
     specs = [
         ("workflow", cmd_workflow, "the workflow DLQ: start each record as a new execution",
          [("--state-machine-arn", "routing state machine (default: ROUTING_STATE_MACHINE_ARN)"),
-          ("--audit-table", "the audit table, for routed items whose audit is missing (default: AUDIT_TABLE_NAME)")]),
+          ("--audit-table", "the audit table, for routed items whose audit is missing (default: AUDIT_TABLE_NAME)"),
+          ("--label-retention-days", "days a redriven item's labelled example is kept (default: LABEL_RETENTION_DAYS, "
+           "else the stack's LabelRetentionDays)")]),
         ("tickets", cmd_tickets, "the ticket DLQ: back to the ticket queue",
          [("--queue-url", "ticket queue (default: TICKET_QUEUE_URL)")]),
         ("incidents", cmd_incidents, "the incident DLQ: Incident Reported back on the bus, source events "

@@ -146,7 +146,7 @@ def replay_row(policy: Policy, row: AuditRow) -> Replayed:
                 raise ValueError(f"{question.id}: not asked then")
         targets = {policy.target(o.id) for q in policy.questions for o in q.options if q is policy.routing_question}
         result.candidate = build_record(policy, item, entries, destinations={t: t for t in targets},
-                                        review_queue_url="replay", review_timeout_seconds=0)
+                                        review_timeout_seconds=0)
     except (ValueError, KeyError) as error:
         result.why_not = str(error)
     return result

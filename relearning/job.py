@@ -29,7 +29,8 @@ through its queue with a task token; the function answers with the step's output
   (the message's claims are checked against the store, never trusted).
 
 The model's signals for the shipped sets start from those shipped for the model, where there are
-(training/shipped_signals.py: `bench/data/signals/<model sha256>.npz`).
+(`bench/data/signals/<model sha256>.npz`, read by training/signals_store.py), and every signal
+is kept in the one signals store that `make fit` and `make fit-history` use.
 """
 
 from __future__ import annotations
@@ -64,13 +65,15 @@ from decision_router.domain.ports.outcomes import PrecisionTallies
 from decision_router.domain.precision import precision_figure, target_of
 from decision_router.domain.shadow import ShadowCounts, shadow_verdict
 from decision_router.domain.signatures import HEAD_SERVICE, HEAD_SHADOW
-from decision_router.intake.live_heads import question_metric
+from decision_router.question_metrics import question_metric
 from decision_router.review.completion import labelled_example
-from evaluation.cases import Case, case_from_row, load_file
+from evaluation.cases import Case, RowError, case_from_row, load_file
 from evaluation.runners import RunFailure, Scored
-from training import gate, shipped_signals
-from training.features import Example, FeatureCache, extract, request_key
+from training import gate, learn
+from training.features import Example, case_decisions, examples_of, score_cases
 from training.fitting import SHIPPED, TEST_SPLIT, fit_head
+from training.scoring import scorer_for
+from training.signals_store import SHIPPED_SIGNALS, SignalsStore
 
 from .labels import Synced, seed_kept_signals, signals_of, sync_labels
 
@@ -212,20 +215,21 @@ class EndpointSignals:
         pass
 
 
-class _NoEndpoint:
-    """A runner that asks nothing (the signals not kept yet are left for the next call)."""
+def _lacking(store: SignalsStore, model_sha256: str, cases: Sequence[Case]) -> list[Case]:
+    """The cases with a decision whose signals the store lacks."""
+    _, keys, owners = case_decisions(cases, model_sha256)
+    lacking_keys = {keys[i] for i in store.missing(keys)}
+    lacking = {id(owner) for key, owner in zip(keys, owners) if key in lacking_keys}
+    return [case for case in cases if id(case) in lacking]
 
-    description = "none"
 
-    def decide(self, decisions: list[Decision]) -> Scored:
-        raise RunFailure("not asked in this call (time is up): the next collect asks")
-
-
-def _probe(cases: Sequence[Case], labelled: Sequence[LabelledRow]) -> Case:
-    """The case whose request tells which model the endpoint serves: one whose signals were not
-    kept at decision time where there is one (the endpoint is asked for those anyway)."""
+def _probe(cases: Sequence[Case], labelled: Sequence[LabelledRow]) -> Decision:
+    """The one decision whose answer tells which model the endpoint serves, without its hidden
+    state (the answer is small): of an item without kept signals where there is one (the endpoint
+    is asked for those anyway, so no other item's text is sent)."""
     kept = {row.case.where for row in labelled if row.signals}
-    return next((case for case in cases if case.where not in kept), cases[0])
+    case = next((case for case in cases if case.where not in kept), cases[0])
+    return case.decisions[0].decision.model_copy(update={"return_hidden_state": False})
 
 
 class Relearning:
@@ -239,7 +243,7 @@ class Relearning:
                  shadow_timeout_seconds: float = 7 * 86400, shadow_check_seconds: int = 900, tally: ShadowTally | None = None,
                  shadow_min_reviewed: int = shadow.MIN_REVIEWED, shadow_max_disagreement: float = shadow.MAX_DISAGREEMENT,
                  signing_key: SigningKey | None = None, head_signing_key: SigningKey | None = None,
-                 clock: Callable[[], float] = time.time, signals_dir: Path = shipped_signals.SIGNALS_DIR,
+                 clock: Callable[[], float] = time.time, signals_dir: Path = SHIPPED_SIGNALS,
                  precision: PrecisionTallies | None = None, label_retention_days: int = 365,
                  full_read_after_seconds: float = 2 * 86400):
         """`endpoint(probe)`: the runner the signals are asked of (EndpointSignals in AWS; tests
@@ -253,7 +257,7 @@ class Relearning:
         reviewed, and at most `shadow_max_disagreement` answered otherwise than the head in service
         among the unreviewed (domain/shadow.py `shadow_verdict`). `tally`: the shadow heads'
         counts (default: the head store's history table).
-        `signals_dir`: the shipped signals (training/shipped_signals.py). `signing_key`: the stack's
+        `signals_dir`: the shipped signals (training/signals_store.py). `signing_key`: the stack's
         key, which verifies who answered each label (the gate counts verified identities only);
         `head_signing_key`: the stack's head key, which signs each head the gate (and its shadow) passed.
         `label_retention_days`: labels older are dropped from those kept (the table's TTL, LabelRetentionDays);
@@ -324,7 +328,8 @@ class Relearning:
                              retention_days=self.label_retention_days,
                              full_read_after_seconds=self.full_read_after_seconds)
         self.logger.info("labels read", extra={"policy": policy_name, "rows_read": synced.read,
-                                               "full_read": synced.full_read, "labels": len(synced.rows)})
+                                               "full_read": synced.full_read, "labels": len(synced.rows),
+                                               "restarts": synced.restarts, "capped": synced.capped})
         return synced
 
     # ------------------------------------------------------------------------------ collect
@@ -357,36 +362,81 @@ class Relearning:
         cases, times, sources, labelled = self._cases(policy)
         if not cases:
             raise ValueError(f"policy {policy.name!r}: no labelled examples at all")
-        runner = self.endpoint([d.decision for d in _probe(cases, labelled).decisions])
-        model = model or runner.model_info()
-        cache_dir = self.work_dir / "signals"
-        cache_file = cache_dir / f"{model.sha256}.npz"
+        runner = self.endpoint([_probe(cases, labelled)])
+        model, (store, kept_file, kept) = self._model_and_signals(policy, model, labelled, runner)
         key = f"signals/{policy.name}/{model.sha256}.npz"
-        shutil.rmtree(cache_dir, ignore_errors=True)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        kept = self.store.download(key, cache_file)
-        cache = FeatureCache(cache_file)
-        seeded = shipped_signals.seed(cache, model.sha256, self.signals_dir)
-        kept_at_decision = seed_kept_signals(cache, model.sha256, (s for row in labelled for s in row.signals.values()),
-                                             lambda problem: self.logger.warning("kept signals not used",
-                                                                                 extra={"problem": problem}))
-        if seeded or kept_at_decision:
-            cache.save()
-            self.logger.info("model signals used without asking", extra={"shipped": seeded,
-                                                                         "kept_at_decision": kept_at_decision})
-        pending = [c for c in cases if any(cache.get(request_key(model.sha256, d.decision)) is None for d in c.decisions)]
+        keys = case_decisions(cases, model.sha256)[1]
+        pending = _lacking(store, model.sha256, cases)
+        self._count_asked_again(policy, model, pending, labelled)
+        scorer = scorer_for(runner, model, lambda text: self.logger.info(text), progress=False)
         complete = True
         for start in range(0, len(pending), CHUNK):
             if deadline is not None and start > 0 and time.monotonic() > deadline:  # one chunk at least
                 complete = False
                 break
-            extract(runner, model, pending[start:start + CHUNK], cache_dir)
-            if cache_file.is_file() and cache_file.read_bytes() != kept:
-                self.store.upload(key, cache_file)
-                kept = cache_file.read_bytes()
-        examples, failures = extract(_NoEndpoint(), model, cases, cache_dir) if not complete else \
-            extract(runner, model, cases, cache_dir)
+            score_cases(scorer, store, model.sha256, pending[start:start + CHUNK])
+            store.write_file(kept_file, model.sha256, keys)
+            if kept_file.read_bytes() != kept:
+                self.store.upload(key, kept_file)
+                kept = kept_file.read_bytes()
+        if complete:  # what failed before is asked once more
+            failures = score_cases(scorer, store, model.sha256, cases)
+        else:
+            failures = [RowError(c.source, c.line, "(scoring)", "not asked in this call (time is up): the next collect asks")
+                        for c in _lacking(store, model.sha256, cases)]
+        examples = examples_of(store, model.sha256, cases)
         return examples, times, sources, model, [str(f) for f in failures], complete
+
+    def _model_and_signals(self, policy: Policy, model: ModelInfo | None, labelled: Sequence[LabelledRow],
+                           runner: Any) -> tuple[ModelInfo, tuple[SignalsStore, Path, bytes]]:
+        """The model the examples' signals are of, and its signals at hand (`_signals_store`). Not
+        given (`collect`), the endpoint says which model it serves now: one request of one decision
+        (`_probe`), whatever the number of labels, even where every label kept its signals, so a
+        model deployed since is never fitted for from the old one's signals. Kept signals of
+        another model are left out of the store: their items are asked again (`_count_asked_again`).
+        Given (`fit`: the model `collect` found), no request at all."""
+        model = model or runner.model_info()
+        return model, self._signals_store(policy, model, labelled)
+
+    def _count_asked_again(self, policy: Policy, model: ModelInfo, pending: Sequence[Case],
+                           labelled: Sequence[LabelledRow]) -> None:
+        """The reviewed items whose signals for `model` were not kept at decision time (a record
+        from before every question asked for them, one too large to keep them, another model's),
+        counted and logged: the endpoint is asked for them, the one fallback left."""
+        asked = {case.where for case in pending}
+        again = [row for row in labelled if row.case.where in asked]
+        other_model = sum(bool(row.signals) and all(kept.model_sha256 != model.sha256 for kept in row.signals.values())
+                          for row in again)
+        question_metric("LabelsAskedOfEndpoint", policy.name, "*", len(again))
+        if again:
+            self.logger.warning("labelled examples without kept signals: asked of the endpoint",
+                                extra={"policy": policy.name, "items": len(again), "model_sha256": model.sha256,
+                                       "kept_for_another_model": other_model})
+
+    def _signals_store(self, policy: Policy, model: ModelInfo, labelled: Sequence[LabelledRow]
+                       ) -> tuple[SignalsStore, Path, bytes]:
+        """The model's signals at hand without asking: kept in the bucket by earlier calls, shipped
+        for the model, kept at decision time. The store, the file it is kept as, and its bytes."""
+        folder = self.work_dir / "signals"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        store = SignalsStore(folder / model.sha256)
+        kept_file = folder / f"{model.sha256}.npz"
+        kept = self.store.download(f"signals/{policy.name}/{model.sha256}.npz", kept_file)
+        if kept:
+            try:
+                store.include(kept_file, model.sha256)
+            except ValueError as error:  # an earlier layout, or damaged: asked again
+                self.logger.warning("kept signals not read: asked again", extra={"problem": str(error)})
+        seeded = store.include_shipped(model.sha256, self.signals_dir)
+        kept_at_decision = seed_kept_signals(store, model.sha256, (s for row in labelled for s in row.signals.values()),
+                                             lambda problem: self.logger.warning("kept signals not used",
+                                                                                 extra={"problem": problem}))
+        store.save()
+        if seeded or kept_at_decision:
+            self.logger.info("model signals used without asking", extra={"shipped": seeded,
+                                                                         "kept_at_decision": kept_at_decision})
+        return store, kept_file, kept
 
     def collect(self, policy_name: str, seconds_left: float | None = None) -> dict[str, Any]:
         """The model's signals for every labelled example; within `seconds_left` (the function's
@@ -428,12 +478,12 @@ class Relearning:
             fit, document = fit_head(policy, question, train, model, sources=sources, curve=False,
                                      fitted_on=self.today())
             candidate = Head.model_validate(document)
-        verdict = gate.judge(question, current, candidate, fit, held_out, len(train), model, test_split=test_split,
+        verdict = gate.promotion_verdict(question, current, candidate, fit, held_out, len(train), model, test_split=test_split,
                              max_share=self.max_reviewer_share)
         out: dict[str, Any] = {"question": question.id, **verdict.as_dict(), "in_service": in_service,
                                "live_precision": self.live_precision(policy, question)}
         if document is not None and candidate is not None:
-            data = json.dumps(document, sort_keys=True).encode()
+            data = learn.head_bytes(document)
             key = candidate_key(run, policy.name, question.id)
             sha256 = hashlib.sha256(data).hexdigest()
             self.store.put(key, data)

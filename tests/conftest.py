@@ -216,7 +216,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """One BLAS thread in this process, once the test modules have loaded numpy and scipy: the
     tests' matrices are small, and a BLAS thread pool on two shared cores spends more waiting for
     its threads than computing (a novelty fit four times slower). The fitter and the functions run
-    one BLAS thread themselves (training.learn.fit_question, decision_router.sentences)."""
+    one BLAS thread themselves (training.head_fit.fit, decision_router.sentences)."""
     from threadpoolctl import threadpool_limits
 
     _one_blas_thread.append(threadpool_limits(limits=1, user_api="blas"))

@@ -120,10 +120,23 @@ def ms(value: float | None) -> str:
 
 
 def markdown(report: EvalReport) -> str:
-    lines = ["# Decision evaluation report", ""]
+    """The report for people: the run, then (when any decision was scored) accuracy, temperature,
+    thresholds, latency, the decode comparison, policy changes, plots and misses; its problems last."""
+    lines = ["# Decision evaluation report", "", *_run_lines(report)]
+    if not report.overall or not report.latency or not report.input_tokens or not report.allowed_token_mass:
+        lines.append("No decision could be scored.")
+        return "\n".join(lines + _problems(report)) + "\n"
+    for section in (_accuracy_lines, _temperature_lines, _threshold_lines, _latency_lines, _decode_lines,
+                    _closing_lines):
+        lines += section(report)
+    return "\n".join(lines + _problems(report)) + "\n"
+
+
+def _run_lines(report: EvalReport) -> list[str]:
+    """What was run, on what, by which model and prompt; how to read the probabilities."""
     run = report.run
     assert run is not None, "the CLI records the run before the report is written"
-    lines += [
+    lines = [
         f"- Command: `{run.command}`",
         f"- Scored by: {run.runner}",
         f"- Data: {', '.join(run.data)}",
@@ -141,19 +154,19 @@ def markdown(report: EvalReport) -> str:
             f"- Model: `{m.file}` (sha256 {m.sha256[:12]}…, {m.threads} threads, ctx {m.context_size}), "
             f"prompt `{report.prompt_version}`"
         )
-    lines += [
+    return lines + [
         "",
         "Probabilities are the readout's softmax over the offered options: conditional on those options and "
         "uncalibrated until a temperature is fitted. A small model's decisions are weak; read accuracy and "
         "calibration together, per question.",
         "",
     ]
-    if not report.overall or not report.latency or not report.input_tokens or not report.allowed_token_mass:
-        lines.append("No decision could be scored.")
-        return "\n".join(lines + _problems(report)) + "\n"
 
+
+def _accuracy_lines(report: EvalReport) -> list[str]:
     o = report.overall
-    lines += [
+    assert o is not None
+    lines = [
         "## Accuracy and calibration (T = 1)",
         "",
         f"Overall: accuracy **{_pct(o.accuracy)}**, Brier {_num(o.brier)}, log-loss {_num(o.log_loss)}, "
@@ -164,8 +177,11 @@ def markdown(report: EvalReport) -> str:
     ]
     for name, a in {**report.accuracy_by_family, **report.accuracy_by_question}.items():
         lines.append(f"| {name} | {a.decisions} | {a.correct} | {_pct(a.accuracy)} |")
+    return lines
 
-    lines += [
+
+def _temperature_lines(report: EvalReport) -> list[str]:
+    lines = [
         "",
         "## Temperature (fitted by minimising log-loss) and cross-validated calibration",
         "",
@@ -181,51 +197,61 @@ def markdown(report: EvalReport) -> str:
             f"{g.at_t1.brier:.3f} → {_num(cv.after.brier) if cv else '–'} | "
             f"{', '.join(f'{t:.2f}' for t in cv.fold_temperatures) if cv else '–'} |"
         )
-    lines += [
+    return lines + [
         "",
         "Out-of-fold: each decision is scored with the temperature fitted on the other folds, so the "
         "after-figures are not measured on the data the temperature was fitted to. Rows that share a "
         "`group` are always in the same fold (group k-fold), so a paraphrase never calibrates its twin.",
         "",
-        "## Thresholds (a decision whose confidence is at or above the threshold is auto-routed)",
-        "",
     ]
-    for name, g in report.calibration.items():
-        lines += [
-            f"### {name} — {g.confidence_formula}",
-            "",
-            f"| threshold | T = 1: auto-routed | share | error rate "
-            f"| T = {g.temperature_fit.temperature:.3f}: auto-routed | share | error rate |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for r1, r in zip(g.threshold_table_t1, g.threshold_table):
-            lines.append(
-                f"| {r.threshold:.2f} | {r1.auto_routed} | {_pct(r1.share_auto_routed)} | {_pct(r1.error_rate)} "
-                f"| {r.auto_routed} | {_pct(r.share_auto_routed)} | {_pct(r.error_rate)} |"
-            )
-        lines += ["", f"Recommended `min_confidence` = **{g.recommended_min_confidence:.2f}** ({g.recommendation_note})."]
-        for p, label in ((g.policy_now, "Policy as shipped"), (g.policy_proposed, "With fitted T and recommended min_confidence")):
-            if p:
-                lines.append(
-                    f"- {label} (T {p.temperature:.3f}, min_confidence {p.thresholds['min_confidence']:.2f}, "
-                    f"min_margin {p.thresholds['min_margin']:.2f}, min_allowed_token_mass {p.thresholds['min_allowed_token_mass']:.2f}; "
-                    f"the pipeline's own routing code): auto-routed {p.auto_routed}/{g.decisions} ({_pct(p.share_auto_routed)}), "
-                    f"error rate among them {_pct(p.error_rate)}"
-                )
-        lines.append("")
 
-    lat = report.latency
+
+def _threshold_lines(report: EvalReport) -> list[str]:
+    lines = ["## Thresholds (a decision whose confidence is at or above the threshold is auto-routed)", ""]
+    for name, g in report.calibration.items():
+        lines += _question_threshold_lines(name, g)
+    return lines
+
+
+def _question_threshold_lines(name: str, g: CalibrationGroup) -> list[str]:
+    """One question's threshold table at T = 1 and at its fitted T, its recommendation, and the
+    policy's routes as shipped and as proposed."""
+    lines = [
+        f"### {name} — {g.confidence_formula}",
+        "",
+        f"| threshold | T = 1: auto-routed | share | error rate "
+        f"| T = {g.temperature_fit.temperature:.3f}: auto-routed | share | error rate |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r1, r in zip(g.threshold_table_t1, g.threshold_table):
+        lines.append(
+            f"| {r.threshold:.2f} | {r1.auto_routed} | {_pct(r1.share_auto_routed)} | {_pct(r1.error_rate)} "
+            f"| {r.auto_routed} | {_pct(r.share_auto_routed)} | {_pct(r.error_rate)} |"
+        )
+    lines += ["", f"Recommended `min_confidence` = **{g.recommended_min_confidence:.2f}** ({g.recommendation_note})."]
+    for p, label in ((g.policy_now, "Policy as shipped"), (g.policy_proposed, "With fitted T and recommended min_confidence")):
+        if p:
+            lines.append(
+                f"- {label} (T {p.temperature:.3f}, min_confidence {p.thresholds['min_confidence']:.2f}, "
+                f"min_margin {p.thresholds['min_margin']:.2f}, min_allowed_token_mass {p.thresholds['min_allowed_token_mass']:.2f}; "
+                f"the pipeline's own routing code): auto-routed {p.auto_routed}/{g.decisions} ({_pct(p.share_auto_routed)}), "
+                f"error rate among them {_pct(p.error_rate)}"
+            )
+    lines.append("")
+    return lines
+
+
+def _latency_lines(report: EvalReport) -> list[str]:
+    lat, tokens, m = report.latency, report.input_tokens, report.allowed_token_mass
+    assert lat is not None and tokens is not None and m is not None
     d, s, b = lat.per_decision_seconds, lat.single_request_seconds, lat.batch_request_seconds
-    lines += [
+    return [
         "## Latency and prompt size",
         "",
         f"- Per decision ({lat.per_decision_note}): median {ms(d.median)}, p95 {ms(d.p95)}, max {ms(d.max)} over {d.count}",
         f"- Single-decision requests: median {ms(s.median)}, p95 {ms(s.p95)} over {s.count}",
         f"- Shared-state batch requests: median {ms(b.median)}, p95 {ms(b.p95)} over {b.count}",
-        f"- Input tokens per decision: median {_num(report.input_tokens.median, 0)}, max {_num(report.input_tokens.max, 0)}",
-    ]
-    m = report.allowed_token_mass
-    lines += [
+        f"- Input tokens per decision: median {_num(tokens.median, 0)}, max {_num(tokens.max, 0)}",
         f"- allowed_token_mass: min {_num(m.min)}, median {_num(m.median)}, max {_num(m.max)}; "
         f"{m.below_0_5} decisions below 0.5",
         "",
@@ -234,29 +260,39 @@ def markdown(report: EvalReport) -> str:
         "| decisions | " + " | ".join(str(h.count) for h in m.histogram) + " |",
         "",
     ]
+
+
+def _decode_lines(report: EvalReport) -> list[str]:
+    """The single-pass readout beside generating the answer, when the run compared them."""
     decode = report.decode_comparison
-    if decode and decode.readout and decode.generation:
-        r, gen = decode.readout, decode.generation
-        lines += [
-            "## Decode comparison: single-pass readout vs generating the answer",
-            "",
-            f"Same {decode.decisions} decisions, same prompt, one request each; generation is greedy, "
-            f"max {decode.max_tokens} tokens, parsed for the option letter.",
-            "",
-            "| path | accuracy | median | p95 |",
-            "|---|---:|---:|---:|",
-            f"| readout (one forward pass) | {_pct(r.accuracy)} | {ms(r.latency_seconds.median)} | {ms(r.latency_seconds.p95)} |",
-            f"| generation + parse | {_pct(gen.accuracy)} | {ms(gen.latency_seconds.median)} | {ms(gen.latency_seconds.p95)} |",
-            "",
-            f"Latency ratio generation / readout: **{_num(decode.ratio_median, 2)}×** at the median, "
-            f"{_num(decode.ratio_p95, 2)}× at p95. Generated answers naming no offered letter: {gen.unparsed}; "
-            f"generation agrees with the readout on {_pct(gen.agrees_with_readout)}.",
-            "",
-            "Generated answers (first few):",
-            "",
-        ]
-        lines += [f"- `{e.decision}`: {e.generated!r}" for e in gen.examples]
-        lines.append("")
+    if not (decode and decode.readout and decode.generation):
+        return []
+    r, gen = decode.readout, decode.generation
+    return [
+        "## Decode comparison: single-pass readout vs generating the answer",
+        "",
+        f"Same {decode.decisions} decisions, same prompt, one request each; generation is greedy, "
+        f"max {decode.max_tokens} tokens, parsed for the option letter.",
+        "",
+        "| path | accuracy | median | p95 |",
+        "|---|---:|---:|---:|",
+        f"| readout (one forward pass) | {_pct(r.accuracy)} | {ms(r.latency_seconds.median)} | {ms(r.latency_seconds.p95)} |",
+        f"| generation + parse | {_pct(gen.accuracy)} | {ms(gen.latency_seconds.median)} | {ms(gen.latency_seconds.p95)} |",
+        "",
+        f"Latency ratio generation / readout: **{_num(decode.ratio_median, 2)}×** at the median, "
+        f"{_num(decode.ratio_p95, 2)}× at p95. Generated answers naming no offered letter: {gen.unparsed}; "
+        f"generation agrees with the readout on {_pct(gen.agrees_with_readout)}.",
+        "",
+        "Generated answers (first few):",
+        "",
+        *(f"- `{e.decision}`: {e.generated!r}" for e in gen.examples),
+        "",
+    ]
+
+
+def _closing_lines(report: EvalReport) -> list[str]:
+    """The policy changes proposed, the plots, and the wrong decisions."""
+    lines: list[str] = []
     for change in report.policy_changes:
         lines += [f"## Policy change: {change.policy} ({'written' if change.written else 'not written; run with --write-policy'})", ""]
         lines += ["```diff", change.diff.rstrip() or "(no change)", "```", ""]
@@ -267,7 +303,7 @@ def markdown(report: EvalReport) -> str:
         for miss in report.misses:
             lines.append(f"| {miss.case} | {miss.question} | {miss.gold} | {miss.predicted} | {miss.p_top:.2f} | {miss.note or ''} |")
         lines.append("")
-    return "\n".join(lines + _problems(report)) + "\n"
+    return lines
 
 
 def _problems(report: EvalReport) -> list[str]:

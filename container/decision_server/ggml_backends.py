@@ -142,7 +142,7 @@ def _variant_path(variant: str) -> Path:
     return LIB_DIR / f"libggml-cpu-{variant}.so"
 
 
-def score(variant: str) -> int:
+def variant_score(variant: str) -> int:
     """ggml's own score of a variant on this CPU: 0 where the CPU lacks one of its instructions,
     higher for more of them (the function ggml's loader calls; the library is closed again)."""
     library = ctypes.CDLL(str(_variant_path(variant)))
@@ -155,7 +155,7 @@ def score(variant: str) -> int:
 
 def best_variant(variants: list[str]) -> str:
     """The highest-scoring variant this CPU supports, leaving out the opt-in ones."""
-    scores = {v: score(v) for v in variants if v not in OPT_IN_VARIANTS}
+    scores = {v: variant_score(v) for v in variants if v not in OPT_IN_VARIANTS}
     best = max(scores, key=lambda v: scores[v], default=None)
     if best is None or scores[best] == 0:
         raise BackendError(f"none of this build's CPU variants runs on this CPU ({', '.join(variants) or 'none found'} "

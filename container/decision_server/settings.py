@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS
-from decision_contract.given_settings import from_values
 
 
 def _default_threads() -> int:
@@ -228,7 +227,9 @@ class Settings(BaseSettings):
                 # An override replaces whatever the environment gave for the same field.
                 for alias in _aliases(cls.model_fields[name]):
                     values.pop(alias, None)
-            return from_values(cls, {**values, **overrides})
+            # The values given as the one source: never read together with the process environment.
+            given = InitSettingsSource(cls, init_kwargs={**values, **overrides})
+            return cls(_build_sources=((given,), {}))
         except ValidationError as exc:
             raise SettingsError(_describe(exc, _given_as(os.environ if environ is None else environ, overrides))) from None
 

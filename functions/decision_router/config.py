@@ -7,9 +7,7 @@ import json
 from typing import Annotated, Any, Mapping
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-from decision_contract.given_settings import from_values
+from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
 
 class ConfigError(RuntimeError):
@@ -36,7 +34,6 @@ class Settings(BaseSettings):
     destination_queues: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias="DESTINATION_QUEUES",
         description="JSON object mapping each policy target to its queue URL.")
-    review_queue_url: str = _env("REVIEW_QUEUE_URL", "The review queue: items waiting for a person, with their task token.")
     pending_reviews_table: str = _env("PENDING_REVIEWS_TABLE_NAME",
         "The pending-review index: one row per review the workflow waits for (its task token and record), "
         "put by the index writer alone.")
@@ -47,6 +44,10 @@ class Settings(BaseSettings):
     endpoint_max_attempts: int = _env("ENDPOINT_MAX_ATTEMPTS",
         "Endpoint calls per decision, the first included (retries with capped exponential backoff and full jitter).", 4, ge=1)
     audit_table: str = _env("AUDIT_TABLE_NAME", "The audit table: one record per outcome.")
+    audit_unsharded_index: str = _env("AUDIT_UNSHARDED_INDEX_NAME",
+        "The audit table's index of recent rows by outcome alone, which lists the rows written before "
+        "their shard, read beside the sharded one while the stack keeps it (AuditOutcomeIndex); empty: "
+        "the sharded index alone.")
     audit_retention_days: int = _env("AUDIT_RETENTION_DAYS",
         "Days an audit row is kept (the table's TTL removes it after): set on each execution the function "
         "starts and on each row it writes; 0 keeps them.", 0, ge=0)
@@ -104,7 +105,8 @@ class Settings(BaseSettings):
         try:
             if env is None:
                 return cls()
-            return from_values(cls, env)
+            # `env` as the one source: a mapping handed in is never read together with the process environment.
+            return cls(_build_sources=((InitSettingsSource(cls, init_kwargs=dict(env)),), {}))
         except ValidationError as error:
             raise ConfigError("; ".join(_describe(e) for e in error.errors(include_url=False))) from None
 

@@ -16,10 +16,10 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from decision_router.domain.policies import load_policy
-from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
-from decision_router.intake.shadow_reviews import count_review
 from decision_router.review.caller import answer_as_caller
+from decision_router.review.precision_checks import count_check
+from decision_router.review.shadow_reviews import count_review
 from review.wiring import Wiring
 
 logger = Logger()
@@ -37,7 +37,7 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
         identities=given.caller_identity, reviews=given.pending_reviews, tasks=given.tasks, proofs=given.used_proofs,
         sign=given.identity_signer)
     chosen = output.chosen
-    count_review(record, chosen.answers, given.settings.head_history_table, logger)
+    count_review(record, chosen.answers, given.shadow_tally, logger)
     count_check(record, chosen.answers, load_policy(record.policy.name), given.precision_tally, logger)
     remember_resolved(record, chosen.answers, output.reviewer, given.resolved_items, logger)
     result = {"status": "completed", "execution_name": output.execution_name, "reviewer": output.reviewer,

@@ -12,7 +12,7 @@ from decision_router.adapters.review import ReviewTasks
 from decision_router.adapters.signing_key import SigningKey
 from decision_router.adapters.used_proofs import UsedProofs as UsedProofsTable
 from decision_router.composition import CompositionRoot, part
-from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore
+from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore, ShadowTallies
 from decision_router.domain.ports.review import CallerIdentity, PendingReviews, TaskCompleter, UsedProofs
 
 
@@ -41,6 +41,11 @@ class Wiring(CompositionRoot):
     @part
     def precision_tally(self) -> PrecisionTallies | None:
         return from_settings.precision_tally(self.settings)
+
+    @part
+    def shadow_tally(self) -> ShadowTallies | None:
+        """The shadow heads' tallies a reviewer's answer is counted in; None when the function is given none."""
+        return from_settings.shadow_tally(self.settings)
 
     @part
     def caller_identity(self) -> CallerIdentity:

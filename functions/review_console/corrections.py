@@ -11,10 +11,10 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from decision_router.adapters.workflow import ExecutionNotRunning
 from decision_router.domain.policies import PolicyError
 from decision_router.domain.records import DecisionRecord
-from decision_router.intake.precision_checks import count_correction
 from decision_router.intake.resolved_items import remember_resolved
-from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
+from decision_router.review.precision_checks import count_correction
+from decision_router.review.shadow_reviews import count_review
 
 from .wiring import Wiring, answer, readable, wiring
 
@@ -83,7 +83,7 @@ def correct(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{record.item_kind} {record.item_id} was already corrected "
                                f"(execution {corrected.correction.execution_name})")
     chosen = corrected.correction.chosen
-    count_review(record, chosen.answers, given.settings.head_history_table, logger)  # once: the start is named
+    count_review(record, chosen.answers, given.shadow_tally, logger)  # once: the start is named
     count_correction(record, chosen.answers, given.precision_tally, logger)  # a count beside the estimate, never in it
     remember_resolved(record, chosen.answers, who.shown, given.resolved_items, logger,
                       policy=given.policy(record.policy.name))

@@ -19,12 +19,12 @@ from decision_router.domain.policies import PolicyError
 from decision_router.domain.ports.review import PendingReviewRow
 from decision_router.domain.records import DecisionRecord
 from decision_router.domain.signatures import cognito_identity
-from decision_router.intake.precision_checks import count_check
 from decision_router.intake.resolved_items import remember_resolved
-from decision_router.intake.shadow_reviews import count_review
 from decision_router.review import console
 from decision_router.review.completion import ReviewCompletion, submit_review
 from decision_router.review.pending import as_pending, moved_on
+from decision_router.review.precision_checks import count_check
+from decision_router.review.shadow_reviews import count_review
 
 from .wiring import Wiring, answer, now, readable, wiring
 
@@ -126,7 +126,7 @@ def answer_review(name: str) -> dict[str, Any]:
         raise console.Conflict(f"{name}: already answered (or closed or timed out): its task is gone") from None
     given.pending_reviews.remove(name, row.task_token)  # the workflow removes it too, as its wait ends
     chosen = output.chosen
-    count_review(record, chosen.answers, given.settings.head_history_table, logger)
+    count_review(record, chosen.answers, given.shadow_tally, logger)
     count_check(record, chosen.answers, given.policy(record.policy.name), given.precision_tally, logger)
     remember_resolved(record, chosen.answers, who.shown, given.resolved_items, logger,
                       policy=given.policy(record.policy.name))

@@ -83,7 +83,7 @@ def escalate(given: Wiring, summary: console.PendingSummary) -> bool:
     row = given.pending_reviews.get(summary.execution_name)
     if row is None or row.record.escalate:  # answered meanwhile, or paged as its review was requested
         return False
-    if not given.escalations.claim(summary.execution_name):
+    if not given.escalations.claim_page(summary.execution_name):
         return False
     record, reason = row.record, escalation_reason(summary.sla)
     # The workflow's PutItemEscalatedBeforeReview fields (no item text: the page names the item),

@@ -28,7 +28,7 @@ from decision_router.composition import CompositionRoot, part
 from decision_router.domain import policies as shipped
 from decision_router.domain.policies import Policy, load_policy
 from decision_router.domain.ports.messaging import Bus
-from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore
+from decision_router.domain.ports.outcomes import PrecisionTallies, ResolvedItemStore, ShadowTallies
 from decision_router.domain.ports.review import EscalationMarks, Executions, PendingReviews, TaskCompleter
 from decision_router.domain.records import AuditRow, DecisionRecord
 from decision_router.review import console
@@ -82,7 +82,8 @@ class Wiring(CompositionRoot):
 
     @part
     def audit(self) -> AuditReader:
-        return AuditTrail(self.settings.require("audit_table").audit_table)
+        settings = self.settings.require("audit_table")
+        return AuditTrail(settings.audit_table, unsharded_index=settings.audit_unsharded_index or None)
 
     @part
     def examples(self) -> ExamplePages:
@@ -100,6 +101,11 @@ class Wiring(CompositionRoot):
     @part
     def precision_tally(self) -> PrecisionTallies | None:
         return from_settings.precision_tally(self.settings)
+
+    @part
+    def shadow_tally(self) -> ShadowTallies | None:
+        """The shadow heads' tallies a reviewer's answer is counted in; None when the function is given none."""
+        return from_settings.shadow_tally(self.settings)
 
     @part
     def bus(self) -> Bus:

@@ -37,7 +37,7 @@ def decided(incident_id: str, priority_logits: list[float]) -> Outcome:
     entries = explain(POLICY, item, entries, state, results)
     targets = {o.target or o.id for q in POLICY.questions for o in q.options}
     record = build_record(POLICY, item, entries, destinations={t: f"https://queue/{t}" for t in targets},
-                          review_queue_url="https://queue/review", review_timeout_seconds=60)
+                          review_timeout_seconds=60)
     line = InputItem("incidents.jsonl:1", 1, "incident", incident_id, json.dumps(INCIDENT))
     status = "RUNNING" if record.route == "review" else "SUCCEEDED"
     queues = ["PendingReviewsTable"] if record.route == "review" else ["AppOncallQueueWithAVeryLongLogicalName"]

@@ -76,7 +76,7 @@ def undecided(site: Site, policy_dir) -> object:
     entry = model_entry(policy.questions[0], signals_result([0.0] * 8), decision.state)
     env = site.stack.function_environment("TicketIntakeFunction")
     record = build_record(policy, item, [entry], destinations=json.loads(env["DESTINATION_QUEUES"]),
-                          review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
+                          review_timeout_seconds=3600)
     assert record.route == "review" and entry.option_id in ("intent42", "intent97")
     return record
 

@@ -22,18 +22,20 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from decision_router.adapters import deliveries as deliveries_adapter
 from decision_router.adapters import escalations as escalations_adapter
 from decision_router.adapters import expiry
 from decision_router.adapters import pending_reviews as pending_reviews_adapter
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters import used_proofs as used_proofs_adapter
-from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, Claim
+from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, DeliveryClaims
 from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import ReviewTaskGone, Unreadable
 from decision_router.adapters.shards import every_shard
 from decision_router.adapters.similar_items import RECENT, partition, partitions, resolved_key
 from decision_router.adapters.workflow import ExecutionNotRunning, execution_input
 from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
+from decision_router.domain.leases import Held, Placement
 from decision_router.domain.ports.review import ListedReview, PendingReviewRow
 from decision_router.domain.precision import CheckCounts
 from decision_router.domain.records import AUDIT_SHARDS, AuditRow, DecisionRecord, ReviewAnswer
@@ -52,8 +54,41 @@ def _client_error(code: str, message: str, operation: str) -> ClientError:
 
 
 # ------------------------------------------------------------------------------ webhook deliveries
-class FakeDeliveries:
-    """The webhook deliveries taken (port `DeliveryRecord`, adapter `adapters.deliveries.Deliveries`).
+class LeaseRows:
+    """A table of claims under leases as a dictionary (`rows` by key, numbers as int) with the
+    table's conditional writes: a claim placed where no live row is (none, or one whose
+    `expires_column` is before the new row's `written_column`), taken over only while its
+    `lease_until` is the one read. `held` reads a row as the lease rule does."""
+
+    rows: dict[str, dict[str, Any]]
+    clock: Clock
+    expires_column = "expires_at"
+    written_column = "received_at"
+
+    def held(self, row: dict[str, Any]) -> Held:
+        raise NotImplementedError
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    def _place(self, key: str, row: dict[str, Any]) -> Placement:
+        found = self.rows.get(key)
+        if found is None or _before(found.get(self.expires_column), row[self.written_column]):
+            self.rows[key] = row
+            return "placed"
+        return self.held(found)
+
+    def _take_over(self, key: str, theirs: Held, row: dict[str, Any]) -> bool:
+        found = self.rows.get(key)
+        if found is None or found.get("lease_until") is None or found["lease_until"] != theirs.lease_until:
+            return False
+        self.rows[key] = row
+        return True
+
+
+class FakeDeliveries(LeaseRows, DeliveryClaims):
+    """The webhook deliveries taken (port `DeliveryRecord`, adapter `adapters.deliveries.Deliveries`):
+    the adapter's claims over a dictionary with the table's conditional writes.
 
     `rows`: the table, by delivery key, each row its columns as the adapter writes them (numbers
     as int): `source`, `received_at`, `expires_at`, `state` (pending | done), `owner` (the claim's
@@ -63,59 +98,18 @@ class FakeDeliveries:
     def __init__(self, clock: Clock = time.time, record_seconds: int = RECORD_SECONDS,
                  lease_seconds: int = LEASE_SECONDS):
         self.clock, self.record_seconds, self.lease_seconds = clock, record_seconds, lease_seconds
-        self.rows: dict[str, dict[str, Any]] = {}
+        self.rows = {}
 
-    def _row(self, source: str, token: str, state: str, now: int) -> dict[str, Any]:
-        row: dict[str, Any] = {"source": source, "received_at": now, "expires_at": now + self.record_seconds,
-                               "state": state, "owner": token}
-        if state == "pending":
-            row["lease_until"] = now + self.lease_seconds
-        return row
+    def held(self, row: dict[str, Any]) -> Held:
+        return deliveries_adapter.held(row)
 
-    def claim(self, keys: Sequence[str], source: str) -> Claim:
-        """Every key pending under a new token (`new`), or the first key held elsewhere decides:
-        `done` (the keys claimed before it marked done) or `pending` (those released)."""
-        token = uuid.uuid4().hex
-        claimed: list[str] = []
-        for key in keys:
-            held = self._claim_one(key, source, token)
-            if held is None:
-                claimed.append(key)
-                continue
-            if held.state == "done":
-                self.done(claimed, token, source)
-            else:
-                self.forget(claimed, token)
-            return held
-        return Claim("new", token=token)
+    def _finish(self, key: str, token: str, row: dict[str, Any]) -> None:
+        if self.rows.get(key, {}).get("owner") == token:
+            self.rows[key] = row
 
-    def _claim_one(self, key: str, source: str, token: str) -> Claim | None:
-        now = int(self.clock())
-        row = self.rows.get(key)
-        # The adapter's condition: no row, a row past its expiry, or a pending claim whose lease ran
-        # out. A missing column compares false, as in DynamoDB.
-        if (row is None or _before(row.get("expires_at"), now)
-                or (row.get("state") == "pending" and _before(row.get("lease_until"), now))):
-            self.rows[key] = self._row(source, token, "pending", now)
-            return None
-        if row.get("state") == "pending":
-            left = int(row.get("lease_until", 0)) - now
-            # No lease column: the adapter's rewrites all fail and it asks for a retry in a second.
-            return Claim("pending", key=key, retry_after=max(1, left) if left >= 0 else 1)
-        return Claim("done", key=key)
-
-    def done(self, keys: Sequence[str], token: str, source: str) -> None:
-        """Mark the keys `token` holds handed on; a key held by another token (or by none) is left alone."""
-        now = int(self.clock())
-        for key in keys:
-            if self.rows.get(key, {}).get("owner") == token:
-                self.rows[key] = self._row(source, token, "done", now)
-
-    def forget(self, keys: Sequence[str], token: str) -> None:
-        """Release the keys `token` holds; a key another token holds stays its own."""
-        for key in keys:
-            if self.rows.get(key, {}).get("owner") == token:
-                del self.rows[key]
+    def _release(self, key: str, token: str) -> None:
+        if self.rows.get(key, {}).get("owner") == token:
+            del self.rows[key]
 
 
 def _before(value: Any, now: int) -> bool:
@@ -141,36 +135,26 @@ class FakeBus:
 
 
 # ------------------------------------------------------------------------------ review SLA escalations
-class FakeSlaEscalations:
+class FakeSlaEscalations(LeaseRows, escalations_adapter.EscalationClaims):
     """The review SLA's escalation marks (port `EscalationMarks`, adapter
-    `adapters.escalations.SlaEscalations`). `rows`: the table's rows of this use, by key
-    (`mark_key(execution_name)`), each its columns as the adapter writes them (numbers as int):
-    `state` (claimed | sent), `marked_at`, `expiration` and, while claimed, `lease_until`. Time is
-    `clock()`, read where the adapter reads `time.time()`."""
+    `adapters.escalations.SlaEscalations`): the adapter's marks over a dictionary with the table's
+    conditional writes. `rows`: the table's rows of this use, by key (`mark_key(execution_name)`),
+    each its columns as the adapter writes them (numbers as int): `state` (claimed | sent),
+    `marked_at`, `expiration` and, while claimed, `lease_until`. Time is `clock()`, read where the
+    adapter reads `time.time()`."""
+
+    expires_column, written_column = "expiration", "marked_at"
 
     def __init__(self, *, review_timeout_seconds: int, clock: Clock = time.time) -> None:
         self.clock = clock
         self.keep_seconds = review_timeout_seconds + escalations_adapter.MARGIN_SECONDS
-        self.rows: dict[str, dict[str, Any]] = {}
+        self.rows = {}
 
-    def _row(self, state: str, now: int) -> dict[str, Any]:
-        row: dict[str, Any] = {"state": state, "marked_at": now, "expiration": now + self.keep_seconds}
-        if state == "claimed":
-            row["lease_until"] = now + escalations_adapter.LEASE_SECONDS
-        return row
+    def held(self, row: dict[str, Any]) -> Held:
+        return escalations_adapter.held(row)
 
-    def claim(self, execution_name: str) -> bool:
-        now, key = int(self.clock()), escalations_adapter.mark_key(execution_name)
-        row = self.rows.get(key)
-        # The adapter's condition: no row, one past its expiry, or a claim whose lease ran out.
-        if row is None or _before(row.get("expiration"), now) or (
-                row.get("state") == "claimed" and _before(row.get("lease_until"), now)):
-            self.rows[key] = self._row("claimed", now)
-            return True
-        return False
-
-    def sent(self, execution_name: str) -> None:
-        self.rows[escalations_adapter.mark_key(execution_name)] = self._row("sent", int(self.clock()))
+    def _put(self, key: str, row: dict[str, Any]) -> None:
+        self.rows[key] = row
 
 
 # ------------------------------------------------------------------------------ the pending-review index
@@ -226,8 +210,10 @@ class FakeAuditTrail:
     row); `put_columns` a row as any writer put it, however it reads back (an `Unreadable` where it
     does not fit `AuditRow`; `row` raises on it, as the adapter's does)."""
 
-    def __init__(self, *, retention_days: int = 0) -> None:
+    def __init__(self, *, retention_days: int = 0, unsharded_index: str | None = None) -> None:
         self.rows: dict[tuple[str, str], dict[str, str]] = {}
+        #: The unsharded index of recent rows, read where the stack keeps it (the adapter's).
+        self.unsharded_index = unsharded_index
         #: Each written row's expiry (the TTL attribute, a number: no string column), by key.
         self.expires: dict[tuple[str, str], int] = {}
         self.retention_days = retention_days
@@ -248,7 +234,7 @@ class FakeAuditTrail:
     def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
         """The latest `limit` rows of this outcome, newest first, ties by key: a row in one of the
         outcome's shards as the sharded index projects it (its keys and RECENT_COLUMNS), a row
-        without a shard whole (the unsharded index, where its outcome is)."""
+        without a shard whole (the unsharded index, where its outcome is, if it is read)."""
         trail = review_adapter.AuditTrail
         shards = set(every_shard(outcome, AUDIT_SHARDS))
         projected = {"item_id", "execution_name", "outcome_shard", "audited_at", *trail.RECENT_COLUMNS}
@@ -258,7 +244,7 @@ class FakeAuditTrail:
                 continue  # in no index
             if row.get("outcome_shard") in shards:
                 listed.append({name: value for name, value in row.items() if name in projected})
-            elif trail.UNSHARDED_INDEX and row.get("outcome") == outcome:
+            elif self.unsharded_index and row.get("outcome") == outcome:
                 listed.append(row)
         newest = sorted(listed, key=lambda r: (r["audited_at"], r["item_id"], r["execution_name"]), reverse=True)
         return [_read(r) for r in newest[:max(limit, 0)]]

@@ -1,19 +1,21 @@
 """Where a review-side flow test runs (the review console, the review function): the template's
-names over the in-memory fakes of tests/fakes/console.py (the fast tier), or the template's
-resources in moto with the real routing workflow executing (the smoke tests, marked `stack`).
-Both are intake worlds too (tests/fakes/worlds.py), so an intake can put an item in review, and
-both answer the same questions afterwards (an execution's status, what reached a queue, the audit
-row, the labelled example), so a test reads alike on either.
+names over the in-memory fakes of tests/fakes/console.py (the fast tier, `FakeConsoleWorld`), or
+the template's resources in moto with the real routing workflow executing (the smoke tests, marked
+`stack`, `MotoConsoleWorld`). Each extends the intake world of its own kind (tests/fakes/worlds.py),
+so an intake can put an item in review, and both answer the `ReviewWorld` protocol
+(tests/fakes/world.py): an execution's status, what reached a queue, the audit row, the labelled
+example, so a test reads alike on either. The two share the functions here, never each other.
 
-    world = ConsoleWorld()                       # nothing created; stray AWS calls hit an empty moto
+    world = FakeConsoleWorld()                   # nothing created; stray AWS calls hit an empty moto
     (name,) = world.pending(record)              # started, and its review requested
     invoke = world.console_function()            # the console function over this world's parts
     ...
     world.finished(name)                         # "SUCCEEDED", once the workflow went on
     world.delivered("BillingQueue")              # the messages that reached the team's queue
 
-In the fake world nothing runs by itself: `PlayedWorkflow` takes the routing workflow's steps
-whenever the world is asked a question, as far as the workflow would have gone by then.
+In the fake world nothing runs by itself: `PlayedWorkflow` (tests/fakes/played_workflow.py) takes
+the routing workflow's steps whenever the world is asked a question, as far as the workflow would
+have gone by then.
 """
 
 from __future__ import annotations
@@ -31,29 +33,25 @@ from decision_router.adapters.caller_identity import StsCallerIdentity
 from decision_router.adapters.precision_tally import PrecisionTally
 from decision_router.adapters.review import AuditTrail
 from decision_router.adapters.signing_key import SigningKey
-from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter, execution_input
+from decision_router.adapters.similar_items import ResolvedItems
+from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.config import Settings
-from decision_router.domain.policies import load_policy
 from decision_router.domain.precision import CheckCounts
-from decision_router.domain.records import AuditRow, DecisionRecord
-from decision_router.review.completion import PendingReview
-from decision_router.review.pending import pending_row
+from decision_router.domain.records import DecisionRecord
 from local.cloudformation import Stack
 from local.lambdas import LocalFunction, serve_workflow_invokes
 from tests.fakes.console import (
-    Clock,
     FakeAuditTrail,
     FakeBus,
     FakeLabelledExamples,
-    FakePendingReviews,
     FakePrecisionTally,
     FakeResolvedItems,
     FakeReviewTasks,
     FakeSlaEscalations,
     FakeUsedProofs,
-    entered_time,
 )
-from tests.fakes.intake import Execution, FakeQueue, RecordingWorkflow
+from tests.fakes.played_workflow import PlayedWorkflow
+from tests.fakes.world import ReviewWorld
 from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.sts_stand_in import StsStandIn
 
@@ -101,6 +99,11 @@ def waiting_reviews(stack: Stack) -> int:
     return sum(page["Count"] for page in pages)
 
 
+def workflow_event_source(stack: Stack) -> str:
+    """The `source` of the events the routing workflow puts (its definition's EventSource)."""
+    return stack.resolve(stack.properties("RoutingStateMachine"))["DefinitionSubstitutions"]["EventSource"]
+
+
 def delivered(url: str) -> list[dict[str, Any]]:
     """The queue's messages (their JSON bodies), taken off it."""
     sqs = boto3.client("sqs")
@@ -112,182 +115,33 @@ def delivered(url: str) -> list[dict[str, Any]]:
     return found
 
 
-# ------------------------------------------------------------------------------ the fake routing workflow
-class NotPlayed(AssertionError):
-    """A step of the routing workflow the fake world does not play: run the test on the stack."""
+# ------------------------------------------------------------------------------ what both worlds answer alike
+def requested(world: ReviewWorld, *records: DecisionRecord) -> list[str]:
+    """Each record's execution started, once the workflow requested every review (its row is in
+    the pending-review index)."""
+    names = [world.start(record) for record in records]
+    world.wait_for(lambda: set(names) <= {r["execution_name"] for r in world.review_requests()}, "the review requests")
+    return names
 
 
-def _compact(value: Any) -> str:
-    """JSON text as States.JsonToString writes it."""
-    return json.dumps(value, separators=(",", ":"))
+def ended(world: ReviewWorld, name: str) -> str:
+    """The execution's status once it ended."""
+    return world.wait_for(lambda: world.status(name) != "RUNNING" and world.status(name), f"execution {name}")
 
 
-class PlayedWorkflow(RecordingWorkflow):
-    """The routing workflow (statemachine/routing.asl.json) played over the fakes: started as the
-    intakes start it (`start`, RecordingWorkflow's rules for names used before) and as the console
-    starts a correction (`start_named`); read as the console reads it (`describe`, ConsoleWorkflow's
-    answers). `play` takes each running execution as far as
-    the workflow would by now:
-
-    - an automatic route: delivered to its destination, audited `auto_routed`, SUCCEEDED;
-    - a review: its row put in the pending-review index (as the index writer puts it) under a task
-      token the review tasks issue; once the token is answered, the row is removed and the answer
-      checked (this execution, a reviewer, one of the record's own choices), then delivered, its
-      labelled example stored, audited `reviewed`, SUCCEEDED;
-    - a correction: its answer checked and carried out as a review's.
-
-    Each row and message is written field for field as the state that writes it in AWS. What it
-    does not play raises NotPlayed: an escalation (no bus here), a review closed or timed out, an
-    answer the workflow would refuse (dead-lettered), an unknown route. The Item Routed
-    announcement is not put (no bus: nothing here can read it). The smoke tests, run on both
-    worlds, hold what it plays to the real workflow in moto."""
-
-    def __init__(self, state_machine_arn: str, *, pending_reviews: FakePendingReviews, review_timeout_seconds: int,
-                 tasks: FakeReviewTasks, audit: FakeAuditTrail, examples: FakeLabelledExamples,
-                 queue_at: Callable[[str], FakeQueue], clock: Clock = time.time,
-                 audit_retention_days: int = 0) -> None:
-        super().__init__(audit_retention_days=audit_retention_days)
-        self.state_machine_arn, self.review_timeout_seconds = state_machine_arn, review_timeout_seconds
-        self.pending_reviews, self.tasks, self.audit, self.examples = pending_reviews, tasks, audit, examples
-        self.queue_at, self.clock = queue_at, clock
-        self.tokens: dict[str, str] = {}  # execution name -> the task token its review waits on
-
-    # -------------------------------------------------------------------- the review side's port (Executions)
-    def start_named(self, name: str, record: DecisionRecord) -> bool:
-        """Start one execution of exactly this name; False when one exists (whatever its status)."""
-        if name in self.executions:
-            return False
-        given = execution_input(record, self.audit_retention_days)
-        self.executions[name] = Execution(name, type(record).model_validate_json(given), given)
-        return True
-
-    def describe(self, name: str) -> tuple[str, dict[str, Any]]:
-        if name not in self.executions:
-            raise ExecutionNotRunning(f"no routing execution named {name!r}")
-        execution = self.executions[name]
-        return execution.status, json.loads(execution.input)
-
-    def execution_arn(self, name: str) -> str:
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
-
-    # -------------------------------------------------------------------- the workflow's steps
-    def play(self) -> None:
-        """Each running execution taken as far as the workflow would take it by now."""
-        for execution in list(self.executions.values()):
-            if execution.status == "RUNNING":
-                self._step(execution, json.loads(execution.input))
-
-    def _step(self, execution: Execution, given: dict[str, Any]) -> None:
-        route = given.get("route")
-        if route == "auto":
-            self._carry_out(execution, given, given["destination"], given["escalate"],
-                            {"status": "auto_routed", "target": given["destination"]["target"],
-                             "escalated": given["escalate"], "reviewer": None})
-        elif route == "correction":
-            self._answered(execution, given, given["correction"])
-        elif route == "review":
-            self._review(execution, given)
-        else:
-            raise NotPlayed(f"{execution.name}: route {route!r} is dead-lettered by the workflow")
-
-    def _review(self, execution: Execution, given: dict[str, Any]) -> None:
-        if given["escalate"]:
-            raise NotPlayed(f"{execution.name}: an escalation before the review (PutItemEscalatedBeforeReview)")
-        token = self.tokens.get(execution.name)
-        if token is None:  # RequestReview: the index writer puts the review's row
-            token = self.tokens[execution.name] = self.tasks.issue()
-            self.request_review(execution.record, execution.name, token)
-        if token in self.tasks.answered:
-            self.pending_reviews.remove(execution.name)  # ForgetPendingReview
-            self._answered(execution, given, json.loads(self.tasks.answered[token].model_dump_json()))
-        elif token in self.tasks.closed or token in self.tasks.timed_out:
-            self.pending_reviews.remove(execution.name)
-            raise NotPlayed(f"{execution.name}: a review closed at its source or timed out")
-
-    def request_review(self, record: DecisionRecord, execution_name: str, task_token: str) -> None:
-        """The row the index writer (functions/review_index_writer) puts for RequestReview's invoke."""
-        review = PendingReview(task_token=task_token, execution_name=execution_name,
-                               requested_at=entered_time(self.clock()), record=record)
-        self.pending_reviews.put(pending_row(review, load_policy(record.policy.name),
-                                             review_timeout_seconds=self.review_timeout_seconds))
-
-    def _answered(self, execution: Execution, given: dict[str, Any], answer: dict[str, Any]) -> None:
-        """CheckReviewAnswer* and LookUpReviewChoice, then the route the chosen answer names."""
-        accepted = (answer.get("execution_name") == execution.name and isinstance(answer.get("reviewer"), str)
-                    and answer["reviewer"] != "" and answer.get("choice") in given["review"]["choices"]
-                    and isinstance(answer.get("reviewer_id"), str) and isinstance(answer.get("identity_signature"), str))
-        if not accepted:
-            raise NotPlayed(f"{execution.name}: the workflow refuses this answer (RejectReviewAnswer): {answer}")
-        chosen = json.loads(answer["choice"])
-        escalates = chosen["escalate"] and not (given["route"] == "review" and given["escalate"])
-        outcome = {"status": "reviewed", "target": chosen["destination"]["target"], "escalated": chosen["escalate"],
-                   "reviewer": answer["reviewer"], "answers": chosen["answers"], "review": answer}
-        self._carry_out(execution, given, chosen["destination"], escalates, outcome, answer=answer,
-                        answers=chosen["answers"])
-
-    def _carry_out(self, execution: Execution, given: dict[str, Any], destination: dict[str, Any], escalates: bool,
-                   outcome: dict[str, Any], *, answer: dict[str, Any] | None = None,
-                   answers: dict[str, str] | None = None) -> None:
-        """DeliverToDestination, StoreLabelledExample (an answered item), WriteAuditRecord: SUCCEEDED."""
-        if escalates:
-            raise NotPlayed(f"{execution.name}: an escalation (PutItemEscalated)")
-        name = execution.name
-        self.queue_at(destination["queue_url"]).send(json.dumps({
-            "item_kind": given["item_kind"], "item_id": given["item_id"], "item": given["item"],
-            "target": destination["target"], "route": given["route"], "route_reason": given["route_reason"],
-            "policy": given["policy"], "decisions": given["decisions"], "execution_name": name}))
-        if answer is not None:
-            self.examples.put({
-                "policy_name": given["policy"]["name"], "item_key": given["item_key"], "item_id": given["item_id"],
-                "policy_version": given["policy"]["version"], "item_kind": given["item_kind"],
-                "item": _compact(given["item"]), "answers": _compact(answers), "reviewer": answer["reviewer"],
-                "reviewer_id": answer["reviewer_id"], "identity_signature": answer["identity_signature"],
-                "model_decisions": _compact(given["decisions"]), "route_reason": given["route_reason"],
-                "execution_name": name, "labelled_at": entered_time(self.clock())})
-        self.audit.write(AuditRow(
-            item_id=given["item_id"], execution_name=name, item_kind=given["item_kind"], outcome=outcome["status"],
-            outcome_detail=_compact(outcome), route=given["route"], route_reason=given["route_reason"],
-            policy_name=given["policy"]["name"], policy_version=given["policy"]["version"],
-            decisions=_compact(given["decisions"]), item=_compact(given["item"]), decided_at=given["decided_at"],
-            audited_at=entered_time(self.clock()), execution_arn=self.execution_arn(name),
-            linked_incident=_compact(given.get("linked"))))  # a record without `linked`: audited as not linked
-        if isinstance(given.get("audit_expires_at"), int):  # the workflow's SetExpiry
-            self.audit.expires[(given["item_id"], name)] = given["audit_expires_at"]
-        execution.status = "SUCCEEDED"
+def only_request(world: ReviewWorld) -> dict[str, Any]:
+    """The one review waiting (its row, as `review_requests` gives it)."""
+    (request,) = world.review_requests()
+    return request
 
 
-class _Questions:
-    """What both worlds answer alike, from what each answers its own way (`start`, `status`,
-    `depth`, `wait_for`)."""
-
-    def pending(self, *records: DecisionRecord) -> list[str]:
-        """Each record's execution started, once the workflow requested every review (its row is
-        in the pending-review index)."""
-        names = [self.start(record) for record in records]
-        self.wait_for(lambda: {n for n in names} <= {r["execution_name"] for r in self.review_requests()},
-                      "the review requests")
-        return names
-
-    def review_requests(self) -> list[dict[str, Any]]:
-        """The reviews waiting, as the index writer put them (task_token, execution_name,
-        requested_at, record as JSON), oldest first."""
-        raise NotImplementedError
-
-    def pending_message(self) -> dict[str, Any]:
-        """The one review waiting (its row, as `review_requests` gives it)."""
-        (request,) = self.review_requests()
-        return request
-
-    def finished(self, name: str) -> str:
-        """The execution's status once it ended."""
-        return self.wait_for(lambda: self.status(name) != "RUNNING" and self.status(name), f"execution {name}")
-
-
-class ConsoleWorld(_Questions, FakeWorld):
+class FakeConsoleWorld(FakeWorld):
     """The template's names (nothing is created) over the fakes of the review side, beside the
     intake's: one review queue, review tasks, audit table, labelled examples and resolved items,
     the decision bus and the review SLA's escalation marks, and the routing workflow played over
     them (`PlayedWorkflow`, in place of the intake world's RecordingWorkflow)."""
+
+    workflow: PlayedWorkflow
 
     def __init__(self) -> None:
         super().__init__()
@@ -306,8 +160,8 @@ class ConsoleWorld(_Questions, FakeWorld):
         self.workflow = PlayedWorkflow(self.ref("RoutingStateMachine"), pending_reviews=self.pending_reviews,
                                        review_timeout_seconds=int(
                                            self.environment("ReviewConsoleFunction")["REVIEW_TIMEOUT_SECONDS"]),
-                                       tasks=self.tasks, audit=self.audit,
-                                       examples=self.examples, queue_at=self._queue_at,
+                                       tasks=self.tasks, audit=self.audit, examples=self.examples, bus=self.bus,
+                                       event_source=workflow_event_source(self.template), queue_at=self._queue_at,
                                        audit_retention_days=self.audit_retention_days)
 
     # -------------------------------------------------------------------- the functions, over this world's parts
@@ -336,6 +190,8 @@ class ConsoleWorld(_Questions, FakeWorld):
             precision_tally=self.precision, signing_key=self.signing_key, caller_identity=identity))
 
     # -------------------------------------------------------------------- the workflow
+    pending, pending_message, finished = requested, only_request, ended
+
     def start(self, record: DecisionRecord) -> str:
         name, started = self.workflow.start(record)
         assert started, name
@@ -399,12 +255,21 @@ class ConsoleWorld(_Questions, FakeWorld):
     def put_labelled_example(self, columns: dict[str, str]) -> None:
         self.examples.put(columns)
 
+    def workflow_events(self) -> list[tuple[str, dict[str, Any]]]:
+        """The events the routing workflow put on the decision bus (detail type, detail), in order,
+        taken off it (what others put there stays)."""
+        self.workflow.play()
+        source = self.workflow.event_source
+        found = [(detail_type, detail) for put_by, detail_type, detail in self.bus.events if put_by == source]
+        self.bus.events[:] = [event for event in self.bus.events if event[0] != source]
+        return found
+
     def precision_counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
         """The live precision's tally of a question (or one of its options)."""
         return self.precision.counts(policy, question, option)
 
 
-class MotoConsoleWorld(_Questions, MotoWorld):
+class MotoConsoleWorld(MotoWorld):
     """The template's resources created in moto (inside mock_aws with Step Functions executing),
     the functions wired from their environments as in the account: the routing workflow runs in
     moto's threads, so each question that waits polls."""
@@ -412,10 +277,14 @@ class MotoConsoleWorld(_Questions, MotoWorld):
     def __init__(self) -> None:
         super().__init__()
         self.audit = AuditTrail(self.ref("AuditTable"))
+        self.resolved_items = ResolvedItems(self.ref("ResolvedItemsTable"))  # what the functions keep there
         self.signing_key = SigningKey.from_secret(self.ref("SigningKeySecret"))
         self.sts = StsStandIn()  # STS as the review function's proofs meet it (moto's checks no signature)
         # The workflow's RequestReview invokes the index writer: here, in this process.
         serve_workflow_invokes(LocalFunction(self.template, "ReviewIndexWriterFunction"))
+        # A queue that receives what the workflow puts on the decision bus, as a rule of the bus would.
+        self._workflow_events = self.template.observe_bus(
+            "DecisionBus", {"source": [workflow_event_source(self.template)]}, "workflow-events")
 
     def console_function(self) -> Callable[[dict], dict]:
         """The console function, cold-started with the template's environment: event -> response."""
@@ -428,9 +297,13 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         for name, value in self.environment("ReviewCompletionFunction").items():
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(app, "WIRING", app.Wiring())
-        self.sts.attach(app.WIRING.caller_identity.client)  # the client it made, answered with a signature check
+        identity = app.WIRING.caller_identity
+        assert isinstance(identity, StsCallerIdentity), identity
+        self.sts.attach(identity.client)  # the client it made, answered with a signature check
 
     # -------------------------------------------------------------------- the workflow
+    pending, pending_message, finished = requested, only_request, ended
+
     def start(self, record: DecisionRecord) -> str:
         return start(self.template, record)
 
@@ -479,13 +352,19 @@ class MotoConsoleWorld(_Questions, MotoWorld):
         boto3.client("dynamodb").put_item(TableName=self.ref("LabelledExamplesTable"),
                                           Item={name: {"S": value} for name, value in columns.items()})
 
+    def workflow_events(self) -> list[tuple[str, dict[str, Any]]]:
+        """Delivered by EventBridge to a queue one by one: in the order received (one execution's
+        puts, awaited in turn, arrive in the order put)."""
+        return [(event["detail-type"], event["detail"]) for event in delivered(self._workflow_events)]
+
     def precision_counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts:
         return PrecisionTally(self.ref("HeadHistoryTable")).counts(policy, question, option)
 
 
 @contextlib.contextmanager
-def console_world(kind: str) -> Iterator[ConsoleWorld]:
+def console_world(kind: str) -> Iterator[ReviewWorld]:
     """The world of a test's `world` fixture: "moto" (the stack), else the fakes, inside mock_aws
     all the same, so a call no fake answers fails at once against an empty moto."""
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield MotoConsoleWorld() if kind == "moto" else ConsoleWorld()
+        world: ReviewWorld = MotoConsoleWorld() if kind == "moto" else FakeConsoleWorld()
+        yield world

@@ -3,7 +3,7 @@ intake over EventBridge), each behaving as its adapter does over AWS; `test_cont
 runs the same behaviours against each fake and its adapter.
 
 - `FakeOpenIncidents`: the open-incident store (`adapters/open_incidents.py` `OpenIncidents`),
-  its rows kept as the DynamoDB items would be, as plain Python values.
+  one store per concern over its rows as plain Python values (tests/fakes/open_incidents.py).
 - `FakeEndpoint`: the decision endpoint (`adapters/endpoint.py` `DecisionEndpoint`), answering
   from logits given per question (and optionally per item), or failing as the adapter fails.
 - `RecordingWorkflow`: the routing workflow (`adapters/workflow.py` `WorkflowStarter`), keeping
@@ -20,15 +20,13 @@ with the same error code, so `except ClientError` and a check of the code treat 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -40,325 +38,26 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import S
 from botocore.exceptions import ClientError
 
 from decision_contract import Decision, DecisionResult, DecisionTiming, ModelInfo, softmax
-from decision_router.adapters import expiry
-from decision_router.adapters.direct_routes import (
-    FAILED,
-    LEASE_SECONDS,
-    DeliveryInProgress,
-    audit_row,
-    entered_time,
-    routed_detail,
-    team_message,
-)
+from decision_router.adapters.alarm_states import alarm_state
+from decision_router.adapters.direct_routes import DirectDelivery, routed_detail
+from decision_router.adapters.direct_routes import held as direct_held
 from decision_router.adapters.endpoint import MIN_ATTEMPT_SECONDS
-from decision_router.adapters.open_incidents import (
-    BATCH_KEYS,
-    EXECUTION_POINTER,
-    FILED,
-    FILED_COUNT,
-    LOOKUP_ROW,
-    MAX_RACES,
-    OPEN_MARK,
-    RETENTION_DAYS,
-    instant_of,
-    open_incident_of,
-    open_mark,
-)
 from decision_router.adapters.queues import HOLD_SECONDS, MAX_ATTRIBUTE_CHARS
 from decision_router.adapters.workflow import ENDED_UNROUTED, MAX_ATTEMPTS, execution_input
-from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
-from decision_router.domain.linking import MAX_DESCRIPTION, MAX_FILED, MAX_TITLE, OpenIncident, bounded, filing_keys
-from decision_router.domain.ports.incidents import AlarmState, Claim, GroupRow, IncidentRow, Joined
+from decision_router.domain.leases import Held, Placement
+from decision_router.domain.ports.incidents import AlarmState
 from decision_router.domain.ports.routing import Delivery
-from decision_router.domain.records import DecisionRecord, execution_name
+from decision_router.domain.records import AuditRow, DecisionRecord, execution_name
 from decision_router.sources.cloudwatch import parse_alarm_arn
 from local.template import DEFAULT_ACCOUNT_ID
+from tests.fakes.open_incidents import ConditionFailed, FakeOpenIncidents
 
 __all__ = [
     "ConditionFailed", "FakeAlarmStates", "FakeEndpoint", "FakeOpenIncidents", "FakeQueue", "InMemoryIdempotency",
     "RecordingWorkflow", "UnansweredDecision",
 ]
 
-
-class ConditionFailed(ClientError):
-    """A conditional write that did not hold: what DynamoDB answers with ConditionalCheckFailedException."""
-
-    CODE = "ConditionalCheckFailedException"
-
-    def __init__(self, operation: str):
-        super().__init__({"Error": {"Code": self.CODE, "Message": "The conditional request failed"}}, operation)
-
-
-def _validation(message: str, operation: str) -> ClientError:
-    """DynamoDB's refusal of an update expression that cannot apply to the item."""
-    return ClientError({"Error": {"Code": "ValidationException", "Message": message}}, operation)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row as the adapter reads an item: a string set as a sorted list."""
-    return {name: sorted(value) if isinstance(value, set) else copy.deepcopy(value) for name, value in row.items()}
-
-
-# --------------------------------------------------------------------------- the open-incident store
-class FakeOpenIncidents:
-    """The open-incident store (port `OpenIncidentStore`) in memory, with the adapter's conditional
-    writes. `rows` holds one dict per key, as the DynamoDB item would be: its attribute names, a
-    string set as a `set`, a number as an `int`, a list as a `list`; a test may read it, or put a
-    row there as an older writer would have left it. An update with no condition writes a row that
-    is not there, as DynamoDB's UpdateItem does. An open row carries its shard's mark
-    (`open_mark`); the open-incident index is every row with a mark, whatever its value, by key."""
-
-    def __init__(self, *, retention_days: int = RETENTION_DAYS) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.retention_days = retention_days
-        #: Requests as the adapter would make them, by method (the link index's reads and writes).
-        self.calls: Counter[str] = Counter()
-
-    def _open_rows(self) -> list[dict[str, Any]]:
-        """The rows of the open-incident index, by key (as the adapter's Query of every shard)."""
-        return [row for _, row in sorted(self.rows.items()) if OPEN_MARK in row]
-
-    def _row(self, key: str) -> dict[str, Any]:
-        """The row of `key` for an unconditional update (made when missing, as UpdateItem does)."""
-        return self.rows.setdefault(key, {"incident_key": key})
-
-    def get(self, key: str) -> IncidentRow | None:
-        row = self.rows.get(key)
-        return IncidentRow.model_validate(_plain(row)) if row is not None else None
-
-    def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
-              service: str | None = None, reported_at: str | None = None, title: str | None = None,
-              description: str | None = None) -> Claim:
-        for _ in range(MAX_RACES):
-            existing = self.rows.get(key)
-            # A resolved incident reopens (a flap), but not by a late copy of the delivery that opened it.
-            if existing is None or (existing.get("status") == "resolved" and existing.get("opened_by") != delivery):
-                item: dict[str, Any] = {"incident_key": key, "status": "open", OPEN_MARK: open_mark(key), "opened_by": delivery,
-                                        "deliveries": {delivery}, "routed": False, "updates": 0,
-                                        "incident_id": incident_id, "source": source, "opened_at": _now()}
-                if opens:
-                    item["opens"] = list(opens)
-                if service and reported_at:
-                    item["service"], item["reported_at"] = service, reported_at
-                    for name, text, limit in (("title", title, MAX_TITLE), ("description", description, MAX_DESCRIPTION)):
-                        kept = bounded(text, limit)
-                        if kept:
-                            item[name] = kept
-                    item["filed_under"] = filing_keys(service, title, description)
-                self.rows[key] = item  # a put replaces the whole item
-                return "new"
-            row = self.get(key)
-            if row is None:
-                continue
-            if row.opened_by == delivery:
-                return "retry" if row.status == "open" and not row.routed else "duplicate"
-            if row.status == "open":
-                return "update" if self.touch(key, delivery) else "duplicate"
-        raise RuntimeError(f"open-incident store: {key!r} kept changing under {MAX_RACES} claims; the event is retried")
-
-    # the link index: a row per lookup key (`LOOKUP_ROW` + key), each incident filed an attribute
-    # `FILED` + incident key -> reported time, and their count `FILED_COUNT`
-    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None:
-        self.calls["file"] += 1
-        for lookup in lookup_keys:
-            row = self.rows.get(LOOKUP_ROW + lookup, {})
-            if FILED + key not in row and row.get(FILED_COUNT, 0) < MAX_FILED:
-                row = self._row(LOOKUP_ROW + lookup)
-                row[FILED + key] = reported_at
-                row[FILED_COUNT] = row.get(FILED_COUNT, 0) + 1
-
-    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None:
-        self.calls["unfile"] += 1
-        for lookup in lookup_keys:
-            row = self.rows.get(LOOKUP_ROW + lookup, {})
-            if row.pop(FILED + key, None) is not None:
-                row[FILED_COUNT] -= 1
-
-    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]:
-        """As the adapter's BatchGetItem of the lookup rows (`calls` counts one per BATCH_KEYS keys)."""
-        unique = list(dict.fromkeys(lookup_keys))
-        self.calls["filed_under"] += math.ceil(len(unique) / BATCH_KEYS)
-        found = {}
-        for lookup in unique:
-            row = self.rows.get(LOOKUP_ROW + lookup)
-            if row is not None:
-                filed = {name[len(FILED):]: instant_of(text) for name, text in row.items() if name.startswith(FILED)}
-                found[lookup] = {key: at for key, at in filed.items() if at is not None}
-        return found
-
-    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]:
-        """As the adapter's BatchGetItem of the incidents' rows (`calls` counts one per BATCH_KEYS keys;
-        `read` counts the rows read)."""
-        unique = list(dict.fromkeys(keys))
-        self.calls["open_incidents"] += math.ceil(len(unique) / BATCH_KEYS)
-        self.calls["rows_read"] += len(unique)
-        rows = [self.rows[key] for key in sorted(unique) if key in self.rows]
-        incidents = [open_incident_of(_plain(row)) for row in rows if row.get("status") == "open"]
-        return [incident for incident in incidents if incident is not None]
-
-    def open_now(self) -> list[OpenIncident]:
-        incidents = []
-        for row in self._open_rows():
-            if "service" not in row:
-                continue  # a row with no service kept
-            incident = open_incident_of(row)
-            if incident is not None:
-                incidents.append(incident)
-        return incidents
-
-    def touch(self, key: str, delivery: str) -> bool:
-        row = self.rows.get(key)
-        if row is None or row.get("status") != "open" or delivery in row.get("deliveries", set()):
-            return False
-        if not isinstance(row.get("updates"), int):
-            raise _validation("The provided expression refers to an attribute that does not exist in the item",
-                              "UpdateItem")
-        row["deliveries"] = row.get("deliveries", set()) | {delivery}
-        row.update(updates=row["updates"] + 1, updated_at=_now(), last_delivery=delivery, **{OPEN_MARK: open_mark(key)})
-        return True
-
-    def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None:
-        row = self.rows.get(key)
-        if row is None or row.get("opened_by") != delivery:
-            raise ConditionFailed("UpdateItem")
-        row.update(routed=True, execution_name=execution_name)
-        if group:
-            row["group"] = group
-
-    def add_member(self, key: str, member: str) -> None:
-        row = self._row(key)
-        row["members"] = row.get("members", set()) | {member}
-
-    def resolve(self, key: str, delivery: str, reason: str) -> IncidentRow | None:
-        row = self.rows.get(key)
-        if row is None or row.get("status") != "open":
-            return None
-        was = IncidentRow.model_validate(_plain(row))
-        row.update(status="resolved", resolved_at=_now(), resolved_by=delivery, resolution=reason[:1000],
-                   expires_at=expiry(self.retention_days))
-        row.pop(OPEN_MARK, None)
-        return was
-
-    def held(self, key: str, delivery: str, why: str, **fields: str) -> None:
-        row = self.rows.get(key)
-        if row is None or row.get("opened_by") != delivery:
-            raise ConditionFailed("UpdateItem")
-        row.update(routed=True, held=why, **fields)
-
-    def _expired_hold(self, row: Mapping[str, Any], now: str) -> bool:
-        return (row.get("status") == "open" and isinstance(row.get("held_until"), str) and row["held_until"] <= now
-                and "execution_name" not in row)
-
-    def release(self, key: str, now: str) -> bool:
-        row = self.rows.get(key)
-        if row is None or not self._expired_hold(row, now):
-            return False
-        row["released_at"] = now
-        return True
-
-    def expired_holds(self, now: str) -> list[IncidentRow]:
-        # The index's rows alone, as the adapter's Query reads them.
-        return [IncidentRow.model_validate(_plain(row)) for row in self._open_rows() if self._expired_hold(row, now)]
-
-    def released(self, key: str, execution_name: str) -> None:
-        self._row(key).update(execution_name=execution_name,
-                              held="held by a maintenance window until it ended; then routed")
-
-    # ------------------------------------------------------------------ groups (grouping)
-    def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,
-                   severity: str) -> Joined:
-        for _ in range(MAX_RACES):
-            row = self.rows.get(group_key)
-            if (row is None or row.get("status") == "resolved"
-                    or (isinstance(row.get("until"), str) and row["until"] <= at)):
-                self.rows[group_key] = {"incident_key": group_key, "status": "open", "leader": member,
-                                        "leader_incident_id": incident_id, "members": {member},
-                                        "open_members": {member}, "opened_at": at, "until": until,
-                                        "leader_severity": severity}
-                return Joined(incident_key=group_key, status="open", leader=member, leader_incident_id=incident_id,
-                              members=[member], open_members=[member], leader_severity=severity, is_leader=True)
-            if not (row.get("status") == "open" and isinstance(row.get("until"), str) and row["until"] > at):
-                continue  # it ended meanwhile: open a new one
-            row["members"] = row.get("members", set()) | {member}
-            row["open_members"] = row.get("open_members", set()) | {member}
-            group = GroupRow.model_validate(_plain(row))
-            return Joined(**group.model_dump(), is_leader=group.leader == member)
-        raise RuntimeError(f"open-incident store: group {group_key!r} kept changing; the event is retried")
-
-    def lead_group(self, group_key: str, member: str, *, incident_id: str, severity: str) -> None:
-        row = self._row(group_key)
-        row.update(leader=member, leader_incident_id=incident_id, leader_severity=severity)
-        row.pop("execution_name", None)
-
-    def group_routed(self, group_key: str, execution_name: str) -> None:
-        self._row(group_key)["execution_name"] = execution_name
-
-    def leave_group(self, group_key: str, member: str, delivery: str) -> GroupRow | None:
-        row = self.rows.get(group_key)
-        if row is None:
-            return None
-        still = row.get("open_members", set()) - {member}
-        if still:
-            row["open_members"] = still
-        else:
-            row.pop("open_members", None)  # DynamoDB keeps no empty set: the attribute goes
-        group = GroupRow.model_validate(_plain(row))
-        if not group.open_members and group.status == "open":
-            row.update(status="resolved", resolved_at=_now(), resolved_by=delivery, expires_at=expiry(self.retention_days))
-            return GroupRow.model_validate(_plain(row))
-        return group
-
-    # ------------------------------------------------------------------ dependencies
-    def parents(self, slot: str) -> list[ParentEntry]:
-        entries = self.rows.get(slot, {}).get("parents", {})
-        return sorted((ParentEntry.model_validate({**value, "key": key}) for key, value in entries.items()),
-                      key=lambda e: (e.opened_at, e.key))
-
-    def register_parent(self, slot: str, entry: ParentEntry) -> None:
-        self._row(slot).setdefault("parents", {})[entry.key] = entry.model_dump(exclude={"key"})
-        row = self._row(entry.key)
-        row["parent_slots"] = row.get("parent_slots", set()) | {slot}
-
-    def unregister_parent(self, slot: str, key: str) -> None:
-        self.rows.get(slot, {}).get("parents", {}).pop(key, None)
-
-    def paged(self, key: str, execution_name: str) -> bool:
-        row = self.rows.get(key)
-        if row is None or row.get("status") != "open":
-            return False
-        row["paged_by"] = execution_name
-        return True
-
-    def link_child(self, parent_key: str, child_key: str) -> bool:
-        row = self.rows.get(parent_key)
-        if row is None or row.get("status") != "open" or "paged_by" not in row:
-            return False
-        row["held_children"] = row.get("held_children", set()) | {child_key}
-        return True
-
-    def unhold(self, key: str, delivery: str) -> None:
-        row = self.rows.get(key)
-        if row is None or row.get("opened_by") != delivery:
-            raise ConditionFailed("UpdateItem")
-        row["routed"] = False
-        for name in ("held", "held_under", "held_item", "parent_severity"):
-            row.pop(name, None)
-
-    def point(self, execution_name: str, key: str) -> None:
-        self.rows[EXECUTION_POINTER + execution_name] = {"incident_key": EXECUTION_POINTER + execution_name,
-                                                         "points_to": key, "expires_at": expiry(self.retention_days)}
-
-    def pointed(self, execution_name: str) -> str | None:
-        return self.rows.get(EXECUTION_POINTER + execution_name, {}).get("points_to")
-
-    def held_open(self) -> list[IncidentRow]:
-        return [IncidentRow.model_validate(_plain(row)) for row in self._open_rows()
-                if "held_under" in row and "execution_name" not in row and "group" not in row]
 
 # --------------------------------------------------------------------------- the decision endpoint
 #: The model the fake endpoint reports unless told another (as tests/functions/conftest.py's make_result).
@@ -368,6 +67,25 @@ FAKE_MODEL = ModelInfo(file="test.gguf", bytes=1, sha256="0" * 64, context_size=
 RETRIED_KINDS = frozenset({"retryable_model_error", "throttled", "unavailable", "timeout", "connection"})
 #: The adapter's attempts per decide (DecisionEndpoint's default, Settings.endpoint_max_attempts).
 ADAPTER_ATTEMPTS = 4
+
+
+#: The width of the fake's own hidden state for a model that names no hidden_size.
+DEFAULT_HIDDEN_SIZE = 8
+
+
+def fake_prompt(decision: Decision) -> str:
+    """What the fakes take for a decision's prompt: its state, question and options."""
+    return json.dumps({"state": decision.state, "question": decision.question, "options": decision.option_ids},
+                      sort_keys=True)
+
+
+def default_hidden(decision: Decision, hidden_size: int | None) -> list[float]:
+    """A hidden state for a decision no test gave one for: `hidden_size` values (DEFAULT_HIDDEN_SIZE
+    where the model names none) in [-1, 1), drawn from its prompt's hash, so that two items differ
+    and the same item reads the same every time."""
+    digest = hashlib.sha256(fake_prompt(decision).encode()).digest()
+    size = hidden_size or DEFAULT_HIDDEN_SIZE
+    return [digest[i % len(digest)] / 128 - 1 for i in range(size)]
 
 
 class UnansweredDecision(LookupError):
@@ -392,8 +110,9 @@ class FakeEndpoint:
 
     `fail` makes the next calls raise the EndpointFailure the adapter raises once its retries are
     spent: a kind it retries (RETRIED_KINDS) after ADAPTER_ATTEMPTS attempts, any other after one.
-    A decision that asks for the hidden state (its head reads it) gets its answer's `hidden_state`,
-    else the endpoint's `hidden_state`; with neither, the fake raises UnansweredDecision. A head
+    A decision that asks for the hidden state (every decision the router builds does) gets its
+    answer's `hidden_state`, else the endpoint's `hidden_state`, else `default_hidden` of its prompt
+    (the container always returns one when asked: a test whose head reads it gives its own). A head
     that reads the model applies only to a result of its model: give `model` and `prompt_version`
     (the head's `model_sha256`, `hidden_size`, `prompt_version`) to have it read; on another model
     it is skipped and the letters decide, as in the account."""
@@ -483,18 +202,12 @@ class FakeEndpoint:
         if len(answer.logits) != len(decision.options):
             raise UnansweredDecision(f"answer for {decision.id!r} has {len(answer.logits)} logits; the decision has "
                                      f"{len(decision.options)} options ({', '.join(decision.option_ids)})")
+        logits = list(answer.logits)
+        prompt = fake_prompt(decision)
         hidden = None
         if decision.return_hidden_state:
             given = answer.hidden_state if answer.hidden_state is not None else self.hidden_state
-            if given is None:
-                raise UnansweredDecision(
-                    f"decision {decision.id!r} asks for the hidden state (its head reads it): give "
-                    f"answer({decision.id!r}, logits, hidden_state=[...]) or FakeEndpoint(hidden_state=[...]) "
-                    "with the head's hidden_size values")
-            hidden = list(given)
-        logits = list(answer.logits)
-        prompt = json.dumps({"state": decision.state, "question": decision.question, "options": decision.option_ids},
-                            sort_keys=True)
+            hidden = list(given) if given is not None else default_hidden(decision, self.model.hidden_size)
         return DecisionResult(
             id=decision.id, option_ids=decision.option_ids, probabilities=softmax(logits, decision.temperature),
             option_logits=logits, temperature=decision.temperature, input_tokens=100,
@@ -559,13 +272,14 @@ class RecordingWorkflow:
 
 
 # --------------------------------------------------------------------------- the direct routes
-class FakeDirectRoutes:
-    """The direct delivery of an automatic route (port `DirectRoutes`), as its adapter does it: the
-    audit row claimed in `audit` (a `FakeAuditTrail`: the row's string columns, the pending mark
-    beside them in `pending`), the team message onto the fake queue of its URL (`queue_at`), the
-    `Item Routed` event's detail in `events`. `clock` is the adapter's; `fail_send`, an exception
-    the next send raises (after the claim): an `Exception` hands the claim back, as the adapter
-    does; a crash (a `BaseException`, a timeout) leaves it pending until its deadline."""
+class FakeDirectRoutes(DirectDelivery):
+    """The direct delivery of an automatic route (port `DirectRoutes`): the adapter's delivery over
+    the audit row claimed in `audit` (a `FakeAuditTrail`: the row's string columns, the pending mark
+    beside them in `pending`), with the table's conditional writes; the team message onto the fake
+    queue of its URL (`queue_at`), the `Item Routed` event's detail in `events`, each record
+    delivered in `records` by name. `clock` is the adapter's; `fail_send`, an exception the next
+    send raises (after the claim): an `Exception` hands the claim back, as the adapter does; a
+    crash (a `BaseException`, a timeout) leaves it pending until its deadline."""
 
     def __init__(self, audit: Any, queue_at: Callable[[str], "FakeQueue"], *, retention_days: int = 0,
                  clock: Callable[[], float] = time.time) -> None:
@@ -576,31 +290,48 @@ class FakeDirectRoutes:
         self.fail_send: BaseException | None = None
 
     def deliver(self, record: DecisionRecord, name: str, *, holds_until: float | None = None) -> Delivery:
-        now = self.clock()
-        until = holds_until if holds_until is not None else now + LEASE_SECONDS
-        key = (record.item_id, name)
+        delivery = super().deliver(record, name, holds_until=holds_until)
+        if delivery.delivered:
+            self.records[name] = record
+        return delivery
+
+    def _place(self, row: AuditRow, expires_at: int | None, until: float) -> Placement:
+        key = (row.item_id, row.execution_name)
         if key in self.audit.rows:
-            held = self.pending.get(key)
-            if held is None:
-                return Delivery(False, ended_unrouted=self.audit.rows[key].get("outcome") == FAILED)
-            if held > now:
-                raise DeliveryInProgress(f"{record.item_kind} {record.item_id}: delivery claimed by another invocation")
-        else:
-            self.audit.rows[key] = audit_row(record, name, entered_time(now)).columns()
-            if self.retention_days:
-                self.audit.expires[key] = expiry(self.retention_days, datetime.fromisoformat(record.decided_at))
+            return direct_held(self.audit.rows[key].get("outcome"), self.pending.get(key))
+        self.audit.rows[key] = row.columns()
+        if expires_at is not None:
+            self.audit.expires[key] = expires_at
         self.pending[key] = until
+        return "placed"
+
+    def _take_over(self, item_id: str, name: str, theirs: Held, until: float) -> bool:
+        return self._swap((item_id, name), theirs.lease_until, until)
+
+    def _mark_delivered(self, item_id: str, name: str, until: float) -> str | None:
+        if self.pending.get((item_id, name)) == until:
+            del self.pending[item_id, name]
+        return None
+
+    def _release(self, item_id: str, name: str, until: float) -> None:
+        self._swap((item_id, name), until, 0.0)
+
+    def _swap(self, key: tuple[str, str], theirs: float | None, mine: float) -> bool:
+        """The pending mark set to `mine` while it is `theirs` (a conditional update)."""
+        if key not in self.pending or self.pending[key] != theirs:
+            return False
+        self.pending[key] = mine
+        return True
+
+    def _send(self, queue_url: str, body: str) -> None:
         if self.fail_send is not None:
             failure, self.fail_send = self.fail_send, None
-            if isinstance(failure, Exception):
-                self.pending[key] = 0.0
             raise failure
-        self.queue_at(record.destination.queue_url if record.destination else "").send(
-            json.dumps(team_message(record, name), ensure_ascii=False))
+        self.queue_at(queue_url).send(body)
+
+    def _announce(self, record: DecisionRecord, name: str) -> str | None:
         self.events.append(routed_detail(record, name))
-        self.records[name] = record
-        del self.pending[key]
-        return Delivery(True)
+        return None
 
 
 # --------------------------------------------------------------------------- queues
@@ -716,13 +447,7 @@ class FakeAlarmStates:
 
     def state_of(self, arn: str) -> AlarmState:
         self.asked.append(arn)
-        parsed = parse_alarm_arn(arn)
-        if parsed is None:
-            return "missing"
-        region, account, name = parsed
-        if account != self.account:
-            return "elsewhere"
-        return self._states.get((region, name), "missing")
+        return alarm_state(arn, lambda: self.account, lambda region, name: self._states.get((region, name)))
 
 
 # --------------------------------------------------------------------------- the idempotency store

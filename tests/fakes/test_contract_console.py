@@ -50,6 +50,7 @@ from decision_router.adapters.similar_items import ResolvedItems, partition, par
 from decision_router.adapters.used_proofs import UsedProofs
 from decision_router.adapters.workflow import ExecutionNotRunning, WorkflowStarter
 from decision_router.domain.head_versions import parameter_name
+from decision_router.domain.leases import Held
 from decision_router.domain.linking import LinkedIncident
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import AuditRow, DecisionRecord, ReviewAnswer
@@ -109,7 +110,7 @@ def template(monkeypatch) -> Iterator[Stack]:
 
 def ticket_record(ticket_id: str) -> DecisionRecord:
     """A ticket the routing code sends to review (the model unsure between two queues)."""
-    return unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=DESTINATIONS["billing"])
+    return unsure_ticket(ticket_id, destinations=DESTINATIONS)
 
 
 # ------------------------------------------------------------------------------ webhook deliveries
@@ -206,6 +207,27 @@ def test_a_delivery_released_is_not_marked_done_by_its_late_owner(deliveries):
     assert record.claim(["k"], "generic").state == "new"
 
 
+def test_the_deliveries_table_takes_a_claim_over_only_while_its_lease_is_the_one_read(deliveries):
+    store, now = deliveries.record, int(deliveries.clock())
+    lease = Held(lease_until=now + LEASE_SECONDS)
+    assert store._place("k", store._row("jira", "first", "pending", now)) == "placed"
+    assert store._place("k", store._row("jira", "second", "pending", now)) == lease  # the row there, as read
+    assert not store._take_over("k", Held(lease_until=now - 1), store._row("jira", "second", "pending", now))
+    deliveries.clock.advance(LEASE_SECONDS + 1)
+    later = int(deliveries.clock())
+    assert store._take_over("k", lease, store._row("jira", "second", "pending", later))
+    assert not store._take_over("k", lease, store._row("jira", "third", "pending", later))  # once only
+    store._finish("k", "first", store._row("jira", "first", "done", later))  # not the owner: nothing written
+    assert store._place("k", store._row("jira", "third", "pending", later)) == Held(lease_until=later + LEASE_SECONDS)
+    store._finish("k", "second", store._row("jira", "second", "done", later))
+    assert store._place("k", store._row("jira", "third", "pending", later)) == Held(lease_until=None)
+    assert not store._take_over("k", Held(lease_until=later + LEASE_SECONDS), store._row("jira", "third", "pending", later))
+    store._release("k", "third")  # not the owner: the row stays
+    assert store._place("k", store._row("jira", "third", "pending", later)) == Held(lease_until=None)
+    store._release("k", "second")
+    assert store._place("k", store._row("jira", "third", "pending", later)) == "placed"
+
+
 # ------------------------------------------------------------------------------ review SLA escalations
 REVIEW_TIMEOUT = 3600
 #: The columns the marks take from the clock: compared as offsets from the clock's reading.
@@ -245,9 +267,9 @@ def marks(side: EscalationsSide) -> dict[str, dict[str, Any]]:
 
 def test_an_escalation_is_claimed_once_and_kept_past_the_review_timeout_once_sent(escalations):
     side = escalations
-    assert side.marks.claim("incident-INC-1-abc")
-    assert not side.marks.claim("incident-INC-1-abc")  # another sweep, while the first puts the page
-    assert side.marks.claim("incident-INC-2-def")  # another execution is another mark
+    assert side.marks.claim_page("incident-INC-1-abc")
+    assert not side.marks.claim_page("incident-INC-1-abc")  # another sweep, while the first puts the page
+    assert side.marks.claim_page("incident-INC-2-def")  # another execution is another mark
     key = mark_key("incident-INC-1-abc")
     assert marks(side)[key] == {"state": "claimed", "marked_at": 0, "lease_until": escalations_adapter.LEASE_SECONDS,
                                 "expiration": REVIEW_TIMEOUT + MARGIN_SECONDS}
@@ -257,20 +279,34 @@ def test_an_escalation_is_claimed_once_and_kept_past_the_review_timeout_once_sen
     side.marks.sent("incident-INC-1-abc")
     assert marks(side)[key] == {"state": "sent", "marked_at": 0, "expiration": REVIEW_TIMEOUT + MARGIN_SECONDS}
     side.clock.advance(escalations_adapter.LEASE_SECONDS + 1)
-    assert not side.marks.claim("incident-INC-1-abc")  # sent: never again while the row lives
+    assert not side.marks.claim_page("incident-INC-1-abc")  # sent: never again while the row lives
     side.clock.advance(REVIEW_TIMEOUT + MARGIN_SECONDS)  # past its expiry, before DynamoDB's TTL deletes it
-    assert side.marks.claim("incident-INC-1-abc")
+    assert side.marks.claim_page("incident-INC-1-abc")
 
 
 def test_a_claim_whose_page_was_never_sent_is_taken_again_once_its_lease_ran_out(escalations):
     side = escalations
-    assert side.marks.claim("ticket-T-9-abc")  # its sweep's put failed, or the sweep died
+    assert side.marks.claim_page("ticket-T-9-abc")  # its sweep's put failed, or the sweep died
     side.clock.advance(escalations_adapter.LEASE_SECONDS)
-    assert not side.marks.claim("ticket-T-9-abc")  # the lease runs to its last second
+    assert not side.marks.claim_page("ticket-T-9-abc")  # the lease runs to its last second
     side.clock.advance(1)
-    assert side.marks.claim("ticket-T-9-abc")
-    assert not side.marks.claim("ticket-T-9-abc")  # a fresh lease: taken again once only
+    assert side.marks.claim_page("ticket-T-9-abc")
+    assert not side.marks.claim_page("ticket-T-9-abc")  # a fresh lease: taken again once only
     assert marks(side)[mark_key("ticket-T-9-abc")]["state"] == "claimed"
+
+
+def test_the_marks_table_takes_a_mark_over_only_while_its_lease_is_the_one_read(escalations):
+    store, now, key = escalations.marks, int(escalations.clock()), mark_key("ticket-T-7-abc")
+    lease = Held(lease_until=now + escalations_adapter.LEASE_SECONDS)
+    assert store._place(key, store._row("claimed", now)) == "placed"
+    assert store._place(key, store._row("claimed", now)) == lease
+    assert not store._take_over(key, Held(lease_until=now - 1), store._row("claimed", now))
+    assert store._take_over(key, lease, store._row("claimed", now + 1))
+    assert not store._take_over(key, lease, store._row("claimed", now + 1))  # the lease is the taker's now
+    store._put(key, store._row("sent", now + 2))
+    assert store._place(key, store._row("claimed", now + 2)) == Held(lease_until=None)
+    assert not store._take_over(key, Held(lease_until=now + 1 + escalations_adapter.LEASE_SECONDS),
+                                store._row("claimed", now + 2))  # a sent mark has no lease to take over
 
 
 # ------------------------------------------------------------------------------ identity proofs used
@@ -391,18 +427,34 @@ class AuditSide:
     put_columns: Callable[[dict[str, str]], None]  # a row as any writer put it
 
 
-@pytest.fixture(params=VARIANTS)
-def audit(request) -> AuditSide:
+def audit_side(request, *, unsharded: bool = False) -> AuditSide:
+    """The audit table of a stack with the sharded index of recent rows alone, or (`unsharded`)
+    with the index by outcome alone kept beside it and read (AuditOutcomeIndex)."""
+    read = AuditTrail.UNSHARDED_INDEX if unsharded else None
     if request.param == "fake":
-        fake = FakeAuditTrail()
+        fake = FakeAuditTrail(unsharded_index=read)
         return AuditSide(fake, fake.put_columns)
-    stack = request.getfixturevalue("template").create(client=client, only=["AuditTable"])
+    request.getfixturevalue("template")  # inside moto
+    stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint",
+                                   "AuditOutcomeIndex": "sharded-and-unsharded" if unsharded else "sharded"})
+    stack.create(client=client, only=["AuditTable"])
     dynamodb, table = client("dynamodb"), stack.ref("AuditTable")
 
     def put_columns(columns: dict[str, str]) -> None:
         dynamodb.put_item(TableName=table, Item={name: {"S": value} for name, value in columns.items()})
 
-    return AuditSide(AuditTrail(table, dynamodb), put_columns)
+    return AuditSide(AuditTrail(table, dynamodb, unsharded_index=read), put_columns)
+
+
+@pytest.fixture(params=VARIANTS)
+def audit(request) -> AuditSide:
+    return audit_side(request)
+
+
+@pytest.fixture(params=VARIANTS)
+def audit_before_backfill(request) -> AuditSide:
+    """A stack that keeps the unsharded index, before the backfill gave every row its shard."""
+    return audit_side(request, unsharded=True)
 
 
 def audit_row(item_id: str, execution_name: str, *, outcome: str = "auto_routed", audited_at: str = "2026-11-29T12:00:01Z",
@@ -457,11 +509,12 @@ def routed_columns(item_id: str, minute: int, shard: int | None, *, outcome: str
     return columns
 
 
-def test_recent_merges_every_shard_and_the_rows_from_before_them_newest_first(audit, monkeypatch):
+def test_recent_merges_every_shard_and_the_rows_from_before_them_newest_first(audit_before_backfill):
     """The latest rows of an outcome are read from each of its shards and from the unsharded index
-    (the rows written before shards, until they expire), merged newest first: a shard that holds
+    (the rows written before shards, while the stack keeps it), merged newest first: a shard that holds
     all of the latest rows gives them all. A sharded row comes with the index's columns alone
     (RECENT_COLUMNS), a row from before whole."""
+    audit = audit_before_backfill
     rows = [routed_columns(f"T-{n}", 10 + n, n) for n in range(6)]  # one in each of shards 0-5
     rows += [routed_columns(f"T-{n}", 10 + n, 7) for n in range(6, 12)]  # the newest, all in shard 7
     rows += [routed_columns("T-tie", 21, 9)]  # T-11's instant: the row of the greater key first
@@ -485,14 +538,16 @@ def test_recent_merges_every_shard_and_the_rows_from_before_them_newest_first(au
             assert row == AuditRow.model_validate(written)  # whole, its shard given from its key
     assert [r.item_id for r in audit.audit.recent("reviewed")] == ["R-1", "R-0"]
 
-    # Once the stack has dropped the unsharded index, its rows are read no more.
-    monkeypatch.setattr(AuditTrail, "UNSHARDED_INDEX", None)
+    # Once the console is told the stack has dropped the unsharded index, its rows are read no more.
+    audit.audit.unsharded_index = None
     assert [r.item_id for r in audit.audit.recent("auto_routed", limit=20)][-3:] == ["T-2", "T-1", "T-0"]
     assert [r.item_id for r in audit.audit.recent("reviewed")] == ["R-0"]
     assert audit.audit.recent("auto_routed", limit=0) == []
 
 
-def test_a_row_that_does_not_read_as_the_workflow_writes_it_is_named_in_lists_and_raises_when_read(audit):
+def test_a_row_that_does_not_read_as_the_workflow_writes_it_is_named_in_lists_and_raises_when_read(
+        audit_before_backfill):
+    audit = audit_before_backfill  # the odd row has no shard: the unsharded index lists it
     audit.audit.write(audit_row("T-1", "ticket-T-1-a"))
     odd = {"item_id": "T-1", "execution_name": "ticket-T-1-b", "outcome": "auto_routed",
            "audited_at": "2026-11-29T12:09:00Z", "colour": "blue"}

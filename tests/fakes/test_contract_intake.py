@@ -59,6 +59,7 @@ from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.failures import EndpointFailure
 from decision_router.domain.linking import MAX_DESCRIPTION
 from decision_router.domain.policies import load_policy
+from decision_router.domain.ports.incidents import NewGroup, Opening
 from decision_router.domain.records import DecisionRecord, execution_name
 from decision_router.domain.routing import Router
 from decision_router.items import parse_item
@@ -72,6 +73,7 @@ from tests.fakes.intake import (
     InMemoryIdempotency,
     RecordingWorkflow,
     UnansweredDecision,
+    default_hidden,
 )
 
 ENDPOINT = "decision-endpoint"
@@ -126,6 +128,24 @@ T0, T1, T2, T3 = (f"2026-11-29T12:0{m}:00.000+00:00" for m in (0, 1, 2, 3))
 
 def claim(store, delivery: str, key: str = KEY, **extra: Any) -> str:
     return store.claim(key, delivery, incident_id="INC-" + key.rsplit(":", 1)[-1], source="cloudwatch", **extra)
+
+
+def opening(delivery: str, key: str = KEY) -> Opening:
+    return Opening(incident_key=key, opened_by=delivery, incident_id="INC-1", source="cloudwatch", opened_at=T0)
+
+
+def test_an_opening_is_put_only_where_no_row_is_or_a_resolved_one_another_delivery_opened(store):
+    """The storage the claim rule (domain/open_incidents.py) writes through: one conditional put."""
+    assert store.put_opening(opening("d1")) is True
+    assert store.put_opening(opening("d2")) is False  # open: never replaced
+    assert rows(store)[KEY]["opened_by"] == "d1"
+    store.resolve(KEY, "ok-1", "over")
+    assert store.put_opening(opening("d1")) is False  # a late copy of the delivery that opened it
+    assert rows(store)[KEY]["status"] == "resolved"
+    assert store.put_opening(opening("d2")) is True  # a flap: the row put whole
+    row = rows(store)[KEY]
+    assert (row["status"], row["opened_by"], row[OPEN_MARK]) == ("open", "d2", open_mark(KEY))
+    assert not {"resolved_by", "expires_at"} & set(row)
 
 
 def test_the_opening_delivery_claims_a_new_incident_and_is_told_retry_until_it_is_routed(store):
@@ -272,42 +292,47 @@ def test_expired_holds_are_the_open_unrouted_incidents_whose_window_ended(store)
     assert found == {"ended": '{"key": "ended"}', "ends-now": '{"key": "ends-now"}'}
 
 
-def test_open_now_lists_the_open_incidents_with_a_service_and_leaves_out_groups(store):
-    claim(store, "d1", key="open-a", service="checkout-api", reported_at=T0)
-    claim(store, "d1", key="open-b", service="payments", reported_at=T1)
-    claim(store, "d1", key="no-service")
-    claim(store, "d1", key="resolved", service="search", reported_at=T0)
+def held_in_a_window(store, key: str, until: str = T1, **extra: Any) -> None:
+    """Open the incident of `key` and hold it in a maintenance window ending at `until`."""
+    claim(store, "d1", key=key, **extra)
+    store.held(key, "d1", "in a window", held_until=until, held_item=f'{{"key": "{key}"}}')
+
+
+def test_the_open_incident_index_holds_the_open_incidents_alone_and_no_group(store):
+    for key in ("open-a", "open-b", "no-service", "resolved"):
+        held_in_a_window(store, key, service="checkout-api" if key != "no-service" else None, reported_at=T0)
     store.resolve("resolved", "ok", "over")
-    store.join_group("group#by-service#abc", "open-a", at=T0, until=T3, incident_id="INC-a", severity="sev2")
-    found = {(i.key, i.incident_id, i.service, i.opened_at.isoformat()) for i in store.open_now()}
-    assert found == {("open-a", "INC-open-a", "checkout-api", "2026-11-29T12:00:00+00:00"),
-                     ("open-b", "INC-open-b", "payments", "2026-11-29T12:01:00+00:00")}
+    store.join_group("group#by-service#abc", "open-a", at=T0, until=T1, incident_id="INC-a", severity="sev2")
+    assert [row.incident_key for row in store.expired_holds(T2)] == ["no-service", "open-a", "open-b"]
+    assert OPEN_MARK not in rows(store)["group#by-service#abc"] and OPEN_MARK not in rows(store)["resolved"]
 
 
-def test_open_now_reads_the_incidents_title_and_description_as_kept_bounded(store):
+def test_the_incidents_title_and_description_are_kept_bounded_and_read_back_by_key(store):
     claim(store, "d1", key="described", service="checkout-api", reported_at=T0,
           title="CloudWatch alarm checkout-api-5xx-high is in ALARM", description="customers cannot pay " * 100)
     claim(store, "d1", key="plain", service="orders-db", reported_at=T0, title="  ", description=None)
-    found = {i.key: i for i in store.open_now()}
+    found = {i.key: i for i in store.open_incidents(["described", "plain"])}
     assert found["described"].title == "CloudWatch alarm checkout-api-5xx-high is in ALARM"
     kept = found["described"].description
     assert kept is not None and len(kept) <= MAX_DESCRIPTION and kept.startswith("customers cannot pay")
     assert kept.split()[-1] in {"customers", "cannot", "pay"}  # cut at a word's end
     assert (found["plain"].title, found["plain"].description) == (None, None)
+    assert not {"title", "description"} & set(rows(store)["plain"])
 
 
 def test_a_resolved_incident_leaves_the_open_index_and_expires_after_its_retention(store):
-    claim(store, "d1", key="a", service="checkout-api", reported_at=T0)
+    held_in_a_window(store, "a", service="checkout-api", reported_at=T0)
     assert rows(store)["a"][OPEN_MARK] == open_mark("a") and "expires_at" not in rows(store)["a"]
     before = time.time()
     store.resolve("a", "ok-1", "over")
     row = rows(store)["a"]
-    assert OPEN_MARK not in row and store.open_now() == []
+    assert OPEN_MARK not in row and store.expired_holds(T2) == []
     days = store.retention_days * 86_400
     assert before + days - 1 <= int(row["expires_at"]) <= time.time() + days
     claim(store, "d2", key="a", service="checkout-api", reported_at=T1)  # a flap reopens it, whole
-    assert OPEN_MARK in rows(store)["a"] and "expires_at" not in rows(store)["a"]
-    assert [i.key for i in store.open_now()] == ["a"]
+    assert OPEN_MARK in rows(store)["a"] and not {"expires_at", "held_until"} & set(rows(store)["a"])
+    store.held("a", "d2", "in a window", held_until=T1)
+    assert [row.incident_key for row in store.expired_holds(T2)] == ["a"]
 
 
 def test_open_rows_are_marked_with_their_keys_shard_and_every_shard_is_read(store):
@@ -316,11 +341,11 @@ def test_open_rows_are_marked_with_their_keys_shard_and_every_shard_is_read(stor
     keys = [f"svc-{n:02d}" for n in range(40)]
     for key in reversed(keys):
         claim(store, "d1", key=key, service="checkout-api", reported_at=T0)
-        store.held(key, "d1", "held under a parent", held_under="parent-key")
+        store.held(key, "d1", "held under a parent", held_under="parent-key", held_until=T1)
     marks = {key: row[OPEN_MARK] for key, row in rows(store).items()}
     assert marks == {key: open_mark(key) for key in keys}
     assert len(set(marks.values())) > OPEN_SHARDS // 2 and set(marks.values()) <= set(OPEN_MARKS) - {OPEN}
-    assert [i.key for i in store.open_now()] == keys
+    assert [row.incident_key for row in store.expired_holds(T2)] == keys
     assert [row.incident_key for row in store.held_open()] == keys
 
 
@@ -335,30 +360,29 @@ def mark_as_before_sharding(store, key: str) -> None:
 
 
 def test_an_open_row_marked_before_sharding_is_read_and_moves_to_its_shard_with_its_next_delivery(store):
-    claim(store, "d1", key="old", service="checkout-api", reported_at=T0)
-    store.held("old", "d1", "in a window", held_until=T1)
-    claim(store, "d1", key="new", service="payments", reported_at=T0)
+    held_in_a_window(store, "old", service="checkout-api", reported_at=T0)
+    held_in_a_window(store, "new", service="payments", reported_at=T0)
     mark_as_before_sharding(store, "old")
     assert rows(store)["old"][OPEN_MARK] == OPEN
-    assert [i.key for i in store.open_now()] == ["new", "old"]
-    assert [row.incident_key for row in store.expired_holds(T2)] == ["old"]
+    assert [row.incident_key for row in store.expired_holds(T2)] == ["new", "old"]
     assert claim(store, "d2", key="old") == "update"
     assert rows(store)["old"][OPEN_MARK] == open_mark("old")
-    assert [i.key for i in store.open_now()] == ["new", "old"]  # once, from its shard
+    assert [row.incident_key for row in store.expired_holds(T2)] == ["new", "old"]  # once, from its shard
     store.resolve("old", "ok-1", "over")
-    assert OPEN_MARK not in rows(store)["old"] and [i.key for i in store.open_now()] == ["new"]
+    assert OPEN_MARK not in rows(store)["old"] and [row.incident_key for row in store.expired_holds(T2)] == ["new"]
 
 
 def test_an_open_row_from_before_the_index_is_listed_from_its_next_delivery_on(store):
     claim(store, "d1", key="old", service="checkout-api", reported_at=T0)
+    store.held("old", "d1", "held under a parent", held_under="parent-key")
     if isinstance(store, FakeOpenIncidents):
         del store.rows["old"][OPEN_MARK]
     else:
         boto3.client("dynamodb").update_item(TableName=store.table_name, Key={"incident_key": {"S": "old"}},
                                              UpdateExpression="REMOVE #m", ExpressionAttributeNames={"#m": OPEN_MARK})
-    assert store.open_now() == []  # not in the index: an older writer's row
+    assert store.held_open() == []  # not in the index: an older writer's row
     assert claim(store, "d2", key="old") == "update"
-    assert [i.key for i in store.open_now()] == ["old"]
+    assert [row.incident_key for row in store.held_open()] == ["old"]
 
 
 def test_a_resolved_group_expires_after_its_retention(store):
@@ -372,6 +396,35 @@ GROUP = "group#by-service#abc"
 
 def join(store, member: str, at: str = T0, until: str = T2, severity: str = "sev3"):
     return store.join_group(GROUP, member, at=at, until=until, incident_id=f"INC-{member}", severity=severity)
+
+
+def new_group(leader: str, at: str, until: str) -> NewGroup:
+    return NewGroup(incident_key=GROUP, leader=leader, leader_incident_id=f"INC-{leader}", leader_severity="sev3",
+                    opened_at=at, until=until)
+
+
+def test_a_group_is_put_where_none_is_open_and_joined_only_within_its_window(store):
+    """The storage the grouping rules (domain/open_incidents.py) write through: conditional writes."""
+    assert store.open_group(new_group("a", T0, T2)) is True
+    assert store.open_group(new_group("b", T1, T3)) is False  # open, its window not ended
+    joined = store.add_to_group(GROUP, "b", at=T1)
+    assert joined is not None and (joined.leader, joined.members, joined.open_members) == ("a", ["a", "b"], ["a", "b"])
+    assert store.add_to_group(GROUP, "c", at=T2) is None  # its window ended at T2
+    assert store.add_to_group("group#none", "c", at=T0) is None and "group#none" not in rows(store)
+    assert store.open_group(new_group("c", T2, T3)) is True  # ended: put anew
+    assert store.group(GROUP).members == ["c"] and store.group("group#none") is None
+
+
+def test_a_group_is_closed_only_while_open_with_no_open_member(store):
+    store.open_group(new_group("a", T0, T2))
+    store.add_to_group(GROUP, "b", at=T0)
+    assert store.close_group(GROUP, "ok-a") is None  # open members left
+    assert store.drop_open_member(GROUP, "a").open_members == ["b"]
+    assert store.drop_open_member(GROUP, "b").open_members == [] and "open_members" not in rows(store)[GROUP]
+    closed = store.close_group(GROUP, "ok-b")
+    assert closed is not None and (closed.status, rows(store)[GROUP]["resolved_by"]) == ("resolved", "ok-b")
+    assert store.close_group(GROUP, "ok-again") is None and rows(store)[GROUP]["resolved_by"] == "ok-b"
+    assert store.drop_open_member("group#none", "a") is None and "group#none" not in rows(store)
 
 
 def test_the_first_incident_leads_a_new_group_and_the_next_ones_join_it(store):
@@ -672,7 +725,8 @@ class ContainerStub:
                 model=CONTAINER_MODEL, answer_token_ids=list(range(len(logits))), full_vocab_argmax_id=7,
                 timing=DecisionTiming(tokenize_seconds=0.001, prefill_seconds=0.02, total_seconds=0.021),
                 forward_seconds=0.02, total_seconds=0.021,
-                hidden_state=hidden if decision.return_hidden_state else None))
+                hidden_state=(hidden if hidden is not None else default_hidden(decision, CONTAINER_MODEL.hidden_size))
+                if decision.return_hidden_state else None))
         response = (SingleDecisionResponse(result=results[0]) if request.decision is not None else BatchDecisionResponse(
             results=results, timing=BatchTiming(shared_prefix_tokens=12, shared_prefix_seconds=0.01,
                                                 total_seconds=0.03, batch_size=len(results))))
@@ -836,14 +890,23 @@ def test_the_fake_says_what_answer_is_missing_instead_of_sending_the_item_to_rev
     fake = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}, model=CONTAINER_MODEL)
     with pytest.raises(UnansweredDecision, match="'team'"):
         fake.decide([decision("team")])
-    with pytest.raises(UnansweredDecision, match="asks for the hidden state"):
-        fake.decide([decision("queue", hidden=True)])
     with pytest.raises(UnansweredDecision, match="2 logits; the decision has 3 options"):
         FakeEndpoint({"queue": [1.0, 0.0]}).decide([decision("queue")])
     with pytest.raises(ValueError, match="hidden_size is 4"):
         fake.answer("queue", [1.0, 0.0, 0.0], hidden_state=[0.0] * 3)
     shared = FakeEndpoint({"queue": [1.0, 0.0, 0.0]}, model=CONTAINER_MODEL, hidden_state=[1.0] * 4)
     assert shared.decide([decision("queue", hidden=True)])["queue"].hidden_state == [1.0] * 4
+
+
+def test_a_hidden_state_asked_for_and_not_given_is_the_items_own(endpoint):
+    """The container returns a hidden state whenever asked; the fake and the stub give one of the
+    model's width, the same for the same item and another for another item."""
+    endpoint.answer("queue", [1.0, 0.0, 0.0])
+    asked = decision("queue", hidden=True)
+    other = asked.model_copy(update={"state": {"subject": "Cannot log in"}})
+    first, again, another = (endpoint.decide([d])["queue"].hidden_state for d in (asked, asked, other))
+    assert first is not None and len(first) == CONTAINER_MODEL.hidden_size
+    assert first == again and first != another
 
 
 # =========================================================================== the routing workflow
@@ -886,10 +949,10 @@ def record() -> DecisionRecord:
     ticket = parse_item("ticket", {
         "ticket_id": "T-1006", "subject": "Invoice with a wrong VAT number", "body": "Please reissue the invoice.",
         "customer": {"id": "C-5120", "tier": "pro"}, "channel": "billing-portal", "created_at": "2026-11-29T11:30:00Z"})
-    router = Router(FakeEndpoint(), review_queue_url="https://sqs/review",
+    router = Router(FakeEndpoint(),
                     destinations={t: f"https://sqs/{t}" for t in map(policy.target, policy.question("queue").option_ids)},
                     review_timeout_seconds=3600)
-    return router.judge(ticket, policy)[0]
+    return router.decision_record(ticket, policy)[0]
 
 
 def test_a_record_starts_the_execution_named_after_its_item(workflow, record):
@@ -1073,7 +1136,7 @@ class InvocationEnded(BaseException):
 
 
 class Judge:
-    """A function made idempotent by Powertools over a persistence layer, as Intake.judge is."""
+    """A function made idempotent by Powertools over a persistence layer, as Intake.observed_record is."""
 
     def __init__(self, persistence, *, expires: int = 3600, remaining_ms: int | None = 60_000, **config: Any):
         self.calls = 0

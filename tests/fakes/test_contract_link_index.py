@@ -1,19 +1,23 @@
 """Contract tests of the open-incident store's link index (`file`, `unfile`, `filed_under`,
-`open_incidents`): each behaviour on the fake (tests/fakes/intake.py `FakeOpenIncidents`) and on
-the adapter (`adapters/open_incidents.py` `OpenIncidents`) over moto's OpenIncidentsTable, and the
-adapter's requests counted: a ticket's reads are the same however many incidents are open."""
+`open_incidents`): each behaviour on the fake (tests/fakes/open_incidents.py `FakeLinkIndex`, in
+`FakeOpenIncidents`) and on the adapter (`adapters/link_index.py` `LinkIndexStore`, in
+`OpenIncidents`) over moto's OpenIncidentsTable, and the adapter's requests counted: a ticket's
+reads are the same however many incidents are open, and an incident's writes one a key (and a
+delete for a row it leaves listing none)."""
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import pytest
 
-from decision_router.adapters.open_incidents import BATCH_KEYS, OpenIncidents
+from decision_router.adapters.incident_table import plain
+from decision_router.adapters.open_incidents import BATCH_KEYS, FILED_COUNT, LOOKUP_ROW, OpenIncidents
 from decision_router.domain.linking import MAX_FILED, filing_keys
-from tests.fakes.intake import FakeOpenIncidents
+from tests.fakes.open_incidents import FakeOpenIncidents
 from tests.fakes.test_contract_intake import SIDES, created
 
 T0, T1 = "2026-11-29T12:00:00.000+00:00", "2026-11-29T12:05:00.000+00:00"
@@ -58,7 +62,38 @@ def test_unfile_takes_the_incident_off_its_keys_and_leaves_the_others(store):
     opened(store, "b", "billing-api", description="card payments fail")
     store.unfile("a", keys)
     store.unfile("a", ["word#never-filed"])  # nothing there: nothing to do
-    assert store.filed_under(["word#card", "name#checkout-api"]) == {"word#card": {"b": AT0}, "name#checkout-api": {}}
+    assert store.filed_under(["word#card", "name#checkout-api"]) == {"word#card": {"b": AT0}}
+
+
+def test_unfile_deletes_a_row_it_leaves_listing_none_and_keeps_the_others(store):
+    """A resolved incident's words do not stay behind as keys: its rows that listed it alone go."""
+    keys = opened(store, "a", "checkout-api", description="card payments fail")
+    others = opened(store, "b", "billing-api", description="card payments fail")
+    store.unfile("a", keys)
+    assert "name#checkout-api" in keys and {"word#card", "word#payment"} <= set(others)
+    lookup_rows = {key for key in rows(store) if key.startswith(LOOKUP_ROW)}
+    assert lookup_rows == {LOOKUP_ROW + key for key in others}
+    assert rows(store)[LOOKUP_ROW + "word#card"][FILED_COUNT] == 1
+    store.unfile("b", others)
+    assert not {key for key in rows(store) if key.startswith(LOOKUP_ROW)}
+    store.file("c", ["word#card"], T1)  # filed again from nothing: a new row
+    assert store.filed_under(["word#card"]) == {"word#card": {"c": AT1}}
+
+
+def test_a_row_someone_files_under_while_it_empties_is_kept():
+    """The delete holds only while the row's count is 0: an incident filed between the unfiling
+    update and the delete keeps the row (and is listed on it)."""
+    with created("OpenIncidentsTable") as stack:
+        store = OpenIncidents(stack.ref("OpenIncidentsTable"))
+        store.file("a", ["word#disk"], T0)
+        other = OpenIncidents(store.table_name)
+
+        def file_meanwhile(**_: Any) -> None:
+            other.file("b", ["word#disk"], T1)
+
+        store.client.meta.events.register("before-call.dynamodb.DeleteItem", file_meanwhile)
+        store.unfile("a", ["word#disk"])
+        assert store.filed_under(["word#disk"]) == {"word#disk": {"b": AT1}}
 
 
 def test_filing_again_is_idempotent_and_a_full_key_takes_no_more(store):
@@ -128,6 +163,14 @@ def test_a_tickets_reads_do_not_grow_with_the_open_incidents(open_count):
         assert calls == Counter({"BatchGetItem": 2})
 
 
+def rows(store: FakeOpenIncidents | OpenIncidents) -> dict[str, dict[str, Any]]:
+    """Every row of the table, as Python values, by key."""
+    if isinstance(store, FakeOpenIncidents):
+        return copy.deepcopy(store.rows)
+    items = store.client.scan(TableName=store.table_name, ConsistentRead=True)["Items"]
+    return {item["incident_key"]["S"]: plain(item) for item in items}
+
+
 def _row_of(state: str, store: OpenIncidents) -> None:
     """The link index's row of `word#disk` missing, with room (one incident listed), or full."""
     for n in range({"missing": 0, "with room": 1, "full": MAX_FILED}[state]):
@@ -137,7 +180,8 @@ def _row_of(state: str, store: OpenIncidents) -> None:
 @pytest.mark.parametrize("state", ["missing", "with room", "full"])
 def test_filing_and_unfiling_take_one_update_a_key_whatever_the_row_holds(state):
     """One UpdateItem a key, whether the row is missing, has room or is full; filing again and
-    unfiling (listed or not) too: the calls an incident makes do not grow with the open incidents."""
+    unfiling (listed or not) too, and unfiling one DeleteItem more for each row it leaves listing
+    none: the calls an incident makes do not grow with the open incidents."""
     with created("OpenIncidentsTable") as stack:
         store = OpenIncidents(stack.ref("OpenIncidentsTable"))
         _row_of(state, store)
@@ -147,7 +191,8 @@ def test_filing_and_unfiling_take_one_update_a_key_whatever_the_row_holds(state)
         store.file("new", ["word#disk", "name#disk-api"], T1)  # a retry
         assert calls == Counter({"UpdateItem": 4})
         store.unfile("new", ["word#disk", "name#disk-api"])
-        assert calls == Counter({"UpdateItem": 6})
+        emptied = 2 if state == "missing" else 1  # name#disk-api listed "new" alone, and word#disk when it was missing
+        assert calls == Counter({"UpdateItem": 6, "DeleteItem": emptied})
         listed = store.filed_under(["word#disk", "name#disk-api"])
-        assert ("new" in listed["word#disk"], listed["name#disk-api"]) == (False, {})
-        assert len(listed["word#disk"]) == {"missing": 0, "with room": 1, "full": MAX_FILED}[state]
+        assert "name#disk-api" not in listed and "new" not in listed.get("word#disk", {})
+        assert len(listed.get("word#disk", {})) == {"missing": 0, "with room": 1, "full": MAX_FILED}[state]

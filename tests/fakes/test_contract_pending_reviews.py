@@ -31,7 +31,7 @@ TIMEOUT = 3600
 
 
 def review(name: str, *, token: str | None = None, minutes_later: int = 0, tier: str = "pro") -> PendingReview:
-    record = unsure_ticket(f"T-{name}", destinations=DESTINATIONS, review_queue_url=DESTINATIONS["billing"])
+    record = unsure_ticket(f"T-{name}", destinations=DESTINATIONS)
     record = record.model_copy(update={"item": {**record.item, "customer": {"id": "C-9", "tier": tier}}})
     requested = (REQUESTED + timedelta(minutes=minutes_later)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return PendingReview(task_token=token or f"token-{name}", execution_name=name, requested_at=requested, record=record)

@@ -2,9 +2,10 @@
 fakes of its ports (the fast tier), or on the template's resources in moto (the smoke tests,
 marked `stack`). Both cold-start the real handler on the function's environment with the signing
 keys `SECRETS`, and answer the same questions afterwards (what was queued, parked, put on the bus
-for the incident intake), so a test reads alike on either. Each is also the intake world of
-`worlds.py` (its ticket queue is the one the ticket intake reads), so a flow may go on through the
-ticket or the incident intake.
+for the incident intake: the `WebhookWorld` protocol of tests/fakes/world.py), so a test reads
+alike on either. Each extends the intake world of its own kind in `worlds.py` (its ticket queue is
+the one the ticket intake reads), so a flow may go on through the ticket or the incident intake;
+the fake and the moto one share only `Clock` and the functions here, never each other.
 
     world = FakeWebhookWorld(monkeypatch)
     webhook = world.webhook()          # ticket_webhook.app, its WIRING this world's
@@ -32,6 +33,7 @@ from moto import mock_aws
 from decision_router.adapters import deliveries as deliveries_adapter
 from decision_router.config import Settings
 from tests.fakes.console import FakeBus, FakeDeliveries
+from tests.fakes.world import WebhookWorld
 from tests.fakes.worlds import FakeWorld, MotoWorld
 
 #: Each source's signing key, as the webhook secret holds them.
@@ -121,13 +123,15 @@ def _matches(pattern: Mapping[str, Any], fields: Mapping[str, str]) -> bool:
     return all(fields[name] in values for name, values in pattern.items())
 
 
-class MotoWebhookWorld(FakeWebhookWorld, MotoWorld):
+class MotoWebhookWorld(MotoWorld):
     """The template's resources created in moto (inside mock_aws), the signing keys in its
     webhook secret, the function wired as in the account. The delivery table's adapter reads
     `clock` for its time."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        super().__init__(monkeypatch)
+        super().__init__()
+        self.monkeypatch = monkeypatch
+        self.clock = Clock()
         self.set_secrets(SECRETS)
         monkeypatch.setattr(deliveries_adapter, "time", SimpleNamespace(time=self.clock))  # it reads only time.time()
 
@@ -146,13 +150,20 @@ class MotoWebhookWorld(FakeWebhookWorld, MotoWorld):
     def set_secrets(self, secrets: Mapping[str, str]) -> None:
         boto3.client("secretsmanager").put_secret_value(SecretId=self.ref("WebhookSecret"), SecretString=json.dumps(secrets))
 
+    def pass_time(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def queued(self, logical_id: str = "TicketQueue") -> list[dict[str, Any]]:
+        return self.dead_letters(logical_id)
+
     def on_bus(self) -> list[dict[str, Any]]:
         return self.template.rule_events(INCIDENT_WEBHOOK_RULE, INCIDENT_INTAKE_TARGET)
 
 
 @contextlib.contextmanager
-def webhook_world(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeWebhookWorld]:
+def webhook_world(kind: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebhookWorld]:
     """The world of `kind` ("fakes" or "moto"), always inside mock_aws: a call no fake answers
     fails at once against an empty moto instead of reaching for an account."""
     with mock_aws():
-        yield MotoWebhookWorld(monkeypatch) if kind == "moto" else FakeWebhookWorld(monkeypatch)
+        world: WebhookWorld = MotoWebhookWorld(monkeypatch) if kind == "moto" else FakeWebhookWorld(monkeypatch)
+        yield world

@@ -1,7 +1,8 @@
 """Where an intake flow test runs: the template's names over in-memory fakes of the ports (the
-fast tier), or the template's resources in moto (the smoke tests, marked `stack`). Both hand a
-flow the same `Wiring` the functions make and answer the same questions afterwards (which
-executions were started, what was dead-lettered), so a test reads alike on either.
+fast tier, `FakeWorld`), or the template's resources in moto (the smoke tests, marked `stack`,
+`MotoWorld`). The two are siblings: each answers the `World` protocol (tests/fakes/world.py) its
+own way, sharing only what this module's functions read from the template, so a test reads alike
+on either.
 
     world = FakeWorld()                          # nothing created; stray AWS calls hit an empty moto
     wiring = world.wiring("TicketIntakeFunction", endpoint=stub)
@@ -39,6 +40,7 @@ ENDPOINT_NAME = "decision-endpoint"
 #: shadow is counted), as a stack deployed without one.
 NOT_GIVEN = ("HEAD_STORE_BUCKET", "HEAD_HISTORY_TABLE_NAME")
 PARAMETERS = {"ExistingEndpointName": ENDPOINT_NAME, "ReviewerPrincipals": TEST_REVIEWER_PRINCIPALS}
+DEAD_LETTER_QUEUE = "TicketDeadLetterQueue"
 
 
 @functools.cache
@@ -54,15 +56,19 @@ def _fake_environment(function: str) -> tuple[tuple[str, str], ...]:
                  for name, value in fake_template().function_environment(function).items())
 
 
+def audit_retention_days(environment: dict[str, str]) -> int:
+    """How long the template keeps audit rows, as the intakes' adapters are told it."""
+    return int(environment["AUDIT_RETENTION_DAYS"])
+
+
 class FakeWorld:
     """The template's names (placeholders: nothing is created) over in-memory fakes of the ports."""
 
     def __init__(self) -> None:
         self.template = fake_template()
-        # What the template keeps for how long, as the functions' adapters are told it.
-        self.audit_retention_days = int(self.environment("TicketIntakeFunction")["AUDIT_RETENTION_DAYS"])
+        self.audit_retention_days = audit_retention_days(self.environment("TicketIntakeFunction"))
         incidents = int(self.environment("IncidentIntakeFunction")["OPEN_INCIDENT_RETENTION_DAYS"])
-        self.workflow = RecordingWorkflow(audit_retention_days=self.audit_retention_days)
+        self.workflow: RecordingWorkflow = RecordingWorkflow(audit_retention_days=self.audit_retention_days)
         self.open_incidents = FakeOpenIncidents(retention_days=incidents)
         self.idempotency = InMemoryIdempotency()
         self.alarm_states = FakeAlarmStates()
@@ -85,8 +91,7 @@ class FakeWorld:
 
     def queue(self, logical_id: str) -> FakeQueue:
         """The fake of one of the template's queues (one per queue, made on first use)."""
-        url = self.ref(logical_id)
-        return self._queues.setdefault(url, FakeQueue(url))
+        return self._queue_at(self.ref(logical_id))
 
     def _queue_at(self, url: str) -> FakeQueue:
         return self._queues.setdefault(url, FakeQueue(url))
@@ -110,8 +115,8 @@ class FakeWorld:
         """Execution name -> the record of each automatic route the intake delivered itself."""
         return dict(self.direct.records)
 
-    def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:
-        """The dead-letter queue's messages (body and attributes, as SQS hands them over), taken off it."""
+    def dead_letters(self, logical_id: str = DEAD_LETTER_QUEUE) -> list[dict[str, Any]]:
+        """The queue's messages (body and attributes, as SQS hands them over), taken off it."""
         queue = self.queue(logical_id)
         found = [{"Body": body, "MessageAttributes": {name: {"DataType": "String", "StringValue": value}
                                                       for name, value in attributes.items()}}
@@ -123,19 +128,21 @@ class FakeWorld:
         return [item["status"] for item in self.idempotency.items.values()]
 
 
-class MotoWorld(FakeWorld):
+class MotoWorld:
     """The template's resources created in moto (inside mock_aws), wired as the functions wire
     them: only the endpoint is given."""
 
     def __init__(self, stack: Stack | None = None) -> None:
-        """`stack`: one a test created in moto already (else the whole template is created here)."""
-        super().__init__()
-        if stack is not None:
-            self.template = stack
-        else:  # its own: the fake worlds' template is shared and never created
-            self.template = Stack.load(parameters=PARAMETERS)
-            self.template.create()
-        self.resolved_items = ResolvedItems(self.ref("ResolvedItemsTable"))  # what the functions keep there
+        """`stack`: one a test created in moto already (else the whole template is created here:
+        its own, for the fake worlds' template is shared and never created)."""
+        if stack is None:
+            stack = Stack.load(parameters=PARAMETERS)
+            stack.create()
+        self.template = stack
+        self.audit_retention_days = audit_retention_days(self.environment("TicketIntakeFunction"))
+
+    def ref(self, logical_id: str) -> str:
+        return self.template.ref(logical_id)
 
     def environment(self, function: str) -> dict[str, str]:
         return self.template.function_environment(function)
@@ -143,6 +150,7 @@ class MotoWorld(FakeWorld):
     def wiring(self, function: str, *, endpoint: Endpoint, env: dict[str, str] | None = None) -> Wiring:
         return Wiring(Settings.from_env(env if env is not None else self.environment(function)), endpoint=endpoint)
 
+    # ------------------------------------------------------------------ what became of the items
     def executions(self) -> dict[str, DecisionRecord]:
         sfn = boto3.client("stepfunctions")
         found = {}
@@ -157,11 +165,12 @@ class MotoWorld(FakeWorld):
         found = {}
         for raw in boto3.client("dynamodb").scan(TableName=table)["Items"]:
             row = AuditRow.model_validate({k: v["S"] for k, v in raw.items() if "S" in v})
-            if row.routing_record is not None and "delivery_pending_until" not in raw:
-                found[row.execution_name] = row.routed_record()
+            record = row.routed_record()
+            if record is not None and "delivery_pending_until" not in raw:
+                found[row.execution_name] = record
         return found
 
-    def dead_letters(self, logical_id: str = "TicketDeadLetterQueue") -> list[dict[str, Any]]:
+    def dead_letters(self, logical_id: str = DEAD_LETTER_QUEUE) -> list[dict[str, Any]]:
         sqs, url = boto3.client("sqs"), self.ref(logical_id)
         found = []
         while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):

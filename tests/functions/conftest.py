@@ -119,7 +119,7 @@ def policy_files_beside(directory: Path) -> None:
     shutil.copytree(POLICY_DIR / "heads", directory / "heads", dirs_exist_ok=True)
 
 
-def unsure_ticket(ticket_id: str, *, destinations: dict[str, str], review_queue_url: str):
+def unsure_ticket(ticket_id: str, *, destinations: dict[str, str]):
     """A ticket's decision record as the routing code writes it when the letters are unsure
     between billing and technical support: sent to review (the review side's tests start there)."""
     from decision_router.domain.judging import build_record, explain, model_entry
@@ -133,6 +133,6 @@ def unsure_ticket(ticket_id: str, *, destinations: dict[str, str], review_queue_
     results = [model_entry(q, make_result(q.id, q.option_ids, [2.0, 1.6] + [0.0] * (len(q.option_ids) - 2)))
                for q in policy.questions]
     record = build_record(policy, item, explain(policy, item, results), destinations=destinations,
-                          review_queue_url=review_queue_url, review_timeout_seconds=3600)
+                          review_timeout_seconds=3600)
     assert record.route == "review"
     return record

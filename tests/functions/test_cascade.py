@@ -35,13 +35,13 @@ def policy_with(tmp_path, model: str, **head):
 
 
 def router(endpoint: FakeEndpoint) -> Router:
-    return Router(endpoint, destinations=DESTINATIONS, review_queue_url="https://sqs/review", review_timeout_seconds=60)
+    return Router(endpoint, destinations=DESTINATIONS, review_timeout_seconds=60)
 
 
 def test_when_unsure_a_sure_head_answers_from_the_words_and_the_endpoint_is_not_asked(tmp_path):
     policy = policy_with(tmp_path, "when_unsure")
     endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
-    record, seconds = router(endpoint).judge(ticket("intent3 please"), policy)
+    record, seconds = router(endpoint).decision_record(ticket("intent3 please"), policy)
     (entry,) = record.decisions
     assert (entry.tier, entry.readout, entry.option_id, entry.passed) == ("words", "head", "intent3", True)
     assert record.route == "auto" and record.destination.target == TICKET_TARGETS[3 % len(TICKET_TARGETS)]
@@ -52,7 +52,7 @@ def test_when_unsure_a_sure_head_answers_from_the_words_and_the_endpoint_is_not_
 def test_when_unsure_an_unsure_head_asks_the_endpoint_and_the_letters_decide(tmp_path):
     policy = policy_with(tmp_path, "when_unsure")
     endpoint = FakeEndpoint({"intent": [0.0, 0.0, 0.0, 0.0, 9.0, 0.0]})
-    record, seconds = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    record, seconds = router(endpoint).decision_record(ticket("nothing the head knows"), policy)
     (entry,) = record.decisions
     assert len(endpoint.requests) == 1 and seconds is not None
     assert (entry.tier, entry.readout, entry.option_id, entry.passed) == ("endpoint", "letters", "intent4", True)
@@ -62,14 +62,14 @@ def test_when_unsure_an_unsure_head_asks_the_endpoint_and_the_letters_decide(tmp
 def test_when_unsure_an_item_neither_tier_is_sure_of_goes_to_review(tmp_path):
     policy = policy_with(tmp_path, "when_unsure")
     endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
-    record, _ = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    record, _ = router(endpoint).decision_record(ticket("nothing the head knows"), policy)
     assert record.route == "review" and record.decisions[0].tier == "endpoint"
 
 
 def test_never_sends_what_the_head_is_unsure_of_to_review_without_asking_the_endpoint(tmp_path):
     policy = policy_with(tmp_path, "never")
     endpoint = FakeEndpoint({"intent": [9.0] + [0.0] * (OPTIONS - 1)})
-    record, _ = router(endpoint).judge(ticket("nothing the head knows"), policy)
+    record, _ = router(endpoint).decision_record(ticket("nothing the head knows"), policy)
     (entry,) = record.decisions
     assert endpoint.requests == [] and record.route == "review"
     assert entry.tier == "words" and not entry.passed and entry.reasons[0].startswith("confidence ")
@@ -78,7 +78,7 @@ def test_never_sends_what_the_head_is_unsure_of_to_review_without_asking_the_end
 def test_always_asks_the_endpoint_even_when_the_head_is_sure(tmp_path):
     policy = policy_with(tmp_path, "always")
     endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
-    record, _ = router(endpoint).judge(ticket("intent3 please"), policy)
+    record, _ = router(endpoint).decision_record(ticket("intent3 please"), policy)
     assert len(endpoint.requests) == 1 and record.decisions[0].tier == "endpoint"
 
 
@@ -113,7 +113,7 @@ def test_when_the_endpoint_fails_the_words_answer_stands_beside_the_questions_it
     path.write_text(json.dumps(raw))
     policy = load_policy(path)
     endpoint = FakeEndpoint().fail("model_error", "the model broke")
-    record, _ = router(endpoint).judge(ticket("intent3 please"), policy)
+    record, _ = router(endpoint).decision_record(ticket("intent3 please"), policy)
     by_question = {d.question: d for d in record.decisions}
     assert (by_question["intent"].tier, by_question["intent"].option_id, by_question["intent"].passed) == ("words", "intent3", True)
     assert by_question["urgency"].source == "endpoint_error" and record.route == "review"
@@ -126,7 +126,7 @@ def test_a_shadow_on_the_words_answers_beside_the_head_the_words_settled(tmp_pat
     policy = policy_with(tmp_path, "when_unsure")
     head = policy.questions[0].learned_head
     endpoint = FakeEndpoint({"intent": [0.0] * OPTIONS})
-    record, _ = router(endpoint).judge(ticket("intent3 please"), policy,
+    record, _ = router(endpoint).decision_record(ticket("intent3 please"), policy,
                                        shadows={"intent": ShadowHead(head=head, sha256="e" * 64)})
     shadow = record.shadow["intent"]
     assert (shadow.option_id, shadow.passed, shadow.agrees, shadow.sha256) == ("intent3", True, True, "e" * 64)

@@ -12,7 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.adapters.direct_routes import PENDING, DeliveryInProgress, DirectRoutes
+from decision_router.adapters.direct_routes import PENDING, DeliveryInProgress, DirectRoutes, audit_row, entered_time
+from decision_router.domain.leases import Held
 from decision_router.domain.records import AUDIT_SHARDS, AuditRow, DecisionRecord, execution_name
 from local.cloudformation import Stack
 from tests.fakes.console import FakeAuditTrail
@@ -193,3 +194,24 @@ def test_a_send_that_fails_hands_the_claim_back_so_the_retry_delivers_at_once(si
     assert read()[:2] == (1, 0)
     assert routes.deliver(record, name_of(record)).delivered
     assert read()[:2] == (0, 1)
+
+
+def test_the_audit_row_is_taken_over_only_while_its_pending_mark_is_the_one_read(side):
+    routes, clock, read = side
+    record = billing_record(read()[2])
+    item_id, name = record.item_id, name_of(record)
+    row = audit_row(record, name, entered_time(clock.now))
+    assert routes._place(row, None, 100.0) == "placed"
+    assert routes._place(row, None, 200.0) == Held(lease_until=100.0)  # the row there, as read
+    assert not routes._take_over(item_id, name, Held(lease_until=50.0), 300.0)
+    assert routes._take_over(item_id, name, Held(lease_until=100.0), 300.0)
+    assert not routes._take_over(item_id, name, Held(lease_until=100.0), 400.0)  # once only
+    routes._release(item_id, name, 100.0)  # no longer its mark: neither handed back ...
+    assert routes._mark_delivered(item_id, name, 100.0) is None  # ... nor marked delivered
+    assert routes._place(row, None, 0.0) == Held(lease_until=300.0)
+    routes._release(item_id, name, 300.0)
+    assert routes._place(row, None, 0.0) == Held(lease_until=0.0)  # handed back: its deadline past
+    assert routes._take_over(item_id, name, Held(lease_until=0.0), 500.0)
+    assert routes._mark_delivered(item_id, name, 500.0) is None
+    assert routes._place(row, None, 600.0) == Held(lease_until=None)  # delivered
+    assert read()[:2] == (0, 0)

@@ -55,7 +55,7 @@ class Sent:
 
 def unsure_ticket(ticket_id: str) -> DecisionRecord:
     """A ticket the routing code sends to review, between billing and technical support."""
-    return shared_unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=QUEUE_URL)
+    return shared_unsure_ticket(ticket_id, destinations=DESTINATIONS)
 
 
 @pytest.fixture

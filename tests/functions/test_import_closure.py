@@ -2,7 +2,7 @@
 the handler's own package that its handler module (the template's `Handler`) brings in.
 
 The webhook verifies a delivery and hands it on: it judges nothing, so it imports the sources it
-verifies, its adapters and its own ports, and nothing else of the domain (judging, heads,
+verifies, its adapters, its own ports and the lease rule its claim runs, and nothing else of the domain (judging, heads,
 policies, records...), nor a numeric library. A port, an adapter or a wiring that drags more in
 fails here: in the fast tier as the imports read (every import, those inside a function too, as
 tests/test_layering.py reads them), and in a fresh Python as they run."""
@@ -36,9 +36,14 @@ def webhook_handler() -> str:
     return handler.rpartition(".")[0]
 
 
+#: Domain modules the webhook runs: the lease rule its deliveries' claim is taken under.
+WEBHOOK_RULES = {"decision_router.domain.leases"}
+
+
 def judges(module: str) -> bool:
-    """A module of the domain other than its ports."""
-    return module.startswith("decision_router.domain.") and not module.startswith("decision_router.domain.ports")
+    """A module of the domain other than its ports and the rules the webhook's claim runs."""
+    return (module.startswith("decision_router.domain.") and not module.startswith("decision_router.domain.ports")
+            and module not in WEBHOOK_RULES)
 
 
 def read_closure(module: str) -> set[str]:

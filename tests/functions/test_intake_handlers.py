@@ -32,6 +32,7 @@ from decision_router.intake.tickets import TicketIntake, ticket_json
 from decision_router.items import InvalidItem, parse_item
 from local.cloudformation import Stack
 from tests.fakes.intake import FakeQueue
+from tests.fakes.world import World
 from tests.fakes.worlds import FakeWorld, MotoWorld
 from tests.functions.conftest import EVENTS, NO_CAPACITY_MESSAGE, make_result
 
@@ -119,7 +120,7 @@ class StubbedEndpoint:
                                       service_message="Rate exceeded", http_status_code=400, expected_params=self.params)
 
 
-def make_intake(monkeypatch, world: FakeWorld | Stack, app, kind: str, function: str, endpoint,
+def make_intake(monkeypatch, world: World | Stack, app, kind: str, function: str, endpoint,
                 env: dict[str, str] | None = None) -> Intake:
     """The handler module's intake over `world`'s parts (a Stack created in moto: its functions' own
     wiring); `env`: settings that replace the function's own (another policy file)."""
@@ -206,7 +207,7 @@ def test_ticket_batch_sample_malformed_is_dead_lettered_alone_and_rules_skip_the
     assert by_id["T-1001"].destination.queue_url == world.ref("BillingQueue")
     # the letters were unsure of T-1003 (an export failing with error 500); the head is sure of it
     assert (by_id["T-1003"].route, by_id["T-1003"].destination.target) == ("auto", "technical-support")
-    assert by_id["T-1003"].decisions[0].readout == "head" and by_id["T-1003"].review.queue_url == world.ref("ReviewQueue")
+    assert by_id["T-1003"].decisions[0].readout == "head" and "queue_url" not in by_id["T-1003"].review.model_dump()
     assert by_id["T-1006"].decisions[0].source == "rule" and by_id["T-1006"].decisions[0].rule == "billing-portal-to-billing"
     assert (by_id["T-1005"].route, by_id["T-1005"].destination.target) == ("auto", "sales")
 
@@ -263,7 +264,7 @@ def test_already_started_execution_counts_as_routed(tickets, world, context, tic
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     stub.answer(body(TICKET_OPTIONS, [0, 0, 0, 0, 6.0]))  # a different answer the second time
-    record, _ = app.intake.router.judge(parse_item("ticket", ticket_data), app.intake.policy)
+    record, _ = app.intake.router.decision_record(parse_item("ticket", ticket_data), app.intake.policy)
     # routed outside the idempotency store
     assert app.intake.wiring.direct_routes.deliver(record, ticket_execution(ticket_data)).delivered
     summary = app.intake.handle(json.dumps(ticket_data), context)
@@ -319,7 +320,7 @@ def test_the_handler_the_judging_the_endpoint_call_and_the_workflow_start_are_tr
     app, stub = tickets
     stub.answer(body(TICKET_OPTIONS, [6.0, 0, 0, 0, 0]))
     assert app.lambda_handler(ticket_event(ticket_data), context) == {"batchItemFailures": []}
-    assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.pipeline.Intake.judge",
+    assert traces.subsegments == ["## lambda_handler", "## decision_router.intake.pipeline.Intake.observed_record",
                                   "## decision_router.adapters.endpoint.DecisionEndpoint.decide",
                                   "## decision_router.adapters.direct_routes.DirectRoutes.deliver"]
     traces.subsegments.clear()
@@ -370,7 +371,7 @@ def test_a_sampled_automatic_answer_is_held_for_review_as_a_check_once_per_item(
     (record,) = world.executions().values()
     assert record.route == "review" and record.destination is None and record.checked == ["queue"]
     assert record.route_reason.startswith("precision check") and record.decisions[0].passed
-    assert record.review.queue_url == world.ref("ReviewQueue") and len(stub.requests) == 1
+    assert "queue_url" not in record.review.model_dump() and len(stub.requests) == 1
     sampled = [blob for blob in emf(capsys) if "PrecisionCheckSampled" in blob]
     assert [(b["policy"], b["question"]) for b in sampled] == [("support-ticket", "queue")]
 
@@ -687,7 +688,7 @@ def test_a_head_decides_when_it_fits_the_endpoints_model(ticket_policy_with_head
     app, stub = tickets
     stub.answer(head_body(ticket_policy_with_head, [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0]))
     app.lambda_handler(ticket_event(ticket_data), context)
-    assert stub.requests[0]["decision"]["return_hidden_state"] is True  # asked for only where a head is
+    assert stub.requests[0]["decision"]["return_hidden_state"] is True  # asked for every question
     (record,) = world.executions().values()
     decision = record.decisions[0]
     assert decision.readout == "head" and decision.head_version == "test-1" and decision.head_skipped is None

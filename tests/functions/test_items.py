@@ -95,7 +95,7 @@ def test_a_new_kind_is_an_item_model_in_the_registry(monkeypatch):
     alarm = parse_item("alarm", {"alarm_id": "A-1", "source": "nagios", "text": "disk full"})
     entries = [rule_entry(policy.question(q), hit) for q, hit in apply_rules(policy, alarm).items()]
     record = build_record(policy, alarm, entries, destinations={"ops": "https://q/ops", "dev": "https://q/dev"},
-                          review_queue_url="https://q/review", review_timeout_seconds=60)
+                          review_timeout_seconds=60)
     assert (record.item_kind, record.route, record.destination.target) == ("alarm", "auto", "ops")
     with pytest.raises(ValueError, match="Input should be 'ticket', 'incident' or 'alarm'"):
         Policy.model_validate({**policy_data, "item_kind": "email"})

@@ -20,7 +20,7 @@ T = Thresholds(min_confidence=0.6, min_margin=0.15, min_allowed_token_mass=0.5)
 
 
 def record(policy, item, entries):
-    return build_record(policy, item, entries, destinations=QUEUES, review_queue_url="https://review",
+    return build_record(policy, item, entries, destinations=QUEUES,
                         review_timeout_seconds=86400, decided_at=datetime(2026, 11, 29, 12, tzinfo=timezone.utc))
 
 
@@ -135,6 +135,20 @@ def test_record_is_plain_json_of_the_interface_shape(ticket_data):
                                          "thresholds", "passed", "reasons", "rule", "error", "model",
                                          "prompt_sha256", "latency_seconds"}
     assert DecisionRecord.model_validate_json(rec.model_dump_json()) == rec
+
+
+def test_a_record_kept_with_the_retired_review_queue_still_reads_and_is_written_without_it(ticket_data):
+    policy = letters_only(load_policy("support-ticket"))
+    q = policy.questions[0]
+    rec = record(policy, parse_item("ticket", ticket_data), [model_entry(q, make_result("queue", q.option_ids, [1, 0, 0, 0, 0]))])
+    assert set(rec.model_dump(mode="json")["review"]) == {"timeout_seconds", "questions", "choices"}
+    kept = rec.model_dump(mode="json")
+    kept["review"]["queue_url"] = "https://sqs.us-east-1.amazonaws.com/123456789012/decision-router-ReviewQueue"
+    read = DecisionRecord.model_validate(kept)
+    assert read == rec and "queue_url" not in read.model_dump(mode="json")["review"]
+    kept["review"]["queue"] = "a field no release wrote"
+    with pytest.raises(ValueError, match="review.queue"):
+        DecisionRecord.model_validate(kept)
 
 
 def test_missing_question_is_refused(incident_data):

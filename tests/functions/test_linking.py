@@ -21,11 +21,11 @@ from decision_router.domain.linking import (
     candidates,
     filing_keys,
     incident_terms,
+    link_score,
+    link_scores,
     link_ticket,
     lookup_keys,
     names_in,
-    score,
-    scores,
     service_pattern,
     stem,
     suggestion,
@@ -217,11 +217,11 @@ def test_an_incidents_terms_weigh_the_service_and_its_aliases_above_its_alarm_wo
 
 def test_the_score_saturates_spreads_over_open_incidents_and_halves_without_trouble():
     terms = {"checkout": 1.0, "pay": 0.5}
-    assert score(["checkout", "pay"], terms, trouble="failing").value == 0.6  # S = 1.5
-    assert score(["checkout"], terms, trouble="failing").value == 0.5  # S = 1
-    assert score(["checkout"], terms).value == 0.33  # no trouble reported: S = 0.5
-    assert score(["checkout"], terms, {"checkout": 2}, trouble="down").value == 0.33  # two outages share it
-    assert score(["invoice"], terms, trouble="down").value == 0.0
+    assert link_score(["checkout", "pay"], terms, trouble="failing").value == 0.6  # S = 1.5
+    assert link_score(["checkout"], terms, trouble="failing").value == 0.5  # S = 1
+    assert link_score(["checkout"], terms).value == 0.33  # no trouble reported: S = 0.5
+    assert link_score(["checkout"], terms, {"checkout": 2}, trouble="down").value == 0.33  # two outages share it
+    assert link_score(["invoice"], terms, trouble="down").value == 0.0
     assert trouble_in("Checkout keeps failing") == "failing" and trouble_in("can't pay") == "can't"
     assert trouble_in("How do I change the checkout currency?") is None
 
@@ -269,7 +269,7 @@ def test_of_two_described_incidents_the_higher_score_wins_whatever_the_order():
     first = link_ticket(ticket, [_checkout(), _search()])
     assert first is not None and first.incident_id == "search-latency-p99" and "best of 2" in first.why
     assert link_ticket(ticket, [_search(), _checkout()]) == first
-    found = scores(ticket, [_checkout(), _search()])
+    found = link_scores(ticket, [_checkout(), _search()])
     assert found[1].value > found[0].value >= THRESHOLD
 
 
@@ -363,8 +363,8 @@ def test_the_lookup_links_every_labelled_ticket_as_the_full_comparison_does(case
     spread counts the same incidents), as `link_ticket` over every open incident of the case."""
     found = _looked_up(case.ticket, list(case.incidents), case.aliases)
     assert link_ticket(case.ticket, found, case.aliases) == link_ticket(case.ticket, case.incidents, case.aliases)
-    full = dict(zip((i.key for i in case.incidents), scores(case.ticket, case.incidents, case.aliases)))
-    assert all(full[i.key] == s for i, s in zip(found, scores(case.ticket, found, case.aliases)))
+    full = dict(zip((i.key for i in case.incidents), link_scores(case.ticket, case.incidents, case.aliases)))
+    assert all(full[i.key] == s for i, s in zip(found, link_scores(case.ticket, found, case.aliases)))
 
 
 def test_what_the_lookup_misses_an_incident_described_only_past_its_filed_words():

@@ -96,7 +96,7 @@ def test_the_head_answers_a_150_option_question_and_the_record_routes_to_its_tar
     assert (entry.readout, entry.option_id, entry.passed) == ("head", "intent42", True)
     assert entry.letter_probabilities is None and len(entry.head_probabilities) == 150
     assert entry.thresholds.min_confidence == 0.9 and entry.head_version == "many-150"
-    record = build_record(policy, item, [entry], destinations=DESTINATIONS, review_queue_url="https://sqs/review",
+    record = build_record(policy, item, [entry], destinations=DESTINATIONS,
                           review_timeout_seconds=60)
     assert record.route == "auto" and record.destination.target == TICKET_TARGETS[42 % 5]
     assert len(record.review.choices) == 150 and len(record.review.questions["intent"]) == 150
@@ -116,7 +116,7 @@ def test_a_head_bound_to_another_model_cannot_answer_and_nothing_else_can(tmp_pa
     assert entry.head_skipped.startswith("endpoint model sha256 000000000000… is not the head's cccccccccccc…")
     assert entry.reasons == [f"head not applied ({entry.head_skipped}); the letters cannot answer a question with 150 options"]
     item = ticket("intent3")
-    record = build_record(policy, item, [entry], destinations=DESTINATIONS, review_queue_url="https://sqs/review",
+    record = build_record(policy, item, [entry], destinations=DESTINATIONS,
                           review_timeout_seconds=60)
     assert record.route == "review" and record.route_reason.startswith("intent: head not applied")
 
@@ -136,7 +136,7 @@ def test_the_console_lists_a_many_option_question_best_first_by_the_head(tmp_pat
     item = ticket("intent97, intent42 or intent3")
     (decision,) = build_decisions(policy, item)
     entry = model_entry(policy.questions[0], signals_result([0.0] * 8), decision.state)
-    record = build_record(policy, item, [entry], destinations=DESTINATIONS, review_queue_url="https://sqs/review",
+    record = build_record(policy, item, [entry], destinations=DESTINATIONS,
                           review_timeout_seconds=60)
     (view,) = decision_view(record, policy)
     ranked = view["ranked"]

@@ -78,7 +78,7 @@ def test_a_confident_answer_unlike_any_learned_option_goes_to_review_saying_why(
     assert (check.value, check.threshold, check.passed) == (pytest.approx(10.0), 1.0, False)
     assert "unlike any option it learned: novelty 10.00 > 1.00" in far.why.line()  # what the console and REPORT= show
     destinations = {policy.target(o): f"https://sqs/{policy.target(o)}" for o in policy.questions[0].option_ids}
-    record = build_record(policy, ticket, [far], destinations=destinations, review_queue_url="https://sqs/review",
+    record = build_record(policy, ticket, [far], destinations=destinations,
                           review_timeout_seconds=60)
     assert record.route == "review"
     assert record.route_reason == "queue: unlike any option it learned: novelty 10.00 > 1.00"

@@ -2,7 +2,7 @@
 draw for every judgement of an item, at the rate the policy or the question sets), the item held
 for review with the check on its record, a reviewer's answer counted against the automatic one,
 corrections counted beside the estimate, and the figure: the fitter's own lower bound against the
-question's target, published as metrics (intake/precision_checks.py)."""
+question's target, published as metrics (review/precision_checks.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from decision_contract.precision import items_needed, precision_lower_bound
 from decision_router.domain.judging import build_record, explain, model_entry, rule_entry
 from decision_router.domain.policies import PolicyError, PrecisionCheck, load_policy
 from decision_router.domain.precision import (
@@ -25,9 +24,10 @@ from decision_router.domain.precision import (
     sampled,
     target_of,
 )
+from decision_router.domain.precision_bound import items_needed, precision_lower_bound
 from decision_router.domain.rules import apply_rules
-from decision_router.intake.precision_checks import BELOW_TARGET, count_check, count_correction
 from decision_router.items import parse_item
+from decision_router.review.precision_checks import BELOW_TARGET, count_check, count_correction
 from tests.fakes.console import FakePrecisionTally
 from tests.functions.conftest import letters_only, make_result
 from tests.functions.test_head_store import emitted
@@ -51,7 +51,7 @@ def ticket(ticket_id: str = "T-1", **changes):
 def judged(policy, item, logits=SURE, check_key=None):
     entries = [model_entry(q, make_result(q.id, q.option_ids, logits)) for q in policy.questions]
     return build_record(policy, item, explain(policy, item, entries), destinations={t: f"https://sqs/{t}" for t in policy.targets},
-                        review_queue_url="https://sqs/review", review_timeout_seconds=3600, check_key=check_key)
+                        review_timeout_seconds=3600, check_key=check_key)
 
 
 STACK_KEY = b"the-stacks-head-signing-key-0123456789abcdef"
@@ -133,7 +133,7 @@ def test_only_automatic_model_answers_are_checked():
     portal = ticket(channel="billing-portal")  # the policy's rule answers: not a guess to check
     entries = [rule_entry(policy.question(q), hit) for q, hit in apply_rules(policy, portal).items()]
     by_rule = build_record(policy, portal, explain(policy, portal, entries), destinations={t: "u" for t in policy.targets},
-                           review_queue_url="r", review_timeout_seconds=60)
+                           review_timeout_seconds=60)
     assert by_rule.route == "auto" and by_rule.checked == []
 
 

@@ -94,7 +94,7 @@ def test_the_256_option_record_of_a_long_emoji_ticket_is_too_large_and_says_why(
                     for o in capped.questions[0].options}
     record = build_record(capped, item, explain(capped, item, [model_entry(capped.questions[0], answer(capped, item),
                                                                            build_state(capped, item))]),
-                          destinations=destinations, review_queue_url=destinations["billing"], review_timeout_seconds=3600)
+                          destinations=destinations, review_timeout_seconds=3600)
     assert len(capped.questions[0].options) == 256 and record_bytes(record) > MAX_RECORD_BYTES
     with pytest.raises(RecordTooLarge) as refused:
         check_size(record)
@@ -104,7 +104,7 @@ def test_the_256_option_record_of_a_long_emoji_ticket_is_too_large_and_says_why(
     ascii_item = parse_item("ticket", emoji_ticket(text="a" * 20_000))
     small = build_record(capped, ascii_item, explain(capped, ascii_item, [model_entry(
         capped.questions[0], answer(capped, ascii_item), build_state(capped, ascii_item))]),
-        destinations=destinations, review_queue_url=destinations["billing"], review_timeout_seconds=3600)
+        destinations=destinations, review_timeout_seconds=3600)
     check_size(small)
 
 

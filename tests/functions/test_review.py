@@ -1,9 +1,8 @@
 """Review completion: validation (pure), then the review function over a ticket the ticket intake
-sent to review (task token from the review-queue message): on template.yaml's names over the fakes
+sent to review (task token from its pending-review row): on template.yaml's names over the fakes
 of the ports with the routing workflow played over them (tests/fakes/console_worlds.py), and as a
 smoke test also on the template's resources in moto with the real workflow executing. The reviewer
-CLI makes its own adapters from the environment, and the review queue's long polls are the real
-adapter's: those run on the stack only."""
+CLI makes its own adapters from the environment: those run on the stack only."""
 
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ def pending_record(kind: str = "incident") -> DecisionRecord:
          "channel": "email", "created_at": "2026-11-29T12:00:00Z"}
     unsure = [model_entry(q, make_result(q.id, q.option_ids, [0.1] * len(q.options))) for q in policy.questions]
     return build_record(policy, parse_item(kind, data), unsure, destinations=QUEUES,
-                        review_queue_url="https://sqs/review", review_timeout_seconds=60)
+                        review_timeout_seconds=60)
 
 
 def test_answers_become_destination_and_escalation_from_the_records_own_choices():

@@ -55,7 +55,7 @@ def decided(stack: Stack, kind: str, data: dict, logits: dict[str, list[float]])
     item = parse_item(kind, data)
     entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, logits[q.id])) for q in policy.questions])
     return build_record(policy, item, entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
-                        review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
+                        review_timeout_seconds=3600)
 
 
 UNSURE_TICKET = {"queue": [2.0, 1.6, 0.1, 0.0, 0.0]}
@@ -340,7 +340,7 @@ def test_a_checks_priority_is_hidden_from_its_reviewer_but_its_deadline_still_ru
     sure = {"priority": [30.0, 0.0, 0.0, 0.0], "team": [30.0] + [0.0] * (len(policy.question("team").options) - 1)}
     entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, sure[q.id])) for q in policy.questions])
     record = build_record(policy, item, entries, destinations={t: f"https://sqs/{t}" for t in policy.targets},
-                          review_queue_url="https://sqs/review", review_timeout_seconds=3600)
+                          review_timeout_seconds=3600)
     assert record.checked == ["priority", "team"]
     review = PendingReview(task_token="t", execution_name="incident-x", record=record, requested_at="2026-11-29T13:00:00Z")
     summary = pending_summary(review, policy, datetime(2026, 11, 29, 13, 5, tzinfo=timezone.utc))
@@ -556,7 +556,7 @@ def sampled_ticket(stack: Stack) -> DecisionRecord:
     item = parse_item("ticket", TICKET)
     entries = explain(policy, item, [model_entry(q, make_result(q.id, q.option_ids, SURE_TICKET[q.id])) for q in policy.questions])
     return build_record(policy, item, entries, destinations=json.loads(env["DESTINATION_QUEUES"]),
-                        review_queue_url=env["REVIEW_QUEUE_URL"], review_timeout_seconds=3600)
+                        review_timeout_seconds=3600)
 
 
 @ON_THE_STACK

@@ -33,7 +33,7 @@ class Endpoint:
 
 def router(policy, endpoint):
     return Router(endpoint, destinations={t: f"https://sqs/{t}" for t in policy.targets},
-                  review_queue_url="https://sqs/review", review_timeout_seconds=60)
+                  review_timeout_seconds=60)
 
 
 def shadow_head(policy, question, option: int, *, model: bool) -> ShadowHead:
@@ -51,20 +51,20 @@ def ticket(ticket_data):
 def test_the_shadow_answers_beside_the_head_in_service_and_changes_nothing_else(ticket):
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
-    plain = router(policy, Endpoint(question)).judge(ticket, policy)[0]
+    plain = router(policy, Endpoint(question)).decision_record(ticket, policy)[0]
     endpoint = Endpoint(question)
     shadows = {question.id: shadow_head(policy, question, 3, model=True)}
-    record = router(policy, endpoint).judge(ticket, policy, shadows=shadows)[0]
+    record = router(policy, endpoint).decision_record(ticket, policy, shadows=shadows)[0]
     # the head in service (the letters) decided exactly as without a shadow
     assert record.model_dump(exclude={"shadow", "decided_at"}) == plain.model_dump(exclude={"shadow", "decided_at"})
     assert plain.shadow == {}
     answer = record.shadow[question.id]
     assert (answer.head_version, answer.sha256, answer.option_id) == ("candidate-1", "c" * 64, question.option_ids[3])
     assert answer.agrees is False and record.decisions[0].option_id == question.option_ids[0]
-    # a shadow that reads the hidden state has it asked for, though the letters decide
+    # the hidden state a shadow reads is asked for (every question asks for it), though the letters decide
     assert endpoint.requests[0][0].return_hidden_state is True
     agreeing = {question.id: shadow_head(policy, question, 0, model=False)}
-    assert router(policy, Endpoint(question)).judge(ticket, policy, shadows=agreeing)[0].shadow[question.id].agrees is True
+    assert router(policy, Endpoint(question)).decision_record(ticket, policy, shadows=agreeing)[0].shadow[question.id].agrees is True
 
 
 def test_a_shadow_that_cannot_read_the_answer_is_left_out(ticket):
@@ -73,14 +73,14 @@ def test_a_shadow_that_cannot_read_the_answer_is_left_out(ticket):
     question = policy.questions[0]
     head = head_for(policy, question, bias=[9.0, 0, 0, 0, 0], version="candidate-1", model_sha256="b" * 64)
     shadows = {question.id: ShadowHead(Head.model_validate(head), "c" * 64)}
-    assert router(policy, Endpoint(question)).judge(ticket, policy, shadows=shadows)[0].shadow == {}
+    assert router(policy, Endpoint(question)).decision_record(ticket, policy, shadows=shadows)[0].shadow == {}
 
 
 def test_a_reviewer_answer_counts_for_the_head_it_agrees_with(ticket):
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
     shadows = {question.id: shadow_head(policy, question, 3, model=False)}
-    record = router(policy, Endpoint(question)).judge(ticket, policy, shadows=shadows)[0]
+    record = router(policy, Endpoint(question)).decision_record(ticket, policy, shadows=shadows)[0]
     served, candidate, other = question.option_ids[0], question.option_ids[3], question.option_ids[1]
     assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": candidate}).items()} == {"queue": [True, False]}
     assert {q: rights for q, (_, *rights) in review_tally(record, {"queue": served}).items()} == {"queue": [False, True]}
@@ -204,13 +204,13 @@ def test_a_review_counts_whether_the_shadow_agreed_on_the_reviewed_item(ticket):
     separates the unreviewed items' disagreement from the reviewed ones'."""
     from aws_lambda_powertools import Logger
 
-    from decision_router.intake.shadow_reviews import count_review
+    from decision_router.review.shadow_reviews import count_review
 
     policy = letters_only(load_policy("support-ticket"))
     question = policy.questions[0]
-    agreeing = router(policy, Endpoint(question)).judge(ticket, policy, shadows={
+    agreeing = router(policy, Endpoint(question)).decision_record(ticket, policy, shadows={
         question.id: shadow_head(policy, question, 0, model=False)})[0]
-    differing = router(policy, Endpoint(question)).judge(ticket, policy, shadows={
+    differing = router(policy, Endpoint(question)).decision_record(ticket, policy, shadows={
         question.id: shadow_head(policy, question, 3, model=False)})[0]
     with mock_aws():
         boto3.client("dynamodb", region_name="us-east-1").create_table(
@@ -219,9 +219,9 @@ def test_a_review_counts_whether_the_shadow_agreed_on_the_reviewed_item(ticket):
             AttributeDefinitions=[{"AttributeName": "policy_question", "AttributeType": "S"},
                                   {"AttributeName": "at", "AttributeType": "S"}])
         served = question.option_ids[0]
-        for record in (agreeing, differing):
-            count_review(record, {question.id: served}, "history", Logger(service="test"))
         tally = ShadowTally("history", client=boto3.client("dynamodb", region_name="us-east-1"))
+        for record in (agreeing, differing):
+            count_review(record, {question.id: served}, tally, Logger(service="test"))
         sha = agreeing.shadow[question.id].sha256
         assert differing.shadow[question.id].sha256 == sha
         counts = tally.counts(policy.name, question.id, sha)

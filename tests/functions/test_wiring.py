@@ -65,7 +65,7 @@ def test_the_intake_judges_each_item_once_in_the_idempotency_store_handed_in():
         "DECISION_ENDPOINT_NAME": "decision-endpoint", "IDEMPOTENCY_TABLE_NAME": "never-read",
         "ROUTING_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:routing",
         "DESTINATION_QUEUES": json.dumps({t: f"https://sqs/{t}" for t in TICKET_TARGETS}),
-        "REVIEW_QUEUE_URL": "https://sqs/review", "POLICY_NAME": "support-ticket",
+        "POLICY_NAME": "support-ticket",
         "AUDIT_TABLE_NAME": "never-written", "EVENT_BUS_NAME": "never-put"})
     store, workflow = InMemoryIdempotency(), RecordingWorkflow()
     direct = FakeDirectRoutes(FakeAuditTrail(), FakeQueue)  # an automatic route is delivered without an execution

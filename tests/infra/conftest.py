@@ -84,7 +84,7 @@ class Pipeline:
             "destination": {"target": target, "queue_url": self.destinations[target]} if target else None,
             "escalate": escalate,
             "decisions": decisions,
-            "review": {"queue_url": self.env["REVIEW_QUEUE_URL"], "timeout_seconds": timeout_seconds,
+            "review": {"timeout_seconds": timeout_seconds,
                        "questions": {q: options for q, (_, options) in questions.items()},
                        "choices": [c.wire() for c in review_choices(policy, self.destinations)]},
             "decided_at": "2026-11-29T12:00:01Z",

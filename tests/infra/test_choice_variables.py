@@ -485,7 +485,7 @@ def _record() -> DecisionRecord:
         "item_kind": "ticket", "item_id": "T-1", "item_key": "ticket:zendesk:T-1:abc",
         "item": {"ticket_id": "T-1", "subject": "s", "body": "b"}, "policy": {"name": "support-ticket", "version": "1"},
         "route": "review", "route_reason": "queue", "destination": None, "escalate": False, "decisions": [],
-        "review": {"queue_url": "https://sqs/q", "timeout_seconds": 60, "questions": {}, "choices": []},
+        "review": {"timeout_seconds": 60, "questions": {}, "choices": []},
         "decided_at": "2026-11-29T12:00:01+00:00"})
 
 

@@ -57,7 +57,7 @@ def test_every_table_of_the_template_is_erased_or_holds_no_item_text():
 
 
 def ticket_record(ticket_id: str, channel: str = "email") -> DecisionRecord:
-    record = unsure_ticket(ticket_id, destinations=DESTINATIONS, review_queue_url=DESTINATIONS["billing"])
+    record = unsure_ticket(ticket_id, destinations=DESTINATIONS)
     item = {**record.item, "channel": channel}
     return record.model_copy(update={"item": item, "item_key": parse_item("ticket", item).key})
 
@@ -80,11 +80,11 @@ def labelled_row(record: DecisionRecord) -> dict[str, Any]:
 @pytest.fixture
 def stack():
     with mock_aws():
-        yield Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=[*ERASED, "ReviewQueue"])
+        yield Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=ERASED)
 
 
 def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
-    dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    dynamodb = boto3.client("dynamodb")
     mine, same_id_other_source, other = ticket_record("T-1"), ticket_record("T-1", "chat"), ticket_record("T-2")
     audit, resolved = AuditTrail(stack.ref("AuditTable")), ResolvedItems(stack.ref("ResolvedItemsTable"))
     policy = load_policy("support-ticket")
@@ -108,17 +108,14 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     states = boto3.client("stepfunctions")
     machine = states.create_state_machine(name="routing", roleArn="arn:aws:iam::123456789012:role/r", definition=json.dumps(
         {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}))["stateMachineArn"]
-    execution = states.start_execution(stateMachineArn=machine, name="ticket-T-1-abc")["executionArn"]
-    for record, name in ((mine, "ticket-T-1-abc"), (other, "ticket-T-2-def")):
-        sqs.send_message(QueueUrl=stack.ref("ReviewQueue"), MessageBody=PendingReview(
-            task_token="tok", execution_name=name, record=record).model_dump_json())
+    execution = states.start_execution(stateMachineArn=machine, name="ticket-T-1-idx")["executionArn"]
     index = PendingReviewTable(stack.ref("PendingReviewsTable"))
     for record, name in ((mine, "ticket-T-1-idx"), (other, "ticket-T-2-idx")):
         index.put(pending_row(PendingReview(task_token="tok", execution_name=name, record=record), policy,
                               review_timeout_seconds=3600))
     names = ["--audit-table", stack.ref("AuditTable"), "--labelled-table", stack.ref("LabelledExamplesTable"),
              "--resolved-table", stack.ref("ResolvedItemsTable"), "--open-incidents-table", stack.ref("OpenIncidentsTable"),
-             "--idempotency-table", stack.ref("IdempotencyTable"), "--review-queue-url", stack.ref("ReviewQueue"),
+             "--idempotency-table", stack.ref("IdempotencyTable"),
              "--pending-reviews-table", stack.ref("PendingReviewsTable"), "--state-machine-arn", machine]
 
     dry = io.StringIO()
@@ -132,7 +129,6 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
         "erase ticket:email:T-1", "audit: 2 row(s) removed", "labelled: 1 row(s) removed",
         "resolved: 1 row(s) removed",  # by kind, source and id: the other source's row of the same id stays
         "open-incidents: 0 row(s) removed", "idempotency: 1 row(s) removed", "pending-reviews: 1 row(s) removed",
-        "review-queue: 1 row(s) removed",
         UNREAD_KEPT_LABELS,
         *(f"not read: {name} (no --{name}-url: its messages, the item's text among them, are kept up to 14 days)"
           for name in erase.HELD_QUEUES)]
@@ -144,8 +140,6 @@ def test_erase_removes_the_items_rows_from_every_table_and_reports_each(stack):
     assert sorted((r.item_id, r.item_source) for r in resolved.recent("support-ticket")) == [("T-1", "chat"), ("T-2", "email")]
     idempotency = dynamodb.scan(TableName=stack.ref("IdempotencyTable"))["Items"]
     assert len(idempotency) == 2 and all("T-1:" not in r["id"]["S"] or ":chat:" in r["id"]["S"] for r in idempotency)
-    left = sqs.receive_message(QueueUrl=stack.ref("ReviewQueue"), MaxNumberOfMessages=10)["Messages"]
-    assert [PendingReview.from_message(m["Body"]).execution_name for m in left] == ["ticket-T-2-def"]
     assert states.describe_execution(executionArn=execution)["status"] == "ABORTED"
     assert (index.get("ticket-T-1-idx"), index.get("ticket-T-2-idx") is not None) == (None, True)
 
@@ -228,6 +222,55 @@ def test_erase_rewrites_the_kept_labels_without_the_items_rows_and_deletes_the_v
         assert "kept-labels: 0 earlier version(s) removed" in again.getvalue()
 
 
+class ErasedWhileSyncing(HeadStore):
+    """The head store as a relearning sync sees it when `make erase` runs between its read of the
+    kept labels and its write: erase runs just before the sync's (conditional) write."""
+
+    def __init__(self, erase_names: list[str], *args: Any) -> None:
+        super().__init__(*args)
+        self.erase_names, self.erased = erase_names, io.StringIO()
+        self.written: list[bool] = []
+
+    def put_unless_changed(self, key: str, data: bytes, etag: str | None) -> bool:
+        if not self.erased.getvalue():
+            assert erase.main(["ticket:email:T-1", *self.erase_names], out=self.erased, session=boto3.Session()) == 0
+        written = super().put_unless_changed(key, data, etag)
+        self.written.append(written)
+        return written
+
+
+@pytest.mark.parametrize("kept_before", [True, False], ids=["kept-labels", "first-sync"])
+def test_a_relearning_sync_under_way_during_an_erasure_never_writes_the_item_back(kept_before):
+    """S3's If-Match (If-None-Match for the first sync) in moto: the sync that read the labels, and
+    the table, before the erasure meets the version erase wrote, starts over and keeps the item out."""
+    with mock_aws():
+        stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(
+            only=["LabelledExamplesTable", "HeadBucket"])
+        dynamodb, s3 = boto3.client("dynamodb"), boto3.client("s3")
+        table, bucket = stack.ref("LabelledExamplesTable"), stack.ref("HeadBucket")
+        labels = LabelledExamples(table)
+        now = datetime(2026, 12, 2, tzinfo=timezone.utc).timestamp()
+        mine, other = ticket_record("T-1"), ticket_record("T-2")
+        for record in (mine, other):
+            dynamodb.put_item(TableName=table, Item=labelled_row(record))
+        if kept_before:
+            sync_labels(HeadStore(bucket, "/test/heads", "history"), labels, "support-ticket", now=now - 3600,
+                        retention_days=365, full_read_after_seconds=86400)
+        later = {**labelled_row(ticket_record("T-3")), "labelled_at": {"S": "2026-12-01T11:00:00Z"},
+                 "label_shard": {"S": "support-ticket#3"}}
+        dynamodb.put_item(TableName=table, Item=later)  # a new label: the sync has something to write
+        store = ErasedWhileSyncing(["--labelled-table", table, "--head-bucket", bucket], bucket, "/test/heads", "history")
+
+        synced = sync_labels(store, labels, "support-ticket", now=now, retention_days=365, full_read_after_seconds=86400)
+
+        assert "labelled: 1 row(s) removed" in store.erased.getvalue()
+        assert store.written == [False, True] and synced.restarts == 1
+        assert mine.item_key not in {row["item_key"] for row in synced.rows} and len(synced.rows) == 2
+        for version in kept_versions(s3, bucket, labels_key("support-ticket")):
+            assert mine.item_key not in version.rows
+        assert "note:" not in store.erased.getvalue()
+
+
 def test_a_kept_labels_version_that_does_not_read_is_named_and_left():
     with mock_aws():
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"}).create(only=["HeadBucket"])
@@ -243,7 +286,7 @@ def test_a_kept_labels_version_that_does_not_read_is_named_and_left():
 
 def test_the_review_sla_escalation_marks_hold_no_item_text_and_erase_leaves_them(stack):
     marks = SlaEscalations(stack.ref("IdempotencyTable"), review_timeout_seconds=3600)
-    assert marks.claim("ticket-T-1-abc123")
+    assert marks.claim_page("ticket-T-1-abc123")
     marks.sent("ticket-T-1-abc123")
     table = stack.ref("IdempotencyTable")
     rows = boto3.client("dynamodb").scan(TableName=table)["Items"]
@@ -265,11 +308,11 @@ def test_an_item_key_that_is_not_kind_source_id_is_refused_with_the_reason(item,
     assert why in capsys.readouterr().err
 
 
-def test_a_stack_names_every_table_the_queue_and_the_state_machine_by_its_outputs():
+def test_a_stack_names_every_table_queue_and_the_state_machine_by_its_outputs():
     with mock_aws():
         stack = Stack.load(parameters={"ExistingEndpointName": "decision-endpoint"})
         outputs = stack.outputs()
-    wanted = {*erase.TABLES.values(), erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values(), "RoutingStateMachineArn",
+    wanted = {*erase.TABLES.values(), *erase.HELD_QUEUES.values(), "RoutingStateMachineArn",
               erase.HEAD_BUCKET}
     assert wanted <= set(outputs)
 
@@ -315,7 +358,7 @@ def test_every_queue_of_the_template_that_keeps_item_text_is_erased():
 def test_each_queue_erase_reads_keeps_messages_as_long_as_it_says_a_queue_not_read_keeps_them():
     """What `not read:` says of a queue that was not named (14 days) is the template's retention."""
     resources = Stack.load().template["Resources"]
-    for output in (erase.REVIEW_QUEUE, *erase.HELD_QUEUES.values()):
+    for output in erase.HELD_QUEUES.values():
         retention = resources[output.removesuffix("Url")]["Properties"]["MessageRetentionPeriod"]
         assert int(retention) == erase.QUEUE_RETENTION_DAYS * 86400, output
 
@@ -366,8 +409,6 @@ def visible(sqs, queue: str) -> list[str]:
     return [message["Body"] for message in read]
 
 
-UNREAD_REVIEW_QUEUE = ("not read: review-queue (no --review-queue-url: its messages, the item's text among them, "
-                       "are kept up to 14 days)")
 UNREAD_KEPT_LABELS = ("not read: kept-labels (no --head-bucket: relearning's copy of the labelled examples, the item's "
                       "among them, keeps a label up to LabelRetentionDays)")
 
@@ -408,7 +449,7 @@ def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_qu
         assert erase.main(["ticket:email:T-1", *flags, "--dry-run"], out=dry, session=boto3.Session()) == 0
         assert dry.getvalue().splitlines()[1:] == [
             *(f"{name}: {len(gone[name])} row(s) found (dry run, nothing removed)" for name in erase.HELD_QUEUES),
-            UNREAD_KEPT_LABELS, UNREAD_REVIEW_QUEUE]
+            UNREAD_KEPT_LABELS]
         for name in erase.HELD_QUEUES:  # all there, visible again at once
             assert sorted(visible(sqs, url[name])) == sorted(gone[name] + keep[name]), name
 
@@ -417,7 +458,7 @@ def test_erase_removes_the_items_messages_from_the_dead_letter_and_escalation_qu
         assert out.getvalue().splitlines() == ["erase ticket:email:T-1", "ticket-dlq: 2 row(s) removed",
                                                "incident-dlq: 0 row(s) removed", "team-dlq: 1 row(s) removed",
                                                "workflow-dlq: 1 row(s) removed", "escalation-queue: 1 row(s) removed",
-                                               UNREAD_KEPT_LABELS, UNREAD_REVIEW_QUEUE]
+                                               UNREAD_KEPT_LABELS]
         for name in erase.HELD_QUEUES:  # the others stay, visible again at once
             assert sorted(visible(sqs, url[name])) == sorted(keep[name]), name
         out = io.StringIO()
@@ -477,4 +518,4 @@ def test_a_queue_read_longer_than_its_messages_stay_hidden_says_to_run_again(mon
     assert erased.rows == {"ticket-dlq": 0}
     assert erased.notes == ["ticket-dlq: read for longer than its messages stay hidden (0 s): some may not have been "
                             "read; run erase again (a run that finds none is complete)"]
-    assert sorted(erased.unread) == sorted(["kept-labels", "review-queue", *erase.HELD_QUEUES.keys() - {"ticket-dlq"}])
+    assert sorted(erased.unread) == sorted(["kept-labels", *erase.HELD_QUEUES.keys() - {"ticket-dlq"}])

@@ -11,6 +11,7 @@ delivers it again); a route of the workflow that failed leaves its record in the
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -125,13 +126,36 @@ def test_an_item_whose_workflow_route_failed_is_routed_by_the_intake_when_resent
     assert list(pipeline.queues_holding("T-8001")) == ["billing"]
 
 
+def retention(pipeline) -> list[str]:
+    """The stack's LabelRetentionDays, as the operator passes it (moto has no CloudFormation stack to read)."""
+    return ["--label-retention-days", pipeline.env["LABEL_RETENTION_DAYS"]]
+
+
+def test_a_redriven_record_keeps_its_labelled_example_as_long_as_the_stack_says(pipeline):
+    """Not the 365 days of a record started without a retention: the stack's LabelRetentionDays,
+    counted from the item's decision as the intake's own start counts it."""
+    (dead_letter,) = route_ticket_into_the_dead_letter_queue(pipeline)
+    dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
+    pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dead_letter))
+
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn,
+                         "--label-retention-days", "30"]) == 0
+
+    arns = [e["executionArn"] for e in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
+            if e["name"] != dead_letter["execution_name"]]
+    (started,) = [json.loads(pipeline.sfn.describe_execution(executionArn=arn)["input"]) for arn in arns]
+    decided = datetime.fromisoformat(started["decided_at"])
+    assert started["label_expires_at"] == int((decided + timedelta(days=30)).timestamp())
+    assert dead_letter["record"]["label_expires_at"] != started["label_expires_at"]
+
+
 def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipeline, capsys):
     dead_letters = route_ticket_into_the_dead_letter_queue(pipeline)
     (dead_letter,) = dead_letters
     dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
     pipeline.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(dead_letter))  # put it back for the redrive
 
-    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 0
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn, *retention(pipeline)]) == 0
 
     out = capsys.readouterr().out
     assert "T-8001" in out and "re-routed" in out and dead_letter["execution_name"] in out
@@ -142,7 +166,7 @@ def test_redrive_reroutes_the_workflow_dead_letter_queue_as_new_executions(pipel
     assert list(pipeline.queues_holding("T-8001")) == ["billing"]
     assert pipeline.messages(dlq) == []  # taken off the DLQ once re-routed
 
-    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 0
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn, *retention(pipeline)]) == 0
     assert "nothing to redrive" in capsys.readouterr().out
 
 
@@ -157,7 +181,7 @@ def test_redrive_writes_the_missing_audit_row_of_a_routed_item_and_routes_nothin
     pipeline.dynamodb.create_table(**table)
     dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
 
-    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn,
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn, *retention(pipeline),
                          "--audit-table", table["TableName"]]) == 0
 
     assert "audit row (auto_routed) written" in capsys.readouterr().out
@@ -181,7 +205,7 @@ def test_redrive_leaves_a_malformed_dead_letter_where_it_is_and_says_why(pipelin
     dlq = pipeline.stack.ref("WorkflowDeadLetterQueue")
     pipeline.sqs.send_message(QueueUrl=dlq, MessageBody='{"record": {"item_id": "x"}}')
 
-    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn]) == 1
+    assert redrive.main(["workflow", "--dlq-url", dlq, "--state-machine-arn", pipeline.state_machine_arn, *retention(pipeline)]) == 1
 
     assert "left on the queue" in capsys.readouterr().err
     assert len(pipeline.messages(dlq)) == 1

@@ -177,7 +177,7 @@ def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, e
     wiring = Wiring(Settings.from_env(intake_env), endpoint=EngineEndpoint(embedded_engine))
     intake = Intake("ticket", logger=Logger(service="test"), metrics=Metrics(namespace="Test"), wiring=wiring)
     ticket = parse_item("ticket", rows[-1]["item"])
-    before = intake.judge(ticket.key, ticket, None)
+    before = intake.observed_record(ticket.key, ticket, None)
     assert before.decisions[0].head_version == "know-nothing" and before.route == "review"
 
     topic = subscribe(env["RELEARNING_TOPIC_ARN"])
@@ -196,7 +196,7 @@ def test_a_better_head_is_promoted_and_the_routing_function_picks_it_up(stack, e
     assert pointer.head_version == verdict["head_version"] and pointer.previous.head_version == "know-nothing"
     assert store.history(POLICY, "queue")[0]["action"] == "relearning_promoted"
 
-    after = intake.judge(ticket.key, ticket, None)  # the same function, no restart, no deploy
+    after = intake.observed_record(ticket.key, ticket, None)  # the same function, no restart, no deploy
     assert after.decisions[0].head_version == verdict["head_version"]
     assert after.decisions[0].readout == "head"
 
@@ -216,7 +216,7 @@ def test_a_passing_candidate_serves_in_shadow_on_live_items_before_it_is_promote
         if shadow is None or not live:
             return False
         ticket = live.pop(0)
-        record = intake.judge(ticket.key, ticket, None)
+        record = intake.observed_record(ticket.key, ticket, None)
         seen.append((record.decisions[0].head_version, record.shadow["queue"].sha256, shadow.sha256))
         return True
 

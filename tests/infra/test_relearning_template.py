@@ -12,13 +12,13 @@ import pytest
 
 from decision_router.domain.policies import POLICY_DIR, load_policy
 from decision_router.intake.live_heads import HEAD_LOAD_FAILED
-from decision_router.intake.precision_checks import BELOW_TARGET
 from decision_router.review.console import SLA_METRICS
+from decision_router.review.precision_checks import BELOW_TARGET
 from local.cloudformation import Stack
 from local.relearning import LOCAL_PARAMETERS
 
 EMITTED = {HEAD_LOAD_FAILED, "CorrectionsOfAutomaticRoutes", "RelearningRefusalsInARow", "ReviewerAgreement",
-           "LabelsSinceRelearning", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
+           "LabelsSinceRelearning", "LabelsAskedOfEndpoint", "RelearningPromoted", "RelearningRefused", "QuestionAutoRouted",
            "QuestionSentToReview", "ShadowItems", "ShadowAgreed", "ShadowPrecision", "ServicePrecision",
            BELOW_TARGET, "LivePrecision", "LivePrecisionLowerBound", *SLA_METRICS.values()}
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,9 @@ def test_the_schedules_start_the_workflow_for_each_shipped_policy_and_the_dashbo
     body = json.loads(stack.resolve(stack.properties("LearningDashboard")["DashboardBody"]))
     names = {m[1] for w in body["widgets"] for m in w["properties"]["metrics"] if isinstance(m[0], str)}
     assert names <= EMITTED and "${" not in json.dumps(body)
+    # the labels a run asked of the endpoint again (relearning/job.py), for every shipped policy
+    asked = {m[3] for w in body["widgets"] for m in w["properties"]["metrics"] if m[:2] == ["DecisionRouter", "LabelsAskedOfEndpoint"]}
+    assert asked == {p for p, _ in QUESTIONS}
     assert re.fullmatch(r"[\w-]+-learning", stack.resolve(stack.properties("LearningDashboard")["DashboardName"]))
 
 

@@ -28,7 +28,6 @@ SENDERS: dict[str, tuple[str, list[str]]] = {
     "TicketDeadLetterQueue": ("aws:PrincipalArn", ["TicketIntakeFunctionRole", "TicketWebhookFunctionRole"]),
     "IncidentDeadLetterQueue": ("aws:PrincipalArn", ["IncidentIntakeFunctionRole"]),
     **{queue: ("aws:PrincipalArn", TEAM_SENDERS) for queue in TEAM_QUEUES},
-    "ReviewQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
     "EscalationQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
     "WorkflowDeadLetterQueue": ("aws:PrincipalArn", ["RoutingStateMachineRole"]),
     "TeamDeadLetterQueue": ("none", []),

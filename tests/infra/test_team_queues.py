@@ -28,11 +28,11 @@ from tests.infra import test_template_properties as template_properties
 
 PARAMETERS = {"ExistingEndpointName": "decision-endpoint"}
 #: Groups as a help desk names them, each routed to a target of its own name, two to queues the stack has.
-GROUPS = {"IT Hardware": "it-hardware", "2nd line": "2nd-line", "Review": "review", "Network / VPN": "network-vpn",
+GROUPS = {"IT Hardware": "it-hardware", "2nd line": "2nd-line", "Ticket": "ticket", "Network / VPN": "network-vpn",
           "Purchase Orders": "purchase-orders", "HR": "hr", "Facilities 3": "facilities-3", "Access": "access",
           "Billing": "billing", "*": "sales"}
-#: The queue each new target gets: `review` clashes with the review queue, `2nd-line` starts with a digit.
-NEW = {"it-hardware": "ItHardwareQueue", "2nd-line": "Team2ndLineQueue", "review": "ReviewTeamQueue",
+#: The queue each new target gets: `ticket` clashes with the intake's ticket queue, `2nd-line` starts with a digit.
+NEW = {"it-hardware": "ItHardwareQueue", "2nd-line": "Team2ndLineQueue", "ticket": "TicketTeamQueue",
        "network-vpn": "NetworkVpnQueue", "purchase-orders": "PurchaseOrdersQueue", "hr": "HrQueue",
        "facilities-3": "Facilities3Queue", "access": "AccessQueue"}
 
@@ -117,7 +117,7 @@ def test_a_second_run_changes_nothing_and_says_so(edited):
     text = path.read_bytes()
     status, out, _ = queues("--target", ",".join(NEW), "--template", str(path))
     assert status == 0 and path.read_bytes() == text
-    assert "every target has its queue already, nothing to add" in out and "review → ReviewTeamQueue" in out
+    assert "every target has its queue already, nothing to add" in out and "ticket → TicketTeamQueue" in out
 
 
 @pytest.mark.parametrize(("targets", "why"), [

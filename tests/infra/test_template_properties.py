@@ -12,7 +12,7 @@ from local.cloudformation import Stack, TemplateError, load_template
 
 INTERFACE_ENV = {  # docs: the configuration reference, "Function environment"
     "DECISION_ENDPOINT_NAME", "ROUTING_STATE_MACHINE_ARN", "IDEMPOTENCY_TABLE_NAME", "DESTINATION_QUEUES",
-    "REVIEW_QUEUE_URL", "REVIEW_TIMEOUT_SECONDS", "ENDPOINT_READ_TIMEOUT_SECONDS", "ENDPOINT_MAX_ATTEMPTS",
+    "REVIEW_TIMEOUT_SECONDS", "ENDPOINT_READ_TIMEOUT_SECONDS", "ENDPOINT_MAX_ATTEMPTS",
     "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL", "AUDIT_TABLE_NAME",
     "LABELLED_EXAMPLES_TABLE_NAME", "EVENT_BUS_NAME", "ENDPOINT_INFERENCE_COMPONENT_NAME",
 }
@@ -65,16 +65,16 @@ def test_every_queue_is_encrypted_and_every_work_queue_has_a_dead_letter_queue(s
     assert dead_letters == {"TicketDeadLetterQueue", "TeamDeadLetterQueue"}
     without_redrive = {q for q in queues if "RedrivePolicy" not in stack.properties(q)}
     assert without_redrive == {"TicketDeadLetterQueue", "TeamDeadLetterQueue", "WorkflowDeadLetterQueue",
-                               "IncidentDeadLetterQueue", "NotificationDeadLetterQueue", "ReviewQueue"}
+                               "IncidentDeadLetterQueue", "NotificationDeadLetterQueue"}
 
 
-def test_pending_reviews_expire_by_the_workflow_timeout_not_by_redrive(stack):
-    # Reviewers browse the review queue; each look is a receive, so a redrive policy would move
-    # pending reviews to a DLQ. The workflow's timeout escalates them, well inside retention.
-    review = stack.properties("ReviewQueue")
-    assert "RedrivePolicy" not in review
-    timeout = stack.template["Parameters"]["ReviewTimeoutSeconds"]
-    assert timeout["MaxValue"] <= review["MessageRetentionPeriod"]
+def test_pending_reviews_are_rows_of_the_index_not_queue_messages(stack):
+    # The pending-review index holds what waits for a person; no queue of review messages is left,
+    # nor a function environment that names one.
+    assert "ReviewQueue" not in stack.template["Resources"]
+    assert "ReviewQueueUrl" not in stack.template["Outputs"]
+    assert "REVIEW_QUEUE_URL" not in stack.template["Globals"]["Function"]["Environment"]["Variables"]
+    assert "PENDING_REVIEWS_TABLE_NAME" in stack.template["Globals"]["Function"]["Environment"]["Variables"]
 
 
 def test_ticket_queue_outlives_the_function_and_limits_concurrency(stack):

@@ -4,7 +4,10 @@ its adapter by tests/fakes/test_contract_console.py) and an in-memory head bucke
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import random
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,10 +17,12 @@ from aws_lambda_powertools import Logger
 import relearning.labels as labels_module
 from decision_contract import ModelInfo
 from decision_contract.signals import request_key
+from decision_router.domain.kept_labels import KeptLabels
 from decision_router.domain.policies import load_policy
 from decision_router.domain.records import DecisionRecord, with_signals_that_fit
 from decision_router.domain.routing import Router
 from decision_router.items import parse_item
+from local.template import load_template
 from relearning.job import EndpointSignals, Relearning, read_labels
 from relearning.labels import SETTLE_SECONDS, iso, labels_key, sync_labels
 from tests.fakes.console import FakeLabelledExamples
@@ -63,6 +68,17 @@ class MemoryBucket:
 
     def put(self, key: str, data: bytes) -> None:
         self.objects[key] = data
+
+    def find_tagged(self, key: str) -> tuple[bytes, str] | None:
+        data = self.objects.get(key)
+        return None if data is None else (data, hashlib.md5(data).hexdigest())
+
+    def put_unless_changed(self, key: str, data: bytes, etag: str | None) -> bool:
+        found = self.find_tagged(key)
+        if (found[1] if found is not None else None) != etag:
+            return False
+        self.objects[key] = data
+        return True
 
     def download(self, key: str, path: Path) -> bytes:
         data = self.objects.get(key, b"")
@@ -165,6 +181,78 @@ def test_past_the_cap_the_newest_labels_are_kept(monkeypatch):
     assert sorted(row["item_id"] for row in sync(bucket, table, NOW).rows) == ["T-3", "T-4", "T-9"]
 
 
+def test_past_the_bytes_budget_the_newest_labels_that_fit_are_kept():
+    """Rows with a large model's kept signals: the budget, not the row cap, bounds what is kept."""
+    table = CountingTable()
+    for n in range(6):
+        table.put(label(n, NOW - (10 - n) * DAY, signals="s" * (n % 2) * 10_000))  # odd rows are large
+    line = {row["item_id"]: len(json.dumps(row, sort_keys=True)) + 1 for row in table.rows.values()}
+    newest_four = sum(line[f"T-{n}"] for n in (2, 3, 4, 5))
+
+    def synced(bucket: MemoryBucket, max_bytes: int):
+        return sync_labels(bucket, table, POLICY, now=NOW, retention_days=365, full_read_after_seconds=DAY,
+                           max_bytes=max_bytes)
+
+    exact = synced(MemoryBucket(), newest_four)  # the budget holds the newest four exactly
+    assert sorted(row["item_id"] for row in exact.rows) == ["T-2", "T-3", "T-4", "T-5"] and exact.capped == 2
+    bucket = MemoryBucket()
+    short = synced(bucket, newest_four - 1)  # a byte short: T-2 is left out, and with it every older row
+    assert sorted(row["item_id"] for row in short.rows) == ["T-3", "T-4", "T-5"] and short.capped == 3
+    stored_rows = KeptLabels.load(bucket.objects[labels_key(POLICY)], "kept").rows
+    assert sorted(stored_rows) == sorted(f"ticket:email:T-{n}:0" for n in (3, 4, 5))
+    # what was left out stays out (the table keeps it until its TTL): the watermark is past it
+    again = synced(bucket, 10 * newest_four)
+    assert (len(again.rows), again.read, again.capped) == (3, 0, 0)
+
+
+def test_a_whole_read_stays_within_twice_the_budget_and_keeps_what_one_cut_at_the_end_would():
+    """The partition's rows in no time order (DynamoDB hands them by item key): the rows held never
+    pass twice the budget while they come, and the rows kept are the newest that fit, as if all
+    had been held and cut once."""
+    rows = [label(n, NOW - random.Random(n).uniform(0, 300) * DAY, signals="s" * random.Random(-n).randrange(0, 5000))
+            for n in range(400)]
+    line = {row["item_key"]: len(json.dumps(row, sort_keys=True)) + 1 for row in rows}
+    budget = sum(line.values()) // 7
+    bounded = labels_module._NewestRows(oldest=iso(NOW - 200 * DAY), max_bytes=budget)
+    for row in rows:
+        bounded.add(row)
+        assert bounded.total <= 2 * budget and bounded.total == sum(line[k] for k in bounded.rows)
+    bounded.bound()
+
+    newest_first = sorted((r for r in rows if r["labelled_at"] >= iso(NOW - 200 * DAY)),
+                          key=lambda r: (r["labelled_at"], r["item_key"]), reverse=True)
+    cut, used = [], 0
+    for row in newest_first:
+        used += line[row["item_key"]]
+        if used > budget:
+            break
+        cut.append(row["item_key"])
+    assert sorted(bounded.rows) == sorted(cut) and 0 < len(cut) < len(newest_first)
+    assert bounded.capped == len(newest_first) - len(cut)
+
+
+def test_the_bytes_budget_is_a_share_of_the_function_memory(monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
+    at_3008 = labels_module.kept_bytes_budget()
+    assert at_3008 == labels_module.kept_bytes_budget(3008) == int(3008 * 2**20 * 0.4 / 5)  # about 240 MiB
+    # a 4B model's label (two questions, 2,560 values) is about 15 KB: about 16,000 of them fit
+    assert 15_000 < at_3008 // 15_400 < 17_000
+    assert abs(labels_module.kept_bytes_budget(6016) - 2 * at_3008) <= 1  # proportional to the memory
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "lots")
+    with pytest.raises(ValueError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE 'lots': not a whole number of MB"):
+        labels_module.kept_bytes_budget()
+    with pytest.raises(ValueError, match="memory_mb 0: must be 1 MB or more"):
+        labels_module.kept_bytes_budget(0)
+    with pytest.raises(ValueError, match="max_bytes 0: must be 1 or more"):
+        sync_labels(MemoryBucket(), CountingTable(), POLICY, now=NOW, retention_days=365, full_read_after_seconds=DAY,
+                    max_bytes=0)
+
+
+def test_the_template_gives_the_relearning_function_the_memory_its_budget_assumes():
+    function = load_template(REPO / "template.yaml")["Resources"]["RelearningFunction"]
+    assert function["Properties"]["MemorySize"] == labels_module.FUNCTION_MEMORY_MB
+
+
 def test_kept_labels_that_do_not_read_are_refused_naming_the_key():
     bucket, table = MemoryBucket(), CountingTable()
     bucket.put(labels_key(POLICY), b"not gzip")
@@ -189,8 +277,8 @@ def endpoint(hidden: float) -> FakeEndpoint:
 def routed(at_decision: FakeEndpoint, item: dict) -> DecisionRecord:
     policy = load_policy(INCIDENTS)
     router = Router(at_decision, destinations={t: f"https://sqs/{t}" for t in policy.targets},
-                    review_queue_url="https://sqs/review", review_timeout_seconds=60)
-    record, _ = router.judge(parse_item("incident", item), policy)
+                    review_timeout_seconds=60)
+    record, _ = router.decision_record(parse_item("incident", item), policy)
     return with_signals_that_fit(record)
 
 
@@ -208,7 +296,8 @@ def stored(record: DecisionRecord, gold: dict[str, str], at: float) -> dict[str,
 def test_the_record_keeps_the_signals_under_the_key_the_fitter_rebuilds():
     (incident,) = incidents(1)
     record = routed(endpoint(0.25), incident["item"])
-    assert record.route == "review" and set(record.signals) == {"team"}  # the priority head reads no hidden state
+    # every question's, the priority head's too though it reads no hidden state
+    assert record.route == "review" and set(record.signals) == {"team", "priority"}
     kept = record.signals["team"]
     assert kept.model_sha256 == MODEL.sha256 and len(kept.hidden) == 1536  # 576 float16 in base64
 
@@ -243,3 +332,135 @@ def test_an_item_with_signals_is_never_sent_to_the_endpoint(tmp_path):
     examples, *_ = job._examples(load_policy(INCIDENTS), MODEL)
     hidden = {e.state["title"]: float(e.hidden[0]) for e in examples}
     assert hidden == {with_signals["item"]["title"]: 0.25, without["item"]["title"]: 0.5}  # as at decision time
+
+
+@pytest.mark.parametrize("labels", [1, 3, 5])
+def test_a_run_on_records_with_kept_signals_asks_the_endpoint_once_which_model_it_serves(tmp_path, capsys, labels):
+    """Every reviewed item kept its signals at decision time: collect asks the endpoint one small
+    decision (no hidden state) to learn which model it serves, whatever the number of labels, and
+    takes the signals from the records; fit takes collect's model and asks nothing."""
+    table = CountingTable()
+    for n, incident in enumerate(incidents(labels)):
+        record = routed(endpoint(0.25 * n), incident["item"])
+        table.put(stored(record, incident["gold"], NOW - DAY + n))
+    now_serving = endpoint(0.5)
+    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+                     work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
+                     precision=object(), clock=lambda: NOW, logger=Logger(service="test"))
+
+    collected = job.collect(INCIDENTS)
+    examples, *_ = job._examples(load_policy(INCIDENTS), ModelInfo.model_validate(collected["model"]))
+
+    [(probe,)] = now_serving.requests  # one request of one decision, for collect and fit together
+    assert not probe.return_hidden_state
+    assert collected["complete"] and collected["examples"] == 2 * labels and collected["not_scored"] == []
+    assert ModelInfo.model_validate(collected["model"]) == MODEL
+    assert sorted({float(e.hidden[0]) for e in examples}) == [0.25 * n for n in range(labels)]  # each item's own, as kept
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"LabelsAskedOfEndpoint"' in line]
+    assert [line["LabelsAskedOfEndpoint"] for line in emitted] == [[0.0], [0.0]]  # collect's and fit's
+
+
+def test_labels_whose_signals_another_model_answered_are_asked_of_the_model_served_now(tmp_path, capsys):
+    """A new model deployed since the items were decided: the one request says so, and every
+    label is asked again of it (counted and logged), so the head is fitted for the model served."""
+    table = CountingTable()
+    chosen = incidents(3)
+    for n, incident in enumerate(chosen):
+        table.put(stored(routed(endpoint(0.25), incident["item"]), incident["gold"], NOW - DAY + n))
+    deployed = MODEL.model_copy(update={"file": "new.gguf", "sha256": "2" * 64})
+    now_serving, logged = FakeEndpoint({"team": [0.0] * 4, "priority": [0.0] * 4}, model=deployed,
+                                       hidden_state=[0.5] * 576), io.StringIO()
+    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+                     work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
+                     precision=object(), clock=lambda: NOW, logger=Logger(service="model-changed", stream=logged))
+
+    collected = job.collect(INCIDENTS)
+    examples, *_ = job._examples(load_policy(INCIDENTS), ModelInfo.model_validate(collected["model"]))
+
+    assert ModelInfo.model_validate(collected["model"]) == deployed
+    assert collected["complete"] and collected["examples"] == 6 and collected["not_scored"] == []
+    probe, *asked = now_serving.requests
+    assert len(probe) == 1 and not probe[0].return_hidden_state
+    assert sorted(d.state["title"] for request in asked for d in request) == sorted(
+        i["item"]["title"] for i in chosen for _ in ("team", "priority"))
+    assert {float(e.hidden[0]) for e in examples} == {0.5}  # the deployed model's, none of the old one's
+    [warning] = [line for line in map(json.loads, logged.getvalue().splitlines())
+                 if line["message"] == "labelled examples without kept signals: asked of the endpoint"]
+    assert (warning["items"], warning["kept_for_another_model"], warning["model_sha256"]) == (3, 3, deployed.sha256)
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"LabelsAskedOfEndpoint"' in line]
+    assert [line["LabelsAskedOfEndpoint"] for line in emitted] == [[3.0], [0.0]]  # collect asked them; fit has them
+
+
+def test_an_item_without_kept_signals_is_asked_counted_and_logged(tmp_path, capsys):
+    """A record from before every question asked for the hidden state: the one fallback left."""
+    kept_item, older_item = incidents(2)
+    table = CountingTable()
+    table.put(stored(routed(endpoint(0.25), kept_item["item"]), kept_item["gold"], NOW - DAY))
+    older = routed(endpoint(0.25), older_item["item"]).model_copy(update={"signals": {}})
+    table.put(stored(older, older_item["gold"], NOW - DAY + 1))
+    now_serving, logged = endpoint(0.5), io.StringIO()
+    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+                     work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
+                     precision=object(), clock=lambda: NOW, logger=Logger(service="relearning-fallback", stream=logged))
+    assert job.collect(INCIDENTS)["complete"]
+
+    assert {d.state["title"] for d in now_serving.asked} == {older_item["item"]["title"]}
+    [warning] = [line for line in map(json.loads, logged.getvalue().splitlines())
+                 if line["message"] == "labelled examples without kept signals: asked of the endpoint"]
+    assert (warning["level"], warning["items"], warning["model_sha256"]) == ("WARNING", 1, MODEL.sha256)
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"LabelsAskedOfEndpoint"' in line]
+    assert [line["LabelsAskedOfEndpoint"] for line in emitted] == [[1.0]]
+
+
+# ------------------------------------------------------------------------------ erased meanwhile
+class ErasedMeanwhile(MemoryBucket):
+    """The head bucket as `make erase` leaves it between a sync's read and its write: the item's
+    table row deleted, then the kept labels rewritten without it (a new version, `erased_at` set)."""
+
+    def __init__(self, table: CountingTable, item_key: str, erasures: int = 1) -> None:
+        super().__init__()
+        self.table, self.item_key, self.erasures, self.conflicts = table, item_key, erasures, 0
+
+    def put_unless_changed(self, key: str, data: bytes, etag: str | None) -> bool:
+        if self.erasures:
+            self.erasures -= 1
+            self.table.rows.pop((POLICY, self.item_key), None)
+            found = self.objects.get(key)
+            kept = KeptLabels.load(found, key) if found is not None else KeptLabels()
+            kept.remove(lambda row: row["item_key"] == self.item_key)
+            kept.erased_at = NOW + self.erasures  # each erasure's own time: another version
+            self.objects[key] = kept.dump()
+        written = super().put_unless_changed(key, data, etag)
+        self.conflicts += not written
+        return written
+
+
+@pytest.mark.parametrize("kept_before", [True, False], ids=["kept-labels", "first-sync"])
+def test_a_sync_that_read_before_an_erasure_starts_over_and_never_writes_the_item_back(kept_before):
+    table = CountingTable()
+    for n in range(3):
+        table.put(label(n, NOW - DAY + n))
+    erased = "ticket:email:T-1:0"
+    bucket = ErasedMeanwhile(table, erased, erasures=0)
+    if kept_before:
+        sync(bucket, table, NOW - DAY / 2)
+    table.put(label(3, NOW - 3600))  # a new label: this sync writes
+    bucket.erasures = 1
+
+    synced = sync(bucket, table, NOW)
+
+    assert (bucket.conflicts, synced.restarts) == (1, 1)
+    assert erased not in {row["item_key"] for row in synced.rows} and len(synced.rows) == 3
+    written = KeptLabels.load(bucket.objects[labels_key(POLICY)], "kept")
+    assert erased not in written.rows and written.erased_at == NOW
+    # an erasure before the first sync leaves only a marker: this sync still read the partition whole
+    assert synced.full_read is not kept_before
+    assert written.full_read_at == (NOW + DAY / 2 if kept_before else NOW + DAY)  # the second whole read to come
+
+
+def test_a_sync_that_meets_a_change_every_time_gives_up_naming_the_object():
+    table = CountingTable()
+    table.put(label(1, NOW - DAY))
+    bucket = ErasedMeanwhile(table, "ticket:email:T-9:0", erasures=labels_module.WRITE_ATTEMPTS)
+    with pytest.raises(labels_module.LabelsKeptChanging, match="labels/support-ticket.jsonl.gz: changed under each of 5"):
+        sync(bucket, table, NOW)

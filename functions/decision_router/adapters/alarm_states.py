@@ -4,13 +4,27 @@ alarm topic, a message put in a dead-letter queue and redriven) cannot close a r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import boto3
 
 from ..domain.ports.incidents import AlarmState
 from ..sources.cloudwatch import parse_alarm_arn
 from . import AwsAdapter
+
+
+def alarm_state(arn: str, account: Callable[[], str],
+                described: Callable[[str, str], AlarmState | None]) -> AlarmState:
+    """The state of the alarm `arn` names: "missing" for an ARN that names no alarm or an alarm
+    CloudWatch does not know (`described` by region and name: None), "elsewhere" for an alarm of
+    another account than this one (`account`, asked only when needed: it cannot be asked about)."""
+    parsed = parse_alarm_arn(arn)
+    if parsed is None:
+        return "missing"
+    region, owner, name = parsed
+    if owner != account():
+        return "elsewhere"
+    return described(region, name) or "missing"
 
 
 class AlarmStates(AwsAdapter):
@@ -38,12 +52,9 @@ class AlarmStates(AwsAdapter):
         return self._regional[region]
 
     def state_of(self, arn: str) -> AlarmState:
-        parsed = parse_alarm_arn(arn)
-        if parsed is None:
-            return "missing"
-        region, account, name = parsed
-        if account != self.account:
-            return "elsewhere"
+        return alarm_state(arn, lambda: self.account, self._described)
+
+    def _described(self, region: str, name: str) -> AlarmState | None:
         found = self._in(region).describe_alarms(AlarmNames=[name], AlarmTypes=["MetricAlarm", "CompositeAlarm"])
         alarms = found.get("MetricAlarms", []) + found.get("CompositeAlarms", [])
-        return alarms[0]["StateValue"] if alarms else "missing"
+        return alarms[0]["StateValue"] if alarms else None

@@ -9,7 +9,11 @@ put succeeds delivers. Until it marks the row delivered, the row carries `delive
 delivered delivers nothing; one that finds it pending waits (`DeliveryInProgress`, so the item is
 retried) until that deadline has passed, then takes the claim over and delivers. A crash between
 the send and the mark is the one window left: the retry sends the message (and the event) again,
-under the same `execution_name`."""
+under the same `execution_name`.
+
+Who delivers, waits or finds the name delivered or spent is the lease rule's (domain/leases.py);
+`DirectDelivery` delivers by it over the audit row's conditional writes and the two sends, which
+`DirectRoutes` makes on AWS."""
 
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ from typing import Any, Callable
 import boto3
 from aws_lambda_powertools import Tracer
 
+from ..domain.leases import Held, Placement, Verdict, claim_lease
 from ..domain.ports.routing import Delivery
 from ..domain.records import AuditRow, DecisionRecord, json_text
+from ..domain.routing import is_direct
 from . import AwsAdapter, expiry
 
 #: The `source` of the events the routing workflow puts (template.yaml's Events mapping, Workflow).
@@ -41,12 +47,6 @@ tracer = Tracer()
 
 class DeliveryInProgress(RuntimeError):
     """Another invocation holds the claim and may still be delivering: retry the item later."""
-
-
-def is_direct(record: DecisionRecord) -> bool:
-    """Whether the intake delivers this record itself: routed without review and without a page
-    (anything that waits for a person or pages runs the workflow)."""
-    return record.route == "auto" and not record.escalate and record.destination is not None
 
 
 def entered_time(now: float) -> str:
@@ -95,7 +95,70 @@ def routed_detail(record: DecisionRecord, name: str) -> dict[str, Any]:
             "readout": announce["readout"], "policy": record.policy.model_dump(mode="json"), "execution_name": name}
 
 
-class DirectRoutes(AwsAdapter):
+def held(outcome: str | None, pending_until: float | None) -> Held:
+    """An audit row as the lease rule reads it: pending until its holder's deadline; else delivered,
+    or spent when a failed execution wrote it (nothing was delivered under its name)."""
+    return Held(lease_until=pending_until, spent=pending_until is None and outcome == FAILED)
+
+
+class DirectDelivery:
+    """Delivers an automatic route by the lease rule over the audit row's conditional writes
+    (`_place` where no row is; `_take_over`, `_mark_delivered`, `_release` only while the pending
+    mark is the one read or this invocation's) and the two sends (`_send`, `_announce`)."""
+
+    retention_days: int
+    clock: Callable[[], float]
+
+    def _place(self, row: AuditRow, expires_at: int | None, until: float) -> Placement:
+        raise NotImplementedError
+
+    def _take_over(self, item_id: str, name: str, theirs: Held, until: float) -> bool:
+        raise NotImplementedError
+
+    def _mark_delivered(self, item_id: str, name: str, until: float) -> str | None:
+        """The pending mark removed while it is `until`; why it could not be (None: done, or
+        another invocation's now)."""
+        raise NotImplementedError
+
+    def _release(self, item_id: str, name: str, until: float) -> None:
+        raise NotImplementedError
+
+    def _send(self, queue_url: str, body: str) -> None:
+        raise NotImplementedError
+
+    def _announce(self, record: DecisionRecord, name: str) -> str | None:
+        """The `Item Routed` event put; why it was not (the workflow goes on past a failed announcement too)."""
+        raise NotImplementedError
+
+    def deliver(self, record: DecisionRecord, name: str, *, holds_until: float | None = None) -> Delivery:
+        """Claim the record's audit row (`name`: its execution name), deliver and announce it, mark
+        it delivered. `holds_until` (epoch seconds): when this invocation ends at the latest (its
+        claim's lease). Delivery(False) when it was delivered before; DeliveryInProgress while
+        another invocation holds the claim."""
+        now = self.clock()
+        until = holds_until if holds_until is not None else now + LEASE_SECONDS
+        verdict = self._claim(record, name, now, until)
+        if verdict.action == "wait":
+            raise DeliveryInProgress(f"{record.item_kind} {record.item_id}: delivery claimed by another invocation "
+                                     f"until {entered_time(verdict.until)}")
+        if verdict.action != "take":
+            return Delivery(False, ended_unrouted=verdict.action == "spent")
+        try:
+            self._send(_destination(record).queue_url, json.dumps(team_message(record, name), ensure_ascii=False))
+        except Exception:
+            self._release(record.item_id, name, until)  # nothing was sent: the retry need not wait
+            raise
+        announce_error = self._announce(record, name)
+        return Delivery(True, announce_error, self._mark_delivered(record.item_id, name, until))
+
+    def _claim(self, record: DecisionRecord, name: str, now: float, until: float) -> Verdict:
+        row = audit_row(record, name, entered_time(now))
+        expires_at = expiry(self.retention_days, datetime.fromisoformat(record.decided_at)) if self.retention_days else None
+        return claim_lease(lambda: self._place(row, expires_at, until),
+                     lambda theirs: self._take_over(record.item_id, name, theirs, until), self.clock)
+
+
+class DirectRoutes(DirectDelivery, AwsAdapter):
     """Delivers an automatic route (port `DirectRoutes`): the audit table's claim, the team queue,
     the decision bus."""
 
@@ -119,62 +182,42 @@ class DirectRoutes(AwsAdapter):
 
     @tracer.capture_method(capture_response=False)
     def deliver(self, record: DecisionRecord, name: str, *, holds_until: float | None = None) -> Delivery:
-        """Claim the record's audit row (`name`: its execution name), deliver and announce it, mark
-        it delivered. `holds_until` (epoch seconds): when this invocation ends at the latest (its
-        claim's lease). Delivery(False) when it was delivered before; DeliveryInProgress while
-        another invocation holds the claim."""
-        now = self.clock()
-        until = holds_until if holds_until is not None else now + LEASE_SECONDS
-        claimed = self._claim(record, name, now, until)
-        if claimed is not True:
-            return Delivery(False, ended_unrouted=claimed == FAILED)
-        try:
-            self.sqs.send_message(QueueUrl=_destination(record).queue_url,
-                                  MessageBody=json.dumps(team_message(record, name), ensure_ascii=False))
-        except Exception:
-            self._release(record.item_id, name, until)  # nothing was sent: the retry need not wait
-            raise
-        announce_error = self._announce(record, name)
-        return Delivery(True, announce_error, self._mark_delivered(record.item_id, name, until))
+        return super().deliver(record, name, holds_until=holds_until)
 
     def _key(self, item_id: str, name: str) -> dict[str, Any]:
         return {"item_id": {"S": item_id}, "execution_name": {"S": name}}
 
-    def _claim(self, record: DecisionRecord, name: str, now: float, until: float) -> bool | str:
-        """True when this invocation holds the claim: a new row, or a pending one whose holder's
-        deadline has passed (taken over); False when the row says delivered; FAILED when the row
-        is a failed execution's (nothing was delivered under this name)."""
-        row = audit_row(record, name, entered_time(now))
+    def _place(self, row: AuditRow, expires_at: int | None, until: float) -> Placement:
         item: dict[str, Any] = {key: {"S": value} for key, value in row.columns().items()}
-        if self.retention_days:
-            decided = datetime.fromisoformat(record.decided_at)
-            item["expires_at"] = {"N": str(expiry(self.retention_days, decided))}
+        if expires_at is not None:
+            item["expires_at"] = {"N": str(expires_at)}
         item[PENDING] = {"N": repr(until)}
         try:
             self.client.put_item(TableName=self.audit_table, Item=item, ConditionExpression="attribute_not_exists(item_id)",
                                  ReturnValuesOnConditionCheckFailure="ALL_OLD")
-            return True
+            return "placed"
         except self.client.exceptions.ConditionalCheckFailedException as error:
             found = error.response.get("Item") or self.client.get_item(
-                TableName=self.audit_table, Key=self._key(record.item_id, name), ConsistentRead=True).get("Item") or {}
-        held = found.get(PENDING)
-        if held is None:
-            if found.get("outcome", {}).get("S") == FAILED:
-                return FAILED  # an execution of the workflow failed under this name and routed nothing
-            return False  # delivered (by this path or by an execution of the workflow)
-        if float(held["N"]) > now:
-            raise DeliveryInProgress(f"{record.item_kind} {record.item_id}: delivery claimed by another invocation "
-                                     f"until {entered_time(float(held['N']))}")
-        try:  # the holder's invocation has ended: take its claim over, once
-            self.client.update_item(TableName=self.audit_table, Key=self._key(record.item_id, name),
+                TableName=self.audit_table, Key=self._key(row.item_id, row.execution_name), ConsistentRead=True).get("Item")
+        if not found:
+            return "gone"
+        pending = found.get(PENDING)
+        return held(found.get("outcome", {}).get("S"), float(pending["N"]) if pending else None)
+
+    def _take_over(self, item_id: str, name: str, theirs: Held, until: float) -> bool:
+        try:
+            self.client.update_item(TableName=self.audit_table, Key=self._key(item_id, name),
                                     UpdateExpression=f"SET {PENDING} = :mine", ConditionExpression=f"{PENDING} = :theirs",
-                                    ExpressionAttributeValues={":mine": {"N": repr(until)}, ":theirs": held})
+                                    ExpressionAttributeValues={":mine": {"N": repr(until)},
+                                                               ":theirs": {"N": repr(theirs.lease_until)}})
         except self.client.exceptions.ConditionalCheckFailedException:
-            raise DeliveryInProgress(f"{record.item_kind} {record.item_id}: another retry took the delivery over") from None
+            return False
         return True
 
+    def _send(self, queue_url: str, body: str) -> None:
+        self.sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+
     def _announce(self, record: DecisionRecord, name: str) -> str | None:
-        """The `Item Routed` event; why it was not put (the workflow goes on past a failed announcement too)."""
         try:
             sent = self.events.put_events(Entries=[{
                 "EventBusName": self.event_bus_name, "Source": WORKFLOW_EVENT_SOURCE, "DetailType": ROUTED_DETAIL_TYPE,

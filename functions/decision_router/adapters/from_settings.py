@@ -12,6 +12,7 @@ from ..config import Settings
 if TYPE_CHECKING:
     from .pending_reviews import PendingReviewTable
     from .precision_tally import PrecisionTally
+    from .shadow_tally import ShadowTally
     from .signing_key import SigningKey
     from .similar_items import ResolvedItems
     from .workflow import WorkflowStarter
@@ -52,6 +53,14 @@ def precision_tally(settings: Settings) -> PrecisionTally | None:
 
     table = settings.head_history_table
     return PrecisionTally(table) if table else None
+
+
+def shadow_tally(settings: Settings) -> ShadowTally | None:
+    """The shadow heads' tallies in the head history table (None: the function is given none)."""
+    from .shadow_tally import ShadowTally
+
+    table = settings.head_history_table
+    return ShadowTally(table) if table else None
 
 
 def signing_key(settings: Settings) -> SigningKey | None:

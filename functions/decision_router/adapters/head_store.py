@@ -35,6 +35,9 @@ from . import AwsAdapter
 PROMOTED, REFUSED = "relearning_promoted", "relearning_refused"
 #: How long a change lock holds at most (a change takes seconds; a dead writer's lock then lapses).
 LOCK_SECONDS = 300
+#: S3's answers to a conditional write of an object another writer changed since it was read:
+#: another version (412), deleted (404), or another conditional write under way (409).
+CHANGED_MEANWHILE = frozenset({"PreconditionFailed", "NoSuchKey", "ConditionalRequestConflict"})
 
 
 class HeadChangeInProgress(ValueError):
@@ -126,6 +129,27 @@ class HeadStore(AwsAdapter):
             return self.get(key)
         except self.client.exceptions.NoSuchKey:
             return None
+
+    def find_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and its ETag (what `put_unless_changed` compares), or None when there is none."""
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+        except self.client.exceptions.NoSuchKey:
+            return None
+        return bytes(response["Body"].read()), response["ETag"]
+
+    def put_unless_changed(self, key: str, data: bytes, etag: str | None) -> bool:
+        """Write the object only while it is still the one read: the version of ETag `etag`
+        (S3 If-Match), or no object at all for None (If-None-Match). False, writing nothing, when
+        another writer changed it meanwhile (412; 404: deleted; 409: a concurrent conditional write)."""
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition)
+        except self.client.exceptions.ClientError as error:
+            if error.response.get("Error", {}).get("Code") in CHANGED_MEANWHILE:
+                return False
+            raise
+        return True
 
     def download(self, key: str, path: Path) -> bytes:
         """The object's bytes written to `path` (b"" and no file when there is none)."""

@@ -54,13 +54,13 @@ class AuditTrail(AwsAdapter):
     sparse, holds the rows of linked tickets alone, by their incident's id. Every read here is a
     Query or a GetItem but `all` (a replay's export).
 
-    UNSHARDED_INDEX keys the rows by their outcome alone: it lists the rows written before
-    `outcome_shard` was, until AuditRetentionDays has removed them (then the stack drops it, and
-    this reads it no more: None)."""
+    `unsharded_index` (UNSHARDED_INDEX, where the stack keeps it: AuditOutcomeIndex) keys the rows by
+    their outcome alone: it lists the rows written before `outcome_shard` was, until
+    `ops.backfill_audit_shards` has given them theirs. None (a stack without it): not read."""
 
     service = "dynamodb"
     RECENT_INDEX = "outcome_shard-audited_at"
-    UNSHARDED_INDEX: str | None = "outcome-audited_at"
+    UNSHARDED_INDEX = "outcome-audited_at"
     LINK_INDEX = "linked_incident_id-audited_at"
     #: What RECENT_INDEX holds besides the keys (template.yaml's NonKeyAttributes): the columns
     #: `AuditRow` requires, and the record of a route the intake delivered itself, which a
@@ -68,20 +68,23 @@ class AuditTrail(AwsAdapter):
     RECENT_COLUMNS = ("item_kind", "outcome", "outcome_detail", "route", "route_reason", "policy_name",
                       "policy_version", "decisions", "item", "decided_at", "routing_record")
 
-    def __init__(self, table_name: str, client: Any = None, *, retention_days: int = 0):
+    def __init__(self, table_name: str, client: Any = None, *, retention_days: int = 0,
+                 unsharded_index: str | None = None):
         super().__init__(client)
         self.table_name = table_name
         self.retention_days = retention_days
+        self.unsharded_index = unsharded_index
 
     def recent(self, outcome: str, limit: int = 50) -> list[AuditRow | Unreadable]:
         """The latest `limit` rows of this outcome (auto_routed, reviewed, ...), newest first: the
-        latest `limit` of each shard, and of the unsharded index, all at once, merged. A row is in
-        the unsharded index too while it is kept: the sharded one's (RECENT_COLUMNS) is listed."""
+        latest `limit` of each shard, and of the unsharded index where it is read, all at once,
+        merged. A row is in both while the unsharded one is kept: the sharded one's (RECENT_COLUMNS)
+        is listed."""
         if limit < 1:
             return []
         reads = [(self.RECENT_INDEX, "outcome_shard", shard) for shard in every_shard(outcome, AUDIT_SHARDS)]
-        if self.UNSHARDED_INDEX:
-            reads.append((self.UNSHARDED_INDEX, "outcome", outcome))
+        if self.unsharded_index:
+            reads.append((self.unsharded_index, "outcome", outcome))
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for rows in in_parallel(lambda read: self._latest(*read, limit), reads):
             for row in rows:

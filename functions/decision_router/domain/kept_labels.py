@@ -2,9 +2,15 @@
 `make erase` rewrites them without an erased item's rows): one definition for both.
 
 `labels/<policy>.jsonl.gz` (gzip JSON lines): a header line (`watermark`: the newest `labelled_at`
-read back to, `full_read_at`: when the policy's partition is read whole once more, or null), then
-one row per item key as the labelled-examples table holds it (its string columns, the item's
-text among them: `item_kind`, `item`).
+read back to, `full_read_at`: when the policy's partition is read whole once more, or null;
+`erased_at`, only once `make erase` has rewritten the object: when it last did), then one row per
+item key as the labelled-examples table holds it (its string columns, the item's text among
+them: `item_kind`, `item`).
+
+Both writers write conditionally (S3 If-Match on the ETag they read, If-None-Match for a new
+object) and start over on a conflict. An erasure always writes a new version (its `erased_at`
+changes the bytes, so the ETag changes too), after the item's table rows are gone: a relearning
+sync that read the object before it cannot write it back, and reads the table again after.
 """
 
 from __future__ import annotations
@@ -27,9 +33,13 @@ class KeptLabels:
     watermark: str = ""
     full_read_at: float | None = None
     rows: dict[str, dict[str, str]] = field(default_factory=dict)
+    erased_at: float | None = None
 
     def dump(self) -> bytes:
-        lines = [json.dumps({"watermark": self.watermark, "full_read_at": self.full_read_at})]
+        header: dict[str, object] = {"watermark": self.watermark, "full_read_at": self.full_read_at}
+        if self.erased_at is not None:
+            header["erased_at"] = self.erased_at
+        lines = [json.dumps(header)]
         lines += [json.dumps(row, sort_keys=True) for _, row in sorted(self.rows.items())]
         return gzip.compress("\n".join(lines).encode(), mtime=0)
 
@@ -39,7 +49,7 @@ class KeptLabels:
         try:
             header, *rows = gzip.decompress(data).decode().splitlines()
             head = json.loads(header)
-            kept = cls(str(head["watermark"]), head["full_read_at"])
+            kept = cls(str(head["watermark"]), head["full_read_at"], erased_at=head.get("erased_at"))
             kept.rows = {row["item_key"]: row for row in map(json.loads, rows)}
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{key}: not the labels relearning keeps ({type(error).__name__}: {error})") from None

@@ -7,9 +7,11 @@ the prompt version, under the decision's request key (the model's sha256 and the
 content), so that a fitter rebuilding the same decision from the labelled example finds them, and
 one rebuilding another (a changed policy, another model) does not.
 
-Kept only where the endpoint returned a hidden state (the question's head, or its shadow's, reads
-it), and only on a record that goes to review (what becomes a labelled example), while the record
-stays within the size a routing execution may start with (records.MAX_RECORD_BYTES).
+Every question the endpoint is asked asks for the hidden state (model_requests.py), whatever its
+head reads, so every question it answered has its signals here. They stay only on a record that
+goes to review (what becomes a labelled example), as many questions' as keep the record within
+the size a routing execution may start with (records.with_signals_that_fit). A result without a
+finite hidden state (an endpoint that returned none) keeps nothing: relearning asks for it.
 """
 
 from __future__ import annotations

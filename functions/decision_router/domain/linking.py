@@ -192,7 +192,7 @@ def trouble_in(text: str) -> str | None:
     return None
 
 
-def score(ticket_words: Iterable[str], terms: Mapping[str, float], spread: Mapping[str, int] | None = None,
+def link_score(ticket_words: Iterable[str], terms: Mapping[str, float], spread: Mapping[str, int] | None = None,
           trouble: str | None = None) -> Score:
     """The weight S of the incident's words the ticket uses (each word once, divided by how many
     of the open incidents use it: `spread`, an IDF over what is open now, so a word two outages
@@ -225,15 +225,15 @@ def _during(created: datetime, incident: OpenIncident) -> bool:
     return incident.opened_at - LEAD <= created and (incident.resolved_at is None or created <= incident.resolved_at)
 
 
-def scores(ticket: Ticket, incidents: Sequence[OpenIncident],
+def link_scores(ticket: Ticket, incidents: Sequence[OpenIncident],
            aliases: Mapping[str, Sequence[str]] | None = None) -> list[Score]:
-    """Each incident's `score` for `ticket` (in `incidents`' order), the spread of each word
+    """Each incident's `link_score` for `ticket` (in `incidents`' order), the spread of each word
     counted over `incidents`."""
     terms = [incident_terms(incident, (aliases or {}).get(incident.service, ())) for incident in incidents]
     spread = Counter(word for each in terms for word in each)
     text = f"{ticket.subject} {ticket.body}"
     ticket_words, trouble = words(text), trouble_in(text)
-    return [score(ticket_words, each, spread, trouble) for each in terms]
+    return [link_score(ticket_words, each, spread, trouble) for each in terms]
 
 
 def link_ticket(ticket: Ticket, incidents: Iterable[OpenIncident], aliases: Mapping[str, Sequence[str]] | None = None,
@@ -251,7 +251,7 @@ def link_ticket(ticket: Ticket, incidents: Iterable[OpenIncident], aliases: Mapp
         incident, field = max(named, key=lambda match: (match[0].opened_at, match[0].incident_id))
         others = f"; the latest of {len(named)} matching incidents" if len(named) > 1 else ""
         return _linked(ticket, incident, f"the ticket's {field} names {incident.service!r}", others)
-    described = [(found, incident) for found, incident in zip(scores(ticket, during, aliases), during)
+    described = [(found, incident) for found, incident in zip(link_scores(ticket, during, aliases), during)
                  if found.value >= threshold]
     if not described:
         return None

@@ -9,7 +9,13 @@ its cost are the same at 17 options and at 200. The question's learned head answ
 model's hidden state of that forward pass and the evidence's text (judging.model_entry). The
 request is asked in the prompt layout the head's hidden states came from (its `prompt_version`):
 `criterion-first` puts the evidence last, so the endpoint evaluates the criterion once for every
-item (signals_layout)."""
+item (signals_layout).
+
+Every decision asks for the hidden state, whether or not the question's head reads it: a record
+that goes to review keeps the signals as they were at decision time (kept_signals.py), so
+relearning fits on them without asking the endpoint again. The cost is the answer's size (the
+hidden state as JSON numbers: 12.5 KB a question against 1.2 KB without at a hidden size of 576,
+about 51 KB at 2560: docs/learning/relearning.md); the forward pass is the same."""
 
 from __future__ import annotations
 
@@ -46,12 +52,10 @@ def signals_layout(question: Question) -> Layout:
 
 def signals_decision(question: Question, state: Any, layout: Layout | None = None) -> Decision:
     """The request of a question with more options than letters: its criterion over the evidence,
-    with SIGNAL_OPTIONS, the hidden state asked for when its head reads it; in `layout` when given,
-    else in the layout its head was fitted on (signals_layout)."""
-    head = question.learned_head
+    with SIGNAL_OPTIONS and the hidden state; in `layout` when given, else in the layout its head
+    was fitted on (signals_layout)."""
     return Decision(id=question.id, state=state, question=question.question, options=list(SIGNAL_OPTIONS),
-                    return_hidden_state=head is not None and head.reads_hidden_state,
-                    layout=layout or signals_layout(question))
+                    return_hidden_state=True, layout=layout or signals_layout(question))
 
 
 def question_decision(question: Question, state: Any, signals_layout: Layout | None = None) -> Decision:
@@ -65,7 +69,7 @@ def question_decision(question: Question, state: Any, signals_layout: Layout | N
         question=question.question,
         options=[DecisionOption(id=o.id, description=o.description) for o in question.options],
         temperature=question.temperature,
-        return_hidden_state=question.learned_head is not None and question.learned_head.reads_hidden_state,
+        return_hidden_state=True,  # kept on a record going to review, whatever its head reads
     )
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Iterable, Literal
 
-from pydantic import Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, StringConstraints, ValidationError, ValidationInfo, model_validator
 
 from decision_contract import MAX_OPTIONS, MIN_OPTIONS, OPTION_LETTERS, ConfidenceFormula
 
@@ -197,15 +197,27 @@ class Policy(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Policy":
-        problems: list[str] = []
         model = ITEM_MODELS[self.item_kind]
-        problems += _duplicates("state key", [s.key for s in self.state])
+        problems = [*self._state_problems(model), *self._option_problems(), *self._answering_problems(),
+                    *self._shape_problems(), *self._noise_problems(model), *self._alias_problems(),
+                    *self._sla_problems(), *self._rule_problems(model)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _state_problems(self, model: type[BaseModel]) -> list[str]:
+        """State keys named twice, and state fields the item does not have."""
+        problems = _duplicates("state key", [s.key for s in self.state])
         for i, entry in enumerate(self.state):
             try:
                 field_annotation(model, entry.field)
             except KeyError as error:
                 problems.append(f"state[{i}].field: {self.item_kind} has no field {error.args[0]}")
-        problems += _duplicates("question id", [q.id for q in self.questions])
+        return problems
+
+    def _option_problems(self) -> list[str]:
+        """Each question's options: named twice, protected though not offered, or targets on some only."""
+        problems = _duplicates("question id", [q.id for q in self.questions])
         for question in self.questions:
             where = f"question {question.id!r}"
             problems += [f"{where}: {p}" for p in _duplicates("option id", question.option_ids)]
@@ -216,6 +228,12 @@ class Policy(StrictModel):
             if with_target and len(with_target) != len(question.options):
                 missing = [o.id for o in question.options if not o.target]
                 problems.append(f"{where}: options {missing} have no target; a routing question needs one on every option")
+        return problems
+
+    def _answering_problems(self) -> list[str]:
+        """Questions that nothing could answer as set (no head where one is needed), and learned
+        heads that do not fit their question."""
+        problems: list[str] = []
         for question in self.questions:
             if question.model != "always" and question.head is None:
                 problems.append(f"question {question.id!r}: model {question.model!r} needs a head (one that reads the words "
@@ -229,6 +247,11 @@ class Policy(StrictModel):
             if head is not None:
                 where = f"question {question.id!r}: head file {question.head.file if question.head else '?'}"
                 problems += [f"{where}: {p}" for p in self.head_problems(question, head)]
+        return problems
+
+    def _shape_problems(self) -> list[str]:
+        """Too many complete answers to offer a reviewer, or not exactly one routing question."""
+        problems = []
         combinations = math.prod(len(q.options) for q in self.questions)
         if combinations > MAX_REVIEW_CHOICES:
             problems.append(f"the questions' options combine into {combinations} complete answers; at most "
@@ -236,6 +259,11 @@ class Policy(StrictModel):
         routing = [q.id for q in self.questions if q.routes]
         if len(routing) != 1:
             problems.append(f"exactly one question must carry targets (the routing question); found {routing or 'none'}")
+        return problems
+
+    def _noise_problems(self, model: type[BaseModel]) -> list[str]:
+        """Noise controls and dependencies: on incidents only, ids named once, fields the item has."""
+        problems = []
         if not self.noise.empty and self.item_kind != "incident":
             problems.append("noise: grouping, flapping and maintenance windows apply to incidents only")
         problems += _duplicates("noise.grouping id", [g.id for g in self.noise.grouping])
@@ -248,9 +276,11 @@ class Policy(StrictModel):
                 field_annotation(model, field)
             except KeyError as error:
                 problems.append(f"{where}: {self.item_kind} has no field {error.args[0]}")
-        problems += self._alias_problems()
-        problems += self._sla_problems()
-        problems += _duplicates("rule id", [r.id for r in self.rules])
+        return problems
+
+    def _rule_problems(self, model: type[BaseModel]) -> list[str]:
+        """Rules named twice, conditions that can never match, answers the policy does not offer."""
+        problems = _duplicates("rule id", [r.id for r in self.rules])
         questions = {q.id: q for q in self.questions}
         for rule in self.rules:
             where = f"rule {rule.id!r}"
@@ -275,9 +305,7 @@ class Policy(StrictModel):
                         f"{where}: answer {option_id!r} is not an option of question {question_id!r} "
                         f"(options: {', '.join(questions[question_id].option_ids)})"
                     )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+        return problems
 
     def _alias_problems(self) -> list[str]:
         if self.service_aliases and self.item_kind != "ticket":

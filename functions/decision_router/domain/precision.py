@@ -23,7 +23,7 @@ would reveal it (`blinded`), so the reviewer's answer is their own, not a confir
 The tally (`CheckCounts`, one row per question and one per option, adapters/precision_tally.py)
 counts the checked answers and those the reviewer confirmed; its figure (`PrecisionFigure`) is the
 realized precision and its lower bound by the fitter's own definition
-(`decision_contract.precision.precision_lower_bound`), against the question's target
+(`precision_bound.precision_lower_bound`), against the question's target
 (1 - `learning.max_auto_error`, what the fitter set its thresholds for). Corrections of automatic
 routes (the console's "This was wrong") are counted beside it (`corrected`) but never in it: only
 wrong answers get reported, so they would bias any estimate; they are a count to watch.
@@ -36,9 +36,8 @@ from typing import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from decision_contract.precision import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
-
 from .policies import Policy, Question
+from .precision_bound import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
 from .records import DecisionEntry, DecisionRecord
 from .signatures import CHECK_DRAW, sign
 

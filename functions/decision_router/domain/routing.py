@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from decision_contract import Decision, DecisionResult
+from decision_contract import DecisionResult
 
 from ..items import Item
 from .failures import NO_CAPACITY, EndpointFailure, WaitingForCapacity
@@ -42,12 +42,19 @@ class ShadowHead:
     sha256: str
 
 
+def is_direct(record: DecisionRecord) -> bool:
+    """Whether the intake delivers this record itself, without an execution of the routing
+    workflow: routed without review and without a page (anything that waits for a person or pages
+    runs the workflow)."""
+    return record.route == "auto" and not record.escalate and record.destination is not None
+
+
 class Router:
-    """Judges items for one function: its endpoint, its destinations and review queue are fixed;
+    """Judges items for one function: its endpoint, its destinations and review timeout are fixed;
     the policy and the shadow heads are told per item (the heads in service change without a
     deploy: decision_router.intake.live_heads)."""
 
-    def __init__(self, endpoint: Endpoint, *, destinations: Mapping[str, str], review_queue_url: str,
+    def __init__(self, endpoint: Endpoint, *, destinations: Mapping[str, str],
                  review_timeout_seconds: int, wait_for_capacity: bool = False, check_key: DrawKey | None = None):
         """`check_key`: the stack's key for the precision checks' draw (domain/precision.py); None
         where none is configured (the draw is then a plain hash of what the sender sent)."""
@@ -55,9 +62,9 @@ class Router:
         self.check_key = check_key
         self.wait_for_capacity = wait_for_capacity
         self.destinations = dict(destinations)
-        self.review_queue_url, self.review_timeout_seconds = review_queue_url, review_timeout_seconds
+        self.review_timeout_seconds = review_timeout_seconds
 
-    def judge(self, item: Item, policy: Policy, *, shadows: Mapping[str, ShadowHead] | None = None,
+    def decision_record(self, item: Item, policy: Policy, *, shadows: Mapping[str, ShadowHead] | None = None,
               deadline: float | None = None) -> tuple[DecisionRecord, float | None]:
         """The item's decision record under `policy`: rule answers first, the endpoint for the
         remaining questions (one request), each answer judged against its thresholds; and the
@@ -85,7 +92,7 @@ class Router:
         if pending:
             started = time.perf_counter()
             try:
-                asked = [_with_shadow_signals(decisions[q.id], shadows.get(q.id)) for q in pending]
+                asked = [decisions[q.id] for q in pending]  # each asks for the hidden state (model_requests)
                 results = self.endpoint.decide(asked, deadline=deadline)
                 kept = keep_signals({q.id: decision for q, decision in zip(pending, asked)}, results)
                 # a question whose head was unsure of the words is answered by the letters
@@ -102,18 +109,10 @@ class Router:
             seconds = time.perf_counter() - started
         entries = explain(policy, item, entries, state, results)
         record = build_record(policy, item, entries, destinations=self.destinations,
-                              review_queue_url=self.review_queue_url,
                               review_timeout_seconds=self.review_timeout_seconds, check_key=self.check_key)
         if shadowed or kept:
             record = record.model_copy(update={"shadow": shadowed, "signals": kept})
         return record, seconds
-
-
-def _with_shadow_signals(decision: Decision, shadow: ShadowHead | None) -> Decision:
-    """The question's request, asking for the hidden state too when its shadow head reads it."""
-    if shadow is None or decision.return_hidden_state or not shadow.head.reads_hidden_state:
-        return decision
-    return decision.model_copy(update={"return_hidden_state": True})
 
 
 def _shadow_answers(shadows: Mapping[str, ShadowHead], pending: Sequence[Question], answered: Sequence[DecisionEntry],

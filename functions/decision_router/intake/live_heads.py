@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from ..adapters.signing_key import SigningKey
 from ..domain.head_versions import HeadPointer, pointer_problems
@@ -36,18 +35,9 @@ from ..domain.policies import Policy
 from ..domain.ports.routing import PointerSource
 from ..domain.routing import ShadowHead
 from ..domain.signatures import HEAD_SERVICE, HEAD_SHADOW, LEGACY_HEAD
+from ..question_metrics import question_metric
 
 HEAD_LOAD_FAILED = "HeadLoadFailed"
-
-
-def question_metric(name: str, policy: str, question: str, value: float = 1.0,
-                    unit: MetricUnit = MetricUnit.Count) -> None:
-    """One metric with exactly the policy and question as its dimensions (EMF on stdout): the
-    alarms and the dashboard name those two, whichever function emits it."""
-    with single_metric(name=name, unit=unit, value=value) as metric:
-        metric.service = ""  # no `service` dimension from POWERTOOLS_SERVICE_NAME
-        metric.add_dimension(name="policy", value=policy)
-        metric.add_dimension(name="question", value=question)
 
 
 @dataclass

@@ -36,7 +36,6 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.serialization.base import BaseIdempotencySerializer
 
-from ..adapters.direct_routes import is_direct
 from ..adapters.shadow_tally import ShadowTally
 from ..adapters.workflow import MAX_ATTEMPTS
 from ..domain.linking import LinkedIncident
@@ -44,11 +43,12 @@ from ..domain.policies import Policy, load_policy
 from ..domain.ports.outcomes import ResolvedItemStore
 from ..domain.precision import DrawKeyUnavailable
 from ..domain.records import DecisionRecord, RecordTooLarge, check_size, execution_name, with_signals_that_fit
-from ..domain.routing import Router, ShadowHead
+from ..domain.routing import Router, ShadowHead, is_direct
 from ..domain.similar import ROUTER
 from ..domain.why import NoiseTrace, Why
 from ..items import InvalidItem, Item, parse_item
-from .live_heads import LiveHeads, live_heads, question_metric
+from ..question_metrics import question_metric
+from .live_heads import LiveHeads, live_heads
 from .resolved_items import remember_resolved
 from .wiring import Wiring
 
@@ -63,7 +63,7 @@ IDEMPOTENCY_TTL = int(timedelta(days=1).total_seconds())
 WAITS_FOR_CAPACITY = {"ticket": True, "incident": False}
 #: What the intake needs from the environment (docs: the configuration reference, "Function environment").
 REQUIRED_SETTINGS = ("endpoint_name", "state_machine_arn", "idempotency_table", "destination_queues",
-                     "review_queue_url", "policy_name")
+                     "policy_name")
 
 @dataclass(frozen=True)
 class RouteOutcome:
@@ -109,8 +109,8 @@ class IntakeParts:
     #: The shipped policy, checked against the settings (its heads: the shipped ones).
     policy: Policy
     router: Router
-    #: Intake.judge, once per item key (Powertools idempotency on DynamoDB).
-    judge_once: Callable[..., DecisionRecord]
+    #: Intake.observed_record, once per item key (Powertools idempotency on DynamoDB).
+    record_once: Callable[..., DecisionRecord]
     #: The heads in service from the head store (None: the shipped heads decide).
     live: LiveHeads | None = None
     #: Where the shadow heads' answers are counted (None: no head store, no shadow).
@@ -131,7 +131,7 @@ class Intake:
 
     @property
     def parts(self) -> IntakeParts:
-        """The router and the idempotent judge, built (and validated) on first use."""
+        """The router and the idempotent `record_once`, built (and validated) on first use."""
         if self._parts is None:
             self._parts = self._build()
         return self._parts
@@ -143,7 +143,7 @@ class Intake:
     @property
     def policy(self) -> Policy:
         """The policy this intake applies: its questions, rules, noise controls and severity tables
-        (the heads in service, which alone change without a deploy, are read per item by `judge`)."""
+        (the heads in service, which alone change without a deploy, are read per item by `observed_record`)."""
         return self.parts.policy
 
     def _build(self) -> IntakeParts:
@@ -154,18 +154,18 @@ class Intake:
         self.metrics.set_default_dimensions(policy=policy.name)
         for warning in policy.warnings:  # it loads, but likely is not what was meant
             self.logger.warning("policy warning", extra={"policy": policy.name, "warning": warning})
-        router = Router(self.wiring.endpoint, destinations=s.destination_queues, review_queue_url=s.review_queue_url,
+        router = Router(self.wiring.endpoint, destinations=s.destination_queues,
                         review_timeout_seconds=s.review_timeout_seconds,
                         wait_for_capacity=WAITS_FOR_CAPACITY.get(self.kind, False), check_key=self._check_key)
         # Only the decision is kept per key: whether the item was routed is the workflow's to say,
         # so a re-sent item whose execution failed is routed again (WorkflowStarter.start).
-        judge_once = idempotent_function(self.judge, data_keyword_argument="item_key", config=self.idempotency,
+        record_once = idempotent_function(self.observed_record, data_keyword_argument="item_key", config=self.idempotency,
                                          persistence_store=self.wiring.idempotency_store,
                                          output_serializer=StoredRecord())
         live = live_heads(policy, self.wiring.head_store, s, self.logger,
                           head_key=self.wiring.head_signing_key if self.wiring.head_store is not None else None)
         tally = self.wiring.shadow_tally if live is not None else None
-        return IntakeParts(policy, router, judge_once, live, tally, self.wiring.resolved_items)
+        return IntakeParts(policy, router, record_once, live, tally, self.wiring.resolved_items)
 
     def _check_key(self) -> bytes | None:
         """The precision checks' draw key (domain/precision.py): the stack's head signing key, which
@@ -184,13 +184,13 @@ class Intake:
             raise DrawKeyUnavailable(str(error)) from error
 
     @tracer.capture_method(capture_response=False)  # the record holds the item's text: not for traces
-    def judge(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
+    def observed_record(self, item_key: str, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision record, observed in logs and metrics; `item_key` is the
         idempotency key."""
         live = self.parts.live
         # A head promoted since, and a candidate serving in shadow, are picked up here.
         policy, shadows = (live.policy(), live.shadows()) if live is not None else (self.parts.policy, {})
-        record, seconds = self.router.judge(item, policy, shadows=shadows, deadline=deadline)
+        record, seconds = self.router.decision_record(item, policy, shadows=shadows, deadline=deadline)
         self._observe_decision(record, seconds)
         self._count_shadow(record, shadows)
         return record
@@ -247,7 +247,7 @@ class Intake:
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESERVED_SECONDS
         parts = self.parts  # built (and validated) before an idempotency record is taken
-        record = self._judge_once(parts, item, deadline)
+        record = self._record_once(parts, item, deadline)
         if review_reason is not None:
             record = record.model_copy(update={"route": "review", "route_reason": review_reason,
                                                "destination": None, "escalate": False})
@@ -299,19 +299,19 @@ class Intake:
                               extra={"item_id": record.item_id, "reason": delivery.mark_error})
         return name, delivery.delivered
 
-    def _judge_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> DecisionRecord:
+    def _record_once(self, parts: IntakeParts, item: Item, deadline: float | None) -> DecisionRecord:
         """The item's decision, once per item key; decided without the idempotency store when the
         store cannot be used. The store saves a second model call for a duplicate; routing stays once
         per item without it (the execution is named after the item key). A lock left by an invocation
         that died (it holds until that invocation's deadline, past Lambda's async retries) or a store
         throttled beyond the SDK's retries would otherwise hold a valid item back until its DLQ."""
         try:
-            return parts.judge_once(item_key=item.key, item=item, deadline=deadline)
+            return parts.record_once(item_key=item.key, item=item, deadline=deadline)
         except (IdempotencyAlreadyInProgressError, IdempotencyPersistenceLayerError) as error:
             self.metrics.add_metric(name="DecidedWithoutIdempotency", unit=MetricUnit.Count, value=1)
             self.logger.warning("idempotency store unusable; deciding without it (routing stays once per item)",
                                 extra={"item_id": item.item_id, "reason": f"{type(error).__name__}: {error}"})
-            return self.judge(item.key, item, deadline)
+            return self.observed_record(item.key, item, deadline)
 
     def _observe_decision(self, record: DecisionRecord, endpoint_seconds: float | None) -> None:
         add = self.metrics.add_metric

@@ -37,7 +37,7 @@ from pydantic_core import from_json
 
 from ..domain.failures import WaitingForCapacity, wake_up_wait
 from ..domain.linking import LinkedIncident, OpenIncident, candidates, link_ticket, lookup_keys
-from ..domain.ports.incidents import OpenIncidentStore
+from ..domain.ports.incidents import LinkIndex
 from ..domain.records import RecordTooLarge
 from ..items import InvalidItem, Ticket, parse_item
 from ..sources.sns import SnsNotification, carried, faults_the_notification
@@ -105,7 +105,7 @@ class TicketIntake:
                 "item_id": ticket.ticket_id, "incident_id": linked.incident_id, "why": linked.why})
         return linked
 
-    def _filed_for(self, store: OpenIncidentStore, ticket: Ticket) -> list[OpenIncident]:
+    def _filed_for(self, store: LinkIndex, ticket: Ticket) -> list[OpenIncident]:
         """The open incidents filed under `ticket`'s lookup keys (domain/linking.py): at most one
         read of the keys and one of the incidents, each key and incident read once per invocation."""
         keys = lookup_keys(ticket, self.intake.policy.service_aliases)

@@ -12,8 +12,11 @@ and tests wire the same adapters over moto, or the in-memory fakes of tests/fake
   decisions), `Workflow` (start the routing workflow for a decision record, read an execution's
   status), `AuditWriter` (one audit row: what became of an item, and why), `PointerSource`
   (which head serves, or shadows, a question, and its bytes: the head store).
-- `incidents`: `OpenIncidentStore` (which incidents are open, correlated by their source's key;
-  the groups; the rows it hands over) and `AlarmStateReader` (what CloudWatch says of an alarm now).
+- `incidents`: the open-incident table by concern: `IncidentRows` (which incidents are open,
+  correlated by their source's key), `IncidentHolds`, `IncidentGroups`, `IncidentParents`,
+  `LinkIndex`, and `OpenIncidentStore` (all of them); the storage the rules of
+  domain/open_incidents.py write through (`ClaimStorage`, `GroupStorage`); the rows they hand over;
+  and `AlarmStateReader` (what CloudWatch says of an alarm now).
 - `review`: the review side: `TaskCompleter` (a reviewer's answer handed to the execution waiting
   for it), `Executions` (the routing workflow's executions as the review side reads them, and a
   correction started by name), `CallerIdentity` and `UsedProofs` (who signed a review function

@@ -70,21 +70,84 @@ class Joined(GroupRow):
     is_leader: bool
 
 
-class OpenIncidentStore(Protocol):
+class Opening(BaseModel):
+    """The row an incident opens with (domain/open_incidents.py `opening`): what the store puts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    incident_key: str
+    opened_by: str
+    incident_id: str
+    source: str
+    opened_at: str
+    opens: list[str] = Field(default_factory=list, description="Its recent openings, this one included (flapping).")
+    service: str | None = None
+    reported_at: str | None = None
+    title: str | None = None
+    description: str | None = None
+    filed_under: list[str] = Field(default_factory=list)
+
+
+class NewGroup(BaseModel):
+    """The row a group opens with: its first member leads it until `until`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    incident_key: str
+    leader: str
+    leader_incident_id: str
+    leader_severity: str
+    opened_at: str
+    until: str
+
+
+# ------------------------------------------------------------------ storage: what the rules write through
+class ClaimStorage(Protocol):
+    """The incidents' rows as the claim rule (domain/open_incidents.py `claim`) writes them."""
+
+    def get(self, key: str) -> IncidentRow | None: ...
+
+    def put_opening(self, row: Opening) -> bool:
+        """Put the row whole, only where there is none for its key or the one there is resolved and
+        was opened by another delivery; False when that does not hold."""
+        ...
+
+    def touch(self, key: str, delivery: str) -> bool: ...
+
+
+class GroupStorage(Protocol):
+    """The groups' rows as the grouping rules (domain/open_incidents.py) write them."""
+
+    def group(self, group_key: str) -> GroupRow | None: ...
+
+    def open_group(self, group: NewGroup) -> bool:
+        """Put the group's row whole, only where there is none, or it is resolved, or its window
+        ended by `group.opened_at`; False when that does not hold."""
+        ...
+
+    def add_to_group(self, group_key: str, member: str, *, at: str) -> GroupRow | None:
+        """Add `member` to the group's members and open members, only while it is open and its window
+        has not ended by `at`: the row as it is then (None when that does not hold)."""
+        ...
+
+    def drop_open_member(self, group_key: str, member: str) -> GroupRow | None:
+        """Take `member` off the group's open members (None: no such group)."""
+        ...
+
+    def close_group(self, group_key: str, delivery: str) -> GroupRow | None:
+        """Resolve the group, only while it is open with no open members (None when that does not hold)."""
+        ...
+
+
+# ------------------------------------------------------------------ the ports the flows use, by concern
+class IncidentRows(Protocol):
+    """The incidents' rows: opened, counted, routed, resolved; which execution routes which."""
+
     def get(self, key: str) -> IncidentRow | None: ...
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
               service: str | None = None, reported_at: str | None = None, title: str | None = None,
               description: str | None = None) -> Claim: ...
-
-    # the link index (domain/linking.py): open incidents filed by name and word, read by key
-    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None: ...
-
-    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None: ...
-
-    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]: ...
-
-    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]: ...
 
     def touch(self, key: str, delivery: str) -> bool: ...
 
@@ -94,6 +157,14 @@ class OpenIncidentStore(Protocol):
 
     def resolve(self, key: str, delivery: str, reason: str) -> IncidentRow | None: ...
 
+    def point(self, execution_name: str, key: str) -> None: ...
+
+    def pointed(self, execution_name: str) -> str | None: ...
+
+
+class IncidentHolds(Protocol):
+    """The holds of the noise controls (a maintenance window's, released once it ends)."""
+
     def held(self, key: str, delivery: str, why: str, **fields: str) -> None: ...
 
     def release(self, key: str, now: str) -> bool: ...
@@ -101,6 +172,10 @@ class OpenIncidentStore(Protocol):
     def expired_holds(self, now: str) -> list[IncidentRow]: ...
 
     def released(self, key: str, execution_name: str) -> None: ...
+
+
+class IncidentGroups(Protocol):
+    """The groups of incidents (grouping)."""
 
     def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,
                    severity: str) -> Joined: ...
@@ -111,7 +186,10 @@ class OpenIncidentStore(Protocol):
 
     def leave_group(self, group_key: str, member: str, delivery: str) -> GroupRow | None: ...
 
-    # dependencies (domain/dependencies.py): covered incidents registered in slots, held children linked
+
+class IncidentParents(Protocol):
+    """Dependencies (domain/dependencies.py): paged incidents registered in slots, held children linked."""
+
     def parents(self, slot: str) -> list[ParentEntry]: ...
 
     def register_parent(self, slot: str, entry: ParentEntry) -> None: ...
@@ -126,9 +204,21 @@ class OpenIncidentStore(Protocol):
 
     def held_open(self) -> list[IncidentRow]: ...
 
-    def point(self, execution_name: str, key: str) -> None: ...
 
-    def pointed(self, execution_name: str) -> str | None: ...
+class LinkIndex(Protocol):
+    """The link index (domain/linking.py): open incidents filed by name and word, read by key."""
+
+    def file(self, key: str, lookup_keys: Sequence[str], reported_at: str) -> None: ...
+
+    def unfile(self, key: str, lookup_keys: Sequence[str]) -> None: ...
+
+    def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]: ...
+
+    def open_incidents(self, keys: Sequence[str]) -> list[OpenIncident]: ...
+
+
+class OpenIncidentStore(IncidentRows, IncidentHolds, IncidentGroups, IncidentParents, LinkIndex, Protocol):
+    """Every concern of the open-incident table at once, for a flow that uses most of them."""
 
 
 #: What CloudWatch says of an alarm now; "missing": no such alarm; "elsewhere": an alarm of

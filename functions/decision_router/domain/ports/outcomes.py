@@ -1,11 +1,12 @@
 """What an answered item leaves behind, for the routing and review functions alike: the resolved
-items kept for the console's similar items, and the live precision's tallies."""
+items kept for the console's similar items, the live precision's tallies and the shadow heads'."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from ..precision import CheckCounts
+from ..shadow import ShadowCounts
 from ..similar import ResolvedItem
 
 
@@ -27,3 +28,12 @@ class PrecisionTallies(Protocol):
     def counts(self, policy: str, question: str, option: str | None = None) -> CheckCounts: ...
 
     def options(self, policy: str, question: str) -> dict[str, CheckCounts]: ...
+
+
+class ShadowTallies(Protocol):
+    """The shadow heads' tallies (domain/shadow.py): counts added to a shadow head's, by its
+    policy, question and sha256 (names of `ShadowCounts`' fields), and its counts read."""
+
+    def add(self, policy: str, question: str, sha256: str, **counts: int) -> None: ...
+
+    def counts(self, policy: str, question: str, sha256: str) -> ShadowCounts: ...

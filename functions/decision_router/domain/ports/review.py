@@ -86,9 +86,9 @@ class PendingReviews(Protocol):
 
 
 class EscalationMarks(Protocol):
-    """The review SLA's escalations, one mark per execution: `claim` before the page is put (False:
+    """The review SLA's escalations, one mark per execution: `claim_page` before the page is put (False:
     escalated already, or another sweep is putting it now), `sent` once it was."""
 
-    def claim(self, execution_name: str) -> bool: ...
+    def claim_page(self, execution_name: str) -> bool: ...
 
     def sent(self, execution_name: str) -> None: ...

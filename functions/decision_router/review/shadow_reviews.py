@@ -9,18 +9,19 @@ from typing import Mapping
 
 from aws_lambda_powertools import Logger
 
-from ..adapters.shadow_tally import ShadowTally
+from ..domain.ports.outcomes import ShadowTallies
 from ..domain.records import DecisionRecord
 from ..domain.shadow import review_tally
-from .live_heads import question_metric
+from ..question_metrics import question_metric
 
 
-def count_review(record: DecisionRecord, answers: Mapping[str, str], history_table: str, logger: Logger) -> None:
-    """Count the review on each shadowed question it answers; a tally that cannot be written is
-    logged and counted (`ShadowTallyFailed`): the review stands all the same."""
-    if not record.shadow or not history_table:
+def count_review(record: DecisionRecord, answers: Mapping[str, str], tally: ShadowTallies | None,
+                 logger: Logger) -> None:
+    """Count the review on each shadowed question it answers (nothing without a tally: the function
+    is given no head history table); a tally that cannot be written is logged and counted
+    (`ShadowTallyFailed`): the review stands all the same."""
+    if not record.shadow or tally is None:
         return
-    tally = ShadowTally(history_table)
     policy = record.policy.name
     for question, (answer, shadow_right, service_right) in review_tally(record, answers).items():
         question_metric("ShadowReviewed", policy, question)

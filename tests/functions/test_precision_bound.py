@@ -1,10 +1,10 @@
-"""The one definition of a precision's lower bound (decision_contract.precision), held to scipy's
+"""The one definition of a precision's lower bound (decision_router.domain.precision_bound), held to scipy's
 exact Clopper–Pearson bound: the fitter, the evaluation and the routing functions' live checks read it."""
 
 import pytest
 from scipy.stats import beta, binomtest
 
-from decision_contract.precision import items_needed, precision_lower_bound, regularized_beta
+from decision_router.domain.precision_bound import items_needed, precision_lower_bound, regularized_beta
 from evaluation import metrics
 
 

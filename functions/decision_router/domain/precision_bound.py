@@ -2,8 +2,8 @@
 of a precision measured on `n` answers, and the fewest answers that could show a target.
 
 One definition for the fitter (thresholds are set so this bound meets the question's target),
-the evaluation and the routing functions (the live precision of sampled checks, domain/precision.py):
-pure Python (no scipy) so the Lambda zip can carry it. The bound is the `1 - level` quantile of
+the evaluation and the routing and review functions (the live precision of sampled checks,
+domain/precision.py): pure Python (no scipy) so the Lambda zip can carry it. The bound is the `1 - level` quantile of
 Beta(right, n - right + 1), found by bisection on the regularized incomplete beta function.
 """
 

@@ -16,7 +16,7 @@ from ..domain.policies import Policy
 from ..domain.ports.outcomes import PrecisionTallies
 from ..domain.precision import PrecisionFigure, check_tally, corrected_answers, precision_figure, target_of
 from ..domain.records import DecisionRecord
-from .live_heads import question_metric
+from ..question_metrics import question_metric
 
 #: The metric an alarm watches: 1 when a question's checked answers no longer show its target.
 BELOW_TARGET = "PrecisionBelowTarget"
