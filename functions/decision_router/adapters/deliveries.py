@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from ..domain.leases import Held, Placement, Verdict, claim_lease
+from ..domain.leases import Held, LeaseRows, Placement, Verdict
 from . import AwsAdapter
 
 #: How long a delivery is remembered (the table's TTL attribute `expires_at`): a day, against
@@ -59,7 +59,7 @@ def held(row: Row) -> Held:
     return Held(lease_until=None)
 
 
-class DeliveryClaims:
+class DeliveryClaims(LeaseRows):
     """Claims a delivery's keys by the lease rule over the store's conditional writes: `_place`
     (where no live row is: none, or one past `expires_at`), `_take_over` (only while the row's
     lease is the one read), `_finish` and `_release` (only while `owner` is the token)."""
@@ -67,14 +67,8 @@ class DeliveryClaims:
     record_seconds: int = RECORD_SECONDS
     lease_seconds: int = LEASE_SECONDS
 
-    def now(self) -> int:
+    def now(self) -> int:  # this module's clock: the tests move it
         return int(time.time())
-
-    def _place(self, key: str, row: Row) -> Placement:
-        raise NotImplementedError
-
-    def _take_over(self, key: str, theirs: Held, row: Row) -> bool:
-        raise NotImplementedError
 
     def _finish(self, key: str, token: str, row: Row) -> None:
         raise NotImplementedError
@@ -109,9 +103,7 @@ class DeliveryClaims:
         return Claim("new", token=token)
 
     def _claim_one(self, key: str, source: str, token: str) -> Verdict:
-        return claim_lease(lambda: self._place(key, self._row(source, token, "pending", self.now())),
-                     lambda theirs: self._take_over(key, theirs, self._row(source, token, "pending", self.now())),
-                     self.now)
+        return self.claim_key(key, lambda now: self._row(source, token, "pending", now))
 
     def done(self, keys: Sequence[str], token: str, source: str) -> None:
         """Mark the keys claimed under `token` handed on. A key another invocation has taken over

@@ -22,7 +22,7 @@ import hashlib
 import time
 from typing import Any
 
-from ..domain.leases import Held, Placement, claim_lease
+from ..domain.leases import Held, LeaseRows, Placement
 from . import AwsAdapter
 
 #: The rows' key prefix (the console function's grant names it: dynamodb:LeadingKeys).
@@ -50,21 +50,15 @@ def held(row: Row) -> Held:
     return Held(lease_until=None)
 
 
-class EscalationClaims:
+class EscalationClaims(LeaseRows):
     """The marks by the lease rule, over the store's writes: `_place` (where no live row is: none,
     or one past `expiration`), `_take_over` (only while the row's lease is the one read), `_put`."""
 
     keep_seconds: int
     lease_seconds: int = LEASE_SECONDS
 
-    def now(self) -> int:
+    def now(self) -> int:  # this module's clock: the tests move it
         return int(time.time())
-
-    def _place(self, key: str, row: Row) -> Placement:
-        raise NotImplementedError
-
-    def _take_over(self, key: str, theirs: Held, row: Row) -> bool:
-        raise NotImplementedError
 
     def _put(self, key: str, row: Row) -> None:
         raise NotImplementedError
@@ -79,9 +73,7 @@ class EscalationClaims:
         """True once this sweep holds the execution's mark: no row, a row past its TTL that DynamoDB
         has not deleted yet, or a claim whose lease ran out (its put failed or its sweep died)."""
         key = mark_key(execution_name)
-        return claim_lease(lambda: self._place(key, self._row("claimed", self.now())),
-                     lambda theirs: self._take_over(key, theirs, self._row("claimed", self.now())),
-                     self.now).action == "take"
+        return self.claim_key(key, lambda now: self._row("claimed", now)).action == "take"
 
     def sent(self, execution_name: str) -> None:
         """The execution's page is on the bus: no sweep claims it again while the row lives."""

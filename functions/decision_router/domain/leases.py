@@ -15,8 +15,9 @@ writes, and the mark and the release, each conditional on the lease or owner bei
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 #: How many times `claim_lease` writes before giving up on a row other invocations keep changing.
 CLAIM_ATTEMPTS = 3
@@ -77,3 +78,23 @@ def claim_lease(place: Callable[[], Placement], take_over: Callable[[Held], bool
         if take_over(found):
             return TAKE
     return Verdict("wait", until=clock())
+
+
+class LeaseRows:
+    """A store of claims kept as rows under keys, claimed by the rule: its two conditional writes,
+    `_place` (put the row where no live row is) and `_take_over` (replace the row read, only while
+    its lease is the one read), are the store's; `claim_key` runs `claim_lease` over them."""
+
+    def now(self) -> int:
+        return int(time.time())
+
+    def _place(self, key: str, row: dict[str, Any]) -> Placement:
+        raise NotImplementedError
+
+    def _take_over(self, key: str, theirs: Held, row: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def claim_key(self, key: str, row_now: Callable[[int], dict[str, Any]]) -> Verdict:
+        """Claim `key` with the row `row_now(now)` (each write its own `now`)."""
+        return claim_lease(lambda: self._place(key, row_now(self.now())),
+                           lambda theirs: self._take_over(key, theirs, row_now(self.now())), self.now)
