@@ -42,7 +42,7 @@ Signal = Row
 def requests(question: Question, item_states: Sequence[Any], layout: Layout | None = None) -> Callable[[int], Decision]:
     """The decision the endpoint is asked for row i (built when needed: a million requests are
     never held at once), in `layout` (None: the request's own)."""
-    return lambda i: question_decision(question, item_states[i], layout).model_copy(update={"return_hidden_state": True})
+    return lambda i: question_decision(question, item_states[i], layout)
 
 
 def request_keys(request: Callable[[int], Decision], n: int, model_sha256: str) -> list[str]:

@@ -54,7 +54,7 @@ def _client_error(code: str, message: str, operation: str) -> ClientError:
 
 
 # ------------------------------------------------------------------------------ webhook deliveries
-class LeaseRows:
+class DictLeaseRows:
     """A table of claims under leases as a dictionary (`rows` by key, numbers as int) with the
     table's conditional writes: a claim placed where no live row is (none, or one whose
     `expires_column` is before the new row's `written_column`), taken over only while its
@@ -86,7 +86,7 @@ class LeaseRows:
         return True
 
 
-class FakeDeliveries(LeaseRows, DeliveryClaims):
+class FakeDeliveries(DictLeaseRows, DeliveryClaims):
     """The webhook deliveries taken (port `DeliveryRecord`, adapter `adapters.deliveries.Deliveries`):
     the adapter's claims over a dictionary with the table's conditional writes.
 
@@ -135,7 +135,7 @@ class FakeBus:
 
 
 # ------------------------------------------------------------------------------ review SLA escalations
-class FakeSlaEscalations(LeaseRows, escalations_adapter.EscalationClaims):
+class FakeSlaEscalations(DictLeaseRows, escalations_adapter.EscalationClaims):
     """The review SLA's escalation marks (port `EscalationMarks`, adapter
     `adapters.escalations.SlaEscalations`): the adapter's marks over a dictionary with the table's
     conditional writes. `rows`: the table's rows of this use, by key (`mark_key(execution_name)`),

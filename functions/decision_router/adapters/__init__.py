@@ -46,6 +46,17 @@ def batch_get(client: Any, table: str, keys: list[dict[str, Any]], *, what: str,
     return found
 
 
+def put_if_lease_is(client: Any, table: str, item: dict[str, Any], lease_until: float | None) -> bool:
+    """Put `item` only while the row's `lease_until` is the one read (a lease-claim table's take-over,
+    domain/leases.py); False when another invocation changed the row first."""
+    try:
+        client.put_item(TableName=table, Item=item, ConditionExpression="lease_until = :theirs",
+                        ExpressionAttributeValues={":theirs": {"N": str(int(lease_until or 0))}})
+    except client.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
 class AwsAdapter:
     """One boto3 client of `service`, created on first use unless one is injected."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from ..domain.leases import Held, LeaseRows, Placement, Verdict
-from . import AwsAdapter
+from . import AwsAdapter, put_if_lease_is
 
 #: How long a delivery is remembered (the table's TTL attribute `expires_at`): a day, against
 #: windows of at most an hour (WebhookMaxSkewSeconds, Jira's and PagerDuty's retry windows).
@@ -154,13 +154,7 @@ class Deliveries(DeliveryClaims, AwsAdapter):
         return held(_plain(found)) if found else "gone"
 
     def _take_over(self, key: str, theirs: Held, row: Row) -> bool:
-        try:
-            self.client.put_item(TableName=self.table_name, Item=_typed(key, row),
-                                 ConditionExpression="lease_until = :theirs",
-                                 ExpressionAttributeValues={":theirs": {"N": str(int(theirs.lease_until or 0))}})
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+        return put_if_lease_is(self.client, self.table_name, _typed(key, row), theirs.lease_until)
 
     def _finish(self, key: str, token: str, row: Row) -> None:
         try:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ..domain.leases import Held, LeaseRows, Placement
-from . import AwsAdapter
+from . import AwsAdapter, put_if_lease_is
 
 #: The rows' key prefix (the console function's grant names it: dynamodb:LeadingKeys).
 KEY_PREFIX = "review-sla-escalation#"
@@ -110,13 +110,7 @@ class SlaEscalations(EscalationClaims, AwsAdapter):
         return held({name: int(value["N"]) if "N" in value else value.get("S") for name, value in found.items()})
 
     def _take_over(self, key: str, theirs: Held, row: Row) -> bool:
-        try:
-            self.client.put_item(TableName=self.table_name, Item=_typed(key, row),
-                                 ConditionExpression="lease_until = :theirs",
-                                 ExpressionAttributeValues={":theirs": {"N": str(int(theirs.lease_until or 0))}})
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+        return put_if_lease_is(self.client, self.table_name, _typed(key, row), theirs.lease_until)
 
     def _put(self, key: str, row: Row) -> None:
         self.client.put_item(TableName=self.table_name, Item=_typed(key, row))

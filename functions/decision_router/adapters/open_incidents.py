@@ -27,7 +27,6 @@ table's TTL removes it then.
 
 from __future__ import annotations
 
-from ..domain.open_incidents import MAX_RACES
 from .incident_groups import IncidentGroupStore
 from .incident_holds import IncidentHoldStore
 from .incident_parents import IncidentParentStore
@@ -36,7 +35,7 @@ from .incident_table import BATCH_KEYS, OPEN, OPEN_INDEX, OPEN_MARK, OPEN_MARKS,
 from .link_index import FILED, FILED_COUNT, LOOKUP_ROW, LinkIndexStore, filed_on, instant_of, open_incident_of, unfiling
 
 __all__ = [
-    "BATCH_KEYS", "EXECUTION_POINTER", "FILED", "FILED_COUNT", "LOOKUP_ROW", "MAX_RACES", "OPEN", "OPEN_INDEX",
+    "BATCH_KEYS", "EXECUTION_POINTER", "FILED", "FILED_COUNT", "LOOKUP_ROW", "OPEN", "OPEN_INDEX",
     "OPEN_MARK", "OPEN_MARKS", "OPEN_SHARDS", "RETENTION_DAYS", "OpenIncidents", "filed_on", "instant_of",
     "open_incident_of", "open_mark", "unfiling",
 ]
