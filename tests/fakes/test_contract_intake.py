@@ -104,13 +104,18 @@ def refused() -> Iterator[None]:
 
 
 # =========================================================================== the open-incident store
-@pytest.fixture(params=SIDES)
-def store(request) -> Iterator[FakeOpenIncidents | OpenIncidents]:
-    if request.param == "fake":
+def open_incident_stores(side: str) -> Iterator[FakeOpenIncidents | OpenIncidents]:
+    """The open-incident store of one side: the fake, or the adapter over the template's table in moto."""
+    if side == "fake":
         yield FakeOpenIncidents()
         return
     with created("OpenIncidentsTable") as stack:
         yield OpenIncidents(stack.ref("OpenIncidentsTable"))
+
+
+@pytest.fixture(params=SIDES)
+def store(request) -> Iterator[FakeOpenIncidents | OpenIncidents]:
+    yield from open_incident_stores(request.param)
 
 
 def rows(store: FakeOpenIncidents | OpenIncidents) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from decision_router.adapters.incident_table import plain
 from decision_router.adapters.open_incidents import BATCH_KEYS, FILED_COUNT, LOOKUP_ROW, OpenIncidents
 from decision_router.domain.linking import MAX_FILED, filing_keys
 from tests.fakes.open_incidents import FakeOpenIncidents
-from tests.fakes.test_contract_intake import SIDES, created
+from tests.fakes.test_contract_intake import SIDES, created, open_incident_stores
 
 T0, T1 = "2026-11-29T12:00:00.000+00:00", "2026-11-29T12:05:00.000+00:00"
 AT0, AT1 = (datetime(2026, 11, 29, 12, m, tzinfo=timezone.utc) for m in (0, 5))
@@ -26,11 +26,7 @@ AT0, AT1 = (datetime(2026, 11, 29, 12, m, tzinfo=timezone.utc) for m in (0, 5))
 
 @pytest.fixture(params=SIDES)
 def store(request) -> Iterator[FakeOpenIncidents | OpenIncidents]:
-    if request.param == "fake":
-        yield FakeOpenIncidents()
-        return
-    with created("OpenIncidentsTable") as stack:
-        yield OpenIncidents(stack.ref("OpenIncidentsTable"))
+    yield from open_incident_stores(request.param)
 
 
 def opened(store: Any, key: str, service: str, *, at: str = T0, title: str | None = None,
