@@ -1,8 +1,9 @@
 """In-memory fakes of what the webhook flow, the review console and the review function work
 with: each a plain class that behaves as its adapter does over AWS, hands over the adapter's own
-values (`Claim`, `PendingReviewRow`, `ListedReview`, `AuditRow`, `Unreadable`, `HeadPointer`,
-`ResolvedItem`) and raises the adapter's own errors. `test_contract_console.py` runs the same
-behaviours against each fake and its adapter over moto (the review tasks: over botocore's Stubber).
+values (`Claim`, `PendingReviewRow`, `ListedReview`, `AuditRow`, `Unreadable`, `ResolvedItem`)
+and raises the adapter's own errors. `test_contract_console.py` runs the same behaviours against
+each fake and its adapter over moto (the review tasks: over botocore's Stubber). The head store's
+fake, which the console's tests read pointers from too: tests/fakes/head_store.py.
 
 Beside the port's methods, each fake has what a test needs to play the other side: the workflow
 ending a review's task, a row an older release wrote, a clock to move, and what was sent, to look
@@ -29,12 +30,10 @@ from decision_router.adapters import pending_reviews as pending_reviews_adapter
 from decision_router.adapters import review as review_adapter
 from decision_router.adapters import used_proofs as used_proofs_adapter
 from decision_router.adapters.deliveries import LEASE_SECONDS, RECORD_SECONDS, DeliveryClaims
-from decision_router.adapters.head_store import now as pointer_time
 from decision_router.adapters.review import ReviewTaskGone, Unreadable
 from decision_router.adapters.shards import every_shard
 from decision_router.adapters.similar_items import RECENT, partition, partitions, resolved_key
 from decision_router.adapters.workflow import ExecutionNotRunning, execution_input
-from decision_router.domain.head_versions import HeadPointer, head_key, pointer_problems, report_key, shadow_key
 from decision_router.domain.leases import Held, Placement
 from decision_router.domain.ports.review import ListedReview, PendingReviewRow
 from decision_router.domain.precision import CheckCounts
@@ -423,77 +422,6 @@ class FakeUsedProofs:
             return False
         self.rows[proof_key] = {"used_at": now, "expiration": max(expires_at, now) + used_proofs_adapter.MARGIN_SECONDS}
         return True
-
-
-# ------------------------------------------------------------------------------ the head store
-class FakeHeadStore:
-    """The head store as the routing functions read it (port `PointerSource`, adapter
-    `adapters.head_store.HeadStore`: pointer, shadow_pointer, read, bucket).
-
-    `objects`: every version of every key, by (key, version); `parameters`: each pointer's text, by
-    (policy, question, shadow). `promote`, `shadow` and `end_shadow` write them as the adapter's do
-    (no change lock, no history: the read side is what is faked); `put_pointer_text` writes a
-    parameter as anyone with access could (a malformed or misplaced pointer)."""
-
-    def __init__(self, bucket: str = "decision-router-headbucket"):
-        self.bucket = bucket
-        self.objects: dict[tuple[str, str], bytes] = {}
-        self.parameters: dict[tuple[str, str, bool], str] = {}
-
-    # -------------------------------------------------------------------- reading
-    def pointer(self, policy: str, question: str) -> HeadPointer | None:
-        """The head in service; None when none was promoted. Raises on a malformed parameter."""
-        text = self.parameters.get((policy, question, False))
-        return HeadPointer.model_validate_json(text) if text is not None else None
-
-    def shadow_pointer(self, policy: str, question: str) -> HeadPointer | None:
-        text = self.parameters.get((policy, question, True))
-        return HeadPointer.model_validate_json(text) if text is not None else None
-
-    def read(self, pointer: HeadPointer) -> bytes:
-        """Exactly the version the pointer names. ValueError for a pointer naming another bucket or
-        key; S3's `NoSuchVersion` for a version (or key) the store does not hold."""
-        problems = pointer_problems(pointer, bucket=self.bucket, policy=pointer.policy, question=pointer.question,
-                                    shadow=pointer.action == "shadow")
-        if problems:
-            raise ValueError(f"pointer of {pointer.policy}/{pointer.question} " + "; ".join(problems))
-        try:
-            return self.objects[(pointer.key, pointer.s3_version)]
-        except KeyError:
-            raise _client_error("NoSuchVersion", "The specified version does not exist.", "GetObject") from None
-
-    # -------------------------------------------------------------------- writing, as the relearning job does
-    def _put(self, key: str, data: bytes) -> str:
-        version = uuid.uuid4().hex
-        self.objects[(key, version)] = data
-        return version
-
-    def promote(self, policy: str, question: str, head: bytes, report: bytes, *, sha256: str, head_version: str,
-                by: str, reason: str, caller: str = "") -> HeadPointer:
-        """A new version of the question's head named in service (the pointer replaced kept as its previous)."""
-        version = self._put(head_key(policy, question), head)
-        self._put(report_key(policy, question), report)
-        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=head_key(policy, question),
-                              s3_version=version, sha256=sha256, head_version=head_version, at=pointer_time(), by=by,
-                              reason=reason, previous=self.pointer(policy, question))
-        self.parameters[(policy, question, False)] = pointer.without_history().model_dump_json()
-        return pointer
-
-    def shadow(self, policy: str, question: str, head: bytes, *, sha256: str, head_version: str, by: str,
-               reason: str) -> HeadPointer:
-        """A candidate named the question's shadow."""
-        version = self._put(shadow_key(policy, question), head)
-        pointer = HeadPointer(policy=policy, question=question, bucket=self.bucket, key=shadow_key(policy, question),
-                              s3_version=version, sha256=sha256, head_version=head_version, action="shadow",
-                              at=pointer_time(), by=by, reason=reason)
-        self.parameters[(policy, question, True)] = pointer.model_dump_json()
-        return pointer
-
-    def end_shadow(self, policy: str, question: str, *, by: str, reason: str) -> None:
-        self.parameters.pop((policy, question, True), None)
-
-    def put_pointer_text(self, policy: str, question: str, text: str, *, shadow: bool = False) -> None:
-        self.parameters[(policy, question, shadow)] = text
 
 
 # ------------------------------------------------------------------------------ resolved items

@@ -64,7 +64,6 @@ from tests.fakes.console import (
     FakeAuditTrail,
     FakeBus,
     FakeDeliveries,
-    FakeHeadStore,
     FakeLabelledExamples,
     FakePrecisionTally,
     FakeResolvedItems,
@@ -72,6 +71,7 @@ from tests.fakes.console import (
     FakeSlaEscalations,
     FakeUsedProofs,
 )
+from tests.fakes.head_store import FakeHeadStore
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
 VARIANTS = ["fake", "moto"]

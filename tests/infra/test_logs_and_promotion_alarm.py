@@ -67,7 +67,7 @@ def test_a_promotion_of_any_question_notifies_the_alarm_topic():
     stack = Stack.load(parameters={**LOCAL_PARAMETERS, "OnCallEmail": "oncall@example.com"})
     alarm = stack.resolve(stack.properties("RelearningPromotedAlarm"))
     stats = [m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m]
-    # the metric and dimensions relearning/job.py emits on a promotion (question_metric: policy, question)
+    # the metric and dimensions relearning/promotion.py emits on a promotion (question_metric: policy, question)
     assert {s["Metric"]["MetricName"] for s in stats} == {"RelearningPromoted"}
     assert {s["Metric"]["Namespace"] for s in stats} == {"DecisionRouter"}
     assert all([d["Name"] for d in s["Metric"]["Dimensions"]] == ["policy", "question"] for s in stats)

@@ -238,7 +238,7 @@ def test_a_passing_candidate_serves_in_shadow_on_live_items_before_it_is_promote
 def test_a_head_fitted_on_shuffled_labels_is_refused_and_the_head_in_service_stays(stack, monkeypatch):
     stack, store, env, relearning = stack
     # every collect call out of time after its first chunk: the workflow calls it again for the rest
-    monkeypatch.setattr("relearning.job.COLLECT_MARGIN_SECONDS", 10_000.0)
+    monkeypatch.setattr("relearning.collecting.COLLECT_MARGIN_SECONDS", 10_000.0)
     rows = shipped_rows(LABELS + 10)[:LABELS]
     golds = [r["gold"] for r in rows]
     older = golds[:-20]

@@ -22,8 +22,9 @@ from aws_lambda_powertools import Logger
 
 from decision_router.domain.shadow import ShadowCounts
 from local.template import load_template
-from relearning import job as relearning_job
+from relearning import shadowing
 from relearning.job import MAX_SHADOW_LOOKS, MAX_SHADOW_SECONDS, Relearning, shadow_start_key, shadow_wait_seconds
+from tests.fakes.head_store import FakeHeadStore
 
 REPO = Path(__file__).resolve().parents[2]
 DEFINITION = json.loads((REPO / "statemachine/relearning.asl.json").read_text(encoding="utf-8"))
@@ -121,7 +122,7 @@ def test_each_look_is_counted_from_the_definition_and_the_worst_run_fits_the_his
     # Wait (2) + JudgeShadow, a callback Task (6) + ShadowJudged (2) today: 10 a look, 20,066 in all.
     assert worst <= HISTORY_LIMIT - MARGIN, (
         f"{MAX_SHADOW_LOOKS} looks of {per_look} events make a run of up to {worst} events: over "
-        f"{HISTORY_LIMIT - MARGIN} ({HISTORY_LIMIT} less {MARGIN} kept free); lower relearning.job.MAX_SHADOW_LOOKS "
+        f"{HISTORY_LIMIT - MARGIN} ({HISTORY_LIMIT} less {MARGIN} kept free); lower relearning.runs.MAX_SHADOW_LOOKS "
         "or take states out of the loop")
     # The only other loop is the collect step's (it resumes where the last round stopped): the
     # room left holds hundreds of its rounds.
@@ -155,30 +156,6 @@ def test_the_wait_between_looks_is_the_shadow_steps_and_the_loop_keeps_it():
             assert result_path is None or not (result_path in ("$", "$.shadow") or result_path.startswith("$.shadow.")), name
 
 
-class _Store:
-    """The head store as `shadow` and `judge_shadow` use it, in memory."""
-
-    history_table = "history"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def find(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def end_shadow(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def audit(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def refusals_in_a_row(self, *args: Any) -> int:
-        return 1
-
-
 class _NoItems:
     """A shadow that never answers an item: the loop lasts the whole shadow period."""
 
@@ -190,7 +167,7 @@ def looks(check_seconds: int, timeout_seconds: float) -> tuple[int, int]:
     """(looks, seconds between two) of one shadow period as the workflow runs it: the shadow step's
     check_seconds waited before each judge_shadow, until it is ready."""
     now = [1_000_000.0]
-    job = Relearning(_Store(), labels=None, endpoint=lambda probe: None, shadow_items=200,
+    job = Relearning(FakeHeadStore(), labels=None, endpoint=lambda probe: None, shadow_items=200,
                      shadow_timeout_seconds=timeout_seconds, shadow_check_seconds=check_seconds, tally=_NoItems(),
                      precision=object(), clock=lambda: now[0], logger=Logger(service="test"))
     run = "relearn-support-ticket-1"
@@ -231,11 +208,11 @@ def test_no_allowed_value_makes_more_looks_than_the_bound():
 ])
 def test_the_job_waits_longer_rather_than_look_more_often(check, timeout, expected_looks, expected_wait, monkeypatch):
     # the policy read once, not at each of up to 2,000 looks (it validates its heads each time)
-    monkeypatch.setattr(relearning_job, "shipped_policy", functools.lru_cache(relearning_job.shipped_policy))
+    monkeypatch.setattr(shadowing, "shipped_policy", functools.lru_cache(shadowing.shipped_policy))
     assert looks(check, timeout) == (expected_looks, expected_wait)
 
 
 def test_values_past_the_template_are_refused_naming_both_parameters():
     with pytest.raises(ValueError, match="RelearningShadowTimeoutSeconds .* and RelearningShadowCheckSeconds"):
-        Relearning(_Store(), labels=None, endpoint=lambda probe: None,
+        Relearning(FakeHeadStore(), labels=None, endpoint=lambda probe: None,
                    shadow_timeout_seconds=MAX_SHADOW_SECONDS + 1, tally=_NoItems(), precision=object())

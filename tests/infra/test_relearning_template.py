@@ -53,7 +53,7 @@ def test_the_schedules_start_the_workflow_for_each_shipped_policy_and_the_dashbo
     body = json.loads(stack.resolve(stack.properties("LearningDashboard")["DashboardBody"]))
     names = {m[1] for w in body["widgets"] for m in w["properties"]["metrics"] if isinstance(m[0], str)}
     assert names <= EMITTED and "${" not in json.dumps(body)
-    # the labels a run asked of the endpoint again (relearning/job.py), for every shipped policy
+    # the labels a run asked of the endpoint again (relearning/collecting.py), for every shipped policy
     asked = {m[3] for w in body["widgets"] for m in w["properties"]["metrics"] if m[:2] == ["DecisionRouter", "LabelsAskedOfEndpoint"]}
     assert asked == {p for p, _ in QUESTIONS}
     assert re.fullmatch(r"[\w-]+-learning", stack.resolve(stack.properties("LearningDashboard")["DashboardName"]))

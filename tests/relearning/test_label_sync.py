@@ -1,10 +1,10 @@
 """Relearning reads only the labels new since its last run, and never asks the endpoint again for
 an item whose signals its decision record kept: over the labelled-examples table's fake (held to
-its adapter by tests/fakes/test_contract_console.py) and an in-memory head bucket."""
+its adapter by tests/fakes/test_contract_console.py) and the head store's (held to its adapter by
+tests/fakes/test_contract_head_store.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -26,6 +26,7 @@ from local.template import load_template
 from relearning.job import EndpointSignals, Relearning, read_labels
 from relearning.labels import SETTLE_SECONDS, iso, labels_key, sync_labels
 from tests.fakes.console import FakeLabelledExamples
+from tests.fakes.head_store import FakeHeadStore
 from tests.fakes.intake import FakeEndpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,54 +56,19 @@ class CountingTable(FakeLabelledExamples):
         return self._counted(super().since(policy_name, labelled_after))
 
 
-class MemoryBucket:
-    """The head store as relearning's collect uses it, in memory."""
-
-    history_table = "history"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def find(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def find_tagged(self, key: str) -> tuple[bytes, str] | None:
-        data = self.objects.get(key)
-        return None if data is None else (data, hashlib.md5(data).hexdigest())
-
-    def put_unless_changed(self, key: str, data: bytes, etag: str | None) -> bool:
-        found = self.find_tagged(key)
-        if (found[1] if found is not None else None) != etag:
-            return False
-        self.objects[key] = data
-        return True
-
-    def download(self, key: str, path: Path) -> bytes:
-        data = self.objects.get(key, b"")
-        if data:
-            path.write_bytes(data)
-        return data
-
-    def upload(self, key: str, path: Path) -> None:
-        self.objects[key] = path.read_bytes()
-
-
 def label(n: int, at: float, *, shard: bool = True, **columns: str) -> dict[str, str]:
     row = {"policy_name": POLICY, "item_key": f"ticket:email:T-{n}:0", "item_id": f"T-{n}",
            "item": json.dumps({"id": f"T-{n}"}), "answers": json.dumps({"queue": "billing"}), "labelled_at": iso(at)}
     return {**row, **({"label_shard": f"{POLICY}#{n % 8}"} if shard else {}), **columns}
 
 
-def sync(bucket: MemoryBucket, table: CountingTable, now: float, **kwargs: Any):
+def sync(bucket: FakeHeadStore, table: CountingTable, now: float, **kwargs: Any):
     return sync_labels(bucket, table, POLICY, now=now, retention_days=kwargs.get("retention_days", 365),
                        full_read_after_seconds=kwargs.get("full_read_after_seconds", DAY))
 
 
 def test_a_run_with_no_new_labels_reads_no_old_rows():
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     for n in range(1000):
         table.put(label(n, NOW - 30 * DAY + n))
     first = sync(bucket, table, NOW - 10 * DAY)  # the first run reads the partition once
@@ -118,7 +84,7 @@ def test_a_run_with_no_new_labels_reads_no_old_rows():
 
 
 def test_a_run_reads_the_new_labels_alone_and_keeps_the_earlier_ones():
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     for n in range(1000):
         table.put(label(n, NOW - 30 * DAY + n))
     sync(bucket, table, NOW - 10 * DAY), sync(bucket, table, NOW - 8 * DAY)  # the two whole reads
@@ -135,7 +101,7 @@ def test_a_run_reads_the_new_labels_alone_and_keeps_the_earlier_ones():
 
 
 def test_labels_inside_the_settling_time_are_read_again_and_count_once():
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     table.put(label(1, NOW - 10 * DAY))
     sync(bucket, table, NOW - 9 * DAY), sync(bucket, table, NOW - 7 * DAY)
     table.put(label(2, NOW - 10))  # written moments before the run: read again by the next one
@@ -151,7 +117,7 @@ def test_labels_inside_the_settling_time_are_read_again_and_count_once():
 def test_the_partition_is_read_whole_once_more_after_the_longest_review_wait():
     """A review answered by an execution started before the shard index carries no shard: the
     second whole read, a review wait after the first, finds it; then never again."""
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     table.put(label(1, NOW - 10 * DAY, shard=False))
     assert sync(bucket, table, NOW - 5 * DAY).full_read
     table.put(label(2, NOW - 4.9 * DAY, shard=False))  # answered in an old execution, after the first read
@@ -162,17 +128,17 @@ def test_the_partition_is_read_whole_once_more_after_the_longest_review_wait():
 
 
 def test_labels_past_the_retention_are_dropped_from_those_kept():
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     table.put(label(1, NOW - 40 * DAY))
     table.put(label(2, NOW - 10 * DAY))
     kept = sync(bucket, table, NOW, retention_days=30)
     assert [row["item_id"] for row in kept.rows] == ["T-2"]
-    assert b"T-1" not in __import__("gzip").decompress(bucket.objects[labels_key(POLICY)])
+    assert b"T-1" not in __import__("gzip").decompress(bucket.get(labels_key(POLICY)))
 
 
 def test_past_the_cap_the_newest_labels_are_kept(monkeypatch):
     monkeypatch.setattr(labels_module, "MAX_KEPT_ROWS", 3)
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     for n in range(5):
         table.put(label(n, NOW - (10 - n) * DAY))
     kept = sync(bucket, table, NOW)
@@ -189,16 +155,16 @@ def test_past_the_bytes_budget_the_newest_labels_that_fit_are_kept():
     line = {row["item_id"]: len(json.dumps(row, sort_keys=True)) + 1 for row in table.rows.values()}
     newest_four = sum(line[f"T-{n}"] for n in (2, 3, 4, 5))
 
-    def synced(bucket: MemoryBucket, max_bytes: int):
+    def synced(bucket: FakeHeadStore, max_bytes: int):
         return sync_labels(bucket, table, POLICY, now=NOW, retention_days=365, full_read_after_seconds=DAY,
                            max_bytes=max_bytes)
 
-    exact = synced(MemoryBucket(), newest_four)  # the budget holds the newest four exactly
+    exact = synced(FakeHeadStore(), newest_four)  # the budget holds the newest four exactly
     assert sorted(row["item_id"] for row in exact.rows) == ["T-2", "T-3", "T-4", "T-5"] and exact.capped == 2
-    bucket = MemoryBucket()
+    bucket = FakeHeadStore()
     short = synced(bucket, newest_four - 1)  # a byte short: T-2 is left out, and with it every older row
     assert sorted(row["item_id"] for row in short.rows) == ["T-3", "T-4", "T-5"] and short.capped == 3
-    stored_rows = KeptLabels.load(bucket.objects[labels_key(POLICY)], "kept").rows
+    stored_rows = KeptLabels.load(bucket.get(labels_key(POLICY)), "kept").rows
     assert sorted(stored_rows) == sorted(f"ticket:email:T-{n}:0" for n in (3, 4, 5))
     # what was left out stays out (the table keeps it until its TTL): the watermark is past it
     again = synced(bucket, 10 * newest_four)
@@ -244,7 +210,7 @@ def test_the_bytes_budget_is_a_share_of_the_function_memory(monkeypatch):
     with pytest.raises(ValueError, match="memory_mb 0: must be 1 MB or more"):
         labels_module.kept_bytes_budget(0)
     with pytest.raises(ValueError, match="max_bytes 0: must be 1 or more"):
-        sync_labels(MemoryBucket(), CountingTable(), POLICY, now=NOW, retention_days=365, full_read_after_seconds=DAY,
+        sync_labels(FakeHeadStore(), CountingTable(), POLICY, now=NOW, retention_days=365, full_read_after_seconds=DAY,
                     max_bytes=0)
 
 
@@ -254,7 +220,7 @@ def test_the_template_gives_the_relearning_function_the_memory_its_budget_assume
 
 
 def test_kept_labels_that_do_not_read_are_refused_naming_the_key():
-    bucket, table = MemoryBucket(), CountingTable()
+    bucket, table = FakeHeadStore(), CountingTable()
     bucket.put(labels_key(POLICY), b"not gzip")
     with pytest.raises(ValueError, match=r"labels/support-ticket.jsonl.gz: not the labels relearning keeps"):
         sync(bucket, table, NOW)
@@ -322,7 +288,7 @@ def test_an_item_with_signals_is_never_sent_to_the_endpoint(tmp_path):
     table.put(stored(older, {"team": without["gold"]["team"]}, NOW - DAY + 1))
 
     now_serving = endpoint(0.5)
-    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+    job = Relearning(FakeHeadStore(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
                      work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
                      precision=object(), clock=lambda: NOW, logger=Logger(service="test"))
     collected = job.collect(INCIDENTS)
@@ -344,7 +310,7 @@ def test_a_run_on_records_with_kept_signals_asks_the_endpoint_once_which_model_i
         record = routed(endpoint(0.25 * n), incident["item"])
         table.put(stored(record, incident["gold"], NOW - DAY + n))
     now_serving = endpoint(0.5)
-    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+    job = Relearning(FakeHeadStore(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
                      work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
                      precision=object(), clock=lambda: NOW, logger=Logger(service="test"))
 
@@ -370,7 +336,7 @@ def test_labels_whose_signals_another_model_answered_are_asked_of_the_model_serv
     deployed = MODEL.model_copy(update={"file": "new.gguf", "sha256": "2" * 64})
     now_serving, logged = FakeEndpoint({"team": [0.0] * 4, "priority": [0.0] * 4}, model=deployed,
                                        hidden_state=[0.5] * 576), io.StringIO()
-    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+    job = Relearning(FakeHeadStore(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
                      work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
                      precision=object(), clock=lambda: NOW, logger=Logger(service="model-changed", stream=logged))
 
@@ -399,7 +365,7 @@ def test_an_item_without_kept_signals_is_asked_counted_and_logged(tmp_path, caps
     older = routed(endpoint(0.25), older_item["item"]).model_copy(update={"signals": {}})
     table.put(stored(older, older_item["gold"], NOW - DAY + 1))
     now_serving, logged = endpoint(0.5), io.StringIO()
-    job = Relearning(MemoryBucket(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
+    job = Relearning(FakeHeadStore(), table, lambda probe: EndpointSignals(now_serving, probe), shipped=[],
                      work_dir=tmp_path / "work", signals_dir=tmp_path / "none-shipped", tally=object(),
                      precision=object(), clock=lambda: NOW, logger=Logger(service="relearning-fallback", stream=logged))
     assert job.collect(INCIDENTS)["complete"]
@@ -413,7 +379,7 @@ def test_an_item_without_kept_signals_is_asked_counted_and_logged(tmp_path, caps
 
 
 # ------------------------------------------------------------------------------ erased meanwhile
-class ErasedMeanwhile(MemoryBucket):
+class ErasedMeanwhile(FakeHeadStore):
     """The head bucket as `make erase` leaves it between a sync's read and its write: the item's
     table row deleted, then the kept labels rewritten without it (a new version, `erased_at` set)."""
 
@@ -425,11 +391,11 @@ class ErasedMeanwhile(MemoryBucket):
         if self.erasures:
             self.erasures -= 1
             self.table.rows.pop((POLICY, self.item_key), None)
-            found = self.objects.get(key)
+            found = self.find(key)
             kept = KeptLabels.load(found, key) if found is not None else KeptLabels()
             kept.remove(lambda row: row["item_key"] == self.item_key)
             kept.erased_at = NOW + self.erasures  # each erasure's own time: another version
-            self.objects[key] = kept.dump()
+            self.put(key, kept.dump())
         written = super().put_unless_changed(key, data, etag)
         self.conflicts += not written
         return written
@@ -451,7 +417,7 @@ def test_a_sync_that_read_before_an_erasure_starts_over_and_never_writes_the_ite
 
     assert (bucket.conflicts, synced.restarts) == (1, 1)
     assert erased not in {row["item_key"] for row in synced.rows} and len(synced.rows) == 3
-    written = KeptLabels.load(bucket.objects[labels_key(POLICY)], "kept")
+    written = KeptLabels.load(bucket.get(labels_key(POLICY)), "kept")
     assert erased not in written.rows and written.erased_at == NOW
     # an erasure before the first sync leaves only a marker: this sync still read the partition whole
     assert synced.full_read is not kept_before

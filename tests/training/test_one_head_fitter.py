@@ -1,7 +1,7 @@
 """`make fit`, relearning and `make fit-history` fit a head by one rule (training/head_fit.py): given
 the same rows and signals, the head file each of them writes is the same, byte for byte. Each path
 is taken as its command takes it, with its own defaults: `make fit`'s arguments (training/__main__.py
-`fit_as_asked`), the relearning job's fit step (relearning/job.py `_judge`, the candidate it stores)
+`fit_as_asked`), the relearning job's fit step (relearning/fitting.py `_judge`, the candidate it stores)
 and fit-history's arguments (training/history.py `fit_head`, the file `write_policy` writes)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from decision_router.domain.policies import load_policy
 from relearning.job import Relearning
 from tests.fakes.console import FakePrecisionTally
+from tests.fakes.head_store import FakeHeadStore
 from training import __main__ as make_fit
 from training import history, history_policy, learn
 from training.features import Example
@@ -41,25 +42,6 @@ def hidden_of(state: dict, gold: int) -> np.ndarray:
     for word in " ".join(state.values()).lower().split():
         hidden += np.random.default_rng(int(hashlib.sha256(word.encode()).hexdigest()[:8], 16)).normal(size=MODEL.hidden_size)
     return hidden
-
-
-class KeptCandidates:
-    """The head store as the relearning job's fit step writes to it: no head in service; what it puts, kept."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def pointer(self, policy: str, question: str) -> None:
-        return None
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def audit(self, *args, **kwargs) -> None:
-        pass
-
-    def refusals_in_a_row(self, policy: str, question: str) -> int:
-        return 0
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +84,12 @@ def by_make_fit(world, today: date) -> bytes:
 
 
 def by_relearning(world, today: date) -> bytes:
-    store = KeptCandidates()
+    store = FakeHeadStore()  # no head in service: the candidate is judged alone
     job = Relearning(store, labels=None, endpoint=lambda probe: None, today=lambda: today, tally=SimpleNamespace(),
                      precision=FakePrecisionTally())
     verdict = job._judge(world.policy, world.question, examples(world, world.states, world.gold, "r"),
                          examples(world, world.later_states, world.later_gold, "later"), MODEL, ["train.jsonl"], "run-1")
-    return store.objects[verdict["candidate_key"]]
+    return store.get(verdict["candidate_key"])
 
 
 def by_fit_history(world) -> bytes:

@@ -16,7 +16,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import boto3
 
@@ -46,6 +46,17 @@ class HeadChangeInProgress(ValueError):
 
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def refusals_in_a_row(history: Iterable[dict[str, str]]) -> int:
+    """Of a question's history rows, newest first: the relearning refusals before the newest promotion."""
+    count = 0
+    for row in history:
+        if row["action"] == REFUSED:
+            count += 1
+        elif row["action"] == PROMOTED:
+            break
+    return count
 
 
 class HeadStore(AwsAdapter):
@@ -108,13 +119,7 @@ class HeadStore(AwsAdapter):
 
     def refusals_in_a_row(self, policy: str, question: str) -> int:
         """How many relearning runs in a row refused their candidate (since the last promotion)."""
-        count = 0
-        for row in self.history(policy, question, limit=50):
-            if row["action"] == REFUSED:
-                count += 1
-            elif row["action"] == PROMOTED:
-                break
-        return count
+        return refusals_in_a_row(self.history(policy, question, limit=50))
 
     # ------------------------------------------------------------------------- the relearning job's objects
     def put(self, key: str, data: bytes) -> None:
