@@ -66,7 +66,8 @@ def open_incident_rows(count: int) -> Iterator[dict[str, dict[str, Any]]]:
     service (none the measured items name), with a title and description of a real one's length;
     then the link index's rows they are filed under, as the incident intake's `file` leaves them
     (the words they share list `MAX_FILED` of them, as a full key does)."""
-    from decision_router.adapters.open_incidents import FILED, FILED_COUNT, LOOKUP_ROW, OPEN_MARK, open_mark
+    from decision_router.adapters.incident_table import OPEN_MARK, open_mark
+    from decision_router.adapters.link_index import FILED, FILED_COUNT, LOOKUP_ROW
     from decision_router.domain.linking import MAX_FILED, filing_keys
 
     filed: dict[str, dict[str, Any]] = {}

@@ -24,18 +24,9 @@ from typing import Any, Mapping, Sequence
 from botocore.exceptions import ClientError
 
 from decision_router.adapters import expiry
-from decision_router.adapters.open_incidents import (
-    BATCH_KEYS,
-    EXECUTION_POINTER,
-    FILED,
-    FILED_COUNT,
-    LOOKUP_ROW,
-    OPEN_MARK,
-    RETENTION_DAYS,
-    instant_of,
-    open_incident_of,
-    open_mark,
-)
+from decision_router.adapters.incident_rows import EXECUTION_POINTER
+from decision_router.adapters.incident_table import BATCH_KEYS, OPEN_MARK, RETENTION_DAYS, open_mark
+from decision_router.adapters.link_index import FILED, FILED_COUNT, LOOKUP_ROW, instant_of, open_incident_of
 from decision_router.domain import open_incidents as rules
 from decision_router.domain.dependencies import ParentEntry
 from decision_router.domain.linking import MAX_FILED, OpenIncident

@@ -37,22 +37,12 @@ from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
-from decision_contract import (
-    BatchDecisionResponse,
-    BatchTiming,
-    Decision,
-    DecisionOption,
-    DecisionRequest,
-    DecisionResult,
-    DecisionTiming,
-    ModelInfo,
-    SingleDecisionResponse,
-    softmax,
-)
+import decision_contract as wire
 from decision_router.adapters import queues
 from decision_router.adapters.alarm_states import AlarmStates
 from decision_router.adapters.endpoint import NO_CAPACITY_MESSAGE, DecisionEndpoint
-from decision_router.adapters.open_incidents import OPEN, OPEN_MARK, OPEN_MARKS, OPEN_SHARDS, OpenIncidents, open_mark
+from decision_router.adapters.incident_table import OPEN, OPEN_MARK, OPEN_MARKS, OPEN_SHARDS, open_mark
+from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.queues import MAX_ATTRIBUTE_CHARS, Queue
 from decision_router.adapters.workflow import WorkflowStarter
 from decision_router.domain.dependencies import ParentEntry
@@ -689,8 +679,8 @@ def test_the_fake_leaves_the_rows_dynamodb_holds_after_the_same_writes():
 
 # =========================================================================== the decision endpoint
 #: The container's model, as it reports itself (a hidden state of hidden_size values).
-CONTAINER_MODEL = ModelInfo(file="model.gguf", bytes=1, sha256="a" * 64, context_size=4096, threads=2, gpu_layers=0,
-                            llama_cpp_python_version="0.3", hidden_size=4)
+CONTAINER_MODEL = wire.ModelInfo(file="model.gguf", bytes=1, sha256="a" * 64, context_size=4096, threads=2, gpu_layers=0,
+                                 llama_cpp_python_version="0.3", hidden_size=4)
 
 
 class ContainerStub:
@@ -704,7 +694,7 @@ class ContainerStub:
         self.stubber = Stubber(self.client)
         self.answers: dict[str, tuple[list[float], list[float] | None]] = {}
         self.fault: Callable[[], None] | None = None
-        self.requests: list[list[Decision]] = []
+        self.requests: list[list[wire.Decision]] = []
         self.client.meta.events.register("provide-client-params.sagemaker-runtime.InvokeEndpoint", self._respond)
         self.endpoint = DecisionEndpoint(ENDPOINT, client=self.client, sleep=lambda seconds: None)
         self.stubber.activate()
@@ -715,7 +705,7 @@ class ContainerStub:
         self.answers[question] = (logits, hidden_state)
 
     def _respond(self, params: dict, **_: Any) -> None:
-        request = DecisionRequest.model_validate_json(params["Body"])
+        request = wire.DecisionRequest.model_validate_json(params["Body"])
         self.requests.append(request.items)
         if self.fault is not None:
             self.fault()
@@ -723,18 +713,18 @@ class ContainerStub:
         results = []
         for decision in request.items:
             logits, hidden = self.answers[decision.id]
-            results.append(DecisionResult(
-                id=decision.id, option_ids=decision.option_ids, probabilities=softmax(logits, decision.temperature),
+            results.append(wire.DecisionResult(
+                id=decision.id, option_ids=decision.option_ids, probabilities=wire.softmax(logits, decision.temperature),
                 option_logits=logits, temperature=decision.temperature, input_tokens=57, reused_prefix_tokens=12,
                 allowed_token_mass=0.97, prompt_sha256="c" * 64, prompt_version="direct-options-v1",
                 model=CONTAINER_MODEL, answer_token_ids=list(range(len(logits))), full_vocab_argmax_id=7,
-                timing=DecisionTiming(tokenize_seconds=0.001, prefill_seconds=0.02, total_seconds=0.021),
+                timing=wire.DecisionTiming(tokenize_seconds=0.001, prefill_seconds=0.02, total_seconds=0.021),
                 forward_seconds=0.02, total_seconds=0.021,
                 hidden_state=(hidden if hidden is not None else default_hidden(decision, CONTAINER_MODEL.hidden_size))
                 if decision.return_hidden_state else None))
-        response = (SingleDecisionResponse(result=results[0]) if request.decision is not None else BatchDecisionResponse(
-            results=results, timing=BatchTiming(shared_prefix_tokens=12, shared_prefix_seconds=0.01,
-                                                total_seconds=0.03, batch_size=len(results))))
+        response = (wire.SingleDecisionResponse(result=results[0]) if request.decision is not None else wire.BatchDecisionResponse(
+            results=results, timing=wire.BatchTiming(shared_prefix_tokens=12, shared_prefix_seconds=0.01,
+                                                     total_seconds=0.03, batch_size=len(results))))
         raw = response.model_dump_json(exclude_none=True).encode()
         self.stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw)),
                                                       "ContentType": "application/json"}, self.params)
@@ -778,7 +768,7 @@ class Side:
         else:
             self.fake.fail(kind)
 
-    def decide(self, decisions: list[Decision], deadline: float | None = None) -> dict[str, DecisionResult]:
+    def decide(self, decisions: list[wire.Decision], deadline: float | None = None) -> dict[str, wire.DecisionResult]:
         return (self.stub.endpoint if self.stub is not None else self.fake).decide(decisions, deadline=deadline)
 
     @property
@@ -787,7 +777,7 @@ class Side:
         request, the same body again, counted once: the fake raises what they end with)."""
         if self.stub is None:
             return [[d.id for d in request] for request in self.fake.requests]
-        asked: list[list[Decision]] = []
+        asked: list[list[wire.Decision]] = []
         for request in self.stub.requests:
             if not asked or request != asked[-1]:
                 asked.append(request)
@@ -799,17 +789,17 @@ def endpoint(request) -> Side:
     return Side(request.param)
 
 
-def decision(question: str, options: int = 3, *, temperature: float = 1.0, hidden: bool = False) -> Decision:
-    return Decision(id=question, state={"subject": "Charged twice", "channel": "email"}, question=f"Which {question}?",
-                    options=[DecisionOption(id=f"{question}-{i}", description=f"option {i}") for i in range(options)],
-                    temperature=temperature, return_hidden_state=hidden)
+def decision(question: str, options: int = 3, *, temperature: float = 1.0, hidden: bool = False) -> wire.Decision:
+    return wire.Decision(id=question, state={"subject": "Charged twice", "channel": "email"}, question=f"Which {question}?",
+                         options=[wire.DecisionOption(id=f"{question}-{i}", description=f"option {i}") for i in range(options)],
+                         temperature=temperature, return_hidden_state=hidden)
 
 
-def assert_answers(result: DecisionResult, asked: Decision, logits: list[float]) -> None:
-    assert isinstance(result, DecisionResult)
+def assert_answers(result: wire.DecisionResult, asked: wire.Decision, logits: list[float]) -> None:
+    assert isinstance(result, wire.DecisionResult)
     assert (result.id, result.option_ids, result.option_logits, result.temperature) == (
         asked.id, asked.option_ids, logits, asked.temperature)
-    assert result.probabilities == pytest.approx(softmax(logits, asked.temperature))
+    assert result.probabilities == pytest.approx(wire.softmax(logits, asked.temperature))
     assert 0 < result.allowed_token_mass <= 1 and result.model.sha256 and result.prompt_sha256
 
 
@@ -831,7 +821,7 @@ def test_a_batch_is_answered_decision_by_decision_at_each_ones_temperature(endpo
     assert sorted(results) == ["priority", "team"]
     assert_answers(results["priority"], asked[0], [1.0, 2.0, 0.0, 0.0])
     assert_answers(results["team"], asked[1], [0.0, 0.0, 4.0])
-    assert results["priority"].probabilities != pytest.approx(softmax([1.0, 2.0, 0.0, 0.0]))
+    assert results["priority"].probabilities != pytest.approx(wire.softmax([1.0, 2.0, 0.0, 0.0]))
     assert endpoint.asked == [["priority", "team"]]
 
 

@@ -14,8 +14,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from decision_router.adapters.incident_table import plain
-from decision_router.adapters.open_incidents import BATCH_KEYS, FILED_COUNT, LOOKUP_ROW, OpenIncidents
+from decision_router.adapters.incident_table import BATCH_KEYS, plain
+from decision_router.adapters.link_index import FILED_COUNT, LOOKUP_ROW
+from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.domain.linking import MAX_FILED, filing_keys
 from tests.fakes.open_incidents import FakeOpenIncidents
 from tests.fakes.test_contract_intake import SIDES, created, open_incident_stores

@@ -12,7 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from decision_router.adapters.open_incidents import OPEN, OPEN_INDEX, OPEN_MARK, OPEN_MARKS, OpenIncidents, open_mark
+from decision_router.adapters.incident_table import OPEN, OPEN_INDEX, OPEN_MARK, OPEN_MARKS, open_mark
+from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.domain.linking import OpenIncident
 
 TABLE = "open-incidents"

@@ -30,15 +30,8 @@ from __future__ import annotations
 from .incident_groups import IncidentGroupStore
 from .incident_holds import IncidentHoldStore
 from .incident_parents import IncidentParentStore
-from .incident_rows import EXECUTION_POINTER, IncidentRowStore
-from .incident_table import BATCH_KEYS, OPEN, OPEN_INDEX, OPEN_MARK, OPEN_MARKS, OPEN_SHARDS, RETENTION_DAYS, open_mark
-from .link_index import FILED, FILED_COUNT, LOOKUP_ROW, LinkIndexStore, filed_on, instant_of, open_incident_of, unfiling
-
-__all__ = [
-    "BATCH_KEYS", "EXECUTION_POINTER", "FILED", "FILED_COUNT", "LOOKUP_ROW", "OPEN", "OPEN_INDEX",
-    "OPEN_MARK", "OPEN_MARKS", "OPEN_SHARDS", "RETENTION_DAYS", "OpenIncidents", "filed_on", "instant_of",
-    "open_incident_of", "open_mark", "unfiling",
-]
+from .incident_rows import IncidentRowStore
+from .link_index import LinkIndexStore
 
 
 class OpenIncidents(IncidentRowStore, IncidentHoldStore, IncidentGroupStore, IncidentParentStore, LinkIndexStore):

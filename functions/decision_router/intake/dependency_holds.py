@@ -27,7 +27,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.dependencies import Dependencies, ParentEntry, held_reason, hhmm, may_hold
-from ..domain.ports.incidents import IncidentRow, OpenIncidentStore
+from ..domain.ports.incidents import IncidentHolds, IncidentParents, IncidentRow, IncidentRows
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..sources.events import Opened
@@ -76,8 +76,12 @@ def hold_ended(row: IncidentRow, parent: IncidentRow | None, now: datetime, depe
 
 
 class DependencyHolds:
-    def __init__(self, store: OpenIncidentStore, *, write_audit: WriteAudit, logger: Logger, metrics: Metrics):
-        self.store, self.write_audit, self.logger, self.metrics = store, write_audit, logger, metrics
+    def __init__(self, *, rows: IncidentRows, holds: IncidentHolds, parents: IncidentParents, write_audit: WriteAudit,
+                 logger: Logger, metrics: Metrics):
+        """`parents` keeps the slots and the children linked under a parent, `holds` marks a child
+        held, `rows` reads the incidents' rows (a parent's, a child's)."""
+        self.rows, self.holds, self.parents = rows, holds, parents
+        self.write_audit, self.logger, self.metrics = write_audit, logger, metrics
 
     def hold(self, opened: Opened, delivery: str, dependencies: Dependencies, now: datetime,
              held_since: str | None = None) -> dict | None:
@@ -87,7 +91,7 @@ class DependencyHolds:
         if held_since is not None and dependencies.ceiling_passed(held_since, now):
             return None
         for candidate in dependencies.candidates(incident):
-            for parent in self.store.parents(candidate.slot):
+            for parent in self.parents.parents(candidate.slot):
                 if (parent.key == opened.key or not candidate.may_be_held_by(parent)
                         or not may_hold(incident.severity, parent.severity, candidate.include_sev1)):
                     continue
@@ -97,11 +101,11 @@ class DependencyHolds:
                           f"it resolves, or after {dependencies.hold_minutes} min at most")
                 # Marked first, then linked only while the parent is open and paged: a resolution
                 # either lists the child (and releases it) or comes first and refuses the link.
-                self.store.held(opened.key, delivery, reason, held_under=parent.key,
+                self.holds.held(opened.key, delivery, reason, held_under=parent.key,
                                 held_item=incident.model_dump_json(), held_at=held_since or iso(now),
                                 parent_severity=parent.severity)
-                if not self.store.link_child(parent.key, opened.key):
-                    self.store.unhold(opened.key, delivery)  # resolved since it registered: it holds nothing
+                if not self.parents.link_child(parent.key, opened.key):
+                    self.parents.unhold(opened.key, delivery)  # resolved since it registered: it holds nothing
                     continue
                 return self._held(opened, delivery, parent, rule, reason)
         return None
@@ -123,7 +127,7 @@ class DependencyHolds:
     def cover(self, key: str, incident: Incident, dependencies: Dependencies) -> None:
         """Register a paged incident in its slots: it may hold its dependants from now on."""
         for slot in dependencies.parent_slots(incident):
-            self.store.register_parent(slot.slot, ParentEntry(
+            self.parents.register_parent(slot.slot, ParentEntry(
                 key=key, incident_id=incident.incident_id, service=incident.service, severity=incident.severity,
                 opened_at=iso(incident.reported_at), two_sided=slot.two_sided))
 
@@ -132,10 +136,10 @@ class DependencyHolds:
         child held under it that is still open and not routed is decided now (or held again under
         another paged parent)."""
         for slot in was.parent_slots:
-            self.store.unregister_parent(slot, was.incident_key)
+            self.parents.unregister_parent(slot, was.incident_key)
         results = []
         for child in was.held_children:
-            row = self.store.get(child)
+            row = self.rows.get(child)
             if (row is None or row.status != "open" or row.held_under != was.incident_key or not row.held_by_parent
                     or row.held_item is None or row.opened_by is None):
                 continue  # resolved itself, held again elsewhere, or routed already
@@ -153,7 +157,7 @@ class DependencyHolds:
         decided now, as this event describes it; None when it is not held or still may be."""
         if not row.held_by_parent or row.held_under is None or row.opened_by is None:
             return None
-        why = hold_ended(row, self.store.get(row.held_under), now, dependencies, severity=incident.severity)
+        why = hold_ended(row, self.rows.get(row.held_under), now, dependencies, severity=incident.severity)
         if why is None:
             return None
         return self._release(row, incident, why, reroute)
@@ -162,10 +166,10 @@ class DependencyHolds:
         """Every open hold whose parent resolved, is gone or is not paged, or that reached the
         ceiling: decided and routed now (the template's schedule, every few minutes)."""
         results = []
-        for row in self.store.held_open():
+        for row in self.parents.held_open():
             if not row.held_by_parent or row.held_under is None or row.held_item is None or row.opened_by is None:
                 continue
-            why = hold_ended(row, self.store.get(row.held_under), now, dependencies)
+            why = hold_ended(row, self.rows.get(row.held_under), now, dependencies)
             if why is not None:
                 results.append(self._release(row, Incident.model_validate_json(row.held_item), why, reroute))
         return results

@@ -94,20 +94,25 @@ class IncidentIntake:
             self.wiring.settings.require("open_incidents_table")
         return cast(OpenIncidentStore, store)
 
+    # Each service takes only the concerns of the store it uses; the one store serves them all.
     @cached_property
     def holds(self) -> NoiseHolds:
-        return NoiseHolds(self.store, route=self.intake.route, write_audit=self._write_audit, logger=self.logger,
-                          metrics=self.metrics)
+        store = self.store
+        return NoiseHolds(rows=store, holds=store, route=self.intake.route, write_audit=self._write_audit,
+                          logger=self.logger, metrics=self.metrics)
 
     @cached_property
     def dependency_holds(self) -> DependencyHolds:
-        return DependencyHolds(self.store, write_audit=self._write_audit, logger=self.logger, metrics=self.metrics)
+        store = self.store
+        return DependencyHolds(rows=store, holds=store, parents=store, write_audit=self._write_audit,
+                               logger=self.logger, metrics=self.metrics)
 
     @cached_property
     def resolutions(self) -> Resolutions:
         dependencies = not self.intake.policy.dependencies.empty
-        return Resolutions(self.store, self.wiring.alarm_states, self.wiring.workflow, self.wiring,
-                           write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
+        store = self.store
+        return Resolutions(self.wiring.alarm_states, self.wiring.workflow, self.wiring, rows=store, groups=store,
+                           link_index=store, write_audit=self._write_audit, ignore=self._ignore, logger=self.logger,
                            metrics=self.metrics,
                            release=self._release_children if dependencies else None)
 

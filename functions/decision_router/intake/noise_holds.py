@@ -16,7 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.noise import NoiseControls, aware
-from ..domain.ports.incidents import Joined, OpenIncidentStore
+from ..domain.ports.incidents import IncidentHolds, IncidentRows, Joined
 from ..domain.why import NoiseTrace
 from ..items import Incident
 from ..sources.events import Opened
@@ -39,11 +39,12 @@ class WriteAudit(Protocol):
 
 
 class NoiseHolds:
-    def __init__(self, store: OpenIncidentStore, *, route: Route, write_audit: WriteAudit, logger: Logger,
-                 metrics: Metrics):
-        """`route` hands a released incident to the routing workflow; `write_audit` writes the
+    def __init__(self, *, rows: IncidentRows, holds: IncidentHolds, route: Route, write_audit: WriteAudit,
+                 logger: Logger, metrics: Metrics):
+        """`holds` records and releases the holds, `rows` lists a grouped incident on its leader's
+        row; `route` hands a released incident to the routing workflow; `write_audit` writes the
         intake's own audit rows (nothing was routed, so no workflow audits a held incident)."""
-        self.store, self.route, self.write_audit = store, route, write_audit
+        self.rows, self.holds, self.route, self.write_audit = rows, holds, route, write_audit
         self.logger, self.metrics = logger, metrics
 
     def held(self, opened: Opened, delivery: str, opens: list[str] | None,
@@ -55,7 +56,7 @@ class NoiseHolds:
                 and noise.flapping.applies(incident.severity)):
             reason = (f"flapping: opened {len(opens)} times in {noise.flapping.window_minutes} min (more than "
                       f"{noise.flapping.max_opens}); held as one flapping incident, paged once, not again")
-            self.store.held(opened.key, delivery, reason, flapping="true")
+            self.holds.held(opened.key, delivery, reason, flapping="true")
             return self._record(opened, delivery, "flapping", reason, {"opens": opens}, NoiseTrace(
                 flapping_opens=len(opens), flapping_max=noise.flapping.max_opens, held="flapping"))
         window = noise.window(incident, incident.reported_at)
@@ -63,7 +64,7 @@ class NoiseHolds:
             until = window.ends(incident.reported_at)
             reason = (f"maintenance window {window.id!r} ({window.description}): recorded, not paged while the "
                       f"window lasts (until {iso(until)}); a delivery after that routes it if it is still open")
-            self.store.held(opened.key, delivery, reason, window=window.id, held_until=iso(until),
+            self.holds.held(opened.key, delivery, reason, window=window.id, held_until=iso(until),
                             held_item=incident.model_dump_json())
             return self._record(opened, delivery, "suppressed", reason, {"window": window.id}, NoiseTrace(
                 window=window.id, window_action=window.action, held="suppressed"))
@@ -74,8 +75,8 @@ class NoiseHolds:
         severity may be held: a more severe one is routed and leads the group)."""
         reason = (f"grouped by {rule!r} into open incident {joined.leader_incident_id} "
                   f"({len(joined.members)} member(s)): it pages nobody again")
-        self.store.held(opened.key, delivery, reason, group=group_key)
-        self.store.add_member(joined.leader, opened.key)
+        self.holds.held(opened.key, delivery, reason, group=group_key)
+        self.rows.add_member(joined.leader, opened.key)
         return self._record(opened, delivery, "grouped", reason, {
             "group": group_key, "leader": joined.leader, "leader_incident_id": joined.leader_incident_id,
             "members": joined.members, "leader_execution_name": joined.execution_name},
@@ -84,10 +85,10 @@ class NoiseHolds:
     def release(self, opened: Opened, delivery: str, now: datetime, context: Any) -> dict | None:
         """A later delivery of an incident a maintenance window held, once the window is over:
         routed now (it pages as it would have), once; None when there is no such hold."""
-        if not self.store.release(opened.key, iso(now)):
+        if not self.holds.release(opened.key, iso(now)):
             return None
         summary = self.route(opened.incident, context)
-        self.store.released(opened.key, summary["execution_name"])
+        self.holds.released(opened.key, summary["execution_name"])
         reason = "its maintenance window ended while it was still open: routed now"
         self.logger.info("held incident released", extra={"key": opened.key, "delivery": delivery})
         self.metrics.add_metric(name="IncidentsReleased", unit=MetricUnit.Count, value=1)
@@ -97,7 +98,7 @@ class NoiseHolds:
         """Route every open incident whose maintenance window has ended (the template's schedule
         calls this every few minutes), so a hold never outlasts its window by more than that."""
         results = []
-        for row in self.store.expired_holds(iso(now)):
+        for row in self.holds.expired_holds(iso(now)):
             if row.held_item is None:
                 continue  # held by no window: nothing to route here
             opened = Opened(row.incident_key, Incident.model_validate_json(row.held_item))

@@ -13,7 +13,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ..adapters.review import ReviewTaskGone
-from ..domain.ports.incidents import AlarmStateReader, IncidentRow, OpenIncidentStore
+from ..domain.ports.incidents import AlarmStateReader, IncidentGroups, IncidentRow, IncidentRows, LinkIndex
 from ..domain.ports.routing import Workflow
 from ..sources.cloudwatch import parse_alarm_arn
 from ..sources.events import Resolved
@@ -26,14 +26,17 @@ class Ignore(Protocol):
 
 
 class Resolutions:
-    def __init__(self, store: OpenIncidentStore, alarm_states: AlarmStateReader, workflow: Workflow, wiring: Wiring, *,
-                 write_audit: WriteAudit, ignore: Ignore, logger: Logger, metrics: Metrics,
-                 release: Callable[[IncidentRow, Any], list[dict]] | None = None):
-        """`ignore` says (and counts) why an event resolves nothing; `write_audit` writes the audit
-        row of a group whose last member is resolved. The pending-review index (from `wiring`) is read
-        only when a resolved incident's execution still runs. `release` (with the policy's
-        dependencies) routes what was held under the resolved incident."""
-        self.store, self.alarm_states, self.workflow, self.wiring = store, alarm_states, workflow, wiring
+    def __init__(self, alarm_states: AlarmStateReader, workflow: Workflow, wiring: Wiring, *, rows: IncidentRows,
+                 groups: IncidentGroups, link_index: LinkIndex, write_audit: WriteAudit, ignore: Ignore,
+                 logger: Logger, metrics: Metrics, release: Callable[[IncidentRow, Any], list[dict]] | None = None):
+        """`rows` closes the incident's row, `groups` takes it off its group, `link_index` takes it
+        off the keys it was filed under. `ignore` says (and counts) why an event resolves nothing;
+        `write_audit` writes the audit row of a group whose last member is resolved. The
+        pending-review index (from `wiring`) is read only when a resolved incident's execution still
+        runs. `release` (with the policy's dependencies) routes what was held under the resolved
+        incident."""
+        self.rows, self.groups, self.link_index = rows, groups, link_index
+        self.alarm_states, self.workflow, self.wiring = alarm_states, workflow, wiring
         self.release = release
         self.write_audit, self.ignore = write_audit, ignore
         self.logger, self.metrics = logger, metrics
@@ -42,7 +45,7 @@ class Resolutions:
         """Take the resolved incident off the link index's keys it was filed under. A failure is
         logged and counted: the entry stays, and ticket intakes skip it (they read only open rows)."""
         try:
-            self.store.unfile(was.incident_key, was.filed_under)
+            self.link_index.unfile(was.incident_key, was.filed_under)
         except Exception as error:  # noqa: BLE001 - a stale link entry is harmless: never fail a resolution
             self.metrics.add_metric(name="LinkUnfilingFailed", unit=MetricUnit.Count, value=1)
             self.logger.warning("the resolved incident could not be taken off the link index", extra={
@@ -51,11 +54,11 @@ class Resolutions:
     def resolve(self, outcome: Resolved, delivery: str, context: Any = None) -> dict:
         refused = self._unconfirmed(outcome)
         if refused is not None:
-            touched = self.store.touch(outcome.key, delivery)
+            touched = self.rows.touch(outcome.key, delivery)
             return self.ignore(outcome.source, outcome.key, refused, touched=touched)
-        was = self.store.resolve(outcome.key, delivery, outcome.reason)
+        was = self.rows.resolve(outcome.key, delivery, outcome.reason)
         if was is None and self.release is not None:
-            again = self.store.get(outcome.key)
+            again = self.rows.get(outcome.key)
             if again is not None and again.resolved_by == delivery and again.held_children:
                 # This delivery resolved it and is retried: its release may not have finished.
                 released = self.release(again, context)
@@ -71,7 +74,7 @@ class Resolutions:
         reason = outcome.reason
         group_key = was.group
         if group_key:  # a grouped incident is over when every member is
-            group = self.store.leave_group(group_key, outcome.key, delivery)
+            group = self.groups.leave_group(group_key, outcome.key, delivery)
             still = group.open_members if group else []
             name = None if still or group is None else group.execution_name
             members = group.members if group else []
@@ -102,7 +105,7 @@ class Resolutions:
         says so may come from whoever can publish to the topic or write to a dead-letter queue.
         An alarm of another account cannot be asked about: its OK is taken as it comes (the bus
         policy says who may put those)."""
-        row = self.store.get(outcome.key) if parse_alarm_arn(outcome.key) is not None else None
+        row = self.rows.get(outcome.key) if parse_alarm_arn(outcome.key) is not None else None
         if row is None or row.status != "open":
             return None  # no alarm, or nothing open to resolve (said as such below)
         state = self.alarm_states.state_of(outcome.key)
