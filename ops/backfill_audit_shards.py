@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, TextIO
 
 from decision_router.domain.records import outcome_shard
+from ops.command import DONE, WORK_LEFT, Command, CommandError, aws_session, stack_outputs
 
 #: The audit table's stack output.
 AUDIT_TABLE_OUTPUT = "AuditTableName"
@@ -36,8 +37,11 @@ SHARD_COLUMNS = ("item_id", "execution_name", "outcome")
 DEFAULT_SEGMENTS = 4
 
 
-class BackfillError(ValueError):
+class BackfillError(CommandError):
     """A bad argument or stack; the message says which and why."""
+
+
+COMMAND = Command("ops.backfill_audit_shards", __doc__, "backfill-audit-shards", (BackfillError,), manual=True)
 
 
 @dataclass
@@ -143,16 +147,11 @@ class Backfill:
 
 def table_of_stack(stack: str, cloudformation: Any) -> str:
     """The audit table of a deployed stack (its output AuditTableName)."""
-    described = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    if AUDIT_TABLE_OUTPUT not in outputs:
-        raise BackfillError(f"stack {stack} has no output {AUDIT_TABLE_OUTPUT}")
-    return outputs[AUDIT_TABLE_OUTPUT]
+    return stack_outputs(stack, cloudformation, [AUDIT_TABLE_OUTPUT], BackfillError)[AUDIT_TABLE_OUTPUT]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ops.backfill_audit_shards", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = COMMAND.parser()
     named = p.add_mutually_exclusive_group(required=True)
     named.add_argument("--stack", help="a deployed stack's name: its audit table from its outputs")
     named.add_argument("--audit-table", help="the audit table's name (instead of --stack)")
@@ -163,22 +162,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None, session: Any = None) -> int:
-    out = out or sys.stdout
     args = parser().parse_args(argv)
-    if session is None:
-        import boto3
+    session = aws_session(session)
 
-        session = boto3.Session()
-    try:
+    def resolve() -> Backfill:
         table = table_of_stack(args.stack, session.client("cloudformation")) if args.stack else args.audit_table
-        backfill = Backfill(table, session.client("dynamodb"), segments=args.segments, dry_run=args.dry_run)
-    except BackfillError as error:
-        print(f"backfill-audit-shards: {error}", file=sys.stderr)
-        return 2
-    out.write(f"backfill-audit-shards {table}\n")
-    done = backfill.run()
-    done.report(out)
-    return 0 if done.complete else 1
+        return Backfill(table, session.client("dynamodb"), segments=args.segments, dry_run=args.dry_run)
+
+    def work(backfill: Backfill) -> int:
+        report = out or sys.stdout
+        report.write(f"backfill-audit-shards {backfill.table}\n")
+        done = backfill.run()
+        done.report(report)
+        return DONE if done.complete else WORK_LEFT
+
+    return COMMAND.run_resolved(resolve, work)
 
 
 if __name__ == "__main__":

@@ -34,11 +34,14 @@ from typing import Any
 
 from decision_router.adapters.head_store import HeadStore
 from decision_router.adapters.notices import ApprovalAnswers, ApprovalRequests
-from decision_router.domain.policies import PolicyError, load_policy
+from decision_router.domain.policies import Policy, PolicyError, load_policy
+from ops.command import DONE, Command, CommandError, WorkLeft
+
+COMMAND = Command("ops.heads", __doc__, "error")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ops.heads", description=__doc__.splitlines()[0])
+    p = COMMAND.parser()
     p.add_argument("action", choices=["status", "history", "rollback", "approve", "reject"])
     p.add_argument("--policy", help="required for status, history and rollback")
     p.add_argument("--question", help="required for status, history and rollback")
@@ -63,21 +66,16 @@ def caller() -> str:
 def answer(args: argparse.Namespace, answers: ApprovalAnswers | None, requests: ApprovalRequests | None) -> int:
     """approve / reject: the person's answer to a run waiting for approval."""
     if not (args.run or "").strip():
-        print(f"error: --run: {args.action} needs the run the approval notice names", file=sys.stderr)
-        return 2
+        raise CommandError(f"--run: {args.action} needs the run the approval notice names")
     if not args.reason.strip():
-        print(f"error: --reason: say why you {args.action} (it is kept in the workflow's history)", file=sys.stderr)
-        return 2
+        raise CommandError(f"--reason: say why you {args.action} (it is kept in the workflow's history)")
     if requests is None and not args.approval_queue_url:
-        print("error: not set: --approval-queue-url / APPROVAL_QUEUE_URL (the stack's ApprovalQueueUrl output)",
-              file=sys.stderr)
-        return 2
+        raise CommandError("not set: --approval-queue-url / APPROVAL_QUEUE_URL (the stack's ApprovalQueueUrl output)")
     requests = requests or ApprovalRequests(args.approval_queue_url)
     taken = requests.take(args.run.strip())
     if taken is None:
-        print(f"error: no request of run {args.run.strip()!r} waits on the approval queue (answered already, timed "
-              "out, or another run)", file=sys.stderr)
-        return 1
+        raise WorkLeft(f"no request of run {args.run.strip()!r} waits on the approval queue (answered already, timed "
+                       "out, or another run)")
     token, receipt = taken
     answers = answers or ApprovalAnswers()
     by = args.by or caller()
@@ -88,36 +86,47 @@ def answer(args: argparse.Namespace, answers: ApprovalAnswers | None, requests: 
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         requests.remove(receipt)  # the run waits on it no more: a stale request
-        print(f"error: the workflow refused the answer ({code}): the run no longer waits on its request "
-              "(answered already, or timed out)", file=sys.stderr)
-        return 1
+        raise WorkLeft(f"the workflow refused the answer ({code}): the run no longer waits on its request "
+                       "(answered already, or timed out)") from error
     requests.remove(receipt)
     print(json.dumps({"answer": args.action, "run": args.run.strip(), "by": by, "reason": args.reason.strip()}, indent=2))
-    return 0
+    return DONE
 
 
 def main(argv: list[str] | None = None, store: HeadStore | None = None, answers: ApprovalAnswers | None = None,
          requests: ApprovalRequests | None = None) -> int:
     args = parser().parse_args(argv)
     if args.action in ("approve", "reject"):
-        return answer(args, answers, requests)
+        return COMMAND.run(lambda: answer(args, answers, requests))
+    return COMMAND.run(lambda: in_service(args, store))
+
+
+def question_of(args: argparse.Namespace) -> Policy:
+    """The policy `--policy` names, which must ask `--question` (CommandError: which does not read)."""
     if not args.policy or not args.question:
-        print(f"error: {args.action} needs --policy and --question", file=sys.stderr)
-        return 2
+        raise CommandError(f"{args.action} needs --policy and --question")
     try:
         policy = load_policy(args.policy)
         policy.question(args.question)
     except (PolicyError, KeyError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if store is None:
-        missing = [flag for flag, value in (("--bucket / HEAD_STORE_BUCKET", args.bucket),
-                                            ("--parameter-prefix / HEAD_PARAMETER_PREFIX", args.parameter_prefix),
-                                            ("--history-table / HEAD_HISTORY_TABLE_NAME", args.history_table)) if not value]
-        if missing:
-            print(f"error: not set: {', '.join(missing)} (the stack's outputs name them)", file=sys.stderr)
-            return 2
-        store = HeadStore(args.bucket, args.parameter_prefix, args.history_table)
+        raise CommandError(str(error)) from error
+    return policy
+
+
+def head_store(args: argparse.Namespace) -> HeadStore:
+    """The stack's head store, from the flags or the environment (CommandError: which is not set)."""
+    missing = [flag for flag, value in (("--bucket / HEAD_STORE_BUCKET", args.bucket),
+                                        ("--parameter-prefix / HEAD_PARAMETER_PREFIX", args.parameter_prefix),
+                                        ("--history-table / HEAD_HISTORY_TABLE_NAME", args.history_table)) if not value]
+    if missing:
+        raise CommandError(f"not set: {', '.join(missing)} (the stack's outputs name them)")
+    return HeadStore(args.bucket, args.parameter_prefix, args.history_table)
+
+
+def in_service(args: argparse.Namespace, store: HeadStore | None) -> int:
+    """status / history / rollback: one question's heads in service."""
+    policy = question_of(args)
+    store = store or head_store(args)
     out: Any
     if args.action == "status":
         pointer = store.pointer(policy.name, args.question)
@@ -131,19 +140,17 @@ def main(argv: list[str] | None = None, store: HeadStore | None = None, answers:
         out = store.history(policy.name, args.question)
     else:
         if not args.reason.strip():
-            print("error: --reason: say why (it is kept in the audit)", file=sys.stderr)
-            return 2
+            raise CommandError("--reason: say why (it is kept in the audit)")
         arn = caller()
         by = (args.by or "").strip() or arn
         try:
             restored = store.rollback(policy.name, args.question, by=by, reason=args.reason.strip(), caller=arn)
         except ValueError as error:  # nothing promoted, or another change under way (HeadChangeInProgress)
-            print(f"error: {error}", file=sys.stderr)
-            return 1
+            raise WorkLeft(str(error)) from error
         out = {"policy": policy.name, "question": args.question,
                "in_service": restored.head_version if restored else "shipped", "by": by, "caller_arn": arn}
     print(json.dumps(out, indent=2))
-    return 0
+    return DONE
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from decision_router.domain.records import AuditRow, DecisionRecord, json_text
 from decision_router.intake.tickets import parse_ticket
 from decision_router.items import InvalidItem, parse_item
 from decision_router.validation import describe_errors
+from ops.command import DONE, WORK_LEFT, Command
 
 INCIDENT_DETAIL_TYPE = "Incident Reported"
 
@@ -231,7 +232,7 @@ def redrive(queue, understand: Callable[[dict], Replay], *, limit: int, dry_run:
         print("nothing to redrive", file=out)
     elif not dry_run:
         print(f"redriven {sent}, left {kept} on the queue", file=out)
-    return 1 if kept else 0
+    return WORK_LEFT if kept else DONE
 
 
 def cmd_workflow(args, out: TextIO) -> int:
@@ -353,9 +354,12 @@ def _required(value: str | None, flag: str, variable: str) -> str:
     return value
 
 
+#: A setting neither passed nor in the environment, or one that does not read: bad input.
+COMMAND = Command("ops.redrive", __doc__, "error", (LookupError,), manual=True)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ops.redrive", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = COMMAND.parser()
     commands = parser.add_subparsers(required=True, metavar="DLQ")
     specs = [
         ("workflow", cmd_workflow, "the workflow DLQ: start each record as a new execution",
@@ -384,11 +388,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        return args.run(args, out or sys.stdout)
-    except LookupError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return COMMAND.run(lambda: args.run(args, out or sys.stdout))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ pull request: every value that comes from the audit (an item id is its sender's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -42,6 +41,10 @@ from decision_router.domain.policies import Policy, Question, Thresholds, load_p
 from decision_router.domain.records import AuditRow, DecisionEntry, DecisionRecord
 from decision_router.domain.rules import apply_rules
 from decision_router.items import parse_item
+from ops.command import DONE, Command, aws_session, stack_outputs
+
+#: A policy, an export or a stack that does not read: bad input (a missing export has its own line).
+COMMAND = Command("ops.replay", __doc__, "replay", (ValueError,))
 
 
 @dataclass
@@ -256,18 +259,14 @@ def rows_from_table(table: str) -> list[AuditRow | Unreadable]:
 
 
 def table_of_stack(stack: str, client: Any = None) -> str:
-    import boto3
-
-    client = client or boto3.client("cloudformation")
-    outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
-    for output in outputs:
-        if output["OutputKey"] == "AuditTableName":
-            return str(output["OutputValue"])
-    raise ValueError(f"stack {stack} has no AuditTableName output")
+    outputs = stack_outputs(stack, client or aws_session().client("cloudformation"))
+    if "AuditTableName" not in outputs:
+        raise ValueError(f"stack {stack} has no AuditTableName output")
+    return str(outputs["AuditTableName"])
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.replay", description=__doc__.splitlines()[0])
+    parser = COMMAND.parser()
     parser.add_argument("--policy", required=True, help="the candidate policy file")
     parser.add_argument("--since", help="only items decided at or after this time (ISO 8601, e.g. 2026-11-01)")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -275,20 +274,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     source.add_argument("--stack", help="a deployed stack's name (its AuditTableName output)")
     source.add_argument("--rows", type=Path, help="an export of audit rows, one JSON object per line")
     args = parser.parse_args(argv)
-    out = out or sys.stdout
-    try:
-        policy = load_policy(Path(args.policy).resolve())
-        rows = (rows_from_file(args.rows) if args.rows else
-                rows_from_table(args.table or table_of_stack(args.stack)))
-    except FileNotFoundError as error:
-        print(f"replay: no audit export at {error.filename} (make demo or make soak writes one; or give --stack "
-              "or --table)", file=sys.stderr)
-        return 2
-    except ValueError as error:
-        print(f"replay: {error}", file=sys.stderr)
-        return 2
-    report(policy, compare(policy, rows, args.since), out)
-    return 0
+
+    def resolve() -> tuple[Policy, list[AuditRow | Unreadable]]:
+        try:
+            policy = load_policy(Path(args.policy).resolve())
+            rows = (rows_from_file(args.rows) if args.rows else
+                    rows_from_table(args.table or table_of_stack(args.stack)))
+        except FileNotFoundError as error:
+            raise ValueError(f"no audit export at {error.filename} (make demo or make soak writes one; or give "
+                             "--stack or --table)") from error
+        return policy, rows
+
+    def work(resolved: tuple[Policy, list[AuditRow | Unreadable]]) -> int:
+        policy, rows = resolved
+        report(policy, compare(policy, rows, args.since), out or sys.stdout)
+        return DONE
+
+    return COMMAND.run_resolved(resolve, work)
 
 
 if __name__ == "__main__":

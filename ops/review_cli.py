@@ -29,21 +29,20 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 from decision_router.config import Settings
 from decision_router.domain.policies import load_policy
 from decision_router.review.completion import InvalidReview, answer_problems, labelled_example
+from ops.command import DONE, Command, CommandError
 
 if TYPE_CHECKING:
     from decision_router.adapters.pending_reviews import PendingReviewTable
     from decision_router.domain.ports.review import PendingReviewRow
 
+#: An answer the policy refuses, a setting not given, a review not waiting, an answer the function refuses.
+COMMAND = Command("ops.review_cli", __doc__, "error", (InvalidReview, LookupError, CommandError))
+
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
-    out = out or sys.stdout
     settings = Settings.from_env()
-    try:
-        return args.run(args, settings, out)
-    except (InvalidReview, LookupError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return COMMAND.run(lambda: args.run(args, settings, out or sys.stdout))
 
 
 def _index(args: argparse.Namespace, settings: Settings) -> PendingReviewTable:
@@ -79,7 +78,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         suggested = ", ".join(f"{q}={o}" for q, o in summary.suggested.items() if o is not None) or "-"
         print(f"{row.execution_name}  [{summary.policy}]  suggested: {suggested}  due {row.due_at}\n"
               f"    why: {summary.reason}", file=out)
-    return 0
+    return DONE
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -100,7 +99,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             mark = "*" if decision is not None and decision.option_id == option.id else " "
             shown = f"{p:5.2f}" if p is not None else "  -  "
             print(f"  {mark} {option.id:<16} {shown}  {option.description}", file=out)
-    return 0
+    return DONE
 
 
 def _function_name(args: argparse.Namespace) -> str:
@@ -143,11 +142,10 @@ def cmd_complete(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     try:
         output = invoke(event)
     except FunctionFailed as error:
-        print(f"error: the review function refused: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(f"the review function refused: {error}") from error
     print(json.dumps({k: output.get(k) for k in ("execution_name", "reviewer", "reviewer_id", "note", "destination",
                                                  "escalate", "answers")}, ensure_ascii=False), file=out)
-    return 0
+    return DONE
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -169,7 +167,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
         if args.out:
             target.close()
     print(f"exported {count} labelled example(s)", file=sys.stderr)
-    return 0
+    return DONE
 
 
 def _answer(text: str) -> tuple[str, str]:
@@ -180,7 +178,7 @@ def _answer(text: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ops.review_cli", description=__doc__.split("\n")[0])
+    parser = COMMAND.parser()
     parser.add_argument("--pending-reviews-table", help="the pending-review index (default: PENDING_REVIEWS_TABLE_NAME)")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="pending reviews with the model's suggestion and why")

@@ -18,7 +18,8 @@ from moto import mock_aws
 from decision_router.adapters import queues
 from decision_router.adapters.escalations import SlaEscalations
 from decision_router.adapters.head_store import HeadStore
-from decision_router.adapters.open_incidents import FILED_COUNT, LOOKUP_ROW, OpenIncidents, filed_on
+from decision_router.adapters.link_index import FILED_COUNT, LOOKUP_ROW, filed_on
+from decision_router.adapters.open_incidents import OpenIncidents
 from decision_router.adapters.pending_reviews import PendingReviewTable
 from decision_router.adapters.review import AuditTrail, LabelledExamples
 from decision_router.adapters.similar_items import ResolvedItems
@@ -31,7 +32,7 @@ from decision_router.items import parse_item
 from decision_router.review.completion import PendingReview
 from decision_router.review.pending import pending_row
 from local.cloudformation import Stack
-from ops import erase
+from ops import erase, erase_queues
 from relearning.labels import sync_labels
 from tests.functions.conftest import ALL_TARGETS, unsure_ticket
 
@@ -47,7 +48,7 @@ DESTINATIONS = {t: f"https://sqs.us-east-1.amazonaws.com/123456789012/{t}" for t
 def no_long_poll(monkeypatch):
     """moto answers a receive at once: the long poll that ends each read of a queue (a second of
     SQS's time, to reach every server) would only wait out its second here, per queue and run."""
-    monkeypatch.setattr(erase, "new_batches", functools.partial(queues.new_batches, wait=0))
+    monkeypatch.setattr(erase_queues, "new_batches", functools.partial(queues.new_batches, wait=0))
 
 
 def test_every_table_of_the_template_is_erased_or_holds_no_item_text():
@@ -509,7 +510,7 @@ def test_erase_removes_an_incidents_events_from_the_incident_dlq_as_the_intake_r
 
 
 def test_a_queue_read_longer_than_its_messages_stay_hidden_says_to_run_again(monkeypatch):
-    monkeypatch.setattr(erase, "QUEUE_VISIBILITY", 0)
+    monkeypatch.setattr(erase_queues, "QUEUE_VISIBILITY", 0)
     with mock_aws():
         queue = boto3.client("sqs").create_queue(QueueName="dlq")["QueueUrl"]
         erased = erase.Eraser(erase.ItemKey("ticket", "email", "T-1"), {"ticket-dlq": queue},
