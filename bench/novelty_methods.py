@@ -41,7 +41,7 @@ from decision_router.domain.policies import load_policy
 from training import learn
 from training.head_fit import BASELINE_ROWS
 from training.history import parser as history_parser
-from training.history_export import read_export
+from training.history_export import ExportAsked, read_export
 from training.history_fit import head_signals
 from training.history_policy import states
 from training.history_scoring import request_keys, requests
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not run.out_of_scope_label:
         raise SystemExit("--out-of-scope-label: the run's label for items that belong nowhere (its TEST needs some)")
     run.data, run.test = Path(run.data), Path(run.test)
-    export = read_export(run, lambda text: None)
+    export = read_export(ExportAsked.of(run), lambda text: None)
     predictions = [json.loads(line) for line in (run.out / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
     if len(predictions) != len(export.test_rows):
         raise SystemExit(f"{run.out}/predictions.jsonl has {len(predictions)} lines; TEST has {len(export.test_rows)} rows: "

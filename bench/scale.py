@@ -69,7 +69,7 @@ def write_export(path: Path, rows: int, labels: int, seed: int) -> None:
 def store_signals(folder: Path, args: SimpleNamespace, width: int, seed: int) -> None:
     """Every row's signals in the cache, as a scoring run leaves them (untimed)."""
     cache = folder / "cache" / MODEL.sha256
-    export = history_export.read_export(args, lambda text: None)
+    export = history_export.read_export(history_export.ExportAsked.of(args), lambda text: None)
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(len(export.vocab.options), width)).astype(np.float32)
     for rows, labels in ((export.train_rows, export.gold), (export.test_rows, None)):
@@ -89,7 +89,7 @@ def one(folder: Path, rows: int) -> dict:
     args = arguments(folder, rows)
     out: dict = {"rows": rows, "baseline_mib": round(peak_mib())}
     started = time.perf_counter()
-    export = history_export.read_export(args, lambda text: None)
+    export = history_export.read_export(history_export.ExportAsked.of(args), lambda text: None)
     out["read"] = {"seconds": round(time.perf_counter() - started, 2), "peak_mib": round(peak_mib())}
 
     started = time.perf_counter()

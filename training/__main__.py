@@ -23,13 +23,12 @@ from typing import Any
 
 from decision_router import sentences
 from evaluation.cases import Case, load_file
-from evaluation.runners import EngineRunner, HttpRunner
 
 from . import novelty, report
 from .features import Example, examples_of, score_cases
 from .fitting import REPO, SHIPPED, TEST_SPLIT, fit_head
 from .question_fit import QuestionFit
-from .scoring import scorer_for
+from .scoring import BatchScorerFailed, scorer_here
 from .signals_store import SignalsStore
 
 
@@ -38,9 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("data", nargs="*", type=Path, help="labelled JSONL in the policy format (default: the shipped sets)")
     p.add_argument("--reviews", type=Path, action="append", default=[],
                    help="a review export (review_cli export); its rows are training data")
-    p.add_argument("--url", help="score with a running decision container instead of the in-process engine")
-    p.add_argument("--model", help="GGUF to load in-process (default: SM_LLAMA_CPP_MODEL or the embedded model)")
-    p.add_argument("--threads", type=int, help="CPU threads for the in-process engine")
+    p.add_argument("--url", help="score with a running decision container instead of the batch scorer on this machine")
+    p.add_argument("--model", help="GGUF the batch scorer loads (default: SM_LLAMA_CPP_MODEL or the embedded model)")
+    p.add_argument("--threads", type=int, help="CPU threads for the batch scorer's engine")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target-error", type=float, default=None,
@@ -61,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = None) -> int:
-    """Run the CLI; `runner` replaces the one the arguments name (tests pass a shared engine)."""
+    """Run the CLI; `runner` replaces the scorer the arguments name (tests pass a shared engine):
+    by default the batch scorer's command scores in a child process, so no engine loads here."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     started = time.perf_counter()
@@ -69,17 +69,17 @@ def main(argv: list[str] | None = None, runner=None, fitted_on: date | None = No
     if not cases:
         print("no usable labelled rows", file=sys.stderr)
         return 2
-    runner = runner or (HttpRunner(args.url) if args.url else EngineRunner.load(model_path=args.model, threads=args.threads))
+    say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr))
     try:
-        model = runner.model_info()
-        store = SignalsStore(args.cache / model.sha256 if str(args.cache) else None)
-        _say_old_cache(args.cache, model.sha256)
-        store.include_shipped(model.sha256)  # the embedded model's signals for the shipped sets ship with the code
-        say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr))
-        failures = score_cases(scorer_for(runner, model, say, progress=not args.no_progress), store, model.sha256, cases)
-        examples = examples_of(store, model.sha256, cases)
-    finally:
-        runner.close()
+        with scorer_here(runner, args.url, args.model, args.threads, say, progress=not args.no_progress) as (scorer, model, _):
+            store = SignalsStore(args.cache / model.sha256 if str(args.cache) else None)
+            _say_old_cache(args.cache, model.sha256)
+            store.include_shipped(model.sha256)  # the embedded model's signals for the shipped sets ship with the code
+            failures = score_cases(scorer, store, model.sha256, cases)
+            examples = examples_of(store, model.sha256, cases)
+    except BatchScorerFailed as failed:
+        print(f"python -m training: {failed}", file=sys.stderr)
+        return 2
     for failure in failures:
         print(f"not scored: {failure}", file=sys.stderr)
 

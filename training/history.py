@@ -83,13 +83,13 @@ from evaluation.runners import Runner
 
 from . import history_report, learn, novelty
 from .head_fit import MODEL_WEIGHTS
-from .history_export import Export, check_out, read_export
+from .history_export import Export, ExportAsked, check_out, read_export
 from .history_fit import Fitted, fit
 from .history_judging import Judged, judge_test
 from .history_outlook import curve_outlook, text_curve
 from .history_policy import MERGED, HistoryError, states
 from .history_report import build_report, last_line, out_of_scope_line
-from .history_scoring import ExportSignals, requests, sagemaker_preflight, score_export, text_only_signals
+from .history_scoring import ExportSignals, OnSageMaker, WhereScored, requests, sagemaker_preflight, score_export, text_only_signals
 from .history_targets import STARTING_MAP
 from .signals_store import DEFAULT_CACHE
 
@@ -139,23 +139,49 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=typing.get_args(Layout),
                    help="the prompt layout of a many-option question's signals decision (default: the request's own)")
     p.add_argument("--limit", type=int, help="only the first N rows of DATA and of TEST (a quick look)")
-    p.add_argument("--model", help="GGUF to load in-process (default: the embedded model)")
+    p.add_argument("--model", help="GGUF the batch scorer loads, in a child process (default: the embedded model)")
     p.add_argument("--url", help="score with a running decision container instead (one request an item)")
     p.add_argument("--on", choices=("local", "sagemaker"), default="local",
                    help="where the rows are scored: on this machine, or in one SageMaker Processing job of --stack")
     p.add_argument("--stack", help="--on sagemaker: the deployed stack whose image, model and scoring role are used")
-    p.add_argument("--instances", type=int, default=1, help="--on sagemaker: instances of the processing job (1-100)")
+    p.add_argument("--instances", type=instance_count, default=1, help="--on sagemaker: instances of the processing job (1-100)")
     p.add_argument("--instance-type", default="ml.c7i.8xlarge", help="--on sagemaker: their type")
     p.add_argument("--yes", action="store_true", help="--on sagemaker: start the paid job (after the printed estimate)")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=int, help="CPU threads of the batch scorer's engine (default: SM_LLAMA_CPP_THREADS, "
+                   "else the machine's cores)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="signal cache folder ('' to disable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     return p
 
 
+def instance_count(text: str) -> int:
+    """--instances: a whole number from 1 to 100, refused by argparse naming the option."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= count <= 100:
+        raise argparse.ArgumentTypeError(f"{count}: a processing job runs on 1 to 100 instances")
+    return count
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command's arguments; arguments that contradict each other are refused here, before
+    anything is read (argparse's message and exit status 2)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.on == "sagemaker" and not args.stack:
+        p.error("--on sagemaker needs --stack (make fit-history ON=sagemaker STACK=name): the deployed stack "
+                "whose image, model and scoring role the job uses")
+    if args.text_only and (args.on == "sagemaker" or args.url or args.model or args.model_weight):
+        p.error("--text-only (MODEL=none) scores nothing: it takes no --on sagemaker, --url, --model or "
+                "--model-weight other than 0")
+    return args
+
+
 def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parse(argv)
     try:
         run(args, runner)
     except HistoryError as error:
@@ -168,16 +194,18 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     """The command: read the export (its targets checked), the outlook, score, fit, judge TEST, report."""
     started = time.perf_counter()
     say = (lambda text: None) if args.no_progress else (lambda text: print(text, file=sys.stderr, flush=True))
-    check_arguments(args)
-    check_out(args, say)
+    check_out(args.out, (args.data, args.test, args.targets), args.replace, say)
+    where = where_scored(args)
     # the account, the stack and the estimate before minutes of reading, embedding and scoring
-    sagemaker = sagemaker_preflight(args, say) if args.on == "sagemaker" and not args.text_only else None
-    export = fetch_and_read(args, say)
+    sagemaker = None
+    if where.sagemaker is not None and not args.text_only:
+        sagemaker = sagemaker_preflight(where.sagemaker, (args.data, args.test), args.limit, say)
+    export, asked = fetch_and_read(args, say)
     prepared = prepare(args, export, say)
     if args.text_only:
         signals = text_only_signals(export.question, len(prepared.train_states), len(prepared.test_states))
     else:
-        signals = score_export(args, runner, (prepared.train_request, len(prepared.scored_states)),
+        signals = score_export(where, runner, (prepared.train_request, len(prepared.scored_states)),
                                (prepared.test_request, len(prepared.test_states)), len(prepared.train_states), say, sagemaker)
     fitting = time.perf_counter()
     fitted = fit_head(args, export, prepared, signals, say)
@@ -188,25 +216,23 @@ def run(args: argparse.Namespace, runner: Runner | None = None) -> dict[str, Any
     write_predictions(args.out, judged)
     seconds = {"text_curve": prepared.curve["seconds"], "scoring": round(signals.seconds, 1), "fitting": round(fitting, 1),
                "total": round(time.perf_counter() - started, 1)}
-    report = build_report(args, export, question, judged, fitted, head_file=head_file, curve=prepared.curve,
-                          outlook=prepared.outlook, model=signals.model, seconds=seconds)
+    report = build_report(asked, export, question, judged, fitted, head_file=head_file, curve=prepared.curve,
+                          outlook=prepared.outlook, model=None if args.text_only else signals.model, seconds=seconds)
     (args.out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     say_report(report, args.out, head_file[0], question, say)
     return report
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Arguments that contradict each other, refused before anything is read."""
-    if args.on == "sagemaker" and not args.stack:
-        raise HistoryError("--on sagemaker needs --stack (make fit-history ON=sagemaker STACK=name): the deployed stack "
-                           "whose image, model and scoring role the job uses")
-    if args.text_only and (args.on == "sagemaker" or args.url or args.model or args.model_weight):
-        raise HistoryError("--text-only (MODEL=none) scores nothing: it takes no --on sagemaker, --url, --model or "
-                           "--model-weight other than 0")
+def where_scored(args: argparse.Namespace) -> WhereScored:
+    """Where the command's arguments have the rows scored."""
+    on = OnSageMaker(args.stack, args.instances, args.instance_type, args.yes) if args.on == "sagemaker" else None
+    return WhereScored(args.cache, url=args.url, model=args.model, threads=args.threads, progress=not args.no_progress,
+                       sagemaker=on)
 
 
-def fetch_and_read(args: argparse.Namespace, say: Callable[[str], None]) -> Export:
-    """The export, an `s3://` DATA or TEST downloaded first (into a folder gone once it is read)."""
+def fetch_and_read(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[Export, ExportAsked]:
+    """The export, an `s3://` DATA or TEST downloaded first (into a folder gone once it is read),
+    and what the arguments asked of it (its files as read)."""
     with tempfile.TemporaryDirectory(prefix="fit-history-export-") as downloads:
         if any(str(path).startswith("s3://") for path in (args.data, args.test)):
             from .sagemaker_scoring import fetch_export
@@ -214,7 +240,8 @@ def fetch_and_read(args: argparse.Namespace, say: Callable[[str], None]) -> Expo
             args.data, args.test = (fetch_export(path, Path(downloads) / name) for name, path in
                                     (("data", args.data), ("test", args.test)))
         args.data, args.test = Path(args.data), Path(args.test)
-        return read_export(args, say)
+        asked = ExportAsked.of(args)
+        return read_export(asked, say), asked
 
 
 @dataclass

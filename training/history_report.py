@@ -11,7 +11,6 @@ right, that could show a target.
 
 from __future__ import annotations
 
-import argparse
 import math
 from typing import Any, Sequence
 
@@ -20,7 +19,7 @@ from decision_router.domain.policies import Question
 from decision_router.domain.precision_bound import PRECISION_CONFIDENCE, items_needed, precision_lower_bound
 from evaluation import metrics
 
-from .history_export import Export
+from .history_export import Export, ExportAsked
 from .history_fit import FORMULA, Fitted
 from .history_judging import Judged, figures, head_figures, tiers
 from .thresholds import promise, verdict
@@ -217,13 +216,14 @@ def precision_words(precision: float | None, digits: int = 3) -> str:
     return "(nothing answered)" if precision is None else f"at precision {precision:.{digits}f}"
 
 
-def build_report(args: argparse.Namespace, export: Export, question: Question, judged: Judged, fitted: Fitted, *,
-                 head_file: tuple[str, int], curve: dict[str, Any], outlook: str, model: ModelInfo,
+def build_report(asked: ExportAsked, export: Export, question: Question, judged: Judged, fitted: Fitted, *,
+                 head_file: tuple[str, int], curve: dict[str, Any], outlook: str, model: ModelInfo | None,
                  seconds: dict[str, float]) -> dict[str, Any]:
     """report.json: the head's figures on TEST against the text classifier's at its own threshold,
     whether TEST kept the promise, the head (`head_file`: its name in OUT and its bytes), the
-    choices out of fold, what reading the export found, who answers, the text alone's curve, and
-    the groups and the next step."""
+    choices out of fold, what reading the export found (`asked`: how it was read), who answers
+    (`model`: None when nothing was scored, --text-only), the text alone's curve, and the groups
+    and the next step."""
     vocab = export.vocab
     P = fitted.baseline_probabilities
     base_conf = [float(c) for c in metrics.confidences(list(P), FORMULA)]
@@ -232,7 +232,7 @@ def build_report(args: argparse.Namespace, export: Export, question: Question, j
     found = head_figures(question, judged, vocab.options)
     learned = question.learned_head
     assert learned is not None, "fit-history writes the question's head"
-    target = 1 - args.max_error
+    target = 1 - asked.max_error
     report = {
         "n_train": len(export.train_rows), "n_test": len(export.test_rows), "options": len(vocab.options),
         **found,
@@ -244,16 +244,16 @@ def build_report(args: argparse.Namespace, export: Export, question: Question, j
                  "encoder": fitted.document["sentence"]["encoder"] if "sentence" in fitted.document else None,
                  "reads_model": learned.reads_model},
         "holdout": fitted.holdout,
-        "rare": {"min_examples": args.min_examples, "mode": args.rare, "labels": vocab.rare},
+        "rare": {"min_examples": asked.min_examples, "mode": asked.rare, "labels": vocab.rare},
         "read": export.read,
         "tiers": tiers(question, judged.auto, found),
-        "scoring": "text-only" if args.text_only else "model",
+        "scoring": "text-only" if model is None else "model",
         "text_curve": {**{k: v for k, v in curve.items() if k != "seconds"}, "outlook": outlook},
-        "model": None if args.text_only else {"file": model.file, "sha256": model.sha256},
+        "model": None if model is None else {"file": model.file, "sha256": model.sha256},
         "seconds": seconds,
     }
     report["text_curve"].update({k: v for k, v in judge_curve(curve["points"]).items() if k != "says"})
-    report["groups"] = group_figures([vocab.option_of(r[args.label]) or r[args.label] for r in export.test_rows],
+    report["groups"] = group_figures([vocab.option_of(r[asked.label]) or r[asked.label] for r in export.test_rows],
                                      judged.gold, judged.answers, judged.auto, target)
     report["next_step"] = next_step(report, report["groups"])
     return report

@@ -1,30 +1,43 @@
 """The one scorer: the model asked for the signals of every decision a signals store lacks, for
-`make fit`, relearning and `make fit-history` alike, on one of three back-ends:
+`make fit`, relearning and `make fit-history` alike, on one of four back-ends:
 
-- `InProcessScoring`: the batch scorer (`decision_server.batch`) on the engine loaded in this
-  process, a chunk of decisions a shard, each shard joining the store as soon as it is written
-  (an interrupted run resumes at the chunk it was in);
+- `LocalBatchScoring`: the batch scorer's command (`python -m decision_server.batch`, the very
+  program SageMaker Processing runs) on this machine as a child process, a chunk of decisions a
+  run, each chunk's shard joining the store as soon as it is written (an interrupted run resumes
+  at the chunk it was in); the commands' default, so no engine loads in the fitting process;
+- `InProcessScoring`: the same batch scorer on an engine a caller already holds in this process
+  (tests), chunk by chunk alike;
 - `RunnerScoring`: one request an item (the decisions about one state together) to a running
   decision server over HTTP (or any runner without an engine here: relearning's endpoint), a few at
   once, the store saved as it goes;
 - `SageMakerBatchScoring`: every distinct decision in one SageMaker Processing job of a deployed
   stack (`training.sagemaker_scoring`), its shards joining the store of the model that scored them.
 
-`scorer_for(runner)` picks the first two: the batch scorer where the runner holds an engine.
+`scorer_for(runner)` picks for a runner a caller gives: the batch scorer where the runner holds an
+engine, else one request an item.
 What could not be scored comes back as `NotScored` rows, never dropped: `make fit` and relearning
 report them, `make fit-history` refuses to fit past them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from pydantic import ValidationError
 from tqdm import tqdm
 
 from decision_contract import Decision, ModelInfo
@@ -69,10 +82,120 @@ class Scorer(Protocol):
         """What scores, in words."""
         ...
 
+    @property
+    def startup_seconds(self) -> float:
+        """Seconds spent so far starting rather than scoring (a child process loading the model),
+        so that a rate measured on a few items leaves them out; 0 where nothing starts."""
+        ...
+
     def score_missing(self, store: SignalsStore, decisions: Sequence[Decision], keys: Sequence[str], *,
                       what: str) -> list[NotScored]:
         """Score every decision whose key (`keys[i]` is `decisions[i]`'s) the store lacks."""
         ...
+
+
+class BatchScorerFailed(RuntimeError):
+    """The batch scorer's child process failed: the message names its exit status and its last
+    lines on stderr."""
+
+
+#: The child's last lines on stderr that a failure quotes.
+STDERR_LINES = 8
+
+
+@dataclass
+class LocalBatchScoring:
+    """The batch scorer's command (`python -m decision_server.batch`, the program SageMaker
+    Processing runs) on this machine as a child process: `describe()` has it load the model and
+    print what it is (the store's keys need its sha256), and each chunk of decisions is one run
+    over one input shard, its signals adopted into the store as soon as it ends.
+
+    `model_file`: the GGUF (None: SM_LLAMA_CPP_MODEL, SM_LLAMA_CPP_MODEL_DIR, else the embedded
+    model, as the engine chooses); `threads`: the child's SM_LLAMA_CPP_THREADS. The child's log
+    (progress included) goes to `say` line by line."""
+
+    say: Callable[[str], None]
+    model_file: Path | None = None
+    threads: int | None = None
+    chunk: int = BATCH_CHUNK
+    description: str = "the batch scorer in a child process"
+    startup_seconds: float = 0.0
+    model: ModelInfo | None = None
+
+    def describe(self) -> ModelInfo:
+        """The model the child loads (its `--describe`), asked once."""
+        if self.model is None:
+            printed = self._run(["--describe"], capture=True).strip().splitlines()
+            try:
+                self.model = ModelInfo.model_validate_json(printed[-1] if printed else "")
+            except ValidationError as exc:
+                raise BatchScorerFailed(f"the batch scorer's --describe printed no ModelInfo JSON: {exc}") from None
+        return self.model
+
+    def score_missing(self, store: SignalsStore, decisions: Sequence[Decision], keys: Sequence[str], *,
+                      what: str) -> list[NotScored]:
+        from decision_server.batch import MODEL_JSON, write_inputs
+
+        model = self.describe()
+        todo = store.missing(keys)
+        if not todo:
+            return []
+        self.say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {self.chunk} a run of {self.description}")
+        not_scored: list[NotScored] = []
+        for start in range(0, len(todo), self.chunk):
+            rows = todo[start:start + self.chunk]
+            with tempfile.TemporaryDirectory(prefix="scoring-") as tmp:
+                inputs, outputs, summary = Path(tmp) / "decisions", Path(tmp) / "signals", Path(tmp) / "summary.json"
+                write_inputs(Rows(decisions, rows), inputs, shards=1)  # one shard: line n is rows[n - 1]
+                started = time.perf_counter()
+                self._run(["--input", str(inputs), "--output", str(outputs), "--summary", str(summary)])
+                self.startup_seconds += max(0.0, time.perf_counter() - started - json.loads(summary.read_text())["seconds"])
+                scored_by = ModelInfo.model_validate_json((outputs / MODEL_JSON).read_text())
+                if scored_by.sha256 != model.sha256:
+                    raise BatchScorerFailed(f"the batch scorer loaded {scored_by.file} (sha256 {scored_by.sha256[:12]}…), "
+                                            f"not the {model.file} (sha256 {model.sha256[:12]}…) it described: did the "
+                                            "model file change during the run?")
+                not_scored += [NotScored(rows[line - 1], reason) for line, reason in batch_errors(outputs)]
+                store.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+        return not_scored
+
+    def _run(self, arguments: list[str], *, capture: bool = False) -> str:
+        """One run of the batch scorer's command: its stdout returned (`capture`), else said line
+        by line as it comes; its stderr said once it ends (nothing is dropped), or quoted by
+        BatchScorerFailed when it exits non-zero."""
+        command = [sys.executable, "-m", "decision_server.batch", *arguments]
+        command += ["--model-file", str(self.model_file)] if self.model_file is not None else []
+        printed: list[str] = []
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as stderr:
+            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=self._environment()) as child:
+                assert child.stdout is not None  # stdout=PIPE
+                for line in child.stdout:
+                    if capture:
+                        printed.append(line)
+                    else:
+                        self.say(line.rstrip("\n"))
+            stderr.seek(0)
+            said = stderr.read().splitlines()
+        if child.returncode != 0:
+            tail = "\n  ".join(said[-STDERR_LINES:]) or "(nothing)"
+            raise BatchScorerFailed(f"the batch scorer ({shlex.join(['python', *command[1:]])}) exited with status "
+                                    f"{child.returncode}; its last lines on stderr:\n  {tail}")
+        for line in said:
+            self.say(line)
+        return "".join(printed)
+
+    def _environment(self) -> dict[str, str]:
+        """This process's environment, with the folders its own `decision_server` and
+        `decision_contract` come from first on PYTHONPATH (the child runs the code this process
+        imports, however its path was set), and SM_LLAMA_CPP_THREADS when `threads` is given."""
+        roots = [str(Path(origin).resolve().parents[1]) for origin in
+                 (getattr(importlib.util.find_spec(package), "origin", None) for package in ("decision_server", "decision_contract"))
+                 if origin]
+        inherited = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys([*roots, *inherited])), PYTHONUNBUFFERED="1")
+        if self.threads is not None:
+            env["SM_LLAMA_CPP_THREADS"] = str(self.threads)
+        return env
 
 
 @dataclass
@@ -83,6 +206,7 @@ class InProcessScoring:
     say: Callable[[str], None]
     chunk: int = BATCH_CHUNK
     description: str = "the batch scorer in this process"
+    startup_seconds: float = 0.0  # the engine was loaded before
 
     def score_missing(self, store: SignalsStore, decisions: Sequence[Decision], keys: Sequence[str], *,
                       what: str) -> list[NotScored]:
@@ -118,6 +242,7 @@ class RunnerScoring:
     save_every: int = 500
     #: Decisions in one request at most (the decision server's DECISION_MAX_DECISIONS defaults to 64).
     per_request: int = 16
+    startup_seconds: float = 0.0  # the server runs already
 
     @property
     def description(self) -> str:
@@ -170,6 +295,30 @@ def scorer_for(runner: Runner, model: ModelInfo, say: Callable[[str], None], *, 
     if engine is not None:
         return InProcessScoring(engine, say)
     return RunnerScoring(runner, model, progress=progress)
+
+
+@contextmanager
+def scorer_here(runner: Runner | None, url: str | None, model_file: str | None, threads: int | None,
+                say: Callable[[str], None], *, progress: bool = True) -> Iterator[tuple[Scorer, ModelInfo, str]]:
+    """The scorer a command's arguments name, the model it scores with and its description: the
+    runner a caller gives (`scorer_for`), one request an item to the decision server at `url`
+    (closed after), else the batch scorer's command as a child process on `model_file` (None: the
+    engine's choice, the embedded model by default) with `threads`: no engine loads in this process."""
+    if runner is None and not url:
+        local = LocalBatchScoring(say, model_file=Path(model_file) if model_file else None, threads=threads)
+        yield local, local.describe(), local.description
+        return
+    from evaluation.runners import HttpRunner
+
+    own = HttpRunner(url) if runner is None and url else None
+    runner = runner or own
+    assert runner is not None  # a runner given, else a url (the first branch took neither)
+    try:
+        model = runner.model_info()
+        yield scorer_for(runner, model, say, progress=progress), model, str(runner.description)
+    finally:
+        if own is not None:
+            own.close()
 
 
 @dataclass
@@ -229,8 +378,6 @@ def _shard_lines(inputs: Path) -> dict[tuple[str, int], int]:
 
 def batch_errors_by_shard(outputs: Path) -> list[tuple[str, int, str]]:
     """The batch scorer's errors files: (input shard's stem, line, reason) per line it could not score."""
-    import json
-
     from decision_server.batch import ERRORS_SUFFIX
 
     found = []

@@ -30,8 +30,11 @@ from evaluation.cases import load_file
 
 from .features import case_decisions, score_cases
 from .fitting import REPO, SHIPPED
-from .scoring import scorer_for
+from .scoring import LocalBatchScoring
 from .signals_store import SHIPPED_SIGNALS, SignalsStore, shipped_path
+
+#: Decisions a run of the batch scorer (each run's shard joins the store as it ends).
+SHARD_ITEMS = 200
 
 
 def nearest_agreement(path: Path, question: str, directory: Path = SHIPPED_SIGNALS) -> float | None:
@@ -68,7 +71,7 @@ def nearest_agreement(path: Path, question: str, directory: Path = SHIPPED_SIGNA
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.shipped_signals", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="GGUF to load in-process (default: SM_LLAMA_CPP_MODEL or the embedded model)")
+    p.add_argument("--model", help="GGUF the batch scorer loads (default: SM_LLAMA_CPP_MODEL or the embedded model)")
     p.add_argument("--cache", type=Path, default=REPO / "reports/fit/cache",
                    help="make fit's signals store: what it holds is not asked again")
     p.add_argument("--check", action="store_true", help="say how many of the shipped decisions the file holds")
@@ -80,32 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({f"{path.name}/{q}": nearest_agreement(path, q) for path in SHIPPED
                           for q in sorted({d.question for c in load_file(path).cases for d in c.decisions})}))
         return 0
-    from evaluation.runners import EngineRunner
-
-    runner = EngineRunner.load(model_path=args.model)
-    try:
-        model = runner.model_info()
-        cases = [c for path in SHIPPED for c in load_file(path).cases if c.kind == "policy"]
-        keys = sorted(set(case_decisions(cases, model.sha256)[1]))
-        path = shipped_path(model.sha256)
-        shipped = SignalsStore(None)
-        shipped.include_shipped(model.sha256)
-        print(f"{path.relative_to(REPO)}: {len(keys) - len(shipped.missing(keys))} of the {len(keys)} shipped decisions")
-        if args.check:
-            return 0
-        started = time.perf_counter()
-        store = SignalsStore(args.cache / model.sha256)
-        store.include_shipped(model.sha256)
-        scorer = scorer_for(runner, model, print)
-        for start in range(0, len(cases), 40):  # each 40 items join the store: an interrupted run resumes
-            score_cases(scorer, store, model.sha256, cases[start:start + 40])
-            print(f"  {min(start + 40, len(cases))}/{len(cases)} items, {time.perf_counter() - started:.0f}s",
-                  flush=True)
-        store.write_file(path, model.sha256, keys)
-        print(f"wrote {path.relative_to(REPO)}: {len(keys) - len(store.missing(keys))} decisions, "
-              f"{path.stat().st_size / 1e6:.1f} MB, in {time.perf_counter() - started:.0f}s")
-    finally:
-        runner.close()
+    # the batch scorer's command in a child process: each shard of SHARD_ITEMS joins the store as it
+    # is written, so an interrupted run resumes
+    scorer = LocalBatchScoring(print, model_file=Path(args.model) if args.model else None, chunk=SHARD_ITEMS)
+    model = scorer.describe()
+    cases = [c for path in SHIPPED for c in load_file(path).cases if c.kind == "policy"]
+    keys = sorted(set(case_decisions(cases, model.sha256)[1]))
+    path = shipped_path(model.sha256)
+    shipped = SignalsStore(None)
+    shipped.include_shipped(model.sha256)
+    print(f"{path.relative_to(REPO)}: {len(keys) - len(shipped.missing(keys))} of the {len(keys)} shipped decisions")
+    if args.check:
+        return 0
+    started = time.perf_counter()
+    store = SignalsStore(args.cache / model.sha256)
+    store.include_shipped(model.sha256)
+    for failure in score_cases(scorer, store, model.sha256, cases):
+        print(f"not scored: {failure}")
+    store.write_file(path, model.sha256, keys)
+    print(f"wrote {path.relative_to(REPO)}: {len(keys) - len(store.missing(keys))} decisions, "
+          f"{path.stat().st_size / 1e6:.1f} MB, in {time.perf_counter() - started:.0f}s")
     return 0
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """`decision-server batch`: the model's signals for folders of decisions, by SageMaker Processing's contract.
 
-    python -m decision_server.batch [--input DIR] [--model-dir DIR] [--output DIR] [--in-flight N]
+    python -m decision_server.batch [--input DIR] [--model-dir DIR | --model-file GGUF] [--output DIR]
+                                    [--in-flight N] [--summary FILE]
+    python -m decision_server.batch --describe [--model-dir DIR | --model-file GGUF]
 
 Processing copies its inputs from S3 into local folders, runs the image's entrypoint, and uploads
 a local output folder to S3 when the command ends. Here:
@@ -24,11 +26,17 @@ downloads them checks each shard's rows against its input (training.sagemaker_sc
 The exit status is 0 when every shard was processed, bad lines included, and when the input folder
 holds no shard (an instance that `ShardedByS3Key` gave no object: Processing fails the whole job
 when any instance exits non-zero); 2 when the input folder is missing, or the model cannot load.
+
+On a workstation (training/scoring.py `LocalBatchScoring` runs this command as a child process):
+`--model-file` names the GGUF itself, `--describe` loads the model and prints its `ModelInfo` as
+JSON on stdout (the log goes to stderr) and scores nothing, and `--summary` writes the run's
+`BatchSummary` as JSON (its `seconds` count scoring alone, not the model's load).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -239,11 +247,12 @@ def extract_archive(archive: Path, into: Path) -> None:
         raise ModelFileError(f"{archive} is not a readable tar archive: {exc}") from None
 
 
-def load_engine(model_dir: Path, scratch: Path) -> Any:
-    """The DecisionEngine over the model the job was given (see `model_in`)."""
+def load_engine(model_dir: Path, scratch: Path, model_file: Path | None = None) -> Any:
+    """The DecisionEngine over the model the job was given: `model_file`, else the one in
+    `model_dir` (see `model_in`)."""
     from .engine import DecisionEngine  # imported here: the fast tests of this module load no llama.cpp
 
-    path = model_in(model_dir, scratch)
+    path = model_file or model_in(model_dir, scratch)
     if path is None:
         logger.info("no model in %s: the engine's settings choose it", model_dir)
         return DecisionEngine()
@@ -404,17 +413,55 @@ def score_folder(engine: Any, input_dir: Path, output_dir: Path, *, in_flight: i
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="decision-server batch", description=__doc__.splitlines()[0])
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT, help=f"folder of *.jsonl shards (default {DEFAULT_INPUT})")
-    parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
-                        help=f"folder holding a .gguf or a model.tar.gz (default {DEFAULT_MODEL_DIR}); absent or "
-                        "empty: SM_LLAMA_CPP_MODEL, SM_LLAMA_CPP_MODEL_DIR or the embedded model")
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
+                       help=f"folder holding a .gguf or a model.tar.gz (default {DEFAULT_MODEL_DIR}); absent or "
+                       "empty: SM_LLAMA_CPP_MODEL, SM_LLAMA_CPP_MODEL_DIR or the embedded model")
+    model.add_argument("--model-file", type=gguf_file, help="the GGUF to load (instead of --model-dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"folder for the signals (default {DEFAULT_OUTPUT})")
     parser.add_argument("--in-flight", type=int, default=None,
                         help="requests queued or running at once (default: twice DECISION_PARALLEL_SEQUENCES)")
+    parser.add_argument("--summary", type=Path, help="also write the run's summary (items, errors, seconds scoring, "
+                        "items_per_second) as JSON to this file")
+    parser.add_argument("--describe", action="store_true", help="load the model, print its ModelInfo as JSON on "
+                        "stdout and exit, scoring nothing (no --input needed)")
     return parser
+
+
+def gguf_file(text: str) -> Path:
+    """--model-file: an existing file (argparse names the option in its message)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return path
+
+
+def describe(args: argparse.Namespace) -> int:
+    """--describe: the model's ModelInfo as JSON, alone on stdout (the engine's log to stderr)."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s",
+                        force=True)
+    with tempfile.TemporaryDirectory(prefix="model-") as scratch:
+        try:
+            engine = load_engine(args.model_dir, Path(scratch), args.model_file)
+        except Exception as exc:  # noqa: BLE001 - as in main: any failure to load names itself
+            print(f"decision-server batch: the model cannot load: {exc}", file=sys.stderr)
+            return 2
+        try:
+            print(engine.model_info.model_dump_json(), flush=True)
+        finally:
+            engine.close()
+    return 0
+
+
+def write_summary(path: Path, summary: BatchSummary) -> None:
+    path.write_text(json.dumps({**dataclasses.asdict(summary), "items_per_second": summary.items_per_second}) + "\n",
+                    encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.describe:
+        return describe(args)
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s",
                         force=True)
     if args.in_flight is not None and args.in_flight < 1:
@@ -432,12 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     scratch_root = PROCESSING_ROOT if PROCESSING_ROOT.is_dir() and os.access(PROCESSING_ROOT, os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="model-", dir=scratch_root) as scratch:
         try:
-            engine = load_engine(args.model_dir, Path(scratch))
+            engine = load_engine(args.model_dir, Path(scratch), args.model_file)
         except Exception as exc:  # noqa: BLE001 - any failure to load (settings, file, llama.cpp) ends the job
             print(f"decision-server batch: the model cannot load: {exc}", file=sys.stderr)
             return 2
         try:
-            score_folder(engine, args.input, args.output, in_flight=args.in_flight)
+            summary = score_folder(engine, args.input, args.output, in_flight=args.in_flight)
+            if args.summary:
+                write_summary(args.summary, summary)
         finally:
             engine.close()
     return 0

@@ -248,6 +248,40 @@ def test_a_model_that_cannot_load_stops_the_job(tmp_path, capsys):
     assert code == 2 and "the model cannot load: the model folder" in capsys.readouterr().err
 
 
+def test_a_model_file_must_be_a_file_and_is_not_given_with_a_model_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        batch.main(["--describe", "--model-file", str(tmp_path / "missing.gguf")])
+    assert stopped.value.code == 2
+    assert f"error: argument --model-file: {tmp_path / 'missing.gguf'} is not a file" in capsys.readouterr().err
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SystemExit):
+        batch.main(["--input", str(tmp_path), "--model-dir", str(tmp_path), "--model-file", str(tmp_path / "model.gguf")])
+    assert "argument --model-file: not allowed with argument --model-dir" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_describe_prints_the_model_alone_and_a_run_writes_its_summary(tmp_path, capsys, embedded_engine):
+    """`--describe` (what a workstation asks before it looks up its cache): the ModelInfo of the
+    GGUF `--model-file` names, alone on stdout; `--summary`: the run's figures, its seconds the
+    scoring's alone."""
+    from decision_contract import ModelInfo
+    from decision_server.model_files import embedded_model_path
+
+    model = str(embedded_model_path())
+    assert batch.main(["--describe", "--model-file", model]) == 0
+    out = capsys.readouterr().out
+    assert ModelInfo.model_validate_json(out) == embedded_engine.model_info and out.count("\n") == 1
+    batch.write_inputs([decision(0), decision(1)], tmp_path / "in", 1)
+    with (tmp_path / "in" / "part-00000.jsonl").open("a") as shard:
+        shard.write('{"id": "broken"}\n')
+    assert batch.main(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model-file", model,
+                       "--summary", str(tmp_path / "summary.json")]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {k: summary[k] for k in ("shards_scored", "shards_skipped", "items", "errors")} == {
+        "shards_scored": 1, "shards_skipped": 0, "items": 2, "errors": 1}
+    assert summary["seconds"] > 0 and summary["items_per_second"] == pytest.approx(2 / summary["seconds"])
+
+
 # ------------------------------------------------------------------------------------ progress
 def test_progress_is_logged_at_most_every_so_often_with_rate_and_time_left():
     lines: list[str] = []

@@ -9,6 +9,7 @@ import csv
 import hashlib
 import json
 import random
+import re
 from collections import Counter
 
 import numpy as np
@@ -305,6 +306,45 @@ def test_the_real_model_scores_a_tiny_export_and_the_head_it_writes_reads_that_m
     first, second = (json.loads((folder / "report.json").read_text()) for folder in (out, tmp_path / "again"))
     figures = ("accuracy", "macro_f1", "ece", "auto_share", "auto_precision", "baseline")
     assert [first[k] for k in figures] == [second[k] for k in figures]
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_by_default_the_batch_scorer_scores_in_a_child_process_into_the_store_the_engine_reads(tmp_path, capsys,
+                                                                                                 embedded_engine):
+    """No runner given: the batch scorer's command scores the export in a child process (no engine
+    loads in the fitting process), its probe's rate leaves the model's load out, and its signals are
+    the store's under the model's keys, so the engine in this process asks nothing again."""
+    train = write_jsonl(tmp_path / "train.jsonl", clinc150_slice(3, 4, 0))
+    test = write_jsonl(tmp_path / "test.jsonl", clinc150_slice(3, 1, 50))
+    argv = ["--data", str(train), "--test", str(test), "--text", "text", "--label", "label", "--min-examples", "2",
+            "--targets", "own", "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert history.main([*argv, "--out", str(tmp_path / "out")]) == 0
+    promise = next(line for line in capsys.readouterr().err.splitlines() if "items here takes about" in line)
+    assert promise.startswith("fit-history: scoring 15 items here takes about ")
+    assert re.search(r"from the first 8 items here: [\d.]+ items/s, not counting the \d+ s the batch scorer in a child "
+                     r"process took to start and load the model, which each of its 2 run\(s\) still to come takes again\)$",
+                     promise), promise
+    model = embedded_engine.model_info
+    assert load_policy(tmp_path / "out" / "policy.json").questions[0].learned_head.model_sha256 == model.sha256
+    again = CountingRunner(embedded_engine)
+    assert history.main([*argv, "--out", str(tmp_path / "again")], runner=again) == 0 and again.calls == 0
+
+
+@pytest.mark.server
+def test_a_model_file_that_is_not_there_stops_the_run_with_the_batch_scorer_s_words(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", export(4, 10, 1))
+    test = write_jsonl(tmp_path / "test.jsonl", export(4, 3, 2))
+    missing = tmp_path / "missing.gguf"
+    code = history.main(["--data", str(train), "--test", str(test), "--text", "subject,body", "--label", "label",
+                         "--targets", "own", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+                         "--min-examples", "2", "--no-progress", "--model", str(missing)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"fit-history: the batch scorer (python -m decision_server.batch --describe --model-file {missing}) exited " \
+           "with status 2; its last lines on stderr:\n" in err
+    assert err.rstrip().endswith(f"decision-server batch: error: argument --model-file: {missing} is not a file")
+    assert not (tmp_path / "out" / "policy.json").exists()
 
 
 def test_a_tiny_export_routes_nothing_alone_and_says_how_many_items_it_would_take(tmp_path):

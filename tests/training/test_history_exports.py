@@ -353,5 +353,21 @@ def test_the_vocabulary_itself_never_makes_two_options_of_one_label_spelled_two_
 
 def test_text_only_refuses_what_would_score(tmp_path, capsys):
     data = write_csv(tmp_path / "desk.csv", desk_rows())
-    assert fit(tmp_path, data, "--text-only", "--model-weight", "1.0") == 2
-    assert "--text-only (MODEL=none) scores nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # when the arguments are read, as argparse refuses
+        fit(tmp_path, data, "--text-only", "--model-weight", "1.0")
+    assert refused.value.code == 2
+    assert "python -m training.history: error: --text-only (MODEL=none) scores nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--on", "sagemaker"], "error: --on sagemaker needs --stack (make fit-history ON=sagemaker STACK=name)"),
+    (["--on", "sagemaker", "--stack", "s", "--instances", "0"],
+     "error: argument --instances: 0: a processing job runs on 1 to 100 instances"),
+    (["--instances", "two"], "error: argument --instances: 'two' is not a whole number"),
+])
+def test_arguments_that_need_nothing_read_are_refused_when_they_are_read(tmp_path, capsys, argv, says):
+    data = write_csv(tmp_path / "desk.csv", desk_rows())
+    with pytest.raises(SystemExit) as refused:
+        fit(tmp_path, data, *argv)
+    assert refused.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

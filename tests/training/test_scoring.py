@@ -1,6 +1,7 @@
-"""The one scorer (training/scoring.py) on its three back-ends: the batch scorer in this process,
-one request an item to a runner (a decision server over HTTP, an endpoint), and one SageMaker
-Processing job; each fills only what the signals store lacks, and names what it could not score
+"""The one scorer (training/scoring.py) on its four back-ends: the batch scorer's command in a child
+process (the commands' default; its `model` tests on the embedded model), the batch scorer on an
+engine in this process, one request an item to a runner (a decision server over HTTP, an
+endpoint), and one SageMaker Processing job; each fills only what the signals store lacks, and names what it could not score
 by the position of the decision asked, never dropping it. And `make fit`'s and relearning's use
 of it (training/features.py): a row not scored named by its case, the examples from the store."""
 
@@ -11,15 +12,26 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from decision_contract import Decision, DecisionResult, ModelInfo
 from decision_contract.signals import SHARD_SUFFIX, request_key
+from decision_router.domain.model_requests import SIGNAL_OPTIONS
 from decision_server.batch import score_folder
 from decision_server.errors import BadRequest
+from decision_server.model_files import describe, embedded_model_path
 from evaluation.cases import Case, Labelled
 from evaluation.runners import RunFailure, Scored
 from training.features import examples_of, score_cases
-from training.scoring import InProcessScoring, NotScored, RunnerScoring, SageMakerBatchScoring, scorer_for
+from training.scoring import (
+    BatchScorerFailed,
+    InProcessScoring,
+    LocalBatchScoring,
+    NotScored,
+    RunnerScoring,
+    SageMakerBatchScoring,
+    scorer_for,
+)
 from training.signals_store import SignalsStore
 
 MODEL = ModelInfo(file="m.gguf", bytes=1, sha256="c" * 64, context_size=2048, threads=1, gpu_layers=0,
@@ -172,3 +184,76 @@ def test_make_fit_names_a_case_it_could_not_score_and_builds_examples_from_the_s
     assert [e.case_id for e in examples] == ["c-0", "c-1", "c-2", "c-4"]
     assert examples[2].hidden.dtype == np.float64 and list(examples[2].hidden) == [2.0, 1.0, -1.0]
     assert list(examples[2].letter_logits) == [2.0, -2.0] and examples[2].gold == 1
+
+
+# ------------------------------------------------------------------------ the batch scorer in a child process
+@pytest.mark.server
+def test_a_model_that_is_no_file_stops_the_child_and_the_error_names_its_status_and_its_words(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(BatchScorerFailed) as failed:
+        LocalBatchScoring(lambda text: None, model_file=missing).describe()
+    message = str(failed.value)
+    assert message.startswith(f"the batch scorer (python -m decision_server.batch --describe --model-file {missing}) "
+                              "exited with status 2; its last lines on stderr:\n")
+    assert message.endswith(f"decision-server batch: error: argument --model-file: {missing} is not a file")
+
+
+@pytest.mark.server
+def test_a_child_that_fails_while_scoring_names_its_status_and_adopts_nothing(tmp_path):
+    """A file that is no GGUF: the child exits 2 saying why, and the store is left as it was."""
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a model")
+    scorer = LocalBatchScoring(lambda text: None, model_file=broken, model=MODEL)  # as if described before
+    decisions, keys = keyed(2)
+    store = SignalsStore(tmp_path / "store")
+    with pytest.raises(BatchScorerFailed, match=r"exited with status 2; its last lines on stderr:\n(.|\n)*"
+                                                r"decision-server batch: the model cannot load: "):
+        scorer.score_missing(store, decisions, keys, what="DATA")
+    assert store.missing(keys) == [0, 1] and not (tmp_path / "store").exists()
+
+
+@pytest.mark.server
+def test_make_fit_stops_with_the_child_s_words_when_its_model_is_no_file(tmp_path, capsys):
+    from training import __main__ as make_fit
+
+    code = make_fit.main(["--model", str(tmp_path / "missing.gguf"), "--cache", str(tmp_path / "cache"),
+                          "--out", str(tmp_path / "out"), "--dry-run", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("python -m training: the batch scorer (python -m decision_server.batch --describe")
+    assert "is not a file" in err and not (tmp_path / "out").exists()
+
+
+def model_decision(i: int, state: str | None = None) -> Decision:
+    return Decision(id=f"m-{i}", state=state or f"Ticket {i}: my new card has not arrived after {i + 3} days.",
+                    question="Which banking topic is this message about?", options=list(SIGNAL_OPTIONS),
+                    return_hidden_state=True)
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_the_batch_scorer_in_a_child_process_scores_what_the_store_lacks_with_the_embedded_model(tmp_path):
+    """Five decisions, one held already and one too long for the model, two a run: the child loads
+    the embedded model (no engine in this process), its rows join the store as each run ends, its
+    log reaches `say`, and the line it could not score comes back named."""
+    sha256 = describe(embedded_model_path()).sha256
+    said: list[str] = []
+    scorer = LocalBatchScoring(said.append, chunk=2)
+    model = scorer.describe()
+    assert (model.sha256, model.file, model.hidden_size) == (sha256, embedded_model_path().name, 576)
+    decisions = [model_decision(0), model_decision(1), model_decision(2, "word " * 6000), model_decision(3),
+                 model_decision(4)]
+    keys = [request_key(sha256, d) for d in decisions]
+    store = SignalsStore(tmp_path / "store")
+    store.put(keys[1], answer(decision(1), model).model_copy(update={"hidden_state": [0.5] * 576}))  # held already
+    not_scored = scorer.score_missing(store, decisions, keys, what="DATA")
+    assert len(not_scored) == 1 and not_scored[0].index == 2
+    assert not_scored[0].reason.startswith("decision: the prompt is ") and "DECISION_MAX_PROMPT_TOKENS" in not_scored[0].reason
+    assert store.missing(keys) == [2]
+    hidden = store.gather([keys[0], keys[3], keys[4]]).hidden
+    assert hidden.shape == (3, 576) and np.isfinite(hidden.astype(np.float64)).all()
+    assert sum(line.startswith("scoring DATA: 4 items (1 cached), 2 a run") for line in said) == 1
+    assert sum("done: 1 shards scored, 0 skipped" in line for line in said) == 2  # the child's own log, two runs
+    assert scorer.startup_seconds > 0  # its model load, apart from the scoring's rate
+    # a GGUF named by its path, and the threads, reach the child's engine
+    assert LocalBatchScoring(said.append, model_file=embedded_model_path(), threads=1).describe() == model.model_copy(
+        update={"threads": 1})
