@@ -134,30 +134,23 @@ class LocalBatchScoring:
 
     def score_missing(self, store: SignalsStore, decisions: Sequence[Decision], keys: Sequence[str], *,
                       what: str) -> list[NotScored]:
-        from decision_server.batch import MODEL_JSON, write_inputs
+        self.describe()
+        return score_in_chunks(self, store, decisions, keys, what=what)
+
+    def score_chunk(self, inputs: Path, outputs: Path) -> None:
+        """One run of the child over one input shard; the model that scored it checked against the one described."""
+        from decision_server.batch import MODEL_JSON
 
         model = self.describe()
-        todo = store.missing(keys)
-        if not todo:
-            return []
-        self.say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {self.chunk} a run of {self.description}")
-        not_scored: list[NotScored] = []
-        for start in range(0, len(todo), self.chunk):
-            rows = todo[start:start + self.chunk]
-            with tempfile.TemporaryDirectory(prefix="scoring-") as tmp:
-                inputs, outputs, summary = Path(tmp) / "decisions", Path(tmp) / "signals", Path(tmp) / "summary.json"
-                write_inputs(Rows(decisions, rows), inputs, shards=1)  # one shard: line n is rows[n - 1]
-                started = time.perf_counter()
-                self._run(["--input", str(inputs), "--output", str(outputs), "--summary", str(summary)])
-                self.startup_seconds += max(0.0, time.perf_counter() - started - json.loads(summary.read_text())["seconds"])
-                scored_by = ModelInfo.model_validate_json((outputs / MODEL_JSON).read_text())
-                if scored_by.sha256 != model.sha256:
-                    raise BatchScorerFailed(f"the batch scorer loaded {scored_by.file} (sha256 {scored_by.sha256[:12]}…), "
-                                            f"not the {model.file} (sha256 {model.sha256[:12]}…) it described: did the "
-                                            "model file change during the run?")
-                not_scored += [NotScored(rows[line - 1], reason) for line, reason in batch_errors(outputs)]
-                store.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
-        return not_scored
+        summary = outputs.parent / "summary.json"
+        started = time.perf_counter()
+        self._run(["--input", str(inputs), "--output", str(outputs), "--summary", str(summary)])
+        self.startup_seconds += max(0.0, time.perf_counter() - started - json.loads(summary.read_text())["seconds"])
+        scored_by = ModelInfo.model_validate_json((outputs / MODEL_JSON).read_text())
+        if scored_by.sha256 != model.sha256:
+            raise BatchScorerFailed(f"the batch scorer loaded {scored_by.file} (sha256 {scored_by.sha256[:12]}…), "
+                                    f"not the {model.file} (sha256 {model.sha256[:12]}…) it described: did the "
+                                    "model file change during the run?")
 
     def _run(self, arguments: list[str], *, capture: bool = False) -> str:
         """One run of the batch scorer's command: its stdout returned (`capture`), else said line
@@ -210,22 +203,37 @@ class InProcessScoring:
 
     def score_missing(self, store: SignalsStore, decisions: Sequence[Decision], keys: Sequence[str], *,
                       what: str) -> list[NotScored]:
-        from decision_server.batch import score_folder, write_inputs
+        return score_in_chunks(self, store, decisions, keys, what=what)
 
-        todo = store.missing(keys)
-        if not todo:
-            return []
-        self.say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {self.chunk} a shard")
-        not_scored: list[NotScored] = []
-        for start in range(0, len(todo), self.chunk):
-            rows = todo[start:start + self.chunk]
-            with tempfile.TemporaryDirectory(prefix="scoring-") as tmp:
-                inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
-                write_inputs(Rows(decisions, rows), inputs, shards=1)  # one shard: line n is rows[n - 1]
-                score_folder(self.engine, inputs, outputs, log=self.say)
-                not_scored += [NotScored(rows[line - 1], reason) for line, reason in batch_errors(outputs)]
-                store.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
-        return not_scored
+    def score_chunk(self, inputs: Path, outputs: Path) -> None:
+        from decision_server.batch import score_folder
+
+        score_folder(self.engine, inputs, outputs, log=self.say)
+
+
+def score_in_chunks(scorer: LocalBatchScoring | InProcessScoring, store: SignalsStore, decisions: Sequence[Decision],
+                    keys: Sequence[str], *, what: str) -> list[NotScored]:
+    """The batch scorer's way, in process or in a child: the decisions the store lacks written
+    `scorer.chunk` a shard, each shard scored (`scorer.score_chunk`) and adopted into the store as
+    soon as it is done (an interrupted run resumes at its chunk); a line the batch scorer could not
+    score comes back as NotScored."""
+    from decision_server.batch import write_inputs
+
+    todo = store.missing(keys)
+    if not todo:
+        return []
+    scorer.say(f"scoring {what}: {len(todo)} items ({len(keys) - len(todo)} cached), {scorer.chunk} a shard, "
+               f"by {scorer.description}")
+    not_scored: list[NotScored] = []
+    for start in range(0, len(todo), scorer.chunk):
+        rows = todo[start:start + scorer.chunk]
+        with tempfile.TemporaryDirectory(prefix="scoring-") as tmp:
+            inputs, outputs = Path(tmp) / "decisions", Path(tmp) / "signals"
+            write_inputs(Rows(decisions, rows), inputs, shards=1)  # one shard: line n is rows[n - 1]
+            scorer.score_chunk(inputs, outputs)
+            not_scored += [NotScored(rows[line - 1], reason) for line, reason in batch_errors(outputs)]
+            store.adopt(sorted(outputs.glob(f"*{SHARD_SUFFIX}")))
+    return not_scored
 
 
 @dataclass

@@ -251,7 +251,7 @@ def test_the_batch_scorer_in_a_child_process_scores_what_the_store_lacks_with_th
     assert store.missing(keys) == [2]
     hidden = store.gather([keys[0], keys[3], keys[4]]).hidden
     assert hidden.shape == (3, 576) and np.isfinite(hidden.astype(np.float64)).all()
-    assert sum(line.startswith("scoring DATA: 4 items (1 cached), 2 a run") for line in said) == 1
+    assert sum(line.startswith("scoring DATA: 4 items (1 cached), 2 a shard, by the batch scorer in a child process") for line in said) == 1
     assert sum("done: 1 shards scored, 0 skipped" in line for line in said) == 2  # the child's own log, two runs
     assert scorer.startup_seconds > 0  # its model load, apart from the scoring's rate
     # a GGUF named by its path, and the threads, reach the child's engine
