@@ -103,34 +103,7 @@ def test_two_tickets_and_an_incident_end_in_their_queues_with_audit_records(loca
     assert "queue: rule" in table and "queue: rule billing-portal-to-billing → billing" in table
     assert max(len(line) for line in table.splitlines()) <= 120
 
-    report = [report_line(o) for o in outcomes.values()]
-    assert [r["line"] for r in report] == [1, 2, 3]
-    by_id = {r["item_id"]: r for r in report}
-    assert by_id[RULE_TICKET]["outcome"] == "routed" and by_id[RULE_TICKET]["target"] == "billing"
-    rule_why = by_id[RULE_TICKET]["decisions"]["queue"].pop("why")
-    assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
-                                                         "auto": True, "head_version": None}}
-    assert rule_why["readout"] == "rule" and rule_why["rule"] == "billing-portal-to-billing"
-    assert by_id[RULE_TICKET]["linked"] is None
-    for row in report:  # the nearest resolved items of its own policy, never itself
-        assert row["item_id"] not in row["similar"] and len(row["similar"]) <= 3
-        assert all(outcomes[other].record.item_kind == row["kind"] for other in row["similar"] if other in outcomes)
-    # the incident's team question: read by a head (its evidence fields scored) or the letters (its
-    # thresholds compared), the reason in the report as the record has it
-    team_why = by_id[SEV1_INCIDENT]["decisions"]["team"]["why"]
-    team = incident["team"]
-    assert team_why["readout"] == team.readout and team_why["option"] == team.option_id
-    assert {c["name"]: c["value"] for c in team_why["checks"]}["confidence"] == team.confidence
-    assert (team_why["fields"] is not None) == (team.readout == "head")
-    assert f"team: {team.readout}" in table and " ".join(team.why.line().split()) in " ".join(table.split())
-    assert by_id[SEV1_INCIDENT]["escalated"] is True
-    assert by_id[SEV1_INCIDENT]["decisions"]["priority"]["readout"] == "rule"
-    for row in report:
-        outcome = outcomes[row["item_id"]]
-        assert row["kind"] == outcome.record.item_kind
-        assert row["outcome"] == ("routed" if outcome.record.route == "auto" else "review")
-        assert row["target"] in pipeline.destinations, "a reviewed item's report names where the review sent it"
-        assert all(d["auto"] == (row["outcome"] == "routed") for d in row["decisions"].values())
+    assert_report_lines(pipeline, outcomes, table)
 
 
 @pytest.mark.model
@@ -269,6 +242,40 @@ def test_malformed_items_land_in_their_intake_dlq_or_are_rejected_with_the_reaso
     assert "channel" in report[0]["reason"] and report[0]["target"] is None and report[0]["decisions"] == {}
     assert "severity" in report[1]["reason"]
     assert "not JSON" in report[2]["reason"] and report[2]["kind"] is None
+
+
+def assert_report_lines(pipeline, outcomes, table: str) -> None:
+    """`make demo`'s report lines: one an item in input order, each decision's readout and why as
+    its record has it, the nearest resolved items of its own policy, and the table agreeing."""
+    incident = {d.question: d for d in outcomes[SEV1_INCIDENT].record.decisions}
+    report = [report_line(o) for o in outcomes.values()]
+    assert [r["line"] for r in report] == [1, 2, 3]
+    by_id = {r["item_id"]: r for r in report}
+    assert by_id[RULE_TICKET]["outcome"] == "routed" and by_id[RULE_TICKET]["target"] == "billing"
+    rule_why = by_id[RULE_TICKET]["decisions"]["queue"].pop("why")
+    assert by_id[RULE_TICKET]["decisions"] == {"queue": {"answer": "billing", "confidence": None, "readout": "rule",
+                                                         "auto": True, "head_version": None}}
+    assert rule_why["readout"] == "rule" and rule_why["rule"] == "billing-portal-to-billing"
+    assert by_id[RULE_TICKET]["linked"] is None
+    for row in report:  # the nearest resolved items of its own policy, never itself
+        assert row["item_id"] not in row["similar"] and len(row["similar"]) <= 3
+        assert all(outcomes[other].record.item_kind == row["kind"] for other in row["similar"] if other in outcomes)
+    # the incident's team question: read by a head (its evidence fields scored) or the letters (its
+    # thresholds compared), the reason in the report as the record has it
+    team_why = by_id[SEV1_INCIDENT]["decisions"]["team"]["why"]
+    team = incident["team"]
+    assert team_why["readout"] == team.readout and team_why["option"] == team.option_id
+    assert {c["name"]: c["value"] for c in team_why["checks"]}["confidence"] == team.confidence
+    assert (team_why["fields"] is not None) == (team.readout == "head")
+    assert f"team: {team.readout}" in table and " ".join(team.why.line().split()) in " ".join(table.split())
+    assert by_id[SEV1_INCIDENT]["escalated"] is True
+    assert by_id[SEV1_INCIDENT]["decisions"]["priority"]["readout"] == "rule"
+    for row in report:
+        outcome = outcomes[row["item_id"]]
+        assert row["kind"] == outcome.record.item_kind
+        assert row["outcome"] == ("routed" if outcome.record.route == "auto" else "review")
+        assert row["target"] in pipeline.destinations, "a reviewed item's report names where the review sent it"
+        assert all(d["auto"] == (row["outcome"] == "routed") for d in row["decisions"].values())
 
 
 def test_classify_tells_items_apart_by_their_id_field():
