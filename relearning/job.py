@@ -6,7 +6,7 @@ through its queue with a task token; the function answers with the step's output
 
 - `count` and `collect` (relearning/collecting.py): the labels accrued since the last run, and
   every labelled example with the model's signals, asked of the endpoint only where none are kept.
-- `fit` (relearning/fitting.py): each question's candidate head fitted and judged by the gate,
+- `fit` (relearning/candidates.py): each question's candidate head fitted and judged by the gate,
   kept under `runs/<run>/` in the head store.
 - `shadow` and `judge_shadow` (relearning/shadowing.py): the passing candidates served in shadow
   beside the heads in service, then judged on the live items they answered.
@@ -19,8 +19,8 @@ rows and their reviewers' identities, relearning/labelled_rows.py.
 
 from __future__ import annotations
 
+from .candidates import Fitting
 from .collecting import EndpointSignals
-from .fitting import Fitting
 from .labelled_rows import read_labels
 from .promotion import Promoting
 from .runs import MAX_SHADOW_LOOKS, MAX_SHADOW_SECONDS, shadow_start_key, shadow_wait_seconds

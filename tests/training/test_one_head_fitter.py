@@ -1,7 +1,7 @@
 """`make fit`, relearning and `make fit-history` fit a head by one rule (training/head_fit.py): given
 the same rows and signals, the head file each of them writes is the same, byte for byte. Each path
 is taken as its command takes it, with its own defaults: `make fit`'s arguments (training/__main__.py
-`fit_as_asked`), the relearning job's fit step (relearning/fitting.py `_judge`, the candidate it stores)
+`fit_as_asked`), the relearning job's fit step (relearning/candidates.py `_judge`, the candidate it stores)
 and fit-history's arguments (training/history.py `fit_head`, the file `write_policy` writes)."""
 
 from __future__ import annotations
