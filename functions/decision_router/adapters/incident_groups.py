@@ -19,54 +19,41 @@ class IncidentGroupStore(IncidentTable):
 
     def open_group(self, group: NewGroup) -> bool:
         values = {"status": "open", **group.model_dump(), "members": {group.leader}, "open_members": {group.leader}}
-        try:
-            self.client.put_item(
-                TableName=self.table_name, Item=item_of(values),
-                ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
-                ExpressionAttributeNames={"#s": "status", "#u": "until"},
-                ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": group.opened_at}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "put_item", Item=item_of(values),
+            ConditionExpression="attribute_not_exists(incident_key) OR #s = :resolved OR #u <= :at",
+            ExpressionAttributeNames={"#s": "status", "#u": "until"},
+            ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":at": {"S": group.opened_at}}) is not None
 
     def add_to_group(self, group_key: str, member: str, *, at: str) -> GroupRow | None:
-        try:
-            row = self.client.update_item(
-                TableName=self.table_name, Key=self._key(group_key),
-                UpdateExpression="ADD members :m, open_members :m",
-                ConditionExpression="#s = :open AND #u > :at",
-                ExpressionAttributeNames={"#s": "status", "#u": "until"},
-                ExpressionAttributeValues={":m": {"SS": [member]}, ":open": {"S": "open"}, ":at": {"S": at}},
-                ReturnValues="ALL_NEW")["Attributes"]
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return None
-        return read(GroupRow, row)
+        row = self._written_if(
+            "update_item", Key=self._key(group_key),
+            UpdateExpression="ADD members :m, open_members :m",
+            ConditionExpression="#s = :open AND #u > :at",
+            ExpressionAttributeNames={"#s": "status", "#u": "until"},
+            ExpressionAttributeValues={":m": {"SS": [member]}, ":open": {"S": "open"}, ":at": {"S": at}},
+            ReturnValues="ALL_NEW")
+        return None if row is None else read(GroupRow, row["Attributes"])
 
     def drop_open_member(self, group_key: str, member: str) -> GroupRow | None:
-        try:
-            row = self.client.update_item(
-                TableName=self.table_name, Key=self._key(group_key),
-                UpdateExpression="DELETE open_members :m", ConditionExpression="attribute_exists(incident_key)",
-                ExpressionAttributeValues={":m": {"SS": [member]}}, ReturnValues="ALL_NEW")["Attributes"]
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return None
-        return read(GroupRow, row)
+        row = self._written_if(
+            "update_item", Key=self._key(group_key),
+            UpdateExpression="DELETE open_members :m", ConditionExpression="attribute_exists(incident_key)",
+            ExpressionAttributeValues={":m": {"SS": [member]}}, ReturnValues="ALL_NEW")
+        return None if row is None else read(GroupRow, row["Attributes"])
 
     def close_group(self, group_key: str, delivery: str) -> GroupRow | None:
         """Resolved: it expires after the retention."""
-        try:
-            row = self.client.update_item(
-                TableName=self.table_name, Key=self._key(group_key),
-                UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, expires_at = :expires",
-                ConditionExpression="#s = :open AND attribute_not_exists(open_members)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
-                                           ":now": {"S": rules.now_iso()}, ":d": {"S": delivery},
-                                           ":expires": {"N": str(expiry(self.retention_days))}},
-                ReturnValues="ALL_NEW")["Attributes"]
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return None
-        return read(GroupRow, row)
+        row = self._written_if(
+            "update_item", Key=self._key(group_key),
+            UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, expires_at = :expires",
+            ConditionExpression="#s = :open AND attribute_not_exists(open_members)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
+                                       ":now": {"S": rules.now_iso()}, ":d": {"S": delivery},
+                                       ":expires": {"N": str(expiry(self.retention_days))}},
+            ReturnValues="ALL_NEW")
+        return None if row is None else read(GroupRow, row["Attributes"])
 
     # ------------------------------------------------------------------ the port (IncidentGroups)
     def join_group(self, group_key: str, member: str, *, at: str, until: str, incident_id: str,

@@ -26,16 +26,12 @@ class IncidentHoldStore(IncidentTable):
         ended (`held_until` at or before `now`) and it is not routed yet: True when the caller should
         route it. The hold stays until `released` names the execution, so a routing that fails is
         retried by the next delivery; two at once start one execution (it is named after the item)."""
-        try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(key),
-                UpdateExpression="SET released_at = :now",
-                ConditionExpression="#s = :open AND held_until <= :now AND attribute_not_exists(execution_name)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "update_item", Key=self._key(key),
+            UpdateExpression="SET released_at = :now",
+            ConditionExpression="#s = :open AND held_until <= :now AND attribute_not_exists(execution_name)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":open": {"S": "open"}, ":now": {"S": now}}) is not None
 
     def expired_holds(self, now: str) -> list[IncidentRow]:
         """The open incidents a maintenance window held whose window ended by `now`, not routed

@@ -36,24 +36,18 @@ class IncidentParentStore(IncidentTable):
 
     def unregister_parent(self, slot: str, key: str) -> None:
         """Take the incident of `key` (resolved) out of `slot`; nothing when it is not there."""
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self._key(slot),
-                                    UpdateExpression="REMOVE #p.#k", ConditionExpression="attribute_exists(#p)",
-                                    ExpressionAttributeNames={"#p": "parents", "#k": key})
-        except self.client.exceptions.ConditionalCheckFailedException:
-            pass
+        self._written_if(
+            "update_item", Key=self._key(slot),
+            UpdateExpression="REMOVE #p.#k", ConditionExpression="attribute_exists(#p)",
+            ExpressionAttributeNames={"#p": "parents", "#k": key})
 
     def paged(self, key: str, execution_name: str) -> bool:
         """A page went out for the open incident of `key` (by this execution): from now on it may
         hold its dependants. False when it is not open (resolved meanwhile: it holds nothing)."""
-        try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(key), UpdateExpression="SET paged_by = :name",
-                ConditionExpression="#s = :open", ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":name": {"S": execution_name}, ":open": {"S": "open"}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "update_item", Key=self._key(key), UpdateExpression="SET paged_by = :name",
+            ConditionExpression="#s = :open", ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":name": {"S": execution_name}, ":open": {"S": "open"}}) is not None
 
     def link_child(self, parent_key: str, child_key: str) -> bool:
         """List `child_key` on its parent's row, only while the parent is open and paged. The
@@ -61,16 +55,12 @@ class IncidentParentStore(IncidentTable):
         list with the write that closes it, so a child linked before it is released by it, and
         one whose link comes after is refused here (its invocation takes the mark off and decides
         it: `unhold`). False: the parent is not open and paged."""
-        try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(parent_key),
-                UpdateExpression="ADD held_children :c",
-                ConditionExpression="#s = :open AND attribute_exists(paged_by)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":c": {"SS": [child_key]}, ":open": {"S": "open"}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "update_item", Key=self._key(parent_key),
+            UpdateExpression="ADD held_children :c",
+            ConditionExpression="#s = :open AND attribute_exists(paged_by)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":c": {"SS": [child_key]}, ":open": {"S": "open"}}) is not None
 
     def unhold(self, key: str, delivery: str) -> None:
         """Take a dependency hold's mark off the incident that `delivery` opened (its parent

@@ -32,15 +32,11 @@ class IncidentRowStore(IncidentTable):
             values["opens"] = row.opens
         if row.service:  # what the intake files it under (`file`), so its resolution finds them again
             values["filed_under"] = row.filed_under
-        try:
-            self.client.put_item(
-                TableName=self.table_name, Item=item_of(values),
-                ConditionExpression="attribute_not_exists(incident_key) OR (#s = :resolved AND opened_by <> :d)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":d": {"S": row.opened_by}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "put_item", Item=item_of(values),
+            ConditionExpression="attribute_not_exists(incident_key) OR (#s = :resolved AND opened_by <> :d)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":d": {"S": row.opened_by}}) is not None
 
     def claim(self, key: str, delivery: str, *, incident_id: str, source: str, opens: list[str] | None = None,
               service: str | None = None, reported_at: str | None = None, title: str | None = None,
@@ -54,20 +50,16 @@ class IncidentRowStore(IncidentTable):
     def touch(self, key: str, delivery: str) -> bool:
         """Count a new delivery of an open incident; False when the incident is not open or this
         delivery was counted already."""
-        try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(key),
-                # The mark too: a row opened before the index was kept joins it with its next delivery,
-                # and one marked before the index was sharded moves to its shard.
-                UpdateExpression="ADD deliveries :ds SET updates = updates + :one, updated_at = :now, "
-                                 "last_delivery = :d, #m = :mark",
-                ConditionExpression="#s = :open AND NOT contains(deliveries, :d)",
-                ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
-                ExpressionAttributeValues={":ds": {"SS": [delivery]}, ":one": {"N": "1"}, ":now": {"S": rules.now_iso()},
-                                           ":d": {"S": delivery}, ":open": {"S": "open"}, ":mark": {"S": open_mark(key)}})
-            return True
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+        return self._written_if(
+            "update_item", Key=self._key(key),
+            # The mark too: a row opened before the index was kept joins it with its next delivery,
+            # and one marked before the index was sharded moves to its shard.
+            UpdateExpression="ADD deliveries :ds SET updates = updates + :one, updated_at = :now, "
+                             "last_delivery = :d, #m = :mark",
+            ConditionExpression="#s = :open AND NOT contains(deliveries, :d)",
+            ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
+            ExpressionAttributeValues={":ds": {"SS": [delivery]}, ":one": {"N": "1"}, ":now": {"S": rules.now_iso()},
+                                       ":d": {"S": delivery}, ":open": {"S": "open"}, ":mark": {"S": open_mark(key)}}) is not None
 
     def routed(self, key: str, delivery: str, execution_name: str, *, group: str | None = None) -> None:
         """The opening delivery was routed (by this execution), leading `group` when given."""
@@ -87,21 +79,18 @@ class IncidentRowStore(IncidentTable):
 
     def resolve(self, key: str, delivery: str, reason: str) -> IncidentRow | None:
         """Close the open incident of `key`; its row as it was (None when nothing was open)."""
-        try:
-            response = self.client.update_item(
-                TableName=self.table_name, Key=self._key(key),
-                UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, resolution = :why, "
-                                 "expires_at = :expires REMOVE #m",
-                ConditionExpression="#s = :open",
-                ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
-                ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
-                                           ":now": {"S": rules.now_iso()}, ":d": {"S": delivery},
-                                           ":why": {"S": reason[:1000]},
-                                           ":expires": {"N": str(expiry(self.retention_days))}},
-                ReturnValues="ALL_OLD")
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return None
-        return read(IncidentRow, response["Attributes"])
+        response = self._written_if(
+            "update_item", Key=self._key(key),
+            UpdateExpression="SET #s = :resolved, resolved_at = :now, resolved_by = :d, resolution = :why, "
+                             "expires_at = :expires REMOVE #m",
+            ConditionExpression="#s = :open",
+            ExpressionAttributeNames={"#s": "status", "#m": OPEN_MARK},
+            ExpressionAttributeValues={":resolved": {"S": "resolved"}, ":open": {"S": "open"},
+                                       ":now": {"S": rules.now_iso()}, ":d": {"S": delivery},
+                                       ":why": {"S": reason[:1000]},
+                                       ":expires": {"N": str(expiry(self.retention_days))}},
+            ReturnValues="ALL_OLD")
+        return None if response is None else read(IncidentRow, response["Attributes"])
 
     def point(self, execution_name: str, key: str) -> None:
         """Remember which incident an execution routes (`execution#<name>` -> its key), for an

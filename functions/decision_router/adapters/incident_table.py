@@ -82,6 +82,15 @@ class IncidentTable(AwsAdapter):
     def _key(self, key: str) -> dict[str, Any]:
         return {"incident_key": {"S": key}}
 
+    def _written_if(self, write: str, **request: Any) -> dict[str, Any] | None:
+        """One conditional write of this table (`write`: put_item, update_item or delete_item):
+        its response, or None when its condition failed (nothing was written)."""
+        try:
+            response: dict[str, Any] = getattr(self.client, write)(TableName=self.table_name, **request)
+            return response
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return None
+
     def _item(self, key: str) -> dict[str, Any] | None:
         return self.client.get_item(TableName=self.table_name, Key=self._key(key), ConsistentRead=True).get("Item")
 

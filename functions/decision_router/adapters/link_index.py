@@ -42,15 +42,12 @@ class LinkIndexStore(IncidentTable):
         in_parallel(lambda lookup: self._file_one(LOOKUP_ROW + lookup, key, reported_at), lookup_keys)
 
     def _file_one(self, row_key: str, key: str, reported_at: str) -> None:
-        try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(row_key), UpdateExpression="SET #k = :at ADD #n :one",
-                # Listed already (a retry: counted once), or full: nothing to do.
-                ConditionExpression="attribute_not_exists(#k) AND (attribute_not_exists(#n) OR #n < :max)",
-                ExpressionAttributeNames={"#k": FILED + key, "#n": FILED_COUNT},
-                ExpressionAttributeValues={":at": {"S": reported_at}, ":one": {"N": "1"}, ":max": {"N": str(MAX_FILED)}})
-        except self.client.exceptions.ConditionalCheckFailedException:
-            pass
+        self._written_if(
+            "update_item", Key=self._key(row_key), UpdateExpression="SET #k = :at ADD #n :one",
+            # Listed already (a retry: counted once), or full: nothing to do.
+            ConditionExpression="attribute_not_exists(#k) AND (attribute_not_exists(#n) OR #n < :max)",
+            ExpressionAttributeNames={"#k": FILED + key, "#n": FILED_COUNT},
+            ExpressionAttributeValues={":at": {"S": reported_at}, ":one": {"N": "1"}, ":max": {"N": str(MAX_FILED)}})
 
     def unfile(self, key: str, lookup_keys: Sequence[str]) -> None:
         """Take the incident of `key` off each of `lookup_keys` (nothing where it is not listed):
@@ -64,12 +61,10 @@ class LinkIndexStore(IncidentTable):
             return  # not listed there (or no row): nothing was filed there
         if left.get("Attributes", {}).get(FILED_COUNT, {}).get("N") != "0":
             return  # it lists other open incidents
-        try:  # conditional: an incident filed there meanwhile keeps the row
-            self.client.delete_item(TableName=self.table_name, Key=self._key(LOOKUP_ROW + lookup),
-                                    ConditionExpression="#n = :none", ExpressionAttributeNames={"#n": FILED_COUNT},
-                                    ExpressionAttributeValues={":none": {"N": "0"}})
-        except self.client.exceptions.ConditionalCheckFailedException:
-            pass
+        self._written_if(
+            "delete_item", Key=self._key(LOOKUP_ROW + lookup),
+            ConditionExpression="#n = :none", ExpressionAttributeNames={"#n": FILED_COUNT},
+            ExpressionAttributeValues={":none": {"N": "0"}})  # conditional: an incident filed there meanwhile keeps the row
 
     def filed_under(self, lookup_keys: Sequence[str]) -> dict[str, dict[str, datetime]]:
         """The open incidents each of `lookup_keys` lists (incident key -> reported time), read by
