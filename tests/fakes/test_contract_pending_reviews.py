@@ -102,11 +102,13 @@ def test_the_table_keeps_the_row_past_the_review_timeout_and_lists_only_the_list
 # ------------------------------------------------------------------------------ the rows the writer builds
 def test_a_row_is_due_at_its_sla_target_in_the_lane_of_its_policy_and_target():
     policy = load_policy("support-ticket")
-    pro, enterprise = row("ex-pro", tier="pro"), row("ex-ent", tier="enterprise")
+    asked = review("ex-pro", tier="pro")  # one record: it carries the moment it was decided
+    pro = pending_row(asked, policy, review_timeout_seconds=TIMEOUT)
+    enterprise = row("ex-ent", tier="enterprise")
     assert (pro.lane, pro.due_at) == ("support-ticket#240m", "2026-11-29T16:00:00.000Z")
     assert (enterprise.lane, enterprise.due_at) == ("support-ticket#60m", "2026-11-29T13:00:00.000Z")
     assert {pro.lane, enterprise.lane} <= set(policy_lanes(policy))
-    assert as_pending(pro) == review("ex-pro")
+    assert as_pending(pro) == asked
     later = moved_on(PendingSummary.model_validate_json(pro.summary), policy, REQUESTED + timedelta(minutes=200))
     assert later.age_seconds == 200 * 60 and later.sla is not None and later.sla.risk == "at_risk"
 
